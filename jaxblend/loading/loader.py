@@ -1,0 +1,281 @@
+"""make_loader: a Grain DataLoader of host-sharded rows -> an iterator of global `jax.Array` batches.
+
+Flow per step k (the same program on every host):
+  1. `jaxblend.sampling` gives this process's rows of global batch k (from the batch sharding);
+  2. a `HostBatchSource` record = those rows, read through the source's `get_batch` (one batched
+     storage call, one compiled kernel); a `grain.DataLoader` runs it in worker processes with
+     prefetch, its sampler being the global steps from the resume point on;
+  3. `make_global_batch` lays the rows out on the mesh; the next batch is put on the devices while
+     the current one is consumed (device prefetch).
+
+State is `{"step", "fingerprint", "version"}`: stateless resume from a step number, valid on any
+topology because batch k is defined globally, refused when the fingerprint (source content and
+configuration, global batch size) differs.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import hashlib
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import grain
+import jax
+import numpy as np
+from jax.sharding import Mesh
+
+from jaxblend.loading import global_batch
+from jaxblend.sampling import StepSampler, batch_rows_for_process
+from jaxblend.sources.base import stack_items
+
+STATE_VERSION = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class LoaderConfig:
+    """How global batches are formed and prefetched.
+
+    Attributes:
+      global_batch_size: B, rows of every global batch (identical for any number of hosts).
+      batch_axes: mesh axes the batch dimension is split over; other axes replicate it.
+      worker_count: Grain worker processes (0 = read in this process's threads).
+      worker_buffer_size: batches each Grain worker prepares ahead.
+      read_threads: Grain reader threads (with worker_count 0 they run in this process).
+      read_buffer_size: host batches Grain keeps ready per reader.
+      device_prefetch: global batches put on the devices ahead of the one being consumed.
+      num_steps: steps in the stream; None = every full batch of the source (`len // B`).
+    """
+
+    global_batch_size: int
+    batch_axes: tuple[str, ...] = ("data",)
+    worker_count: int = 0
+    worker_buffer_size: int = 2
+    read_threads: int = 1
+    read_buffer_size: int = 2
+    device_prefetch: int = 1
+    num_steps: int | None = None
+
+    def __post_init__(self):
+        for name, low in (
+            ("global_batch_size", 1), ("worker_count", 0), ("worker_buffer_size", 1),
+            ("read_threads", 1), ("read_buffer_size", 1), ("device_prefetch", 0),
+        ):
+            value = getattr(self, name)
+            if not isinstance(value, (int, np.integer)) or value < low:
+                raise ValueError(f"LoaderConfig.{name} must be an integer >= {low}, got {value!r}")
+        if self.num_steps is not None and self.num_steps < 0:
+            raise ValueError(f"LoaderConfig.num_steps must be >= 0 or None, got {self.num_steps}")
+        object.__setattr__(self, "batch_axes", tuple(self.batch_axes))
+
+
+class HostBatchSource:
+    """Grain data source whose record `k` is this process's rows of global batch `k`.
+
+    Args:
+      source: a jaxblend source (`get_batch`) or any Grain random-access source of dict samples.
+      rows: this process's row ids within a global batch (`jaxblend.sampling`).
+      global_batch_size: B.
+      num_steps: number of records (global steps).
+    """
+
+    def __init__(self, source: Any, rows: np.ndarray, global_batch_size: int, num_steps: int):
+        self.source = source
+        self.rows = np.asarray(rows, dtype=np.int64)
+        self.global_batch_size = global_batch_size
+        self.num_steps = num_steps
+
+    def __len__(self) -> int:
+        return self.num_steps
+
+    def __repr__(self) -> str:
+        return (
+            f"HostBatchSource(source={self.source!r}, rows={self.rows.size}@{self.rows[:1].tolist()}"
+            f", global_batch_size={self.global_batch_size}, num_steps={self.num_steps})"
+        )
+
+    def sample_ids(self, step: int) -> np.ndarray:
+        """Global sample ids of this process's rows at `step`."""
+        return np.int64(step) * np.int64(self.global_batch_size) + self.rows
+
+    def __getitem__(self, step: int) -> dict[str, np.ndarray]:
+        if not 0 <= step < self.num_steps:
+            raise IndexError(f"step {step} out of range [0, {self.num_steps})")
+        ids = self.sample_ids(step)
+        if hasattr(self.source, "get_batch"):
+            return self.source.get_batch(ids)
+        return stack_items([self.source[int(i)] for i in ids])
+
+
+def loader_fingerprint(source: Any, global_batch_size: int) -> str:
+    """What a resume state must match: the source's identity and the global batch size."""
+    identity = getattr(source, "fingerprint", None) or repr(source)
+    text = f"v{STATE_VERSION}|{identity}|B={global_batch_size}"
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+class GlobalBatchLoader(Iterator[dict[str, jax.Array]]):
+    """Iterator of global batches; see the module docstring. Create with `make_loader`."""
+
+    def __init__(
+        self,
+        source: Any,
+        mesh: Mesh,
+        config: LoaderConfig,
+        *,
+        start_step: int = 0,
+        process_index: int | None = None,
+    ):
+        self.source = source
+        self.mesh = mesh
+        self.config = config
+        self.process_index = jax.process_index() if process_index is None else process_index
+        b = config.global_batch_size
+        available = len(source) // b
+        if config.num_steps is not None and config.num_steps > available:
+            raise ValueError(
+                f"num_steps={config.num_steps} needs {config.num_steps * b} samples but the source "
+                f"has {len(source)} ({available} full batches of {b})"
+            )
+        self.num_steps = available if config.num_steps is None else config.num_steps
+        sharding = global_batch.batch_sharding(mesh, config.batch_axes, 1)
+        self.rows = batch_rows_for_process(b, sharding, self.process_index)
+        self.fingerprint = loader_fingerprint(source, b)
+        self.wait_seconds = 0.0
+        self._start(start_step)
+
+    def _start(self, step: int) -> None:
+        if not 0 <= step <= self.num_steps:
+            raise ValueError(f"start step {step} out of range [0, {self.num_steps}]")
+        self._step = step
+        self._queue: collections.deque[dict[str, jax.Array]] = collections.deque()
+        self._host_source = HostBatchSource(
+            self.source, self.rows, self.config.global_batch_size, self.num_steps
+        )
+        loader = grain.DataLoader(
+            data_source=self._host_source,
+            sampler=StepSampler(self.num_steps, step),
+            worker_count=self.config.worker_count,
+            worker_buffer_size=self.config.worker_buffer_size,
+            shard_options=grain.sharding.NoSharding(),
+            read_options=grain.ReadOptions(
+                num_threads=self.config.read_threads,
+                prefetch_buffer_size=self.config.read_buffer_size,
+            ),
+        )
+        self._grain_iter = iter(loader)
+        self._exhausted = False
+
+    @property
+    def step(self) -> int:
+        """The global step of the next batch `next()` returns."""
+        return self._step
+
+    def __iter__(self) -> GlobalBatchLoader:
+        return self
+
+    def __next__(self) -> dict[str, jax.Array]:
+        began = time.perf_counter()
+        while not self._exhausted and len(self._queue) <= self.config.device_prefetch:
+            try:
+                host = next(self._grain_iter)
+            except StopIteration:
+                self._exhausted = True
+                break
+            self._queue.append(
+                global_batch.make_global_batch(
+                    host, self.rows, self.config.global_batch_size, self.mesh,
+                    self.config.batch_axes,
+                )
+            )
+        if not self._queue:
+            raise StopIteration
+        self._step += 1
+        batch = self._queue.popleft()
+        self.wait_seconds += time.perf_counter() - began
+        return batch
+
+    def state(self) -> dict[str, Any]:
+        """A small JSON-serializable resume state: the next step and the stream's fingerprint."""
+        return {"version": STATE_VERSION, "step": self._step, "fingerprint": self.fingerprint}
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        """Continues the stream at `state["step"]` (any topology).
+
+        Raises:
+          ValueError: if the state is malformed or comes from a different configuration.
+        """
+        self._start(self.check_state(state))
+
+    def check_state(self, state: Mapping[str, Any]) -> int:
+        """Validates a resume state against this loader and returns its step."""
+        if not isinstance(state, Mapping) or not {"step", "fingerprint"} <= set(state):
+            raise ValueError(f"loader state must be a dict with 'step' and 'fingerprint', got {state!r}")
+        if state.get("version", STATE_VERSION) != STATE_VERSION:
+            raise ValueError(
+                f"loader state version {state.get('version')} is not supported (expected {STATE_VERSION})"
+            )
+        if state["fingerprint"] != self.fingerprint:
+            raise ValueError(
+                "loader state comes from a different data configuration: its fingerprint "
+                f"{state['fingerprint']} != this loader's {self.fingerprint} (source, blend, seed, "
+                "sequence length or global batch size changed)"
+            )
+        step = state["step"]
+        if not isinstance(step, int) or not 0 <= step <= self.num_steps:
+            raise ValueError(f"loader state step {step!r} out of range [0, {self.num_steps}]")
+        return step
+
+
+def make_loader(
+    source: Any,
+    mesh: Mesh,
+    *,
+    global_batch_size: int,
+    batch_axes: Sequence[str] = ("data",),
+    worker_count: int = 0,
+    worker_buffer_size: int = 2,
+    read_threads: int = 1,
+    device_prefetch: int = 1,
+    num_steps: int | None = None,
+    start_step: int = 0,
+    state: Mapping[str, Any] | None = None,
+    process_index: int | None = None,
+) -> GlobalBatchLoader:
+    """Builds an iterator of global batches over `source` laid out on `mesh`.
+
+    Args:
+      source: a jaxblend source (GPTSource, BlendedSource, MockSource, masked sources) or any
+        Grain random-access source returning dicts of equally-shaped numpy arrays.
+      mesh: the training mesh (every process passes the same global mesh).
+      global_batch_size: B.
+      batch_axes: mesh axes that split the batch dimension.
+      worker_count: Grain worker processes.
+      worker_buffer_size: batches prepared ahead per worker.
+      read_threads: Grain reader threads.
+      device_prefetch: batches put on the devices ahead of the one consumed.
+      num_steps: stream length in steps; None = `len(source) // B`.
+      start_step: first step (ignored when `state` is given).
+      state: a dict from `GlobalBatchLoader.state()` to resume from.
+      process_index: this process (defaults to `jax.process_index()`).
+
+    Returns:
+      A `GlobalBatchLoader`.
+    """
+    config = LoaderConfig(
+        global_batch_size=global_batch_size,
+        batch_axes=tuple(batch_axes),
+        worker_count=worker_count,
+        worker_buffer_size=worker_buffer_size,
+        read_threads=read_threads,
+        device_prefetch=device_prefetch,
+        num_steps=num_steps,
+    )
+    loader = GlobalBatchLoader(
+        source, mesh, config, start_step=start_step, process_index=process_index
+    )
+    if state is not None:
+        loader.restore(state)
+    return loader

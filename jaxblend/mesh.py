@@ -1,0 +1,56 @@
+"""Building a `jax.sharding.Mesh` from flag-style strings ("4,2" and "data,tensor")."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+# Mesh axes that split the batch dimension; any other axis (tensor, ...) replicates the batch.
+BATCH_AXIS_NAMES = ("data", "fsdp")
+
+
+def parse_mesh(shape: str | Sequence[int], axes: str | Sequence[str]) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    """Parses `--mesh_shape` / `--mesh_axes` values.
+
+    Raises:
+      ValueError: if the shape is not positive integers or the lengths differ.
+    """
+    if isinstance(shape, str):
+        try:
+            shape = [int(s) for s in shape.replace("x", ",").split(",") if s.strip()]
+        except ValueError as err:
+            raise ValueError(f"--mesh_shape must be comma-separated integers, got {shape!r}") from err
+    if isinstance(axes, str):
+        axes = [a.strip() for a in axes.split(",") if a.strip()]
+    shape, axes = tuple(int(s) for s in shape), tuple(axes)
+    if not shape or any(s <= 0 for s in shape):
+        raise ValueError(f"mesh shape must be positive integers, got {shape}")
+    if len(shape) != len(axes):
+        raise ValueError(f"mesh shape {shape} and axes {axes} must have the same length")
+    if len(set(axes)) != len(axes):
+        raise ValueError(f"mesh axes must be distinct, got {axes}")
+    return shape, axes
+
+
+def make_mesh(shape: str | Sequence[int], axes: str | Sequence[str], devices=None):
+    """A mesh over `devices` (default: all global devices, in `jax.devices()` order).
+
+    Raises:
+      ValueError: if the mesh size differs from the number of devices.
+    """
+    import jax
+    from jax.sharding import Mesh
+
+    shape, axes = parse_mesh(shape, axes)
+    devices = jax.devices() if devices is None else list(devices)
+    if int(np.prod(shape)) != len(devices):
+        raise ValueError(
+            f"mesh shape {shape} has {int(np.prod(shape))} devices but there are {len(devices)}"
+        )
+    return Mesh(np.array(devices).reshape(shape), axes)
+
+
+def default_batch_axes(axes: Sequence[str]) -> tuple[str, ...]:
+    """The mesh axes that split the batch: `data` and `fsdp` when present."""
+    return tuple(a for a in axes if a in BATCH_AXIS_NAMES)

@@ -1,0 +1,81 @@
+"""Pure host-sharding math: (global batch size, step, batch sharding, process) -> sample ids.
+
+Nothing here asks JAX which process it runs in: the process index is an argument, so the same
+function answers for every host of a pod and can be tested for any topology in one process.
+
+The contract that makes a run resumable on a different slice size: the *global* batch at step k is
+always the samples `k * B .. (k + 1) * B - 1` of the split's fixed order, row r holding sample
+`k * B + r`. Only the split of rows between processes depends on the mesh.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def _row_slice(index: tuple[slice, ...], global_batch_size: int) -> range:
+    first = index[0] if index else slice(None)
+    start, stop, step = first.indices(global_batch_size)
+    return range(start, stop, step)
+
+
+def rows_by_process(global_batch_size: int, sharding) -> dict[int, np.ndarray]:
+    """Rows of a `[B, ...]` batch held by each process's devices under `sharding`.
+
+    Args:
+      global_batch_size: B, the leading dimension of the global batch.
+      sharding: a `jax.sharding.Sharding` for the batch (any mesh: the batch axis may be split
+        over data and fsdp axes and replicated over tensor axes).
+
+    Returns:
+      `{process_index: sorted unique int64 row ids}` for every process owning a device.
+
+    Raises:
+      ValueError: if `global_batch_size` is not positive or does not divide evenly over the
+        sharding (the error names both).
+    """
+    if global_batch_size <= 0:
+        raise ValueError(f"global_batch_size must be > 0, got {global_batch_size}")
+    try:
+        index_map = sharding.devices_indices_map((global_batch_size,))
+    except ValueError as err:
+        raise ValueError(
+            f"global_batch_size={global_batch_size} cannot be laid out by {sharding}: {err}"
+        ) from err
+    rows: dict[int, set[int]] = {}
+    for device, index in index_map.items():
+        rows.setdefault(device.process_index, set()).update(
+            _row_slice(index, global_batch_size)
+        )
+    return {p: np.array(sorted(r), dtype=np.int64) for p, r in sorted(rows.items())}
+
+
+def batch_rows_for_process(global_batch_size: int, sharding, process_index: int) -> np.ndarray:
+    """Rows of every global batch that `process_index` must load (sorted, int64).
+
+    Processes whose devices hold the same rows (e.g. replicas along a tensor axis) get the same
+    rows. A process that owns no device of the sharding gets an empty array.
+    """
+    return rows_by_process(global_batch_size, sharding).get(
+        process_index, np.zeros(0, dtype=np.int64)
+    )
+
+
+def process_sample_ids(
+    global_batch_size: int, step: int, sharding, process_index: int
+) -> np.ndarray:
+    """Global sample ids that `process_index` loads for global batch `step`.
+
+    Args:
+      global_batch_size: B.
+      step: the global step k (>= 0).
+      sharding: the batch's `jax.sharding.Sharding`.
+      process_index: the JAX process (host) asking.
+
+    Returns:
+      int64 sample ids `k * B + rows`, in row order.
+    """
+    if step < 0:
+        raise ValueError(f"step must be >= 0, got {step}")
+    rows = batch_rows_for_process(global_batch_size, sharding, process_index)
+    return np.int64(step) * np.int64(global_batch_size) + rows

@@ -1,0 +1,26 @@
+"""Grain data sources: GPT splits, weighted blends, masked-LM (BERT/T5) and mock samples.
+
+Every source is a Grain `RandomAccessDataSource` returning dicts of numpy arrays (DESIGN.md's
+batch schema) and also offers `get_batch(sample_ids)` for whole-batch reads.
+"""
+
+from jaxblend.sources.base import BatchSource, stack_items
+from jaxblend.sources.factory import dataset_info, open_datasets, open_gpt_sources
+from jaxblend.sources.mock import MockSource
+from jaxblend.sources.planned import BlendedSource, GPTSource, PlannedSource
+from jaxblend.sources.schema import GPT_KEYS, GPTSchemaOptions, windows_to_batch
+
+__all__ = [
+    "BatchSource",
+    "BlendedSource",
+    "GPTSchemaOptions",
+    "GPTSource",
+    "GPT_KEYS",
+    "MockSource",
+    "PlannedSource",
+    "dataset_info",
+    "open_datasets",
+    "open_gpt_sources",
+    "stack_items",
+    "windows_to_batch",
+]

@@ -1,0 +1,60 @@
+"""The batch-source protocol shared by every jaxblend source.
+
+Every source is a Grain `RandomAccessDataSource` (`__len__`, `__getitem__(i)` -> dict of numpy
+arrays; deterministic, thread-safe, picklable, with a stable `__repr__`). On top of that the loader
+uses `get_batch(sample_ids)`, which must equal stacking `source[i]` for each id but reads the whole
+batch at once (one batched storage call, one compiled kernel); and `fingerprint`, a string that
+changes whenever the samples would.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping
+
+import numpy as np
+
+
+class BatchSource(abc.ABC):
+    """Base for sources that assemble whole batches; single items are batches of one."""
+
+    @abc.abstractmethod
+    def __len__(self) -> int:
+        """Number of samples."""
+
+    @abc.abstractmethod
+    def get_batch(self, sample_ids: np.ndarray) -> dict[str, np.ndarray]:
+        """Returns the samples `sample_ids`, stacked along a new leading axis."""
+
+    @property
+    @abc.abstractmethod
+    def fingerprint(self) -> str:
+        """Identity of the sample stream (config + data content), for resume checks."""
+
+    def __getitem__(self, index: int) -> dict[str, np.ndarray]:
+        index = self._check_index(index)
+        batch = self.get_batch(np.array([index], dtype=np.int64))
+        return {key: value[0] for key, value in batch.items()}
+
+    def _check_index(self, index) -> int:
+        n = len(self)
+        i = int(index)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(f"{type(self).__name__} index {index} out of range [0, {n})")
+        return i
+
+    def _check_ids(self, sample_ids) -> np.ndarray:
+        ids = np.asarray(sample_ids, dtype=np.int64).reshape(-1)
+        if ids.size and (ids.min() < 0 or ids.max() >= len(self)):
+            bad = ids[(ids < 0) | (ids >= len(self))][0]
+            raise IndexError(f"{type(self).__name__} sample id {bad} out of range [0, {len(self)})")
+        return ids
+
+
+def stack_items(items: list[Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """Stacks per-sample dicts into a batch dict (fallback for sources without `get_batch`)."""
+    if not items:
+        raise ValueError("cannot stack an empty list of samples")
+    return {key: np.stack([np.asarray(item[key]) for item in items]) for key in items[0]}

@@ -1,0 +1,99 @@
+"""Opening the sources of every split of a GPT data configuration.
+
+`open_gpt_sources(config, options)` opens each prefix once (`IndexedDataset`), builds (or loads
+from the cache) all index maps with `jaxblend.index.build_data_plan`, and returns a `GPTSource`
+(one prefix) or `BlendedSource` (several) per split, `None` for a split with no samples.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+from jaxblend import index
+from jaxblend.sources import planned, schema
+from jaxblend.storage import IndexedDataset
+
+SPLITS = ("train", "valid", "test")
+
+
+def dataset_info(dataset: IndexedDataset, name: str | None = None) -> index.DatasetInfo:
+    """The index layer's view of an opened dataset (sizes and content fingerprint)."""
+    return index.DatasetInfo(
+        name=str(name if name is not None else dataset.prefix),
+        sequence_lengths=dataset.sequence_lengths,
+        document_indices=dataset.document_indices,
+        fingerprint=dataset.fingerprint,
+    )
+
+
+def open_datasets(prefixes: Sequence[str], backend: str = "auto") -> dict[str, IndexedDataset]:
+    """Opens each distinct prefix once."""
+    return {p: IndexedDataset(p, backend=backend) for p in dict.fromkeys(prefixes)}
+
+
+@dataclasses.dataclass(frozen=True)
+class _SplitOpener:
+    """Picklable recipe that re-opens one split's datasets and maps (inside Grain workers)."""
+
+    config: Any
+    split: str
+    backend: str
+
+    def __call__(self) -> tuple[list[IndexedDataset], Any]:
+        datasets, plan = _open(self.config, self.backend)
+        split_plan = plan.split(self.split)
+        return [datasets[n] for n in split_plan.dataset_names], split_plan
+
+
+def _open(config: Any, backend: str) -> tuple[dict[str, IndexedDataset], Any]:
+    from jaxblend.index import plan as plan_lib
+
+    datasets = open_datasets(plan_lib.config_prefixes(config), backend)
+    infos = {name: dataset_info(ds, name) for name, ds in datasets.items()}
+    return datasets, index.build_data_plan(config, infos)
+
+
+def open_gpt_sources(
+    config: Any, options: schema.GPTSchemaOptions, *, backend: str = "auto"
+) -> dict[str, planned.PlannedSource | None]:
+    """Sources for the train, valid and test splits of `config` (a `GPTDataConfig`).
+
+    Args:
+      config: the data configuration (blend, split, sequence length, seed, sample counts, cache).
+      options: schema options; `seq_length` and `add_extra_token_to_sequence` must equal the
+        configuration's.
+      backend: storage backend for the `.bin` files ("auto", "mmap", "tensorstore").
+
+    Returns:
+      `{"train": source | None, "valid": ..., "test": ...}`.
+
+    Raises:
+      ValueError: if the schema options disagree with the configuration.
+    """
+    if options.seq_length != config.seq_length:
+        raise ValueError(
+            f"schema seq_length={options.seq_length} differs from the data configuration's "
+            f"seq_length={config.seq_length}"
+        )
+    if options.add_extra_token_to_sequence != config.add_extra_token_to_sequence:
+        raise ValueError(
+            "schema add_extra_token_to_sequence="
+            f"{options.add_extra_token_to_sequence} differs from the data configuration's "
+            f"{config.add_extra_token_to_sequence}"
+        )
+    datasets, plan = _open(config, backend)
+    sources: dict[str, planned.PlannedSource | None] = {}
+    for split in SPLITS:
+        split_plan = plan.split(split)
+        if split_plan is None or len(split_plan) == 0:
+            sources[split] = None
+            continue
+        members = [datasets[n] for n in split_plan.dataset_names]
+        cls = planned.GPTSource if len(members) == 1 else planned.BlendedSource
+        sources[split] = cls(
+            members, split_plan, options, fingerprint=plan.fingerprint, split=split,
+            reopen=_SplitOpener(config, split, backend),
+        )
+    return sources

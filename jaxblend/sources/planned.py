@@ -1,0 +1,187 @@
+"""Sources over index maps: sample i -> pieces of documents -> one batched read -> schema arrays.
+
+`PlannedSource` holds the datasets of a blend and the `SplitPlan` of one split. `get_batch` asks
+the plan for every piece of every requested sample at once (`SplitPlan.spans`, a compiled kernel),
+issues one batched storage call per constituent dataset (`IndexedDataset.read_token_spans`),
+scatters the tokens into `[k, seq_length + extra]` windows and builds the schema arrays with one
+compiled kernel. Sample windows equal Megatron-Core's (`GPTDataset`/`BlendedDataset`) for the same
+files, configuration and seed.
+
+Pickling drops opened handles and, when the source was built by `open_gpt_sources`, the index
+maps too: each Grain worker re-opens the datasets and reloads the maps (memory-mapped from the
+cache) instead of receiving copies.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numba
+import numpy as np
+
+from jaxblend.sources import base, schema
+
+
+@numba.njit(cache=True, nogil=True)
+def _destinations(span_row, span_length, num_rows):  # pragma: no cover - compiled
+    dest = np.empty(span_row.shape[0], np.int64)
+    n_valid = np.zeros(num_rows, np.int64)
+    for s in range(span_row.shape[0]):
+        r = span_row[s]
+        dest[s] = n_valid[r]
+        n_valid[r] += span_length[s]
+    return dest, n_valid
+
+
+@numba.njit(cache=True, nogil=True)
+def _scatter(flat, span_row, span_dest, span_length, text):  # pragma: no cover - compiled
+    src = 0
+    for s in range(span_row.shape[0]):
+        r = span_row[s]
+        d = span_dest[s]
+        for t in range(span_length[s]):
+            text[r, d + t] = flat[src + t]
+        src += span_length[s]
+
+
+class PlannedSource(base.BatchSource):
+    """Samples of one split of a GPT blend (or single dataset), read in batches.
+
+    Args:
+      datasets: the constituent `IndexedDataset`s, in the plan's dataset order.
+      plan: the split's `SplitPlan` (from `jaxblend.index.build_data_plan`).
+      options: schema options; `seq_length` and `add_extra_token_to_sequence` must match the plan.
+      fingerprint: identity of the data plan (`DataPlan.fingerprint`) plus the split.
+      reopen: optional picklable callable returning `(datasets, plan)`; when given, pickling
+        carries it instead of the maps.
+      split: the split name, for messages and repr.
+    """
+
+    def __init__(
+        self,
+        datasets: Sequence[Any],
+        plan: Any,
+        options: schema.GPTSchemaOptions,
+        *,
+        fingerprint: str,
+        split: str = "train",
+        reopen: Callable[[], tuple[Sequence[Any], Any]] | None = None,
+    ):
+        if len(datasets) != plan.num_datasets:
+            raise ValueError(
+                f"{len(datasets)} datasets given for a plan over {plan.num_datasets} datasets"
+            )
+        self._datasets = list(datasets)
+        self._plan = plan
+        self._length = len(plan)
+        self._names = [str(n) for n in plan.dataset_names]
+        self.options = options
+        self.split = split
+        self._fingerprint = f"{fingerprint}:{split}:{options}"
+        self._reopen = reopen
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.pop("_lock")
+        if self._reopen is not None:
+            state["_datasets"] = None
+            state["_plan"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def _materialize(self) -> tuple[list[Any], Any]:
+        if self._plan is None:
+            with self._lock:
+                if self._plan is None:
+                    datasets, plan = self._reopen()
+                    self._datasets = list(datasets)
+                    self._plan = plan
+        return self._datasets, self._plan
+
+    def __len__(self) -> int:
+        return self._length
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(split={self.split!r}, datasets={self._names}, "
+            f"fingerprint={self._fingerprint!r})"
+        )
+
+    @property
+    def fingerprint(self) -> str:
+        return self._fingerprint
+
+    @property
+    def dataset_names(self) -> list[str]:
+        """Names (prefixes) of the constituent datasets, indexed by `dataset_ids`."""
+        return list(self._names)
+
+    @property
+    def plan(self) -> Any:
+        """The split's index maps."""
+        return self._materialize()[1]
+
+    def windows(self, sample_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Raw token windows of `sample_ids`.
+
+        Returns:
+          (int32 `[k, seq_length + extra]` windows padded with -1, int64 `[k]` valid lengths).
+        """
+        ids = self._check_ids(sample_ids)
+        datasets, plan = self._materialize()
+        spans = plan.spans(ids)
+        dest, n_valid = _destinations(
+            np.asarray(spans.row, np.int64), np.asarray(spans.length, np.int64), ids.size
+        )
+        text = np.full((ids.size, self.options.window_length), -1, np.int32)
+        if int(n_valid.max(initial=0)) > self.options.window_length:
+            raise ValueError(
+                f"the index maps give windows of {int(n_valid.max())} tokens but the source "
+                f"expects {self.options.window_length}: seq_length/add_extra_token mismatch"
+            )
+        span_dataset = np.asarray(spans.dataset)
+        for d, dataset in enumerate(datasets):
+            if len(datasets) == 1:
+                sel = slice(None)
+            else:
+                sel = np.flatnonzero(span_dataset == d)
+                if sel.size == 0:
+                    continue
+            seq = np.asarray(spans.sequence, np.int64)[sel]
+            length = np.asarray(spans.length, np.int64)[sel]
+            starts = (
+                dataset.sequence_pointers[seq] // dataset.dtype.itemsize
+                + np.asarray(spans.offset, np.int64)[sel]
+            )
+            flat = dataset.read_token_spans(starts, length)
+            _scatter(flat, np.asarray(spans.row, np.int64)[sel], dest[sel], length, text)
+        return text, n_valid
+
+    def get_batch(self, sample_ids: np.ndarray) -> dict[str, np.ndarray]:
+        ids = self._check_ids(sample_ids)
+        text, n_valid = self.windows(ids)
+        batch = schema.windows_to_batch(text, n_valid, self.options)
+        batch["dataset_ids"] = np.asarray(self.plan.dataset_ids(ids), dtype=np.int32)
+        batch["sample_ids"] = ids.copy()
+        return batch
+
+
+class GPTSource(PlannedSource):
+    """One GPT dataset split (a single `.bin`/`.idx` prefix); `dataset_ids` are all 0."""
+
+    def __init__(self, datasets, plan, options, **kwargs):
+        super().__init__(datasets, plan, options, **kwargs)
+        if len(self._names) != 1:
+            raise ValueError(
+                f"GPTSource takes one dataset, got {len(self._names)}; use BlendedSource"
+            )
+
+
+class BlendedSource(PlannedSource):
+    """A weighted blend of GPT datasets for one split; `dataset_ids` index `dataset_names`."""

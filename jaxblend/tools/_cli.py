@@ -1,0 +1,85 @@
+"""Flag helpers shared by the loader-facing CLIs (dump_batches, inspect, train).
+
+Data flags (Megatron-LM names) come from `jaxblend.flags`; this module adds the sample-schema
+flags, the mock-data switch and mesh construction, and turns them into a source and a mesh.
+"""
+
+from __future__ import annotations
+
+from absl import flags
+
+from jaxblend import flags as data_flags
+from jaxblend import mesh as mesh_lib
+
+_DEFINED = False
+
+
+def define_source_flags() -> None:
+    """Defines data flags plus the GPT schema and mock flags (idempotent)."""
+    global _DEFINED
+    if _DEFINED:
+        return
+    data_flags.define_data_flags()
+    flags.DEFINE_bool("mock_data", False, "Use synthetic samples instead of --data_path.")
+    flags.DEFINE_integer("mock_num_samples", 1 << 20, "Samples of the mock source.", lower_bound=1)
+    flags.DEFINE_integer("mock_vocab_size", 32000, "Vocabulary size of the mock source.")
+    flags.DEFINE_integer("eod_id", None, "End-of-document token id (needed by the options below).")
+    flags.DEFINE_bool("eod_mask_loss", False, "Zero the loss where the target is EOD.")
+    flags.DEFINE_bool("reset_position_ids", False, "Restart position ids after each EOD.")
+    flags.DEFINE_bool("reset_attention_mask", False, "Number documents in segment_ids.")
+    flags.DEFINE_enum(
+        "storage_backend", "auto", ["auto", "mmap", "tensorstore"], "How .bin files are read."
+    )
+    _DEFINED = True
+
+
+def schema_options_from_flags():
+    """GPTSchemaOptions from the flags."""
+    from jaxblend.sources.schema import GPTSchemaOptions
+
+    fl = flags.FLAGS
+    return GPTSchemaOptions(
+        seq_length=fl.seq_length,
+        add_extra_token_to_sequence=fl.add_extra_token_to_sequence,
+        eod_id=fl.eod_id,
+        eod_mask_loss=fl.eod_mask_loss,
+        reset_position_ids=fl.reset_position_ids,
+        reset_attention_mask=fl.reset_attention_mask,
+    )
+
+
+def source_from_flags(split: str):
+    """The source of `split` ("train", "valid", "test") described by the flags.
+
+    Raises:
+      ValueError: if the configuration has no such split.
+    """
+    from jaxblend.sources import MockSource, open_gpt_sources
+
+    fl = flags.FLAGS
+    options = schema_options_from_flags()
+    if fl.mock_data:
+        return MockSource(fl.mock_num_samples, options, vocab_size=fl.mock_vocab_size, seed=fl.seed)
+    sources = open_gpt_sources(
+        data_flags.data_config_from_flags(), options, backend=fl.storage_backend
+    )
+    if sources.get(split) is None:
+        raise ValueError(
+            f"the data configuration has no {split!r} split (splits present: "
+            f"{sorted(k for k, v in sources.items() if v is not None)})"
+        )
+    return sources[split]
+
+
+def mesh_from_flags(shape: str | None, axes: str):
+    """A mesh from --mesh_shape/--mesh_axes (default: one `data` axis over all devices)."""
+    import jax
+
+    if shape is None:
+        shape = str(jax.device_count())
+    return mesh_lib.make_mesh(shape, axes)
+
+
+def batch_axes_of(mesh) -> tuple[str, ...]:
+    """The batch axes of `mesh` (data and fsdp)."""
+    return mesh_lib.default_batch_axes(mesh.axis_names)

@@ -1,0 +1,93 @@
+"""Dumps the global batches the loader produces, to prove data order across topologies.
+
+Runs `make_loader` for `--steps` steps from `--start_step` on the current process group; process 0
+writes `<out>/batches.npz` with every batch key stacked as `[steps, global_batch, ...]` (gathered
+from all processes). Run it on two topologies and compare the files:
+
+  python -m jaxblend.tools.dump_batches --data_path="30 /d/a 70 /d/b" --split=969,30,1 \
+      --seq_length=2048 --train_samples=100000 --global_batch_size=64 --mesh_shape=8 \
+      --mesh_axes=data --steps=4 --out=/tmp/one
+  python -m jaxblend.tools.launch_local --num_processes=2 --devices_per_process=4 -- \
+      python -m jaxblend.tools.dump_batches <same flags> --mesh_shape=4,2 \
+      --mesh_axes=data,tensor --out=/tmp/two
+
+Also takes the data flags of `jaxblend.tools.dump_samples` (or `--mock_data`), the distributed
+flags, `--state_in` (resume from a loader state JSON) and `--state_out` (write the final state).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+
+from absl import app, flags, logging
+
+from jaxblend import distributed
+from jaxblend.tools import _cli
+
+_BATCH = flags.DEFINE_integer("global_batch_size", 8, "Global batch size B.", lower_bound=1)
+_MESH_SHAPE = flags.DEFINE_string("mesh_shape", None, "Mesh shape, e.g. 8 or 4,2 (default: all devices).")
+_MESH_AXES = flags.DEFINE_string("mesh_axes", "data", "Mesh axis names, e.g. data or data,tensor.")
+_STEPS = flags.DEFINE_integer("steps", 4, "Number of global batches to dump.", lower_bound=1)
+_START = flags.DEFINE_integer("start_step", 0, "First global step.", lower_bound=0)
+_WHICH = flags.DEFINE_enum("which", "train", ["train", "valid", "test"], "Split to load.")
+_OUT = flags.DEFINE_string("out", None, "Output directory.", required=True)
+_WORKERS = flags.DEFINE_integer("worker_count", 0, "Grain worker processes.", lower_bound=0)
+_STATE_IN = flags.DEFINE_string("state_in", None, "Loader state JSON to resume from.")
+_STATE_OUT = flags.DEFINE_string("state_out", None, "Where process 0 writes the final loader state.")
+
+_cli.define_source_flags()
+distributed.define_distributed_flags()
+
+
+def main(argv: Sequence[str]) -> None:
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    distributed.initialize_from_flags()
+    import jax
+    import numpy as np
+    from jax.experimental import multihost_utils
+
+    from jaxblend.loading import make_loader
+
+    mesh = _cli.mesh_from_flags(_MESH_SHAPE.value, _MESH_AXES.value)
+    source = _cli.source_from_flags(_WHICH.value)
+    state = None
+    if _STATE_IN.value:
+        with open(_STATE_IN.value) as f:
+            state = json.load(f)
+    loader = make_loader(
+        source, mesh, global_batch_size=_BATCH.value, batch_axes=_cli.batch_axes_of(mesh),
+        worker_count=_WORKERS.value, start_step=_START.value, state=state,
+        num_steps=None,
+    )
+    if loader.step + _STEPS.value > loader.num_steps:
+        raise app.UsageError(
+            f"steps {loader.step}..{loader.step + _STEPS.value - 1} exceed the stream's "
+            f"{loader.num_steps} steps ({len(source)} samples / batch {_BATCH.value})"
+        )
+    gathered: dict[str, list[np.ndarray]] = {}
+    for _ in range(_STEPS.value):
+        batch = next(loader)
+        host = multihost_utils.process_allgather(batch, tiled=True)
+        for key, value in host.items():
+            gathered.setdefault(key, []).append(np.asarray(value))
+    if jax.process_index() == 0:
+        os.makedirs(_OUT.value, exist_ok=True)
+        path = os.path.join(_OUT.value, "batches.npz")
+        tmp = f"{path}.tmp-{os.getpid()}.npz"
+        np.savez(tmp, **{k: np.stack(v) for k, v in gathered.items()})
+        os.replace(tmp, path)
+        logging.info("wrote %s (%d steps from step %d)", path, _STEPS.value, loader.step - _STEPS.value)
+        print(f"wrote {path}")
+        if _STATE_OUT.value:
+            tmp = f"{_STATE_OUT.value}.tmp-{os.getpid()}"
+            with open(tmp, "w") as f:
+                json.dump(loader.state(), f)
+            os.replace(tmp, _STATE_OUT.value)
+    multihost_utils.sync_global_devices("dump_batches done")
+
+
+if __name__ == "__main__":
+    app.run(main)

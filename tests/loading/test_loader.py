@@ -1,0 +1,113 @@
+"""make_loader in one process with 8 CPU devices: content, layouts, resume, workers, errors."""
+
+from __future__ import annotations
+
+import json
+
+import jax
+import numpy as np
+import pytest
+from jax.sharding import Mesh
+
+from jaxblend.loading import LoaderConfig, make_global_batch, make_loader
+from jaxblend.sources import MockSource
+from jaxblend.sources.schema import GPTSchemaOptions
+
+B = 16
+
+
+def mesh(shape, axes):
+    return Mesh(np.array(jax.devices()[: int(np.prod(shape))]).reshape(shape), axes)
+
+
+@pytest.fixture(scope="module")
+def source():
+    opts = GPTSchemaOptions(seq_length=32, eod_id=99, reset_position_ids=True, reset_attention_mask=True)
+    return MockSource(B * 6, opts, vocab_size=100, seed=3, mean_doc_length=9)
+
+
+def host(batch):
+    return {k: np.asarray(v) for k, v in batch.items()}
+
+
+class TestMakeLoader:
+    def test_batches_are_the_global_order(self, source):
+        loader = make_loader(source, mesh((8,), ("data",)), global_batch_size=B)
+        assert loader.num_steps == 6
+        batches = [host(b) for b in loader]
+        assert len(batches) == 6
+        for k, batch in enumerate(batches):
+            expected = source.get_batch(np.arange(k * B, (k + 1) * B))
+            assert batch.keys() == expected.keys()
+            for key in expected:
+                np.testing.assert_array_equal(batch[key], expected[key], err_msg=key)
+
+    def test_layout_follows_the_mesh(self, source):
+        loader = make_loader(source, mesh((4, 2), ("data", "tensor")), global_batch_size=B)
+        batch = next(loader)
+        assert batch["inputs"].shape == (B, 32)
+        assert batch["inputs"].sharding.spec == jax.sharding.PartitionSpec("data", None)
+        assert batch["sample_ids"].shape == (B,)
+        shard_rows = {s.device.id: s.index[0] for s in batch["inputs"].addressable_shards}
+        assert shard_rows[0] == shard_rows[1] == slice(0, 4)
+
+    def test_same_batches_for_any_mesh(self, source):
+        a = [host(b) for b in make_loader(source, mesh((8,), ("data",)), global_batch_size=B)]
+        b = [host(b) for b in make_loader(source, mesh((2, 2, 2), ("data", "fsdp", "tensor")),
+                                          global_batch_size=B, batch_axes=("data", "fsdp"))]
+        for x, y in zip(a, b, strict=True):
+            for key in x:
+                np.testing.assert_array_equal(x[key], y[key])
+
+    def test_resume_from_state_continues_the_stream(self, source):
+        m = mesh((8,), ("data",))
+        full = [host(b) for b in make_loader(source, m, global_batch_size=B)]
+        loader = make_loader(source, m, global_batch_size=B, device_prefetch=2)
+        next(loader), next(loader)
+        state = json.loads(json.dumps(loader.state()))
+        assert state["step"] == 2
+        resumed = make_loader(source, mesh((4, 2), ("data", "tensor")), global_batch_size=B, state=state)
+        rest = [host(b) for b in resumed]
+        assert len(rest) == 4
+        for x, y in zip(rest, full[2:], strict=True):
+            np.testing.assert_array_equal(x["inputs"], y["inputs"])
+            np.testing.assert_array_equal(x["sample_ids"], y["sample_ids"])
+
+    def test_foreign_state_is_refused(self, source):
+        m = mesh((8,), ("data",))
+        state = make_loader(source, m, global_batch_size=B).state()
+        with pytest.raises(ValueError, match="different data configuration"):
+            make_loader(source, m, global_batch_size=2 * B, state=state)
+        other = MockSource(B * 6, source.options, vocab_size=100, seed=4)
+        with pytest.raises(ValueError, match="different data configuration"):
+            make_loader(other, m, global_batch_size=B, state=state)
+        with pytest.raises(ValueError, match="step"):
+            make_loader(source, m, global_batch_size=B, state={**state, "step": 99})
+        with pytest.raises(ValueError, match="must be a dict"):
+            make_loader(source, m, global_batch_size=B, state={"step": 1})
+
+    def test_worker_process(self, source):
+        m = mesh((8,), ("data",))
+        ref = [host(b) for b in make_loader(source, m, global_batch_size=B, num_steps=3)]
+        got = [host(b) for b in make_loader(source, m, global_batch_size=B, num_steps=3, worker_count=1)]
+        assert len(got) == 3
+        for x, y in zip(got, ref, strict=True):
+            for key in x:
+                np.testing.assert_array_equal(x[key], y[key])
+
+    def test_bad_configuration(self, source):
+        m = mesh((8,), ("data",))
+        with pytest.raises(ValueError, match="num_steps=7 needs"):
+            make_loader(source, m, global_batch_size=B, num_steps=7)
+        with pytest.raises(ValueError, match="worker_count"):
+            LoaderConfig(global_batch_size=B, worker_count=-1)
+        with pytest.raises(ValueError, match="not mesh axes"):
+            make_loader(source, m, global_batch_size=B, batch_axes=("fsdp",))
+        with pytest.raises(ValueError, match="cannot be laid out"):
+            make_loader(source, m, global_batch_size=12)
+
+
+def test_make_global_batch_names_the_bad_key():
+    m = mesh((8,), ("data",))
+    with pytest.raises(ValueError, match="'x'.*leading dimension 8"):
+        make_global_batch({"x": np.zeros((4, 2))}, np.arange(8), 8, m, ("data",))
