@@ -1,0 +1,241 @@
+"""Training example: a small decoder-only LM in JAX, fed by jaxblend's host-sharded loader.
+
+With no data flags it first builds the built-in default corpus (three datasets from the Python
+standard library and installed packages, tokenized by the real preprocessing CLI with the byte
+tokenizer) and trains on a weighted blend of them:
+
+  python -m jaxblend.train --flagfile=configs/demo.flags
+
+With Megatron-LM data flags it trains on your `.bin`/`.idx` files:
+
+  python -m jaxblend.train --data_path="30 /d/a 70 /d/b" --split=969,30,1 --seq_length=2048 \
+      --global_batch_size=256 --train_iters=1000 --vocab_size=50304 --eod_id=50256
+
+Logs step, loss, tokens/s, the fraction of step time spent waiting for data and per-dataset
+sample counts; saves model + optimizer + loader state every `--save_interval` steps to
+`--checkpoint_dir` and resumes from the newest checkpoint there (on any process count).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import subprocess
+import time
+from collections.abc import Sequence
+
+from absl import app, flags, logging
+
+from jaxblend import distributed
+from jaxblend.tools import _cli
+
+_WORKDIR = flags.DEFINE_string("workdir", "runs/demo", "Where the default corpus, caches and checkpoints go.")
+_MESH_SHAPE = flags.DEFINE_string("mesh_shape", None, "Mesh shape, e.g. 8 or 4,2 (default: all devices on one data axis).")
+_MESH_AXES = flags.DEFINE_string("mesh_axes", "data", "Mesh axis names: data, fsdp, tensor.")
+_BATCH = flags.DEFINE_integer("global_batch_size", 16, "Global batch size.", lower_bound=1)
+_ITERS = flags.DEFINE_integer("train_iters", 300, "Training steps.", lower_bound=1)
+_LR = flags.DEFINE_float("lr", 3e-3, "Peak learning rate.")
+_MIN_LR = flags.DEFINE_float("min_lr", 3e-4, "Final learning rate (cosine decay).")
+_WARMUP = flags.DEFINE_integer("lr_warmup_iters", 30, "Linear warm-up steps.", lower_bound=0)
+_WD = flags.DEFINE_float("weight_decay", 0.01, "AdamW weight decay.")
+_CLIP = flags.DEFINE_float("clip_grad", 1.0, "Global gradient-norm clipping.")
+_VOCAB = flags.DEFINE_integer("vocab_size", None, "Model vocabulary (default: the tokenizer's).")
+_D_MODEL = flags.DEFINE_integer("hidden_size", 128, "Model width.")
+_LAYERS = flags.DEFINE_integer("num_layers", 2, "Transformer blocks.")
+_HEADS = flags.DEFINE_integer("num_attention_heads", 4, "Attention heads.")
+_MLP = flags.DEFINE_integer("ffn_hidden_size", 512, "MLP width.")
+_LOG_INTERVAL = flags.DEFINE_integer("log_interval", 20, "Steps between log lines.", lower_bound=1)
+_EVAL_INTERVAL = flags.DEFINE_integer("eval_interval", 100, "Steps between validations (0 = never).", lower_bound=0)
+_EVAL_ITERS = flags.DEFINE_integer("eval_iters", 4, "Validation batches per evaluation.", lower_bound=1)
+_CKPT_DIR = flags.DEFINE_string("checkpoint_dir", None, "Checkpoint directory (default: <workdir>/checkpoints).")
+_SAVE_INTERVAL = flags.DEFINE_integer("save_interval", 100, "Steps between checkpoints (0 = never).", lower_bound=0)
+_WORKERS = flags.DEFINE_integer("worker_count", 0, "Grain worker processes.", lower_bound=0)
+_CORPUS_MB = flags.DEFINE_float("default_corpus_mb", 6.0, "Size cap of each built-in corpus dataset (MB).")
+_CORPUS_WEIGHTS = flags.DEFINE_list("default_corpus_weights", ["50", "30", "20"], "Blend weights of code, prose, legal.")
+
+_cli.define_source_flags()
+distributed.define_distributed_flags()
+
+
+def _has_data_flags() -> bool:
+    fl = flags.FLAGS
+    return bool(fl.data_path or fl.train_data_path or fl.mock_data)
+
+
+def build_default_corpus(workdir: str) -> tuple[str, int, int]:
+    """Builds (or reuses) the default corpus; returns (blend string, vocab size, eod id)."""
+    import jax
+    from jax.experimental import multihost_utils
+
+    from jaxblend.preprocess import tokenizers
+    from jaxblend.storage import IndexedDataset
+    from jaxblend.training import corpus
+
+    tok = tokenizers.ByteTokenizer()
+    out = os.path.join(workdir, "corpus")
+    prefixes = {name: os.path.join(out, f"{name}_text_document") for name in corpus.DATASETS}
+    if jax.process_index() == 0:
+        raw = corpus.write_raw(os.path.join(out, "raw"), int(_CORPUS_MB.value * 1e6))
+        for name, prefix in prefixes.items():
+            if IndexedDataset.exists(prefix):
+                continue
+            cmd = [
+                corpus.python_executable(), "-m", "jaxblend.tools.preprocess",
+                f"--input={raw[name]}", f"--output_prefix={os.path.join(out, name)}",
+                "--tokenizer_type=byte", "--append_eod", "--workers=2",
+                f"--partitions=4",
+            ]
+            logging.info("building the %r dataset: %s", name, " ".join(cmd))
+            subprocess.run(cmd, check=True)
+    multihost_utils.sync_global_devices("default corpus ready")
+    weights = _CORPUS_WEIGHTS.value
+    if len(weights) != len(corpus.DATASETS):
+        raise app.UsageError(f"--default_corpus_weights needs {len(corpus.DATASETS)} values")
+    blend = " ".join(f"{w} {prefixes[n]}" for w, n in zip(weights, corpus.DATASETS, strict=True))
+    return blend, tok.vocab_size, tok.eod
+
+
+def main(argv: Sequence[str]) -> None:
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    distributed.initialize_from_flags()
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    import optax
+    from jax.experimental import multihost_utils
+
+    from jaxblend.loading import make_loader
+    from jaxblend.training import checkpoint, model
+
+    fl = flags.FLAGS
+    workdir = _WORKDIR.value
+    os.makedirs(workdir, exist_ok=True)
+    if not _has_data_flags():
+        blend, vocab, eod = build_default_corpus(workdir)
+        fl.data_path = [blend]
+        if fl.eod_id is None:
+            fl.eod_id = eod
+        if _VOCAB.value is None:
+            fl.vocab_size = vocab
+        if fl.data_cache_path is None:
+            fl.data_cache_path = os.path.join(workdir, "index_cache")
+    vocab_size = fl.vocab_size or (fl.mock_vocab_size if fl.mock_data else None)
+    if vocab_size is None:
+        raise app.UsageError("--vocab_size is required with --data_path")
+
+    mesh = _cli.mesh_from_flags(_MESH_SHAPE.value, _MESH_AXES.value)
+    batch_axes = _cli.batch_axes_of(mesh)
+    b, iters = _BATCH.value, _ITERS.value
+    eval_batches = _EVAL_ITERS.value if _EVAL_INTERVAL.value else 0
+    if fl.train_samples is None:
+        fl.train_samples = iters * b
+    if fl.valid_samples is None and eval_batches:
+        fl.valid_samples = eval_batches * b
+    train_source = _cli.source_from_flags("train")
+    valid_source = None
+    if eval_batches:
+        try:
+            valid_source = _cli.source_from_flags("valid")
+        except ValueError as err:
+            logging.warning("no validation: %s", err)
+    names = getattr(train_source, "dataset_names", ["mock"])
+
+    cfg = model.ModelConfig(
+        vocab_size=vocab_size, d_model=_D_MODEL.value, num_layers=_LAYERS.value,
+        num_heads=_HEADS.value, mlp_dim=_MLP.value,
+    )
+    shardings = model.param_shardings(cfg, mesh)
+    schedule = optax.warmup_cosine_decay_schedule(
+        0.0, _LR.value, _WARMUP.value, max(iters, _WARMUP.value + 1), _MIN_LR.value
+    )
+    optimizer = optax.chain(
+        optax.clip_by_global_norm(_CLIP.value),
+        optax.adamw(schedule, b1=0.9, b2=0.95, weight_decay=_WD.value),
+    )
+    params = jax.jit(functools.partial(model.init_params, cfg), static_argnums=0, out_shardings=shardings)(fl.seed)
+    opt_state = jax.jit(optimizer.init)(params)
+    opt_shardings = jax.tree.map(lambda x: x.sharding, opt_state)
+
+    ckpt_dir = _CKPT_DIR.value or os.path.join(workdir, "checkpoints")
+    start, loader_state = 0, None
+    last = checkpoint.latest_step(ckpt_dir)
+    if last is not None:
+        (params, opt_state), meta = checkpoint.restore(
+            ckpt_dir, last, (params, opt_state), (shardings, opt_shardings)
+        )
+        start, loader_state = meta["step"], meta["loader_state"]
+        logging.info("resumed from %s step %d", ckpt_dir, start)
+
+    num_datasets = len(names)
+
+    @functools.partial(jax.jit, donate_argnums=(0, 1))
+    def train_step(params, opt_state, batch):
+        (loss, tokens), grads = jax.value_and_grad(
+            lambda p: model.loss_fn(p, cfg, batch), has_aux=True
+        )(params)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        params = optax.apply_updates(params, updates)
+        counts = jnp.bincount(batch["dataset_ids"], length=num_datasets)
+        return params, opt_state, loss, tokens, counts
+
+    @jax.jit
+    def eval_step(params, batch):
+        return model.loss_fn(params, cfg, batch)
+
+    loader = make_loader(
+        train_source, mesh, global_batch_size=b, batch_axes=batch_axes, worker_count=_WORKERS.value,
+        num_steps=iters, state=loader_state,
+    )
+    if loader.step != start:
+        raise ValueError(f"checkpoint step {start} but loader state step {loader.step}")
+    seen = np.zeros(num_datasets, np.int64)
+    window_start, window_wait, window_tokens = time.perf_counter(), loader.wait_seconds, 0.0
+    logging.info(
+        "training %d steps from %d: batch %d x %d tokens, mesh %s, datasets %s",
+        iters, start, b, fl.seq_length, dict(mesh.shape), names,
+    )
+    loss = None
+    for step in range(start, iters):
+        batch = next(loader)
+        params, opt_state, loss, tokens, counts = train_step(params, opt_state, batch)
+        seen += np.asarray(jax.device_get(counts))
+        window_tokens += b * fl.seq_length
+        done = step + 1
+        if done % _LOG_INTERVAL.value == 0 or done == iters:
+            loss_value = float(loss)
+            now = time.perf_counter()
+            elapsed = now - window_start
+            wait = loader.wait_seconds - window_wait
+            mix = " ".join(f"{os.path.basename(n)}={c}" for n, c in zip(names, seen, strict=True))
+            logging.info(
+                "step %d | loss %.4f | %.0f tokens/s | data wait %.1f%% | samples %s",
+                done, loss_value, window_tokens / elapsed, 100 * wait / elapsed, mix,
+            )
+            if jax.process_index() == 0:
+                print(
+                    f"step {done:5d}  loss {loss_value:.4f}  {window_tokens / elapsed:9.0f} tok/s  "
+                    f"data-wait {100 * wait / elapsed:4.1f}%  samples {mix}", flush=True,
+                )
+            window_start, window_wait, window_tokens = now, loader.wait_seconds, 0.0
+        if valid_source is not None and _EVAL_INTERVAL.value and done % _EVAL_INTERVAL.value == 0:
+            vloader = make_loader(
+                valid_source, mesh, global_batch_size=b, batch_axes=batch_axes,
+                num_steps=min(eval_batches, len(valid_source) // b),
+            )
+            losses = [float(eval_step(params, vb)[0]) for vb in vloader]
+            if losses and jax.process_index() == 0:
+                print(f"step {done:5d}  validation loss {np.mean(losses):.4f}", flush=True)
+        if _SAVE_INTERVAL.value and (done % _SAVE_INTERVAL.value == 0 or done == iters):
+            checkpoint.save(
+                ckpt_dir, done, (params, opt_state),
+                {"loader_state": loader.state(), "model": dataclasses.asdict(cfg)},
+            )
+    if loss is not None and jax.process_index() == 0:
+        print(f"finished at step {iters}: final loss {float(loss):.4f}", flush=True)
+    multihost_utils.sync_global_devices("train done")
+
+
+if __name__ == "__main__":
+    app.run(main)
