@@ -48,11 +48,15 @@ class _SplitOpener:
 
 
 def _open(config: Any, backend: str) -> tuple[dict[str, IndexedDataset], Any]:
-    from jaxblend.index import plan as plan_lib
+    """Opens every prefix the configuration names (once each) and builds its data plan."""
+    datasets: dict[str, IndexedDataset] = {}
 
-    datasets = open_datasets(plan_lib.config_prefixes(config), backend)
-    infos = {name: dataset_info(ds, name) for name, ds in datasets.items()}
-    return datasets, index.build_data_plan(config, infos)
+    def info(prefix: str) -> index.DatasetInfo:
+        if prefix not in datasets:
+            datasets[prefix] = IndexedDataset(prefix, backend=backend)
+        return dataset_info(datasets[prefix], prefix)
+
+    return datasets, index.build_data_plan(config, info)
 
 
 def open_gpt_sources(

@@ -14,6 +14,7 @@ cache) instead of receiving copies.
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -79,7 +80,8 @@ class PlannedSource(base.BatchSource):
         self._names = [str(n) for n in plan.dataset_names]
         self.options = options
         self.split = split
-        self._fingerprint = f"{fingerprint}:{split}:{options}"
+        identity = f"{fingerprint}|{split}|{options}"
+        self._fingerprint = hashlib.sha256(identity.encode()).hexdigest()[:32]
         self._reopen = reopen
         self._lock = threading.Lock()
 

@@ -1,0 +1,288 @@
+"""Pure masked-LM sample math (no I/O): sentence-packing sample index and n-gram masking.
+
+Two pieces shared by `BERTSource` and `T5Source` (SPEC.md §7):
+
+* `build_sample_index` packs consecutive sentences of one document into samples up to a target
+  length (with probability `short_sequence_probability` a shorter target drawn uniformly from
+  `[2, max_length]`), like Megatron-Core's `helpers.build_mapping`. The target lengths come from a
+  counter-based hash of `(seed, epoch, first sentence)` instead of a sequential Mersenne Twister,
+  so the index is a pure function of its inputs; rows are then permuted by
+  `np.random.default_rng([seed, 1])`.
+* `mask_ngrams` chooses the positions to mask: word candidates (WordPiece `##` pieces joined to
+  their word when `masking_do_full_word`), n-grams of up to `masking_max_ngram` words drawn with
+  probability ∝ 1/n (or reversed to favour longer n-grams, or geometric p = 0.2 as in SpanBERT),
+  shrunk until they fit the budget `min(p · target, max(1, round(p · len)))`, overlapping n-grams
+  skipped; optionally a second pass permutes extra n-grams. Randomness comes from the caller's
+  `np.random.Generator` (one per `(seed, sample index)`), so any sample is reproducible alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numba
+import numpy as np
+
+_MASK64 = 0xFFFFFFFFFFFFFFFF
+GEOMETRIC_P = 0.2  # SpanBERT's span-length distribution parameter
+
+
+@numba.njit(cache=True, nogil=True)
+def _mix(x):  # pragma: no cover - compiled
+    x = (x + np.uint64(0x9E3779B97F4A7C15)) & np.uint64(_MASK64)
+    x = ((x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)) & np.uint64(_MASK64)
+    x = ((x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)) & np.uint64(_MASK64)
+    return x ^ (x >> np.uint64(31))
+
+
+@numba.njit(cache=True, nogil=True)
+def _pack_kernel(
+    doc_bounds, lengths, max_length, short_threshold, min_sentences, seed, num_samples, out
+):  # pragma: no cover - compiled
+    """Fills `out` (or only counts when it has 0 rows); returns the number of samples."""
+    n = 0
+    epoch = 0
+    fill = out.shape[0] > 0
+    while True:
+        if num_samples < 0:
+            if epoch == 1:
+                break
+        elif n >= num_samples:
+            break
+        emitted_this_epoch = 0
+        for d in range(doc_bounds.shape[0] - 1):
+            first = doc_bounds[d]
+            last = doc_bounds[d + 1]
+            if last - first < min_sentences:
+                continue
+            start = first
+            total = 0
+            count = 0
+            key = _mix(_mix(np.uint64(seed)) ^ (np.uint64(epoch) << np.uint64(40)) ^ np.uint64(start))
+            target = max_length
+            if key < np.uint64(short_threshold):
+                target = 2 + np.int64(_mix(key) % np.uint64(max_length - 1))
+            for s in range(first, last):
+                total += lengths[s]
+                count += 1
+                remaining = last - s - 1
+                if (total >= target and remaining > 1 and count >= min_sentences) or remaining == 0:
+                    if fill:
+                        out[n, 0] = start
+                        out[n, 1] = s + 1
+                        out[n, 2] = target
+                    n += 1
+                    emitted_this_epoch += 1
+                    start = s + 1
+                    total = 0
+                    count = 0
+                    key = _mix(_mix(np.uint64(seed)) ^ (np.uint64(epoch) << np.uint64(40)) ^ np.uint64(start))
+                    target = max_length
+                    if key < np.uint64(short_threshold):
+                        target = 2 + np.int64(_mix(key) % np.uint64(max_length - 1))
+        epoch += 1
+        if emitted_this_epoch == 0:
+            break
+    return n
+
+
+def build_sample_index(
+    doc_bounds: np.ndarray,
+    sequence_lengths: np.ndarray,
+    max_length: int,
+    short_sequence_probability: float,
+    min_sentences: int,
+    seed: int,
+    num_samples: int | None,
+) -> np.ndarray:
+    """Packs the sentences of each document into samples, then shuffles the samples.
+
+    Args:
+      doc_bounds: int64[D+1] sentence boundaries of the split's D consecutive documents.
+      sequence_lengths: int32[N] tokens per sentence of the whole dataset.
+      max_length: target tokens per sample before special tokens (>= 2).
+      short_sequence_probability: probability that a sample targets a length uniform in
+        `[2, max_length]` instead.
+      min_sentences: documents with fewer sentences are skipped; a sample holds at least this many
+        (2 for sentence-order prediction).
+      seed: random seed.
+      num_samples: None = one pass over the documents; else whole passes (each with fresh target
+        lengths) until at least this many samples exist.
+
+    Returns:
+      int64[n, 3] rows `(first sentence, end sentence (exclusive), target length)`, shuffled.
+    """
+    bounds = np.ascontiguousarray(doc_bounds, dtype=np.int64)
+    lengths = np.ascontiguousarray(sequence_lengths, dtype=np.int64)
+    threshold = min(int(short_sequence_probability * 2.0**64), _MASK64)
+    if short_sequence_probability >= 1.0:
+        threshold = _MASK64
+    wanted = -1 if num_samples is None else int(num_samples)
+    args = (bounds, lengths, int(max_length), np.uint64(threshold), int(min_sentences),
+            int(seed) & _MASK64)
+    n = _pack_kernel(*args, wanted, np.zeros((0, 3), np.int64))
+    out = np.zeros((n, 3), np.int64)
+    _pack_kernel(*args, wanted, out)
+    order = np.random.default_rng([int(seed) & _MASK64, 1]).permutation(n)
+    return out[order]
+
+
+@dataclasses.dataclass(frozen=True)
+class MaskingOptions:
+    """The masking knobs (Megatron-Core's `masking_*` fields; see `MaskedConfig`)."""
+
+    masking_probability: float
+    masking_max_ngram: int
+    masking_do_full_word: bool
+    masking_do_permutation: bool
+    masking_use_longer_ngrams: bool
+    masking_use_geometric_distribution: bool
+
+
+@dataclasses.dataclass
+class MaskedPredictions:
+    """Result of `mask_ngrams`.
+
+    Attributes:
+      tokens: the corrupted token ids (same length as the input).
+      positions: sorted int64 positions the loss is taken at (masked and permuted).
+      labels: the original tokens at `positions`.
+      spans: the masked n-grams as int64 position arrays, sorted by their first position
+        (permuted n-grams are not spans).
+    """
+
+    tokens: np.ndarray
+    positions: np.ndarray
+    labels: np.ndarray
+    spans: list[np.ndarray]
+
+
+def word_candidates(
+    tokens: np.ndarray, special: np.ndarray, is_continuation: np.ndarray | None, full_word: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """Groups maskable positions into candidates (words or single pieces).
+
+    Args:
+      tokens: int token ids of one sample.
+      special: bool per position, True for [CLS]/[SEP]-like positions that are never masked.
+      is_continuation: bool per vocabulary id, True for WordPiece `##` pieces (None: none are).
+      full_word: join each continuation piece to the candidate before it.
+
+    Returns:
+      `(positions, offsets)`: candidate c covers `positions[offsets[c]:offsets[c + 1]]`.
+    """
+    positions = np.flatnonzero(~special).astype(np.int64)
+    if positions.size == 0:
+        return positions, np.zeros(1, np.int64)
+    if full_word and is_continuation is not None:
+        cont = is_continuation[tokens[positions]]
+        starts = ~cont
+        starts[0] = True  # a leading "##" piece starts a candidate (nothing to join it to)
+    else:
+        starts = np.ones(positions.size, dtype=bool)
+    offsets = np.append(np.flatnonzero(starts), positions.size).astype(np.int64)
+    return positions, offsets
+
+
+def mask_ngrams(
+    tokens: np.ndarray,
+    special: np.ndarray,
+    target_length: int,
+    options: MaskingOptions,
+    is_continuation: np.ndarray | None,
+    rng: np.random.Generator,
+    replace,
+    decoder_limit: int | None = None,
+) -> MaskedPredictions:
+    """Chooses and corrupts masked n-grams (and permuted ones) of one sample.
+
+    Args:
+      tokens: int64 token ids of the sample (special tokens included).
+      special: bool per position; True positions are never candidates.
+      target_length: the sample's target length (caps the number of masked positions).
+      options: masking knobs.
+      is_continuation: bool per vocabulary id (WordPiece `##` pieces) or None.
+      rng: the sample's generator.
+      replace: `replace(original: int64[k], rng) -> int64[k]` new tokens for masked positions
+        (BERT: 80% mask / 10% random / 10% unchanged; T5: always the mask token).
+      decoder_limit: T5 only: the masked n-grams must fit a decoder of this length (one sentinel per
+        span plus its tokens plus one BOS/EOS), so an n-gram that would overflow it is skipped.
+
+    Returns:
+      A `MaskedPredictions`.
+    """
+    tokens = np.asarray(tokens, dtype=np.int64)
+    p = options.masking_probability
+    positions, offsets = word_candidates(
+        tokens, special, is_continuation, options.masking_do_full_word
+    )
+    num_cand = offsets.size - 1
+    budget = min(p * target_length, max(1, int(round(tokens.size * p))))
+    nvals = np.arange(1, options.masking_max_ngram + 1)
+    probs = 1.0 / nvals
+    probs /= probs.sum()
+    if options.masking_use_longer_ngrams:
+        probs = probs[::-1]
+    taken = np.zeros(tokens.size, dtype=bool)
+    word_tokens = np.diff(offsets)
+    cum = np.concatenate([[0], np.cumsum(word_tokens)])
+    n_masked = 0
+    spans: list[np.ndarray] = []
+    decoder_used = 1  # BOS (input) / EOS (labels)
+
+    def shrink(start: int, n: int, used: int, limit: float) -> int:
+        n = min(n, num_cand - start)  # near the end the n-gram is cut (as Megatron's slices)
+        while n > 0 and used + cum[start + n] - cum[start] > limit:
+            n -= 1
+        return n
+
+    order = rng.permutation(num_cand)
+    if options.masking_use_geometric_distribution:
+        draws = np.minimum(rng.geometric(GEOMETRIC_P, num_cand), options.masking_max_ngram)
+    else:
+        draws = rng.choice(nvals, size=num_cand, p=probs)
+    for c, n in zip(order.tolist(), draws.tolist()):
+        if n_masked >= budget:
+            break
+        n = shrink(c, n, n_masked, budget)
+        if n == 0:
+            continue
+        pos = positions[offsets[c] : offsets[c + n]]
+        if taken[pos].any():
+            continue
+        if decoder_limit is not None and decoder_used + 1 + pos.size > decoder_limit:
+            continue
+        taken[pos] = True
+        n_masked += pos.size
+        decoder_used += 1 + pos.size
+        spans.append(pos)
+
+    out = tokens.copy()
+    masked_pos = np.sort(np.concatenate(spans)) if spans else np.zeros(0, np.int64)
+    if masked_pos.size:
+        out[masked_pos] = replace(tokens[masked_pos], rng)
+    all_pos = masked_pos
+
+    if options.masking_do_permutation:
+        order = rng.permutation(num_cand)
+        draws = rng.choice(nvals, size=num_cand, p=probs)
+        permuted = np.zeros(tokens.size, dtype=bool)
+        n_perm = 0
+        for c, n in zip(order.tolist(), draws.tolist()):
+            if n_perm >= budget:
+                break
+            n = shrink(c, n, n_perm, budget)
+            if n == 0:
+                continue
+            pos = positions[offsets[c] : offsets[c + n]]
+            if taken[pos].any() or permuted[pos].any():
+                continue
+            permuted[pos] = True
+            n_perm += pos.size
+        perm_pos = np.flatnonzero(permuted)
+        if perm_pos.size:
+            out[perm_pos] = tokens[rng.permutation(perm_pos)]
+            all_pos = np.sort(np.concatenate([masked_pos, perm_pos]))
+
+    spans.sort(key=lambda s: int(s[0]))
+    return MaskedPredictions(tokens=out, positions=all_pos, labels=tokens[all_pos], spans=spans)
