@@ -1,0 +1,190 @@
+"""Where an IndexedDataset lives: prefix forms -> local path or TensorStore kvstore + keys.
+
+Accepted `prefix` forms (the dataset is the pair `<prefix>.bin` + `<prefix>.idx`):
+
+* a local path, `str` or `os.PathLike` (`"data/corpus"`, `Path("/data/corpus")`);
+* a `file://` URL (`"file:///data/corpus"`), treated exactly like the local path;
+* any kvstore URL TensorStore understands: `"gs://bucket/dir/corpus"`, `"s3://bucket/dir/corpus"`,
+  `"memory://dir/corpus"`, ...;
+* a TensorStore kvstore spec dict whose `"path"` ends with the prefix, e.g.
+  `{"driver": "gcs", "bucket": "b", "path": "dir/corpus"}` or
+  `{"driver": "memory", "path": "dir/corpus"}`. A `{"driver": "file", ...}` spec counts as local.
+
+All kvstores are opened on one process-wide `ts.Context` (see `shared_context`), so a `memory://`
+store written through `open_kvstore` is visible to every reader in the same process. Memory stores
+are per process: they do not survive pickling into another process.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import os
+import threading
+import urllib.parse
+from typing import Any
+
+import tensorstore as ts
+
+Prefix = str | os.PathLike | dict
+
+_CONTEXT_LOCK = threading.Lock()
+_SHARED_CONTEXT: ts.Context | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Location:
+    """A resolved dataset prefix.
+
+    Attributes:
+        kvstore: kvstore spec (JSON dict) of the directory holding the files, path ending in "/"
+            (or empty).
+        name: the file-name prefix inside that directory; keys are `name + ".bin"`/`".idx"`.
+        local_prefix: absolute local path prefix when the data is on the local filesystem.
+        display: human-readable prefix used in messages and `repr`.
+    """
+
+    kvstore: dict[str, Any]
+    name: str
+    local_prefix: str | None
+    display: str
+
+    @property
+    def bin_key(self) -> str:
+        return self.name + ".bin"
+
+    @property
+    def idx_key(self) -> str:
+        return self.name + ".idx"
+
+    def file_name(self, suffix: str) -> str:
+        """Full display name of one of the two files (`suffix` is ".bin" or ".idx")."""
+        return self.display + suffix
+
+
+def shared_context() -> ts.Context:
+    """Returns the process-wide TensorStore context every jaxblend kvstore is opened on.
+
+    Sharing one context makes `memory://` stores written by `open_kvstore` visible to readers, and
+    lets concurrency limits be shared. It is created on first use in each process.
+    """
+    global _SHARED_CONTEXT
+    with _CONTEXT_LOCK:
+        if _SHARED_CONTEXT is None:
+            _SHARED_CONTEXT = ts.Context()
+        return _SHARED_CONTEXT
+
+
+def open_kvstore(spec: str | dict[str, Any], context: ts.Context | None = None) -> ts.KvStore:
+    """Opens a kvstore (URL or spec dict) on the shared jaxblend context.
+
+    Useful to put test data into a `memory://` store that `IndexedDataset("memory://...")` then
+    reads: `open_kvstore("memory://d/").write("corpus.idx", idx_bytes).result()`.
+
+    Args:
+        spec: kvstore URL or JSON spec.
+        context: context to use instead of `shared_context()`.
+
+    Returns:
+        The open kvstore.
+    """
+    return ts.KvStore.open(spec, context=context or shared_context()).result()
+
+
+def resolve(prefix: Prefix) -> Location:
+    """Resolves any accepted prefix form (see module docstring) to a `Location`.
+
+    Args:
+        prefix: the dataset prefix.
+
+    Returns:
+        The resolved location.
+
+    Raises:
+        ValueError: if the prefix is empty or not one of the accepted forms.
+    """
+    if isinstance(prefix, dict):
+        spec = copy.deepcopy(prefix)
+        if "driver" not in spec:
+            raise ValueError(f"kvstore spec prefix {prefix!r} has no 'driver' member")
+        display = _display_of_spec(spec)
+    elif isinstance(prefix, (str, os.PathLike)):
+        text = os.fspath(prefix)
+        if not isinstance(text, str):
+            raise TypeError(f"prefix must be a str path, got bytes {text!r}")
+        if not text:
+            raise ValueError("prefix is empty")
+        if "://" not in text:
+            return _local(text)
+        if text.startswith("file://"):
+            return _local(_file_url_path(text), display=text)
+        try:
+            spec = ts.KvStore.Spec(text).to_json()
+        except ValueError as e:
+            raise ValueError(
+                f"prefix {text!r} is not a kvstore URL TensorStore understands: {e}"
+            ) from e
+        display = text
+    else:
+        raise TypeError(
+            f"prefix must be a path, URL or kvstore spec dict, got {type(prefix).__name__}"
+        )
+    if spec.get("driver") == "file":
+        return _local(spec.get("path", ""))
+    path = spec.get("path", "")
+    if not path or path.endswith("/"):
+        raise ValueError(
+            f"prefix {display!r} names a directory; it must end with the dataset file prefix"
+        )
+    head, _, name = path.rpartition("/")
+    spec["path"] = head + "/" if head else ""
+    return Location(kvstore=spec, name=name, local_prefix=None, display=display)
+
+
+def local_path(prefix: str | os.PathLike) -> str:
+    """Returns the absolute local path of a local prefix (path or `file://` URL).
+
+    Args:
+        prefix: the prefix.
+
+    Returns:
+        Absolute path prefix.
+
+    Raises:
+        ValueError: if the prefix is not local.
+    """
+    loc = resolve(prefix)
+    if loc.local_prefix is None:
+        raise ValueError(
+            f"prefix {loc.display!r} is not on the local filesystem (expected a path or file:// URL)"
+        )
+    return loc.local_prefix
+
+
+def _local(path: str, display: str | None = None) -> Location:
+    if not path or path.endswith(("/", os.sep)):
+        raise ValueError(
+            f"prefix {path!r} names a directory; it must end with the dataset file prefix"
+        )
+    absolute = os.path.abspath(path)
+    head, name = os.path.split(absolute)
+    return Location(
+        kvstore={"driver": "file", "path": head.rstrip("/") + "/"},
+        name=name,
+        local_prefix=absolute,
+        display=path if display is None else display,
+    )
+
+
+def _file_url_path(url: str) -> str:
+    parsed = urllib.parse.urlparse(url)
+    if parsed.netloc not in ("", "localhost"):
+        raise ValueError(f"file URL {url!r} names a remote host {parsed.netloc!r}")
+    return urllib.parse.unquote(parsed.path)
+
+
+def _display_of_spec(spec: dict[str, Any]) -> str:
+    try:
+        return ts.KvStore.Spec(spec).url
+    except (ValueError, TypeError, AttributeError):
+        return repr(spec)
