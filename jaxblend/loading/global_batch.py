@@ -89,9 +89,11 @@ def _rows_for(
 def _device_dtype(key: str, value: np.ndarray) -> np.ndarray:
     """Narrows 64-bit integers to int32 when JAX runs without x64, refusing silent overflow."""
     if value.dtype.itemsize == 8 and value.dtype.kind in "iu" and not jax.config.jax_enable_x64:
-        if value.size and (value.max() > np.iinfo(np.int32).max or value.min() < 0):
+        info = np.iinfo(np.int32)
+        if value.size and (value.max() > info.max or value.min() < info.min):
             raise ValueError(
-                f"batch key {key!r} holds values up to {value.max()} that do not fit int32; "
+                f"batch key {key!r} holds values in [{value.min()}, {value.max()}] that do not fit "
+                "int32; "
                 "enable 64-bit JAX (jax.config.update('jax_enable_x64', True))"
             )
         return value.astype(np.int32)

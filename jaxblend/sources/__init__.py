@@ -6,18 +6,34 @@ batch schema) and also offers `get_batch(sample_ids)` for whole-batch reads.
 
 from jaxblend.sources.base import BatchSource, stack_items
 from jaxblend.sources.factory import dataset_info, open_datasets, open_gpt_sources
+from jaxblend.sources.masked import (
+    BERTMaskedConfig,
+    BERTSource,
+    MaskedConfig,
+    MaskedTokenizerInfo,
+    T5MaskedConfig,
+    T5Source,
+)
 from jaxblend.sources.mock import MockSource
 from jaxblend.sources.planned import BlendedSource, GPTSource, PlannedSource
 from jaxblend.sources.schema import GPT_KEYS, GPTSchemaOptions, windows_to_batch
+from jaxblend.sources.sequence import SequenceSource
 
 __all__ = [
+    "GPT_KEYS",
+    "BERTMaskedConfig",
+    "BERTSource",
     "BatchSource",
     "BlendedSource",
     "GPTSchemaOptions",
     "GPTSource",
-    "GPT_KEYS",
+    "MaskedConfig",
+    "MaskedTokenizerInfo",
     "MockSource",
     "PlannedSource",
+    "SequenceSource",
+    "T5MaskedConfig",
+    "T5Source",
     "dataset_info",
     "open_datasets",
     "open_gpt_sources",

@@ -19,6 +19,7 @@ Two pieces shared by `BERTSource` and `T5Source` (SPEC.md §7):
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import numba
 import numpy as np
@@ -58,7 +59,9 @@ def _pack_kernel(
             start = first
             total = 0
             count = 0
-            key = _mix(_mix(np.uint64(seed)) ^ (np.uint64(epoch) << np.uint64(40)) ^ np.uint64(start))
+            key = _mix(
+                _mix(np.uint64(seed)) ^ (np.uint64(epoch) << np.uint64(40)) ^ np.uint64(start)
+            )
             target = max_length
             if key < np.uint64(short_threshold):
                 target = 2 + np.int64(_mix(key) % np.uint64(max_length - 1))
@@ -76,7 +79,11 @@ def _pack_kernel(
                     start = s + 1
                     total = 0
                     count = 0
-                    key = _mix(_mix(np.uint64(seed)) ^ (np.uint64(epoch) << np.uint64(40)) ^ np.uint64(start))
+                    key = _mix(
+                        _mix(np.uint64(seed))
+                        ^ (np.uint64(epoch) << np.uint64(40))
+                        ^ np.uint64(start)
+                    )
                     target = max_length
                     if key < np.uint64(short_threshold):
                         target = 2 + np.int64(_mix(key) % np.uint64(max_length - 1))
@@ -118,8 +125,14 @@ def build_sample_index(
     if short_sequence_probability >= 1.0:
         threshold = _MASK64
     wanted = -1 if num_samples is None else int(num_samples)
-    args = (bounds, lengths, int(max_length), np.uint64(threshold), int(min_sentences),
-            int(seed) & _MASK64)
+    args = (
+        bounds,
+        lengths,
+        int(max_length),
+        np.uint64(threshold),
+        int(min_sentences),
+        int(seed) & _MASK64,
+    )
     n = _pack_kernel(*args, wanted, np.zeros((0, 3), np.int64))
     out = np.zeros((n, 3), np.int64)
     _pack_kernel(*args, wanted, out)
@@ -191,7 +204,7 @@ def mask_ngrams(
     options: MaskingOptions,
     is_continuation: np.ndarray | None,
     rng: np.random.Generator,
-    replace,
+    replace: Callable[[np.ndarray, np.random.Generator], np.ndarray],
     decoder_limit: int | None = None,
 ) -> MaskedPredictions:
     """Chooses and corrupts masked n-grams (and permuted ones) of one sample.
@@ -217,7 +230,7 @@ def mask_ngrams(
         tokens, special, is_continuation, options.masking_do_full_word
     )
     num_cand = offsets.size - 1
-    budget = min(p * target_length, max(1, int(round(tokens.size * p))))
+    budget = min(p * target_length, max(1, round(tokens.size * p)))
     nvals = np.arange(1, options.masking_max_ngram + 1)
     probs = 1.0 / nvals
     probs /= probs.sum()

@@ -57,7 +57,9 @@ from jaxblend.storage import IndexedDataset
 _SPLITS = split_lib.SPLIT_NAMES
 
 
-def _check_probability(owner: str, name: str, value: float, *, low_open: bool, high_open: bool) -> None:
+def _check_probability(
+    owner: str, name: str, value: float, *, low_open: bool, high_open: bool
+) -> None:
     lo_ok = value > 0 if low_open else value >= 0
     hi_ok = value < 1 if high_open else value <= 1
     if not isinstance(value, (int, float)) or isinstance(value, bool) or not (lo_ok and hi_ok):
@@ -103,7 +105,11 @@ class MaskedTokenizerInfo:
             value = getattr(self, name)
             if value is None and name in ("bos", "eos"):
                 continue
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 <= value < self.vocab_size:
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, np.integer))
+                or not 0 <= value < self.vocab_size
+            ):
                 raise ValueError(
                     f"MaskedTokenizerInfo.{name} must be a token id in [0, {self.vocab_size}), got {value!r}"
                 )
@@ -134,9 +140,11 @@ class MaskedTokenizerInfo:
 
     def identity(self) -> str:
         """A stable text identity (part of a source's fingerprint)."""
-        cont = "none" if self.is_continuation is None else hashlib.sha256(
-            np.packbits(self.is_continuation).tobytes()
-        ).hexdigest()[:16]
+        cont = (
+            "none"
+            if self.is_continuation is None
+            else hashlib.sha256(np.packbits(self.is_continuation).tobytes()).hexdigest()[:16]
+        )
         return (
             f"V={self.vocab_size},cls={self.cls},sep={self.sep},mask={self.mask},pad={self.pad},"
             f"bos={self.bos},eos={self.eos},sentinels={self.sentinel_ids},cont={cont}"
@@ -179,9 +187,16 @@ class MaskedConfig:
         owner = type(self).__name__
         _check_int(owner, "random_seed", self.random_seed, 0)
         _check_int(owner, "sequence_length", self.sequence_length, 5)
-        _check_probability(owner, "masking_probability", self.masking_probability, low_open=True, high_open=True)
-        _check_probability(owner, "short_sequence_probability", self.short_sequence_probability,
-                           low_open=False, high_open=False)
+        _check_probability(
+            owner, "masking_probability", self.masking_probability, low_open=True, high_open=True
+        )
+        _check_probability(
+            owner,
+            "short_sequence_probability",
+            self.short_sequence_probability,
+            low_open=False,
+            high_open=False,
+        )
         _check_int(owner, "masking_max_ngram", self.masking_max_ngram, 1)
         if self.masking_use_geometric_distribution and self.masking_do_permutation:
             raise ValueError(
@@ -260,8 +275,12 @@ class _MaskedSource(base.BatchSource):
             )
         bounds = np.asarray(dataset.document_indices[docs[0] : docs[-1] + 2], dtype=np.int64)
         self.sample_index = _masking.build_sample_index(
-            bounds, dataset.sequence_lengths, config.sequence_length - self._SPECIAL_TOKENS,
-            config.short_sequence_probability, self._min_sentences(), config.random_seed,
+            bounds,
+            dataset.sequence_lengths,
+            config.sequence_length - self._SPECIAL_TOKENS,
+            config.short_sequence_probability,
+            self._min_sentences(),
+            config.random_seed,
             config.num_samples,
         )
         if self.sample_index.shape[0] == 0:
@@ -301,9 +320,11 @@ class _MaskedSource(base.BatchSource):
         """Sentences of each sample, read with one batched storage call."""
         rows = self.sample_index[ids]
         counts = rows[:, 1] - rows[:, 0]
-        sentence_ids = np.concatenate(
-            [np.arange(b, e, dtype=np.int64) for b, e in rows[:, :2]]
-        ) if ids.size else np.zeros(0, np.int64)
+        sentence_ids = (
+            np.concatenate([np.arange(b, e, dtype=np.int64) for b, e in rows[:, :2]])
+            if ids.size
+            else np.zeros(0, np.int64)
+        )
         lengths = np.asarray(self.dataset.sequence_lengths[sentence_ids], dtype=np.int64)
         starts = np.asarray(self.dataset.sequence_pointers[sentence_ids], dtype=np.int64) // (
             self.dataset.dtype.itemsize
@@ -329,14 +350,25 @@ class BERTSource(_MaskedSource):
       config: a `BERTMaskedConfig`.
       tokenizer: special ids (cls, sep, mask, pad, vocab size, continuation pieces).
       split: "train", "valid" or "test".
+
+    Raises:
+      TypeError: if `config` is not a `BERTMaskedConfig`.
+      ValueError: if the split is empty or no document has enough sentences (2 with
+        `classification_head`).
     """
 
     _SPECIAL_TOKENS = 3  # [CLS] A [SEP] B [SEP]
     config: BERTMaskedConfig
 
-    def __init__(self, dataset, config: BERTMaskedConfig, tokenizer: MaskedTokenizerInfo, split: str = "train"):
+    def __init__(
+        self,
+        dataset: IndexedDataset | str | os.PathLike,
+        config: BERTMaskedConfig,
+        tokenizer: MaskedTokenizerInfo,
+        split: str = "train",
+    ):
         if not isinstance(config, BERTMaskedConfig):
-            raise ValueError(f"BERTSource needs a BERTMaskedConfig, got {type(config).__name__}")
+            raise TypeError(f"BERTSource needs a BERTMaskedConfig, got {type(config).__name__}")
         super().__init__(dataset, config, tokenizer, split)
 
     def _min_sentences(self) -> int:
@@ -426,16 +458,23 @@ class T5Source(_MaskedSource):
       split: "train", "valid" or "test".
 
     Raises:
-      ValueError: if bos/eos are missing or there are fewer sentinels than the most spans a sample
+      TypeError: if `config` is not a `T5MaskedConfig`.
+      ValueError: if the split is empty, if bos/eos are missing or there are fewer sentinels than the most spans a sample
         can have (`int(masking_probability * (sequence_length - 2))`).
     """
 
     _SPECIAL_TOKENS = 2  # reserved as in Megatron-Core
     config: T5MaskedConfig
 
-    def __init__(self, dataset, config: T5MaskedConfig, tokenizer: MaskedTokenizerInfo, split: str = "train"):
+    def __init__(
+        self,
+        dataset: IndexedDataset | str | os.PathLike,
+        config: T5MaskedConfig,
+        tokenizer: MaskedTokenizerInfo,
+        split: str = "train",
+    ):
         if not isinstance(config, T5MaskedConfig):
-            raise ValueError(f"T5Source needs a T5MaskedConfig, got {type(config).__name__}")
+            raise TypeError(f"T5Source needs a T5MaskedConfig, got {type(config).__name__}")
         super().__init__(dataset, config, tokenizer, split)
 
     def _check_tokenizer(self) -> None:
@@ -472,8 +511,14 @@ class T5Source(_MaskedSource):
             rng = self._generator(sid)
             tokens = np.concatenate(sentences)[:target]
             pred = _masking.mask_ngrams(
-                tokens, np.zeros(tokens.size, bool), target, self._options, tok.is_continuation,
-                rng, self._replace, decoder_limit=d,
+                tokens,
+                np.zeros(tokens.size, bool),
+                target,
+                self._options,
+                tok.is_continuation,
+                rng,
+                self._replace,
+                decoder_limit=d,
             )
             keep = np.ones(tokens.size, dtype=bool)
             enc_parts, dec_parts = [], []

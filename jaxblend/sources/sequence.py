@@ -1,0 +1,109 @@
+"""SequenceSource: one IndexedDataset sequence per sample, for variable-length (SFT-style) data.
+
+The source for token-budget bucketed batching (`jaxblend.loading.bucketing`): sample i is sequence
+i of the dataset (e.g. one tokenized instruction/response example or one sentence), its length
+`lengths[i]` feeds `plan_buckets`, and `get_padded_batch(ids, L)` returns the rows padded (or
+truncated) to the bucket length L. Reads go through one `read_token_spans` call per batch.
+
+Batch keys (k rows, L tokens):
+
+| key | dtype, shape | meaning |
+|---|---|---|
+| `tokens` | int32 [k, L] | the sequence's first min(len, L) tokens, then `pad_id` |
+| `padding_mask` | int32 [k, L] | 1 on real tokens, 0 on padding |
+| `lengths` | int32 [k] | real tokens in the row (0 for an empty row) |
+| `sample_ids` | int64 [k] | sequence id, -1 for an empty (padding) row |
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+import numpy as np
+
+from jaxblend.sources import base
+from jaxblend.storage import IndexedDataset
+
+
+class SequenceSource(base.BatchSource):
+    """Each sequence of an IndexedDataset as one variable-length sample.
+
+    Args:
+      dataset: an `IndexedDataset` or its prefix.
+      max_length: `get_batch` pads/truncates to this length (fixed-shape use with `make_loader`).
+      pad_id: token id written in padding positions.
+
+    Raises:
+      ValueError: if max_length < 1.
+    """
+
+    def __init__(
+        self, dataset: IndexedDataset | str | os.PathLike, max_length: int, pad_id: int = 0
+    ):
+        if (
+            isinstance(max_length, bool)
+            or not isinstance(max_length, (int, np.integer))
+            or max_length < 1
+        ):
+            raise ValueError(
+                f"SequenceSource.max_length must be an integer >= 1, got {max_length!r}"
+            )
+        if not isinstance(dataset, IndexedDataset):
+            dataset = IndexedDataset(dataset)
+        self.dataset = dataset
+        self.max_length = int(max_length)
+        self.pad_id = int(pad_id)
+        self._fingerprint: str | None = None
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __repr__(self) -> str:
+        return f"SequenceSource(dataset={self.dataset!r}, max_length={self.max_length}, pad_id={self.pad_id})"
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """int32[n] tokens of each sample (input to `plan_buckets`)."""
+        return np.asarray(self.dataset.sequence_lengths)
+
+    @property
+    def fingerprint(self) -> str:
+        if self._fingerprint is None:
+            text = f"SequenceSource|{self.dataset.fingerprint}|{self.max_length}|{self.pad_id}"
+            self._fingerprint = hashlib.sha256(text.encode()).hexdigest()[:32]
+        return self._fingerprint
+
+    def get_batch(self, sample_ids) -> dict[str, np.ndarray]:
+        """Samples padded/truncated to `max_length`."""
+        return self.get_padded_batch(self._check_ids(sample_ids), self.max_length)
+
+    def get_padded_batch(self, sample_ids, length: int) -> dict[str, np.ndarray]:
+        """Samples `sample_ids` (-1 = empty row) padded or truncated to `length` tokens.
+
+        Raises:
+          IndexError: if an id is out of range.
+        """
+        ids = np.asarray(sample_ids, dtype=np.int64).reshape(-1)
+        real = ids >= 0
+        if real.any():
+            self._check_ids(ids[real])
+        k = ids.size
+        take = np.zeros(k, np.int64)
+        starts = np.zeros(k, np.int64)
+        seq = ids[real]
+        take[real] = np.minimum(np.asarray(self.dataset.sequence_lengths[seq], np.int64), length)
+        starts[real] = (
+            np.asarray(self.dataset.sequence_pointers[seq], np.int64) // self.dataset.dtype.itemsize
+        )
+        flat = self.dataset.read_token_spans(starts[real], take[real])
+        tokens = np.full((k, length), self.pad_id, np.int32)
+        positions = np.arange(length)[None, :]
+        mask = positions < take[:, None]
+        tokens[mask] = flat  # row-major order matches the concatenated spans
+        return {
+            "tokens": tokens,
+            "padding_mask": mask.astype(np.int32),
+            "lengths": take.astype(np.int32),
+            "sample_ids": ids.copy(),
+        }
