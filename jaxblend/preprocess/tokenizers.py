@@ -1,0 +1,471 @@
+"""Tokenizer adapters for preprocessing: one small interface over several libraries.
+
+Every adapter exposes ``vocab_size``, the special ids (``eod``, ``pad``, ``bos``, ``eos``, ``mask``,
+``cls``, ``sep``; ``None`` where the vocabulary has no such token), ``tokenize(text)`` returning a
+``np.ndarray`` of ids and ``tokenize_batch(texts)`` returning ``(flat_ids, lengths)`` — the ids of all
+texts concatenated plus each text's token count — which is the hot path of the pipeline (the
+Hugging Face adapter uses the library's batched encoder).
+
+Tokenizers are described by a picklable :class:`TokenizerSpec` so worker processes can each load
+their own copy once (:func:`load_tokenizer`). Type names follow Megatron-LM's ``--tokenizer_type``
+where one exists:
+
+=====================  =========================  ============================================
+``--tokenizer_type``   aliases                    files
+=====================  =========================  ============================================
+``ByteTokenizer``      ``byte``                   none (ids 0..255 = UTF-8 bytes, specials 256+)
+``HuggingFaceTokenizer`` ``hf``, ``huggingface``  ``tokenizer.json`` (``--tokenizer_model`` or
+                                                  ``--vocab_file``)
+``GPT2BPETokenizer``   ``gpt2``                   ``--vocab_file`` (vocab.json) + ``--merge_file``
+``SentencePieceTokenizer`` ``sentencepiece``, ``spm``  ``--tokenizer_model`` (``.model``)
+``TikTokenizer``       ``tiktoken``               ``--tokenizer_model`` (tiktoken BPE ranks file:
+                                                  ``base64(token) rank`` per line)
+=====================  =========================  ============================================
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import hashlib
+import itertools
+import os
+from collections.abc import Sequence
+from typing import Protocol
+
+import numpy as np
+
+BYTE = "ByteTokenizer"
+HUGGINGFACE = "HuggingFaceTokenizer"
+GPT2BPE = "GPT2BPETokenizer"
+SENTENCEPIECE = "SentencePieceTokenizer"
+TIKTOKEN = "TikTokenizer"
+
+_ALIASES = {
+    "byte": BYTE,
+    "bytetokenizer": BYTE,
+    "hf": HUGGINGFACE,
+    "huggingface": HUGGINGFACE,
+    "huggingfacetokenizer": HUGGINGFACE,
+    "gpt2": GPT2BPE,
+    "gpt2bpetokenizer": GPT2BPE,
+    "sentencepiece": SENTENCEPIECE,
+    "spm": SENTENCEPIECE,
+    "sentencepiecetokenizer": SENTENCEPIECE,
+    "tiktoken": TIKTOKEN,
+    "tiktokenizer": TIKTOKEN,
+}
+
+TOKENIZER_TYPES = (BYTE, HUGGINGFACE, GPT2BPE, SENTENCEPIECE, TIKTOKEN)
+
+# Pre-tokenization regexes for tiktoken BPE files (the file holds only the merge ranks).
+TIKTOKEN_PATTERNS = {
+    "gpt2": r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""",
+    "cl100k": (
+        r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]++[\r\n]*"""
+        r"""|\s*[\r\n]|\s+(?!\S)|\s+"""
+    ),
+}
+
+SPECIAL_NAMES = ("eod", "pad", "bos", "eos", "mask", "cls", "sep")
+
+# Candidate token strings for each special id, first match wins.
+_SPECIAL_CANDIDATES = {
+    "eos": ("<|endoftext|>", "</s>", "<eos>", "<|eos|>", "[EOS]", "<|end_of_text|>"),
+    "bos": ("<s>", "<bos>", "<|bos|>", "[BOS]", "<|begin_of_text|>"),
+    "pad": ("<pad>", "[PAD]", "<|pad|>"),
+    "mask": ("<mask>", "[MASK]", "<|mask|>"),
+    "cls": ("[CLS]", "<cls>"),
+    "sep": ("[SEP]", "<sep>"),
+}
+
+
+class TokenizerError(ValueError):
+    """A tokenizer cannot be loaded: unknown type, missing or unreadable file, bad content."""
+
+
+def canonical_type(name: str) -> str:
+    """Maps a ``--tokenizer_type`` name or alias to its canonical name.
+
+    Args:
+      name: A canonical name (e.g. ``HuggingFaceTokenizer``) or alias (``hf``), any case.
+
+    Returns:
+      The canonical type name.
+
+    Raises:
+      TokenizerError: The name is unknown.
+    """
+    canonical = _ALIASES.get(name.strip().lower())
+    if canonical is None:
+        raise TokenizerError(
+            f"tokenizer_type={name!r} is not supported; use one of {', '.join(TOKENIZER_TYPES)} "
+            f"(aliases: {', '.join(sorted(_ALIASES))})"
+        )
+    return canonical
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenizerSpec:
+    """Everything needed to load a tokenizer; picklable, cheap, compared in run manifests.
+
+    Attributes:
+      type: ``--tokenizer_type`` (canonical name or alias).
+      model: The model file (HF ``tokenizer.json``, SentencePiece ``.model``, tiktoken ranks).
+      vocab_file: HF ``tokenizer.json`` (alternative to ``model``) or GPT-2 ``vocab.json``.
+      merge_file: GPT-2 ``merges.txt``.
+      tiktoken_pattern: ``gpt2``, ``cl100k`` or a literal regex, for ``TikTokenizer``.
+    """
+
+    type: str = BYTE
+    model: str | None = None
+    vocab_file: str | None = None
+    merge_file: str | None = None
+    tiktoken_pattern: str = "cl100k"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "type", canonical_type(self.type))
+        if self.type in (HUGGINGFACE,) and not (self.model or self.vocab_file):
+            raise TokenizerError(
+                f"tokenizer_type={self.type} needs --tokenizer_model (or --vocab_file): "
+                "the path of a Hugging Face tokenizer.json"
+            )
+        if self.type == GPT2BPE and not (self.vocab_file and self.merge_file):
+            raise TokenizerError(
+                f"tokenizer_type={self.type} needs --vocab_file (vocab.json) and --merge_file "
+                "(merges.txt)"
+            )
+        if self.type in (SENTENCEPIECE, TIKTOKEN) and not self.model:
+            raise TokenizerError(f"tokenizer_type={self.type} needs --tokenizer_model")
+
+    def files(self) -> list[str]:
+        """Returns the files this tokenizer is loaded from (possibly empty)."""
+        if self.type == BYTE:
+            return []
+        if self.type == HUGGINGFACE:
+            return [self.model or self.vocab_file]  # type: ignore[list-item]
+        if self.type == GPT2BPE:
+            return [self.vocab_file, self.merge_file]  # type: ignore[list-item]
+        return [self.model]  # type: ignore[list-item]
+
+    def check_files(self) -> None:
+        """Checks that every tokenizer file exists and is readable.
+
+        Raises:
+          TokenizerError: A file is missing, a directory, or unreadable; names the file.
+        """
+        for path in self.files():
+            if not os.path.exists(path):
+                raise TokenizerError(f"tokenizer file {path!r} ({self.type}) does not exist")
+            if not os.path.isfile(path):
+                raise TokenizerError(f"tokenizer file {path!r} ({self.type}) is not a file")
+            try:
+                with open(path, "rb") as f:
+                    f.read(1)
+            except OSError as e:
+                raise TokenizerError(f"tokenizer file {path!r} ({self.type}) is unreadable: {e}")
+
+    def identity(self) -> dict[str, object]:
+        """Returns a JSON-able description including a SHA-256 of every file (for manifests)."""
+        out: dict[str, object] = {"type": self.type}
+        if self.type == TIKTOKEN:
+            out["tiktoken_pattern"] = self.tiktoken_pattern
+        digests = []
+        for path in self.files():
+            h = hashlib.sha256()
+            with open(path, "rb") as f:
+                for chunk in iter(lambda: f.read(1 << 20), b""):
+                    h.update(chunk)
+            digests.append({"path": os.path.abspath(path), "sha256": h.hexdigest()})
+        out["files"] = digests
+        return out
+
+
+class Tokenizer(Protocol):
+    """What the pipeline needs from a tokenizer."""
+
+    name: str
+    vocab_size: int
+    eod: int | None
+    pad: int | None
+    bos: int | None
+    eos: int | None
+    mask: int | None
+    cls: int | None
+    sep: int | None
+
+    def tokenize(self, text: str) -> np.ndarray: ...
+
+    def tokenize_batch(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]: ...
+
+    def detokenize(self, ids: Sequence[int] | np.ndarray) -> str: ...
+
+
+def special_ids(tokenizer: Tokenizer) -> dict[str, int | None]:
+    """Returns the tokenizer's special ids by name (``None`` where it has none)."""
+    return {name: getattr(tokenizer, name) for name in SPECIAL_NAMES}
+
+
+def _flatten(pieces: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
+    lengths = np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces))
+    total = int(lengths.sum())
+    flat = np.fromiter(itertools.chain.from_iterable(pieces), dtype=np.int64, count=total)
+    return flat, lengths
+
+
+class ByteTokenizer:
+    """UTF-8 bytes as token ids 0..255, special tokens after them; needs no files.
+
+    Special ids: eod=256, pad=257, bos=258, eos=259, mask=260, cls=261, sep=262; vocab_size=263.
+    """
+
+    name = BYTE
+    eod = 256
+    pad = 257
+    bos = 258
+    eos = 259
+    mask = 260
+    cls = 261
+    sep = 262
+    vocab_size = 263
+
+    def tokenize(self, text: str) -> np.ndarray:
+        """Returns the UTF-8 bytes of ``text`` as uint16 ids."""
+        return np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.uint16)
+
+    def tokenize_batch(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Returns ``(flat_ids, lengths)`` for ``texts`` (one join, one numpy conversion)."""
+        encoded = [t.encode("utf-8") for t in texts]
+        lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
+        flat = np.frombuffer(b"".join(encoded), dtype=np.uint8).astype(np.uint16)
+        return flat, lengths
+
+    def detokenize(self, ids: Sequence[int] | np.ndarray) -> str:
+        """Decodes byte ids back to text (special ids are skipped)."""
+        arr = np.asarray(ids)
+        return arr[arr < 256].astype(np.uint8).tobytes().decode("utf-8", errors="replace")
+
+
+class _VocabSpecials:
+    """Looks special ids up by token string in a vocabulary lookup function."""
+
+    def _init_specials(self, lookup, eod_fallback_sep: bool = True) -> None:
+        for name, candidates in _SPECIAL_CANDIDATES.items():
+            value = None
+            for cand in candidates:
+                tid = lookup(cand)
+                if tid is not None:
+                    value = int(tid)
+                    break
+            setattr(self, name, value)
+        self.eod = self.eos if self.eos is not None else (self.sep if eod_fallback_sep else None)
+
+
+class HuggingFaceTokenizer(_VocabSpecials):
+    """A Hugging Face ``tokenizers`` JSON file; batched encoding via ``encode_batch_fast``.
+
+    Special ids are found by token string: eos ``<|endoftext|>``/``</s>``/``<eos>``..., bos ``<s>``...,
+    pad ``<pad>``/``[PAD]``, mask ``<mask>``/``[MASK]``, cls ``[CLS]``, sep ``[SEP]``; eod = eos, or sep
+    when there is no eos (BERT-style WordPiece, as Megatron does). Special tokens are not added by the
+    post-processor (``add_special_tokens=False``).
+    """
+
+    name = HUGGINGFACE
+
+    def __init__(self, path: str) -> None:
+        import tokenizers
+
+        try:
+            self._tok = tokenizers.Tokenizer.from_file(path)
+        except Exception as e:  # the library raises plain Exception subclasses
+            raise TokenizerError(f"cannot load Hugging Face tokenizer {path!r}: {e}") from e
+        self.vocab_size = int(self._tok.get_vocab_size(with_added_tokens=True))
+        self._init_specials(self._tok.token_to_id)
+
+    @property
+    def _encode_batch(self):
+        # encode_batch_fast (tokenizers >= 0.20) skips character offsets: same ids, less work.
+        return getattr(self._tok, "encode_batch_fast", self._tok.encode_batch)
+
+    def tokenize(self, text: str) -> np.ndarray:
+        """Returns the ids of ``text``."""
+        return np.asarray(self._tok.encode(text, add_special_tokens=False).ids, dtype=np.int64)
+
+    def tokenize_batch(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Returns ``(flat_ids, lengths)`` using the library's batched encoder."""
+        encodings = self._encode_batch(list(texts), add_special_tokens=False)
+        return _flatten([e.ids for e in encodings])
+
+    def detokenize(self, ids: Sequence[int] | np.ndarray) -> str:
+        """Decodes ids to text."""
+        return self._tok.decode([int(i) for i in ids])
+
+
+class GPT2BPETokenizer(HuggingFaceTokenizer):
+    """GPT-2 style byte-level BPE from ``vocab.json`` + ``merges.txt`` (Megatron's default type)."""
+
+    name = GPT2BPE
+
+    def __init__(self, vocab_file: str, merge_file: str) -> None:
+        import tokenizers
+        from tokenizers import decoders, models, pre_tokenizers
+
+        try:
+            tok = tokenizers.Tokenizer(models.BPE.from_file(vocab_file, merge_file))
+        except Exception as e:
+            raise TokenizerError(
+                f"cannot load GPT-2 BPE from {vocab_file!r} + {merge_file!r}: {e}"
+            ) from e
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        self._tok = tok
+        self.vocab_size = int(tok.get_vocab_size(with_added_tokens=True))
+        self._init_specials(tok.token_to_id)
+
+
+class SentencePieceTokenizer:
+    """A SentencePiece ``.model``; eod = eos; pad/bos/eos/unk from the model (``None`` if absent).
+
+    mask/cls/sep are looked up as pieces ``<mask>``/``[MASK]``, ``[CLS]``, ``[SEP]`` if the model
+    defines them.
+    """
+
+    name = SENTENCEPIECE
+
+    def __init__(self, path: str) -> None:
+        import sentencepiece as spm
+
+        try:
+            self._sp = spm.SentencePieceProcessor(model_file=path)
+        except Exception as e:
+            raise TokenizerError(f"cannot load SentencePiece model {path!r}: {e}") from e
+        sp = self._sp
+        self.vocab_size = int(sp.vocab_size())
+
+        def opt(i: int) -> int | None:
+            return int(i) if i >= 0 else None
+
+        self.bos = opt(sp.bos_id())
+        self.eos = opt(sp.eos_id())
+        self.pad = opt(sp.pad_id())
+        self.eod = self.eos
+        unk = sp.unk_id()
+
+        def lookup(piece: str) -> int | None:
+            i = sp.piece_to_id(piece)
+            return int(i) if i != unk else None
+
+        self.mask = lookup("<mask>") if lookup("<mask>") is not None else lookup("[MASK]")
+        self.cls = lookup("[CLS]")
+        self.sep = lookup("[SEP]")
+
+    def tokenize(self, text: str) -> np.ndarray:
+        """Returns the ids of ``text``."""
+        return np.asarray(self._sp.encode(text), dtype=np.int64)
+
+    def tokenize_batch(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Returns ``(flat_ids, lengths)``; one library call (single-threaded per worker)."""
+        return _flatten(self._sp.encode(list(texts), num_threads=1))
+
+    def detokenize(self, ids: Sequence[int] | np.ndarray) -> str:
+        """Decodes ids to text."""
+        return self._sp.decode([int(i) for i in ids])
+
+
+def read_tiktoken_ranks(path: str) -> dict[bytes, int]:
+    """Reads a tiktoken BPE ranks file: one ``base64(token_bytes) rank`` pair per line.
+
+    Args:
+      path: The ranks file.
+
+    Returns:
+      token bytes -> rank.
+
+    Raises:
+      TokenizerError: A line is malformed (names file and line).
+    """
+    ranks: dict[bytes, int] = {}
+    with open(path, "rb") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            parts = line.split()
+            try:
+                if len(parts) != 2:
+                    raise ValueError("expected 2 fields")
+                ranks[base64.b64decode(parts[0], validate=True)] = int(parts[1])
+            except ValueError as e:
+                raise TokenizerError(
+                    f"{path}:{lineno}: not a tiktoken ranks line ('base64 rank'): {e}"
+                ) from e
+    if not ranks:
+        raise TokenizerError(f"tiktoken ranks file {path!r} is empty")
+    return ranks
+
+
+class TikTokenizer:
+    """A tiktoken BPE ranks file; ``<|endoftext|>`` is added after the ranks as eod = eos.
+
+    The pre-tokenization regex is ``pattern``: ``gpt2``, ``cl100k`` or a literal regex.
+    """
+
+    name = TIKTOKEN
+    pad = None
+    bos = None
+    mask = None
+    cls = None
+    sep = None
+
+    def __init__(self, path: str, pattern: str = "cl100k") -> None:
+        import tiktoken
+
+        ranks = read_tiktoken_ranks(path)
+        n = max(ranks.values()) + 1
+        try:
+            self._enc = tiktoken.Encoding(
+                name=os.path.basename(path),
+                pat_str=TIKTOKEN_PATTERNS.get(pattern, pattern),
+                mergeable_ranks=ranks,
+                special_tokens={"<|endoftext|>": n},
+            )
+        except Exception as e:
+            raise TokenizerError(f"cannot build tiktoken encoding from {path!r}: {e}") from e
+        self.eod = self.eos = n
+        self.vocab_size = n + 1
+
+    def tokenize(self, text: str) -> np.ndarray:
+        """Returns the ids of ``text`` (special-token text is encoded as ordinary text)."""
+        return np.asarray(self._enc.encode_ordinary(text), dtype=np.int64)
+
+    def tokenize_batch(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Returns ``(flat_ids, lengths)``."""
+        enc = self._enc.encode_ordinary
+        return _flatten([enc(t) for t in texts])
+
+    def detokenize(self, ids: Sequence[int] | np.ndarray) -> str:
+        """Decodes ids to text."""
+        return self._enc.decode([int(i) for i in ids])
+
+
+def load_tokenizer(spec: TokenizerSpec) -> Tokenizer:
+    """Loads the tokenizer a spec describes.
+
+    Args:
+      spec: The tokenizer description.
+
+    Returns:
+      A ready tokenizer adapter.
+
+    Raises:
+      TokenizerError: A file is missing/unreadable or its content cannot be loaded.
+    """
+    spec.check_files()
+    if spec.type == BYTE:
+        return ByteTokenizer()
+    if spec.type == HUGGINGFACE:
+        return HuggingFaceTokenizer(spec.model or spec.vocab_file)  # type: ignore[arg-type]
+    if spec.type == GPT2BPE:
+        return GPT2BPETokenizer(spec.vocab_file, spec.merge_file)  # type: ignore[arg-type]
+    if spec.type == SENTENCEPIECE:
+        return SentencePieceTokenizer(spec.model)  # type: ignore[arg-type]
+    return TikTokenizer(spec.model, spec.tiktoken_pattern)  # type: ignore[arg-type]

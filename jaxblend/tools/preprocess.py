@@ -1,0 +1,141 @@
+r"""Tokenizes raw text into Megatron-compatible IndexedDataset files (``.bin``/``.idx``).
+
+Flag names follow Megatron-LM's ``tools/preprocess_data.py`` (with underscores). Outputs are
+``{output_prefix}_{key}_{level}.bin/.idx``, level ``document`` (or ``sentence`` with
+``--split_sentences``). Rerunning with the same flags resumes an interrupted run; different flags
+into the same prefix are refused unless ``--overwrite``.
+
+Example::
+
+    python -m jaxblend.tools.preprocess \
+      --input='data/*.jsonl.zst' --json_keys=text --output_prefix=out/corpus \
+      --tokenizer_type=HuggingFaceTokenizer --tokenizer_model=tokenizer.json \
+      --append_eod --workers=8 --partitions=64
+
+    # the same on Apache Beam (any runner; parts must be on a filesystem all workers see)
+    python -m jaxblend.tools.preprocess ... --engine=beam --beam_options=--runner=DirectRunner
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from absl import app, flags, logging
+
+from jaxblend.preprocess import pipeline, readers, worker
+from jaxblend.preprocess import tokenizers as tok_lib
+
+_INPUT = flags.DEFINE_multi_string(
+    "input", None, "Input files or globs; comma-separated and/or repeated.", required=True
+)
+_OUTPUT_PREFIX = flags.DEFINE_string(
+    "output_prefix", None, "Output prefix: writes {prefix}_{key}_{level}.bin/.idx.", required=True
+)
+_JSON_KEYS = flags.DEFINE_list("json_keys", ["text"], "Fields to tokenize; one dataset per key.")
+_TOKENIZER_TYPE = flags.DEFINE_string(
+    "tokenizer_type",
+    "ByteTokenizer",
+    "One of "
+    + ", ".join(tok_lib.TOKENIZER_TYPES)
+    + " (aliases byte, hf, gpt2, sentencepiece, tiktoken).",
+)
+_TOKENIZER_MODEL = flags.DEFINE_string(
+    "tokenizer_model", None, "HF tokenizer.json, SentencePiece .model or tiktoken ranks file."
+)
+_VOCAB_FILE = flags.DEFINE_string("vocab_file", None, "HF tokenizer.json or GPT-2 vocab.json.")
+_MERGE_FILE = flags.DEFINE_string("merge_file", None, "GPT-2 merges.txt.")
+_TIKTOKEN_PATTERN = flags.DEFINE_string(
+    "tiktoken_pattern",
+    "cl100k",
+    "TikTokenizer pre-tokenizer regex: gpt2, cl100k or a literal regex.",
+)
+_APPEND_EOD = flags.DEFINE_bool("append_eod", False, "Append the EOD token to every document.")
+_SPLIT_SENTENCES = flags.DEFINE_bool(
+    "split_sentences", False, "One sequence per sentence (built-in splitter); level 'sentence'."
+)
+_TEXT_MODE = flags.DEFINE_enum(
+    "text_mode", "line", list(readers.TEXT_MODES), ".txt inputs: one document per line or per file."
+)
+_WORKERS = flags.DEFINE_integer("workers", 0, "Worker processes (0 = all cores).", lower_bound=0)
+_PARTITIONS = flags.DEFINE_integer(
+    "partitions", 0, "Partitions (0 = one per 32 MiB of input, at least 8).", lower_bound=0
+)
+_KEEP_PARTS = flags.DEFINE_bool("keep_parts", False, "Keep partial datasets instead of merging.")
+_LOG_INTERVAL = flags.DEFINE_integer(
+    "log_interval", 100_000, "Log progress every this many documents (0 = never).", lower_bound=0
+)
+_ON_ERROR = flags.DEFINE_enum(
+    "on_error", "skip", list(worker.ON_ERROR), "Bad records: skip (count, report) or fail."
+)
+_MAX_DOCUMENT_CHARS = flags.DEFINE_integer(
+    "max_document_chars",
+    0,
+    "Drop documents longer than this (characters; 0 = no limit).",
+    lower_bound=0,
+)
+_OVERWRITE = flags.DEFINE_bool("overwrite", False, "Discard a run with different settings.")
+_PROGRESS = flags.DEFINE_bool("progress", True, "Show a progress bar.")
+_ENGINE = flags.DEFINE_enum("engine", "local", ["local", "beam"], "Where partitions run.")
+_BEAM_OPTIONS = flags.DEFINE_multi_string(
+    "beam_options",
+    [],
+    "Beam pipeline options passed through, e.g. --beam_options=--runner=DirectRunner.",
+)
+_SUMMARY_JSON = flags.DEFINE_string("summary_json", None, "Also write the result as JSON here.")
+
+
+def config_from_flags() -> pipeline.PreprocessConfig:
+    """Builds the run configuration from the parsed flags."""
+    inputs = tuple(p.strip() for value in _INPUT.value for p in value.split(",") if p.strip())
+    spec = tok_lib.TokenizerSpec(
+        type=_TOKENIZER_TYPE.value,
+        model=_TOKENIZER_MODEL.value,
+        vocab_file=_VOCAB_FILE.value,
+        merge_file=_MERGE_FILE.value,
+        tiktoken_pattern=_TIKTOKEN_PATTERN.value,
+    )
+    return pipeline.PreprocessConfig(
+        input=inputs,
+        output_prefix=_OUTPUT_PREFIX.value,
+        json_keys=tuple(_JSON_KEYS.value),
+        tokenizer=spec,
+        append_eod=_APPEND_EOD.value,
+        split_sentences=_SPLIT_SENTENCES.value,
+        text_mode=_TEXT_MODE.value,
+        workers=_WORKERS.value,
+        partitions=_PARTITIONS.value,
+        keep_parts=_KEEP_PARTS.value,
+        log_interval=_LOG_INTERVAL.value,
+        on_error=_ON_ERROR.value,
+        max_document_chars=_MAX_DOCUMENT_CHARS.value,
+        overwrite=_OVERWRITE.value,
+        progress=_PROGRESS.value,
+    )
+
+
+def main(argv: list[str]) -> int:
+    """Runs preprocessing from flags; prints the summary; returns the exit status."""
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    try:
+        config = config_from_flags()
+        engine = None
+        if _ENGINE.value == "beam":
+            from jaxblend.preprocess import beam
+
+            engine = beam.BeamEngine(_BEAM_OPTIONS.value)
+        result = pipeline.preprocess(config, engine)
+    except (ValueError, OSError) as e:
+        logging.error("%s", e)
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(result.summary())
+    if _SUMMARY_JSON.value:
+        with open(_SUMMARY_JSON.value, "w", encoding="utf-8") as f:
+            json.dump(result.to_json(), f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    app.run(main)
