@@ -11,7 +11,7 @@ BATCH_AXIS_NAMES = ("data", "fsdp")
 
 
 def parse_mesh(shape: str | Sequence[int], axes: str | Sequence[str]) -> tuple[tuple[int, ...], tuple[str, ...]]:
-    """Parses `--mesh_shape` / `--mesh_axes` values.
+    """Parses `--mesh_shape` / `--mesh_axes` values (one dimension may be -1: inferred).
 
     Raises:
       ValueError: if the shape is not positive integers or the lengths differ.
@@ -24,8 +24,8 @@ def parse_mesh(shape: str | Sequence[int], axes: str | Sequence[str]) -> tuple[t
     if isinstance(axes, str):
         axes = [a.strip() for a in axes.split(",") if a.strip()]
     shape, axes = tuple(int(s) for s in shape), tuple(axes)
-    if not shape or any(s <= 0 for s in shape):
-        raise ValueError(f"mesh shape must be positive integers, got {shape}")
+    if not shape or any(s <= 0 and s != -1 for s in shape) or shape.count(-1) > 1:
+        raise ValueError(f"mesh shape must be positive integers (one may be -1), got {shape}")
     if len(shape) != len(axes):
         raise ValueError(f"mesh shape {shape} and axes {axes} must have the same length")
     if len(set(axes)) != len(axes):
@@ -44,6 +44,11 @@ def make_mesh(shape: str | Sequence[int], axes: str | Sequence[str], devices=Non
 
     shape, axes = parse_mesh(shape, axes)
     devices = jax.devices() if devices is None else list(devices)
+    if -1 in shape:
+        known = int(np.prod([s for s in shape if s != -1]))
+        if len(devices) % known:
+            raise ValueError(f"mesh shape {shape} does not divide {len(devices)} devices")
+        shape = tuple(len(devices) // known if s == -1 else s for s in shape)
     if int(np.prod(shape)) != len(devices):
         raise ValueError(
             f"mesh shape {shape} has {int(np.prod(shape))} devices but there are {len(devices)}"

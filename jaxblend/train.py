@@ -131,8 +131,10 @@ def main(argv: Sequence[str]) -> None:
     eval_batches = _EVAL_ITERS.value if _EVAL_INTERVAL.value else 0
     if fl.train_samples is None:
         fl.train_samples = iters * b
-    if fl.valid_samples is None and eval_batches:
+    if fl.valid_samples is None:
         fl.valid_samples = eval_batches * b
+    if fl.test_samples is None:
+        fl.test_samples = 0
     train_source = _cli.source_from_flags("train")
     valid_source = None
     if eval_batches:

@@ -40,7 +40,7 @@ def data_args(blend, steps_total=8):
     data_path, cache = blend
     return [
         f"--data_path={data_path}", "--split=90,8,2", f"--seq_length={SEQ}", "--seed=7",
-        f"--train_samples={B * steps_total}", f"--data_cache_path={cache}", "--eod_id=999",
+        f"--train_samples={B * steps_total}", "--valid_samples=0", "--test_samples=0", f"--data_cache_path={cache}", "--eod_id=999",
         "--reset_position_ids", "--reset_attention_mask",
     ]
 

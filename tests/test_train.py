@@ -1,0 +1,60 @@
+"""The training example end to end: built-in corpus, falling loss, checkpoints, 2-process resume."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from helpers_multiproc import run_cli
+
+pytestmark = pytest.mark.slow
+
+SMALL = [
+    "--flagfile=configs/demo.flags", "--default_corpus_mb=0.25", "--seq_length=64",
+    "--global_batch_size=8", "--hidden_size=64", "--ffn_hidden_size=128", "--num_layers=1",
+    "--log_interval=5", "--eval_interval=0", "--lr_warmup_iters=5",
+]
+
+
+def losses(output: str) -> dict[int, float]:
+    return {int(s): float(v) for s, v in re.findall(r"step\s+(\d+)\s+loss\s+([0-9.]+)", output)}
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    return tmp_path_factory.mktemp("train")
+
+
+def test_demo_builds_corpus_and_loss_falls(workdir):
+    out = subprocess.run(
+        [sys.executable, "-m", "jaxblend.train", *SMALL, f"--workdir={workdir}",
+         "--train_iters=40", "--save_interval=20"],
+        capture_output=True, text=True, timeout=600, cwd=".",
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    curve = losses(out.stdout)
+    assert sorted(curve) == [5, 10, 15, 20, 25, 30, 35, 40]
+    assert curve[40] < curve[5] - 0.5, curve
+    for name in ("code", "prose", "legal"):
+        assert (workdir / "corpus" / f"{name}_text_document.bin").exists()
+    assert re.search(r"samples code_text_document=\d+ prose_text_document=\d+ legal_text_document=\d+", out.stdout)
+    assert (workdir / "checkpoints" / "step_00000040" / "meta.json").exists()
+
+
+def test_resume_on_two_processes(workdir):
+    # Continue the 40-step run to 50 steps on 2 processes (4 CPU devices each): it must resume
+    # from the step-40 checkpoint (model, optimizer and loader state), not start over.
+    output = run_cli(
+        "jaxblend.train",
+        [*SMALL, f"--workdir={workdir}", "--train_iters=50", "--save_interval=10",
+         "--mesh_shape=8", "--mesh_axes=data"],
+        2, 4,
+    )
+    curve = losses(output)
+    assert "resumed from" in output and "step 40" in output, output[-3000:]
+    assert sorted(curve) == [45, 50], output[-3000:]
+    assert "finished at step 50" in output
+    assert (workdir / "checkpoints" / "step_00000050" / "meta.json").exists()
