@@ -1,0 +1,161 @@
+"""Loader throughput: GPT sample reads vs Megatron-Core, end-to-end global batches, Grain workers.
+
+  .venv/bin/python benchmarks/loader_throughput.py            # full: 8 CPU devices, seq 2048, B 256
+  .venv/bin/python benchmarks/loader_throughput.py --quick    # smaller, for a smoke run
+
+(a) GPT sample reads, tokens/s: jaxblend `GPTSource.get_batch` (whole batch: index-map resolution,
+    one batched read, schema kernel) vs Megatron-Core `GPTDataset.__getitem__` (create_attention_mask
+    off) on the same files, config and seed, same random sample ids, warm page cache.
+(b) End-to-end global batches on 8 CPU devices: `make_loader` -> dict of sharded `jax.Array`s,
+    blocked until ready, tokens/s.
+(c) (b) with Grain worker_count 0, 1, 2.
+
+Prints a markdown table.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+
+import argparse
+import tempfile
+import time
+
+import numpy as np
+from absl import flags as absl_flags
+
+absl_flags.FLAGS.mark_as_parsed()
+
+
+def build_dataset(prefix: str, num_tokens: int, seed: int = 0) -> None:
+    from jaxblend import IndexedDatasetBuilder, IndexedDataset
+
+    if IndexedDataset.exists(prefix):
+        return
+    rng = np.random.default_rng(seed)
+    lengths = np.maximum(rng.lognormal(6.5, 1.0, size=num_tokens // 600 + 16).astype(np.int64), 8)
+    lengths = lengths[: np.searchsorted(np.cumsum(lengths), num_tokens) + 1]
+    with IndexedDatasetBuilder(prefix, np.uint16) as builder:
+        for start in range(0, lengths.size, 4096):
+            chunk = lengths[start : start + 4096]
+            tokens = rng.integers(0, 50000, int(chunk.sum()), dtype=np.uint16)
+            pos = 0
+            for n in chunk:
+                builder.add_sequence(tokens[pos : pos + n])
+                builder.end_document()
+                pos += n
+
+
+def time_it(fn, min_seconds: float) -> tuple[float, int]:
+    fn()  # warm up (compilation, page cache)
+    calls, start = 0, time.perf_counter()
+    while True:
+        fn()
+        calls += 1
+        elapsed = time.perf_counter() - start
+        if elapsed >= min_seconds:
+            return elapsed, calls
+
+
+def megatron_dataset(prefix: str, seq: int, samples: int, seed: int):
+    import torch
+
+    from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
+    from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
+
+    class Tok:
+        eod = 0
+        pad = 1
+        unique_identifiers = {"class": "BenchTok"}
+        vocab_size = 50000
+
+    torch.set_num_threads(1)
+    cfg = GPTDatasetConfig(
+        random_seed=seed, sequence_length=seq, blend=([prefix], None), split="100,0,0",
+        path_to_cache=None, tokenizer=Tok(), reset_position_ids=False, reset_attention_mask=False,
+        eod_mask_loss=False, create_attention_mask=False,
+    )
+    train, _, _ = BlendedMegatronDatasetBuilder(GPTDataset, [samples, None, None], lambda: True, cfg).build()
+    return train
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--data_dir", default=os.path.join(tempfile.gettempdir(), "jaxblend_bench"))
+    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--skip_megatron", action="store_true")
+    args = parser.parse_args()
+
+    import jax
+    from jax.sharding import Mesh
+
+    from jaxblend import index
+    from jaxblend.loading import make_loader
+    from jaxblend.sources import GPTSchemaOptions, open_gpt_sources
+
+    seq, batch = (512, 64) if args.quick else (2048, 256)
+    num_tokens = 20_000_000 if args.quick else 300_000_000
+    seconds = 1.0 if args.quick else args.seconds
+    os.makedirs(args.data_dir, exist_ok=True)
+    prefix = os.path.join(args.data_dir, f"loader_{num_tokens}")
+    build_dataset(prefix, num_tokens)
+    samples = (num_tokens - 1) // seq
+    config = index.GPTDataConfig(
+        blend=[prefix], split="100,0,0", seq_length=seq, seed=1234,
+        num_samples=(samples, None, None), cache_dir=os.path.join(args.data_dir, "cache"),
+    )
+    source = open_gpt_sources(config, GPTSchemaOptions(seq_length=seq))["train"]
+    rng = np.random.default_rng(0)
+    rows = []
+
+    ids_list = [rng.integers(0, len(source), batch) for _ in range(64)]
+    it = iter(range(1 << 30))
+
+    def ours():
+        source.get_batch(ids_list[next(it) % 64])
+
+    elapsed, calls = time_it(ours, seconds)
+    ours_tps = calls * batch * seq / elapsed
+    rows.append(("(a) GPT sample reads, jaxblend get_batch", ours_tps, None))
+    if not args.skip_megatron:
+        mega = megatron_dataset(prefix, seq, samples, 1234)
+        assert len(mega) == len(source), (len(mega), len(source))
+        probe = ids_list[0][:4]
+        for i in probe:
+            np.testing.assert_array_equal(mega[int(i)]["tokens"].numpy(), source[int(i)]["inputs"])
+
+        def theirs():
+            for i in ids_list[next(it) % 64]:
+                mega[int(i)]
+
+        elapsed, calls = time_it(theirs, seconds)
+        mega_tps = calls * batch * seq / elapsed
+        rows.append(("(a) GPT sample reads, Megatron-Core GPTDataset.__getitem__", mega_tps, None))
+        rows[0] = (rows[0][0], ours_tps, ours_tps / mega_tps)
+
+    mesh = Mesh(np.array(jax.devices()).reshape(-1), ("data",))
+    for workers in (0, 1, 2):
+        steps = 12 if args.quick else 24
+        loader = make_loader(source, mesh, global_batch_size=batch, worker_count=workers,
+                             num_steps=steps + 4, read_threads=2)
+        for _ in range(4):  # warm-up: worker start, compilation
+            jax.block_until_ready(next(loader))
+        start = time.perf_counter()
+        for _ in range(steps):
+            jax.block_until_ready(next(loader))
+        tps = steps * batch * seq / (time.perf_counter() - start)
+        rows.append((f"(b/c) global batches on {jax.device_count()} devices, worker_count={workers}", tps, None))
+
+    print(f"\nseq_length {seq}, global batch {batch}, dataset {num_tokens/1e6:.0f} M tokens, "
+          f"{os.cpu_count()} cores\n")
+    print("| measurement | M tokens/s | ratio vs Megatron |")
+    print("|---|---:|---:|")
+    for name, tps, ratio in rows:
+        print(f"| {name} | {tps/1e6:.1f} | {'' if ratio is None else f'{ratio:.2f}x'} |")
+
+
+if __name__ == "__main__":
+    main()

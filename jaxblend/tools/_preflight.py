@@ -1,0 +1,90 @@
+"""`inspect preflight`: check a data configuration before training, without building anything.
+
+Reports per split and dataset: tokens, requested samples, epochs, samples and index-map bytes;
+the total index-map memory/disk; whether the maps are cached; token-dtype limits against the
+vocabulary. Problems (missing or corrupt files, splits without tokens asked for samples, a
+vocabulary the token dtype cannot hold, maps above the memory limit) are listed and make the
+command exit non-zero.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import numpy as np
+from absl import flags
+
+from jaxblend import flags as data_flags
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(n) < 1024 or unit == "TB":
+            return f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TB"
+
+
+def run(global_batch_size: int, train_iters: int | None, vocab_size: int | None, max_gb: float) -> dict:
+    """Runs the preflight and prints its report; returns it as a dict (with `problems`)."""
+    from jaxblend.index.estimate import estimate_plan
+    from jaxblend.sources.factory import dataset_info
+    from jaxblend.storage import IndexedDataset
+
+    fl = flags.FLAGS
+    problems: list[str] = []
+    config = data_flags.data_config_from_flags()
+    if train_iters is not None and config.num_samples[0] is None:
+        config = dataclasses.replace(
+            config, num_samples=(train_iters * global_batch_size, *config.num_samples[1:])
+        )
+    datasets: dict[str, IndexedDataset] = {}
+
+    def info(prefix: str):
+        if prefix not in datasets:
+            datasets[prefix] = IndexedDataset(prefix, backend=fl.storage_backend)
+        return dataset_info(datasets[prefix], prefix)
+
+    try:
+        estimate = estimate_plan(config, info)
+    except (ValueError, OSError) as err:
+        print(f"PROBLEM: {err}")
+        return {"problems": [str(err)]}
+    problems += estimate.problems
+
+    print(f"index maps {estimate.fingerprint}: "
+          f"{'cached at ' + estimate.cache_path if estimate.cached else 'not cached (will be built)'}")
+    print(f"{'split':<6} {'dataset':<34} {'tokens':>14} {'requested':>11} {'epochs':>6} {'samples':>12} {'maps':>10}")
+    for e in estimate.datasets:
+        print(f"{e.split:<6} {os.path.basename(e.prefix)[-34:]:<34} {e.tokens:>14,} "
+              f"{'None' if e.requested is None else format(e.requested, ','):>11} {e.epochs:>6} "
+              f"{e.samples:>12,} {_human(e.bytes):>10}")
+    for split, size in estimate.blend_sizes.items():
+        print(f"blend {split}: {size:,} samples")
+    print(f"index maps in total: {_human(estimate.total_bytes)} (memory-mapped from "
+          f"{config.cache_dir or 'memory: no --data_cache_path'})")
+    if estimate.total_bytes > max_gb * 2**30:
+        problems.append(f"index maps need {_human(estimate.total_bytes)} > --max_index_gb={max_gb}")
+    if config.cache_dir is None:
+        print("note: no --data_cache_path: every process rebuilds the maps at start")
+    for prefix, ds in datasets.items():
+        limit = np.iinfo(ds.dtype).max if ds.dtype.kind in "iu" else None
+        line = f"{os.path.basename(prefix)}: tokens {ds.dtype}"
+        if vocab_size is not None and limit is not None:
+            line += f" (holds ids <= {limit:,}; vocabulary {vocab_size:,})"
+            if vocab_size - 1 > limit:
+                problems.append(f"{prefix}: token dtype {ds.dtype} cannot hold vocabulary {vocab_size}")
+        print(line)
+    train_epochs = {e.prefix: e.epochs for e in estimate.datasets if e.split == "train"}
+    repeated = {p: n for p, n in train_epochs.items() if n > 1}
+    if repeated:
+        print("datasets repeated in training: " + ", ".join(f"{os.path.basename(p)} x{n}" for p, n in repeated.items()))
+    for p in problems:
+        print(f"PROBLEM: {p}")
+    print("preflight: " + ("FAILED" if problems else "ok"))
+    return {
+        "fingerprint": estimate.fingerprint, "cached": estimate.cached,
+        "total_bytes": estimate.total_bytes, "blend_sizes": estimate.blend_sizes,
+        "datasets": [dataclasses.asdict(e) for e in estimate.datasets], "problems": problems,
+    }

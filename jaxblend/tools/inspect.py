@@ -1,0 +1,213 @@
+"""Inspect datasets, batches and blends without running the loader.
+
+  python -m jaxblend.tools.inspect stats --data_path="30 /d/a 70 /d/b"
+  python -m jaxblend.tools.inspect explain --step=N --global_batch_size=B <data flags>
+  python -m jaxblend.tools.inspect mixture --start_step=0 --end_step=1000 --plot=mix.png <data flags>
+  python -m jaxblend.tools.inspect preflight --global_batch_size=B --train_iters=T <data flags>
+
+* stats: documents, sequences, tokens and a document-length histogram per dataset.
+* explain: for every row of global batch N, the dataset, document ids and token ranges of its
+  sample, straight from the index maps (the loader's batch N holds exactly these tokens).
+* mixture: realized vs target share of each dataset over a step range, as a table and (with
+  --plot, needs matplotlib) a PNG of the cumulative shares.
+* preflight: before training, estimated index-map memory/disk per split, token-dtype limits,
+  epochs per dataset, missing caches; exits non-zero on problems.
+
+Data flags are those of `jaxblend.tools.dump_samples` (Megatron-LM names).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from collections.abc import Sequence
+
+import numpy as np
+from absl import app, flags
+
+from jaxblend import flags as data_flags
+from jaxblend.tools import _cli
+
+COMMANDS = ("stats", "explain", "mixture", "preflight")
+
+_STEP = flags.DEFINE_integer("step", 0, "explain: the global step.", lower_bound=0)
+_BATCH = flags.DEFINE_integer("global_batch_size", 8, "Global batch size.", lower_bound=1)
+_WHICH = flags.DEFINE_enum("which", "train", ["train", "valid", "test"], "Split.")
+_START = flags.DEFINE_integer("start_step", 0, "mixture: first step.", lower_bound=0)
+_END = flags.DEFINE_integer("end_step", None, "mixture: end step (exclusive; default: all).")
+_PLOT = flags.DEFINE_string("plot", None, "mixture: write a PNG plot here.")
+_JSON = flags.DEFINE_string("json", None, "Also write the result as JSON here.")
+_ITERS = flags.DEFINE_integer("train_iters", None, "preflight: training steps (sets --train_samples).")
+_VOCAB = flags.DEFINE_integer("vocab_size", None, "preflight: the tokenizer's vocabulary size.")
+_MAX_MEMORY_GB = flags.DEFINE_float("max_index_gb", 64.0, "preflight: fail above this index-map size.")
+
+_cli.define_source_flags()
+
+
+def _write_json(result) -> None:
+    if _JSON.value:
+        tmp = f"{_JSON.value}.tmp-{os.getpid()}"
+        with open(tmp, "w") as f:
+            json.dump(result, f, indent=1, default=lambda x: x.item() if hasattr(x, "item") else str(x))
+        os.replace(tmp, _JSON.value)
+
+
+def _prefixes() -> list[str]:
+    cfg = data_flags.data_config_from_flags()
+    blends = [cfg.blend] if cfg.blend is not None else [b for b in cfg.blend_per_split if b]
+    from jaxblend.index import parse_blend
+
+    out: list[str] = []
+    for blend in blends:
+        for p in parse_blend(blend).prefixes:
+            if p not in out:
+                out.append(p)
+    return out
+
+
+def stats() -> dict:
+    """Per-dataset statistics and document-length histograms."""
+    from jaxblend.storage import IndexedDataset
+
+    result = {}
+    for prefix in _prefixes():
+        ds = IndexedDataset(prefix)
+        seq_lengths = np.asarray(ds.sequence_lengths, np.int64)
+        cum = np.concatenate([[0], np.cumsum(seq_lengths)])
+        doc_idx = np.asarray(ds.document_indices, np.int64)
+        doc_tokens = cum[doc_idx[1:]] - cum[doc_idx[:-1]]
+        edges = 2 ** np.arange(0, max(1, int(np.ceil(np.log2(max(int(doc_tokens.max(initial=1)), 1) + 1)))) + 1)
+        hist, _ = np.histogram(doc_tokens, bins=np.concatenate([[0], edges]))
+        result[prefix] = {
+            "dtype": str(ds.dtype), "documents": int(doc_tokens.size), "sequences": int(seq_lengths.size),
+            "tokens": int(cum[-1]), "bytes": int(cum[-1] * ds.dtype.itemsize),
+            "mean_document_tokens": float(doc_tokens.mean()) if doc_tokens.size else 0.0,
+            "median_document_tokens": float(np.median(doc_tokens)) if doc_tokens.size else 0.0,
+            "max_document_tokens": int(doc_tokens.max(initial=0)),
+            "histogram": [{"below": int(e), "documents": int(h)} for e, h in zip(edges, hist[:edges.size], strict=True)],
+        }
+        r = result[prefix]
+        print(f"\n{prefix}  ({r['dtype']})")
+        print(f"  documents {r['documents']:,}  sequences {r['sequences']:,}  tokens {r['tokens']:,}  "
+              f"bytes {r['bytes']:,}")
+        print(f"  document tokens: mean {r['mean_document_tokens']:.1f}  median "
+              f"{r['median_document_tokens']:.0f}  max {r['max_document_tokens']:,}")
+        top = max(hist.max(initial=1), 1)
+        low = 0
+        for e, h in zip(edges, hist, strict=False):
+            if h:
+                print(f"  [{low:>9,} , {e:>9,})  {h:>9,}  {'#' * max(1, int(40 * h / top))}")
+            low = e
+    return result
+
+
+def _plan_and_names():
+    source = _cli.source_from_flags(_WHICH.value)
+    return source, source.plan, source.dataset_names
+
+
+def explain() -> dict:
+    """The pieces of every row of global batch --step."""
+    from jaxblend.storage import IndexedDataset
+
+    source, plan, names = _plan_and_names()
+    b, step = _BATCH.value, _STEP.value
+    if (step + 1) * b > len(plan):
+        raise app.UsageError(f"step {step} x batch {b} exceeds the {_WHICH.value} split's {len(plan)} samples")
+    doc_indices = {n: np.asarray(IndexedDataset(n).document_indices) for n in dict.fromkeys(names)}
+    rows = []
+    print(f"global batch {step} ({_WHICH.value}, B={b}): row  sample  dataset  pieces (document/sequence [start:stop))")
+    for r in range(b):
+        sample = step * b + r
+        dataset_id, local = plan.locate(sample)
+        pieces = []
+        for p in plan.pieces(sample):
+            name = names[p.dataset_id]
+            doc = int(np.searchsorted(doc_indices[name], p.sequence_id, side="right") - 1)
+            pieces.append({"dataset_id": int(p.dataset_id), "document": doc, "sequence": int(p.sequence_id),
+                           "start": int(p.start), "stop": int(p.stop)})
+        rows.append({"row": r, "sample_id": sample, "dataset_id": int(dataset_id),
+                     "dataset": names[dataset_id], "dataset_sample": int(local), "pieces": pieces})
+        text = " ".join(f"d{q['document']}/s{q['sequence']}[{q['start']}:{q['stop']})" for q in pieces)
+        print(f"{r:4d} {sample:8d}  {os.path.basename(names[dataset_id])}  {text}")
+    return {"step": step, "global_batch_size": b, "split": _WHICH.value, "datasets": names, "rows": rows}
+
+
+def _target_weights(names: Sequence[str], plan) -> np.ndarray:
+    cfg = data_flags.data_config_from_flags()
+    from jaxblend.index import parse_blend
+
+    blend = cfg.blend if cfg.blend is not None else cfg.blend_per_split[("train", "valid", "test").index(_WHICH.value)]
+    parsed = parse_blend(blend)
+    if parsed.weights is not None and len(parsed.weights) == len(names):
+        w = np.asarray(parsed.weights, np.float64)
+    else:  # weighted by size (unweighted blends)
+        w = np.asarray([plan.dataset_length(j) for j in range(len(names))], np.float64)
+    return w / w.sum()
+
+
+def mixture() -> dict:
+    """Realized vs target dataset shares over [--start_step, --end_step)."""
+    source, plan, names = _plan_and_names()
+    b = _BATCH.value
+    end = _END.value if _END.value is not None else len(plan) // b
+    if not 0 <= _START.value < end <= len(plan) // b:
+        raise app.UsageError(f"step range [{_START.value}, {end}) outside [0, {len(plan) // b})")
+    ids = plan.dataset_ids(np.arange(_START.value * b, end * b, dtype=np.int64)).astype(np.int64)
+    counts = np.bincount(ids, minlength=len(names))
+    realized = counts / counts.sum()
+    target = _target_weights(names, plan)
+    print(f"steps [{_START.value}, {end}) x {b} = {ids.size} samples ({_WHICH.value})")
+    print(f"{'dataset':<40} {'samples':>10} {'realized':>9} {'target':>9} {'diff':>9}")
+    rows = []
+    for j, name in enumerate(names):
+        print(f"{os.path.basename(name)[-40:]:<40} {counts[j]:>10,} {realized[j]:>9.4f} {target[j]:>9.4f} "
+              f"{realized[j] - target[j]:>+9.4f}")
+        rows.append({"dataset": name, "samples": int(counts[j]), "realized": float(realized[j]),
+                     "target": float(target[j])})
+    if _PLOT.value:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        per_step = ids.reshape(end - _START.value, b)
+        cum = np.cumsum(np.stack([(per_step == j).sum(1) for j in range(len(names))], 1), 0)
+        share = cum / cum.sum(1, keepdims=True)
+        steps = np.arange(_START.value + 1, end + 1)
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        for j, name in enumerate(names):
+            line, = ax.plot(steps, share[:, j], label=f"{os.path.basename(name)} (realized)")
+            ax.axhline(target[j], color=line.get_color(), linestyle="--", linewidth=0.8)
+        ax.set_xlabel("step")
+        ax.set_ylabel("cumulative share of samples")
+        ax.set_title(f"Blend mixture, {_WHICH.value} split (dashed: target)")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        tmp = f"{_PLOT.value}.tmp-{os.getpid()}.png"
+        fig.savefig(tmp, dpi=100)
+        os.replace(tmp, _PLOT.value)
+        print(f"wrote {_PLOT.value}")
+    return {"start_step": _START.value, "end_step": end, "rows": rows}
+
+
+def main(argv: Sequence[str]) -> None:
+    if len(argv) != 2 or argv[1] not in COMMANDS:
+        raise app.UsageError(f"give one command: {', '.join(COMMANDS)}")
+    command = argv[1]
+    if command == "preflight":
+        from jaxblend.tools import _preflight
+
+        result = _preflight.run(_BATCH.value, _ITERS.value, _VOCAB.value, _MAX_MEMORY_GB.value)
+        _write_json(result)
+        if result["problems"]:
+            sys.exit(1)
+        return
+    result = {"stats": stats, "explain": explain, "mixture": mixture}[command]()
+    _write_json(result)
+
+
+if __name__ == "__main__":
+    app.run(main)
