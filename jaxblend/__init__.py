@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from jaxblend import index
 from jaxblend.storage import (
     IndexedDataset,
     IndexedDatasetBuilder,
@@ -10,6 +11,7 @@ from jaxblend.storage import (
 )
 
 __all__ = [
+    "index",
     "IndexFormatError",
     "IndexedDataset",
     "IndexedDatasetBuilder",

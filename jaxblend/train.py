@@ -157,8 +157,8 @@ def main(argv: Sequence[str]) -> None:
         optax.adamw(schedule, b1=0.9, b2=0.95, weight_decay=_WD.value),
     )
     params = jax.jit(functools.partial(model.init_params, cfg), static_argnums=0, out_shardings=shardings)(fl.seed)
-    opt_state = jax.jit(optimizer.init)(params)
-    opt_shardings = jax.tree.map(lambda x: x.sharding, opt_state)
+    opt_shardings = model.state_shardings(jax.eval_shape(optimizer.init, params), shardings, mesh)
+    opt_state = jax.jit(optimizer.init, out_shardings=opt_shardings)(params)
 
     ckpt_dir = _CKPT_DIR.value or os.path.join(workdir, "checkpoints")
     start, loader_state = 0, None

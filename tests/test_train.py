@@ -16,6 +16,7 @@ SMALL = [
     "--flagfile=configs/demo.flags", "--default_corpus_mb=0.25", "--seq_length=64",
     "--global_batch_size=8", "--hidden_size=64", "--ffn_hidden_size=128", "--num_layers=1",
     "--log_interval=5", "--eval_interval=0", "--lr_warmup_iters=5",
+    "--train_samples=400",  # fixed data order: extending --train_iters keeps the same stream
 ]
 
 

@@ -81,6 +81,26 @@ def param_shardings(config: ModelConfig, mesh: Mesh) -> dict:
     )
 
 
+def state_shardings(abstract_state, param_sharding_tree: dict, mesh: Mesh):
+    """Shardings for an optimizer state: entries mirroring a parameter share its sharding.
+
+    Optimizer states (Adam moments, ...) embed the parameter tree; a state leaf whose tree path
+    ends with a parameter's path gets that parameter's sharding, anything else (step counters)
+    is replicated over the mesh.
+    """
+    by_path = {
+        jax.tree_util.keystr(path): sharding
+        for path, sharding in jax.tree_util.tree_flatten_with_path(param_sharding_tree)[0]
+    }
+    replicated = NamedSharding(mesh, P())
+
+    def pick(path, _leaf):
+        key = jax.tree_util.keystr(path)
+        return next((s for p, s in by_path.items() if key.endswith(p)), replicated)
+
+    return jax.tree_util.tree_map_with_path(pick, abstract_state)
+
+
 def init_params(config: ModelConfig, seed: int) -> dict:
     """Random parameters (float32), deterministic in `seed`."""
     keys = iter(jax.random.split(jax.random.key(seed), 2 + 4 * config.num_layers))

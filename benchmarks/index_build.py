@@ -1,0 +1,248 @@
+"""Index-map build times and peak memory, jaxblend vs megatron-core's helpers, in one run.
+
+Each case runs in its own child process (peak RSS = that process's max RSS minus its RSS after
+imports and input generation). Prints a markdown table.
+
+  .venv/bin/python benchmarks/index_build.py            # quick sizes (~1 min)
+  .venv/bin/python benchmarks/index_build.py --full     # issue sizes (~5 min + Megatron's 110 s)
+
+Cases (full sizes): GPT maps for 1e7 documents / 1e10 tokens at S=2048 (Megatron: its
+`_build_document_index`, `helpers.build_sample_idx`, `_build_shuffle_index`); blending 1e8 x 3
+and 1e8 x 1,000 datasets (`helpers.build_blending_indices` incl. its numpy.zeros outputs);
+1e7 x 100,000 datasets (jaxblend only: Megatron stores dataset ids as int16); loading a cached
+configuration with `build_data_plan`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+SIZES = {
+    "quick": {
+        "docs": 1_000_000,
+        "tokens": 1_000_000_000,
+        "blend3": 10_000_000,
+        "blend1k": 1_000_000,
+        "blend100k": 300_000,
+    },
+    "full": {
+        "docs": 10_000_000,
+        "tokens": 10_000_000_000,
+        "blend3": 100_000_000,
+        "blend1k": 100_000_000,
+        "blend100k": 10_000_000,
+    },
+}
+
+
+def _digest(*arrays: np.ndarray) -> str:
+    h = hashlib.sha256()
+    for a in arrays:
+        h.update(np.ascontiguousarray(a).astype(np.int64).tobytes())
+    return h.hexdigest()
+
+
+def _rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def _lengths(docs: int, tokens: int) -> np.ndarray:
+    rng = np.random.default_rng(0)
+    mean = tokens // docs
+    return rng.integers(1, 2 * mean, docs).astype(np.int32)
+
+
+def _weights(n: int) -> np.ndarray:
+    w = np.random.default_rng(1).random(n) + 0.1
+    return w / w.sum()
+
+
+def case_gpt(impl: str, sizes: dict) -> dict:
+    lengths = _lengths(sizes["docs"], sizes["tokens"])
+    documents = np.arange(len(lengths), dtype=np.int32)
+    tokens = int(lengths.sum())
+    seq = 2048
+    if impl == "megatron":
+        from megatron.core.datasets import gpt_dataset, helpers
+
+        base = _rss_mb()
+        t0 = time.perf_counter()
+        rng = np.random.RandomState(1234)
+        doc_index = gpt_dataset._build_document_index(documents, 1, rng, False)
+        t1 = time.perf_counter()
+        sample_index = helpers.build_sample_idx(lengths, doc_index, seq, 1, tokens, True, True)
+        t2 = time.perf_counter()
+        n = sample_index.shape[0] - 1
+        shuffle = gpt_dataset._build_shuffle_index(n, n, rng)
+        t3 = time.perf_counter()
+    else:
+        from jaxblend.index import document_index as di
+        from jaxblend.index import sample_index as si
+        from jaxblend.index import shuffle_index as sh
+
+        si.build_sample_index(lengths[:10], documents[:10], 3, 1, int(lengths[:10].sum()))
+        base = _rss_mb()
+        t0 = time.perf_counter()
+        rng = np.random.RandomState(1234)
+        doc_index = di.build_document_index(documents, 1, rng, False)
+        t1 = time.perf_counter()
+        sample_index = si.build_sample_index(lengths, doc_index, seq, 1, tokens, True, True)
+        t2 = time.perf_counter()
+        n = sample_index.shape[0] - 1
+        shuffle = sh.build_shuffle_index(n, n, rng)
+        t3 = time.perf_counter()
+    peak = _rss_mb() - base
+    digest = _digest(doc_index, sample_index, shuffle)
+    return {
+        "seconds": t3 - t0,
+        "doc": t1 - t0,
+        "sample": t2 - t1,
+        "shuffle": t3 - t2,
+        "peak_mb": peak,
+        "digest": digest,
+        "samples": int(n),
+    }
+
+
+def case_blend(impl: str, sizes: dict, n: int, size_key: str) -> dict:
+    size = sizes[size_key]
+    w = _weights(n)
+    if impl == "megatron":
+        from megatron.core.datasets import helpers
+
+        base = _rss_mb()
+        t0 = time.perf_counter()
+        dataset_index = np.zeros(size, dtype=np.int16)
+        dataset_sample_index = np.zeros(size, dtype=np.int64)
+        helpers.build_blending_indices(dataset_index, dataset_sample_index, w, n, size, False)
+        t1 = time.perf_counter()
+    else:
+        from jaxblend import index
+
+        index.build_blending_indices(w, 10)
+        base = _rss_mb()
+        t0 = time.perf_counter()
+        dataset_index, dataset_sample_index = index.build_blending_indices(w, size)
+        t1 = time.perf_counter()
+    peak = _rss_mb() - base
+    digest = _digest(dataset_index, dataset_sample_index)
+    return {"seconds": t1 - t0, "peak_mb": peak, "digest": digest}
+
+
+def case_cached_load(impl: str, sizes: dict) -> dict:
+    from jaxblend import index
+
+    rng = np.random.default_rng(2)
+    infos = {
+        f"/bench/{k}": index.DatasetInfo(
+            f"/bench/{k}",
+            rng.integers(1, 2000, 1_000_000).astype(np.int32),
+            np.arange(1_000_001, dtype=np.int64),
+            f"fingerprint-{k}",
+        )
+        for k in range(3)
+    }
+    config = index.GPTDataConfig(
+        blend=["30", "/bench/0", "50", "/bench/1", "20", "/bench/2"],
+        split="969,30,1",
+        seq_length=2048,
+        num_samples=(1_000_000, 10_000, 1_000),
+        cache_dir=tempfile.mkdtemp(prefix="jaxblend-bench-"),
+    )
+    index.build_data_plan(config, infos)
+    base = _rss_mb()
+    times = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        plan = index.build_data_plan(config, infos)
+        times.append(time.perf_counter() - t0)
+    return {"seconds": min(times), "peak_mb": _rss_mb() - base, "digest": len(plan.split("train"))}
+
+
+def run_case(name: str, impl: str, mode: str) -> dict:
+    sizes = SIZES[mode]
+    if name == "gpt":
+        return case_gpt(impl, sizes)
+    if name == "blend3":
+        return case_blend(impl, sizes, 3, "blend3")
+    if name == "blend1k":
+        return case_blend(impl, sizes, 1000, "blend1k")
+    if name == "blend100k":
+        return case_blend(impl, sizes, 100_000, "blend100k")
+    if name == "cached":
+        return case_cached_load(impl, sizes)
+    raise ValueError(name)
+
+
+def _child(name: str, impl: str, mode: str) -> dict:
+    cmd = [sys.executable, __file__, "--child", name, "--impl", impl, "--mode", mode]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=3600)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--full", action="store_true", help="issue sizes")
+    parser.add_argument(
+        "--skip_megatron_1k", action="store_true", help="skip Megatron's 110 s case"
+    )
+    parser.add_argument(
+        "--cases",
+        default="gpt,blend3,blend1k,blend100k,cached",
+        help="comma-separated subset of the cases",
+    )
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--impl", default="jaxblend", help=argparse.SUPPRESS)
+    parser.add_argument("--mode", default="quick", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(run_case(args.child, args.impl, args.mode)))
+        return
+    mode = "full" if args.full else "quick"
+    s = SIZES[mode]
+    rows = [
+        ("gpt", f"GPT maps {s['docs']:.0e} docs / {s['tokens']:.0e} tokens, S=2048", True, None),
+        ("blend3", f"blend {s['blend3']:.0e} x 3", True, None),
+        ("blend1k", f"blend {s['blend1k']:.0e} x 1,000", not args.skip_megatron_1k, None),
+        ("blend100k", f"blend {s['blend100k']:.0e} x 100,000", False, None),
+        ("cached", "cached configuration load (3 x 1e6 docs, 1e6 samples)", False, None),
+    ]
+    print(f"mode: {mode}; machine: {os.cpu_count()} cores (shared, figures under load)\n")
+    print("| case | jaxblend s | peak MB | megatron-core s | peak MB | speedup | identical |")
+    print("|---|---|---|---|---|---|---|")
+    for name, title, with_megatron, _ in rows:
+        if name not in args.cases.split(","):
+            continue
+        ours = _child(name, "jaxblend", mode)
+        theirs = _child(name, "megatron", mode) if with_megatron else None
+        detail = ""
+        if name == "gpt":
+            detail = f" (doc {ours['doc']:.2f} / sample {ours['sample']:.2f} / shuffle {ours['shuffle']:.2f})"
+        if theirs is None:
+            print(
+                f"| {title} | {ours['seconds']:.4f}{detail} | {ours['peak_mb']:.0f} | n/a | n/a | n/a | n/a |"
+            )
+        else:
+            mdetail = ""
+            if name == "gpt":
+                mdetail = f" (doc {theirs['doc']:.2f} / sample {theirs['sample']:.2f} / shuffle {theirs['shuffle']:.2f})"
+            print(
+                f"| {title} | {ours['seconds']:.3f}{detail} | {ours['peak_mb']:.0f} | "
+                f"{theirs['seconds']:.3f}{mdetail} | {theirs['peak_mb']:.0f} | "
+                f"{theirs['seconds'] / ours['seconds']:.2f}x | {ours['digest'] == theirs['digest']} |"
+            )
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,94 @@
+"""absl data flags named after Megatron-LM's, shared by every CLI, and their `GPTDataConfig`.
+
+`define_data_flags()` (idempotent) defines:
+
+  --data_path                blend: "30 /d/a 70 /d/b", "/d/a", or an absl list 30,/d/a,70,/d/b
+  --train_data_path, --valid_data_path, --test_data_path   per-split blends (instead of data_path)
+  --split                    "969,30,1"
+  --seq_length               tokens per sample (required)
+  --seed                     RandomState seed (1234)
+  --train_samples, --valid_samples, --test_samples         omitted = None (Megatron's None)
+  --add_extra_token_to_sequence, --drop_last_partial_validation_sequence   (both default True)
+  --mid_level_dataset_surplus  (0.005)
+  --data_cache_path          index-map cache directory
+
+`data_config_from_flags()` turns them into a validated `jaxblend.index.GPTDataConfig`.
+"""
+
+from __future__ import annotations
+
+from absl import flags
+
+from jaxblend import index
+
+_DEFINED = False
+_BLEND_FLAGS = ("train_data_path", "valid_data_path", "test_data_path")
+
+
+def define_data_flags() -> None:
+    """Defines the data flags once (later calls do nothing)."""
+    global _DEFINED
+    if _DEFINED or "data_path" in flags.FLAGS:
+        _DEFINED = True
+        return
+    flags.DEFINE_list(
+        "data_path",
+        None,
+        'Blend: "30 /d/a 70 /d/b" (one string), 30,/d/a,70,/d/b, or a single prefix.',
+    )
+    for name in _BLEND_FLAGS:
+        flags.DEFINE_list(name, None, f"Blend of the {name.split('_')[0]} split only.")
+    flags.DEFINE_string("split", "969,30,1", "train,valid,test proportions (with --data_path).")
+    flags.DEFINE_integer("seq_length", None, "Tokens per sample S.")
+    flags.DEFINE_integer("seed", 1234, "RandomState seed of every dataset and split.")
+    flags.DEFINE_integer("train_samples", None, "Training samples (omitted = None).")
+    flags.DEFINE_integer("valid_samples", None, "Validation samples (omitted = None).")
+    flags.DEFINE_integer("test_samples", None, "Test samples (omitted = None).")
+    flags.DEFINE_bool(
+        "add_extra_token_to_sequence", True, "Samples of S + 1 tokens (inputs/targets shifted)."
+    )
+    flags.DEFINE_bool(
+        "drop_last_partial_validation_sequence", True, "Drop the valid split's last partial sample."
+    )
+    flags.DEFINE_float(
+        "mid_level_dataset_surplus", 0.005, "Extra samples built per blended dataset."
+    )
+    flags.DEFINE_string("data_cache_path", None, "Directory of the index-map cache.")
+    _DEFINED = True
+
+
+def _blend(value: list[str] | None) -> tuple[str, ...] | None:
+    if not value:
+        return None
+    return tuple(" ".join(value).split())
+
+
+def data_config_from_flags() -> index.GPTDataConfig:
+    """The `GPTDataConfig` described by the data flags.
+
+    Raises:
+      ValueError: missing --seq_length, no data path, or both --data_path and per-split paths.
+    """
+    fl = flags.FLAGS
+    if fl.seq_length is None:
+        raise ValueError("--seq_length is required")
+    per_split = tuple(_blend(getattr(fl, name)) for name in _BLEND_FLAGS)
+    blend = _blend(fl.data_path)
+    if blend is not None and any(b is not None for b in per_split):
+        raise ValueError(
+            "--data_path excludes --train_data_path/--valid_data_path/--test_data_path"
+        )
+    if blend is None and all(b is None for b in per_split):
+        raise ValueError("give --data_path or --train_data_path/--valid_data_path/--test_data_path")
+    return index.GPTDataConfig(
+        blend=blend,
+        blend_per_split=None if blend is not None else per_split,
+        split=fl.split,
+        seq_length=fl.seq_length,
+        seed=fl.seed,
+        num_samples=(fl.train_samples, fl.valid_samples, fl.test_samples),
+        add_extra_token_to_sequence=fl.add_extra_token_to_sequence,
+        drop_last_partial_validation_sequence=fl.drop_last_partial_validation_sequence,
+        mid_level_dataset_surplus=fl.mid_level_dataset_surplus,
+        cache_dir=fl.data_cache_path,
+    )

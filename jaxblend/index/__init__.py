@@ -1,0 +1,39 @@
+"""Index maps: splits, GPT document/sample/shuffle indices, weighted blends, caching.
+
+numpy + numba only (no grain, jax or tensorstore). Bit-exact with Megatron-Core 0.16.1.
+"""
+
+from __future__ import annotations
+
+from jaxblend.index.blend_index import build_blending_indices, build_exhaustive_blending_indices
+from jaxblend.index.blend_spec import Blend, normalize, parse_blend
+from jaxblend.index.config import DatasetInfo, GPTDataConfig
+from jaxblend.index.document_index import build_document_index
+from jaxblend.index.gpt import GPTIndexMaps, build_gpt_index_maps
+from jaxblend.index.plan import DataPlan, build_data_plan
+from jaxblend.index.sample_index import build_sample_index
+from jaxblend.index.shuffle_index import build_shuffle_index
+from jaxblend.index.split import parse_split, split_matrix
+from jaxblend.index.split_plan import Piece, Spans, SplitPlan
+
+__all__ = [
+    "Blend",
+    "DataPlan",
+    "DatasetInfo",
+    "GPTDataConfig",
+    "GPTIndexMaps",
+    "Piece",
+    "Spans",
+    "SplitPlan",
+    "build_blending_indices",
+    "build_data_plan",
+    "build_document_index",
+    "build_exhaustive_blending_indices",
+    "build_gpt_index_maps",
+    "build_sample_index",
+    "build_shuffle_index",
+    "normalize",
+    "parse_blend",
+    "parse_split",
+    "split_matrix",
+]

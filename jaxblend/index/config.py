@@ -1,0 +1,169 @@
+"""Configuration of a GPT data plan and the dataset facts the index layer needs.
+
+`GPTDataConfig` mirrors the Megatron-LM data arguments that change the sample order; it is
+validated on construction. `DatasetInfo` carries the only facts about a dataset the index maps
+depend on (sequence lengths, document boundaries) plus a content fingerprint for caching, so this
+layer never opens files itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from jaxblend.index import blend_spec
+from jaxblend.index import split as split_lib
+
+_UINT32_MAX = int(np.iinfo(np.uint32).max)
+_COUNT_LIMIT = 2**53  # counts are also handled as float64 by the blend kernels
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class DatasetInfo:
+    """What the index maps need to know about one IndexedDataset.
+
+    Attributes:
+      name: the dataset prefix, used in messages (never in cache keys).
+      sequence_lengths: int32 `[N]` token count of each sequence.
+      document_indices: int64 `[D + 1]` document boundaries (sequence ids).
+      fingerprint: content identity (e.g. hash of the .idx bytes + .bin size).
+    """
+
+    name: str
+    sequence_lengths: np.ndarray
+    document_indices: np.ndarray
+    fingerprint: str
+
+    def __post_init__(self) -> None:
+        lengths = np.asarray(self.sequence_lengths)
+        if lengths.ndim != 1:
+            raise ValueError(f"{self.name}: sequence_lengths must be 1-D, got {lengths.shape}")
+        if lengths.dtype != np.int32:
+            if len(lengths) and (lengths.min() < 0 or lengths.max() > np.iinfo(np.int32).max):
+                raise ValueError(f"{self.name}: sequence_lengths do not fit int32")
+            lengths = lengths.astype(np.int32)
+        object.__setattr__(self, "sequence_lengths", lengths)
+        object.__setattr__(self, "document_indices", np.asarray(self.document_indices))
+        if len(lengths) > np.iinfo(np.int32).max:
+            raise ValueError(
+                f"{self.name}: {len(lengths)} sequences overflow Megatron's int32 sequence ids"
+            )
+        if not isinstance(self.fingerprint, str) or not self.fingerprint:
+            raise ValueError(f"{self.name}: fingerprint must be a non-empty string")
+
+    @property
+    def num_sequences(self) -> int:
+        """Number of sequences N."""
+        return int(self.sequence_lengths.shape[0])
+
+
+def _check_count(value: object, field: str) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{field} = {value!r} must be an int >= 0 or None")
+    if value < 0:
+        raise ValueError(f"{field} = {value} must be >= 0 or None")
+    if value > _COUNT_LIMIT:
+        raise ValueError(f"{field} = {value} overflows the int64 index dtypes (max {_COUNT_LIMIT})")
+
+
+@dataclasses.dataclass(frozen=True)
+class GPTDataConfig:
+    """Everything that fixes the sample order of a GPT data configuration.
+
+    Attributes:
+      blend: Megatron blend list (`["p1", "p2"]` or `["30", "p1", "70", "p2"]`), or None when
+        `blend_per_split` is used. Split by `split`.
+      blend_per_split: `(train, valid, test)` blend lists (each None = no such split); each prefix
+        is used whole. Excludes `blend`; `split` is then ignored.
+      split: split string such as "969,30,1".
+      seq_length: tokens per sample S (> 0).
+      seed: RandomState seed of every dataset and split.
+      num_samples: requested samples `(train, valid, test)`; None = Megatron's None (one epoch of
+        a single dataset, or an unweighted blend of whole epochs).
+      add_extra_token_to_sequence: samples hold S + 1 tokens (inputs/targets shifted by one).
+      drop_last_partial_validation_sequence: False keeps the valid split's last partial sample.
+      mid_level_dataset_surplus: extra fraction of samples built per blended dataset.
+      cache_dir: directory for cached index maps, or None to build in memory only.
+      megatron_compat: reproduce Megatron-Core's order and quirks bit for bit. This is the only
+        mode implemented: it is recorded in the fingerprint so that a future non-compatible mode
+        never serves these maps; False is refused.
+    """
+
+    blend: Sequence[str] | None = None
+    blend_per_split: (
+        tuple[Sequence[str] | None, Sequence[str] | None, Sequence[str] | None] | None
+    ) = None
+    split: str | None = "969,30,1"
+    seq_length: int = 2048
+    seed: int = 1234
+    num_samples: tuple[int | None, int | None, int | None] = (None, None, None)
+    add_extra_token_to_sequence: bool = True
+    drop_last_partial_validation_sequence: bool = True
+    mid_level_dataset_surplus: float = 0.005
+    cache_dir: str | None = None
+    megatron_compat: bool = True
+
+    def __post_init__(self) -> None:
+        if isinstance(self.blend, str):
+            object.__setattr__(self, "blend", tuple(self.blend.split()))
+        elif self.blend is not None:
+            object.__setattr__(self, "blend", tuple(str(b) for b in self.blend))
+        if self.blend_per_split is not None:
+            per = tuple(self.blend_per_split)
+            if len(per) != 3:
+                raise ValueError(
+                    f"blend_per_split has {len(per)} entries; expected 3 (train, valid, test)"
+                )
+            per = tuple(
+                None if b is None else tuple(b.split()) if isinstance(b, str) else tuple(b)
+                for b in per
+            )
+            per = tuple(None if b is not None and len(b) == 0 else b for b in per)
+            if all(b is None for b in per):
+                raise ValueError("blend_per_split = (None, None, None) names no dataset")
+            object.__setattr__(self, "blend_per_split", per)
+        if self.blend is None and self.blend_per_split is None:
+            raise ValueError("one of blend or blend_per_split must be given, got neither")
+        if self.blend is not None and self.blend_per_split is not None:
+            raise ValueError("blend and blend_per_split are exclusive; give one of them")
+        if self.blend is not None:
+            blend_spec.parse_blend(self.blend, "blend")
+            if self.split is None:
+                raise ValueError("split must be given with blend (e.g. '969,30,1'), got None")
+            split_lib.parse_split(self.split)
+        else:
+            for name, b in zip(split_lib.SPLIT_NAMES, self.blend_per_split):
+                if b is not None:
+                    blend_spec.parse_blend(b, f"blend_per_split[{name}]")
+        if isinstance(self.seq_length, bool) or not isinstance(self.seq_length, (int, np.integer)):
+            raise TypeError(f"seq_length = {self.seq_length!r} must be an int > 0")
+        if not 0 < self.seq_length <= np.iinfo(np.int32).max - 1:
+            raise ValueError(f"seq_length = {self.seq_length} must be in [1, 2**31 - 2]")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)):
+            raise TypeError(f"seed = {self.seed!r} must be an int in [0, 2**32 - 1]")
+        if not 0 <= self.seed <= _UINT32_MAX:
+            raise ValueError(f"seed = {self.seed} must be in [0, 2**32 - 1] (numpy RandomState)")
+        counts = tuple(self.num_samples)
+        if len(counts) != 3:
+            raise ValueError(
+                f"num_samples = {self.num_samples!r} must have 3 entries (train, valid, test)"
+            )
+        for name, value in zip(split_lib.SPLIT_NAMES, counts):
+            _check_count(value, f"num_samples[{name}]")
+        object.__setattr__(
+            self, "num_samples", tuple(None if c is None else int(c) for c in counts)
+        )
+        surplus = float(self.mid_level_dataset_surplus)
+        if not math.isfinite(surplus) or surplus < 0:
+            raise ValueError(
+                f"mid_level_dataset_surplus = {self.mid_level_dataset_surplus!r} must be finite and >= 0"
+            )
+        if not self.megatron_compat:
+            raise ValueError(
+                "megatron_compat = False is not implemented; only Megatron-Core's order is built"
+            )

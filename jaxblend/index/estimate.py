@@ -1,0 +1,118 @@
+"""Cheap estimates of a data configuration's index maps, without building them (preflight).
+
+`estimate_plan(config, infos)` resolves the splits and blends exactly as `build_data_plan` does,
+computes for every (split, dataset) the tokens, epochs and sample count the maps will have, their
+dtypes and sizes in bytes, whether the cache already holds them, and lists problems (a split with
+no tokens asked for samples, counts overflowing the index dtypes). Cost: O(datasets + sequences)
+sums, no shuffles.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+
+import numpy as np
+
+from jaxblend.index import blend_index, cache, gpt, plan, sample_index, shuffle_index
+from jaxblend.index import split as split_lib
+from jaxblend.index.config import GPTDataConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetEstimate:
+    """One dataset's maps within one split."""
+
+    split: str
+    prefix: str
+    sequences: int
+    tokens: int
+    requested: int | None
+    epochs: int
+    samples: int
+    bytes: int
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanEstimate:
+    """Every split's estimate plus the cache status."""
+
+    fingerprint: str
+    cached: bool
+    cache_path: str | None
+    datasets: list[DatasetEstimate]
+    blend_sizes: dict[str, int]
+    total_bytes: int
+    problems: list[str]
+
+
+def estimate_plan(config: GPTDataConfig, infos: plan.InfoSource) -> PlanEstimate:
+    """Estimates the index maps of `config` (see the module docstring).
+
+    Raises:
+      ValueError: for configuration errors `build_data_plan` would also raise before building.
+    """
+    specs = plan._resolve_splits(config)  # noqa: SLF001 - same package, same resolution rules
+    prefixes: list[str] = []
+    for spec in specs:
+        for p in spec.prefixes if spec is not None else ():
+            if p not in prefixes:
+                prefixes.append(p)
+    info_by_prefix = {p: plan._get_info(infos, p) for p in prefixes}  # noqa: SLF001
+    key = plan._fingerprint(config, prefixes, info_by_prefix)  # noqa: SLF001
+    path = cache.entry_path(config.cache_dir, key) if config.cache_dir else None
+    cached = bool(path and os.path.exists(os.path.join(path, cache.MANIFEST)))
+
+    extra = int(config.add_extra_token_to_sequence)
+    s = int(config.seq_length)
+    estimates: list[DatasetEstimate] = []
+    blend_sizes: dict[str, int] = {}
+    problems: list[str] = []
+    total = 0
+    for spec in specs:
+        if spec is None:
+            continue
+        if spec.kind == "weighted":
+            targets = [math.ceil(spec.num_samples * w) for w in spec.weights]
+            requests: list[int | None] = [
+                math.ceil(t * (1 + config.mid_level_dataset_surplus)) for t in targets
+            ]
+            blend_sizes[spec.name] = sum(targets)
+        elif spec.kind == "single":
+            requests = [spec.num_samples]
+        else:
+            requests = [None] * len(spec.prefixes)
+        keep_partial = spec.name == "valid" and not config.drop_last_partial_validation_sequence
+        per_dataset_samples = []
+        for prefix, request in zip(spec.prefixes, requests, strict=True):
+            info = info_by_prefix[prefix]
+            begin, end = split_lib.split_range(spec.bookend, info.num_sequences)
+            tokens = int(np.sum(info.sequence_lengths[begin:end], dtype=np.int64))
+            if tokens == 0:
+                if request:
+                    problems.append(
+                        f"{prefix}: the {spec.name} split has no tokens but {request} samples are requested"
+                    )
+                estimates.append(DatasetEstimate(spec.name, prefix, end - begin, 0, request, 0, 0, 0))
+                per_dataset_samples.append(0)
+                continue
+            epochs = gpt.num_epochs_for(tokens, request, s, bool(extra))
+            total_tokens = epochs * tokens - extra
+            samples = -(-total_tokens // s) if keep_partial else total_tokens // s
+            docs = epochs * (end - begin)
+            si = sample_index.sample_index_dtype(docs, int(info.sequence_lengths.max()))
+            sh = shuffle_index.shuffle_index_dtype(samples)
+            size = docs * 4 + (samples + 1) * 2 * si.itemsize + samples * sh.itemsize
+            if docs > np.iinfo(np.int32).max:
+                problems.append(f"{prefix} ({spec.name}): document index of {docs} entries exceeds int32")
+            estimates.append(DatasetEstimate(spec.name, prefix, end - begin, tokens, request, epochs, samples, size))
+            per_dataset_samples.append(samples)
+            total += size
+        if spec.kind == "unweighted":
+            available = sum(per_dataset_samples)
+            blend_sizes[spec.name] = available if spec.num_samples is None else min(spec.num_samples, available)
+        if spec.name in blend_sizes:
+            id_dtype = blend_index.dataset_index_dtype(len(spec.prefixes))
+            total += blend_sizes[spec.name] * (id_dtype.itemsize + 8)
+    return PlanEstimate(key, cached, path, estimates, blend_sizes, total, problems)

@@ -1,0 +1,392 @@
+"""The dataset-level entry point: a `GPTDataConfig` + dataset facts -> every split's index maps.
+
+`build_data_plan` reproduces Megatron-Core's `BlendedMegatronDatasetBuilder` decisions for GPT
+data (SPEC.md §3-§5) and caches the result (SPEC.md §6):
+
+* `blend` + `split`: one split matrix for every prefix. A single prefix without weights is a plain
+  GPT dataset per split; otherwise every split is a blend of one GPT dataset per prefix.
+* `blend_per_split`: each split names its own blend and uses each prefix whole. A single prefix is
+  a plain GPT dataset (its weight is ignored, as in Megatron).
+* Weighted blends of N samples ask dataset j for `ceil(ceil(N w_j) (1 + surplus))` samples and
+  have size `sum_j ceil(N w_j)` (Megatron quirk: may exceed N by float rounding); the blend
+  normalizes the (already normalized) weights once more, as Megatron does.
+* Unweighted blends weight datasets by their lengths (one epoch each): size `min(N, total)`, or
+  the exhaustive variant when N is None.
+* A split with no tokens and no requested count is empty (Megatron's behaviour); requesting
+  samples from it raises ValueError (Megatron loops forever).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+import tqdm
+from absl import logging
+
+from jaxblend.index import blend_index, blend_spec, cache, gpt
+from jaxblend.index import split as split_lib
+from jaxblend.index.config import DatasetInfo, GPTDataConfig
+from jaxblend.index.split_plan import SplitPlan
+
+PLAN_FORMAT = "gpt-plan-1"
+
+InfoSource = Mapping[str, DatasetInfo] | Callable[[str], DatasetInfo]
+
+
+@dataclasses.dataclass(frozen=True)
+class _SplitSpec:
+    name: str
+    prefixes: tuple[str, ...]
+    kind: str  # "single", "weighted" or "unweighted"
+    bookend: tuple[float, float]
+    num_samples: int | None
+    weights: tuple[float, ...] | None  # normalized once
+
+
+def _resolve_splits(config: GPTDataConfig) -> list[_SplitSpec | None]:
+    specs: list[_SplitSpec | None] = []
+    if config.blend is not None:
+        blend = blend_spec.parse_blend(config.blend, "blend")
+        matrix = split_lib.split_matrix(split_lib.parse_split(config.split))
+        for index, name in enumerate(split_lib.SPLIT_NAMES):
+            if matrix[index] is None:
+                specs.append(None)
+                continue
+            specs.append(_make_spec(name, blend, matrix[index], config.num_samples[index], False))
+        return specs
+    for index, name in enumerate(split_lib.SPLIT_NAMES):
+        raw = config.blend_per_split[index]
+        if raw is None:
+            specs.append(None)
+            continue
+        blend = blend_spec.parse_blend(raw, f"blend_per_split[{name}]")
+        specs.append(_make_spec(name, blend, (0.0, 1.0), config.num_samples[index], True))
+    return specs
+
+
+def _make_spec(
+    name: str,
+    blend: blend_spec.Blend,
+    bookend: tuple[float, float],
+    num_samples: int | None,
+    per_split: bool,
+) -> _SplitSpec:
+    single = len(blend.prefixes) == 1 and (per_split or blend.weights is None)
+    if single:
+        return _SplitSpec(name, blend.prefixes, "single", bookend, num_samples, None)
+    if blend.weights is not None:
+        if num_samples is None:
+            raise ValueError(
+                f"num_samples[{name}] = None but the {name} blend has weights; weighted blends "
+                "need a sample count"
+            )
+        weights = tuple(blend_spec.normalize(blend.weights))
+        return _SplitSpec(name, blend.prefixes, "weighted", bookend, num_samples, weights)
+    return _SplitSpec(name, blend.prefixes, "unweighted", bookend, num_samples, None)
+
+
+def _get_info(infos: InfoSource, prefix: str) -> DatasetInfo:
+    if callable(infos) and not isinstance(infos, Mapping):
+        info = infos(prefix)
+    else:
+        try:
+            info = infos[prefix]
+        except KeyError:
+            raise ValueError(f"no DatasetInfo given for dataset prefix {prefix!r}") from None
+    if not isinstance(info, DatasetInfo):
+        raise TypeError(f"dataset {prefix!r}: expected a DatasetInfo, got {type(info).__name__}")
+    return info
+
+
+def _check_has_tokens(prefix: str, info: DatasetInfo) -> None:
+    if info.num_sequences == 0 or not np.any(info.sequence_lengths):
+        raise ValueError(f"dataset {prefix!r} has no tokens ({info.num_sequences} sequences)")
+
+
+def _fingerprint(config: GPTDataConfig, prefixes: list[str], infos: dict[str, DatasetInfo]) -> str:
+    position = {p: k for k, p in enumerate(prefixes)}
+
+    def encode(raw: Any) -> Any:
+        if raw is None:
+            return None
+        b = blend_spec.parse_blend(raw)
+        return {
+            "datasets": [position[p] for p in b.prefixes],
+            "weights": None if b.weights is None else [repr(float(w)) for w in b.weights],
+        }
+
+    payload = {
+        "format": PLAN_FORMAT,
+        "index_cache_format": cache.FORMAT_VERSION,
+        "blend": encode(config.blend),
+        "blend_per_split": None
+        if config.blend_per_split is None
+        else [encode(b) for b in config.blend_per_split],
+        "split": config.split if config.blend is not None else None,
+        "seq_length": int(config.seq_length),
+        "seed": int(config.seed),
+        "num_samples": list(config.num_samples),
+        "add_extra_token_to_sequence": bool(config.add_extra_token_to_sequence),
+        "drop_last_partial_validation_sequence": bool(config.drop_last_partial_validation_sequence),
+        "mid_level_dataset_surplus": repr(float(config.mid_level_dataset_surplus)),
+        "megatron_compat": bool(config.megatron_compat),
+        "datasets": [infos[p].fingerprint for p in prefixes],
+    }
+    return cache.fingerprint(payload)
+
+
+class DataPlan:
+    """Every split of a data configuration, built or loaded from the cache.
+
+    Attributes:
+      config: the `GPTDataConfig`.
+      prefixes: the distinct dataset prefixes, in order of first appearance.
+      fingerprint: stable identity of config + dataset contents (cache key, resume check).
+      cache_path: the cache entry directory, or None.
+    """
+
+    def __init__(
+        self,
+        config: GPTDataConfig,
+        prefixes: tuple[str, ...],
+        fingerprint: str,
+        splits: dict[str, SplitPlan | None],
+        cache_path: str | None,
+    ) -> None:
+        self.config = config
+        self.prefixes = prefixes
+        self.fingerprint = fingerprint
+        self._splits = splits
+        self.cache_path = cache_path
+
+    def split(self, name: str) -> SplitPlan | None:
+        """The plan of split "train", "valid" or "test", or None if the split does not exist."""
+        if name not in split_lib.SPLIT_NAMES:
+            raise ValueError(f"split name {name!r}; expected one of {split_lib.SPLIT_NAMES}")
+        return self._splits[name]
+
+    def __repr__(self) -> str:
+        sizes = {k: (None if v is None else len(v)) for k, v in self._splits.items()}
+        return f"DataPlan(fingerprint={self.fingerprint!r}, prefixes={len(self.prefixes)}, splits={sizes})"
+
+
+def build_data_plan(config: GPTDataConfig, infos: InfoSource) -> DataPlan:
+    """Builds (or loads from `config.cache_dir`) the index maps of every split.
+
+    Args:
+      config: the data configuration.
+      infos: prefix -> DatasetInfo, as a mapping or a callable.
+
+    Returns:
+      The `DataPlan`.
+
+    Raises:
+      ValueError: missing dataset info, a dataset without tokens, samples requested from an empty
+        split, a blend that oversamples a dataset, or counts overflowing the index dtypes.
+    """
+    specs = _resolve_splits(config)
+    prefixes: list[str] = []
+    for spec in specs:
+        if spec is not None:
+            for p in spec.prefixes:
+                if p not in prefixes:
+                    prefixes.append(p)
+    if not prefixes:
+        raise ValueError("the configuration has no non-empty split")
+    info_by_prefix = {p: _get_info(infos, p) for p in prefixes}
+    key = _fingerprint(config, prefixes, info_by_prefix)
+
+    loaded = cache.load(config.cache_dir, key) if config.cache_dir else None
+    if loaded is None:
+        arrays, meta = _build_arrays(config, specs, prefixes, info_by_prefix)
+        path = None
+        if config.cache_dir:
+            path = cache.save(config.cache_dir, key, arrays, meta)
+            reloaded = cache.load(config.cache_dir, key)
+            if reloaded is not None:
+                arrays, meta = reloaded
+        summary = {s.name: len(arrays.get(f"{s.name}.dataset_index", ())) for s in specs if s}
+        logging.info(
+            "built index maps %s for %d datasets (blend sizes %s)", key, len(prefixes), summary
+        )
+    else:
+        arrays, meta = loaded
+        path = cache.entry_path(config.cache_dir, key)
+    return DataPlan(
+        config,
+        tuple(prefixes),
+        key,
+        _make_split_plans(config, arrays, meta, prefixes),
+        path,
+    )
+
+
+def _make_split_plans(
+    config: GPTDataConfig, arrays: dict[str, np.ndarray], meta: dict[str, Any], prefixes: list[str]
+) -> dict[str, SplitPlan | None]:
+    plans: dict[str, SplitPlan | None] = {}
+    for name in split_lib.SPLIT_NAMES:
+        split_meta = meta["splits"].get(name)
+        if split_meta is None:
+            plans[name] = None
+            continue
+        split_arrays = {
+            field: arrays[f"{name}.{field}"]
+            for field in (
+                "document_index",
+                "sample_index",
+                "shuffle_index",
+                "offsets",
+                "constituent_prefix",
+                "dataset_index",
+                "dataset_sample_index",
+            )
+            if f"{name}.{field}" in arrays
+        }
+        plans[name] = SplitPlan(
+            name=name,
+            dataset_names=tuple(prefixes[p] for p in split_meta["prefixes"]),
+            arrays=split_arrays,
+            lengths=arrays["lengths"],
+            length_offsets=arrays["length_offsets"],
+            seq_length=config.seq_length,
+            add_extra_token=config.add_extra_token_to_sequence,
+            megatron_dtypes=[tuple(d) for d in split_meta["megatron_dtypes"]],
+        )
+    return plans
+
+
+def _build_arrays(
+    config: GPTDataConfig,
+    specs: list[_SplitSpec | None],
+    prefixes: list[str],
+    infos: dict[str, DatasetInfo],
+) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    for p in prefixes:
+        _check_has_tokens(p, infos[p])
+    position = {p: k for k, p in enumerate(prefixes)}
+    max_lengths = {p: int(infos[p].sequence_lengths.max()) for p in prefixes}
+    length_offsets = np.zeros(len(prefixes) + 1, dtype=np.int64)
+    length_offsets[1:] = np.cumsum([infos[p].num_sequences for p in prefixes])
+    arrays: dict[str, np.ndarray] = {
+        "lengths": np.concatenate([infos[p].sequence_lengths for p in prefixes]).astype(np.int32),
+        "length_offsets": length_offsets,
+    }
+    meta: dict[str, Any] = {"prefixes": prefixes, "splits": {}}
+    for spec in specs:
+        if spec is None:
+            continue
+        arrays.update(_build_split(config, spec, infos, max_lengths, position, meta["splits"]))
+    return arrays, meta
+
+
+def _build_split(
+    config: GPTDataConfig,
+    spec: _SplitSpec,
+    infos: dict[str, DatasetInfo],
+    max_lengths: dict[str, int],
+    position: dict[str, int],
+    meta_out: dict[str, Any],
+) -> dict[str, np.ndarray]:
+    drop_last = not (spec.name == "valid" and not config.drop_last_partial_validation_sequence)
+    surplus = float(config.mid_level_dataset_surplus)
+    if spec.kind == "single":
+        requests: list[int | None] = [spec.num_samples]
+    elif spec.kind == "weighted":
+        targets = [math.ceil(math.ceil(spec.num_samples * w) * 1.0) for w in spec.weights]
+        requests = [
+            math.ceil(math.ceil(spec.num_samples * w) * (1 + surplus)) for w in spec.weights
+        ]
+    else:
+        requests = [None] * len(spec.prefixes)
+
+    maps: list[gpt.GPTIndexMaps] = []
+    progress = tqdm.tqdm(
+        total=len(spec.prefixes),
+        desc=f"index maps ({spec.name})",
+        disable=len(spec.prefixes) < 16,
+        leave=False,
+    )
+    for prefix, request in zip(spec.prefixes, requests):
+        info = infos[prefix]
+        documents = split_lib.split_indices(spec.bookend, info.num_sequences)
+        maps.append(
+            gpt.build_gpt_index_maps(
+                info.sequence_lengths,
+                documents,
+                request,
+                config.seq_length,
+                config.seed,
+                config.add_extra_token_to_sequence,
+                drop_last,
+                name=f"{prefix} ({spec.name} split)",
+                max_sequence_length=max_lengths[prefix],
+            )
+        )
+        progress.update(1)
+    progress.close()
+
+    out: dict[str, np.ndarray] = {}
+    lengths = [len(m) for m in maps]
+    if spec.kind != "single":
+        if spec.kind == "weighted":
+            size = sum(targets)
+            dataset_index, dataset_sample_index = blend_index.build_blending_indices(
+                blend_spec.normalize(spec.weights), size
+            )
+        else:
+            for prefix, n in zip(spec.prefixes, lengths):
+                if n == 0:
+                    raise ValueError(
+                        f"dataset {prefix!r} has no samples in the {spec.name} split; an "
+                        "unweighted blend weights datasets by their lengths, which must be > 0"
+                    )
+            if spec.num_samples is not None:
+                size = min(spec.num_samples, sum(lengths))
+                dataset_index, dataset_sample_index = blend_index.build_blending_indices(
+                    blend_spec.normalize(lengths), size
+                )
+            else:
+                dataset_index, dataset_sample_index = blend_index.build_exhaustive_blending_indices(
+                    lengths
+                )
+        drawn = np.bincount(dataset_index, minlength=len(maps))
+        for j, (prefix, n) in enumerate(zip(spec.prefixes, lengths)):
+            if drawn[j] > n:
+                raise ValueError(
+                    f"the {spec.name} blend draws {drawn[j]} samples from dataset {j} ({prefix!r}) "
+                    f"which has only {n}; increase mid_level_dataset_surplus (now {surplus})"
+                )
+        out[f"{spec.name}.dataset_index"] = dataset_index
+        out[f"{spec.name}.dataset_sample_index"] = dataset_sample_index
+
+    sample_dtype = np.result_type(*[m.sample_index.dtype for m in maps])
+    shuffle_dtype = np.result_type(*[m.shuffle_index.dtype for m in maps])
+    offsets = np.zeros((len(maps), 4), dtype=np.int64)
+    doc_total = sample_total = shuffle_total = 0
+    for j, m in enumerate(maps):
+        offsets[j] = (doc_total, sample_total, shuffle_total, len(m))
+        doc_total += len(m.document_index)
+        sample_total += len(m.sample_index)
+        shuffle_total += len(m.shuffle_index)
+    out[f"{spec.name}.document_index"] = np.concatenate([m.document_index for m in maps])
+    out[f"{spec.name}.sample_index"] = np.concatenate(
+        [m.sample_index.astype(sample_dtype, copy=False) for m in maps]
+    ).reshape(-1, 2)
+    out[f"{spec.name}.shuffle_index"] = np.concatenate(
+        [m.shuffle_index.astype(shuffle_dtype, copy=False) for m in maps]
+    )
+    out[f"{spec.name}.offsets"] = offsets
+    out[f"{spec.name}.constituent_prefix"] = np.array(
+        [position[p] for p in spec.prefixes], dtype=np.int64
+    )
+    meta_out[spec.name] = {
+        "prefixes": [position[p] for p in spec.prefixes],
+        "megatron_dtypes": [[m.sample_index.dtype.str, m.shuffle_index.dtype.str] for m in maps],
+        "blended": spec.kind != "single",
+    }
+    return out

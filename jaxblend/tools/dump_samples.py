@@ -1,0 +1,89 @@
+"""Dumps a data configuration's index maps and first samples, to compare with Megatron-LM.
+
+Writes `<out>/<split>.npz` for each split that exists, holding `dataset_index` and
+`dataset_sample_index` (blends only), `ds{j}_document_index`, `ds{j}_sample_index`,
+`ds{j}_shuffle_index` for each constituent dataset j (Megatron's dtypes), and `samples_text`
+(int64 `[num, seq_length + extra]`, the raw token window of each of the first `num` samples,
+padded with -1). Flags are named after Megatron-LM's:
+
+  python -m jaxblend.tools.dump_samples --data_path="30 /d/a 70 /d/b" --split=969,30,1 \
+      --seq_length=2048 --seed=1234 --train_samples=100000 --valid_samples=1000 \
+      --test_samples=100 --num=16 --out=/tmp/dump
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+import numpy as np
+from absl import app, flags, logging
+
+from jaxblend import flags as data_flags
+from jaxblend import index, index_io
+
+data_flags.define_data_flags()
+_NUM = flags.DEFINE_integer("num", 16, "Samples to dump per split.", lower_bound=0)
+_OUT = flags.DEFINE_string("out", None, "Output directory.")
+
+
+def split_arrays(split_plan: index.SplitPlan, datasets: dict, num: int) -> dict[str, np.ndarray]:
+    """The arrays of one split's .npz file."""
+    out: dict[str, np.ndarray] = {}
+    if split_plan.is_blended:
+        out["dataset_index"] = np.asarray(split_plan.dataset_index)
+        out["dataset_sample_index"] = np.asarray(split_plan.dataset_sample_index)
+    for j in range(split_plan.num_datasets):
+        maps = split_plan.constituent(j)
+        out[f"ds{j}_document_index"] = np.asarray(maps.document_index)
+        out[f"ds{j}_sample_index"] = np.asarray(maps.sample_index)
+        out[f"ds{j}_shuffle_index"] = np.asarray(maps.shuffle_index)
+    count = min(num, len(split_plan))
+    text = np.full((count, split_plan.window), -1, dtype=np.int64)
+    spans = split_plan.spans(np.arange(count, dtype=np.int64))
+    filled = np.zeros(count, dtype=np.int64)
+    for r, d, q, o, n in zip(spans.row, spans.dataset, spans.sequence, spans.offset, spans.length):
+        tokens = datasets[split_plan.dataset_names[int(d)]].get(
+            int(q), offset=int(o), length=int(n)
+        )
+        text[r, filled[r] : filled[r] + len(tokens)] = tokens
+        filled[r] += len(tokens)
+    out["samples_text"] = text
+    return out
+
+
+def dump(config: index.GPTDataConfig, out_dir: str, num: int) -> list[str]:
+    """Builds the plan of `config` and writes one .npz per existing split; returns the paths."""
+    datasets, infos = index_io.open_datasets(index_io.config_prefixes(config))
+    plan = index.build_data_plan(config, infos)
+    os.makedirs(out_dir, exist_ok=True)
+    written = []
+    for name in ("train", "valid", "test"):
+        split_plan = plan.split(name)
+        if split_plan is None:
+            continue
+        path = os.path.join(out_dir, f"{name}.npz")
+        tmp = os.path.join(out_dir, f".{name}.tmp.npz")
+        np.savez(tmp, **split_arrays(split_plan, datasets, num))
+        os.replace(tmp, path)
+        written.append(path)
+        logging.info(
+            "%s: %d samples, %d datasets -> %s",
+            name,
+            len(split_plan),
+            split_plan.num_datasets,
+            path,
+        )
+    return written
+
+
+def main(argv: Sequence[str]) -> None:
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    if not _OUT.value:
+        raise app.UsageError("--out is required")
+    dump(data_flags.data_config_from_flags(), _OUT.value, _NUM.value)
+
+
+if __name__ == "__main__":
+    app.run(main)

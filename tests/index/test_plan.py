@@ -1,0 +1,221 @@
+"""DataPlan / SplitPlan behaviour, errors and the on-disk cache."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import multiprocessing
+import os
+
+import numpy as np
+import pytest
+
+from jaxblend import index
+from jaxblend.index import cache, reference
+
+
+def make_info(name: str, lengths) -> index.DatasetInfo:
+    lengths = np.asarray(lengths, dtype=np.int32)
+    digest = hashlib.sha256(lengths.tobytes()).hexdigest()
+    return index.DatasetInfo(name, lengths, np.arange(len(lengths) + 1, dtype=np.int64), digest)
+
+
+@pytest.fixture(scope="module")
+def infos():
+    rng = np.random.default_rng(5)
+    return {
+        "/d/a": make_info("/d/a", rng.integers(1, 50, 400)),
+        "/d/b": make_info("/d/b", rng.integers(1, 80, 150)),
+        "/d/c": make_info("/d/c", rng.integers(1, 10, 60)),
+    }
+
+
+def _config(**kwargs):
+    base = {
+        "blend": ["30", "/d/a", "60", "/d/b", "10", "/d/c"],
+        "split": "80,15,5",
+        "seq_length": 16,
+        "num_samples": (300, 40, 10),
+    }
+    base.update(kwargs)
+    return index.GPTDataConfig(**base)
+
+
+class TestSplitPlan:
+    @pytest.mark.parametrize("extra", [True, False])
+    def test_spans_equal_pieces_and_reference(self, infos, extra):
+        plan = index.build_data_plan(_config(add_extra_token_to_sequence=extra), infos)
+        train = plan.split("train")
+        assert train.is_blended and train.num_datasets == 3
+        ids = np.array([0, 5, len(train) - 1, 5, 17], dtype=np.int64)
+        spans = train.spans(ids)
+        for r, i in enumerate(ids):
+            mask = spans.row == r
+            got = list(
+                zip(
+                    spans.dataset[mask],
+                    spans.sequence[mask],
+                    spans.offset[mask],
+                    spans.offset[mask] + spans.length[mask],
+                )
+            )
+            pieces = train.pieces(int(i))
+            assert [tuple(p) for p in pieces] == [tuple(int(x) for x in g) for g in got]
+            assert sum(p.stop - p.start for p in pieces) <= train.window
+            d, k = train.locate(int(i))
+            maps = train.constituent(d)
+            lengths = infos[train.dataset_names[d]].sequence_lengths
+            expect = reference.pieces(
+                lengths, maps.document_index, maps.sample_index, maps.shuffle_index, k, extra
+            )
+            assert [(p.sequence_id, p.start, p.stop) for p in pieces] == expect
+            assert all(p.dataset_id == d for p in pieces)
+        np.testing.assert_array_equal(
+            train.dataset_ids(ids), [train.locate(int(i))[0] for i in ids]
+        )
+        assert train.dataset_ids(ids).dtype == np.int32
+        assert spans.row.dtype == np.int64 and spans.dataset.dtype == np.int32
+
+    def test_single_dataset(self, infos):
+        plan = index.build_data_plan(_config(blend=["/d/a"], num_samples=(None, None, None)), infos)
+        train = plan.split("train")
+        assert not train.is_blended and train.dataset_index is None
+        assert train.locate(3) == (0, 3)
+        assert plan.prefixes == ("/d/a",)
+        spans = train.spans(np.arange(len(train)))
+        assert set(np.unique(spans.row)) == set(range(len(train)))
+
+    def test_out_of_range(self, infos):
+        train = index.build_data_plan(_config(), infos).split("train")
+        n = len(train)
+        for bad in (n, -1):
+            with pytest.raises(IndexError, match=f"{bad}.*{n}"):
+                train.pieces(bad)
+            with pytest.raises(IndexError, match=str(n)):
+                train.spans(np.array([0, bad]))
+        with pytest.raises(IndexError):
+            train.locate(n)
+
+    def test_missing_split(self, infos):
+        plan = index.build_data_plan(_config(split="1,0,0"), infos)
+        assert plan.split("valid") is None and plan.split("test") is None
+        with pytest.raises(ValueError, match="split name"):
+            plan.split("eval")
+
+
+class TestErrors:
+    def test_dataset_without_tokens(self, infos):
+        bad = dict(infos, **{"/d/z": make_info("/d/z", [0, 0])})
+        with pytest.raises(ValueError, match="/d/z.*no tokens"):
+            index.build_data_plan(_config(blend=["/d/z"]), bad)
+
+    def test_samples_from_empty_split(self, infos):
+        with pytest.raises(ValueError, match="no tokens"):
+            index.build_data_plan(
+                _config(blend=["/d/c"], split="969,30,1", num_samples=(10, 1, 1)), infos
+            )
+
+    def test_empty_split_without_count_is_empty(self, infos):
+        plan = index.build_data_plan(
+            _config(blend=["/d/c"], split="969,30,1", num_samples=(10, 1, None)), infos
+        )
+        assert len(plan.split("test")) == 0
+
+    def test_missing_info(self, infos):
+        with pytest.raises(ValueError, match="/d/q"):
+            index.build_data_plan(_config(blend=["/d/q"]), infos)
+
+    def test_weights_need_counts(self, infos):
+        with pytest.raises(ValueError, match=r"num_samples\[valid\]"):
+            index.build_data_plan(_config(num_samples=(10, None, 3)), infos)
+
+    def test_callable_infos(self, infos):
+        plan = index.build_data_plan(_config(), infos.__getitem__)
+        assert plan.prefixes == ("/d/a", "/d/b", "/d/c")
+
+
+class TestFingerprint:
+    def test_covers_every_output_parameter(self, infos):
+        base = index.build_data_plan(_config(), infos).fingerprint
+        variants = [
+            {"add_extra_token_to_sequence": False},
+            {"drop_last_partial_validation_sequence": False},
+            {"seed": 7},
+            {"split": "80,16,4"},
+            {"num_samples": (301, 40, 10)},
+            {"seq_length": 17},
+            {"mid_level_dataset_surplus": 0.01},
+            {"blend": ["31", "/d/a", "60", "/d/b", "10", "/d/c"]},
+        ]
+        prints = {index.build_data_plan(_config(**v), infos).fingerprint for v in variants}
+        assert base not in prints and len(prints) == len(variants)
+        changed = dict(infos, **{"/d/c": make_info("/d/c", infos["/d/c"].sequence_lengths + 1)})
+        assert index.build_data_plan(_config(), changed).fingerprint != base
+
+    def test_ignores_paths(self, infos):
+        base = index.build_data_plan(_config(), infos).fingerprint
+        moved = {k.replace("/d/", "/elsewhere/"): v for k, v in infos.items()}
+        blend = ["30", "/elsewhere/a", "60", "/elsewhere/b", "10", "/elsewhere/c"]
+        assert index.build_data_plan(_config(blend=blend), moved).fingerprint == base
+
+
+def _arrays_digest(plan) -> str:
+    h = hashlib.sha256()
+    for name in ("train", "valid", "test"):
+        s = plan.split(name)
+        h.update(np.ascontiguousarray(s.dataset_index).tobytes())
+        for j in range(s.num_datasets):
+            maps = s.constituent(j)
+            for a in (maps.document_index, maps.sample_index, maps.shuffle_index):
+                h.update(np.ascontiguousarray(a).tobytes())
+    return h.hexdigest()
+
+
+def _build_in_child(args):
+    cache_dir, lengths = args
+    infos = {k: make_info(k, v) for k, v in lengths.items()}
+    plan = index.build_data_plan(_config(cache_dir=cache_dir), infos)
+    return plan.fingerprint, _arrays_digest(plan)
+
+
+class TestCache:
+    def test_roundtrip_is_memory_mapped(self, infos, tmp_path):
+        built = index.build_data_plan(_config(cache_dir=str(tmp_path)), infos)
+        entry = tmp_path / built.fingerprint
+        assert (entry / cache.MANIFEST).is_file()
+        loaded = index.build_data_plan(_config(cache_dir=str(tmp_path)), infos)
+        assert isinstance(loaded.split("train").dataset_index, np.memmap)
+        assert _arrays_digest(loaded) == _arrays_digest(index.build_data_plan(_config(), infos))
+        assert [p.name for p in tmp_path.iterdir()] == [built.fingerprint]
+
+    @pytest.mark.parametrize("damage", ["missing", "truncated", "manifest", "shape"])
+    def test_corrupt_entry_is_rebuilt(self, infos, tmp_path, caplog, damage):
+        config = _config(cache_dir=str(tmp_path))
+        plan = index.build_data_plan(config, infos)
+        expected = _arrays_digest(plan)
+        entry = tmp_path / plan.fingerprint
+        target = entry / "train.dataset_index.npy"
+        if damage == "missing":
+            target.unlink()
+        elif damage == "truncated":
+            target.write_bytes(target.read_bytes()[:-7])
+        elif damage == "manifest":
+            (entry / cache.MANIFEST).write_text("{not json")
+        else:
+            np.save(target, np.zeros(3, dtype=np.int16))
+        with caplog.at_level(logging.WARNING):
+            rebuilt = index.build_data_plan(config, infos)
+        assert "corrupt" in caplog.text
+        assert _arrays_digest(rebuilt) == expected
+        assert sorted(p.name for p in tmp_path.iterdir()) == [plan.fingerprint]
+
+    @pytest.mark.multiprocess
+    def test_concurrent_builders(self, infos, tmp_path):
+        lengths = {k: np.asarray(v.sequence_lengths) for k, v in infos.items()}
+        ctx = multiprocessing.get_context("fork")
+        with ctx.Pool(3) as pool:
+            results = pool.map(_build_in_child, [(str(tmp_path), lengths)] * 3)
+        assert len(set(results)) == 1
+        assert sorted(os.listdir(tmp_path)) == [results[0][0]]
+        plan = index.build_data_plan(_config(cache_dir=str(tmp_path)), infos)
+        assert _arrays_digest(plan) == results[0][1]
