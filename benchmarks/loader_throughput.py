@@ -139,14 +139,14 @@ def main() -> None:
     mesh = Mesh(np.array(jax.devices()).reshape(-1), ("data",))
     for workers in (0, 1, 2):
         steps = 12 if args.quick else 24
-        loader = make_loader(source, mesh, global_batch_size=batch, worker_count=workers,
-                             num_steps=steps + 4, read_threads=2)
-        for _ in range(4):  # warm-up: worker start, compilation
-            jax.block_until_ready(next(loader))
-        start = time.perf_counter()
-        for _ in range(steps):
-            jax.block_until_ready(next(loader))
-        tps = steps * batch * seq / (time.perf_counter() - start)
+        with make_loader(source, mesh, global_batch_size=batch, worker_count=workers,
+                         num_steps=steps + 8) as loader:  # end of stream not timed
+            for _ in range(4):  # warm-up: worker start, compilation
+                jax.block_until_ready(next(loader))
+            start = time.perf_counter()
+            for _ in range(steps):
+                jax.block_until_ready(next(loader))
+            tps = steps * batch * seq / (time.perf_counter() - start)
         rows.append((f"(b/c) global batches on {jax.device_count()} devices, worker_count={workers}", tps, None))
 
     print(f"\nseq_length {seq}, global batch {batch}, dataset {num_tokens/1e6:.0f} M tokens, "

@@ -205,16 +205,12 @@ def main(argv: Sequence[str]) -> None:
         seen += np.asarray(jax.device_get(counts))
         window_tokens += b * fl.seq_length
         done = step + 1
-        if done % _LOG_INTERVAL.value == 0 or done == iters:
+        if done % _LOG_INTERVAL.value == 0 or done == iters or step == start:
             loss_value = float(loss)
             now = time.perf_counter()
             elapsed = now - window_start
             wait = loader.wait_seconds - window_wait
             mix = " ".join(f"{os.path.basename(n)}={c}" for n, c in zip(names, seen, strict=True))
-            logging.info(
-                "step %d | loss %.4f | %.0f tokens/s | data wait %.1f%% | samples %s",
-                done, loss_value, window_tokens / elapsed, 100 * wait / elapsed, mix,
-            )
             if jax.process_index() == 0:
                 print(
                     f"step {done:5d}  loss {loss_value:.4f}  {window_tokens / elapsed:9.0f} tok/s  "

@@ -147,6 +147,8 @@ class GlobalBatchLoader(Iterator[dict[str, jax.Array]]):
         self._start(start_step)
 
     def _start(self, step: int) -> None:
+        if getattr(self, "_grain_iter", None) is not None:
+            self.close()
         if not 0 <= step <= self.num_steps:
             raise ValueError(f"start step {step} out of range [0, {self.num_steps}]")
         self._step = step
@@ -196,6 +198,20 @@ class GlobalBatchLoader(Iterator[dict[str, jax.Array]]):
         batch = self._queue.popleft()
         self.wait_seconds += time.perf_counter() - began
         return batch
+
+    def close(self) -> None:
+        """Stops Grain's reader threads and worker processes; the loader is unusable after."""
+        inner = getattr(self._grain_iter, "_iterator", None)
+        if inner is not None and hasattr(inner, "close"):
+            inner.close()
+        self._queue.clear()
+        self._exhausted = True
+
+    def __enter__(self) -> GlobalBatchLoader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def state(self) -> dict[str, Any]:
         """A small JSON-serializable resume state: the next step and the stream's fingerprint."""

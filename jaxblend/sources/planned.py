@@ -141,7 +141,8 @@ class PlannedSource(base.BatchSource):
         dest, n_valid = _destinations(
             np.asarray(spans.row, np.int64), np.asarray(spans.length, np.int64), ids.size
         )
-        text = np.full((ids.size, self.options.window_length), -1, np.int32)
+        text = schema.allocate_arrays({"text": ((ids.size, self.options.window_length), np.int32)})["text"]
+        text.fill(-1)
         if int(n_valid.max(initial=0)) > self.options.window_length:
             raise ValueError(
                 f"the index maps give windows of {int(n_valid.max())} tokens but the source "

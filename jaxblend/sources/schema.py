@@ -63,33 +63,64 @@ def _fill_schema(
     text, n_valid, seq_length, eod, eod_mask_loss, reset_positions, reset_segments,
     inputs, targets, loss_mask, positions, segment_ids,
 ):  # pragma: no cover - compiled
+    # Branch-free slice loops per row (vectorized by LLVM); EOD scans only when an option needs them.
     for r in range(text.shape[0]):
-        valid = n_valid[r]
-        pos = 0
-        seg = 1
-        for p in range(seq_length):
-            if p < valid:
-                tok = text[r, p]
-                inputs[r, p] = tok
+        n_in = min(max(n_valid[r], 0), seq_length)  # real input positions
+        n_tg = min(max(n_valid[r] - 1, 0), seq_length)  # real target positions
+        for p in range(n_in):
+            inputs[r, p] = text[r, p]
+        for p in range(n_tg):
+            targets[r, p] = text[r, p + 1]
+            loss_mask[r, p] = 1.0
+        if eod_mask_loss:
+            for p in range(n_tg):
+                if targets[r, p] == eod:
+                    loss_mask[r, p] = 0.0
+        if reset_positions or reset_segments:
+            pos = 0
+            seg = 1
+            for p in range(n_in):
                 positions[r, p] = pos
                 segment_ids[r, p] = seg
                 pos += 1
-                if tok == eod:
+                if inputs[r, p] == eod:
                     if reset_positions:
                         pos = 0
                     if reset_segments:
                         seg += 1
-            else:
-                inputs[r, p] = 0
-                positions[r, p] = 0
-                segment_ids[r, p] = 0
-            if p + 1 < valid:
-                tgt = text[r, p + 1]
-                targets[r, p] = tgt
-                loss_mask[r, p] = 0.0 if (eod_mask_loss and tgt == eod) else 1.0
-            else:
-                targets[r, p] = 0
-                loss_mask[r, p] = 0.0
+        else:
+            for p in range(n_in):
+                positions[r, p] = p
+                segment_ids[r, p] = 1
+        for p in range(n_in, seq_length):
+            inputs[r, p] = 0
+            positions[r, p] = 0
+            segment_ids[r, p] = 0
+        for p in range(n_tg, seq_length):
+            targets[r, p] = 0
+            loss_mask[r, p] = 0.0
+
+
+def allocate_arrays(specs: dict[str, tuple[tuple[int, ...], type]]) -> dict[str, np.ndarray]:
+    """Uninitialized arrays carved from one allocation.
+
+    Why: a batch's arrays are several MB each; allocated one by one they come from fresh
+    `mmap`s and every first touch of a 4 KiB page faults (measured: 4.8 ms for five 2 MB arrays
+    vs 0.2 ms for one 10 MB block, which numpy backs with transparent huge pages). The views keep
+    the block alive as long as any of them is referenced.
+    """
+    layout = []
+    total = 0
+    for name, (shape, dtype) in specs.items():
+        dtype = np.dtype(dtype)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        layout.append((name, shape, dtype, total, nbytes))
+        total += -(-nbytes // 64) * 64  # 64-byte aligned views
+    block = np.empty(total, np.uint8)
+    return {
+        name: block[start : start + nbytes].view(dtype).reshape(shape)
+        for name, shape, dtype, start, nbytes in layout
+    }
 
 
 def windows_to_batch(
@@ -107,13 +138,15 @@ def windows_to_batch(
       (int32), each `[k, seq_length]`.
     """
     k, s = text.shape[0], options.seq_length
-    out = {
-        "inputs": np.empty((k, s), np.int32),
-        "targets": np.empty((k, s), np.int32),
-        "loss_mask": np.empty((k, s), np.float32),
-        "positions": np.empty((k, s), np.int32),
-        "segment_ids": np.empty((k, s), np.int32),
-    }
+    out = allocate_arrays(
+        {
+            "inputs": ((k, s), np.int32),
+            "targets": ((k, s), np.int32),
+            "loss_mask": ((k, s), np.float32),
+            "positions": ((k, s), np.int32),
+            "segment_ids": ((k, s), np.int32),
+        }
+    )
     eod = -1 if options.eod_id is None else int(options.eod_id)
     _fill_schema(
         text, n_valid.astype(np.int64, copy=False), s, eod, options.eod_mask_loss,

@@ -1,0 +1,121 @@
+"""inspect (stats, explain, mixture, preflight) and the configs/ flagfiles."""
+
+from __future__ import annotations
+
+import glob
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from jaxblend import IndexedDataset, IndexedDatasetBuilder
+
+B, SEQ = 8, 16
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    root = tmp_path_factory.mktemp("inspect")
+    rng = np.random.default_rng(3)
+    prefixes = []
+    for name, docs in (("a", 120), ("b", 160)):
+        prefix = str(root / name)
+        with IndexedDatasetBuilder(prefix, np.uint16) as builder:
+            for _ in range(docs):
+                builder.add_sequence(rng.integers(0, 900, int(rng.integers(2, 70)), dtype=np.uint16))
+                builder.end_document()
+        prefixes.append(prefix)
+    args = [f"--data_path=25 {prefixes[0]} 75 {prefixes[1]}", "--split=90,10,0", f"--seq_length={SEQ}",
+            "--train_samples=400", "--valid_samples=16", f"--data_cache_path={root / 'cache'}"]
+    return root, prefixes, args
+
+
+def run(module, *args, check=True):
+    out = subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, timeout=300)
+    if check:
+        assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    return out
+
+
+def test_explain_agrees_with_dump_batches(data, tmp_path):
+    _, _, args = data
+    run("jaxblend.tools.dump_batches", *args, f"--global_batch_size={B}", "--steps=1", "--start_step=3",
+        "--mesh_shape=8", f"--out={tmp_path}", "--num_cpu_devices=8")
+    run("jaxblend.tools.inspect", "explain", *args, f"--global_batch_size={B}", "--step=3",
+        f"--json={tmp_path / 'explain.json'}")
+    explained = json.loads((tmp_path / "explain.json").read_text())
+    with np.load(tmp_path / "batches.npz") as f:
+        inputs, targets, dataset_ids = f["inputs"][0], f["targets"][0], f["dataset_ids"][0]
+    datasets = {n: IndexedDataset(n) for n in explained["datasets"]}
+    assert len(explained["rows"]) == B
+    for row in explained["rows"]:
+        r = row["row"]
+        assert row["sample_id"] == 3 * B + r and row["dataset_id"] == dataset_ids[r]
+        ds = datasets[explained["datasets"][row["dataset_id"]]]
+        tokens = np.concatenate([
+            ds.get(p["sequence"], p["start"], p["stop"] - p["start"]) for p in row["pieces"]
+        ]).astype(np.int64)
+        assert tokens.size == SEQ + 1
+        np.testing.assert_array_equal(tokens[:-1], inputs[r])
+        np.testing.assert_array_equal(tokens[1:], targets[r])
+        for p in row["pieces"]:
+            doc = p["document"]
+            assert ds.document_indices[doc] <= p["sequence"] < ds.document_indices[doc + 1]
+
+
+def test_mixture_table_and_plot(data, tmp_path):
+    _, _, args = data
+    out = run("jaxblend.tools.inspect", "mixture", *args, f"--global_batch_size={B}",
+              f"--plot={tmp_path / 'mix.png'}", f"--json={tmp_path / 'mix.json'}")
+    result = json.loads((tmp_path / "mix.json").read_text())
+    shares = {r["dataset"].rsplit("/", 1)[-1]: r for r in result["rows"]}
+    assert shares["a"]["target"] == pytest.approx(0.25) and shares["b"]["target"] == pytest.approx(0.75)
+    assert shares["a"]["realized"] == pytest.approx(0.25, abs=0.01)
+    assert sum(r["samples"] for r in result["rows"]) == result["end_step"] * B
+    assert (tmp_path / "mix.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "realized" in out.stdout
+
+
+def test_stats(data, tmp_path):
+    _, prefixes, args = data
+    run("jaxblend.tools.inspect", "stats", *args, f"--json={tmp_path / 's.json'}")
+    stats = json.loads((tmp_path / "s.json").read_text())
+    ds = IndexedDataset(prefixes[0])
+    assert stats[prefixes[0]]["documents"] == ds.num_documents == 120
+    assert stats[prefixes[0]]["tokens"] == int(ds.sequence_lengths.sum())
+    assert sum(h["documents"] for h in stats[prefixes[0]]["histogram"]) == 120
+
+
+def test_preflight_ok_then_cached(data, tmp_path):
+    root, _, args = data
+    out = run("jaxblend.tools.inspect", "preflight", *args, f"--global_batch_size={B}",
+              "--vocab_size=900", f"--json={tmp_path / 'p.json'}")
+    assert "preflight: ok" in out.stdout
+    report = json.loads((tmp_path / "p.json").read_text())
+    assert report["blend_sizes"]["train"] == 400 and report["problems"] == []
+    # Once anything has built the maps (explain does), preflight finds them in the cache.
+    run("jaxblend.tools.inspect", "explain", *args, f"--global_batch_size={B}", "--step=0")
+    out = run("jaxblend.tools.inspect", "preflight", *args, f"--global_batch_size={B}")
+    assert "cached at" in out.stdout
+
+
+def test_preflight_fails_fast_on_problems(data, tmp_path):
+    _, prefixes, args = data
+    out = run("jaxblend.tools.inspect", "preflight", *args, "--vocab_size=70000", check=False)
+    assert out.returncode == 1 and "cannot hold vocabulary 70000" in out.stdout
+    out = run("jaxblend.tools.inspect", "preflight", f"--data_path={tmp_path / 'missing'}",
+              f"--seq_length={SEQ}", check=False)
+    assert out.returncode == 1 and "missing" in out.stdout
+
+
+@pytest.mark.parametrize("flagfile", sorted(glob.glob("configs/*.flags")))
+def test_configs_parse_with_the_training_flags(flagfile):
+    code = (
+        "import sys; from absl import flags; import jaxblend.train; "
+        f"flags.FLAGS(['train', '--flagfile={flagfile}']); print(flags.FLAGS.seq_length)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert int(out.stdout.strip()) > 0
