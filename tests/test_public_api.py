@@ -1,0 +1,68 @@
+"""The README's usage example, run on small generated data, and the Grain source protocol."""
+
+from __future__ import annotations
+
+import json
+import pickle
+
+import grain
+import jax
+import numpy as np
+
+import jaxblend
+
+
+def test_readme_example_and_grain_protocol(tmp_path):
+    rng = np.random.default_rng(0)
+    prefixes = []
+    for name in ("a_text_document", "b_text_document"):
+        prefix = str(tmp_path / name)
+        with jaxblend.IndexedDatasetBuilder(prefix, jaxblend.token_dtype_for_vocab(50257)) as b:
+            for _ in range(300):
+                doc = rng.integers(0, 50256, int(rng.integers(5, 80))).astype(np.uint16)
+                b.add_sequence(np.append(doc, 50256).astype(np.uint16))
+                b.end_document()
+        prefixes.append(prefix)
+    seq, batch = 32, 16
+    config = jaxblend.index.GPTDataConfig(
+        blend=["30", prefixes[0], "70", prefixes[1]], split="969,30,1", seq_length=seq, seed=1234,
+        num_samples=(batch * 10, batch, 0), cache_dir=str(tmp_path / "cache"))
+    sources = jaxblend.open_gpt_sources(
+        config, jaxblend.GPTSchemaOptions(seq_length=seq, eod_id=50256, eod_mask_loss=True))
+    mesh = jax.make_mesh((jax.device_count(),), ("data",))
+    loader = jaxblend.make_loader(sources["train"], mesh, global_batch_size=batch)
+    batches = list(loader)
+    assert len(batches) == 10
+    assert batches[0]["inputs"].shape == (batch, seq)
+    ids = np.concatenate([np.asarray(b["sample_ids"]) for b in batches])
+    np.testing.assert_array_equal(ids, np.arange(10 * batch))  # every sample once, in order
+    state = json.loads(json.dumps(loader.state()))
+    assert state["step"] == 10
+
+    src = sources["train"]
+    assert isinstance(src, jaxblend.BlendedSource)
+    ds = grain.MapDataset.source(src)
+    assert len(ds) == len(src)
+    np.testing.assert_array_equal(ds[5]["inputs"], src[5]["inputs"])
+    assert repr(pickle.loads(pickle.dumps(src))) == repr(src)
+    mock = jaxblend.MockSource(64, jaxblend.GPTSchemaOptions(seq_length=8))
+    np.testing.assert_array_equal(pickle.loads(pickle.dumps(mock))[3]["inputs"], mock[3]["inputs"])
+
+
+def test_every_sample_of_an_epoch_exactly_once(tmp_path):
+    rng = np.random.default_rng(1)
+    prefix = str(tmp_path / "d")
+    with jaxblend.IndexedDatasetBuilder(prefix, np.uint16) as b:
+        for _ in range(200):
+            b.add_sequence(rng.integers(0, 1000, int(rng.integers(5, 60)), dtype=np.uint16))
+            b.end_document()
+    config = jaxblend.index.GPTDataConfig(blend=[prefix], split="100,0,0", seq_length=16)
+    src = jaxblend.open_gpt_sources(config, jaxblend.GPTSchemaOptions(seq_length=16))["train"]
+    mesh = jax.make_mesh((4, 2), ("data", "tensor"))
+    batches = list(jaxblend.make_loader(src, mesh, global_batch_size=8))
+    assert len(batches) == len(src) // 8
+    ids = np.concatenate([np.asarray(b["sample_ids"]) for b in batches])
+    np.testing.assert_array_equal(np.sort(ids), np.arange(len(batches) * 8))
+    # ...and the split's order is a permutation of all of the epoch's sample-index rows.
+    maps = src.plan.constituent(0)
+    assert sorted(np.asarray(maps.shuffle_index).tolist()) == list(range(len(src)))
