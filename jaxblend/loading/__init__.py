@@ -8,7 +8,14 @@ from jaxblend.loading.bucketing import (
     plan_buckets,
 )
 from jaxblend.loading.global_batch import batch_sharding, make_global_batch
-from jaxblend.loading.loader import GlobalBatchLoader, HostBatchSource, LoaderConfig, make_loader
+from jaxblend.loading.loader import (
+    GlobalBatchLoader,
+    HostBatchSource,
+    LoaderConfig,
+    PrefetchOptions,
+    StepLoader,
+    make_loader,
+)
 
 __all__ = [
     "BucketConfig",
@@ -17,6 +24,8 @@ __all__ = [
     "GlobalBatchLoader",
     "HostBatchSource",
     "LoaderConfig",
+    "PrefetchOptions",
+    "StepLoader",
     "batch_sharding",
     "make_bucketed_loader",
     "make_global_batch",

@@ -29,23 +29,21 @@ process's rows of planned batch k (`rows_by_process` on a batch of `R_b` rows), 
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import hashlib
 import json
 import os
 import tempfile
-import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-import grain
 import jax
 import numpy as np
 from jax.sharding import Mesh
 
 from jaxblend.loading import global_batch
-from jaxblend.sampling import StepSampler, rows_by_process
+from jaxblend.loading import loader as loader_lib
+from jaxblend.sampling import rows_by_process
 
 PLAN_VERSION = 1
 _OVER_LENGTH = ("skip", "truncate")
@@ -391,8 +389,12 @@ def bucketed_fingerprint(source: PaddedSource, plan: BucketPlan) -> str:
     ).hexdigest()[:32]
 
 
-class BucketedLoader(Iterator[dict[str, jax.Array]]):
-    """Iterator of global bucketed batches; create with `make_bucketed_loader`."""
+class BucketedLoader(loader_lib.StepLoader):
+    """Iterator of global bucketed batches; create with `make_bucketed_loader`.
+
+    Step k is planned batch k: `[R_b, U_b]` arrays of its bucket b, each process holding the rows
+    `rows_by_process(R_b, sharding)` gives it.
+    """
 
     def __init__(
         self,
@@ -401,36 +403,15 @@ class BucketedLoader(Iterator[dict[str, jax.Array]]):
         mesh: Mesh,
         *,
         batch_axes: Sequence[str] = ("data",),
-        worker_count: int = 0,
-        worker_buffer_size: int = 2,
-        read_threads: int = 1,
-        read_buffer_size: int = 2,
-        device_prefetch: int = 1,
+        prefetch: loader_lib.PrefetchOptions | None = None,
         process_index: int | None = None,
         start_step: int = 0,
     ):
-        for name, value, low in (
-            ("worker_count", worker_count, 0),
-            ("worker_buffer_size", worker_buffer_size, 1),
-            ("read_threads", read_threads, 1),
-            ("read_buffer_size", read_buffer_size, 1),
-            ("device_prefetch", device_prefetch, 0),
-        ):
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-                raise ValueError(
-                    f"make_bucketed_loader: {name} must be an integer >= {low}, got {value!r}"
-                )
         self.source = source
         self.plan = plan
-        self.mesh = mesh
-        self.batch_axes = tuple(batch_axes)
-        self.worker_count = worker_count
-        self.worker_buffer_size = worker_buffer_size
-        self.read_threads = read_threads
-        self.read_buffer_size = read_buffer_size
-        self.device_prefetch = device_prefetch
         self.process_index = jax.process_index() if process_index is None else process_index
-        sharding = global_batch.batch_sharding(mesh, self.batch_axes, 1)
+        batch_axes = tuple(batch_axes)
+        sharding = global_batch.batch_sharding(mesh, batch_axes, 1)
         self.rows_per_bucket = []
         for b, r in enumerate(np.asarray(plan.bucket_rows).tolist()):
             if r == 0:
@@ -441,116 +422,18 @@ class BucketedLoader(Iterator[dict[str, jax.Array]]):
             except ValueError as err:
                 raise ValueError(
                     f"bucket {b} has {r} rows per batch, which the mesh's batch axes "
-                    f"{self.batch_axes} cannot split evenly; set BucketConfig.row_multiple to a "
+                    f"{batch_axes} cannot split evenly; set BucketConfig.row_multiple to a "
                     f"multiple of the data-shard count ({err})"
                 ) from err
             self.rows_per_bucket.append(rows.get(self.process_index, np.zeros(0, np.int64)))
-        self.fingerprint = bucketed_fingerprint(source, plan)
-        self.wait_seconds = 0.0
-        self._start(start_step)
-
-    def _start(self, step: int) -> None:
-        if not 0 <= step <= len(self.plan):
-            raise ValueError(f"start step {step} out of range [0, {len(self.plan)}]")
-        self._step = step
-        self._queue: collections.deque[dict[str, jax.Array]] = collections.deque()
-        self._host_source = HostBucketSource(self.source, self.plan, self.rows_per_bucket)
-        loader = grain.DataLoader(
-            data_source=self._host_source,
-            sampler=StepSampler(len(self.plan), step),
-            worker_count=self.worker_count,
-            worker_buffer_size=self.worker_buffer_size,
-            shard_options=grain.sharding.NoSharding(),
-            read_options=grain.ReadOptions(
-                num_threads=self.read_threads, prefetch_buffer_size=self.read_buffer_size
-            ),
+        super().__init__(
+            HostBucketSource(source, plan, self.rows_per_bucket), len(plan), mesh, batch_axes,
+            bucketed_fingerprint(source, plan), prefetch or loader_lib.PrefetchOptions(), start_step,
         )
-        self._grain_iter = iter(loader)
-        self._next_put = step
-        self._exhausted = False
 
-    @property
-    def step(self) -> int:
-        """The global step of the next batch `next()` returns."""
-        return self._step
-
-    @property
-    def num_steps(self) -> int:
-        """Planned batches."""
-        return len(self.plan)
-
-    def __iter__(self) -> BucketedLoader:
-        return self
-
-    def __next__(self) -> dict[str, jax.Array]:
-        began = time.perf_counter()
-        while not self._exhausted and len(self._queue) <= self.device_prefetch:
-            try:
-                host = next(self._grain_iter)
-            except StopIteration:
-                self._exhausted = True
-                break
-            bucket = int(self.plan.step_bucket[self._next_put])
-            self._next_put += 1
-            if "sample_ids" in host:
-                host = {**host, "sample_ids": _narrow_ids(np.asarray(host["sample_ids"]))}
-            self._queue.append(
-                global_batch.make_global_batch(
-                    host,
-                    self.rows_per_bucket[bucket],
-                    int(self.plan.bucket_rows[bucket]),
-                    self.mesh,
-                    self.batch_axes,
-                )
-            )
-        if not self._queue:
-            raise StopIteration
-        self._step += 1
-        batch = self._queue.popleft()
-        self.wait_seconds += time.perf_counter() - began
-        return batch
-
-    def state(self) -> dict[str, Any]:
-        """JSON-serializable resume state: next step and fingerprint."""
-        return {"version": PLAN_VERSION, "step": self._step, "fingerprint": self.fingerprint}
-
-    def restore(self, state: Mapping[str, Any]) -> None:
-        """Continues at `state["step"]` on any topology.
-
-        Raises:
-          ValueError: if the state is malformed or belongs to another source or plan.
-        """
-        if not isinstance(state, Mapping) or not {"step", "fingerprint"} <= set(state):
-            raise ValueError(
-                f"bucketed loader state must be a dict with 'step' and 'fingerprint', got {state!r}"
-            )
-        if state.get("version", PLAN_VERSION) != PLAN_VERSION:
-            raise ValueError(
-                f"bucketed loader state version {state.get('version')} is not supported"
-            )
-        if state["fingerprint"] != self.fingerprint:
-            raise ValueError(
-                f"bucketed loader state comes from a different source or plan: fingerprint "
-                f"{state['fingerprint']} != {self.fingerprint}"
-            )
-        step = state["step"]
-        if not isinstance(step, int) or not 0 <= step <= len(self.plan):
-            raise ValueError(
-                f"bucketed loader state step {step!r} out of range [0, {len(self.plan)}]"
-            )
-        self._start(step)
-
-
-def _narrow_ids(ids: np.ndarray) -> np.ndarray:
-    """int64 ids (with -1 for empty rows) as int32 when JAX runs without x64 and they fit."""
-    if ids.dtype == np.int64 and not jax.config.jax_enable_x64:
-        if ids.size and ids.max() > np.iinfo(np.int32).max:
-            raise ValueError(
-                f"sample id {int(ids.max())} does not fit int32; enable 64-bit JAX "
-                "(jax.config.update('jax_enable_x64', True))"
-            )
-        return ids.astype(np.int32)
-    return ids
+    def _layout(self, step: int) -> tuple[int, np.ndarray]:
+        bucket = int(self.plan.step_bucket[step])
+        return int(self.plan.bucket_rows[bucket]), self.rows_per_bucket[bucket]
 
 
 def make_bucketed_loader(
@@ -593,10 +476,12 @@ def make_bucketed_loader(
         plan,
         mesh,
         batch_axes=batch_axes,
-        worker_count=worker_count,
-        worker_buffer_size=worker_buffer_size,
-        read_threads=read_threads,
-        device_prefetch=device_prefetch,
+        prefetch=loader_lib.PrefetchOptions(
+            worker_count=worker_count,
+            worker_buffer_size=worker_buffer_size,
+            read_threads=read_threads,
+            device_prefetch=device_prefetch,
+        ),
         process_index=process_index,
         start_step=start_step,
     )

@@ -15,12 +15,13 @@ configuration, global batch size) differs.
 
 from __future__ import annotations
 
+import abc
 import collections
 import dataclasses
 import hashlib
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, Self
 
 import grain
 import jax
@@ -35,39 +36,55 @@ STATE_VERSION = 1
 
 
 @dataclasses.dataclass(frozen=True)
-class LoaderConfig:
-    """How global batches are formed and prefetched.
+class PrefetchOptions:
+    """How host batches are read and put on the devices ahead of use.
 
     Attributes:
-      global_batch_size: B, rows of every global batch (identical for any number of hosts).
-      batch_axes: mesh axes the batch dimension is split over; other axes replicate it.
       worker_count: Grain worker processes (0 = read in this process's threads).
       worker_buffer_size: batches each Grain worker prepares ahead.
       read_threads: Grain reader threads (with worker_count 0 they run in this process).
       read_buffer_size: host batches Grain keeps ready per reader.
       device_prefetch: global batches put on the devices ahead of the one being consumed.
-      num_steps: steps in the stream; None = every full batch of the source (`len // B`).
     """
 
-    global_batch_size: int
-    batch_axes: tuple[str, ...] = ("data",)
     worker_count: int = 0
     worker_buffer_size: int = 2
     read_threads: int = 1
     read_buffer_size: int = 2
     device_prefetch: int = 1
-    num_steps: int | None = None
 
     def __post_init__(self):
-        for name, low in (
-            ("global_batch_size", 1), ("worker_count", 0), ("worker_buffer_size", 1),
-            ("read_threads", 1), ("read_buffer_size", 1), ("device_prefetch", 0),
-        ):
-            value = getattr(self, name)
-            if not isinstance(value, (int, np.integer)) or value < low:
-                raise ValueError(f"LoaderConfig.{name} must be an integer >= {low}, got {value!r}")
+        for field in dataclasses.fields(self):
+            value, low = getattr(self, field.name), 1
+            if field.name in ("worker_count", "device_prefetch"):
+                low = 0
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+                raise ValueError(f"{field.name} must be an integer >= {low}, got {value!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class LoaderConfig:
+    """How global batches of a fixed size are formed.
+
+    Attributes:
+      global_batch_size: B, rows of every global batch (identical for any number of hosts).
+      batch_axes: mesh axes the batch dimension is split over; other axes replicate it.
+      num_steps: steps in the stream; None = every full batch of the source (`len // B`).
+      prefetch: reading and prefetching options.
+    """
+
+    global_batch_size: int
+    batch_axes: tuple[str, ...] = ("data",)
+    num_steps: int | None = None
+    prefetch: PrefetchOptions = PrefetchOptions()
+
+    def __post_init__(self):
+        if isinstance(self.global_batch_size, bool) or not isinstance(
+            self.global_batch_size, (int, np.integer)
+        ) or self.global_batch_size < 1:
+            raise ValueError(f"global_batch_size must be an integer >= 1, got {self.global_batch_size!r}")
         if self.num_steps is not None and self.num_steps < 0:
-            raise ValueError(f"LoaderConfig.num_steps must be >= 0 or None, got {self.num_steps}")
+            raise ValueError(f"num_steps must be >= 0 or None, got {self.num_steps}")
         object.__setattr__(self, "batch_axes", tuple(self.batch_axes))
 
 
@@ -116,55 +133,63 @@ def loader_fingerprint(source: Any, global_batch_size: int) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
-class GlobalBatchLoader(Iterator[dict[str, jax.Array]]):
-    """Iterator of global batches; see the module docstring. Create with `make_loader`."""
+class StepLoader(Iterator[dict[str, jax.Array]]):
+    """Global batches from a Grain data source whose record k is this host's part of step k.
+
+    The machinery shared by every jaxblend loader: a `grain.DataLoader` over a `StepSampler`
+    (stateless resume from a step), device prefetch, the data-wait clock, and the resume state
+    `{"version", "step", "fingerprint"}`. Subclasses say how step k is laid out (`_layout`).
+
+    Args:
+      host_source: Grain data source; record k = this process's rows of global batch k.
+      num_steps: steps in the stream.
+      mesh: the training mesh.
+      batch_axes: mesh axes that split the batch dimension.
+      fingerprint: identity of the stream; a resume state must carry the same.
+      prefetch: reading and prefetching options.
+      start_step: first step.
+    """
 
     def __init__(
         self,
-        source: Any,
+        host_source: Any,
+        num_steps: int,
         mesh: Mesh,
-        config: LoaderConfig,
-        *,
+        batch_axes: Sequence[str],
+        fingerprint: str,
+        prefetch: PrefetchOptions,
         start_step: int = 0,
-        process_index: int | None = None,
     ):
-        self.source = source
+        self.host_source = host_source
+        self.num_steps = num_steps
         self.mesh = mesh
-        self.config = config
-        self.process_index = jax.process_index() if process_index is None else process_index
-        b = config.global_batch_size
-        available = len(source) // b
-        if config.num_steps is not None and config.num_steps > available:
-            raise ValueError(
-                f"num_steps={config.num_steps} needs {config.num_steps * b} samples but the source "
-                f"has {len(source)} ({available} full batches of {b})"
-            )
-        self.num_steps = available if config.num_steps is None else config.num_steps
-        sharding = global_batch.batch_sharding(mesh, config.batch_axes, 1)
-        self.rows = batch_rows_for_process(b, sharding, self.process_index)
-        self.fingerprint = loader_fingerprint(source, b)
+        self.batch_axes = tuple(batch_axes)
+        self.fingerprint = fingerprint
+        self.prefetch = prefetch
         self.wait_seconds = 0.0
+        self._grain_iter = None
         self._start(start_step)
 
+    @abc.abstractmethod
+    def _layout(self, step: int) -> tuple[int, np.ndarray]:
+        """(global batch size, this process's sorted rows) of global batch `step`."""
+
     def _start(self, step: int) -> None:
-        if getattr(self, "_grain_iter", None) is not None:
+        if self._grain_iter is not None:
             self.close()
         if not 0 <= step <= self.num_steps:
             raise ValueError(f"start step {step} out of range [0, {self.num_steps}]")
-        self._step = step
+        self._step = self._next_put = step
         self._queue: collections.deque[dict[str, jax.Array]] = collections.deque()
-        self._host_source = HostBatchSource(
-            self.source, self.rows, self.config.global_batch_size, self.num_steps
-        )
         loader = grain.DataLoader(
-            data_source=self._host_source,
+            data_source=self.host_source,
             sampler=StepSampler(self.num_steps, step),
-            worker_count=self.config.worker_count,
-            worker_buffer_size=self.config.worker_buffer_size,
+            worker_count=self.prefetch.worker_count,
+            worker_buffer_size=self.prefetch.worker_buffer_size,
             shard_options=grain.sharding.NoSharding(),
             read_options=grain.ReadOptions(
-                num_threads=self.config.read_threads,
-                prefetch_buffer_size=self.config.read_buffer_size,
+                num_threads=self.prefetch.read_threads,
+                prefetch_buffer_size=self.prefetch.read_buffer_size,
             ),
         )
         self._grain_iter = iter(loader)
@@ -175,22 +200,21 @@ class GlobalBatchLoader(Iterator[dict[str, jax.Array]]):
         """The global step of the next batch `next()` returns."""
         return self._step
 
-    def __iter__(self) -> GlobalBatchLoader:
+    def __iter__(self) -> Self:
         return self
 
     def __next__(self) -> dict[str, jax.Array]:
         began = time.perf_counter()
-        while not self._exhausted and len(self._queue) <= self.config.device_prefetch:
+        while not self._exhausted and len(self._queue) <= self.prefetch.device_prefetch:
             try:
                 host = next(self._grain_iter)
             except StopIteration:
                 self._exhausted = True
                 break
+            size, rows = self._layout(self._next_put)
+            self._next_put += 1
             self._queue.append(
-                global_batch.make_global_batch(
-                    host, self.rows, self.config.global_batch_size, self.mesh,
-                    self.config.batch_axes,
-                )
+                global_batch.make_global_batch(host, rows, size, self.mesh, self.batch_axes)
             )
         if not self._queue:
             raise StopIteration
@@ -207,7 +231,7 @@ class GlobalBatchLoader(Iterator[dict[str, jax.Array]]):
         self._queue.clear()
         self._exhausted = True
 
-    def __enter__(self) -> GlobalBatchLoader:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -235,14 +259,49 @@ class GlobalBatchLoader(Iterator[dict[str, jax.Array]]):
             )
         if state["fingerprint"] != self.fingerprint:
             raise ValueError(
-                "loader state comes from a different data configuration: its fingerprint "
+                "loader state comes from a different data configuration (different source or "
+                "plan): its fingerprint "
                 f"{state['fingerprint']} != this loader's {self.fingerprint} (source, blend, seed, "
-                "sequence length or global batch size changed)"
+                "sequence length, batch size or batch plan changed)"
             )
         step = state["step"]
         if not isinstance(step, int) or not 0 <= step <= self.num_steps:
             raise ValueError(f"loader state step {step!r} out of range [0, {self.num_steps}]")
         return step
+
+
+class GlobalBatchLoader(StepLoader):
+    """Fixed-size global batches: step k holds samples `[k * B, (k + 1) * B)`. See `make_loader`."""
+
+    def __init__(
+        self,
+        source: Any,
+        mesh: Mesh,
+        config: LoaderConfig,
+        *,
+        start_step: int = 0,
+        process_index: int | None = None,
+    ):
+        self.source = source
+        self.config = config
+        self.process_index = jax.process_index() if process_index is None else process_index
+        b = config.global_batch_size
+        available = len(source) // b
+        if config.num_steps is not None and config.num_steps > available:
+            raise ValueError(
+                f"num_steps={config.num_steps} needs {config.num_steps * b} samples but the source "
+                f"has {len(source)} ({available} full batches of {b})"
+            )
+        num_steps = available if config.num_steps is None else config.num_steps
+        sharding = global_batch.batch_sharding(mesh, config.batch_axes, 1)
+        self.rows = batch_rows_for_process(b, sharding, self.process_index)
+        super().__init__(
+            HostBatchSource(source, self.rows, b, num_steps), num_steps, mesh, config.batch_axes,
+            loader_fingerprint(source, b), config.prefetch, start_step,
+        )
+
+    def _layout(self, step: int) -> tuple[int, np.ndarray]:
+        return self.config.global_batch_size, self.rows
 
 
 def make_loader(
@@ -283,11 +342,13 @@ def make_loader(
     config = LoaderConfig(
         global_batch_size=global_batch_size,
         batch_axes=tuple(batch_axes),
-        worker_count=worker_count,
-        worker_buffer_size=worker_buffer_size,
-        read_threads=read_threads,
-        device_prefetch=device_prefetch,
         num_steps=num_steps,
+        prefetch=PrefetchOptions(
+            worker_count=worker_count,
+            worker_buffer_size=worker_buffer_size,
+            read_threads=read_threads,
+            device_prefetch=device_prefetch,
+        ),
     )
     loader = GlobalBatchLoader(
         source, mesh, config, start_step=start_step, process_index=process_index

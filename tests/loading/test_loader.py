@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from jax.sharding import Mesh
 
-from jaxblend.loading import LoaderConfig, make_global_batch, make_loader
+from jaxblend.loading import LoaderConfig, PrefetchOptions, make_global_batch, make_loader
 from jaxblend.sources import MockSource
 from jaxblend.sources.schema import GPTSchemaOptions
 
@@ -100,7 +100,9 @@ class TestMakeLoader:
         with pytest.raises(ValueError, match="num_steps=7 needs"):
             make_loader(source, m, global_batch_size=B, num_steps=7)
         with pytest.raises(ValueError, match="worker_count"):
-            LoaderConfig(global_batch_size=B, worker_count=-1)
+            PrefetchOptions(worker_count=-1)
+        with pytest.raises(ValueError, match="global_batch_size"):
+            LoaderConfig(global_batch_size=0)
         with pytest.raises(ValueError, match="not mesh axes"):
             make_loader(source, m, global_batch_size=B, batch_axes=("fsdp",))
         with pytest.raises(ValueError, match="cannot be laid out"):
