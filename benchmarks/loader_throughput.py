@@ -30,7 +30,7 @@ absl_flags.FLAGS.mark_as_parsed()
 
 
 def build_dataset(prefix: str, num_tokens: int, seed: int = 0) -> None:
-    from jaxblend import IndexedDatasetBuilder, IndexedDataset
+    from jaxblend import IndexedDataset, IndexedDatasetBuilder
 
     if IndexedDataset.exists(prefix):
         return
@@ -61,14 +61,15 @@ def time_it(fn, min_seconds: float) -> tuple[float, int]:
 
 def megatron_dataset(prefix: str, seq: int, samples: int, seed: int):
     import torch
-
-    from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
+    from megatron.core.datasets.blended_megatron_dataset_builder import (
+        BlendedMegatronDatasetBuilder,
+    )
     from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
 
     class Tok:
         eod = 0
         pad = 1
-        unique_identifiers = {"class": "BenchTok"}
+        unique_identifiers = {"class": "BenchTok"}  # noqa: RUF012 - megatron reads a dict
         vocab_size = 50000
 
     torch.set_num_threads(1)

@@ -84,7 +84,7 @@ def build_default_corpus(workdir: str) -> tuple[str, int, int]:
                 corpus.python_executable(), "-m", "jaxblend.tools.preprocess",
                 f"--input={raw[name]}", f"--output_prefix={os.path.join(out, name)}",
                 "--tokenizer_type=byte", "--append_eod", "--workers=2",
-                f"--partitions=4",
+                "--partitions=4",
             ]
             logging.info("building the %r dataset: %s", name, " ".join(cmd))
             subprocess.run(cmd, check=True)
@@ -201,7 +201,7 @@ def main(argv: Sequence[str]) -> None:
     loss = None
     for step in range(start, iters):
         batch = next(loader)
-        params, opt_state, loss, tokens, counts = train_step(params, opt_state, batch)
+        params, opt_state, loss, _, counts = train_step(params, opt_state, batch)
         seen += np.asarray(jax.device_get(counts))
         window_tokens += b * fl.seq_length
         done = step + 1

@@ -14,8 +14,8 @@ import os
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-import pytest  # noqa: E402
-from absl import flags  # noqa: E402
+import pytest
+from absl import flags
 
 if not flags.FLAGS.is_parsed():
     flags.FLAGS.mark_as_parsed()

@@ -53,14 +53,14 @@ def estimate_plan(config: GPTDataConfig, infos: plan.InfoSource) -> PlanEstimate
     Raises:
       ValueError: for configuration errors `build_data_plan` would also raise before building.
     """
-    specs = plan._resolve_splits(config)  # noqa: SLF001 - same package, same resolution rules
+    specs = plan._resolve_splits(config)
     prefixes: list[str] = []
     for spec in specs:
         for p in spec.prefixes if spec is not None else ():
             if p not in prefixes:
                 prefixes.append(p)
-    info_by_prefix = {p: plan._get_info(infos, p) for p in prefixes}  # noqa: SLF001
-    key = plan._fingerprint(config, prefixes, info_by_prefix)  # noqa: SLF001
+    info_by_prefix = {p: plan._get_info(infos, p) for p in prefixes}
+    key = plan._fingerprint(config, prefixes, info_by_prefix)
     path = cache.entry_path(config.cache_dir, key) if config.cache_dir else None
     cached = bool(path and os.path.exists(os.path.join(path, cache.MANIFEST)))
 

@@ -5,7 +5,7 @@ batch schema) and also offers `get_batch(sample_ids)` for whole-batch reads.
 """
 
 from jaxblend.sources.base import BatchSource, stack_items
-from jaxblend.sources.factory import dataset_info, open_datasets, open_gpt_sources
+from jaxblend.sources.factory import open_gpt_sources
 from jaxblend.sources.masked import (
     BERTMaskedConfig,
     BERTSource,
@@ -34,8 +34,6 @@ __all__ = [
     "SequenceSource",
     "T5MaskedConfig",
     "T5Source",
-    "dataset_info",
-    "open_datasets",
     "open_gpt_sources",
     "stack_items",
     "windows_to_batch",

@@ -8,29 +8,13 @@ from the cache) all index maps with `jaxblend.index.build_data_plan`, and return
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
 from typing import Any
 
-from jaxblend import index
+from jaxblend import index, index_io
 from jaxblend.sources import planned, schema
 from jaxblend.storage import IndexedDataset
 
 SPLITS = ("train", "valid", "test")
-
-
-def dataset_info(dataset: IndexedDataset, name: str | None = None) -> index.DatasetInfo:
-    """The index layer's view of an opened dataset (sizes and content fingerprint)."""
-    return index.DatasetInfo(
-        name=str(name if name is not None else dataset.prefix),
-        sequence_lengths=dataset.sequence_lengths,
-        document_indices=dataset.document_indices,
-        fingerprint=dataset.fingerprint,
-    )
-
-
-def open_datasets(prefixes: Sequence[str], backend: str = "auto") -> dict[str, IndexedDataset]:
-    """Opens each distinct prefix once."""
-    return {p: IndexedDataset(p, backend=backend) for p in dict.fromkeys(prefixes)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,7 +38,7 @@ def _open(config: Any, backend: str) -> tuple[dict[str, IndexedDataset], Any]:
     def info(prefix: str) -> index.DatasetInfo:
         if prefix not in datasets:
             datasets[prefix] = IndexedDataset(prefix, backend=backend)
-        return dataset_info(datasets[prefix], prefix)
+        return index_io.dataset_info(datasets[prefix], prefix)
 
     return datasets, index.build_data_plan(config, info)
 

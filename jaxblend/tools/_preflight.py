@@ -29,7 +29,7 @@ def _human(n: float) -> str:
 def run(global_batch_size: int, train_iters: int | None, vocab_size: int | None, max_gb: float) -> dict:
     """Runs the preflight and prints its report; returns it as a dict (with `problems`)."""
     from jaxblend.index.estimate import estimate_plan
-    from jaxblend.sources.factory import dataset_info
+    from jaxblend.index_io import dataset_info
     from jaxblend.storage import IndexedDataset
 
     fl = flags.FLAGS

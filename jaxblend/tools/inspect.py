@@ -19,7 +19,6 @@ Data flags are those of `jaxblend.tools.dump_samples` (Megatron-LM names).
 from __future__ import annotations
 
 import json
-import math
 import os
 import sys
 from collections.abc import Sequence
@@ -55,16 +54,9 @@ def _write_json(result) -> None:
 
 
 def _prefixes() -> list[str]:
-    cfg = data_flags.data_config_from_flags()
-    blends = [cfg.blend] if cfg.blend is not None else [b for b in cfg.blend_per_split if b]
-    from jaxblend.index import parse_blend
+    from jaxblend import index_io
 
-    out: list[str] = []
-    for blend in blends:
-        for p in parse_blend(blend).prefixes:
-            if p not in out:
-                out.append(p)
-    return out
+    return index_io.config_prefixes(data_flags.data_config_from_flags())
 
 
 def stats() -> dict:
@@ -112,7 +104,7 @@ def explain() -> dict:
     """The pieces of every row of global batch --step."""
     from jaxblend.storage import IndexedDataset
 
-    source, plan, names = _plan_and_names()
+    _, plan, names = _plan_and_names()
     b, step = _BATCH.value, _STEP.value
     if (step + 1) * b > len(plan):
         raise app.UsageError(f"step {step} x batch {b} exceeds the {_WHICH.value} split's {len(plan)} samples")
@@ -150,7 +142,7 @@ def _target_weights(names: Sequence[str], plan) -> np.ndarray:
 
 def mixture() -> dict:
     """Realized vs target dataset shares over [--start_step, --end_step)."""
-    source, plan, names = _plan_and_names()
+    _, plan, names = _plan_and_names()
     b = _BATCH.value
     end = _END.value if _END.value is not None else len(plan) // b
     if not 0 <= _START.value < end <= len(plan) // b:

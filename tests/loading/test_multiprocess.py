@@ -10,8 +10,8 @@ import json
 
 import numpy as np
 import pytest
-
 from helpers_multiproc import run_cli
+
 from jaxblend import IndexedDatasetBuilder
 
 pytestmark = pytest.mark.multiprocess

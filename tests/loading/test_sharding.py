@@ -7,7 +7,8 @@ import dataclasses
 import jax
 import numpy as np
 import pytest
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from jaxblend import sampling
 from jaxblend.sampling import StepSampler

@@ -102,7 +102,7 @@ def test_padding_of_a_kept_partial_validation_sample(prefixes):
         opts,
     )["valid"]
     last = len(src) - 1
-    text, n_valid = src.windows(np.array([last]))
+    _, n_valid = src.windows(np.array([last]))
     batch = src.get_batch(np.array([last]))
     if n_valid[0] < 17:
         pad = np.arange(16) + 1 >= n_valid[0]
@@ -127,13 +127,15 @@ def test_errors(prefixes):
 def test_blend_samples_equal_megatron(prefixes, tmp_path):
     torch = pytest.importorskip("torch")
     pytest.importorskip("megatron.core")
-    from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
+    from megatron.core.datasets.blended_megatron_dataset_builder import (
+        BlendedMegatronDatasetBuilder,
+    )
     from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
 
     class Tok:
         eod = EOD
         pad = 65000
-        unique_identifiers = {"class": "Tok"}
+        unique_identifiers = {"class": "Tok"}  # noqa: RUF012 - megatron reads a dict
         vocab_size = 1000
 
     blend = ["30", prefixes[0], "70", prefixes[1]]
