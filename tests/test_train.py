@@ -62,3 +62,26 @@ def test_resume_on_two_processes_through_launch_local_sh(workdir):
     assert sorted(curve) == [41, 45, 50], output[-3000:]
     assert "finished at step 50" in output
     assert (workdir / "checkpoints" / "step_00000050" / "meta.json").exists()
+
+
+def test_fsdp_tensor_mesh_and_resume_on_another_mesh(tmp_path):
+    common = [
+        "--mock_data", "--seq_length=32", "--global_batch_size=8", "--log_interval=2",
+        "--num_cpu_devices=8", f"--workdir={tmp_path}", "--eval_interval=0", "--save_interval=3",
+        "--hidden_size=64", "--ffn_hidden_size=128", "--num_attention_heads=4",
+        "--mock_num_samples=64", "--mock_vocab_size=512",
+    ]
+    first = subprocess.run(
+        [sys.executable, "-m", "jaxblend.train", *common, "--train_iters=3",
+         "--mesh_shape=2,2,2", "--mesh_axes=data,fsdp,tensor"],
+        capture_output=True, text=True, timeout=600, check=False,
+    )
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "finished at step 3" in first.stdout
+    second = subprocess.run(
+        [sys.executable, "-m", "jaxblend.train", *common, "--train_iters=6", "--mesh_shape=8",
+         "--mesh_axes=data"],
+        capture_output=True, text=True, timeout=600, check=False,
+    )
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "resumed from" in second.stderr and sorted(losses(second.stdout)) == [4, 6]
