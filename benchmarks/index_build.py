@@ -4,7 +4,8 @@ Each case runs in its own child process (peak RSS = that process's max RSS minus
 imports and input generation). Prints a markdown table.
 
   .venv/bin/python benchmarks/index_build.py            # quick sizes (~1 min)
-  .venv/bin/python benchmarks/index_build.py --full     # issue sizes (~5 min + Megatron's 110 s)
+  .venv/bin/python benchmarks/index_build.py --full     # issue sizes (~1 min + Megatron's 100 s)
+  .venv/bin/python benchmarks/index_build.py --full --cases blend1k --blend_method tree  # older kernel
 
 Cases (full sizes): GPT maps for 1e7 documents / 1e10 tokens at S=2048 (Megatron: its
 `_build_document_index`, `helpers.build_sample_idx`, `_build_shuffle_index`); blending 1e8 x 3
@@ -114,7 +115,7 @@ def case_gpt(impl: str, sizes: dict) -> dict:
     }
 
 
-def case_blend(impl: str, sizes: dict, n: int, size_key: str) -> dict:
+def case_blend(impl: str, sizes: dict, n: int, size_key: str, method: str = "auto") -> dict:
     size = sizes[size_key]
     w = _weights(n)
     if impl == "megatron":
@@ -129,10 +130,10 @@ def case_blend(impl: str, sizes: dict, n: int, size_key: str) -> dict:
     else:
         from jaxblend import index
 
-        index.build_blending_indices(w, 10)
+        index.build_blending_indices(w, 10, method=method)
         base = _rss_mb()
         t0 = time.perf_counter()
-        dataset_index, dataset_sample_index = index.build_blending_indices(w, size)
+        dataset_index, dataset_sample_index = index.build_blending_indices(w, size, method=method)
         t1 = time.perf_counter()
     peak = _rss_mb() - base
     digest = _digest(dataset_index, dataset_sample_index)
@@ -169,23 +170,24 @@ def case_cached_load(impl: str, sizes: dict) -> dict:
     return {"seconds": min(times), "peak_mb": _rss_mb() - base, "digest": len(plan.split("train"))}
 
 
-def run_case(name: str, impl: str, mode: str) -> dict:
+def run_case(name: str, impl: str, mode: str, method: str = "auto") -> dict:
     sizes = SIZES[mode]
     if name == "gpt":
         return case_gpt(impl, sizes)
     if name == "blend3":
-        return case_blend(impl, sizes, 3, "blend3")
+        return case_blend(impl, sizes, 3, "blend3", method)
     if name == "blend1k":
-        return case_blend(impl, sizes, 1000, "blend1k")
+        return case_blend(impl, sizes, 1000, "blend1k", method)
     if name == "blend100k":
-        return case_blend(impl, sizes, 100_000, "blend100k")
+        return case_blend(impl, sizes, 100_000, "blend100k", method)
     if name == "cached":
         return case_cached_load(impl, sizes)
     raise ValueError(name)
 
 
-def _child(name: str, impl: str, mode: str) -> dict:
+def _child(name: str, impl: str, mode: str, method: str = "auto") -> dict:
     cmd = [sys.executable, __file__, "--child", name, "--impl", impl, "--mode", mode]
+    cmd += ["--blend_method", method]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=3600)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -201,12 +203,18 @@ def main() -> None:
         default="gpt,blend3,blend1k,blend100k,cached",
         help="comma-separated subset of the cases",
     )
+    parser.add_argument(
+        "--blend_method",
+        default="auto",
+        choices=["auto", "scan", "tree", "block"],
+        help="jaxblend's build_blending_indices method for the blending cases",
+    )
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--impl", default="jaxblend", help=argparse.SUPPRESS)
     parser.add_argument("--mode", default="quick", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(run_case(args.child, args.impl, args.mode)))
+        print(json.dumps(run_case(args.child, args.impl, args.mode, args.blend_method)))
         return
     mode = "full" if args.full else "quick"
     s = SIZES[mode]
@@ -217,13 +225,16 @@ def main() -> None:
         ("blend100k", f"blend {s['blend100k']:.0e} x 100,000", False, None),
         ("cached", "cached configuration load (3 x 1e6 docs, 1e6 samples)", False, None),
     ]
-    print(f"mode: {mode}; machine: {os.cpu_count()} cores (shared, figures under load)\n")
+    print(
+        f"mode: {mode}; blend method: {args.blend_method}; machine: {os.cpu_count()} cores "
+        "(shared, figures under load)\n"
+    )
     print("| case | jaxblend s | peak MB | megatron-core s | peak MB | speedup | identical |")
     print("|---|---|---|---|---|---|---|")
     for name, title, with_megatron, _ in rows:
         if name not in args.cases.split(","):
             continue
-        ours = _child(name, "jaxblend", mode)
+        ours = _child(name, "jaxblend", mode, args.blend_method)
         theirs = _child(name, "megatron", mode) if with_megatron else None
         detail = ""
         if name == "gpt":

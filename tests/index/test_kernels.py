@@ -67,6 +67,82 @@ class TestBlending:
                 np.testing.assert_array_equal(ref[0], scan[0][:400])
                 np.testing.assert_array_equal(ref[1], scan[1][:400])
 
+    def test_block_matches_scan_small(self):
+        rng = np.random.default_rng(21)
+        for trial, w, size in _weight_cases(rng):
+            scan = index.build_blending_indices(w, size, method="scan")
+            block = index.build_blending_indices(w, size, method="block")
+            np.testing.assert_array_equal(scan[0], block[0], err_msg=f"trial {trial}")
+            np.testing.assert_array_equal(scan[1], block[1], err_msg=f"trial {trial}")
+            assert block[0].dtype == scan[0].dtype
+            if trial % 6 == 1:
+                ref = reference.blending_indices(w, min(size, 300))
+                np.testing.assert_array_equal(ref[0], block[0][:300])
+                np.testing.assert_array_equal(ref[1], block[1][:300])
+
+    @pytest.mark.parametrize(
+        "seed, kind",
+        list(
+            enumerate(
+                ["random", "equal", "huge_and_tiny", "repeated", "zeros", "skewed", "two_scales"]
+            )
+        ),
+    )
+    def test_block_matches_scan_large(self, seed, kind):
+        # Many datasets and long runs, where candidate sets, bounds and theta adaptation matter.
+        rng = np.random.default_rng(30 + seed)
+        for n, size in [(2, 30_000), (17, 60_000), (300, 60_000), (1000, 100_000), (5000, 12_000)]:
+            if kind == "random":
+                w = rng.random(n) + 0.1
+            elif kind == "equal":
+                w = np.ones(n)
+            elif kind == "huge_and_tiny":
+                w = np.r_[rng.random(max(1, n // 50)) * 1e3, rng.random(n - max(1, n // 50)) * 1e-6]
+                w = rng.permutation(w)
+            elif kind == "repeated":
+                w = rng.choice([0.1, 0.25, 0.3, 1.0 / 3.0], n)
+            elif kind == "zeros":
+                w = rng.random(n) * (rng.random(n) < 0.6)
+                w[int(rng.integers(0, n))] = 0.5
+            elif kind == "skewed":
+                w = rng.random(n) ** 8 + 1e-12
+            else:
+                w = np.where(rng.random(n) < 0.5, 1.0, 1.0 + 2.0**-30)
+            w = w / w.sum()
+            scan = index.build_blending_indices(w, size, method="scan")
+            block = index.build_blending_indices(w, size, method="block")
+            np.testing.assert_array_equal(scan[0], block[0], err_msg=f"{kind} n={n}")
+            np.testing.assert_array_equal(scan[1], block[1], err_msg=f"{kind} n={n}")
+
+    def test_auto_uses_block_from_threshold(self):
+        rng = np.random.default_rng(22)
+        for n in [blend_index.BLOCK_THRESHOLD - 1, blend_index.BLOCK_THRESHOLD, 2000]:
+            w = rng.random(n) + 0.2
+            w /= w.sum()
+            auto = index.build_blending_indices(w, 20_000)
+            scan = index.build_blending_indices(w, 20_000, method="scan")
+            np.testing.assert_array_equal(auto[0], scan[0])
+            np.testing.assert_array_equal(auto[1], scan[1])
+        assert blend_index.block_sizes(1000) == (62, 16)
+        assert blend_index.block_sizes(16) == (32, 16)
+        with pytest.raises(ValueError, match="block"):
+            index.build_blending_indices([0.5, 0.5], 10, method="heap")
+
+    @pytest.mark.parity
+    def test_block_matches_megatron_helpers(self):
+        helpers = pytest.importorskip("megatron.core.datasets.helpers_cpp")
+        rng = np.random.default_rng(23)
+        cases = [(rng.random(1000) + 0.1, 40_000), (np.ones(700), 20_000)]
+        cases.append((rng.random(3000) ** 6 + 1e-9, 10_000))
+        for trial, (w, size) in enumerate(cases):
+            w = w / w.sum()
+            di = np.zeros(size, dtype=np.int16)
+            dsi = np.zeros(size, dtype=np.int64)
+            helpers.build_blending_indices(di, dsi, w, len(w), size, False)
+            ours = index.build_blending_indices(w, size, method="block")
+            np.testing.assert_array_equal(ours[0], di, err_msg=f"trial {trial}")
+            np.testing.assert_array_equal(ours[1], dsi, err_msg=f"trial {trial}")
+
     def test_exhaustive_scan_and_tree_match_reference(self):
         rng = np.random.default_rng(12)
         for trial in range(60):
