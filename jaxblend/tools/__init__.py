@@ -1,1 +1,1 @@
-"""Command-line tools (absl): preprocess, dump_samples, dump_batches, inspect, launch_local."""
+"""Command-line tools (absl): preprocess, build_index, dump_samples, dump_batches, inspect, launch_local."""

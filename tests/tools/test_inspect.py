@@ -119,3 +119,17 @@ def test_configs_parse_with_the_training_flags(flagfile):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
     assert out.returncode == 0, out.stderr[-2000:]
     assert int(out.stdout.strip()) > 0
+
+
+def test_build_index_fills_then_reuses_the_cache(data, tmp_path):
+    _, _, args = data
+    cache = tmp_path / "fresh_cache"
+    args = [a for a in args if not a.startswith("--data_cache_path")] + [f"--data_cache_path={cache}"]
+    first = run("jaxblend.tools.build_index", *args)
+    assert "train: 400 samples" in first.stdout and "test: none" in first.stdout
+    entries = [p for p in cache.iterdir() if not p.name.startswith(".")]
+    assert len(entries) == 1 and (entries[0] / "manifest.json").exists()
+    second = run("jaxblend.tools.build_index", *args)
+    assert first.stdout.split(" (")[0] == second.stdout.split(" (")[0]  # same fingerprint and path
+    missing = run("jaxblend.tools.build_index", *args[:-1], check=False)
+    assert missing.returncode != 0 and "--data_cache_path is required" in missing.stderr
