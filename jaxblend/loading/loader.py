@@ -2,9 +2,11 @@
 
 Flow per step k (the same program on every host):
   1. `jaxblend.sampling` gives this process's rows of global batch k (from the batch sharding);
-  2. a `HostBatchSource` record = those rows, read through the source's `get_batch` (one batched
-     storage call, one compiled kernel); a `grain.DataLoader` runs it in worker processes with
-     prefetch, its sampler being the global steps from the resume point on;
+  2. a `HostBatchSource` record = those rows, read through the source's `read_batch` (one batched
+     storage call) in a `grain.DataLoader` (reader threads or worker processes, prefetch; its
+     sampler is the global steps from the resume point on); the compact record is turned into
+     the batch schema by `assemble_batch` (one compiled kernel) in this process, so only token
+     windows cross from a worker;
   3. `make_global_batch` lays the rows out on the mesh; the next batch is put on the devices while
      the current one is consumed (device prefetch).
 
@@ -121,9 +123,17 @@ class HostBatchSource:
         if not 0 <= step < self.num_steps:
             raise IndexError(f"step {step} out of range [0, {self.num_steps})")
         ids = self.sample_ids(step)
+        if hasattr(self.source, "read_batch"):
+            return self.source.read_batch(ids)
         if hasattr(self.source, "get_batch"):
             return self.source.get_batch(ids)
         return stack_items([self.source[int(i)] for i in ids])
+
+    def assemble(self, raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Turns a record into the host batch (`assemble_batch` of two-phase sources)."""
+        if hasattr(self.source, "assemble_batch"):
+            return self.source.assemble_batch(raw)
+        return raw
 
 
 def loader_fingerprint(source: Any, global_batch_size: int) -> str:
@@ -170,6 +180,10 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
         self._grain_iter = None
         self._start(start_step)
 
+    def _assemble(self, record: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Turns a Grain record into the host batch, in this process (default: as is)."""
+        return record
+
     @abc.abstractmethod
     def _layout(self, step: int) -> tuple[int, np.ndarray]:
         """(global batch size, this process's sorted rows) of global batch `step`."""
@@ -213,6 +227,7 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
                 break
             size, rows = self._layout(self._next_put)
             self._next_put += 1
+            host = self._assemble(host)
             self._queue.append(
                 global_batch.make_global_batch(host, rows, size, self.mesh, self.batch_axes)
             )
@@ -302,6 +317,9 @@ class GlobalBatchLoader(StepLoader):
 
     def _layout(self, step: int) -> tuple[int, np.ndarray]:
         return self.config.global_batch_size, self.rows
+
+    def _assemble(self, record: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return self.host_source.assemble(record)
 
 
 def make_loader(

@@ -4,7 +4,8 @@ Every source is a Grain `RandomAccessDataSource` (`__len__`, `__getitem__(i)` ->
 arrays; deterministic, thread-safe, picklable, with a stable `__repr__`). On top of that the loader
 uses `get_batch(sample_ids)`, which must equal stacking `source[i]` for each id but reads the whole
 batch at once (one batched storage call, one compiled kernel); and `fingerprint`, a string that
-changes whenever the samples would.
+changes whenever the samples would. Sources may split `get_batch` into `read_batch` (compact raw
+form, run where the data is read) and `assemble_batch` (run in the training process).
 """
 
 from __future__ import annotations
@@ -30,6 +31,20 @@ class BatchSource(abc.ABC):
     @abc.abstractmethod
     def fingerprint(self) -> str:
         """Identity of the sample stream (config + data content), for resume checks."""
+
+    def read_batch(self, sample_ids: np.ndarray) -> dict[str, np.ndarray]:
+        """Phase 1 of `get_batch`: the compact raw form of the samples (I/O-bound part).
+
+        `get_batch(ids) == assemble_batch(read_batch(ids))`. Loaders run `read_batch` in Grain
+        reader threads or worker processes and `assemble_batch` in the training process, so
+        only the compact form crosses process boundaries. Sources without a cheaper raw form
+        keep this default (the whole batch) and the identity `assemble_batch`.
+        """
+        return self.get_batch(sample_ids)
+
+    def assemble_batch(self, raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Phase 2 of `get_batch`: raw form -> batch schema (see `read_batch`)."""
+        return raw
 
     def __getitem__(self, index: int) -> dict[str, np.ndarray]:
         index = self._check_index(index)

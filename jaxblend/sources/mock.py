@@ -103,11 +103,13 @@ class MockSource(base.BatchSource):
         )
         return out
 
-    def get_batch(self, sample_ids: np.ndarray) -> dict[str, np.ndarray]:
+    def read_batch(self, sample_ids: np.ndarray) -> dict[str, np.ndarray]:
         ids = self._check_ids(sample_ids)
-        text = self.windows(ids)
         n_valid = np.full(ids.size, self.options.window_length, np.int64)
-        batch = schema.windows_to_batch(text, n_valid, self.options)
-        batch["dataset_ids"] = np.zeros(ids.size, np.int32)
-        batch["sample_ids"] = ids.copy()
-        return batch
+        return schema.raw_windows(self.windows(ids), n_valid, np.zeros(ids.size, np.int32), ids)
+
+    def assemble_batch(self, raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return schema.assemble_windows(raw, self.options)
+
+    def get_batch(self, sample_ids: np.ndarray) -> dict[str, np.ndarray]:
+        return self.assemble_batch(self.read_batch(sample_ids))

@@ -166,13 +166,17 @@ class PlannedSource(base.BatchSource):
             _scatter(flat, np.asarray(spans.row, np.int64)[sel], dest[sel], length, text)
         return text, n_valid
 
-    def get_batch(self, sample_ids: np.ndarray) -> dict[str, np.ndarray]:
+    def read_batch(self, sample_ids: np.ndarray) -> dict[str, np.ndarray]:
         ids = self._check_ids(sample_ids)
         text, n_valid = self.windows(ids)
-        batch = schema.windows_to_batch(text, n_valid, self.options)
-        batch["dataset_ids"] = np.asarray(self.plan.dataset_ids(ids), dtype=np.int32)
-        batch["sample_ids"] = ids.copy()
-        return batch
+        dataset_ids = np.asarray(self.plan.dataset_ids(ids), dtype=np.int32)
+        return schema.raw_windows(text, n_valid, dataset_ids, ids)
+
+    def assemble_batch(self, raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return schema.assemble_windows(raw, self.options)
+
+    def get_batch(self, sample_ids: np.ndarray) -> dict[str, np.ndarray]:
+        return self.assemble_batch(self.read_batch(sample_ids))
 
 
 class GPTSource(PlannedSource):

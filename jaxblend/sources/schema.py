@@ -154,3 +154,18 @@ def windows_to_batch(
         out["inputs"], out["targets"], out["loss_mask"], out["positions"], out["segment_ids"],
     )
     return out
+
+
+def raw_windows(
+    text: np.ndarray, n_valid: np.ndarray, dataset_ids: np.ndarray, sample_ids: np.ndarray
+) -> dict[str, np.ndarray]:
+    """The compact raw form of a GPT batch (what crosses from a Grain worker)."""
+    return {"text": text, "n_valid": n_valid, "dataset_ids": dataset_ids, "sample_ids": sample_ids}
+
+
+def assemble_windows(raw: dict[str, np.ndarray], options: GPTSchemaOptions) -> dict[str, np.ndarray]:
+    """Raw GPT form (`raw_windows`) -> the batch schema."""
+    batch = windows_to_batch(np.asarray(raw["text"]), np.asarray(raw["n_valid"]), options)
+    batch["dataset_ids"] = np.asarray(raw["dataset_ids"], np.int32)
+    batch["sample_ids"] = np.array(raw["sample_ids"], np.int64)
+    return batch
