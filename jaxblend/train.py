@@ -161,13 +161,14 @@ def main(argv: Sequence[str]) -> None:
     opt_state = jax.jit(optimizer.init, out_shardings=opt_shardings)(params)
 
     ckpt_dir = _CKPT_DIR.value or os.path.join(workdir, "checkpoints")
-    start, loader_state = 0, None
+    start, loader_state, restored_counts = 0, None, None
     last = checkpoint.latest_step(ckpt_dir)
     if last is not None:
         (params, opt_state), meta = checkpoint.restore(
             ckpt_dir, last, (params, opt_state), (shardings, opt_shardings)
         )
         start, loader_state = meta["step"], meta["loader_state"]
+        restored_counts = meta.get("samples_per_dataset")
         logging.info("resumed from %s step %d", ckpt_dir, start)
 
     num_datasets = len(names)
@@ -193,6 +194,8 @@ def main(argv: Sequence[str]) -> None:
     if loader.step != start:
         raise ValueError(f"checkpoint step {start} but loader state step {loader.step}")
     seen = np.zeros(num_datasets, np.int64)
+    if restored_counts is not None and len(restored_counts) == num_datasets:
+        seen += np.asarray(restored_counts, np.int64)
     window_start, window_wait, window_tokens = time.perf_counter(), loader.wait_seconds, 0.0
     logging.info(
         "training %d steps from %d: batch %d x %d tokens, mesh %s, datasets %s",
@@ -228,10 +231,18 @@ def main(argv: Sequence[str]) -> None:
         if _SAVE_INTERVAL.value and (done % _SAVE_INTERVAL.value == 0 or done == iters):
             checkpoint.save(
                 ckpt_dir, done, (params, opt_state),
-                {"loader_state": loader.state(), "model": dataclasses.asdict(cfg)},
+                {"loader_state": loader.state(), "model": dataclasses.asdict(cfg),
+                 "samples_per_dataset": seen.tolist()},
             )
-    if loss is not None and jax.process_index() == 0:
-        print(f"finished at step {iters}: final loss {float(loss):.4f}", flush=True)
+    if jax.process_index() == 0:
+        if loss is not None:
+            print(f"finished at step {iters}: final loss {float(loss):.4f}", flush=True)
+        else:
+            print(
+                f"already trained to step {start} (checkpoint in {ckpt_dir}); raise "
+                f"--train_iters (the data stream holds {len(train_source) // b} steps) to "
+                "continue, or delete the directory to start over", flush=True,
+            )
     multihost_utils.sync_global_devices("train done")
 
 
