@@ -8,6 +8,7 @@ import pickle
 import grain
 import jax
 import numpy as np
+from helpers_data import write_random_dataset
 
 import jaxblend
 
@@ -15,14 +16,10 @@ import jaxblend
 def test_readme_example_and_grain_protocol(tmp_path):
     rng = np.random.default_rng(0)
     prefixes = []
+    dtype = jaxblend.token_dtype_for_vocab(50257).type
     for name in ("a_text_document", "b_text_document"):
-        prefix = str(tmp_path / name)
-        with jaxblend.IndexedDatasetBuilder(prefix, jaxblend.token_dtype_for_vocab(50257)) as b:
-            for _ in range(300):
-                doc = rng.integers(0, 50256, int(rng.integers(5, 80))).astype(np.uint16)
-                b.add_sequence(np.append(doc, 50256).astype(np.uint16))
-                b.end_document()
-        prefixes.append(prefix)
+        prefixes.append(write_random_dataset(
+            str(tmp_path / name), rng, 300, lengths=(5, 80), vocab=(0, 50256), eod=50256, dtype=dtype))
     seq, batch = 32, 16
     config = jaxblend.index.GPTDataConfig(
         blend=["30", prefixes[0], "70", prefixes[1]], split="969,30,1", seq_length=seq, seed=1234,
@@ -51,11 +48,7 @@ def test_readme_example_and_grain_protocol(tmp_path):
 
 def test_every_sample_of_an_epoch_exactly_once(tmp_path):
     rng = np.random.default_rng(1)
-    prefix = str(tmp_path / "d")
-    with jaxblend.IndexedDatasetBuilder(prefix, np.uint16) as b:
-        for _ in range(200):
-            b.add_sequence(rng.integers(0, 1000, int(rng.integers(5, 60)), dtype=np.uint16))
-            b.end_document()
+    prefix = write_random_dataset(str(tmp_path / "d"), rng, 200, lengths=(5, 60))
     config = jaxblend.index.GPTDataConfig(blend=[prefix], split="100,0,0", seq_length=16)
     src = jaxblend.open_gpt_sources(config, jaxblend.GPTSchemaOptions(seq_length=16))["train"]
     mesh = jax.make_mesh((4, 2), ("data", "tensor"))

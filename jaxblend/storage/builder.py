@@ -12,6 +12,7 @@ with `os.copy_file_range` in bounded chunks, never holding it in memory.
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import secrets
@@ -424,10 +425,9 @@ class _map_file:
 
     def __exit__(self, *exc: object) -> None:
         if self._mm is not None:
-            try:
+            # A numpy view may still exist; the map then closes when it is collected.
+            with contextlib.suppress(BufferError):
                 self._mm.close()
-            except BufferError:
-                pass  # a numpy view still exists; the map closes when it is collected
 
 
 def _file_size(path: str) -> int:

@@ -23,6 +23,7 @@ cost one bounds check plus the bytes read; `read_token_spans` is the batch hot p
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import hashlib
@@ -589,7 +590,6 @@ def _release(state: _Handles) -> None:
     state.arrays = None  # type: ignore[assignment]
     for mm in (state.bin_mmap, state.idx_buffer):
         if isinstance(mm, mmap.mmap):
-            try:
+            # Views handed out earlier keep the map alive until they are collected.
+            with contextlib.suppress(BufferError):
                 mm.close()
-            except BufferError:
-                pass  # views handed out earlier keep the map alive until they are collected

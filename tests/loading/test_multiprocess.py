@@ -10,9 +10,8 @@ import json
 
 import numpy as np
 import pytest
+from helpers_data import write_random_dataset
 from helpers_multiproc import run_cli
-
-from jaxblend import IndexedDatasetBuilder
 
 pytestmark = pytest.mark.multiprocess
 
@@ -26,13 +25,7 @@ def blend(tmp_path_factory):
     rng = np.random.default_rng(0)
     prefixes = []
     for name, docs in (("a", 150), ("b", 220)):
-        prefix = str(root / name)
-        with IndexedDatasetBuilder(prefix, np.uint16) as builder:
-            for _ in range(docs):
-                n = int(rng.integers(3, 90))
-                builder.add_sequence(rng.integers(0, 1000, n, dtype=np.uint16))
-                builder.end_document()
-        prefixes.append(prefix)
+        prefixes.append(write_random_dataset(str(root / name), rng, docs))
     return f"30 {prefixes[0]} 70 {prefixes[1]}", str(root / "cache")
 
 

@@ -6,29 +6,22 @@ import pickle
 
 import numpy as np
 import pytest
+from helpers_data import write_random_dataset
 
-from jaxblend import IndexedDataset, IndexedDatasetBuilder, index
+from jaxblend import IndexedDataset, index
 from jaxblend.sources import BlendedSource, GPTSchemaOptions, GPTSource, open_gpt_sources
 
 EOD = 0
-
-
-def write_dataset(prefix, rng, docs, dtype=np.uint16):
-    with IndexedDatasetBuilder(prefix, dtype) as builder:
-        for _ in range(docs):
-            n = int(rng.integers(2, 60))
-            tokens = rng.integers(1, 500, n).astype(dtype)
-            tokens[-1] = EOD
-            builder.add_sequence(tokens)
-            builder.end_document()
-    return prefix
 
 
 @pytest.fixture(scope="module")
 def prefixes(tmp_path_factory):
     root = tmp_path_factory.mktemp("gpt_source")
     rng = np.random.default_rng(1)
-    return [write_dataset(str(root / n), rng, d) for n, d in (("a", 80), ("b", 120))]
+    return [
+        write_random_dataset(str(root / n), rng, d, lengths=(1, 59), vocab=(1, 500), eod=EOD)
+        for n, d in (("a", 80), ("b", 120))
+    ]
 
 
 def config(blend, seq=16, extra=True, samples=(96, 16, 16), cache=None, **kw):

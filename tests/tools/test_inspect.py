@@ -9,8 +9,9 @@ import sys
 
 import numpy as np
 import pytest
+from helpers_data import write_random_dataset
 
-from jaxblend import IndexedDataset, IndexedDatasetBuilder
+from jaxblend import IndexedDataset
 
 B, SEQ = 8, 16
 
@@ -21,12 +22,7 @@ def data(tmp_path_factory):
     rng = np.random.default_rng(3)
     prefixes = []
     for name, docs in (("a", 120), ("b", 160)):
-        prefix = str(root / name)
-        with IndexedDatasetBuilder(prefix, np.uint16) as builder:
-            for _ in range(docs):
-                builder.add_sequence(rng.integers(0, 900, int(rng.integers(2, 70)), dtype=np.uint16))
-                builder.end_document()
-        prefixes.append(prefix)
+        prefixes.append(write_random_dataset(str(root / name), rng, docs, lengths=(2, 70), vocab=(0, 900)))
     args = [f"--data_path=25 {prefixes[0]} 75 {prefixes[1]}", "--split=90,10,0", f"--seq_length={SEQ}",
             "--train_samples=400", "--valid_samples=16", f"--data_cache_path={root / 'cache'}"]
     return root, prefixes, args

@@ -1,0 +1,38 @@
+"""Small generated GPT datasets for tests (one sequence per document)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from jaxblend import IndexedDatasetBuilder
+
+
+def write_random_dataset(
+    prefix: str,
+    rng: np.random.Generator,
+    num_documents: int,
+    *,
+    lengths: tuple[int, int] = (3, 90),
+    vocab: tuple[int, int] = (0, 1000),
+    eod: int | None = None,
+    dtype=np.uint16,
+) -> str:
+    """Writes `num_documents` documents of random tokens; returns `prefix`.
+
+    Args:
+      prefix: output prefix (`.bin`/`.idx`).
+      rng: the generator (the data is a pure function of its state).
+      num_documents: documents, one sequence each.
+      lengths: `[low, high)` of the random token count before the EOD.
+      vocab: `[low, high)` of the random token ids.
+      eod: appended to every document when given.
+      dtype: token dtype.
+    """
+    with IndexedDatasetBuilder(prefix, dtype) as builder:
+        for _ in range(num_documents):
+            tokens = rng.integers(*vocab, int(rng.integers(*lengths))).astype(dtype)
+            if eod is not None:
+                tokens = np.append(tokens, dtype(eod)).astype(dtype)
+            builder.add_sequence(tokens)
+            builder.end_document()
+    return prefix
