@@ -2,9 +2,9 @@
 
 `PlannedSource` holds the datasets of a blend and the `SplitPlan` of one split. `get_batch` asks
 the plan for every piece of every requested sample at once (`SplitPlan.spans`, a compiled kernel),
-issues one batched storage call per constituent dataset (`IndexedDataset.read_token_spans`),
-scatters the tokens into `[k, seq_length + extra]` windows and builds the schema arrays with one
-compiled kernel. Sample windows equal Megatron-Core's (`GPTDataset`/`BlendedDataset`) for the same
+reads every piece of every constituent dataset with one `SpanGather.read` (one compiled kernel
+over memory-mapped files, one batch of concurrent requests for object stores) straight into
+`[k, seq_length + extra]` windows, and builds the schema arrays with one compiled kernel. Sample windows equal Megatron-Core's (`GPTDataset`/`BlendedDataset`) for the same
 files, configuration and seed.
 
 Pickling drops opened handles and, when the source was built by `open_gpt_sources`, the index
@@ -23,6 +23,7 @@ import numba
 import numpy as np
 
 from jaxblend.sources import base, schema
+from jaxblend.storage.span_gather import SpanGather
 
 
 @numba.njit(cache=True, nogil=True)
@@ -34,17 +35,6 @@ def _destinations(span_row, span_length, num_rows):  # pragma: no cover - compil
         dest[s] = n_valid[r]
         n_valid[r] += span_length[s]
     return dest, n_valid
-
-
-@numba.njit(cache=True, nogil=True)
-def _scatter(flat, span_row, span_dest, span_length, text):  # pragma: no cover - compiled
-    src = 0
-    for s in range(span_row.shape[0]):
-        r = span_row[s]
-        d = span_dest[s]
-        for t in range(span_length[s]):
-            text[r, d + t] = flat[src + t]
-        src += span_length[s]
 
 
 class PlannedSource(base.BatchSource):
@@ -88,6 +78,7 @@ class PlannedSource(base.BatchSource):
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state.pop("_lock")
+        state.pop("_span_gather", None)
         if self._reopen is not None:
             state["_datasets"] = None
             state["_plan"] = None
@@ -96,6 +87,26 @@ class PlannedSource(base.BatchSource):
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
+
+    def _gather(self, datasets: list[Any]) -> SpanGather:
+        gather = self.__dict__.get("_span_gather")
+        if gather is None:
+            with self._lock:
+                gather = self.__dict__.get("_span_gather")
+                if gather is None:
+                    gather = self._span_gather = SpanGather(datasets)
+        return gather
+
+    @property
+    def requests_issued(self) -> int:
+        """Object-store requests this process has issued for this source (0 for local data)."""
+        gather = self.__dict__.get("_span_gather")
+        return 0 if gather is None else gather.requests
+
+    @property
+    def reads_remote(self) -> bool:
+        """Whether any constituent dataset is read from an object store."""
+        return any(getattr(d, "is_remote", False) for d in self._materialize()[0])
 
     def _materialize(self) -> tuple[list[Any], Any]:
         if self._plan is None:
@@ -148,22 +159,15 @@ class PlannedSource(base.BatchSource):
                 f"the index maps give windows of {int(n_valid.max())} tokens but the source "
                 f"expects {self.options.window_length}: seq_length/add_extra_token mismatch"
             )
-        span_dataset = np.asarray(spans.dataset)
-        for d, dataset in enumerate(datasets):
-            if len(datasets) == 1:
-                sel = slice(None)
-            else:
-                sel = np.flatnonzero(span_dataset == d)
-                if sel.size == 0:
-                    continue
-            seq = np.asarray(spans.sequence, np.int64)[sel]
-            length = np.asarray(spans.length, np.int64)[sel]
-            starts = (
-                dataset.sequence_pointers[seq] // dataset.dtype.itemsize
-                + np.asarray(spans.offset, np.int64)[sel]
-            )
-            flat = dataset.read_token_spans(starts, length)
-            _scatter(flat, np.asarray(spans.row, np.int64)[sel], dest[sel], length, text)
+        row = np.asarray(spans.row, np.int64)
+        self._gather(datasets).read(
+            np.asarray(spans.dataset, np.int64),
+            np.asarray(spans.sequence, np.int64),
+            np.asarray(spans.offset, np.int64),
+            np.asarray(spans.length, np.int64),
+            text.reshape(-1),
+            row * self.options.window_length + dest,
+        )
         return text, n_valid
 
     def read_batch(self, sample_ids: np.ndarray) -> dict[str, np.ndarray]:

@@ -10,12 +10,15 @@ from __future__ import annotations
 from jaxblend.storage._location import open_kvstore, shared_context
 from jaxblend.storage.builder import IndexedDatasetBuilder
 from jaxblend.storage.idx_format import IndexFormatError, token_dtype_for_vocab
+from jaxblend.storage.object_store import ObjectStoreError, ObjectStoreOptions
 from jaxblend.storage.reader import IndexedDataset, exists
 
 __all__ = [
     "IndexFormatError",
     "IndexedDataset",
     "IndexedDatasetBuilder",
+    "ObjectStoreError",
+    "ObjectStoreOptions",
     "exists",
     "open_kvstore",
     "shared_context",

@@ -1,0 +1,176 @@
+"""One read for the spans of many datasets: sequence units in, tokens placed where asked.
+
+A global step of a blend touches a few hundred of its (possibly thousands of) datasets. Reading
+them one storage call at a time costs a Python round per dataset locally and, from a bucket, one
+round trip per dataset one after another. `SpanGather.read` takes every span of the step at once,
+as (dataset, sequence, token offset, length), and
+
+* for memory-mapped datasets, copies all of them with one compiled kernel (one call per token
+  dtype present, usually one), whatever the number of datasets;
+* for object-store datasets, issues every byte range of every dataset on one `ts.Batch`, so all
+  requests of the step are in flight together, then places the bytes as they arrive.
+
+Byte pointers stay inside the storage layer: callers speak in sequences and tokens.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+import numba
+import numpy as np
+import tensorstore as ts
+from numba import typed
+
+from jaxblend.storage.reader import IndexedDataset
+
+
+@numba.njit(nogil=True, cache=True)
+def _gather_mapped(
+    tokens, pointers, member, span_dataset, span_sequence, span_offset, span_length, out, out_pos
+):  # pragma: no cover - compiled
+    """Copies the spans whose dataset is a member (member[d] >= 0); returns a bad span or -1."""
+    for j in range(span_dataset.shape[0]):
+        m = member[span_dataset[j]]
+        if m < 0:
+            continue
+        src = tokens[m]
+        ptrs = pointers[m]
+        s = span_sequence[j]
+        n = span_length[j]
+        if s < 0 or s >= ptrs.shape[0]:
+            return j
+        start = ptrs[s] // src.itemsize + span_offset[j]
+        if span_offset[j] < 0 or n < 0 or start + n > src.shape[0]:
+            return j
+        p = out_pos[j]
+        for t in range(n):
+            out[p + t] = src[start + t]
+    return -1
+
+
+@numba.njit(nogil=True, cache=True)
+def _place(flat, span_index, span_length, out, out_pos):  # pragma: no cover - compiled
+    """Copies consecutive runs of `flat` to `out[out_pos[span_index[i]]:...]`."""
+    src = 0
+    for i in range(span_index.shape[0]):
+        j = span_index[i]
+        p = out_pos[j]
+        for t in range(span_length[j]):
+            out[p + t] = flat[src + t]
+        src += span_length[j]
+
+
+class SpanGather:
+    """Reads token spans of several `IndexedDataset`s in one call (thread-safe, picklable).
+
+    Args:
+      datasets: the datasets; spans name them by position in this sequence.
+
+    Attributes:
+      requests: object-store requests issued so far by this process (coalesced ranges).
+    """
+
+    def __init__(self, datasets: Sequence[IndexedDataset]):
+        self.datasets = list(datasets)
+        self.requests = 0
+        self._lock = threading.Lock()
+        self._mapped: list[tuple[np.ndarray, object, object]] | None = None
+        self._remote: list[int] | None = None
+
+    def __getstate__(self) -> dict:
+        return {"datasets": self.datasets}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["datasets"])
+
+    def read(
+        self,
+        dataset: np.ndarray,
+        sequence: np.ndarray,
+        offset: np.ndarray,
+        length: np.ndarray,
+        out: np.ndarray,
+        out_pos: np.ndarray,
+        timeout: float | None = None,
+    ) -> None:
+        """Copies span j (tokens `[offset, offset + length)` of sequence `sequence[j]` of dataset
+        `dataset[j]`) to `out[out_pos[j] : out_pos[j] + length[j]]`, converting to `out.dtype`.
+
+        Args:
+          dataset, sequence, offset, length, out_pos: int64[k] span descriptions.
+          out: 1-D C-contiguous destination (e.g. a flattened `[rows, window]` array).
+          timeout: longest wait for object-store reads, seconds (default: each dataset's
+            `ObjectStoreOptions.request_timeout`).
+
+        Raises:
+          IndexError: if a span leaves its sequence's file.
+          ObjectStoreError, IndexFormatError: on object-store failures.
+        """
+        if dataset.size == 0:
+            return
+        mapped, remote = self._plans()
+        for member, tokens, pointers in mapped:
+            bad = _gather_mapped(
+                tokens, pointers, member, dataset, sequence, offset, length, out, out_pos
+            )
+            if bad >= 0:
+                ds = self.datasets[int(dataset[bad])]
+                raise IndexError(
+                    f"span {bad} (sequence {int(sequence[bad])}, offset {int(offset[bad])}, length "
+                    f"{int(length[bad])}) leaves {ds.prefix}: the index maps do not match the data"
+                )
+        if remote:
+            self._read_remote(remote, dataset, sequence, offset, length, out, out_pos, timeout)
+
+    def _read_remote(self, remote, dataset, sequence, offset, length, out, out_pos, timeout):
+        order = np.argsort(dataset, kind="stable")
+        bounds = np.searchsorted(dataset[order], np.arange(len(self.datasets) + 1))
+        pending = []
+        with ts.Batch() as batch:
+            for d in remote:
+                sel = order[bounds[d] : bounds[d + 1]]
+                if sel.size == 0:
+                    continue
+                ds = self.datasets[d]
+                pointers = ds.sequence_pointers
+                seq = sequence[sel]
+                if seq.min() < 0 or seq.max() >= pointers.shape[0]:
+                    raise IndexError(f"a span names a sequence outside {ds.prefix}")
+                starts = pointers[seq] // ds.dtype.itemsize + offset[sel]
+                counts = length[sel]
+                ds.check_spans(starts, counts)
+                flat = np.empty(int(counts.sum()), dtype=ds.dtype)
+                read = ds.begin_read(starts, counts, np.cumsum(counts) - counts, batch)
+                pending.append((ds, sel, flat, read))
+        for ds, sel, flat, read in pending:
+            read.finish(flat.view(np.uint8), timeout or ds.object_store.request_timeout)
+            _place(flat, sel, length, out, out_pos)
+        with self._lock:
+            self.requests += sum(read.requests for *_, read in pending)
+
+    def _plans(self):
+        """Per token dtype, the typed lists the mapped kernel reads; indices of remote datasets."""
+        if self._mapped is None:
+            with self._lock:
+                if self._mapped is None:
+                    self._mapped, self._remote = self._build_plans()
+        return self._mapped, self._remote
+
+    def _build_plans(self):
+        by_dtype: dict[np.dtype, list[int]] = {}
+        remote: list[int] = []
+        for d, ds in enumerate(self.datasets):
+            if ds.token_view() is None:
+                remote.append(d)
+            else:
+                by_dtype.setdefault(ds.dtype, []).append(d)
+        mapped = []
+        for members in by_dtype.values():
+            member = np.full(len(self.datasets), -1, np.int64)
+            member[members] = np.arange(len(members))
+            tokens = typed.List([self.datasets[d].token_view() for d in members])
+            pointers = typed.List([self.datasets[d].sequence_pointers for d in members])
+            mapped.append((member, tokens, pointers))
+        return mapped, remote
