@@ -17,6 +17,8 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 import pytest
 from absl import flags
 
+pytest_plugins = ["fixtures_object_store"]
+
 if not flags.FLAGS.is_parsed():
     flags.FLAGS.mark_as_parsed()
 

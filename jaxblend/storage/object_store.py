@@ -42,8 +42,8 @@ class ObjectStoreOptions:
     """Settings for reads from gs:// and s3:// (and TensorStore's other remote kvstores).
 
     Attributes:
-      s3_endpoint: URL of an S3-compatible server (None: environment, then AWS).
-      s3_region: S3 region (None: environment; "us-east-1" with a custom endpoint).
+      s3_endpoint: URL of an S3-compatible server (None: the environment's, else AWS).
+      s3_region: S3 region (None: the environment's; "us-east-1" with a custom endpoint).
       request_concurrency: requests in flight at once per process (GCS and S3 each).
       max_retries: retries of a request that failed with a retryable status (429, 5xx).
       initial_retry_delay: seconds before the first retry (doubling up to `max_retry_delay`).
@@ -90,14 +90,19 @@ class ObjectStoreOptions:
         return cls(**values)
 
     def complete_spec(self, spec: dict[str, Any]) -> dict[str, Any]:
-        """Fills an s3 kvstore spec's endpoint and region from these options (copy; others as is)."""
+        """Fills an s3 kvstore spec's endpoint and region (copy; other drivers as they are).
+
+        Options left None fall back to the environment (see the module docstring).
+        """
         if spec.get("driver") != "s3":
             return spec
         spec = copy.deepcopy(spec)
-        if self.s3_endpoint and "endpoint" not in spec:
-            spec["endpoint"] = self.s3_endpoint
+        endpoint = self.s3_endpoint or _first_env((ENDPOINT_ENV, *_AWS_ENDPOINT_ENVS))
+        if endpoint and "endpoint" not in spec:
+            spec["endpoint"] = endpoint
         if "aws_region" not in spec:
-            region = self.s3_region or (_DEFAULT_CUSTOM_REGION if "endpoint" in spec else None)
+            region = self.s3_region or _first_env(_AWS_REGION_ENVS)
+            region = region or (_DEFAULT_CUSTOM_REGION if "endpoint" in spec else None)
             if region:
                 spec["aws_region"] = region
         return spec

@@ -1,0 +1,172 @@
+"""A loopback HTTP proxy that adds latency and injects faults in front of an object-store server.
+
+Standard library only. Every request a client sends to the proxy is forwarded to the upstream
+server (fake-gcs-server or moto's S3 server) over a persistent connection per proxy thread, after
+`delay` seconds; the answer is relayed back. Faults are armed on the live proxy:
+
+* `fail_next(n, status)`: the next n requests get `status` (e.g. 503 or 429) without reaching the
+  server;
+* `stall()`: requests are held without an answer until `resume()` (a server that stops
+  answering);
+* `drop_next(n)`: the next n requests have their connection closed without an answer.
+
+The proxy serves only 127.0.0.1 and counts requests (`requests`), so tests can assert how many a
+read needed. Used by the storage tests and `benchmarks/object_store.py`.
+"""
+
+from __future__ import annotations
+
+import http.client
+import http.server
+import threading
+import time
+import urllib.parse
+
+_HOP_BY_HOP = {
+    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailers",
+    "transfer-encoding", "upgrade",
+}
+
+
+class FaultProxy:
+    """Proxy `http://127.0.0.1:<port>` -> `upstream` with latency and faults.
+
+    Args:
+      upstream: base URL of the real server, e.g. "http://127.0.0.1:4443".
+      delay: seconds added before forwarding each request.
+    """
+
+    def __init__(self, upstream: str, delay: float = 0.0):
+        parsed = urllib.parse.urlparse(upstream)
+        self.upstream_host = parsed.hostname or "127.0.0.1"
+        self.upstream_port = parsed.port or 80
+        self.delay = delay
+        self.requests = 0
+        self._lock = threading.Lock()
+        self._fail: list[int] = []
+        self._drop = 0
+        self._running = threading.Event()
+        self._running.set()
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        """Base URL clients use instead of the upstream's."""
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def fail_next(self, n: int, status: int = 503) -> None:
+        """The next `n` requests are answered with `status` without reaching the server."""
+        with self._lock:
+            self._fail.extend([status] * n)
+
+    def drop_next(self, n: int) -> None:
+        """The next `n` requests lose their connection without an answer."""
+        with self._lock:
+            self._drop += n
+
+    def stall(self) -> None:
+        """Holds every request without an answer until `resume()`."""
+        self._running.clear()
+
+    def resume(self) -> None:
+        """Ends `stall()`."""
+        self._running.set()
+
+    def reset(self) -> None:
+        """Clears faults and the request count; keeps the delay."""
+        with self._lock:
+            self._fail.clear()
+            self._drop = 0
+            self.requests = 0
+        self._running.set()
+
+    def close(self) -> None:
+        """Stops serving (stalled requests are released first)."""
+        self._running.set()
+        self._server.shutdown()
+        self._server.server_close()
+
+    def __enter__(self) -> FaultProxy:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _next_fault(self) -> tuple[int | None, bool]:
+        with self._lock:
+            self.requests += 1
+            if self._drop:
+                self._drop -= 1
+                return None, True
+            if self._fail:
+                return self._fail.pop(0), False
+        return None, False
+
+    def _handler_class(self) -> type[http.server.BaseHTTPRequestHandler]:
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: object) -> None:  # quiet
+                return
+
+            def _forward(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else None
+                status, drop = proxy._next_fault()
+                while not proxy._running.wait(0.5):
+                    pass
+                if drop:
+                    self.close_connection = True
+                    self.connection.close()
+                    return
+                if proxy.delay:
+                    time.sleep(proxy.delay)
+                if status is not None:
+                    payload = b'{"error": {"code": %d, "message": "injected"}}' % status
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+                    return
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_BY_HOP}
+                for attempt in range(2):  # once more on a fresh connection if the kept one died
+                    conn = self._upstream()
+                    try:
+                        conn.request(self.command, self.path, body=body, headers=headers)
+                        resp = conn.getresponse()
+                        data = resp.read()
+                        break
+                    except (OSError, http.client.HTTPException):
+                        conn.close()
+                        self._conn = None
+                        if attempt:
+                            self.close_connection = True
+                            self.connection.close()
+                            return
+                self.send_response(resp.status, resp.reason)
+                for key, value in resp.getheaders():
+                    if key.lower() not in _HOP_BY_HOP and key.lower() != "content-length":
+                        self.send_header(key, value)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(data)
+
+            def _upstream(self) -> http.client.HTTPConnection:
+                conn = getattr(self, "_conn", None)
+                if conn is None:
+                    conn = http.client.HTTPConnection(
+                        proxy.upstream_host, proxy.upstream_port, timeout=60
+                    )
+                    self._conn = conn
+                return conn
+
+            do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = do_PATCH = _forward
+
+        return Handler
