@@ -6,32 +6,55 @@ lengths, document boundaries and content fingerprint of each dataset.
 
 from __future__ import annotations
 
+import concurrent.futures
 from collections.abc import Iterable
 
 from jaxblend import index
-from jaxblend.storage import IndexedDataset
+from jaxblend.storage import IndexedDataset, ObjectStoreOptions
 
 
 def dataset_info(dataset: IndexedDataset, name: str) -> index.DatasetInfo:
-    """The index layer's view of an opened dataset."""
+    """The index layer's view of an opened dataset (its arrays are read only if maps are built)."""
     return index.DatasetInfo(
-        name, dataset.sequence_lengths, dataset.document_indices, dataset.fingerprint
+        name,
+        lambda: dataset.sequence_lengths,
+        lambda: dataset.document_indices,
+        dataset.fingerprint,
     )
 
 
 def open_datasets(
-    prefixes: Iterable[str], backend: str = "auto"
+    prefixes: Iterable[str],
+    backend: str = "auto",
+    object_store: ObjectStoreOptions | None = None,
+    max_concurrency: int = 64,
 ) -> tuple[dict[str, IndexedDataset], dict[str, index.DatasetInfo]]:
-    """Opens each distinct prefix once; returns the datasets and their `DatasetInfo`s."""
-    datasets = {p: IndexedDataset(p, backend=backend) for p in dict.fromkeys(prefixes)}
-    return datasets, {p: dataset_info(d, p) for p, d in datasets.items()}
+    """Opens each distinct prefix once, many at a time; returns the datasets and their infos.
+
+    Opening a bucket-hosted dataset is a few round trips of small requests (the whole `.idx` the
+    first time a version is seen), so prefixes are opened concurrently on `max_concurrency`
+    threads; errors surface for the first failing prefix in order.
+    """
+    names = list(dict.fromkeys(prefixes))
+
+    def open_one(prefix: str) -> tuple[IndexedDataset, index.DatasetInfo]:
+        dataset = IndexedDataset(prefix, backend=backend, object_store=object_store)
+        return dataset, dataset_info(dataset, prefix)
+
+    workers = max(1, min(max_concurrency, len(names)))
+    if workers == 1:
+        opened = [open_one(p) for p in names]
+    else:
+        with concurrent.futures.ThreadPoolExecutor(workers, "jaxblend-open") as pool:
+            opened = list(pool.map(open_one, names))
+    return {p: d for p, (d, _) in zip(names, opened)}, {p: i for p, (_, i) in zip(names, opened)}
 
 
 def open_dataset_infos(
-    prefixes: Iterable[str], backend: str = "auto"
+    prefixes: Iterable[str], backend: str = "auto", object_store: ObjectStoreOptions | None = None
 ) -> dict[str, index.DatasetInfo]:
     """`DatasetInfo` of each distinct prefix."""
-    return open_datasets(prefixes, backend)[1]
+    return open_datasets(prefixes, backend, object_store)[1]
 
 
 def config_prefixes(config: index.GPTDataConfig) -> list[str]:

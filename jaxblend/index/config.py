@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -21,38 +21,72 @@ _UINT32_MAX = int(np.iinfo(np.uint32).max)
 _COUNT_LIMIT = 2**53  # counts are also handled as float64 by the blend kernels
 
 
-@dataclasses.dataclass(frozen=True, eq=False)
+ArrayOrLoader = np.ndarray | Callable[[], np.ndarray]
+
+
 class DatasetInfo:
     """What the index maps need to know about one IndexedDataset.
 
-    Attributes:
+    The arrays may be given as zero-argument callables: they are then loaded (and checked) on
+    first use, so a plan loaded from the cache, which needs only the fingerprints, never fetches
+    them (a bucket-hosted `.idx` stays unread).
+
+    Args:
       name: the dataset prefix, used in messages (never in cache keys).
-      sequence_lengths: int32 `[N]` token count of each sequence.
-      document_indices: int64 `[D + 1]` document boundaries (sequence ids).
+      sequence_lengths: int32 `[N]` token count of each sequence, or a loader of it.
+      document_indices: int64 `[D + 1]` document boundaries (sequence ids), or a loader of it.
       fingerprint: content identity (e.g. hash of the .idx bytes + .bin size).
+
+    Raises:
+      ValueError: on a bad fingerprint or, when given or loaded, malformed arrays.
     """
 
-    name: str
-    sequence_lengths: np.ndarray
-    document_indices: np.ndarray
-    fingerprint: str
+    __slots__ = ("name", "fingerprint", "_lengths", "_documents")
 
-    def __post_init__(self) -> None:
-        lengths = np.asarray(self.sequence_lengths)
+    def __init__(
+        self,
+        name: str,
+        sequence_lengths: ArrayOrLoader,
+        document_indices: ArrayOrLoader,
+        fingerprint: str,
+    ) -> None:
+        self.name = name
+        self.fingerprint = fingerprint
+        if not isinstance(fingerprint, str) or not fingerprint:
+            raise ValueError(f"{name}: fingerprint must be a non-empty string")
+        self._lengths = sequence_lengths if callable(sequence_lengths) else self._checked(sequence_lengths)
+        self._documents = document_indices
+
+    def __repr__(self) -> str:
+        return f"DatasetInfo(name={self.name!r}, fingerprint={self.fingerprint!r})"
+
+    def _checked(self, lengths: np.ndarray) -> np.ndarray:
+        lengths = np.asarray(lengths)
         if lengths.ndim != 1:
             raise ValueError(f"{self.name}: sequence_lengths must be 1-D, got {lengths.shape}")
         if lengths.dtype != np.int32:
             if len(lengths) and (lengths.min() < 0 or lengths.max() > np.iinfo(np.int32).max):
                 raise ValueError(f"{self.name}: sequence_lengths do not fit int32")
             lengths = lengths.astype(np.int32)
-        object.__setattr__(self, "sequence_lengths", lengths)
-        object.__setattr__(self, "document_indices", np.asarray(self.document_indices))
         if len(lengths) > np.iinfo(np.int32).max:
             raise ValueError(
                 f"{self.name}: {len(lengths)} sequences overflow Megatron's int32 sequence ids"
             )
-        if not isinstance(self.fingerprint, str) or not self.fingerprint:
-            raise ValueError(f"{self.name}: fingerprint must be a non-empty string")
+        return lengths
+
+    @property
+    def sequence_lengths(self) -> np.ndarray:
+        """int32 `[N]` token count of each sequence."""
+        if callable(self._lengths):
+            self._lengths = self._checked(self._lengths())
+        return self._lengths
+
+    @property
+    def document_indices(self) -> np.ndarray:
+        """int64 `[D + 1]` document boundaries."""
+        if callable(self._documents):
+            self._documents = self._documents()
+        return np.asarray(self._documents)
 
     @property
     def num_sequences(self) -> int:

@@ -12,7 +12,7 @@ from typing import Any
 
 from jaxblend import index, index_io
 from jaxblend.sources import planned, schema
-from jaxblend.storage import IndexedDataset
+from jaxblend.storage import IndexedDataset, ObjectStoreOptions
 
 SPLITS = ("train", "valid", "test")
 
@@ -24,27 +24,30 @@ class _SplitOpener:
     config: Any
     split: str
     backend: str
+    object_store: ObjectStoreOptions | None = None
 
     def __call__(self) -> tuple[list[IndexedDataset], Any]:
-        datasets, plan = _open(self.config, self.backend)
+        datasets, plan = _open(self.config, self.backend, self.object_store)
         split_plan = plan.split(self.split)
         return [datasets[n] for n in split_plan.dataset_names], split_plan
 
 
-def _open(config: Any, backend: str) -> tuple[dict[str, IndexedDataset], Any]:
-    """Opens every prefix the configuration names (once each) and builds its data plan."""
-    datasets: dict[str, IndexedDataset] = {}
-
-    def info(prefix: str) -> index.DatasetInfo:
-        if prefix not in datasets:
-            datasets[prefix] = IndexedDataset(prefix, backend=backend)
-        return index_io.dataset_info(datasets[prefix], prefix)
-
-    return datasets, index.build_data_plan(config, info)
+def _open(
+    config: Any, backend: str, object_store: ObjectStoreOptions | None = None
+) -> tuple[dict[str, IndexedDataset], Any]:
+    """Opens every prefix the configuration names (once each, concurrently) and builds its plan."""
+    datasets, infos = index_io.open_datasets(
+        index_io.config_prefixes(config), backend, object_store
+    )
+    return datasets, index.build_data_plan(config, infos)
 
 
 def open_gpt_sources(
-    config: Any, options: schema.GPTSchemaOptions, *, backend: str = "auto"
+    config: Any,
+    options: schema.GPTSchemaOptions,
+    *,
+    backend: str = "auto",
+    object_store: ObjectStoreOptions | None = None,
 ) -> dict[str, planned.PlannedSource | None]:
     """Sources for the train, valid and test splits of `config` (a `GPTDataConfig`).
 
@@ -53,6 +56,8 @@ def open_gpt_sources(
       options: schema options; `seq_length` and `add_extra_token_to_sequence` must equal the
         configuration's.
       backend: storage backend for the `.bin` files ("auto", "mmap", "tensorstore").
+      object_store: endpoints, retries, concurrency and timeouts for gs:// and s3:// prefixes
+        (default: `ObjectStoreOptions.from_env()`).
 
     Returns:
       `{"train": source | None, "valid": ..., "test": ...}`.
@@ -71,7 +76,7 @@ def open_gpt_sources(
             f"{options.add_extra_token_to_sequence} differs from the data configuration's "
             f"{config.add_extra_token_to_sequence}"
         )
-    datasets, plan = _open(config, backend)
+    datasets, plan = _open(config, backend, object_store)
     sources: dict[str, planned.PlannedSource | None] = {}
     for split in SPLITS:
         split_plan = plan.split(split)
@@ -82,6 +87,6 @@ def open_gpt_sources(
         cls = planned.GPTSource if len(members) == 1 else planned.BlendedSource
         sources[split] = cls(
             members, split_plan, options, fingerprint=plan.fingerprint, split=split,
-            reopen=_SplitOpener(config, split, backend),
+            reopen=_SplitOpener(config, split, backend, object_store),
         )
     return sources
