@@ -11,8 +11,11 @@
   --add_extra_token_to_sequence, --drop_last_partial_validation_sequence   (both default True)
   --mid_level_dataset_surplus  (0.005)
   --data_cache_path          index-map cache directory
+  --s3_endpoint, --s3_region, --storage_concurrency, --storage_retries, --storage_timeout
+                             object-store access (`jaxblend.storage.ObjectStoreOptions`)
 
-`data_config_from_flags()` turns them into a validated `jaxblend.index.GPTDataConfig`.
+`data_config_from_flags()` turns them into a validated `jaxblend.index.GPTDataConfig` and makes the
+object-store flags the process default of every reader (`object_store_from_flags()`).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from __future__ import annotations
 from absl import flags
 
 from jaxblend import index
+from jaxblend.storage import object_store
 
 _DEFINED = False
 _BLEND_FLAGS = ("train_data_path", "valid_data_path", "test_data_path")
@@ -54,7 +58,46 @@ def define_data_flags() -> None:
         "mid_level_dataset_surplus", 0.005, "Extra samples built per blended dataset."
     )
     flags.DEFINE_string("data_cache_path", None, "Directory of the index-map cache.")
+    flags.DEFINE_string(
+        "s3_endpoint", None,
+        f"S3-compatible server for s3:// URLs (MinIO, R2, Ceph, a local server); default: "
+        f"${object_store.ENDPOINT_ENV}, then $AWS_ENDPOINT_URL_S3 / $AWS_ENDPOINT_URL, else AWS.",
+    )
+    flags.DEFINE_string("s3_region", None, "S3 region (default: $AWS_REGION).")
+    defaults = object_store.ObjectStoreOptions()
+    flags.DEFINE_integer(
+        "storage_concurrency", defaults.request_concurrency,
+        "Object-store requests in flight per process.", lower_bound=1,
+    )
+    flags.DEFINE_integer(
+        "storage_retries", defaults.max_retries,
+        "Retries of an object-store request that failed with 429 or 5xx (exponential backoff).",
+        lower_bound=0,
+    )
+    flags.DEFINE_float(
+        "storage_timeout", defaults.request_timeout,
+        "Seconds to wait for object-store reads before failing (never hang).", lower_bound=0.001,
+    )
     _DEFINED = True
+
+
+def object_store_from_flags() -> object_store.ObjectStoreOptions:
+    """The object-store flags, over the environment's endpoint and region.
+
+    Raises:
+      ValueError: naming the bad flag.
+    """
+    fl = flags.FLAGS
+    try:
+        return object_store.ObjectStoreOptions.from_env(
+            s3_endpoint=fl.s3_endpoint,
+            s3_region=fl.s3_region,
+            request_concurrency=fl.storage_concurrency,
+            max_retries=fl.storage_retries,
+            request_timeout=fl.storage_timeout,
+        )
+    except ValueError as e:
+        raise ValueError(f"object-store flags: {e}") from None
 
 
 def _blend(value: list[str] | None) -> tuple[str, ...] | None:
@@ -70,6 +113,7 @@ def data_config_from_flags() -> index.GPTDataConfig:
       ValueError: missing --seq_length, no data path, or both --data_path and per-split paths.
     """
     fl = flags.FLAGS
+    object_store.set_process_default(object_store_from_flags())
     if fl.seq_length is None:
         raise ValueError("--seq_length is required")
     per_split = tuple(_blend(getattr(fl, name)) for name in _BLEND_FLAGS)

@@ -51,6 +51,10 @@ _EVAL_ITERS = flags.DEFINE_integer("eval_iters", 4, "Validation batches per eval
 _CKPT_DIR = flags.DEFINE_string("checkpoint_dir", None, "Checkpoint directory (default: <workdir>/checkpoints).")
 _SAVE_INTERVAL = flags.DEFINE_integer("save_interval", 100, "Steps between checkpoints (0 = never).", lower_bound=0)
 _WORKERS = flags.DEFINE_integer("worker_count", 0, "Grain worker processes.", lower_bound=0)
+_READ_AHEAD = flags.DEFINE_integer(
+    "read_ahead", 0, "Steps read concurrently ahead of use (0: 8 from a bucket, else 1).",
+    lower_bound=0,
+)
 _CORPUS_MB = flags.DEFINE_float("default_corpus_mb", 6.0, "Size cap of each built-in corpus dataset (MB).")
 _CORPUS_WEIGHTS = flags.DEFINE_list("default_corpus_weights", ["50", "30", "20"], "Blend weights of code, prose, legal.")
 
@@ -188,8 +192,9 @@ def main(argv: Sequence[str]) -> None:
         return model.loss_fn(params, cfg, batch)
 
     loader = make_loader(
-        train_source, mesh, global_batch_size=b, batch_axes=batch_axes, worker_count=_WORKERS.value,
-        num_steps=iters, state=loader_state,
+        train_source, mesh, global_batch_size=b, batch_axes=batch_axes,
+        worker_count=_WORKERS.value, read_ahead=_READ_AHEAD.value, num_steps=iters,
+        state=loader_state,
     )
     if loader.step != start:
         raise ValueError(f"checkpoint step {start} but loader state step {loader.step}")

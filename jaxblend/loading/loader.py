@@ -32,9 +32,10 @@ from jax.sharding import Mesh
 
 from jaxblend.loading import global_batch
 from jaxblend.sampling import StepSampler, batch_rows_for_process
-from jaxblend.sources.base import stack_items
+from jaxblend.sources.base import BatchSource, stack_items
 
 STATE_VERSION = 1
+DEFAULT_REMOTE_READ_AHEAD = 8
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,6 +48,11 @@ class PrefetchOptions:
       read_threads: Grain reader threads (with worker_count 0 they run in this process).
       read_buffer_size: host batches Grain keeps ready per reader.
       device_prefetch: global batches put on the devices ahead of the one being consumed.
+      read_ahead: K, steps whose reads are kept in flight ahead of the one consumed (each step's
+        byte ranges are known from the index maps, so step k + K is read while k trains); 0 =
+        auto: `DEFAULT_REMOTE_READ_AHEAD` for sources read from an object store, else
+        `read_threads`. Hides per-request latency: K steps x the requests of one step are in
+        flight (bounded by `ObjectStoreOptions.request_concurrency`).
     """
 
     worker_count: int = 0
@@ -54,14 +60,24 @@ class PrefetchOptions:
     read_threads: int = 1
     read_buffer_size: int = 2
     device_prefetch: int = 1
+    read_ahead: int = 0
 
     def __post_init__(self):
         for field in dataclasses.fields(self):
             value, low = getattr(self, field.name), 1
-            if field.name in ("worker_count", "device_prefetch"):
+            if field.name in ("worker_count", "device_prefetch", "read_ahead"):
                 low = 0
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
                 raise ValueError(f"{field.name} must be an integer >= {low}, got {value!r}")
+
+
+    def grain_read_options(self, reads_remote: bool) -> grain.ReadOptions:
+        """Grain's reader threads and buffer: `read_ahead` steps are read concurrently."""
+        ahead = self.read_ahead or (DEFAULT_REMOTE_READ_AHEAD if reads_remote else 0)
+        return grain.ReadOptions(
+            num_threads=max(self.read_threads, ahead),
+            prefetch_buffer_size=max(self.read_buffer_size, ahead),
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -201,13 +217,14 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
             worker_count=self.prefetch.worker_count,
             worker_buffer_size=self.prefetch.worker_buffer_size,
             shard_options=grain.sharding.NoSharding(),
-            read_options=grain.ReadOptions(
-                num_threads=self.prefetch.read_threads,
-                prefetch_buffer_size=self.prefetch.read_buffer_size,
-            ),
+            read_options=self.prefetch.grain_read_options(self._reads_remote()),
         )
         self._grain_iter = iter(loader)
         self._exhausted = False
+
+    def _reads_remote(self) -> bool:
+        source = getattr(self.host_source, "source", None)
+        return isinstance(source, BatchSource) and source.reads_remote
 
     @property
     def step(self) -> int:
@@ -332,6 +349,7 @@ def make_loader(
     worker_buffer_size: int = 2,
     read_threads: int = 1,
     device_prefetch: int = 1,
+    read_ahead: int = 0,
     num_steps: int | None = None,
     start_step: int = 0,
     state: Mapping[str, Any] | None = None,
@@ -349,6 +367,7 @@ def make_loader(
       worker_buffer_size: batches prepared ahead per worker.
       read_threads: Grain reader threads.
       device_prefetch: batches put on the devices ahead of the one consumed.
+      read_ahead: steps read concurrently ahead of use (0 = auto; see `PrefetchOptions`).
       num_steps: stream length in steps; None = `len(source) // B`.
       start_step: first step (ignored when `state` is given).
       state: a dict from `GlobalBatchLoader.state()` to resume from.
@@ -366,6 +385,7 @@ def make_loader(
             worker_buffer_size=worker_buffer_size,
             read_threads=read_threads,
             device_prefetch=device_prefetch,
+            read_ahead=read_ahead,
         ),
     )
     loader = GlobalBatchLoader(

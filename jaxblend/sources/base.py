@@ -32,6 +32,11 @@ class BatchSource(abc.ABC):
     def fingerprint(self) -> str:
         """Identity of the sample stream (config + data content), for resume checks."""
 
+    @property
+    def reads_remote(self) -> bool:
+        """Whether samples are read from an object store (loaders then read further ahead)."""
+        return False
+
     def read_batch(self, sample_ids: np.ndarray) -> dict[str, np.ndarray]:
         """Phase 1 of `get_batch`: the compact raw form of the samples (I/O-bound part).
 

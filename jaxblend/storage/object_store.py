@@ -123,6 +123,20 @@ class ObjectStoreOptions:
         }
 
 
+_process_default: ObjectStoreOptions | None = None
+
+
+def set_process_default(options: ObjectStoreOptions | None) -> None:
+    """Makes `options` what readers use when given none (CLIs set it from their flags)."""
+    global _process_default
+    _process_default = options
+
+
+def process_default() -> ObjectStoreOptions:
+    """The options readers use when given none: `set_process_default`'s, else `from_env()`."""
+    return _process_default if _process_default is not None else ObjectStoreOptions.from_env()
+
+
 def _first_env(names: tuple[str, ...]) -> str | None:
     for name in names:
         value = os.environ.get(name, "").strip()

@@ -42,6 +42,7 @@ import numpy as np
 import tensorstore as ts
 
 from jaxblend.storage import _gather, _location, _remote, identity_memo, idx_format
+from jaxblend.storage import object_store as object_store_lib
 from jaxblend.storage.idx_format import IndexArrays, IndexFormatError
 from jaxblend.storage.object_store import ObjectStoreOptions
 
@@ -85,7 +86,7 @@ class IndexedDataset:
         context: extra TensorStore context spec (JSON dict) layered on jaxblend's shared context.
         coalesce_gap: TensorStore backend: byte ranges separated by fewer bytes are read as one.
         object_store: endpoints, retries, concurrency and timeouts for remote stores (default:
-            `ObjectStoreOptions.from_env()`).
+            `object_store.process_default()`: the CLI flags, else the environment).
 
     Raises:
         ValueError: on an invalid option or prefix.
@@ -130,7 +131,7 @@ class IndexedDataset:
         self._prefix: str | dict = (
             copy.deepcopy(prefix) if isinstance(prefix, dict) else os.fspath(prefix)
         )
-        self._store = object_store if object_store is not None else ObjectStoreOptions.from_env()
+        self._store = object_store if object_store is not None else object_store_lib.process_default()
         self._location = _resolve(self._prefix, self._store)
         if backend == "auto":
             backend = "mmap" if self._location.local_prefix is not None else "tensorstore"
@@ -580,7 +581,7 @@ def exists(prefix: str | os.PathLike | dict) -> bool:
     Returns:
         True if both files exist.
     """
-    store = ObjectStoreOptions.from_env()
+    store = object_store_lib.process_default()
     loc = _resolve(prefix, store)
     if loc.local_prefix is not None:
         return os.path.isfile(loc.local_prefix + ".idx") and os.path.isfile(

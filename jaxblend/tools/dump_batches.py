@@ -34,6 +34,10 @@ _START = flags.DEFINE_integer("start_step", 0, "First global step.", lower_bound
 _WHICH = flags.DEFINE_enum("which", "train", ["train", "valid", "test"], "Split to load.")
 _OUT = flags.DEFINE_string("out", None, "Output directory.", required=True)
 _WORKERS = flags.DEFINE_integer("worker_count", 0, "Grain worker processes.", lower_bound=0)
+_READ_AHEAD = flags.DEFINE_integer(
+    "read_ahead", 0, "Steps read concurrently ahead of use (0: 8 from a bucket, else 1).",
+    lower_bound=0,
+)
 _STATE_IN = flags.DEFINE_string("state_in", None, "Loader state JSON to resume from.")
 _STATE_OUT = flags.DEFINE_string("state_out", None, "Where process 0 writes the final loader state.")
 
@@ -59,8 +63,8 @@ def main(argv: Sequence[str]) -> None:
             state = json.load(f)
     loader = make_loader(
         source, mesh, global_batch_size=_BATCH.value, batch_axes=_cli.batch_axes_of(mesh),
-        worker_count=_WORKERS.value, start_step=_START.value, state=state,
-        num_steps=None,
+        worker_count=_WORKERS.value, read_ahead=_READ_AHEAD.value, start_step=_START.value,
+        state=state, num_steps=None,
     )
     if loader.step + _STEPS.value > loader.num_steps:
         raise app.UsageError(
