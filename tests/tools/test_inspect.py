@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import glob
 import json
+import os
 import subprocess
 import sys
 
@@ -106,13 +107,25 @@ def test_preflight_fails_fast_on_problems(data, tmp_path):
     assert out.returncode == 1 and "missing" in out.stdout
 
 
-@pytest.mark.parametrize("flagfile", sorted(glob.glob("configs/*.flags")))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CONFIGS = sorted(glob.glob(os.path.join(REPO, "configs", "*.flags")))
+
+
+def test_config_flagfiles_are_found():
+    # The parametrization below must never become an empty (silently skipped) set.
+    names = {os.path.basename(p) for p in CONFIGS}
+    assert "demo.flags" in names, CONFIGS
+
+
+@pytest.mark.parametrize("flagfile", CONFIGS, ids=os.path.basename)
 def test_configs_parse_with_the_training_flags(flagfile):
     code = (
         "import sys; from absl import flags; import jaxblend.train; "
         f"flags.FLAGS(['train', '--flagfile={flagfile}']); print(flags.FLAGS.seq_length)"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    # Flagfiles name each other relative to the repository root, where the README runs them.
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         check=False, cwd=REPO)
     assert out.returncode == 0, out.stderr[-2000:]
     assert int(out.stdout.strip()) > 0
 
