@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from absl import app, flags, logging
 
 from jaxblend import distributed
-from jaxblend.tools import _cli
+from jaxblend.tools import _cli, _entry
 
 _WORKDIR = flags.DEFINE_string("workdir", "runs/demo", "Where the default corpus, caches and checkpoints go.")
 _MESH_SHAPE = flags.DEFINE_string("mesh_shape", None, "Mesh shape, e.g. 8 or 4,2 (default: all devices on one data axis).")
@@ -247,4 +247,4 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == "__main__":
-    app.run(main)
+    _entry.run(main)

@@ -61,8 +61,20 @@ def estimate_plan(config: GPTDataConfig, infos: plan.InfoSource) -> PlanEstimate
                 prefixes.append(p)
     info_by_prefix = {p: plan._get_info(infos, p) for p in prefixes}
     key = plan._fingerprint(config, prefixes, info_by_prefix)
-    path = cache.entry_path(config.cache_dir, key) if config.cache_dir else None
-    cached = bool(path and os.path.exists(os.path.join(path, cache.MANIFEST)))
+    path, cached = None, False
+    if config.cache_dir:
+        # Cached: the whole plan, or each existing split on its own (as single-split tools build).
+        def found(names: list[str]) -> str | None:
+            paths = [cache.entry_path(config.cache_dir, n) for n in names]
+            return next((q for q in paths if os.path.exists(os.path.join(q, cache.MANIFEST))), None)
+
+        path = cache.entry_path(config.cache_dir, key)
+        if found([key]) is None:
+            per_split = [found(plan.cache_entries(key, (s.name,))) for s in specs if s is not None]
+            if per_split and all(per_split):
+                path, cached = ", ".join(dict.fromkeys(per_split)), True
+        else:
+            cached = True
 
     extra = int(config.add_extra_token_to_sequence)
     s = int(config.seq_length)

@@ -19,6 +19,7 @@ from absl import app
 
 from jaxblend import flags as data_flags
 from jaxblend import index, index_io
+from jaxblend.tools import _entry
 
 data_flags.define_data_flags()
 
@@ -47,4 +48,4 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == "__main__":
-    app.run(main)
+    _entry.run(main)

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from absl import app, flags, logging
 
 from jaxblend import distributed
-from jaxblend.tools import _cli
+from jaxblend.tools import _cli, _entry
 
 _BATCH = flags.DEFINE_integer("global_batch_size", 8, "Global batch size B.", lower_bound=1)
 _MESH_SHAPE = flags.DEFINE_string("mesh_shape", None, "Mesh shape, e.g. 8 or 4,2 (default: all devices).")
@@ -90,4 +90,4 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == "__main__":
-    app.run(main)
+    _entry.run(main)

@@ -92,8 +92,12 @@ def test_preflight_ok_then_cached(data, tmp_path):
     assert "preflight: ok" in out.stdout
     report = json.loads((tmp_path / "p.json").read_text())
     assert report["blend_sizes"]["train"] == 400 and report["problems"] == []
-    # Once anything has built the maps (explain does), preflight finds them in the cache.
+    # explain builds only the split it looks at: the train maps alone are not the whole plan.
     run("jaxblend.tools.inspect", "explain", *args, f"--global_batch_size={B}", "--step=0")
+    out = run("jaxblend.tools.inspect", "preflight", *args, f"--global_batch_size={B}")
+    assert "not cached" in out.stdout
+    # Once every existing split has its maps, preflight finds them in the cache.
+    run("jaxblend.tools.inspect", "explain", *args, f"--global_batch_size={B}", "--step=0", "--which=valid")
     out = run("jaxblend.tools.inspect", "preflight", *args, f"--global_batch_size={B}")
     assert "cached at" in out.stdout
 
