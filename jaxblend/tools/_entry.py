@@ -3,11 +3,13 @@
 `run(main)` replaces `absl.app.run(main)`. A bad flag, bad input or any other failure prints one
 line `error: ...` on stderr (the exception's text, which names the flag or file) and exits
 non-zero: 2 for usage errors (unknown or malformed flags, `app.UsageError`), 1 otherwise.
-`--verbose` adds the Python traceback before that line.
+`--verbose` adds the Python traceback before that line. Without it, JAX's note that no TPU
+backend was found on a CPU host is silenced, so an error is not preceded by unrelated log lines.
 """
 
 from __future__ import annotations
 
+import logging
 import sys
 import traceback
 from collections.abc import Callable, Sequence
@@ -50,6 +52,8 @@ def run(main: Callable[[list[str]], int | None]) -> None:
     """Runs `main` like `absl.app.run`, turning every failure into one line (module docstring)."""
 
     def guarded(argv: list[str]) -> int | None:
+        if not flags.FLAGS.verbose:
+            logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)
         try:
             return main(argv)
         except app.UsageError as err:

@@ -64,8 +64,9 @@ def main(argv: Sequence[str]) -> None:
     )
     if loader.step + _STEPS.value > loader.num_steps:
         raise app.UsageError(
-            f"steps {loader.step}..{loader.step + _STEPS.value - 1} exceed the stream's "
-            f"{loader.num_steps} steps ({len(source)} samples / batch {_BATCH.value})"
+            f"--steps={_STEPS.value} from step {loader.step} (--start_step/--state_in) exceeds the "
+            f"stream's {loader.num_steps} steps ({len(source)} samples / --global_batch_size="
+            f"{_BATCH.value}); pass a smaller --steps or a larger --train_samples"
         )
     gathered: dict[str, list[np.ndarray]] = {}
     for _ in range(_STEPS.value):
