@@ -125,6 +125,7 @@ def _fingerprint(config: GPTDataConfig, prefixes: list[str], infos: dict[str, Da
     payload = {
         "format": PLAN_FORMAT,
         "index_cache_format": cache.FORMAT_VERSION,
+        "index_code": cache.code_digest(),
         "blend": encode(config.blend),
         "blend_per_split": None
         if config.blend_per_split is None
@@ -210,7 +211,11 @@ def cache_entries(key: str, splits: Sequence[str] | None = None) -> list[str]:
 
 
 def build_data_plan(
-    config: GPTDataConfig, infos: InfoSource, splits: Sequence[str] | None = None
+    config: GPTDataConfig,
+    infos: InfoSource,
+    splits: Sequence[str] | None = None,
+    *,
+    verify: str = "summary",
 ) -> DataPlan:
     """Builds (or loads from `config.cache_dir`) the index maps of every split, or of `splits`.
 
@@ -223,6 +228,8 @@ def build_data_plan(
       config: the data configuration.
       infos: prefix -> DatasetInfo, as a mapping or a callable.
       splits: the split names to build (default: all).
+      verify: how a cached entry is checked before use: "summary" (cheap, every start) or
+        "full" (every byte against its SHA-256; see `jaxblend.index.cache`).
 
     Returns:
       The `DataPlan`.
@@ -243,7 +250,7 @@ def build_data_plan(
 
     loaded = None
     for name in entries if config.cache_dir else ():
-        loaded = cache.load(config.cache_dir, name)
+        loaded = cache.load(config.cache_dir, name, verify)
         path = cache.entry_path(config.cache_dir, name)
         if loaded is not None:
             break

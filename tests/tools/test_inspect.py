@@ -146,3 +146,22 @@ def test_build_index_fills_then_reuses_the_cache(data, tmp_path):
     assert first.stdout.split(" (")[0] == second.stdout.split(" (")[0]  # same fingerprint and path
     missing = run("jaxblend.tools.build_index", *args[:-1], check=False)
     assert missing.returncode != 0 and "--data_cache_path is required" in missing.stderr
+
+
+def test_preflight_and_build_index_catch_a_changed_cache(data, tmp_path):
+    _, _, args = data
+    cache = tmp_path / "cache"
+    args = [a for a in args if not a.startswith("--data_cache_path")] + [f"--data_cache_path={cache}"]
+    run("jaxblend.tools.build_index", *args)
+    (entry,) = [p for p in cache.iterdir() if not p.name.startswith(".")]
+    target = entry / "train.shuffle_index.npy"
+    original = target.read_bytes()
+    changed = bytearray(original)
+    changed[-3] ^= 0xFF  # same size, different bytes
+    target.write_bytes(bytes(changed))
+    out = run("jaxblend.tools.inspect", "preflight", *args, f"--global_batch_size={B}", check=False)
+    assert out.returncode == 1 and "index cache entry is corrupt" in out.stdout
+    assert "train.shuffle_index.npy" in out.stdout
+    out = run("jaxblend.tools.build_index", *args)
+    assert "corrupt" in out.stderr
+    assert target.read_bytes() == original  # rebuilt, same bytes
