@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import hashlib
+import itertools
 import os
 import statistics
 import tempfile
@@ -69,20 +70,22 @@ def main() -> None:
         total = sum(a.nbytes for a in arrays.values())
         num_samples = len(plan.split("train"))
 
-        def plain_save(tag=[0]):
-            tag[0] += 1
-            d = os.path.join(root, f"plain{tag[0]}")
+        runs = itertools.count(1)
+
+        def plain_save():
+            d = os.path.join(root, f"plain{next(runs)}")
             os.makedirs(d)
             for name, a in arrays.items():
                 np.save(os.path.join(d, f"{name}.npy"), a, allow_pickle=False)
 
-        def ours_save(tag=[0]):
-            tag[0] += 1
-            cache.save(root, f"entry{tag[0]}", arrays, {"splits": {}})
+        def ours_save():
+            cache.save(root, f"entry{next(runs)}", arrays, {"splits": {}})
 
         write_plain = _median_seconds(plain_save, args.repeats)
+        first = next(runs)
+        runs = itertools.count(first)
         write_ours = _median_seconds(ours_save, args.repeats)
-        entry = os.path.join(root, "entry1")
+        entry = os.path.join(root, f"entry{first}")
 
         def mmap_only():
             for name in arrays:
@@ -90,8 +93,8 @@ def main() -> None:
 
         mmap_only()
         load_plain = _median_seconds(mmap_only, args.repeats)
-        load_summary = _median_seconds(lambda: cache.load(root, "entry1", "summary"), args.repeats)
-        load_full = _median_seconds(lambda: cache.load(root, "entry1", "full"), args.repeats)
+        load_summary = _median_seconds(lambda: cache.load(root, f"entry{first}", "summary"), args.repeats)
+        load_full = _median_seconds(lambda: cache.load(root, f"entry{first}", "full"), args.repeats)
 
     print(f"plan: {tokens:.0e} tokens, {docs:.0e} documents, S={seq}, {num_samples:,} samples; "
           f"maps {total / 1e6:,.0f} MB in {len(arrays)} arrays; build + first save {build:.2f} s")
