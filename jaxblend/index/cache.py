@@ -30,14 +30,14 @@ from typing import Any
 import numpy as np
 from absl import logging
 
+from jaxblend._pause import pause_point
+
 FORMAT_VERSION = 2
 MANIFEST = "manifest.json"
 SUMMARY_BLOCKS = 64
 SUMMARY_BLOCK = 4096
 VERIFY_MODES = ("summary", "full")
 _CHUNK = 8 << 20
-# Test hook (tests/index/test_cache_kill.py): pause after writing this many arrays of an entry.
-PAUSE_ENV = "JAXBLEND_CACHE_PAUSE_AFTER_ARRAYS"
 
 
 class CorruptEntry(ValueError):
@@ -135,17 +135,6 @@ def _write_array(path: str, array: np.ndarray) -> dict[str, Any]:
     }
 
 
-def _pause_point(written: int) -> None:
-    """Test hook: after `written` arrays, announce the pause on stderr and sleep (to be killed)."""
-    raw = os.environ.get(PAUSE_ENV)
-    if raw is not None and int(raw) == written:
-        import sys
-        import time
-
-        print(f"cache write paused after {written} arrays", file=sys.stderr, flush=True)
-        time.sleep(3600)
-
-
 def save(cache_dir: str, key: str, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> str:
     """Atomically and durably writes one cache entry; returns its directory.
 
@@ -167,9 +156,9 @@ def save(cache_dir: str, key: str, arrays: dict[str, np.ndarray], meta: dict[str
     try:
         described = {}
         for name, array in arrays.items():
-            _pause_point(len(described))
+            pause_point("cache-write", len(described))
             described[name] = _write_array(os.path.join(tmp, f"{name}.npy"), array)
-        _pause_point(len(described))
+        pause_point("cache-write", len(described))
         manifest = {
             "format_version": FORMAT_VERSION,
             "fingerprint": key,
