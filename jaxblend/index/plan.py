@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -268,6 +269,14 @@ def build_data_plan(
         )
     else:
         arrays, meta = loaded
+        try:
+            split_plans = _make_split_plans(config, arrays, meta, prefixes, wanted)
+        except (KeyError, TypeError, ValueError, IndexError) as err:
+            # Checksummed but not what this code wrote (e.g. a hand-edited manifest): rebuild.
+            logging.warning("index cache entry %s is unusable (%r); rebuilding it", path, err)
+            cache.discard(config.cache_dir, os.path.basename(path))
+            return build_data_plan(config, infos, splits, verify=verify)
+        return DataPlan(config, tuple(prefixes), key, split_plans, path, wanted)
     return DataPlan(
         config,
         tuple(prefixes),

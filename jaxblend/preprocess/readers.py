@@ -23,6 +23,7 @@ import gzip
 import io
 import math
 import os
+import zlib
 from collections.abc import Iterator, Sequence
 
 FORMATS = ("jsonl", "jsonl.gz", "jsonl.zst", "txt", "txt.gz", "txt.zst", "parquet")
@@ -407,7 +408,7 @@ def _iter_compressed(piece: Piece, batch_bytes: int, batch_records: int) -> Iter
     except Exception as e:
         if isinstance(e, InputError):
             raise
-        if type(e).__name__ in ("ZstdError",) or isinstance(e, (OSError, EOFError)):
+        if type(e).__name__ in ("ZstdError",) or isinstance(e, (OSError, EOFError, zlib.error)):
             raise InputError(f"cannot decompress input {piece.path!r}: {e}") from e
         raise
 
