@@ -493,13 +493,17 @@ def run(campaign: str, count: int, seed: int, workdir: str, *, verbose: bool = F
     """Runs `count` cases of `campaign` with seeds `seed, seed + 1, ...`; returns the tally."""
     from absl import logging
 
+    before = logging.get_verbosity()
     logging.set_verbosity(logging.ERROR)  # corrupt-cache warnings are expected here
-    tally = Tally()
-    os.makedirs(workdir, exist_ok=True)
-    runner = CAMPAIGNS[campaign](workdir)
-    for k in range(count):
-        _run_case(tally, campaign, seed + k, runner.case, verbose=verbose)
-    return tally
+    try:
+        tally = Tally()
+        os.makedirs(workdir, exist_ok=True)
+        runner = CAMPAIGNS[campaign](workdir)
+        for k in range(count):
+            _run_case(tally, campaign, seed + k, runner.case, verbose=verbose)
+        return tally
+    finally:
+        logging.set_verbosity(before)
 
 
 def main() -> int:
