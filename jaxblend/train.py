@@ -1,8 +1,8 @@
 """Training example: a small decoder-only LM in JAX, fed by jaxblend's host-sharded loader.
 
-With no data flags it first builds the built-in default corpus (three datasets from the Python
-standard library and installed packages, tokenized by the real preprocessing CLI with the byte
-tokenizer) and trains on a weighted blend of them:
+With no data flags it first builds the built-in default corpus (three datasets generated from
+fixed grammars, the same bytes on every machine, tokenized by the real preprocessing CLI with the
+byte tokenizer; its SHA-256 is printed) and trains on a weighted blend of them:
 
   python -m jaxblend.train --flagfile=configs/demo.flags
 
@@ -73,10 +73,12 @@ def build_default_corpus(workdir: str) -> tuple[str, int, int]:
     from jaxblend.training import corpus
 
     tok = tokenizers.ByteTokenizer()
-    out = os.path.join(workdir, "corpus")
+    out = corpus.corpus_dir(workdir, int(_CORPUS_MB.value * 1e6))
     prefixes = {name: os.path.join(out, f"{name}_text_document") for name in corpus.DATASETS}
     if jax.process_index() == 0:
         raw = corpus.write_raw(os.path.join(out, "raw"), int(_CORPUS_MB.value * 1e6))
+        print(f"default corpus sha256 {corpus.corpus_digest(raw)} "
+              f"({_CORPUS_MB.value:g} MB per dataset, generated, no downloads)", flush=True)
         for name, prefix in prefixes.items():
             if IndexedDataset.exists(prefix):
                 continue
