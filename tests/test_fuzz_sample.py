@@ -42,3 +42,15 @@ def test_a_wrong_output_is_a_failure(tmp_path):
     assert fuzz._classify_error(ValueError("bad header in /x/case.idx"), ["/x/case"]) == fuzz.CLEAN
     assert fuzz._classify_error(ValueError("bad header"), ["/x/case"]) == fuzz.FAILURE
     assert fuzz._classify_error(IndexError("/x/case"), ["/x/case"]) == fuzz.FAILURE
+
+
+# Cases the full campaigns once failed (campaign, seed): corrupt Parquet pages and gzip streams
+# raised errors that did not name the file; a cache manifest with a foreign `meta` raised KeyError.
+PAST_FAILURES = [("preprocess", 459), ("preprocess", 1841), ("preprocess", 2246),
+                 ("preprocess", 3933), ("preprocess", 181), ("cache", 189)]
+
+
+@pytest.mark.parametrize("campaign,seed", PAST_FAILURES)
+def test_past_failures_stay_fixed(campaign, seed, tmp_path):
+    tally = fuzz.run(campaign, 1, seed=seed, workdir=str(tmp_path))
+    assert not tally.failures, tally.failures
