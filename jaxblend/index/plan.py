@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -249,42 +248,47 @@ def build_data_plan(
     entries = cache_entries(key, wanted)
     entry = entries[-1]
 
-    loaded = None
-    for name in entries if config.cache_dir else ():
-        loaded = cache.load(config.cache_dir, name, verify)
-        path = cache.entry_path(config.cache_dir, name)
-        if loaded is not None:
-            break
-    if loaded is None:
-        arrays, meta = _build_arrays(config, specs, prefixes, info_by_prefix)
-        path = None
-        if config.cache_dir:
-            path = cache.save(config.cache_dir, entry, arrays, meta)
-            reloaded = cache.load(config.cache_dir, entry)
-            if reloaded is not None:
-                arrays, meta = reloaded
-        summary = {s.name: len(arrays.get(f"{s.name}.dataset_index", ())) for s in specs if s}
-        logging.info(
-            "built index maps %s for %d datasets (blend sizes %s)", entry, len(prefixes), summary
-        )
-    else:
-        arrays, meta = loaded
-        try:
-            split_plans = _make_split_plans(config, arrays, meta, prefixes, wanted)
-        except (KeyError, TypeError, ValueError, IndexError) as err:
-            # Checksummed but not what this code wrote (e.g. a hand-edited manifest): rebuild.
-            logging.warning("index cache entry %s is unusable (%r); rebuilding it", path, err)
-            cache.discard(config.cache_dir, os.path.basename(path))
-            return build_data_plan(config, infos, splits, verify=verify)
-        return DataPlan(config, tuple(prefixes), key, split_plans, path, wanted)
+    if config.cache_dir:
+        cached = _load_cached(config, entries, verify, prefixes, wanted)
+        if cached is not None:
+            return DataPlan(config, tuple(prefixes), key, cached[0], cached[1], wanted)
+    arrays, meta = _build_arrays(config, specs, prefixes, info_by_prefix)
+    path = None
+    if config.cache_dir:
+        path = cache.save(config.cache_dir, entry, arrays, meta)
+        reloaded = cache.load(config.cache_dir, entry)
+        if reloaded is not None:
+            arrays, meta = reloaded
+    summary = {s.name: len(arrays.get(f"{s.name}.dataset_index", ())) for s in specs if s}
+    logging.info("built index maps %s for %d datasets (blend sizes %s)", entry, len(prefixes), summary)
     return DataPlan(
-        config,
-        tuple(prefixes),
-        key,
-        _make_split_plans(config, arrays, meta, prefixes, wanted),
-        path,
+        config, tuple(prefixes), key, _make_split_plans(config, arrays, meta, prefixes, wanted), path,
         wanted,
     )
+
+
+def _load_cached(
+    config: GPTDataConfig,
+    entries: list[str],
+    verify: str,
+    prefixes: list[str],
+    wanted: tuple[str, ...],
+) -> tuple[dict[str, SplitPlan | None], str] | None:
+    """The split plans and entry path of the first usable cache entry of `entries`, or None."""
+    for name in entries:
+        loaded = cache.load(config.cache_dir, name, verify)
+        if loaded is None:
+            continue
+        try:
+            plans = _make_split_plans(config, *loaded, prefixes, wanted)
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as err:
+            # Checksummed but not what this code wrote (e.g. a hand-edited manifest): rebuild.
+            path = cache.entry_path(config.cache_dir, name)
+            logging.warning("index cache entry %s is unusable (%r); rebuilding it", path, err)
+            cache.discard(config.cache_dir, name)
+            continue
+        return plans, cache.entry_path(config.cache_dir, name)
+    return None
 
 
 def _make_split_plans(
