@@ -79,7 +79,8 @@ def main(argv: list[str]) -> int:
     else:
         env["PATH"] = os.pathsep.join([str(python.parent), env.get("PATH", "")])
         ensure_shellcheck(env["PATH"])
-        # Every optional extra is installed: a test skipped for a missing module is a failure.
+        # Every optional extra is installed, so any skip (collection or run time) is a failure
+        # unless the test is marked allowed_skip (tests/strict_skips.py).
         env["JAXBLEND_STRICT_EXTRAS"] = "1"
         cmd = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider"]
     return subprocess.run(cmd + rest, cwd=ROOT, env=env).returncode

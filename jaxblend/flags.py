@@ -106,6 +106,30 @@ def _blend(value: list[str] | None) -> tuple[str, ...] | None:
     return tuple(" ".join(value).split())
 
 
+def _blends_from_flags() -> tuple[tuple[str, ...] | None, tuple[tuple[str, ...] | None, ...]]:
+    """(--data_path blend, per-split blends), checked to be exactly one of the two forms."""
+    fl = flags.FLAGS
+    per_split = tuple(_blend(getattr(fl, name)) for name in _BLEND_FLAGS)
+    blend = _blend(fl.data_path)
+    if blend is not None and any(b is not None for b in per_split):
+        raise ValueError(
+            "--data_path excludes --train_data_path/--valid_data_path/--test_data_path"
+        )
+    if blend is None and all(b is None for b in per_split):
+        raise ValueError("give --data_path or --train_data_path/--valid_data_path/--test_data_path")
+    return blend, per_split
+
+
+def prefixes_from_flags() -> list[str]:
+    """Every distinct dataset prefix the data flags name, in order (needs no --seq_length).
+
+    Raises:
+      ValueError: no data path, both forms given, or a malformed blend.
+    """
+    blend, per_split = _blends_from_flags()
+    return index.blend_prefixes([blend] if blend is not None else per_split)
+
+
 def data_config_from_flags() -> index.GPTDataConfig:
     """The `GPTDataConfig` described by the data flags.
 
@@ -116,14 +140,7 @@ def data_config_from_flags() -> index.GPTDataConfig:
     object_store.set_process_default(object_store_from_flags())
     if fl.seq_length is None:
         raise ValueError("--seq_length is required")
-    per_split = tuple(_blend(getattr(fl, name)) for name in _BLEND_FLAGS)
-    blend = _blend(fl.data_path)
-    if blend is not None and any(b is not None for b in per_split):
-        raise ValueError(
-            "--data_path excludes --train_data_path/--valid_data_path/--test_data_path"
-        )
-    if blend is None and all(b is None for b in per_split):
-        raise ValueError("give --data_path or --train_data_path/--valid_data_path/--test_data_path")
+    blend, per_split = _blends_from_flags()
     return index.GPTDataConfig(
         blend=blend,
         blend_per_split=None if blend is not None else per_split,

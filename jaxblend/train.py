@@ -1,8 +1,8 @@
 """Training example: a small decoder-only LM in JAX, fed by jaxblend's host-sharded loader.
 
-With no data flags it first builds the built-in default corpus (three datasets from the Python
-standard library and installed packages, tokenized by the real preprocessing CLI with the byte
-tokenizer) and trains on a weighted blend of them:
+With no data flags it first builds the built-in default corpus (three datasets generated from
+fixed grammars, the same bytes on every machine, tokenized by the real preprocessing CLI with the
+byte tokenizer; its SHA-256 is printed) and trains on a weighted blend of them:
 
   python -m jaxblend.train --flagfile=configs/demo.flags
 
@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from absl import app, flags, logging
 
 from jaxblend import distributed
-from jaxblend.tools import _cli
+from jaxblend.tools import _cli, _entry
 
 _WORKDIR = flags.DEFINE_string("workdir", "runs/demo", "Where the default corpus, caches and checkpoints go.")
 _MESH_SHAPE = flags.DEFINE_string("mesh_shape", None, "Mesh shape, e.g. 8 or 4,2 (default: all devices on one data axis).")
@@ -77,10 +77,12 @@ def build_default_corpus(workdir: str) -> tuple[str, int, int]:
     from jaxblend.training import corpus
 
     tok = tokenizers.ByteTokenizer()
-    out = os.path.join(workdir, "corpus")
+    out = corpus.corpus_dir(workdir, int(_CORPUS_MB.value * 1e6))
     prefixes = {name: os.path.join(out, f"{name}_text_document") for name in corpus.DATASETS}
     if jax.process_index() == 0:
         raw = corpus.write_raw(os.path.join(out, "raw"), int(_CORPUS_MB.value * 1e6))
+        print(f"default corpus sha256 {corpus.corpus_digest(raw)} "
+              f"({_CORPUS_MB.value:g} MB per dataset, generated, no downloads)", flush=True)
         for name, prefix in prefixes.items():
             if IndexedDataset.exists(prefix):
                 continue
@@ -252,4 +254,4 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == "__main__":
-    app.run(main)
+    _entry.run(main)

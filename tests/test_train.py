@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+from jaxblend.training import corpus
+
 pytestmark = pytest.mark.slow
 
 SMALL = [
@@ -38,8 +40,11 @@ def test_demo_builds_corpus_and_loss_falls(workdir):
     curve = losses(out.stdout)
     assert sorted(curve) == [1, 5, 10, 15, 20, 25, 30, 35, 40]
     assert curve[40] < curve[1] - 1.0 and curve[40] < curve[5], curve
+    corpus_dir = workdir / f"corpus-v{corpus.VERSION}-250000"
     for name in ("code", "prose", "legal"):
-        assert (workdir / "corpus" / f"{name}_text_document.bin").exists()
+        assert (corpus_dir / f"{name}_text_document.bin").exists()
+    digest = corpus.corpus_digest({n: str(corpus_dir / "raw" / f"{n}.jsonl") for n in corpus.DATASETS})
+    assert f"default corpus sha256 {digest}" in out.stdout
     assert re.search(r"samples code_text_document=\d+ prose_text_document=\d+ legal_text_document=\d+", out.stdout)
     assert (workdir / "checkpoints" / "step_00000040" / "meta.json").exists()
 

@@ -6,11 +6,11 @@ numpy + numba only (no grain, jax or tensorstore). Bit-exact with Megatron-Core 
 from __future__ import annotations
 
 from jaxblend.index.blend_index import build_blending_indices, build_exhaustive_blending_indices
-from jaxblend.index.blend_spec import Blend, normalize, parse_blend
+from jaxblend.index.blend_spec import Blend, blend_prefixes, normalize, parse_blend
 from jaxblend.index.config import DatasetInfo, GPTDataConfig
 from jaxblend.index.document_index import build_document_index
 from jaxblend.index.gpt import GPTIndexMaps, build_gpt_index_maps
-from jaxblend.index.plan import DataPlan, build_data_plan
+from jaxblend.index.plan import DataPlan, build_data_plan, config_prefixes
 from jaxblend.index.sample_index import build_sample_index
 from jaxblend.index.shuffle_index import build_shuffle_index
 from jaxblend.index.split import parse_split, split_matrix
@@ -25,6 +25,7 @@ __all__ = [
     "Piece",
     "Spans",
     "SplitPlan",
+    "blend_prefixes",
     "build_blending_indices",
     "build_data_plan",
     "build_document_index",
@@ -32,6 +33,7 @@ __all__ = [
     "build_gpt_index_maps",
     "build_sample_index",
     "build_shuffle_index",
+    "config_prefixes",
     "normalize",
     "parse_blend",
     "parse_split",

@@ -107,6 +107,17 @@ def parse_blend(blend: Sequence[str] | str, parameter: str = "blend") -> Blend:
     return Blend(prefixes=tuple(items))
 
 
+def blend_prefixes(blends: Sequence[Sequence[str] | str | None]) -> list[str]:
+    """Every distinct prefix the blends name (None = absent), in order of first appearance."""
+    out: list[str] = []
+    for raw in blends:
+        if raw is not None:
+            for p in parse_blend(raw).prefixes:
+                if p not in out:
+                    out.append(p)
+    return out
+
+
 def normalize(weights: Sequence[float]) -> list[float]:
     """float64 normalization `w / sum(w)` exactly as Megatron's `normalize` (numpy sum)."""
     w = np.array(weights, dtype=np.float64)

@@ -1,17 +1,24 @@
 """On-disk cache of index maps: `.npy` arrays + a JSON manifest under `<cache_dir>/<fingerprint>/`.
 
-* The fingerprint (computed by the caller) covers every parameter that changes the arrays and
-  identifies datasets by content, never by path.
-* Writes are atomic: arrays and manifest are written into a private temporary directory next to
-  the target, which is then renamed into place. When several processes build the same entry at
-  once, the first rename wins and the others discard their copy and load the winner's.
-* Loads are memory maps (`mmap_mode="r"`); the manifest records each array's shape, dtype and
-  file size. A missing file, unreadable manifest or mismatching array marks the entry corrupt:
-  it is moved aside with a warning and the caller rebuilds it.
+* The fingerprint (computed by the caller) covers every parameter that changes the arrays, the
+  source code of the index package (`code_digest`) and identifies datasets by content, never by
+  path.
+* Writes are atomic and durable: arrays and manifest are written into a private temporary
+  directory next to the target, each file and that directory are fsynced, the directory is
+  renamed into place and the cache directory fsynced. When several processes build the same
+  entry at once, the first rename wins and the others discard their copy and load the winner's.
+* The manifest records each array's shape, dtype, file size, the SHA-256 of the whole file and a
+  SHA-256 *summary* (file size plus `SUMMARY_BLOCKS` blocks of `SUMMARY_BLOCK` bytes spread over
+  the file). `load(..., verify="summary")` (the default, at every start) checks the summary:
+  a few dozen small reads per array, whatever the plan's size. `verify="full"` reads every byte
+  and checks the whole-file digest (`tools.build_index` and `inspect preflight` do this).
+* A missing file, unreadable or malformed manifest, or an array failing its checks marks the
+  entry corrupt: it is moved aside with a warning and the caller rebuilds it.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -23,8 +30,18 @@ from typing import Any
 import numpy as np
 from absl import logging
 
-FORMAT_VERSION = 1
+from jaxblend._pause import pause_point
+
+FORMAT_VERSION = 2
 MANIFEST = "manifest.json"
+SUMMARY_BLOCKS = 64
+SUMMARY_BLOCK = 4096
+VERIFY_MODES = ("summary", "full")
+_CHUNK = 8 << 20
+
+
+class CorruptEntry(ValueError):
+    """A cache entry whose manifest or arrays fail their checks."""
 
 
 def fingerprint(payload: dict[str, Any]) -> str:
@@ -33,17 +50,93 @@ def fingerprint(payload: dict[str, Any]) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
 
 
+def sources_digest(directory: str) -> str:
+    """SHA-256 (hex, 32 digits) of the names and bytes of the `.py` files in `directory`."""
+    h = hashlib.sha256()
+    names = sorted(n for n in os.listdir(directory) if n.endswith(".py"))
+    if not names:
+        raise RuntimeError(f"{directory}: no Python sources to fingerprint the index kernels")
+    for name in names:
+        with open(os.path.join(directory, name), "rb") as f:
+            h.update(name.encode() + b"\0" + f.read() + b"\0")
+    return h.hexdigest()[:32]
+
+
+@functools.cache
+def code_digest() -> str:
+    """`sources_digest` of the index package: any change to its code yields new cache keys."""
+    return sources_digest(os.path.dirname(os.path.abspath(__file__)))
+
+
 def entry_path(cache_dir: str, key: str) -> str:
     """Directory of the cache entry `key`."""
     return os.path.join(cache_dir, key)
 
 
-def _describe(array: np.ndarray) -> dict[str, Any]:
-    return {"shape": list(array.shape), "dtype": array.dtype.str}
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class _HashingWriter:
+    """A write-only file wrapper that feeds every written byte to SHA-256."""
+
+    def __init__(self, f) -> None:
+        self._f = f
+        self.sha = hashlib.sha256()
+
+    def write(self, data) -> int:
+        self.sha.update(data)
+        return self._f.write(data)
+
+
+def _summary_offsets(size: int) -> list[int]:
+    if size <= SUMMARY_BLOCKS * SUMMARY_BLOCK:
+        return [0]
+    last = size - SUMMARY_BLOCK
+    return sorted({round(i * last / (SUMMARY_BLOCKS - 1)) for i in range(SUMMARY_BLOCKS)})
+
+
+def summary_digest(path: str) -> str:
+    """SHA-256 of a file's size and `SUMMARY_BLOCKS` blocks spread over it (all of a small file)."""
+    size = os.path.getsize(path)
+    h = hashlib.sha256(str(size).encode())
+    with open(path, "rb") as f:
+        for offset in _summary_offsets(size):
+            f.seek(offset)
+            h.update(f.read(SUMMARY_BLOCK if size > SUMMARY_BLOCKS * SUMMARY_BLOCK else size))
+    return h.hexdigest()
+
+
+def file_digest(path: str) -> str:
+    """SHA-256 of a whole file, read in chunks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _write_array(path: str, array: np.ndarray) -> dict[str, Any]:
+    with open(path, "wb") as f:
+        writer = _HashingWriter(f)
+        np.save(writer, np.ascontiguousarray(array), allow_pickle=False)
+        f.flush()
+        os.fsync(f.fileno())
+    return {
+        "shape": list(array.shape),
+        "dtype": array.dtype.str,
+        "bytes": os.path.getsize(path),
+        "sha256": writer.sha.hexdigest(),
+        "summary": summary_digest(path),
+    }
 
 
 def save(cache_dir: str, key: str, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> str:
-    """Atomically writes one cache entry; returns its directory.
+    """Atomically and durably writes one cache entry; returns its directory.
 
     Args:
       cache_dir: the cache root (created if missing).
@@ -56,21 +149,28 @@ def save(cache_dir: str, key: str, arrays: dict[str, np.ndarray], meta: dict[str
     """
     os.makedirs(cache_dir, exist_ok=True)
     final = entry_path(cache_dir, key)
+    if os.path.lexists(final) and not os.path.isdir(final):
+        logging.warning("index cache entry %s is not a directory; replacing it", final)
+        discard(cache_dir, key)
     tmp = tempfile.mkdtemp(prefix=f".tmp-{key}-", dir=cache_dir)
     try:
         described = {}
         for name, array in arrays.items():
-            path = os.path.join(tmp, f"{name}.npy")
-            np.save(path, np.ascontiguousarray(array), allow_pickle=False)
-            described[name] = {**_describe(array), "bytes": os.path.getsize(path)}
+            pause_point("cache-write", len(described))
+            described[name] = _write_array(os.path.join(tmp, f"{name}.npy"), array)
+        pause_point("cache-write", len(described))
         manifest = {
             "format_version": FORMAT_VERSION,
             "fingerprint": key,
             "arrays": described,
             "meta": meta,
         }
+        manifest["checksum"] = _manifest_checksum(manifest)
         with open(os.path.join(tmp, MANIFEST), "w", encoding="utf-8") as f:
             json.dump(manifest, f, indent=1, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        _fsync_dir(tmp)
         try:
             os.rename(tmp, final)
         except OSError:
@@ -78,49 +178,103 @@ def save(cache_dir: str, key: str, arrays: dict[str, np.ndarray], meta: dict[str
                 raise
             # Another process published the same entry first: use theirs.
             shutil.rmtree(tmp, ignore_errors=True)
+        _fsync_dir(cache_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return final
 
 
-def load(cache_dir: str, key: str) -> tuple[dict[str, np.ndarray], dict[str, Any]] | None:
+def _manifest_checksum(manifest: dict[str, Any]) -> str:
+    body = {k: v for k, v in manifest.items() if k != "checksum"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode("utf-8")).hexdigest()
+
+
+def _read_manifest(final: str, key: str) -> dict[str, Any]:
+    with open(os.path.join(final, MANIFEST), encoding="utf-8") as f:
+        manifest = json.load(f)
+    if not isinstance(manifest, dict):
+        raise CorruptEntry(f"{final}: manifest is not a JSON object")
+    if manifest.get("checksum") != _manifest_checksum(manifest):
+        raise CorruptEntry(f"{final}: manifest checksum mismatch")
+    if manifest.get("format_version") != FORMAT_VERSION or manifest.get("fingerprint") != key:
+        raise CorruptEntry(f"manifest version/fingerprint mismatch in {final}")
+    arrays, meta = manifest.get("arrays"), manifest.get("meta")
+    if not isinstance(arrays, dict) or not isinstance(meta, dict):
+        raise CorruptEntry(f"{final}: manifest 'arrays'/'meta' are not JSON objects")
+    fields = {"shape": list, "dtype": str, "bytes": int, "sha256": str, "summary": str}
+    for name, desc in arrays.items():
+        ok = isinstance(desc, dict) and all(isinstance(desc.get(k), t) for k, t in fields.items())
+        if not ok or "/" in name or name.startswith("."):
+            raise CorruptEntry(f"{final}: malformed manifest record for array {name!r}")
+    return manifest
+
+
+def _check_array(path: str, desc: dict[str, Any], verify: str) -> np.ndarray:
+    size = os.path.getsize(path)
+    if size != desc["bytes"]:
+        raise CorruptEntry(f"{path}: {size} bytes, manifest says {desc['bytes']}")
+    if summary_digest(path) != desc["summary"]:
+        raise CorruptEntry(f"{path}: content differs from the manifest's summary digest")
+    if verify == "full" and file_digest(path) != desc["sha256"]:
+        raise CorruptEntry(f"{path}: content differs from the manifest's SHA-256")
+    array = np.load(path, mmap_mode="r", allow_pickle=False)
+    if list(array.shape) != desc["shape"] or array.dtype.str != desc["dtype"]:
+        raise CorruptEntry(
+            f"{path}: shape {array.shape} dtype {array.dtype.str}, manifest says "
+            f"{desc['shape']} {desc['dtype']}"
+        )
+    return array
+
+
+def _open_entry(
+    cache_dir: str, key: str, verify: str
+) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    final = entry_path(cache_dir, key)
+    if not os.path.isdir(final):
+        raise CorruptEntry(f"{final} is not a directory")
+    manifest = _read_manifest(final, key)
+    arrays = {
+        name: _check_array(os.path.join(final, f"{name}.npy"), desc, verify)
+        for name, desc in manifest["arrays"].items()
+    }
+    return arrays, manifest["meta"]
+
+
+def load(
+    cache_dir: str, key: str, verify: str = "summary"
+) -> tuple[dict[str, np.ndarray], dict[str, Any]] | None:
     """Loads an entry memory-mapped; None if absent or corrupt (a corrupt entry is moved aside).
 
     Args:
       cache_dir: the cache root.
       key: the fingerprint.
+      verify: "summary" (size + sampled blocks of every array) or "full" (every byte).
 
     Returns:
       `(arrays, meta)` or None.
     """
-    final = entry_path(cache_dir, key)
-    if not os.path.isdir(final):
+    if verify not in VERIFY_MODES:
+        raise ValueError(f"verify={verify!r}; expected one of {VERIFY_MODES}")
+    if not os.path.lexists(entry_path(cache_dir, key)):
         return None
     try:
-        with open(os.path.join(final, MANIFEST), encoding="utf-8") as f:
-            manifest = json.load(f)
-        if manifest.get("format_version") != FORMAT_VERSION or manifest.get("fingerprint") != key:
-            raise ValueError(f"manifest version/fingerprint mismatch in {final}")
-        arrays = {}
-        for name, desc in manifest["arrays"].items():
-            path = os.path.join(final, f"{name}.npy")
-            if os.path.getsize(path) != desc["bytes"]:
-                raise ValueError(
-                    f"{path}: {os.path.getsize(path)} bytes, manifest says {desc['bytes']}"
-                )
-            array = np.load(path, mmap_mode="r", allow_pickle=False)
-            if list(array.shape) != desc["shape"] or array.dtype.str != desc["dtype"]:
-                raise ValueError(
-                    f"{path}: shape {array.shape} dtype {array.dtype.str}, manifest says "
-                    f"{desc['shape']} {desc['dtype']}"
-                )
-            arrays[name] = array
-        return arrays, manifest["meta"]
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        logging.warning("index cache entry %s is corrupt (%s); rebuilding it", final, err)
+        return _open_entry(cache_dir, key, verify)
+    except (OSError, ValueError) as err:  # CorruptEntry and json/np errors are ValueErrors
+        logging.warning(
+            "index cache entry %s is corrupt (%s); rebuilding it", entry_path(cache_dir, key), err
+        )
         discard(cache_dir, key)
         return None
+
+
+def check(cache_dir: str, key: str) -> str | None:
+    """Fully verifies an existing entry without changing it; the problem found, or None."""
+    try:
+        _open_entry(cache_dir, key, "full")
+    except (OSError, ValueError) as err:
+        return str(err)
+    return None
 
 
 def discard(cache_dir: str, key: str) -> None:
@@ -131,4 +285,7 @@ def discard(cache_dir: str, key: str) -> None:
         os.rename(final, trash)
     except OSError:
         return
-    shutil.rmtree(trash, ignore_errors=True)
+    if os.path.isdir(trash) and not os.path.islink(trash):
+        shutil.rmtree(trash, ignore_errors=True)
+    else:
+        os.unlink(trash)

@@ -54,21 +54,35 @@ def estimate_plan(config: GPTDataConfig, infos: plan.InfoSource) -> PlanEstimate
       ValueError: for configuration errors `build_data_plan` would also raise before building.
     """
     specs = plan._resolve_splits(config)
-    prefixes: list[str] = []
-    for spec in specs:
-        for p in spec.prefixes if spec is not None else ():
-            if p not in prefixes:
-                prefixes.append(p)
+    prefixes = plan.config_prefixes(config)
     info_by_prefix = {p: plan._get_info(infos, p) for p in prefixes}
     key = plan._fingerprint(config, prefixes, info_by_prefix)
-    path = cache.entry_path(config.cache_dir, key) if config.cache_dir else None
-    cached = bool(path and os.path.exists(os.path.join(path, cache.MANIFEST)))
+    problems: list[str] = []
+    path, cached = None, False
+    if config.cache_dir:
+        # Cached: the whole plan, or each existing split on its own (as single-split tools build).
+        def found(names: list[str]) -> str | None:
+            exists = (os.path.exists(os.path.join(config.cache_dir, n, cache.MANIFEST)) for n in names)
+            return next((n for n, e in zip(names, exists) if e), None)
+
+        path = cache.entry_path(config.cache_dir, key)
+        entries = [key] if found([key]) else [
+            found(plan.cache_entries(key, (s.name,))) for s in specs if s is not None
+        ]
+        if entries and all(entries):
+            entries = list(dict.fromkeys(entries))
+            path = ", ".join(cache.entry_path(config.cache_dir, n) for n in entries)
+            cached = True
+            for name in entries:  # every byte against the manifest's SHA-256
+                problem = cache.check(config.cache_dir, name)
+                if problem is not None:
+                    cached = False
+                    problems.append(f"index cache entry is corrupt ({problem}); it will be rebuilt")
 
     extra = int(config.add_extra_token_to_sequence)
     s = int(config.seq_length)
     estimates: list[DatasetEstimate] = []
     blend_sizes: dict[str, int] = {}
-    problems: list[str] = []
     total = 0
     for spec in specs:
         if spec is None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -47,20 +47,23 @@ class _SplitSpec:
     weights: tuple[float, ...] | None  # normalized once
 
 
-def _resolve_splits(config: GPTDataConfig) -> list[_SplitSpec | None]:
+def _resolve_splits(
+    config: GPTDataConfig, wanted: tuple[str, ...] = split_lib.SPLIT_NAMES
+) -> list[_SplitSpec | None]:
+    """One spec per split name (None: the split does not exist or is not in `wanted`)."""
     specs: list[_SplitSpec | None] = []
     if config.blend is not None:
         blend = blend_spec.parse_blend(config.blend, "blend")
         matrix = split_lib.split_matrix(split_lib.parse_split(config.split))
         for index, name in enumerate(split_lib.SPLIT_NAMES):
-            if matrix[index] is None:
+            if matrix[index] is None or name not in wanted:
                 specs.append(None)
                 continue
             specs.append(_make_spec(name, blend, matrix[index], config.num_samples[index], False))
         return specs
     for index, name in enumerate(split_lib.SPLIT_NAMES):
         raw = config.blend_per_split[index]
-        if raw is None:
+        if raw is None or name not in wanted:
             specs.append(None)
             continue
         blend = blend_spec.parse_blend(raw, f"blend_per_split[{name}]")
@@ -82,7 +85,7 @@ def _make_spec(
         if num_samples is None:
             raise ValueError(
                 f"num_samples[{name}] = None but the {name} blend has weights; weighted blends "
-                "need a sample count"
+                f"need a sample count (--{name}_samples)"
             )
         weights = tuple(blend_spec.normalize(blend.weights))
         return _SplitSpec(name, blend.prefixes, "weighted", bookend, num_samples, weights)
@@ -122,6 +125,7 @@ def _fingerprint(config: GPTDataConfig, prefixes: list[str], infos: dict[str, Da
     payload = {
         "format": PLAN_FORMAT,
         "index_cache_format": cache.FORMAT_VERSION,
+        "index_code": cache.code_digest(),
         "blend": encode(config.blend),
         "blend_per_split": None
         if config.blend_per_split is None
@@ -156,17 +160,25 @@ class DataPlan:
         fingerprint: str,
         splits: dict[str, SplitPlan | None],
         cache_path: str | None,
+        built: tuple[str, ...] = split_lib.SPLIT_NAMES,
     ) -> None:
         self.config = config
         self.prefixes = prefixes
         self.fingerprint = fingerprint
         self._splits = splits
         self.cache_path = cache_path
+        self.built = built
 
     def split(self, name: str) -> SplitPlan | None:
-        """The plan of split "train", "valid" or "test", or None if the split does not exist."""
+        """The plan of split "train", "valid" or "test", or None if the split does not exist.
+
+        Raises:
+          ValueError: an unknown name, or a split this plan was not asked to build.
+        """
         if name not in split_lib.SPLIT_NAMES:
             raise ValueError(f"split name {name!r}; expected one of {split_lib.SPLIT_NAMES}")
+        if name not in self.built:
+            raise ValueError(f"the {name} split was not built (this plan holds {self.built})")
         return self._splits[name]
 
     def __repr__(self) -> str:
@@ -174,12 +186,50 @@ class DataPlan:
         return f"DataPlan(fingerprint={self.fingerprint!r}, prefixes={len(self.prefixes)}, splits={sizes})"
 
 
-def build_data_plan(config: GPTDataConfig, infos: InfoSource) -> DataPlan:
-    """Builds (or loads from `config.cache_dir`) the index maps of every split.
+def config_prefixes(config: GPTDataConfig) -> list[str]:
+    """Every distinct prefix a configuration names, in order of first appearance."""
+    if config.blend is not None:
+        return blend_spec.blend_prefixes([config.blend])
+    return blend_spec.blend_prefixes(config.blend_per_split)
+
+
+def _wanted_splits(splits: Sequence[str] | None) -> tuple[str, ...]:
+    if splits is None:
+        return split_lib.SPLIT_NAMES
+    unknown = [s for s in splits if s not in split_lib.SPLIT_NAMES]
+    if unknown or not splits:
+        raise ValueError(f"splits {list(splits)}: expected a non-empty subset of {split_lib.SPLIT_NAMES}")
+    return tuple(s for s in split_lib.SPLIT_NAMES if s in splits)
+
+
+def cache_entries(key: str, splits: Sequence[str] | None = None) -> list[str]:
+    """The cache entries that can serve `splits` of plan `key`, best first (whole plan first)."""
+    wanted = _wanted_splits(splits)
+    if wanted == split_lib.SPLIT_NAMES:
+        return [key]
+    return [key, f"{key}-{'-'.join(wanted)}"]
+
+
+def build_data_plan(
+    config: GPTDataConfig,
+    infos: InfoSource,
+    splits: Sequence[str] | None = None,
+    *,
+    verify: str = "summary",
+) -> DataPlan:
+    """Builds (or loads from `config.cache_dir`) the index maps of every split, or of `splits`.
+
+    Each split's maps depend only on its own settings, so building a subset gives the same maps
+    (and the same plan fingerprint) as building everything; a subset only skips the others (and
+    their checks, e.g. a weighted blend's sample count). A cached entry of every split serves a
+    subset; a subset is cached under its own key.
 
     Args:
       config: the data configuration.
       infos: prefix -> DatasetInfo, as a mapping or a callable.
+      splits: the split names to build (default: all).
+      verify: how a cached entry is checked before use: "summary" (cheap, every start) or
+        "full" (every byte against its SHA-256; see `jaxblend.index.cache`).
 
     Returns:
       The `DataPlan`.
@@ -188,48 +238,68 @@ def build_data_plan(config: GPTDataConfig, infos: InfoSource) -> DataPlan:
       ValueError: missing dataset info, a dataset without tokens, samples requested from an empty
         split, a blend that oversamples a dataset, or counts overflowing the index dtypes.
     """
-    specs = _resolve_splits(config)
-    prefixes: list[str] = []
-    for spec in specs:
-        if spec is not None:
-            for p in spec.prefixes:
-                if p not in prefixes:
-                    prefixes.append(p)
+    wanted = _wanted_splits(splits)
+    specs = _resolve_splits(config, wanted)
+    prefixes = config_prefixes(config)
     if not prefixes:
         raise ValueError("the configuration has no non-empty split")
     info_by_prefix = {p: _get_info(infos, p) for p in prefixes}
     key = _fingerprint(config, prefixes, info_by_prefix)
+    entries = cache_entries(key, wanted)
+    entry = entries[-1]
 
-    loaded = cache.load(config.cache_dir, key) if config.cache_dir else None
-    if loaded is None:
-        arrays, meta = _build_arrays(config, specs, prefixes, info_by_prefix)
-        path = None
-        if config.cache_dir:
-            path = cache.save(config.cache_dir, key, arrays, meta)
-            reloaded = cache.load(config.cache_dir, key)
-            if reloaded is not None:
-                arrays, meta = reloaded
-        summary = {s.name: len(arrays.get(f"{s.name}.dataset_index", ())) for s in specs if s}
-        logging.info(
-            "built index maps %s for %d datasets (blend sizes %s)", key, len(prefixes), summary
-        )
-    else:
-        arrays, meta = loaded
-        path = cache.entry_path(config.cache_dir, key)
+    if config.cache_dir:
+        cached = _load_cached(config, entries, verify, prefixes, wanted)
+        if cached is not None:
+            return DataPlan(config, tuple(prefixes), key, cached[0], cached[1], wanted)
+    arrays, meta = _build_arrays(config, specs, prefixes, info_by_prefix)
+    path = None
+    if config.cache_dir:
+        path = cache.save(config.cache_dir, entry, arrays, meta)
+        reloaded = cache.load(config.cache_dir, entry)
+        if reloaded is not None:
+            arrays, meta = reloaded
+    summary = {s.name: len(arrays.get(f"{s.name}.dataset_index", ())) for s in specs if s}
+    logging.info("built index maps %s for %d datasets (blend sizes %s)", entry, len(prefixes), summary)
     return DataPlan(
-        config,
-        tuple(prefixes),
-        key,
-        _make_split_plans(config, arrays, meta, prefixes),
-        path,
+        config, tuple(prefixes), key, _make_split_plans(config, arrays, meta, prefixes, wanted), path,
+        wanted,
     )
 
 
+def _load_cached(
+    config: GPTDataConfig,
+    entries: list[str],
+    verify: str,
+    prefixes: list[str],
+    wanted: tuple[str, ...],
+) -> tuple[dict[str, SplitPlan | None], str] | None:
+    """The split plans and entry path of the first usable cache entry of `entries`, or None."""
+    for name in entries:
+        loaded = cache.load(config.cache_dir, name, verify)
+        if loaded is None:
+            continue
+        try:
+            plans = _make_split_plans(config, *loaded, prefixes, wanted)
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as err:
+            # Checksummed but not what this code wrote (e.g. a hand-edited manifest): rebuild.
+            path = cache.entry_path(config.cache_dir, name)
+            logging.warning("index cache entry %s is unusable (%r); rebuilding it", path, err)
+            cache.discard(config.cache_dir, name)
+            continue
+        return plans, cache.entry_path(config.cache_dir, name)
+    return None
+
+
 def _make_split_plans(
-    config: GPTDataConfig, arrays: dict[str, np.ndarray], meta: dict[str, Any], prefixes: list[str]
+    config: GPTDataConfig,
+    arrays: dict[str, np.ndarray],
+    meta: dict[str, Any],
+    prefixes: list[str],
+    wanted: tuple[str, ...],
 ) -> dict[str, SplitPlan | None]:
     plans: dict[str, SplitPlan | None] = {}
-    for name in split_lib.SPLIT_NAMES:
+    for name in wanted:
         split_meta = meta["splits"].get(name)
         if split_meta is None:
             plans[name] = None

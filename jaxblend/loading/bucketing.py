@@ -381,9 +381,11 @@ class HostBucketSource:
         return self.source.get_padded_batch(ids[rows], int(self.plan.bucket_lengths[bucket]))
 
 
-def bucketed_fingerprint(source: PaddedSource, plan: BucketPlan) -> str:
-    """What a resume state must match: the source's identity and the plan's."""
-    identity = getattr(source, "fingerprint", None) or repr(source)
+def bucketed_fingerprint(source: PaddedSource, plan: BucketPlan) -> str | None:
+    """What a resume state must match: the source's identity and the plan's (None: no identity)."""
+    identity = loader_lib.source_identity(source)
+    if identity is None:
+        return None
     return hashlib.sha256(
         f"bucketed-v{PLAN_VERSION}|{identity}|{plan.fingerprint}".encode()
     ).hexdigest()[:32]

@@ -152,9 +152,20 @@ class HostBatchSource:
         return raw
 
 
-def loader_fingerprint(source: Any, global_batch_size: int) -> str:
-    """What a resume state must match: the source's identity and the global batch size."""
-    identity = getattr(source, "fingerprint", None) or repr(source)
+def source_identity(source: Any) -> str | None:
+    """The source's `fingerprint` (a non-empty string), or None: `repr` is not an identity."""
+    identity = getattr(source, "fingerprint", None)
+    return identity if isinstance(identity, str) and identity else None
+
+
+def loader_fingerprint(source: Any, global_batch_size: int) -> str | None:
+    """What a resume state must match: the source's identity and the global batch size.
+
+    None when the source has no fingerprint: such a loader cannot resume from a state.
+    """
+    identity = source_identity(source)
+    if identity is None:
+        return None
     text = f"v{STATE_VERSION}|{identity}|B={global_batch_size}"
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
@@ -171,7 +182,8 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
       num_steps: steps in the stream.
       mesh: the training mesh.
       batch_axes: mesh axes that split the batch dimension.
-      fingerprint: identity of the stream; a resume state must carry the same.
+      fingerprint: identity of the stream; a resume state must carry the same (None: the
+        source has no identity and resuming from a state is refused).
       prefetch: reading and prefetching options.
       start_step: first step.
     """
@@ -182,7 +194,7 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
         num_steps: int,
         mesh: Mesh,
         batch_axes: Sequence[str],
-        fingerprint: str,
+        fingerprint: str | None,
         prefetch: PrefetchOptions,
         start_step: int = 0,
     ):
@@ -283,11 +295,18 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
 
     def check_state(self, state: Mapping[str, Any]) -> int:
         """Validates a resume state against this loader and returns its step."""
-        if not isinstance(state, Mapping) or not {"step", "fingerprint"} <= set(state):
-            raise ValueError(f"loader state must be a dict with 'step' and 'fingerprint', got {state!r}")
-        if state.get("version", STATE_VERSION) != STATE_VERSION:
+        if not isinstance(state, Mapping) or not {"version", "step", "fingerprint"} <= set(state):
             raise ValueError(
-                f"loader state version {state.get('version')} is not supported (expected {STATE_VERSION})"
+                f"loader state must be a dict with 'version', 'step' and 'fingerprint', got {state!r}"
+            )
+        if state["version"] != STATE_VERSION:
+            raise ValueError(
+                f"loader state version {state['version']!r} is not supported (expected {STATE_VERSION})"
+            )
+        if self.fingerprint is None:
+            raise ValueError(
+                "this loader's source has no fingerprint, so a state cannot be checked against it: "
+                "give the source a `fingerprint` or restart from a step number (start_step)"
             )
         if state["fingerprint"] != self.fingerprint:
             raise ValueError(

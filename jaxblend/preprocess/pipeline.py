@@ -35,6 +35,7 @@ import tqdm
 from absl import logging
 
 from jaxblend import storage
+from jaxblend._pause import pause_point
 from jaxblend.preprocess import layout, readers, worker
 from jaxblend.preprocess import tokenizers as tok_lib
 
@@ -399,8 +400,10 @@ def merge_parts(part_prefixes: Sequence[str], output: str, dtype: np.dtype) -> N
         os.path.dirname(os.path.abspath(output)), os.path.basename(output) + ".*"
     )
     with storage.IndexedDatasetBuilder(output, dtype=dtype) as b:
-        for p in part_prefixes:
+        for merged, p in enumerate(part_prefixes):
+            pause_point("merge", merged)
             b.merge(p)
+        pause_point("merge", len(part_prefixes))
 
 
 def preprocess(config: PreprocessConfig, engine: Engine | None = None) -> PreprocessResult:

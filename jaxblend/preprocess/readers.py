@@ -23,7 +23,9 @@ import gzip
 import io
 import math
 import os
+import zlib
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 FORMATS = ("jsonl", "jsonl.gz", "jsonl.zst", "txt", "txt.gz", "txt.zst", "parquet")
 TEXT_MODES = ("line", "file")
@@ -407,23 +409,38 @@ def _iter_compressed(piece: Piece, batch_bytes: int, batch_records: int) -> Iter
     except Exception as e:
         if isinstance(e, InputError):
             raise
-        if type(e).__name__ in ("ZstdError",) or isinstance(e, (OSError, EOFError)):
+        if type(e).__name__ in ("ZstdError",) or isinstance(e, (OSError, EOFError, zlib.error)):
             raise InputError(f"cannot decompress input {piece.path!r}: {e}") from e
         raise
 
 
+def _read_row_group(pf: Any, rg: int, wanted: list[str], path: str) -> tuple[dict[str, list], int, int]:
+    """One row group's columns as Python lists, its row count and byte size; InputError if corrupt."""
+    import pyarrow as pa
+
+    try:
+        table = pf.read_row_group(rg, columns=wanted)
+        cols = {c: table.column(c).to_pylist() for c in wanted}
+        return cols, table.num_rows, pf.metadata.row_group(rg).total_byte_size
+    except (pa.ArrowException, ValueError, OSError, EOFError) as e:
+        raise InputError(
+            f"--input {path!r}: row group {rg} is not readable Parquet: {type(e).__name__}: {e}"
+        ) from e
+
+
 def _iter_parquet(piece: Piece, columns: Sequence[str], batch_records: int) -> Iterator[RawBatch]:
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    pf = pq.ParquetFile(piece.path)
-    names = set(pf.schema_arrow.names)
+    try:
+        pf = pq.ParquetFile(piece.path)
+        names = set(pf.schema_arrow.names)
+    except (pa.ArrowException, ValueError, OSError, EOFError) as e:
+        raise InputError(f"--input {piece.path!r} is not a readable Parquet file: {e}") from e
     wanted = [c for c in columns if c in names]
     row = 0
     for rg in range(piece.start, piece.stop):
-        table = pf.read_row_group(rg, columns=wanted)
-        cols = {c: table.column(c).to_pylist() for c in wanted}
-        n = table.num_rows
-        weight = pf.metadata.row_group(rg).total_byte_size
+        cols, n, weight = _read_row_group(pf, rg, wanted, piece.path)
         for lo in range(0, n, batch_records):
             hi = min(n, lo + batch_records)
             payloads = [{c: cols[c][i] for c in wanted} for i in range(lo, hi)]

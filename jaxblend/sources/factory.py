@@ -19,27 +19,41 @@ SPLITS = ("train", "valid", "test")
 
 @dataclasses.dataclass(frozen=True)
 class _SplitOpener:
-    """Picklable recipe that re-opens one split's datasets and maps (inside Grain workers)."""
+    """Picklable recipe that re-opens one split's datasets and maps (inside Grain workers).
+
+    The rebuilt plan must have the parent's fingerprint: if a dataset changed between the
+    parent's open and the worker's, the worker refuses to serve different data.
+    """
 
     config: Any
     split: str
     backend: str
+    fingerprint: str
     object_store: ObjectStoreOptions | None = None
 
     def __call__(self) -> tuple[list[IndexedDataset], Any]:
-        datasets, plan = _open(self.config, self.backend, self.object_store)
+        datasets, plan = _open(self.config, self.backend, (self.split,), self.object_store)
+        if plan.fingerprint != self.fingerprint:
+            raise ValueError(
+                f"the {self.split} split rebuilt in this worker has fingerprint {plan.fingerprint}, "
+                f"the parent process had {self.fingerprint}: a dataset of "
+                f"{index_io.config_prefixes(self.config)} changed while the job was running"
+            )
         split_plan = plan.split(self.split)
         return [datasets[n] for n in split_plan.dataset_names], split_plan
 
 
 def _open(
-    config: Any, backend: str, object_store: ObjectStoreOptions | None = None
+    config: Any,
+    backend: str,
+    splits: tuple[str, ...] | None = None,
+    object_store: ObjectStoreOptions | None = None,
 ) -> tuple[dict[str, IndexedDataset], Any]:
     """Opens every prefix the configuration names (once each, concurrently) and builds its plan."""
     datasets, infos = index_io.open_datasets(
         index_io.config_prefixes(config), backend, object_store
     )
-    return datasets, index.build_data_plan(config, infos)
+    return datasets, index.build_data_plan(config, infos, splits)
 
 
 def open_gpt_sources(
@@ -47,6 +61,7 @@ def open_gpt_sources(
     options: schema.GPTSchemaOptions,
     *,
     backend: str = "auto",
+    splits: tuple[str, ...] | None = None,
     object_store: ObjectStoreOptions | None = None,
 ) -> dict[str, planned.PlannedSource | None]:
     """Sources for the train, valid and test splits of `config` (a `GPTDataConfig`).
@@ -56,11 +71,13 @@ def open_gpt_sources(
       options: schema options; `seq_length` and `add_extra_token_to_sequence` must equal the
         configuration's.
       backend: storage backend for the `.bin` files ("auto", "mmap", "tensorstore").
+      splits: build only these splits' maps (default: all three); the others are left out of
+        the result.
       object_store: endpoints, retries, concurrency and timeouts for gs:// and s3:// prefixes
-        (default: `ObjectStoreOptions.from_env()`).
+        (default: the process default, from the CLI flags or the environment).
 
     Returns:
-      `{"train": source | None, "valid": ..., "test": ...}`.
+      `{"train": source | None, "valid": ..., "test": ...}` (only `splits` when given).
 
     Raises:
       ValueError: if the schema options disagree with the configuration.
@@ -76,9 +93,9 @@ def open_gpt_sources(
             f"{options.add_extra_token_to_sequence} differs from the data configuration's "
             f"{config.add_extra_token_to_sequence}"
         )
-    datasets, plan = _open(config, backend, object_store)
+    datasets, plan = _open(config, backend, splits, object_store)
     sources: dict[str, planned.PlannedSource | None] = {}
-    for split in SPLITS:
+    for split in plan.built:
         split_plan = plan.split(split)
         if split_plan is None or len(split_plan) == 0:
             sources[split] = None
@@ -87,6 +104,6 @@ def open_gpt_sources(
         cls = planned.GPTSource if len(members) == 1 else planned.BlendedSource
         sources[split] = cls(
             members, split_plan, options, fingerprint=plan.fingerprint, split=split,
-            reopen=_SplitOpener(config, split, backend, object_store),
+            reopen=_SplitOpener(config, split, backend, plan.fingerprint, object_store),
         )
     return sources

@@ -61,12 +61,11 @@ def source_from_flags(split: str):
     if fl.mock_data:
         return MockSource(fl.mock_num_samples, options, vocab_size=fl.mock_vocab_size, seed=fl.seed)
     sources = open_gpt_sources(
-        data_flags.data_config_from_flags(), options, backend=fl.storage_backend
+        data_flags.data_config_from_flags(), options, backend=fl.storage_backend, splits=(split,)
     )
     if sources.get(split) is None:
         raise ValueError(
-            f"the data configuration has no {split!r} split (splits present: "
-            f"{sorted(k for k, v in sources.items() if v is not None)})"
+            f"the data configuration has no {split!r} split (check --split and --{split}_samples)"
         )
     return sources[split]
 

@@ -6,7 +6,8 @@
 
 Run it once per cache location (on each pod host with a local cache, or once for a shared
 filesystem) so the training job starts by memory-mapping the maps. Prints, per split, the blend
-size and each constituent's samples; a second run finds the cache and only loads it.
+size and each constituent's samples; a second run finds the cache, verifies every byte of it
+against the manifest's SHA-256 (a corrupt entry is rebuilt) and only loads it.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from absl import app
 
 from jaxblend import flags as data_flags
 from jaxblend import index, index_io
+from jaxblend.tools import _entry
 
 data_flags.define_data_flags()
 
@@ -31,7 +33,8 @@ def main(argv: Sequence[str]) -> None:
         raise app.UsageError("--data_cache_path is required: build_index fills a cache")
     began = time.perf_counter()
     _, infos = index_io.open_datasets(index_io.config_prefixes(config))
-    plan = index.build_data_plan(config, infos)
+    # A cached entry is checked byte for byte here (training starts check only a summary).
+    plan = index.build_data_plan(config, infos, verify="full")
     seconds = time.perf_counter() - began
     print(f"index maps {plan.fingerprint} at {plan.cache_path} ({seconds:.2f} s)")
     for name in ("train", "valid", "test"):
@@ -47,4 +50,4 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == "__main__":
-    app.run(main)
+    _entry.run(main)

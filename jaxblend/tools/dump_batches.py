@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from absl import app, flags, logging
 
 from jaxblend import distributed
-from jaxblend.tools import _cli
+from jaxblend.tools import _cli, _entry
 
 _BATCH = flags.DEFINE_integer("global_batch_size", 8, "Global batch size B.", lower_bound=1)
 _MESH_SHAPE = flags.DEFINE_string("mesh_shape", None, "Mesh shape, e.g. 8 or 4,2 (default: all devices).")
@@ -68,8 +68,9 @@ def main(argv: Sequence[str]) -> None:
     )
     if loader.step + _STEPS.value > loader.num_steps:
         raise app.UsageError(
-            f"steps {loader.step}..{loader.step + _STEPS.value - 1} exceed the stream's "
-            f"{loader.num_steps} steps ({len(source)} samples / batch {_BATCH.value})"
+            f"--steps={_STEPS.value} from step {loader.step} (--start_step/--state_in) exceeds the "
+            f"stream's {loader.num_steps} steps ({len(source)} samples / --global_batch_size="
+            f"{_BATCH.value}); pass a smaller --steps or a larger --train_samples"
         )
     gathered: dict[str, list[np.ndarray]] = {}
     for _ in range(_STEPS.value):
@@ -94,4 +95,4 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == "__main__":
-    app.run(main)
+    _entry.run(main)

@@ -21,6 +21,7 @@ from absl import app, flags, logging
 
 from jaxblend import flags as data_flags
 from jaxblend import index, index_io
+from jaxblend.tools import _entry
 
 data_flags.define_data_flags()
 _NUM = flags.DEFINE_integer("num", 16, "Samples to dump per split.", lower_bound=0)
@@ -86,4 +87,4 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == "__main__":
-    app.run(main)
+    _entry.run(main)

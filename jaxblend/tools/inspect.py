@@ -27,7 +27,7 @@ import numpy as np
 from absl import app, flags
 
 from jaxblend import flags as data_flags
-from jaxblend.tools import _cli
+from jaxblend.tools import _cli, _entry
 
 COMMANDS = ("stats", "explain", "mixture", "preflight")
 
@@ -53,18 +53,12 @@ def _write_json(result) -> None:
         os.replace(tmp, _JSON.value)
 
 
-def _prefixes() -> list[str]:
-    from jaxblend import index_io
-
-    return index_io.config_prefixes(data_flags.data_config_from_flags())
-
-
 def stats() -> dict:
     """Per-dataset statistics and document-length histograms."""
     from jaxblend.storage import IndexedDataset
 
     result = {}
-    for prefix in _prefixes():
+    for prefix in data_flags.prefixes_from_flags():
         ds = IndexedDataset(prefix)
         seq_lengths = np.asarray(ds.sequence_lengths, np.int64)
         cum = np.concatenate([[0], np.cumsum(seq_lengths)])
@@ -202,4 +196,4 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == "__main__":
-    app.run(main)
+    _entry.run(main)

@@ -22,6 +22,8 @@ from collections.abc import Sequence
 
 from absl import app, flags
 
+from jaxblend.tools import _entry
+
 _NUM = flags.DEFINE_integer("num_processes", 2, "Processes to start.", lower_bound=1)
 _DEVICES = flags.DEFINE_integer("devices_per_process", 4, "CPU devices per process.", lower_bound=1)
 _TIMEOUT = flags.DEFINE_float("timeout", 3600, "Seconds before all processes are killed.")
@@ -117,4 +119,4 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == "__main__":
-    app.run(main)
+    _entry.run(main)

@@ -19,12 +19,12 @@ Example::
 from __future__ import annotations
 
 import json
-import sys
 
-from absl import app, flags, logging
+from absl import app, flags
 
 from jaxblend.preprocess import pipeline, readers, worker
 from jaxblend.preprocess import tokenizers as tok_lib
+from jaxblend.tools import _entry
 
 _INPUT = flags.DEFINE_multi_string(
     "input", None, "Input files or globs; comma-separated and/or repeated.", required=True
@@ -118,18 +118,13 @@ def main(argv: list[str]) -> int:
     """Runs preprocessing from flags; prints the summary; returns the exit status."""
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    try:
-        config = config_from_flags()
-        engine = None
-        if _ENGINE.value == "beam":
-            from jaxblend.preprocess import beam
+    config = config_from_flags()
+    engine = None
+    if _ENGINE.value == "beam":
+        from jaxblend.preprocess import beam
 
-            engine = beam.BeamEngine(_BEAM_OPTIONS.value)
-        result = pipeline.preprocess(config, engine)
-    except (ValueError, OSError) as e:
-        logging.error("%s", e)
-        print(f"error: {e}", file=sys.stderr)
-        return 1
+        engine = beam.BeamEngine(_BEAM_OPTIONS.value)
+    result = pipeline.preprocess(config, engine)
     print(result.summary())
     if _SUMMARY_JSON.value:
         with open(_SUMMARY_JSON.value, "w", encoding="utf-8") as f:
@@ -138,4 +133,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    app.run(main)
+    _entry.run(main)

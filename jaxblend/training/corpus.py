@@ -1,131 +1,205 @@
-"""The built-in default corpus: three datasets from text every Python installation has.
+"""The built-in default corpus: three datasets generated from fixed grammars, the same everywhere.
 
-* `code`  - the Python standard library's source files, one document per file;
-* `prose` - their docstrings and comment blocks, one document per docstring / comment block;
-* `legal` - licence and metadata texts of the installed packages (`*.dist-info`) and Python's own
-  LICENSE, one document per file.
+* `code`  - small Python modules (functions, loops, arithmetic, docstrings);
+* `prose` - paragraphs of sentences from a small English grammar;
+* `legal` - licence-style agreements of numbered clauses.
 
-Nothing is downloaded. The raw documents are written as jsonl (sorted, deterministic), then
-tokenized by the real preprocessing CLI (`python -m jaxblend.tools.preprocess`) with the built-in
-byte tokenizer. Finished datasets are reused on later runs.
+The text is a pure function of `SEED` and the byte budget: choices come only from
+`random.Random(seed).random()`, whose sequence Python guarantees across versions and platforms,
+turned into indices with plain float arithmetic. Nothing is read from the machine and nothing is
+downloaded, so every machine writes the same bytes; `corpus_digest` names them and the demo prints
+it. Each dataset's documents are generated in order until the byte budget is reached, so a smaller
+budget yields a prefix of a larger one.
+
+The raw documents are written as jsonl, then tokenized by the real preprocessing CLI
+(`python -m jaxblend.tools.preprocess`) with the built-in byte tokenizer. Finished datasets are
+reused on later runs (`corpus_dir`: the directory name carries `VERSION` and the size).
 """
 
 from __future__ import annotations
 
-import ast
-import io
+import hashlib
 import json
 import os
-import site
+import random
 import sys
-import sysconfig
-import tokenize
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable, Iterator
 
 from absl import logging
 
 DATASETS = ("code", "prose", "legal")
+VERSION = 1
+SEED = 20261123
 
 
-def _stdlib_files() -> list[Path]:
-    root = Path(sysconfig.get_paths()["stdlib"])
-    skip = {"site-packages", "test", "tests", "idle_test", "__pycache__", "lib2to3"}
-    files = [
-        p for p in root.rglob("*.py")
-        if not skip.intersection(p.relative_to(root).parts[:-1])
-    ]
-    return sorted(files)
+class _Choices:
+    """Index choices from `random.Random.random()` only (its sequence is stable across versions)."""
+
+    def __init__(self, seed: int) -> None:
+        self._random = random.Random(seed).random
+
+    def below(self, n: int) -> int:
+        return int(self._random() * n)
+
+    def pick(self, items):
+        return items[int(self._random() * len(items))]
+
+    def chance(self, p: float) -> bool:
+        return self._random() < p
 
 
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        return None
+_NOUNS = ["river", "market", "engine", "garden", "letter", "window", "teacher", "harbor", "signal", "village", "lantern", "record", "machine", "forest", "bridge", "council", "kitchen", "mirror", "station", "compass", "orchard", "archive", "ladder", "canal", "painter", "valley", "meadow", "tower", "farmer", "library", "circuit", "harvest", "island", "journey", "quarry", "workshop"]
+_ADJECTIVES = ["quiet", "bright", "narrow", "ancient", "careful", "heavy", "distant", "simple", "golden", "sudden", "patient", "hollow", "crowded", "gentle", "broken", "steady", "silver", "modest", "curious", "restless"]
+_VERBS = ["follows", "crosses", "repairs", "watches", "carries", "measures", "opens", "builds", "guards", "records", "finds", "remembers", "reaches", "divides", "gathers", "explains"]
+_ADVERBS = ["slowly", "often", "rarely", "quietly", "together", "early", "carefully", "again"]
+_PREPOSITIONS = ["near", "behind", "above", "under", "beside", "beyond", "across", "toward"]
+_CONNECTIVES = ("Meanwhile", "Later", "Still", "In the morning", "By evening", "For years",
+                "Without warning", "As a rule")
 
 
-def code_documents() -> Iterator[str]:
-    """Standard-library source files."""
-    for path in _stdlib_files():
-        text = _read(path)
-        if text and text.strip():
-            yield text
+def _noun_phrase(c: _Choices) -> str:
+    article = c.pick(("the", "a", "every", "one"))
+    words = [c.pick(_ADJECTIVES), c.pick(_NOUNS)] if c.chance(0.6) else [c.pick(_NOUNS)]
+    if article == "a" and words[0][0] in "aeiou":
+        article = "an"
+    return " ".join([article, *words])
 
 
-def prose_documents() -> Iterator[str]:
-    """Docstrings and comment blocks of the standard library."""
-    for path in _stdlib_files():
-        text = _read(path)
-        if not text:
-            continue
-        try:
-            tree = ast.parse(text)
-        except (SyntaxError, ValueError):
-            continue
-        for node in ast.walk(tree):
-            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-                doc = ast.get_docstring(node)
-                if doc and len(doc) > 40:
-                    yield doc
-        block: list[str] = []
-        try:
-            for tok in tokenize.generate_tokens(io.StringIO(text).readline):
-                if tok.type == tokenize.COMMENT:
-                    block.append(tok.string.lstrip("#").strip())
-                elif tok.type not in (tokenize.NL, tokenize.NEWLINE) and block:
-                    if sum(map(len, block)) > 80:
-                        yield "\n".join(block)
-                    block = []
-        except (tokenize.TokenError, SyntaxError):
-            continue
+def _sentence(c: _Choices) -> str:
+    words = [_noun_phrase(c), c.pick(_VERBS), _noun_phrase(c)]
+    if c.chance(0.5):
+        words.append(f"{c.pick(_PREPOSITIONS)} {_noun_phrase(c)}")
+    if c.chance(0.3):
+        words.append(c.pick(_ADVERBS))
+    text = " ".join(words)
+    if c.chance(0.25):
+        text = f"{c.pick(_CONNECTIVES)}, {text}"
+    return text[0].upper() + text[1:] + "."
 
 
-def legal_documents() -> Iterator[str]:
-    """Licence and metadata texts of installed distributions, and Python's LICENSE."""
-    roots = {Path(p) for p in [*site.getsitepackages(), sysconfig.get_paths()["purelib"]]}
-    files: set[Path] = set()
-    for root in roots:
-        if not root.is_dir():
-            continue
-        for dist in root.glob("*.dist-info"):
-            for p in dist.rglob("*"):
-                if p.is_file() and (p.name.upper().startswith(("LICENSE", "LICENCE", "COPYING", "NOTICE", "AUTHORS")) or p.name == "METADATA"):
-                    files.add(p)
-    own = Path(sysconfig.get_paths()["stdlib"]) / "LICENSE.txt"
-    if own.is_file():
-        files.add(own)
-    for path in sorted(files):
-        text = _read(path)
-        if text and text.strip():
-            yield text
+def _prose(c: _Choices) -> str:
+    paragraphs = []
+    for _ in range(1 + c.below(4)):
+        paragraphs.append(" ".join(_sentence(c) for _ in range(2 + c.below(6))))
+    return "\n\n".join(paragraphs)
 
 
-_SOURCES = {"code": code_documents, "prose": prose_documents, "legal": legal_documents}
+_NAMES = ("total", "count", "index", "value", "width", "offset", "limit", "weight", "size", "step",
+          "left", "right", "score", "delta")
+_FUNCTIONS = ("scale", "merge", "clamp", "measure", "combine", "shift", "count_items", "average",
+              "split_even", "normalize", "accumulate", "window")
+
+
+def _expression(c: _Choices, names: list[str]) -> str:
+    left = c.pick(names)
+    right = c.pick(names) if c.chance(0.6) else str(c.below(100))
+    return f"{left} {c.pick(('+', '-', '*', '//', '%'))} {right}"
+
+
+def _function(c: _Choices) -> str:
+    name = c.pick(_FUNCTIONS) + ("" if c.chance(0.5) else f"_{c.below(10)}")
+    args = [_NAMES[i] for i in sorted({c.below(len(_NAMES)) for _ in range(1 + c.below(3))})]
+    names = list(args)
+    lines = [f"def {name}({', '.join(args)}):",
+             (f'    """{c.pick(("Returns", "Computes", "Counts"))} the {c.pick(_NAMES)} of '
+              f'{c.pick(_NOUNS)}s."""')]
+    for _ in range(1 + c.below(4)):
+        target = c.pick(_NAMES)
+        kind = c.below(3)
+        if kind == 0:
+            lines.append(f"    {target} = {_expression(c, names)}")
+        elif kind == 1:
+            lines += [f"    for i in range({c.pick(names)}):",
+                      f"        {target} = {_expression(c, names + ['i'])}"]
+        else:
+            lines += [f"    if {c.pick(names)} > {c.below(50)}:",
+                      f"        {target} = {_expression(c, names)}",
+                      "    else:",
+                      f"        {target} = {c.below(10)}"]
+        names.append(target)
+    lines.append(f"    return {_expression(c, names)}")
+    return "\n".join(lines)
+
+
+def _code(c: _Choices) -> str:
+    header = f'"""Helpers for the {c.pick(_ADJECTIVES)} {c.pick(_NOUNS)}."""\n'
+    return header + "\n\n" + "\n\n\n".join(_function(c) for _ in range(1 + c.below(4))) + "\n"
+
+
+_PARTIES = ("the Licensor", "the Licensee", "the Contributor", "the Recipient", "each Party")
+_DUTIES = ("shall retain", "shall not remove", "may distribute", "shall provide", "may modify",
+           "shall not sublicense", "must include", "may terminate")
+_OBJECTS = ("this License", "the Work", "any Derivative Works", "the copyright notice",
+            "the Source Code", "all warranties", "the attribution notices", "the Documentation")
+_CONDITIONS = ("provided that the conditions of Section {n} are met",
+               "without the prior written consent of the Licensor",
+               "subject to the terms of this Agreement",
+               "to the extent permitted by applicable law",
+               "unless required by Section {n}")
+
+
+def _legal(c: _Choices) -> str:
+    title = f"{c.pick(_ADJECTIVES).upper()} {c.pick(_NOUNS).upper()} LICENSE AGREEMENT"
+    clauses = [title, ""]
+    for n in range(1, 3 + c.below(6)):
+        text = f"{c.pick(_PARTIES)} {c.pick(_DUTIES)} {c.pick(_OBJECTS)}"
+        if c.chance(0.7):
+            text += ", " + c.pick(_CONDITIONS).format(n=1 + c.below(9))
+        clauses.append(f"{n}. {text[0].upper() + text[1:]}.")
+    clauses.append("")
+    clauses.append("THE WORK IS PROVIDED \"AS IS\", WITHOUT WARRANTY OF ANY KIND.")
+    return "\n".join(clauses)
+
+
+_GENERATORS: dict[str, Callable[[_Choices], str]] = {"code": _code, "prose": _prose, "legal": _legal}
+
+
+def documents(name: str, max_bytes: int) -> Iterator[str]:
+    """The documents of dataset `name` until their jsonl lines reach `max_bytes` bytes."""
+    choices = _Choices(SEED + DATASETS.index(name))
+    generate = _GENERATORS[name]
+    written = 0
+    while written < max_bytes:
+        text = generate(choices)
+        written += len(_jsonl_line(text))
+        yield text
+
+
+def _jsonl_line(text: str) -> bytes:
+    return (json.dumps({"text": text}, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def corpus_dir(workdir: str, max_bytes_per_dataset: int) -> str:
+    """Where the corpus of this version and size lives under `workdir` (reused when present)."""
+    return os.path.join(workdir, f"corpus-v{VERSION}-{max_bytes_per_dataset}")
+
+
+def corpus_digest(paths: dict[str, str]) -> str:
+    """SHA-256 of the raw jsonl files, in dataset order (names the corpus's bytes)."""
+    h = hashlib.sha256()
+    for name in DATASETS:
+        with open(paths[name], "rb") as f:
+            h.update(name.encode() + b"\0" + hashlib.sha256(f.read()).digest())
+    return h.hexdigest()
 
 
 def write_raw(directory: str, max_bytes_per_dataset: int) -> dict[str, str]:
     """Writes `<directory>/<name>.jsonl` for each dataset (atomically); returns their paths."""
     os.makedirs(directory, exist_ok=True)
     paths = {}
-    for name, documents in _SOURCES.items():
+    for name in DATASETS:
         path = os.path.join(directory, f"{name}.jsonl")
         paths[name] = path
         if os.path.exists(path):
             continue
         tmp = f"{path}.tmp-{os.getpid()}"
-        written = count = 0
-        with open(tmp, "w", encoding="utf-8") as f:
-            for text in documents():
-                line = json.dumps({"text": text}, ensure_ascii=False)
-                f.write(line + "\n")
-                written += len(line) + 1
+        count = written = 0
+        with open(tmp, "wb") as f:
+            for text in documents(name, max_bytes_per_dataset):
+                line = _jsonl_line(text)
+                f.write(line)
+                written += len(line)
                 count += 1
-                if written >= max_bytes_per_dataset:
-                    break
-        if count == 0:
-            os.unlink(tmp)
-            raise RuntimeError(f"no {name!r} documents found on this machine for the default corpus")
         os.replace(tmp, path)
         logging.info("default corpus: %s: %d documents, %.1f MB", name, count, written / 1e6)
     return paths

@@ -103,6 +103,37 @@ class TestSplitPlan:
             plan.split("eval")
 
 
+class TestSplitSubset:
+    def test_subset_equals_the_whole_plan(self, infos, tmp_path):
+        whole = index.build_data_plan(_config(), infos)
+        only = index.build_data_plan(_config(cache_dir=str(tmp_path)), infos, ("train",))
+        assert only.fingerprint == whole.fingerprint and only.built == ("train",)
+        for field in ("dataset_index", "dataset_sample_index"):
+            np.testing.assert_array_equal(
+                getattr(only.split("train"), field), getattr(whole.split("train"), field)
+            )
+        with pytest.raises(ValueError, match="valid split was not built"):
+            only.split("valid")
+        assert sorted(p.name for p in tmp_path.iterdir()) == [f"{whole.fingerprint}-train"]
+
+    def test_subset_skips_the_other_splits_checks(self, infos):
+        # A weighted blend needs a count only for the splits that are built.
+        config = _config(num_samples=(300, None, None))
+        with pytest.raises(ValueError, match="--valid_samples"):
+            index.build_data_plan(config, infos)
+        assert len(index.build_data_plan(config, infos, ["train"]).split("train")) >= 300
+
+    def test_whole_cached_plan_serves_a_subset(self, infos, tmp_path):
+        whole = index.build_data_plan(_config(cache_dir=str(tmp_path)), infos)
+        only = index.build_data_plan(_config(cache_dir=str(tmp_path)), infos, ("valid",))
+        assert only.cache_path == whole.cache_path
+        assert [p.name for p in tmp_path.iterdir()] == [whole.fingerprint]
+
+    def test_unknown_split_names(self, infos):
+        with pytest.raises(ValueError, match="non-empty subset"):
+            index.build_data_plan(_config(), infos, ("eval",))
+
+
 class TestErrors:
     def test_dataset_without_tokens(self, infos):
         bad = dict(infos, **{"/d/z": make_info("/d/z", [0, 0])})

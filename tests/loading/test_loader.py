@@ -113,3 +113,45 @@ def test_make_global_batch_names_the_bad_key():
     m = mesh((8,), ("data",))
     with pytest.raises(ValueError, match="'x'.*leading dimension 8"):
         make_global_batch({"x": np.zeros((4, 2))}, np.arange(8), 8, m, ("data",))
+
+
+class TestStateIdentity:
+    def test_state_without_version_is_refused(self, source):
+        m = mesh((8,), ("data",))
+        state = make_loader(source, m, global_batch_size=B).state()
+        unversioned = {k: v for k, v in state.items() if k != "version"}
+        with pytest.raises(ValueError, match="'version'"):
+            make_loader(source, m, global_batch_size=B, state=unversioned)
+        with pytest.raises(ValueError, match="version 0 is not supported"):
+            make_loader(source, m, global_batch_size=B, state={**state, "version": 0})
+
+    def test_source_without_fingerprint_cannot_resume(self, source):
+        class Anonymous:
+            """The mock source's data, without a `fingerprint` (its repr is not an identity)."""
+
+            def __init__(self, inner):
+                self._inner = inner
+
+            def __len__(self):
+                return len(self._inner)
+
+            def __getattr__(self, name):
+                if name == "fingerprint":
+                    raise AttributeError(name)
+                return getattr(self._inner, name)
+
+        m = mesh((8,), ("data",))
+        anonymous = Anonymous(source)
+        loader = make_loader(anonymous, m, global_batch_size=B)
+        next(loader)
+        state = loader.state()
+        assert state["fingerprint"] is None
+        with pytest.raises(ValueError, match="has no fingerprint"):
+            make_loader(anonymous, m, global_batch_size=B, state=state)
+        # A fingerprinted state does not fit it either, and a step number still works.
+        with pytest.raises(ValueError, match="has no fingerprint"):
+            make_loader(anonymous, m, global_batch_size=B,
+                        state=make_loader(source, m, global_batch_size=B).state())
+        resumed = make_loader(anonymous, m, global_batch_size=B, start_step=1)
+        np.testing.assert_array_equal(host(next(resumed))["inputs"],
+                                      host(next(make_loader(source, m, global_batch_size=B, start_step=1)))["inputs"])

@@ -88,6 +88,18 @@ def test_pickled_source_reopens_and_matches(prefixes, tmp_path):
         np.testing.assert_array_equal(clone.get_batch(ids)[key], value)
 
 
+def test_worker_refuses_a_plan_with_another_fingerprint(tmp_path):
+    # A Grain worker rebuilds the maps from the files: if a dataset changed since the parent opened
+    # it, the rebuilt plan's fingerprint differs and the worker refuses to serve it.
+    prefix = write_random_dataset(str(tmp_path / "d"), np.random.default_rng(7), 60, lengths=(1, 40))
+    src = open_gpt_sources(config([prefix], samples=(40, None, None)), GPTSchemaOptions(seq_length=16))["train"]
+    blob = pickle.dumps(src)
+    assert pickle.loads(blob).get_batch(np.arange(4))  # same files: accepted
+    write_random_dataset(prefix, np.random.default_rng(8), 60, lengths=(1, 40))
+    with pytest.raises(ValueError, match="rebuilt in this worker has fingerprint"):
+        pickle.loads(blob).get_batch(np.arange(4))
+
+
 def test_padding_of_a_kept_partial_validation_sample(prefixes):
     opts = GPTSchemaOptions(seq_length=16)
     src = open_gpt_sources(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import glob
 import json
+import os
 import subprocess
 import sys
 
@@ -91,8 +92,12 @@ def test_preflight_ok_then_cached(data, tmp_path):
     assert "preflight: ok" in out.stdout
     report = json.loads((tmp_path / "p.json").read_text())
     assert report["blend_sizes"]["train"] == 400 and report["problems"] == []
-    # Once anything has built the maps (explain does), preflight finds them in the cache.
+    # explain builds only the split it looks at: the train maps alone are not the whole plan.
     run("jaxblend.tools.inspect", "explain", *args, f"--global_batch_size={B}", "--step=0")
+    out = run("jaxblend.tools.inspect", "preflight", *args, f"--global_batch_size={B}")
+    assert "not cached" in out.stdout
+    # Once every existing split has its maps, preflight finds them in the cache.
+    run("jaxblend.tools.inspect", "explain", *args, f"--global_batch_size={B}", "--step=0", "--which=valid")
     out = run("jaxblend.tools.inspect", "preflight", *args, f"--global_batch_size={B}")
     assert "cached at" in out.stdout
 
@@ -106,13 +111,25 @@ def test_preflight_fails_fast_on_problems(data, tmp_path):
     assert out.returncode == 1 and "missing" in out.stdout
 
 
-@pytest.mark.parametrize("flagfile", sorted(glob.glob("configs/*.flags")))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CONFIGS = sorted(glob.glob(os.path.join(REPO, "configs", "*.flags")))
+
+
+def test_config_flagfiles_are_found():
+    # The parametrization below must never become an empty (silently skipped) set.
+    names = {os.path.basename(p) for p in CONFIGS}
+    assert "demo.flags" in names, CONFIGS
+
+
+@pytest.mark.parametrize("flagfile", CONFIGS, ids=os.path.basename)
 def test_configs_parse_with_the_training_flags(flagfile):
     code = (
         "import sys; from absl import flags; import jaxblend.train; "
         f"flags.FLAGS(['train', '--flagfile={flagfile}']); print(flags.FLAGS.seq_length)"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    # Flagfiles name each other relative to the repository root, where the README runs them.
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         check=False, cwd=REPO)
     assert out.returncode == 0, out.stderr[-2000:]
     assert int(out.stdout.strip()) > 0
 
@@ -129,3 +146,22 @@ def test_build_index_fills_then_reuses_the_cache(data, tmp_path):
     assert first.stdout.split(" (")[0] == second.stdout.split(" (")[0]  # same fingerprint and path
     missing = run("jaxblend.tools.build_index", *args[:-1], check=False)
     assert missing.returncode != 0 and "--data_cache_path is required" in missing.stderr
+
+
+def test_preflight_and_build_index_catch_a_changed_cache(data, tmp_path):
+    _, _, args = data
+    cache = tmp_path / "cache"
+    args = [a for a in args if not a.startswith("--data_cache_path")] + [f"--data_cache_path={cache}"]
+    run("jaxblend.tools.build_index", *args)
+    (entry,) = [p for p in cache.iterdir() if not p.name.startswith(".")]
+    target = entry / "train.shuffle_index.npy"
+    original = target.read_bytes()
+    changed = bytearray(original)
+    changed[-3] ^= 0xFF  # same size, different bytes
+    target.write_bytes(bytes(changed))
+    out = run("jaxblend.tools.inspect", "preflight", *args, f"--global_batch_size={B}", check=False)
+    assert out.returncode == 1 and "index cache entry is corrupt" in out.stdout
+    assert "train.shuffle_index.npy" in out.stdout
+    out = run("jaxblend.tools.build_index", *args)
+    assert "corrupt" in out.stderr
+    assert target.read_bytes() == original  # rebuilt, same bytes

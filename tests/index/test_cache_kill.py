@@ -1,0 +1,61 @@
+"""kill -9 an index-cache build in its write phase: nothing half-written is read, the rerun's
+entry is byte-identical to an uninterrupted build's."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from helpers_kill import ROOT, kill_at
+
+from jaxblend.index import cache
+
+BUILD = """
+import sys
+import numpy as np
+from jaxblend import index
+lengths = np.random.default_rng(4).integers(1, 60, 3000).astype(np.int32)
+infos = {{p: index.DatasetInfo(p, lengths[k::2], np.arange(len(lengths[k::2]) + 1), str(k) * 64)
+          for k, p in enumerate(("/d/a", "/d/b"))}}
+config = index.GPTDataConfig(blend=("1", "/d/a", "2", "/d/b"), split="90,10,0", seq_length=16,
+                             num_samples=(500, 40, None), cache_dir={cache_dir!r})
+plan = index.build_data_plan(config, infos)
+print(plan.fingerprint)
+"""
+
+
+def _build(cache_dir):
+    out = subprocess.run([sys.executable, "-c", BUILD.format(cache_dir=str(cache_dir))], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300, check=False,
+                         env=dict(os.environ, PYTHONPATH=ROOT))
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout.strip()
+
+
+def _entry_bytes(cache_dir, key):
+    entry = cache_dir / key
+    return {p.name: p.read_bytes() for p in sorted(entry.iterdir())}
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    cache_dir = tmp_path_factory.mktemp("reference")
+    key = _build(cache_dir)
+    return key, _entry_bytes(cache_dir, key)
+
+
+@pytest.mark.parametrize("written", [0, 3, "all"])
+def test_kill_9_while_writing_the_entry(reference, tmp_path, written):
+    key, expected = reference
+    arrays = len([n for n in expected if n.endswith(".npy")])
+    point = f"cache-write:{arrays if written == 'all' else written}"
+    kill_at(["-c", BUILD.format(cache_dir=str(tmp_path))], point)
+    # Only the private temporary directory exists: the entry was never published.
+    names = os.listdir(tmp_path)
+    assert key not in names and [n for n in names if n.startswith(f".tmp-{key}-")], names
+    assert cache.load(str(tmp_path), key) is None
+    assert _build(tmp_path) == key
+    assert _entry_bytes(tmp_path, key) == expected
+    assert cache.load(str(tmp_path), key, "full") is not None

@@ -1,0 +1,117 @@
+"""Every CLI fails on bad flags and bad input with one line naming the flag or file.
+
+Each case runs the command in a subprocess and checks: the exit status (2 for usage errors, 1 for
+bad input), nothing on stdout, exactly one line on stderr starting with `error:` and naming the
+flag or file, and no traceback (which `--verbose` adds). An error found only after work began
+(a step beyond the built maps) may follow that work's log lines (absl format `I1123 ...`).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+from helpers_data import write_random_dataset
+
+TOOLS = "jaxblend.tools."
+LOG_LINE = re.compile(r"^[IW]\d{4} ")
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cli_errors")
+    good = write_random_dataset(str(root / "good"), np.random.default_rng(0), 50)
+    (root / "garbage.idx").write_bytes(b"not an index file at all" * 3)
+    (root / "garbage.bin").write_bytes(b"\0" * 16)
+    (root / "doc.jsonl").write_text('{"text": "hello"}\n')
+    return root, good
+
+
+def _cases(root, good):
+    missing = f"{root}/missing"
+    garbage = f"{root}/garbage"
+    data = [f"--data_path={good}", "--seq_length=8"]
+    return [
+        # (module, args, exit status, text the line must contain)
+        (TOOLS + "inspect", ["stats", "--no_such_flag"], 2, "no_such_flag"),
+        (TOOLS + "inspect", ["stats", f"--data_path={missing}"], 1, f"{missing}.idx"),
+        (TOOLS + "inspect", ["stats", f"--data_path={garbage}"], 1, f"{garbage}.idx"),
+        (TOOLS + "inspect", ["explain", *data, "--step=-1"], 2, "--step"),
+        (TOOLS + "inspect", ["frobnicate", *data], 2, "stats, explain"),
+        (TOOLS + "inspect", ["explain", *data, "--step=100000"], 2, "step 100000", "after work"),
+        (TOOLS + "dump_batches", [*data], 2, "--out"),
+        (TOOLS + "dump_batches", [f"--data_path={missing}", "--seq_length=8", f"--out={root}/o"], 1,
+         f"{missing}.idx"),
+        (TOOLS + "dump_batches", [*data, "--global_batch_size=x", f"--out={root}/o"], 2,
+         "--global_batch_size"),
+        (TOOLS + "dump_samples", ["--seq_length=abc"], 2, "--seq_length"),
+        (TOOLS + "dump_samples", [f"--data_path={good}", f"--out={root}/o"], 1, "--seq_length"),
+        (TOOLS + "build_index", [*data], 2, "--data_cache_path"),
+        (TOOLS + "build_index", [f"--flagfile={missing}.flags"], 2, f"{missing}.flags"),
+        (TOOLS + "preprocess", [f"--input={missing}.jsonl", f"--output_prefix={root}/out"], 1,
+         f"{missing}.jsonl"),
+        (TOOLS + "preprocess", [f"--input={root}/doc.jsonl", f"--output_prefix={root}/out",
+                                "--tokenizer_type=NoSuchTokenizer"], 1, "NoSuchTokenizer"),
+        (TOOLS + "preprocess", [f"--input={root}/doc.jsonl"], 2, "--output_prefix"),
+        (TOOLS + "launch_local", [], 2, "command"),
+        (TOOLS + "launch_local", ["--num_processes=0", "--", "true"], 2, "--num_processes"),
+        ("jaxblend.train", ["--train_iters=0"], 2, "--train_iters"),
+        ("jaxblend.train", [f"--data_path={missing}", "--seq_length=8", "--vocab_size=100",
+                            f"--workdir={root}/run"], 1, f"{missing}.idx"),
+        ("jaxblend.train", [*data, f"--workdir={root}/run"], 2, "--vocab_size"),
+    ]
+
+
+def _run(module, args):
+    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True,
+                          timeout=300, check=False)
+
+
+def test_every_cli_fails_with_one_line(files):
+    root, good = files
+    cases = _cases(root, good)
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(lambda c: _run(c[0], c[1]), cases))
+    problems = []
+    for (module, args, code, needle, *late), out in zip(cases, results, strict=True):
+        lines = out.stderr.strip().splitlines()
+        if late:
+            lines = [line for line in lines if not LOG_LINE.match(line)]
+        ok = (out.returncode == code and not out.stdout.strip() and len(lines) == 1
+              and lines[0].startswith("error: ") and needle in lines[0])
+        if not ok:
+            problems.append(f"{module} {args}: exit {out.returncode} (want {code}), stdout "
+                            f"{out.stdout[-300:]!r}, stderr {out.stderr[-600:]!r}, want {needle!r}")
+    assert not problems, "\n".join(problems)
+
+
+def test_verbose_adds_the_traceback(files):
+    root, _ = files
+    out = _run(TOOLS + "inspect", ["stats", f"--data_path={root}/missing", "--verbose"])
+    assert out.returncode == 1 and "Traceback (most recent call last)" in out.stderr
+    assert out.stderr.strip().splitlines()[-1].startswith("error: ")
+
+
+def test_stats_needs_no_seq_length(files):
+    _, good = files
+    out = _run(TOOLS + "inspect", ["stats", f"--data_path={good}"])
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "documents 50" in out.stdout
+
+
+def test_single_split_tools_ignore_the_other_splits(files, tmp_path):
+    # The valid split of a weighted blend has no count: only dump_batches' own split is built.
+    root, good = files
+    other = write_random_dataset(str(root / "other"), np.random.default_rng(1), 60)
+    args = [f"--data_path=0.7 {good} 0.3 {other}", "--split=98,2,0", "--seq_length=8",
+            "--train_samples=64", f"--out={tmp_path}", "--steps=1"]
+    out = _run(TOOLS + "dump_batches", args)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert (tmp_path / "batches.npz").is_file()
+    # Asking for the valid split says which flag is missing.
+    out = _run(TOOLS + "dump_batches", [*args, "--which=valid"])
+    assert out.returncode == 1 and out.stderr.strip().splitlines()[-1].endswith("(--valid_samples)")
