@@ -167,6 +167,12 @@ class IndexedDataset:
         return self._location.local_prefix is None
 
     @property
+    def index_loaded(self) -> bool:
+        """Whether the `.idx` arrays are in memory (always for local files; remote: on first use)."""
+        state = self._state
+        return state is not None and state.arrays is not None
+
+    @property
     def object_store(self) -> ObjectStoreOptions:
         """The object-store settings this dataset reads with."""
         return self._store
@@ -569,7 +575,7 @@ class IndexedDataset:
             )
         if self._context_spec:
             spec.update(copy.deepcopy(self._context_spec))
-        return ts.Context(ts.Context.Spec(spec), _location.shared_context())
+        return _location.context_for(spec)
 
 
 def exists(prefix: str | os.PathLike | dict) -> bool:
