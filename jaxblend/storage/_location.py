@@ -83,9 +83,11 @@ def context_for(spec: dict[str, Any]) -> ts.Context:
     """The child of `shared_context()` with these resources, one per distinct spec per process.
 
     Datasets opened with the same settings share it, so a request-concurrency limit bounds the
-    whole process (not each dataset) and connections are reused across datasets.
+    whole process (not each dataset) and connections are reused across datasets. The GCS endpoint
+    (`TENSORSTORE_GCS_HTTP_URL`, read when a driver opens) is part of the key, so pointing it
+    elsewhere opens new connections instead of reusing drivers bound to the old server.
     """
-    key = json.dumps(spec, sort_keys=True)
+    key = json.dumps([spec, os.environ.get("TENSORSTORE_GCS_HTTP_URL")], sort_keys=True)
     with _CONTEXT_LOCK:
         context = _CHILD_CONTEXTS.get(key)
     if context is None:
