@@ -1,16 +1,19 @@
 r"""Tokenizes raw text into Megatron-compatible IndexedDataset files (``.bin``/``.idx``).
 
-Flag names follow Megatron-LM's ``tools/preprocess_data.py`` (with underscores). Outputs are
-``{output_prefix}_{key}_{level}.bin/.idx``, level ``document`` (or ``sentence`` with
+Accepts Megatron-LM's ``tools/preprocess_data.py`` command line as it is (dashed names, lists
+separated by spaces: ``--output-prefix out --json-keys text title``) as well as absl spellings
+(``--output_prefix=out --json_keys=text,title``). With the same input and tokenizer the output bytes
+equal Megatron's (docs/preprocessing.md states the per-document rules and the differences).
+Outputs are ``{output_prefix}_{key}_{level}.bin/.idx``, level ``document`` (or ``sentence`` with
 ``--split_sentences``). Rerunning with the same flags resumes an interrupted run; different flags
 into the same prefix are refused unless ``--overwrite``.
 
 Example::
 
     python -m jaxblend.tools.preprocess \
-      --input='data/*.jsonl.zst' --json_keys=text --output_prefix=out/corpus \
-      --tokenizer_type=HuggingFaceTokenizer --tokenizer_model=tokenizer.json \
-      --append_eod --workers=8 --partitions=64
+      --input data.jsonl --output-prefix out/corpus \
+      --tokenizer-type HuggingFaceTokenizer --tokenizer-model /models/llama3 \
+      --workers 8 --append-eod
 
     # the same on Apache Beam (any runner; parts must be on a filesystem all workers see)
     python -m jaxblend.tools.preprocess ... --engine=beam --beam_options=--runner=DirectRunner
@@ -23,8 +26,9 @@ import sys
 
 from absl import app, flags, logging
 
-from jaxblend.preprocess import pipeline, readers, worker
+from jaxblend.preprocess import pipeline, readers, sentences, worker
 from jaxblend.preprocess import tokenizers as tok_lib
+from jaxblend.tools import _megatron_argv
 
 _INPUT = flags.DEFINE_multi_string(
     "input", None, "Input files or globs; comma-separated and/or repeated.", required=True
@@ -32,7 +36,9 @@ _INPUT = flags.DEFINE_multi_string(
 _OUTPUT_PREFIX = flags.DEFINE_string(
     "output_prefix", None, "Output prefix: writes {prefix}_{key}_{level}.bin/.idx.", required=True
 )
-_JSON_KEYS = flags.DEFINE_list("json_keys", ["text"], "Fields to tokenize; one dataset per key.")
+_JSON_KEYS = flags.DEFINE_list(
+    "json_keys", ["text"], "Fields to tokenize, one dataset per key (comma- or space-separated)."
+)
 _TOKENIZER_TYPE = flags.DEFINE_string(
     "tokenizer_type",
     "ByteTokenizer",
@@ -41,18 +47,52 @@ _TOKENIZER_TYPE = flags.DEFINE_string(
     + " (aliases byte, hf, gpt2, sentencepiece, tiktoken).",
 )
 _TOKENIZER_MODEL = flags.DEFINE_string(
-    "tokenizer_model", None, "HF tokenizer.json, SentencePiece .model or tiktoken ranks file."
+    "tokenizer_model",
+    None,
+    "Tokenizer file or a directory holding it (tokenizer.json, tokenizer.model, ...).",
 )
 _VOCAB_FILE = flags.DEFINE_string("vocab_file", None, "HF tokenizer.json or GPT-2 vocab.json.")
 _MERGE_FILE = flags.DEFINE_string("merge_file", None, "GPT-2 merges.txt.")
 _TIKTOKEN_PATTERN = flags.DEFINE_string(
     "tiktoken_pattern",
-    "cl100k",
-    "TikTokenizer pre-tokenizer regex: gpt2, cl100k or a literal regex.",
+    None,
+    "TikTokenizer regex: v1/v2 (Megatron's, with a tiktoken JSON vocabulary), or gpt2/cl100k/"
+    "a literal regex (with a base64 ranks file).",
+)
+_TIKTOKEN_NUM_SPECIAL = flags.DEFINE_integer(
+    "tiktoken_num_special_tokens", 1000, "TikTokenizer: ids reserved for special tokens."
+)
+_TIKTOKEN_SPECIAL = flags.DEFINE_list(
+    "tiktoken_special_tokens", None, "TikTokenizer special tokens (space-separated list)."
+)
+_VOCAB_SIZE = flags.DEFINE_integer("vocab_size", None, "NullTokenizer: vocabulary size.")
+_LEGACY_TOKENIZER = flags.DEFINE_bool(
+    "legacy_tokenizer", False, "Accepted for Megatron command lines; the ids are the same."
 )
 _APPEND_EOD = flags.DEFINE_bool("append_eod", False, "Append the EOD token to every document.")
 _SPLIT_SENTENCES = flags.DEFINE_bool(
-    "split_sentences", False, "One sequence per sentence (built-in splitter); level 'sentence'."
+    "split_sentences", False, "One sequence per sentence; level 'sentence'."
+)
+_SENTENCE_SPLITTER = flags.DEFINE_enum(
+    "sentence_splitter",
+    sentences.PUNKT,
+    list(sentences.SPLITTERS),
+    "punkt: NLTK Punkt, as Megatron (needs its punkt_tab data); builtin: no data files.",
+)
+_LANG = flags.DEFINE_string("lang", "english", "Punkt language for --split_sentences.")
+_KEEP_NEWLINES = flags.DEFINE_bool(
+    "keep_newlines", False, "Keep newlines between sentences when splitting (Punkt)."
+)
+_KEEP_SEQUENTIAL = flags.DEFINE_bool(
+    "keep_sequential_samples",
+    True,
+    "Accepted for Megatron command lines: the output always keeps the input order.",
+)
+_DROP_EMPTY = flags.DEFINE_bool(
+    "drop_empty_documents",
+    False,
+    "Drop records whose text has no tokens (counted as 'empty'); by default they are kept as "
+    "documents with zero sequences, as Megatron does.",
 )
 _TEXT_MODE = flags.DEFINE_enum(
     "text_mode", "line", list(readers.TEXT_MODES), ".txt inputs: one document per line or per file."
@@ -94,6 +134,9 @@ def config_from_flags() -> pipeline.PreprocessConfig:
         vocab_file=_VOCAB_FILE.value,
         merge_file=_MERGE_FILE.value,
         tiktoken_pattern=_TIKTOKEN_PATTERN.value,
+        tiktoken_num_special_tokens=_TIKTOKEN_NUM_SPECIAL.value,
+        tiktoken_special_tokens=tuple(_TIKTOKEN_SPECIAL.value or ()),
+        vocab_size=_VOCAB_SIZE.value,
     )
     return pipeline.PreprocessConfig(
         input=inputs,
@@ -111,6 +154,10 @@ def config_from_flags() -> pipeline.PreprocessConfig:
         max_document_chars=_MAX_DOCUMENT_CHARS.value,
         overwrite=_OVERWRITE.value,
         progress=_PROGRESS.value,
+        drop_empty=_DROP_EMPTY.value,
+        sentence_splitter=_SENTENCE_SPLITTER.value,
+        lang=_LANG.value,
+        keep_newlines=_KEEP_NEWLINES.value,
     )
 
 
@@ -137,5 +184,14 @@ def main(argv: list[str]) -> int:
     return 0
 
 
+# Megatron-LM's argparse flags that take several space-separated values.
+MEGATRON_NARGS = ("json_keys", "tiktoken_special_tokens", "input")
+
+
+def run() -> None:
+    """Entry point: parses Megatron or absl spellings, then runs :func:`main`."""
+    app.run(main, flags_parser=_megatron_argv.flags_parser(MEGATRON_NARGS))
+
+
 if __name__ == "__main__":
-    app.run(main)
+    run()

@@ -49,7 +49,7 @@ def test_type_aliases():
     assert tok_lib.canonical_type("hf") == "HuggingFaceTokenizer"
     assert tok_lib.canonical_type("BYTE") == "ByteTokenizer"
     with pytest.raises(tok_lib.TokenizerError, match="not supported"):
-        tok_lib.canonical_type("Llama2Tokenizer")
+        tok_lib.canonical_type("BertWordPieceCase")
 
 
 def test_missing_and_bad_files(tmp_path):
@@ -61,7 +61,7 @@ def test_missing_and_bad_files(tmp_path):
     bad.write_text("{not a tokenizer")
     with pytest.raises(tok_lib.TokenizerError, match="cannot load Hugging Face tokenizer"):
         tok_lib.load_tokenizer(tok_lib.TokenizerSpec("hf", model=str(bad)))
-    with pytest.raises(tok_lib.TokenizerError, match="is not a file"):
+    with pytest.raises(tok_lib.TokenizerError, match="directory without tokenizer.model"):
         tok_lib.load_tokenizer(tok_lib.TokenizerSpec("sentencepiece", model=str(tmp_path)))
     ranks = tmp_path / "bad.tiktoken"
     ranks.write_text("QQ== 0\nnot-base64!! x\n")
