@@ -24,7 +24,20 @@ def define_source_flags() -> None:
     flags.DEFINE_integer("mock_num_samples", 1 << 20, "Samples of the mock source.", lower_bound=1)
     flags.DEFINE_integer("mock_vocab_size", 32000, "Vocabulary size of the mock source.")
     flags.DEFINE_integer("eod_id", None, "End-of-document token id (needed by the options below).")
-    flags.DEFINE_bool("eod_mask_loss", False, "Zero the loss where the target is EOD.")
+    flags.DEFINE_bool(
+        "eod_mask_loss", False, "Zero the loss at EOD (target EOD; input EOD with --megatron_compat)."
+    )
+    flags.DEFINE_bool(
+        "megatron_compat",
+        False,
+        "Batches equal Megatron-Core's GPTDataset.__getitem__ (loss mask, padding, positions).",
+    )
+    flags.DEFINE_integer(
+        "pad_id", None, "With --megatron_compat: Megatron's pad token id (default: none, -1)."
+    )
+    flags.DEFINE_bool(
+        "inter_document_masking", False, "Add cu_seqlens/max_seqlen; positions per document."
+    )
     flags.DEFINE_bool("reset_position_ids", False, "Restart position ids after each EOD.")
     flags.DEFINE_bool("reset_attention_mask", False, "Number documents in segment_ids.")
     flags.DEFINE_enum(
@@ -45,6 +58,9 @@ def schema_options_from_flags():
         eod_mask_loss=fl.eod_mask_loss,
         reset_position_ids=fl.reset_position_ids,
         reset_attention_mask=fl.reset_attention_mask,
+        megatron_compat=fl.megatron_compat,
+        pad_id=fl.pad_id,
+        inter_document_masking=fl.inter_document_masking,
     )
 
 
