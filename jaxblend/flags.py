@@ -4,6 +4,8 @@
 
   --data_path                blend: "30 /d/a 70 /d/b", "/d/a", or an absl list 30,/d/a,70,/d/b
   --train_data_path, --valid_data_path, --test_data_path   per-split blends (instead of data_path)
+  --data_args_path           a file holding the --data_path blend (Megatron's)
+  --per_split_data_args_path a JSON file with the train/valid/test blends (Megatron's)
   --split                    "969,30,1"
   --seq_length               tokens per sample (required)
   --seed                     RandomState seed (1234)
@@ -19,10 +21,12 @@ from __future__ import annotations
 
 from absl import flags
 
-from jaxblend import index
+from jaxblend import data_args, index
 
 _DEFINED = False
 _BLEND_FLAGS = ("train_data_path", "valid_data_path", "test_data_path")
+# Megatron-LM spells these as space-separated lists (`--data-path 0.3 /d/a 0.7 /d/b`).
+MEGATRON_NARGS = ("data_path", *_BLEND_FLAGS)
 
 
 def define_data_flags() -> None:
@@ -38,6 +42,14 @@ def define_data_flags() -> None:
     )
     for name in _BLEND_FLAGS:
         flags.DEFINE_list(name, None, f"Blend of the {name.split('_')[0]} split only.")
+    flags.DEFINE_string(
+        "data_args_path", None, "File holding the --data_path blend (whitespace-separated)."
+    )
+    flags.DEFINE_string(
+        "per_split_data_args_path",
+        None,
+        'JSON file {"train": [...], "valid": [...], "test": [...]} of per-split blends.',
+    )
     flags.DEFINE_string("split", "969,30,1", "train,valid,test proportions (with --data_path).")
     flags.DEFINE_integer("seq_length", None, "Tokens per sample S.")
     flags.DEFINE_integer("seed", 1234, "RandomState seed of every dataset and split.")
@@ -67,13 +79,25 @@ def data_config_from_flags() -> index.GPTDataConfig:
     """The `GPTDataConfig` described by the data flags.
 
     Raises:
-      ValueError: missing --seq_length, no data path, or both --data_path and per-split paths.
+      ValueError: missing --seq_length, no data path, both --data_path and per-split paths, or an
+        unreadable data-args file.
     """
     fl = flags.FLAGS
     if fl.seq_length is None:
         raise ValueError("--seq_length is required")
     per_split = tuple(_blend(getattr(fl, name)) for name in _BLEND_FLAGS)
     blend = _blend(fl.data_path)
+    if fl.data_args_path:
+        if blend is not None:
+            raise ValueError("--data_args_path excludes --data_path")
+        blend = data_args.read_data_args(fl.data_args_path)
+    if fl.per_split_data_args_path:
+        if any(b is not None for b in per_split):
+            raise ValueError(
+                "--per_split_data_args_path excludes --train_data_path/--valid_data_path/"
+                "--test_data_path"
+            )
+        per_split = data_args.read_per_split_data_args(fl.per_split_data_args_path)
     if blend is not None and any(b is not None for b in per_split):
         raise ValueError(
             "--data_path excludes --train_data_path/--valid_data_path/--test_data_path"
