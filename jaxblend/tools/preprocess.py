@@ -62,12 +62,19 @@ _TIKTOKEN_PATTERN = flags.DEFINE_string(
 _TIKTOKEN_NUM_SPECIAL = flags.DEFINE_integer(
     "tiktoken_num_special_tokens", 1000, "TikTokenizer: ids reserved for special tokens."
 )
+_TOKENIZER_SPECIAL = flags.DEFINE_list(
+    "tokenizer_special_tokens",
+    None,
+    "TikTokenizer: its first special tokens (space-separated; must include Megatron's seven).",
+)
 _TIKTOKEN_SPECIAL = flags.DEFINE_list(
-    "tiktoken_special_tokens", None, "TikTokenizer special tokens (space-separated list)."
+    "tiktoken_special_tokens", None, "Accepted for Megatron command lines; unused by Megatron too."
 )
 _VOCAB_SIZE = flags.DEFINE_integer("vocab_size", None, "NullTokenizer: vocabulary size.")
 _LEGACY_TOKENIZER = flags.DEFINE_bool(
-    "legacy_tokenizer", False, "Accepted for Megatron command lines; the ids are the same."
+    "legacy_tokenizer",
+    False,
+    "Megatron's legacy tokenizer classes: not supported (the ids are megatron-core's).",
 )
 _APPEND_EOD = flags.DEFINE_bool("append_eod", False, "Append the EOD token to every document.")
 _SPLIT_SENTENCES = flags.DEFINE_bool(
@@ -128,6 +135,14 @@ _SUMMARY_JSON = flags.DEFINE_string("summary_json", None, "Also write the result
 def config_from_flags() -> pipeline.PreprocessConfig:
     """Builds the run configuration from the parsed flags."""
     inputs = tuple(p.strip() for value in _INPUT.value for p in value.split(",") if p.strip())
+    if _LEGACY_TOKENIZER.value:
+        raise ValueError(
+            "--legacy_tokenizer is not supported: jaxblend produces the ids of megatron-core's "
+            "tokenizers (preprocess_data.py's default); drop the flag"
+        )
+    specials = tuple(_TOKENIZER_SPECIAL.value or ())
+    if specials and tok_lib.canonical_type(_TOKENIZER_TYPE.value) != tok_lib.TIKTOKEN:
+        raise ValueError("--tokenizer_special_tokens is supported with TikTokenizer only")
     spec = tok_lib.TokenizerSpec(
         type=_TOKENIZER_TYPE.value,
         model=_TOKENIZER_MODEL.value,
@@ -135,7 +150,7 @@ def config_from_flags() -> pipeline.PreprocessConfig:
         merge_file=_MERGE_FILE.value,
         tiktoken_pattern=_TIKTOKEN_PATTERN.value,
         tiktoken_num_special_tokens=_TIKTOKEN_NUM_SPECIAL.value,
-        tiktoken_special_tokens=tuple(_TIKTOKEN_SPECIAL.value or ()),
+        tiktoken_special_tokens=specials,
         vocab_size=_VOCAB_SIZE.value,
     )
     return pipeline.PreprocessConfig(
@@ -185,7 +200,7 @@ def main(argv: list[str]) -> int:
 
 
 # Megatron-LM's argparse flags that take several space-separated values.
-MEGATRON_NARGS = ("json_keys", "tiktoken_special_tokens", "input")
+MEGATRON_NARGS = ("json_keys", "tokenizer_special_tokens", "tiktoken_special_tokens", "input")
 
 
 def run() -> None:
