@@ -36,21 +36,21 @@ def _megatron_tokenizer(**kw):
     pytest.importorskip("megatron.core")
     from megatron.core.tokenizers.text.utils.build_tokenizer import build_tokenizer
 
-    args = dict(
-        tokenizer_type=None,
-        tokenizer_model=None,
-        vocab_file=None,
-        merge_file=None,
-        tokenizer_special_tokens=None,
-        tokenizer_hf_use_fast=False,
-        trust_remote_code=False,
-        tokenizer_hf_include_special_tokens=False,
-        tokenizer_sentencepiece_legacy=False,
-        tiktoken_pattern=None,
-        vocab_size=None,
-        tiktoken_num_special_tokens=1000,
-        tokenizer_metadata=None,
-    )
+    args = {
+        "tokenizer_type": None,
+        "tokenizer_model": None,
+        "vocab_file": None,
+        "merge_file": None,
+        "tokenizer_special_tokens": None,
+        "tokenizer_hf_use_fast": False,
+        "trust_remote_code": False,
+        "tokenizer_hf_include_special_tokens": False,
+        "tokenizer_sentencepiece_legacy": False,
+        "tiktoken_pattern": None,
+        "vocab_size": None,
+        "tiktoken_num_special_tokens": 1000,
+        "tokenizer_metadata": None,
+    }
     args.update(kw)
     return build_tokenizer(argparse.Namespace(**args))
 
