@@ -19,7 +19,7 @@ DOC = os.path.join(ROOT, "docs", "megatron_migration.md")
 def _blocks() -> list[tuple[str, str]]:
     with open(DOC, encoding="utf-8") as f:
         text = f.read()
-    return re.findall(r"```(bash|python)\n(.*?)```", text, flags=re.S)
+    return re.findall(r"```(bash|python)\n(.*?)```", text, flags=re.DOTALL)
 
 
 @pytest.mark.parity
