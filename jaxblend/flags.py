@@ -13,6 +13,7 @@
   --add_extra_token_to_sequence, --drop_last_partial_validation_sequence   (both default True)
   --mid_level_dataset_surplus  (0.005)
   --data_cache_path          index-map cache directory
+  --multiple_validation_sets, --full_validation   one validation set per valid-blend prefix
 
 `data_config_from_flags()` turns them into a validated `jaxblend.index.GPTDataConfig`.
 """
@@ -66,6 +67,14 @@ def define_data_flags() -> None:
         "mid_level_dataset_surplus", 0.005, "Extra samples built per blended dataset."
     )
     flags.DEFINE_string("data_cache_path", None, "Directory of the index-map cache.")
+    flags.DEFINE_bool(
+        "multiple_validation_sets",
+        False,
+        "Each prefix of the validation blend is its own validation set (per-split blends only).",
+    )
+    flags.DEFINE_bool(
+        "full_validation", False, "With --multiple_validation_sets: one whole epoch of each set."
+    )
     _DEFINED = True
 
 

@@ -74,6 +74,14 @@ def source_from_flags(split: str):
 
     fl = flags.FLAGS
     options = schema_options_from_flags()
+    if split.startswith("valid_") and not fl.mock_data:
+        sets = validation_sources_from_flags()
+        if split not in sets:
+            raise ValueError(
+                f"no validation set {split!r} (sets: {sorted(sets)}; valid_<k> needs "
+                "--multiple_validation_sets)"
+            )
+        return sets[split]
     if fl.mock_data:
         return MockSource(fl.mock_num_samples, options, vocab_size=fl.mock_vocab_size, seed=fl.seed)
     sources = open_gpt_sources(
@@ -85,6 +93,25 @@ def source_from_flags(split: str):
             f"{sorted(k for k, v in sources.items() if v is not None)})"
         )
     return sources[split]
+
+
+def validation_sources_from_flags() -> dict:
+    """The validation source(s): `{"valid": source}`, or one per set with
+    --multiple_validation_sets (`{"valid_0": ..., "valid_1": ...}` in blend order).
+
+    Raises:
+      ValueError: if the configuration has no validation split.
+    """
+    fl = flags.FLAGS
+    if not fl.multiple_validation_sets or fl.mock_data:
+        return {"valid": source_from_flags("valid")}
+    from jaxblend.sources import open_validation_sets
+
+    sets = open_validation_sets(
+        data_flags.data_config_from_flags(), schema_options_from_flags(),
+        backend=fl.storage_backend, full_validation=fl.full_validation,
+    )
+    return {f"valid_{k}": source for k, source in enumerate(sets.values())}
 
 
 def mesh_from_flags(shape: str | None, axes: str):
