@@ -233,6 +233,14 @@ class TokenizerSpec:
                 for chunk in iter(lambda: f.read(1 << 20), b""):
                     h.update(chunk)
             digests.append({"path": os.path.abspath(path), "sha256": h.hexdigest()})
+        if self.type == HUGGINGFACE:  # the model directory's JSON names the special tokens
+            directory = os.path.dirname(os.path.abspath(self.files()[0]))
+            for name in HF_CONFIG_FILES:
+                path = os.path.join(directory, name)
+                if os.path.isfile(path):
+                    with open(path, "rb") as f:
+                        digest = hashlib.sha256(f.read()).hexdigest()
+                    digests.append({"path": path, "sha256": digest})
         out["files"] = digests
         return out
 
@@ -317,12 +325,48 @@ class _VocabSpecials:
         self.eod = self.eos if self.eos is not None else (self.sep if eod_fallback_sep else None)
 
 
+HF_CONFIG_FILES = ("tokenizer_config.json", "special_tokens_map.json")
+
+
+def configured_special_tokens(directory: str) -> dict[str, str]:
+    """Special token strings named by a Hugging Face model directory's JSON configuration.
+
+    Reads ``tokenizer_config.json`` then ``special_tokens_map.json`` (later wins); values are strings
+    or ``{"content": ...}`` objects. Returns ``{"eos": "</s>", ...}`` for what is named.
+
+    Raises:
+      TokenizerError: a present file is not valid JSON.
+    """
+    import json
+
+    out: dict[str, str] = {}
+    for name in HF_CONFIG_FILES:
+        path = os.path.join(directory, name)
+        if not os.path.isfile(path):
+            continue
+        try:
+            with open(path, encoding="utf-8") as f:
+                data = json.load(f)
+        except ValueError as e:
+            raise TokenizerError(f"{path}: not valid JSON ({e})") from e
+        for special in ("eos", "bos", "pad", "mask", "cls", "sep"):
+            value = data.get(f"{special}_token") if isinstance(data, dict) else None
+            if isinstance(value, dict):
+                value = value.get("content")
+            if isinstance(value, str):
+                out[special] = value
+    return out
+
+
 class HuggingFaceTokenizer(_VocabSpecials):
     """A Hugging Face ``tokenizers`` JSON file; batched encoding via ``encode_batch_fast``.
 
     Special ids are found by token string: eos ``<|endoftext|>``/``</s>``/``<eos>``..., bos ``<s>``...,
     pad ``<pad>``/``[PAD]``, mask ``<mask>``/``[MASK]``, cls ``[CLS]``, sep ``[SEP]``; eod = eos, or sep
-    when there is no eos (BERT-style WordPiece, as Megatron does). Special tokens are not added by the
+    when there is no eos (BERT-style WordPiece, as Megatron does). When ``tokenizer_config.json`` or
+    ``special_tokens_map.json`` sit next to the file (a Hugging Face model directory), their
+    ``eos_token``, ``bos_token``, ``pad_token``... name the special tokens instead, as they do for
+    Megatron's ``HuggingFaceTokenizer`` (eod = eos). Special tokens are not added by the
     post-processor (``add_special_tokens=False``).
     """
 
@@ -337,6 +381,13 @@ class HuggingFaceTokenizer(_VocabSpecials):
             raise TokenizerError(f"cannot load Hugging Face tokenizer {path!r}: {e}") from e
         self.vocab_size = int(self._tok.get_vocab_size(with_added_tokens=True))
         self._init_specials(self._tok.token_to_id)
+        configured = configured_special_tokens(os.path.dirname(os.path.abspath(path)))
+        for name, token in configured.items():
+            tid = self._tok.token_to_id(token)
+            if tid is not None:
+                setattr(self, name, int(tid))
+        if "eos" in configured and self._tok.token_to_id(configured["eos"]) is not None:
+            self.eod = self.eos
 
     @property
     def _encode_batch(self):
