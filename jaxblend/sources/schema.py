@@ -27,7 +27,8 @@ Megatron's (`megatron_compat=True`): `inputs/targets/loss_mask/positions` equal 
 document boundaries of each row, trailing entries = S) and `max_seqlen` (`[k]`); positions restart at
 each boundary and `segment_ids` number the documents. Boundaries are the sample's pieces (one per
 document part, the extra token removed from the last, padding folded into the last); rows read without
-piece information (mock data) use the EOD input tokens as boundaries.
+piece information (mock data) use the EOD input tokens as boundaries. In jaxblend's own convention
+padding positions keep position and segment 0 (`cu_seqlens` still folds them into the last document).
 """
 
 from __future__ import annotations
@@ -299,6 +300,10 @@ def windows_to_batch(
             int(options.add_extra_token_to_sequence),
             out["cu_seqlens"], out["max_seqlen"], out["positions"], out["segment_ids"],
         )
+        if not options.megatron_compat:  # jaxblend's convention: padding has position/segment 0
+            pad = np.arange(s)[None, :] >= np.minimum(n_valid, s)[:, None]
+            out["positions"][pad] = 0
+            out["segment_ids"][pad] = 0
     return out
 
 

@@ -219,3 +219,19 @@ def test_inter_document_masking_without_pieces_uses_eod():
         want = [0, *[int(e) for e in ends if e < 8], 8]
         assert b["cu_seqlens"][r][: len(want)].tolist() == want
         assert (b["cu_seqlens"][r][len(want) :] == 8).all()
+
+
+def test_inter_document_masking_keeps_jaxblend_padding_convention():
+    from jaxblend.sources.schema import windows_to_batch
+
+    text = np.array([[5, 6, 3, 7, 8, -1, -1, -1, -1]], np.int32)  # 5 real tokens of 9 (S=8 + 1)
+    opts = GPTSchemaOptions(seq_length=8, eod_id=3, inter_document_masking=True)
+    b = windows_to_batch(text, np.array([5]), opts, (np.array([0, 0]), np.array([3, 2])))
+    assert b["cu_seqlens"][0].tolist() == [0, 3, 8, 8, 8, 8, 8, 8, 8]  # padding folded into doc 2
+    assert b["positions"][0].tolist() == [0, 1, 2, 0, 1, 0, 0, 0]
+    assert b["segment_ids"][0].tolist() == [1, 1, 1, 2, 2, 0, 0, 0]
+    compat = GPTSchemaOptions(
+        seq_length=8, eod_id=3, inter_document_masking=True, megatron_compat=True
+    )
+    b = windows_to_batch(text, np.array([5]), compat, (np.array([0, 0]), np.array([3, 2])))
+    assert b["positions"][0].tolist() == [0, 1, 2, 0, 1, 2, 3, 4]  # Megatron: runs on
