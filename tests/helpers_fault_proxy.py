@@ -26,6 +26,7 @@ import threading
 import time
 import urllib.parse
 import urllib.request
+from typing import Self
 
 _CONTROL = "/__faultproxy__/"
 _HOP_BY_HOP = {
@@ -104,7 +105,7 @@ class FaultProxy:
         self._server.shutdown()
         self._server.server_close()
 
-    def __enter__(self) -> FaultProxy:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -239,7 +240,7 @@ class ProxyProcess:
         self._process.terminate()
         self._process.wait(10)
 
-    def __enter__(self) -> ProxyProcess:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

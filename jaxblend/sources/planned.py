@@ -174,7 +174,11 @@ class PlannedSource(base.BatchSource):
         ids = self._check_ids(sample_ids)
         text, n_valid = self.windows(ids)
         dataset_ids = np.asarray(self.plan.dataset_ids(ids), dtype=np.int32)
-        return schema.raw_windows(text, n_valid, dataset_ids, ids)
+        pieces = None
+        if self.options.inter_document_masking:  # document boundaries, empty pieces included
+            spans = self.plan.spans(ids, keep_empty=True)
+            pieces = (spans.row, spans.length)
+        return schema.raw_windows(text, n_valid, dataset_ids, ids, pieces)
 
     def assemble_batch(self, raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         return schema.assemble_windows(raw, self.options)
