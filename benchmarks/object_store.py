@@ -163,15 +163,18 @@ def main() -> None:
     parser.add_argument("--tokens", type=float, default=1e9)
     parser.add_argument("--delays", default="0,5,20,50", help="ms added per request")
     parser.add_argument("--servers", default="gcs,s3")
-    parser.add_argument("--steps", type=int, default=8)
-    parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--read_ahead", type=int, default=16)
+    parser.add_argument("--steps", type=int, default=24, help="timed global batches")
+    parser.add_argument("--warmup", type=int, default=None,
+                        help="untimed batches first (default: read_ahead + 2, the pipeline fills)")
+    parser.add_argument("--read_ahead", type=int, default=8)
     parser.add_argument("--megatron_seconds", type=float, default=20.0)
     parser.add_argument("--work_dir", default="/tmp/jaxblend-object-store-bench")
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     if args.quick:
-        args.prefixes, args.tokens, args.delays, args.steps = 100, 5e7, "0,20", 4
+        args.prefixes, args.tokens, args.delays, args.steps = 100, 5e7, "0,20", 8
+    if args.warmup is None:
+        args.warmup = args.read_ahead + 2
     work = Path(args.work_dir)
     work.mkdir(parents=True, exist_ok=True)
     from helpers_fault_proxy import ProxyProcess
