@@ -5,8 +5,8 @@
 
 A corpus of `--prefixes` datasets (lognormal document lengths, uint16) is written locally once
 (`--work_dir`), uploaded to both servers (real processes on loopback, see
-tests/helpers_object_store.py), and read through `ProxyProcess` (tests/helpers_fault_proxy.py: the fault proxy in a process of
-its own), which adds `--delays` milliseconds to every request. For each server and delay:
+tests/helpers_object_store.py), and read through `ProxyProcess` (tests/helpers_fault_proxy.py: an
+asyncio byte relay in a process of its own), which adds `--delays` ms to every request. For each server and delay:
 
 * open, uncached: `open_gpt_sources` with an empty index-map cache and an empty identity memo
   (every `.idx` is downloaded, validated and hashed; the maps are built);
