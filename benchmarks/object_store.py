@@ -75,6 +75,18 @@ def config(urls: list[str], cache_dir: str, steps: int):
                                num_samples=(B * steps, None, None), cache_dir=cache_dir)
 
 
+class _Direct:
+    """Stands in for the proxy when the client talks to the server itself (no request count)."""
+
+    requests = float("nan")
+
+    def __init__(self, url: str):
+        self.url = url
+
+    def reset(self) -> None:
+        return
+
+
 def measure_jaxblend(urls, proxy, work: Path, args) -> dict:
     import jax
 
@@ -161,7 +173,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--prefixes", type=int, default=1000)
     parser.add_argument("--tokens", type=float, default=1e9)
-    parser.add_argument("--delays", default="0,5,20,50", help="ms added per request")
+    parser.add_argument("--delays", default="0,5,20,50",
+                        help="ms added per request by the relay; 'direct' = no relay")
     parser.add_argument("--servers", default="gcs,s3")
     parser.add_argument("--steps", type=int, default=24, help="timed global batches")
     parser.add_argument("--warmup", type=int, default=None,
@@ -197,10 +210,13 @@ def main() -> None:
             with ProxyProcess(server.url) as proxy:
                 proxied = server_request_rate(server, proxy.url, prefixes[0] + ".bin")
             rates.append((name, direct, proxied))
-            for delay in [float(d) for d in args.delays.split(",")]:
-                with ProxyProcess(server.url, delay / 1000) as proxy, server.pointed_at(proxy.url):
+            for token in args.delays.split(","):
+                direct = token.strip() == "direct"
+                relay = (contextlib.nullcontext(_Direct(server.url)) if direct
+                         else ProxyProcess(server.url, float(token) / 1000))
+                with relay as proxy, server.pointed_at(proxy.url):
                     row = measure_jaxblend(urls, proxy, work, args)
-                    row.update(server=name, delay=delay)
+                    row.update(server=name, delay="direct" if direct else f"{float(token):g}")
                     if name == "s3":
                         for chunk, label in ((256 << 20, "256MiB"), (1 << 20, "1MiB")):
                             with contextlib.suppress(Exception):
@@ -226,7 +242,7 @@ def main() -> None:
             f"{m:.3f} ({r[f'megatron {c} spans']} spans)" if m else "-"
             for m, c in zip(mc, ("256MiB", "1MiB"))
         )
-        print(f"| {r['server']} | {r['delay']:g} | {r['open uncached s']:.2f} | "
+        print(f"| {r['server']} | {r['delay']} | {r['open uncached s']:.2f} | "
               f"{r['open cached s']:.2f} | {r['cached open requests']} | {r['first batch s']:.2f} | "
               f"{r['steady M tokens/s']:.2f} | {r['requests / batch']:.0f} | {megatron} | {ratio} |")
     print("\n| server | requests/s direct | requests/s through the proxy (0 ms) |")
