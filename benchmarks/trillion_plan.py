@@ -11,9 +11,10 @@ after generating the inputs.
   .venv/bin/python benchmarks/trillion_plan.py --documents 1e7    # quick (~1 min)
   .venv/bin/python benchmarks/trillion_plan.py --steps megatron   # only Megatron's side
 
-Synthetic data: per-prefix document counts lognormal (sigma 1, at least 1,000), document lengths lognormal
+Synthetic data: per-prefix document counts lognormal (sigma 1, at least 1,000 per prefix), document lengths lognormal
 (sigma 1, mean `--mean_length` tokens), one sequence per document; weights proportional to the
-prefixes' tokens (the usual "natural" mix); train split 969/1000, `num_samples` = 95% of the
+prefixes' tokens (the usual "natural" mix); split 969/31/0 (a 1/1000 test split of the
+smallest prefixes holds less than a sample), train `num_samples` = 95% of the
 train tokens / seq_length, so every prefix needs one epoch.
 
 Steps:
@@ -61,7 +62,7 @@ def make_infos(prefixes: int, documents: int, mean_length: float, seed: int = 0)
 
     rng = np.random.default_rng(seed)
     share = rng.lognormal(0.0, 1.0, prefixes)
-    # At least 1,000 documents per prefix, so that the 1/1000 test split is never empty.
+    # At least 1,000 documents per prefix, so that every valid split holds samples.
     counts = np.maximum(1000, np.floor(documents * share / share.sum())).astype(np.int64)
     mu = np.log(mean_length) - 0.5  # lognormal mean = exp(mu + sigma**2 / 2)
     lengths = np.clip(rng.lognormal(mu, 1.0, int(counts.sum())), 1, 2**20).astype(np.int32)
@@ -88,9 +89,9 @@ def make_config(infos, lengths: np.ndarray, seq_length: int, cache_dir: str | No
     train_tokens = int(np.sum(lengths, dtype=np.int64)) * 969 // 1000
     return index.GPTDataConfig(
         blend=blend,
-        split="969,30,1",
+        split="969,31,0",
         seq_length=seq_length,
-        num_samples=(int(0.95 * train_tokens / seq_length), 10_000, 1_000),
+        num_samples=(int(0.95 * train_tokens / seq_length), 10_000, None),
         cache_dir=cache_dir,
     )
 
@@ -117,6 +118,7 @@ def step_build(args) -> dict:
         "cache_bytes": _dir_bytes(plan.cache_path),
         "train_samples": len(train),
         "tokens": int(np.sum(lengths, dtype=np.int64)),
+        "documents": int(len(lengths)),
     }
 
 
@@ -222,7 +224,10 @@ STEPS = {"build": step_build, "load": step_load, "megatron": step_megatron, "has
 
 def _child(step: str, argv: list[str]) -> dict:
     cmd = [sys.executable, __file__, *argv, "--child", step]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=7200)
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=7200)
+    if out.returncode != 0:
+        tail = "\n".join(out.stderr.strip().splitlines()[-3:])
+        raise SystemExit(f"step {step!r} failed (exit {out.returncode}):\n{tail}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -273,10 +278,14 @@ def main() -> None:
     finally:
         if own_cache:
             shutil.rmtree(cache_dir, ignore_errors=True)
-    print("\n| measurement | built here | extrapolated x%g |" % scale)
+    if "build" in results:
+        # Per-prefix minimum counts add documents: extrapolate from the documents built.
+        scale = args.target_documents / results["build"]["documents"]
+    print("\n| measurement | built here | extrapolated x%.3g |" % scale)
     print("|---|---|---|")
     if "build" in results:
         b = results["build"]
+        print(f"| documents | {b['documents']:.3e} | {b['documents'] * scale:.3e} |")
         print(f"| tokens / train samples | {b['tokens']:.2e} / {b['train_samples']:.3e} | "
               f"{b['tokens'] * scale:.2e} / {b['train_samples'] * scale:.3e} |")
         print(f"| build time (s) | {b['seconds']:.1f} | {b['seconds'] * scale:.0f} |")

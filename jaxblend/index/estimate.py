@@ -54,11 +54,7 @@ def estimate_plan(config: GPTDataConfig, infos: plan.InfoSource) -> PlanEstimate
       ValueError: for configuration errors `build_data_plan` would also raise before building.
     """
     specs = plan._resolve_splits(config)
-    prefixes: list[str] = []
-    for spec in specs:
-        for p in spec.prefixes if spec is not None else ():
-            if p not in prefixes:
-                prefixes.append(p)
+    prefixes = plan.distinct_prefixes(specs)
     info_by_prefix = {p: plan._get_info(infos, p) for p in prefixes}
     key = plan._fingerprint(config, prefixes, info_by_prefix)
     path = cache.entry_path(config.cache_dir, key) if config.cache_dir else None

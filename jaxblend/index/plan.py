@@ -89,6 +89,11 @@ def _make_spec(
     return _SplitSpec(name, blend.prefixes, "unweighted", bookend, num_samples, None)
 
 
+def distinct_prefixes(specs: list[_SplitSpec | None]) -> list[str]:
+    """Every prefix of the splits once, in order of first appearance (linear in the blend size)."""
+    return list(dict.fromkeys(p for spec in specs if spec is not None for p in spec.prefixes))
+
+
 def _get_info(infos: InfoSource, prefix: str) -> DatasetInfo:
     if callable(infos) and not isinstance(infos, Mapping):
         info = infos(prefix)
@@ -189,12 +194,7 @@ def build_data_plan(config: GPTDataConfig, infos: InfoSource) -> DataPlan:
         split, a blend that oversamples a dataset, or counts overflowing the index dtypes.
     """
     specs = _resolve_splits(config)
-    prefixes: list[str] = []
-    for spec in specs:
-        if spec is not None:
-            for p in spec.prefixes:
-                if p not in prefixes:
-                    prefixes.append(p)
+    prefixes = distinct_prefixes(specs)
     if not prefixes:
         raise ValueError("the configuration has no non-empty split")
     info_by_prefix = {p: _get_info(infos, p) for p in prefixes}
