@@ -176,6 +176,16 @@ class TestBlending:
             np.testing.assert_array_equal(scan[0], group[0], err_msg=f"trial {trial}")
             np.testing.assert_array_equal(scan[1], group[1], err_msg=f"trial {trial}")
 
+    def test_auto_near_equal_weights(self):
+        # Distinct weights within NEAR_EQUAL_SPREAD take the tree; still the scan's result.
+        rng = np.random.default_rng(24)
+        w = 1.0 + 1e-6 * rng.random(1200)
+        w /= w.sum()
+        auto = index.build_blending_indices(w, 30_000)
+        scan = index.build_blending_indices(w, 30_000, method="scan")
+        np.testing.assert_array_equal(auto[0], scan[0])
+        np.testing.assert_array_equal(auto[1], scan[1])
+
     def test_auto_groups_ties(self):
         n = 1000
         w = np.full(n, 1.0 / n)
