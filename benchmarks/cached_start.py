@@ -17,13 +17,13 @@ import time
 
 _T0 = time.perf_counter()
 
-import argparse  # noqa: E402
-import json  # noqa: E402
-import os  # noqa: E402
-import statistics  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-import tempfile  # noqa: E402
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
 
 
 def _config(args):
@@ -171,12 +171,18 @@ def main() -> None:
     print("|---|---:|")
     for name in runs[0]["phases"]:
         print(f"| {name} | {statistics.median(r['phases'][name] for r in runs):.3f} |")
-    print(f"| total, process start to second batch | {statistics.median(r['total'] for r in runs):.3f} |")
+    print(
+        f"| total, process start to second batch | {statistics.median(r['total'] for r in runs):.3f} |"
+    )
     after_import = [
         r["phases"]["open datasets + cached plan"] + r["phases"]["first get_batch"] for r in runs
     ]
-    print(f"| **after import: open + cached plan + first batch** | {statistics.median(after_import):.3f} |")
-    print("\nNumba kernels loaded (or compiled) while opening and reading the first batch, in call order:\n")
+    print(
+        f"| **after import: open + cached plan + first batch** | {statistics.median(after_import):.3f} |"
+    )
+    print(
+        "\nNumba kernels loaded (or compiled) while opening and reading the first batch, in call order:\n"
+    )
     print("| kernel | seconds |")
     print("|---|---:|")
     for k, (name, _) in enumerate(runs[0]["kernels"]):

@@ -132,9 +132,7 @@ def case_gpt(impl: str, sizes: dict) -> dict:
     }
 
 
-def case_blend(
-    impl: str, size: int, n: int, method: str = "auto", kind: str = "random"
-) -> dict:
+def case_blend(impl: str, size: int, n: int, method: str = "auto", kind: str = "random") -> dict:
     w = _weights(n, kind)
     if impl == "megatron":
         from megatron.core.datasets import helpers

@@ -118,7 +118,7 @@ def step_build(args) -> dict:
         "cache_bytes": _dir_bytes(plan.cache_path),
         "train_samples": len(train),
         "tokens": int(np.sum(lengths, dtype=np.int64)),
-        "documents": int(len(lengths)),
+        "documents": len(lengths),
     }
 
 
@@ -155,7 +155,7 @@ def step_megatron(args) -> dict:
     from jaxblend import index
     from jaxblend.index import gpt
 
-    infos, lengths = make_infos(args.prefixes, args.documents, args.mean_length)
+    infos, _ = make_infos(args.prefixes, args.documents, args.mean_length)
     picked = list(infos.values())[:: max(1, args.prefixes // args.megatron_prefixes)]
     # Load the compiled kernels outside the timings (C++ helpers need none).
     warm = picked[0].sequence_lengths[:100]
@@ -224,7 +224,7 @@ STEPS = {"build": step_build, "load": step_load, "megatron": step_megatron, "has
 
 def _child(step: str, argv: list[str]) -> dict:
     cmd = [sys.executable, __file__, *argv, "--child", step]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=7200)
+    out = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=7200)
     if out.returncode != 0:
         tail = "\n".join(out.stderr.strip().splitlines()[-3:])
         raise SystemExit(f"step {step!r} failed (exit {out.returncode}):\n{tail}")
@@ -281,46 +281,60 @@ def main() -> None:
     if "build" in results:
         # Per-prefix minimum counts add documents: extrapolate from the documents built.
         scale = args.target_documents / results["build"]["documents"]
-    print("\n| measurement | built here | extrapolated x%.3g |" % scale)
+    print(f"\n| measurement | built here | extrapolated x{scale:.3g} |")
     print("|---|---|---|")
     if "build" in results:
         b = results["build"]
         print(f"| documents | {b['documents']:.3e} | {b['documents'] * scale:.3e} |")
-        print(f"| tokens / train samples | {b['tokens']:.2e} / {b['train_samples']:.3e} | "
-              f"{b['tokens'] * scale:.2e} / {b['train_samples'] * scale:.3e} |")
+        print(
+            f"| tokens / train samples | {b['tokens']:.2e} / {b['train_samples']:.3e} | "
+            f"{b['tokens'] * scale:.2e} / {b['train_samples'] * scale:.3e} |"
+        )
         print(f"| build time (s) | {b['seconds']:.1f} | {b['seconds'] * scale:.0f} |")
-        print(f"| build peak RSS (GB) | {b['peak_mb'] / 1024:.2f} | {b['peak_mb'] * scale / 1024:.1f} |")
-        print(f"| cache size (GB) | {b['cache_bytes'] / 1e9:.2f} | {b['cache_bytes'] * scale / 1e9:.1f} |")
+        print(
+            f"| build peak RSS (GB) | {b['peak_mb'] / 1024:.2f} | {b['peak_mb'] * scale / 1024:.1f} |"
+        )
+        print(
+            f"| cache size (GB) | {b['cache_bytes'] / 1e9:.2f} | {b['cache_bytes'] * scale / 1e9:.1f} |"
+        )
     if "load" in results:
         r = results["load"]
-        print(f"| cached load (s) | {r['seconds']:.3f} | (measure: see notes) |")
+        print(f"| cached load (s) | {r['seconds']:.3f} | about the same (memory maps; per-prefix work) |")
         print(f"| RSS after cached load (MB) | {r['rss_mb']:.0f} | |")
         print(f"| loading the spans kernel (s) | {r['kernel_load_seconds']:.3f} | same |")
-        print(f"| first 256-row spans (s) / RSS after (MB) | {r['first_spans_seconds']:.4f} / "
-              f"{r['rss_after_spans_mb']:.0f} | |")
+        print(
+            f"| first 256-row spans (s) / RSS after (MB) | {r['first_spans_seconds']:.4f} / "
+            f"{r['rss_after_spans_mb']:.0f} | |"
+        )
     if "megatron" in results:
         m = results["megatron"]
         k = m["prefixes_timed"]
         per = args.prefixes / k
-        print(f"| per-dataset maps, {k} prefixes: jaxblend / megatron (s) | {m['maps_ours']:.2f} / "
-              f"{m['maps_megatron']:.2f} ({m['maps_megatron'] / m['maps_ours']:.2f}x) | all "
-              f"{args.prefixes}: {m['maps_ours'] * per * scale:.0f} / "
-              f"{m['maps_megatron'] * per * scale:.0f} |")
+        print(
+            f"| per-dataset maps, {k} prefixes: jaxblend / megatron (s) | {m['maps_ours']:.2f} / "
+            f"{m['maps_megatron']:.2f} ({m['maps_megatron'] / m['maps_ours']:.2f}x) | all "
+            f"{args.prefixes}: {m['maps_ours'] * per * scale:.0f} / "
+            f"{m['maps_megatron'] * per * scale:.0f} |"
+        )
         if "build" in results:
             positions = results["build"]["train_samples"] * scale
             factor = positions / args.blend_positions
-            print(f"| blend {args.blend_positions:.0e} x {args.prefixes}: jaxblend / megatron (s) | "
-                  f"{m['blend_ours']:.2f} / {m['blend_megatron']:.1f} "
-                  f"({m['blend_megatron'] / m['blend_ours']:.1f}x) | {positions:.2e} positions: "
-                  f"{m['blend_ours'] * factor:.0f} / {m['blend_megatron'] * factor:.0f} |")
+            print(
+                f"| blend {args.blend_positions:.0e} x {args.prefixes}: jaxblend / megatron (s) | "
+                f"{m['blend_ours']:.2f} / {m['blend_megatron']:.1f} "
+                f"({m['blend_megatron'] / m['blend_ours']:.1f}x) | {positions:.2e} positions: "
+                f"{m['blend_ours'] * factor:.0f} / {m['blend_megatron'] * factor:.0f} |"
+            )
         print(f"| identical to megatron-core | {m['identical']} | |")
     if "hash" in results:
         rate = results["hash"]["bytes_per_second"]
         idx = args.target_documents * IDX_BYTES_PER_DOCUMENT
-        print(f"| .idx bytes hashed for fingerprints, per host | "
-              f"{args.documents * IDX_BYTES_PER_DOCUMENT / 1e9:.1f} GB | {idx / 1e9:.0f} GB: "
-              f"{idx / rate:.0f} s at {rate / 1e9:.2f} GB/s, x{args.hosts} hosts = "
-              f"{idx * args.hosts / 1e12:.1f} TB read |")
+        print(
+            f"| .idx bytes hashed for fingerprints, per host | "
+            f"{args.documents * IDX_BYTES_PER_DOCUMENT / 1e9:.1f} GB | {idx / 1e9:.0f} GB: "
+            f"{idx / rate:.0f} s at {rate / 1e9:.2f} GB/s, x{args.hosts} hosts = "
+            f"{idx * args.hosts / 1e12:.1f} TB read |"
+        )
 
 
 if __name__ == "__main__":

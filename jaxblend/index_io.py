@@ -38,5 +38,7 @@ def config_prefixes(config: index.GPTDataConfig) -> list[str]:
     """Every distinct prefix a configuration names, in order of first appearance."""
     blends = [config.blend] if config.blend is not None else list(config.blend_per_split)
     return list(
-        dict.fromkeys(p for raw in blends if raw is not None for p in index.parse_blend(raw).prefixes)
+        dict.fromkeys(
+            p for raw in blends if raw is not None for p in index.parse_blend(raw).prefixes
+        )
     )
