@@ -1,11 +1,11 @@
 """Blend index maps: which dataset, and which of its samples, fills each blend position.
 
-Megatron-Core's greedy rule (SPEC.md §5), bit for bit: for s = 0 .. size-1, with
+Megatron-Core's greedy rule, bit for bit: for s = 0 .. size-1, with
 `err_j = w_j * max(s, 1.0) - count_j` in float64, pick the first j with the strictly largest error,
 emit `(j, count_j)` and increment `count_j`. The exhaustive variant draws exactly `sizes[j]`
 samples of each dataset, choosing among the datasets not yet exhausted.
 
-Three exact implementations:
+Three exact implementations (and a grouping of equal weights, below):
 
 * a plain scan, O(size x datasets): for 2-4 datasets the counts live in registers (~2 ns per
   position, several times Megatron's C++ loop); the sized blend uses it below `BLOCK_THRESHOLD`
