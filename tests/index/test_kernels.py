@@ -320,3 +320,18 @@ class TestBlending:
     def test_dtype_switch(self):
         assert blend_index.dataset_index_dtype(32766) == np.int16
         assert blend_index.dataset_index_dtype(32767) == np.int32
+
+
+def test_reseeded_random_state_equals_a_fresh_one():
+    from jaxblend.index import gpt
+
+    used = gpt._random_state(7)
+    used.shuffle(np.arange(1000))  # advance it
+    for seed in (1234, 0, 2**32 - 1):
+        fresh = np.random.RandomState(seed)
+        again = gpt._random_state(seed)
+        a, b = np.arange(5000), np.arange(5000)
+        fresh.shuffle(a)
+        again.shuffle(b)
+        np.testing.assert_array_equal(a, b)
+        assert fresh.randint(0, 2**31) == again.randint(0, 2**31)
