@@ -299,7 +299,9 @@ def main() -> None:
         )
     if "load" in results:
         r = results["load"]
-        print(f"| cached load (s) | {r['seconds']:.3f} | about the same (memory maps; per-prefix work) |")
+        print(
+            f"| cached load (s) | {r['seconds']:.3f} | about the same (memory maps; per-prefix work) |"
+        )
         print(f"| RSS after cached load (MB) | {r['rss_mb']:.0f} | |")
         print(f"| loading the spans kernel (s) | {r['kernel_load_seconds']:.3f} | same |")
         print(
