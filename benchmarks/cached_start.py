@@ -8,6 +8,7 @@ without `cache=True`). Repeated `--repeats` times (fresh processes); the table g
 
   .venv/bin/python benchmarks/cached_start.py                  # 1,000 prefixes
   .venv/bin/python benchmarks/cached_start.py --prefixes 100
+  .venv/bin/python benchmarks/cached_start.py --numba_warm     # Numba's start-up outside
   .venv/bin/python -X importtime benchmarks/cached_start.py --child start ...   # raw import tree
 """
 
@@ -100,6 +101,13 @@ def start(args) -> dict:
 
     phases["import numba"] = time.perf_counter() - t
     timer = _KernelTimer()
+    if args.numba_warm:
+        # What ahead-of-time kernels would remove: Numba's one-time target start-up.
+        from numba.core.registry import cpu_target
+
+        t = time.perf_counter()
+        cpu_target.target_context.refresh()
+        phases["Numba target start-up (--numba_warm)"] = time.perf_counter() - t
     t = time.perf_counter()
     import tensorstore  # noqa: F401
 
@@ -136,6 +144,11 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=20_000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--data_dir", default=None)
+    parser.add_argument(
+        "--numba_warm",
+        action="store_true",
+        help="start Numba's compiler target before the timed phases (what AOT kernels remove)",
+    )
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.data_dir is None:
@@ -156,7 +169,7 @@ def main() -> None:
         f"--samples={args.samples}",
         f"--data_dir={args.data_dir}",
         "--child=start",
-    ]
+    ] + (["--numba_warm"] if args.numba_warm else [])
     runs = []
     for _ in range(args.repeats):
         out = subprocess.run(
