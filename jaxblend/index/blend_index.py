@@ -539,8 +539,9 @@ def build_blending_indices(
       size: number of blend positions.
       method: "auto" (scan below `BLOCK_THRESHOLD` datasets; groups of equal weights when
         there are fewer than `GROUP_THRESHOLD` distinct weights and some are equal; the tree
-        for weights within `NEAR_EQUAL_SPREAD` of each other; else block), "scan" (O(size x n)), "group" (O(size x distinct weights)), "tree"
-        (O(size log n)) or "block" (~O(size x n**(1/3))).
+        for weights within `NEAR_EQUAL_SPREAD` of each other; else block), "scan"
+        (O(size x n)), "group" (O(size x distinct weights)), "tree" (O(size log n)) or
+        "block" (~O(size x n**(1/3))).
 
     Returns:
       `(dataset_index, dataset_sample_index)`: int16 (int32 for >= 32767 datasets) and int64.
