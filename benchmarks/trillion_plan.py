@@ -7,15 +7,15 @@ prefixes, and every figure is also extrapolated linearly to `--target_documents`
 step runs in its own child process; "peak" is the growth of the child's max RSS over its RSS
 after generating the inputs.
 
-  .venv/bin/python benchmarks/trillion_plan.py                    # 1e8 documents, ~3 GB peak
+  .venv/bin/python benchmarks/trillion_plan.py                    # 1e8 documents, ~1.5 GB peak
   .venv/bin/python benchmarks/trillion_plan.py --documents 1e7    # quick (~1 min)
   .venv/bin/python benchmarks/trillion_plan.py --steps megatron   # only Megatron's side
 
-Synthetic data: per-prefix document counts lognormal (sigma 1, at least 1,000 per prefix), document lengths lognormal
-(sigma 1, mean `--mean_length` tokens), one sequence per document; weights proportional to the
-prefixes' tokens (the usual "natural" mix); split 969/31/0 (a 1/1000 test split of the
-smallest prefixes holds less than a sample), train `num_samples` = 95% of the
-train tokens / seq_length, so every prefix needs one epoch.
+Synthetic data: per-prefix document counts lognormal (sigma 1, at least 1,000 per prefix),
+document lengths lognormal (sigma 1, mean `--mean_length` tokens), one sequence per document;
+weights proportional to the prefixes' tokens (the usual "natural" mix); split 969/31/0 (a 1/1000
+test split of the smallest prefixes holds less than a sample), train `num_samples` = 95% of
+the train tokens / seq_length, so every prefix needs one epoch.
 
 Steps:
   build     `build_data_plan` with an empty cache directory: time, peak RSS, cache bytes.
