@@ -11,6 +11,7 @@ Megatron quirk kept on purpose: the length of a GPT dataset is every sample of i
 from __future__ import annotations
 
 import dataclasses
+import threading
 
 import numpy as np
 
@@ -74,6 +75,23 @@ def separate_final_epoch_for(
     return final < int(SEPARATE_FINAL_EPOCH_THRESHOLD * per_epoch), sans
 
 
+_RNGS = threading.local()
+
+
+def _random_state(seed: int) -> np.random.RandomState:
+    """`np.random.RandomState(seed)`'s state, in a per-thread generator re-seeded in place.
+
+    Why: constructing a RandomState costs ~0.1 ms (default entropy seeding before the legacy
+    seeding), `.seed(seed)` ~2 us; a 10,000-prefix plan builds 20,000 of them. Same state bits.
+    """
+    rng = getattr(_RNGS, "rng", None)
+    if rng is None:
+        rng = _RNGS.rng = np.random.RandomState(seed)
+    else:
+        rng.seed(seed)
+    return rng
+
+
 def build_gpt_index_maps(
     sequence_lengths: np.ndarray,
     documents: np.ndarray,
@@ -132,7 +150,7 @@ def build_gpt_index_maps(
     separate, sans = separate_final_epoch_for(
         num_epochs, tokens_per_epoch, num_samples, seq_length, add_extra_token
     )
-    rng = np.random.RandomState(seed)
+    rng = _random_state(seed)
     doc_index = document_index_lib.build_document_index(documents, num_epochs, rng, separate)
     samples = sample_index_lib.build_sample_index(
         sequence_lengths,

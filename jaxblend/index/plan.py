@@ -1,7 +1,7 @@
 """The dataset-level entry point: a `GPTDataConfig` + dataset facts -> every split's index maps.
 
 `build_data_plan` reproduces Megatron-Core's `BlendedMegatronDatasetBuilder` decisions for GPT
-data (SPEC.md §3-§5) and caches the result (SPEC.md §6):
+data and caches the result:
 
 * `blend` + `split`: one split matrix for every prefix. A single prefix without weights is a plain
   GPT dataset per split; otherwise every split is a blend of one GPT dataset per prefix.

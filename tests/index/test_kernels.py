@@ -84,7 +84,16 @@ class TestBlending:
         "seed, kind",
         list(
             enumerate(
-                ["random", "equal", "huge_and_tiny", "repeated", "zeros", "skewed", "two_scales"]
+                [
+                    "random",
+                    "equal",
+                    "huge_and_tiny",
+                    "repeated",
+                    "zeros",
+                    "skewed",
+                    "two_scales",
+                    "zipf",
+                ]
             )
         ),
     )
@@ -106,6 +115,8 @@ class TestBlending:
                 w[int(rng.integers(0, n))] = 0.5
             elif kind == "skewed":
                 w = rng.random(n) ** 8 + 1e-12
+            elif kind == "zipf":
+                w = 1.0 / rng.permutation(np.arange(1, n + 1))
             else:
                 w = np.where(rng.random(n) < 0.5, 1.0, 1.0 + 2.0**-30)
             w = w / w.sum()
@@ -124,6 +135,8 @@ class TestBlending:
             np.testing.assert_array_equal(auto[0], scan[0])
             np.testing.assert_array_equal(auto[1], scan[1])
         assert blend_index.block_sizes(1000) == (62, 16)
+        zipf = 1.0 / np.arange(1, 1001)
+        assert blend_index.heavy_datasets(zipf / zipf.sum(), 16).sum() == 8
         assert blend_index.block_sizes(16) == (32, 16)
         with pytest.raises(ValueError, match="block"):
             index.build_blending_indices([0.5, 0.5], 10, method="heap")
@@ -142,6 +155,50 @@ class TestBlending:
             ours = index.build_blending_indices(w, size, method="block")
             np.testing.assert_array_equal(ours[0], di, err_msg=f"trial {trial}")
             np.testing.assert_array_equal(ours[1], dsi, err_msg=f"trial {trial}")
+
+    @pytest.mark.parametrize("distinct", [1, 2, 7, 31])
+    def test_group_matches_scan(self, distinct):
+        # Bit-equal weights merged into groups (round-robin members) equal the plain scan,
+        # including ties across groups (values 2**-40 apart) and unnormalized weights.
+        rng = np.random.default_rng(40 + distinct)
+        for trial in range(12):
+            n = int(rng.integers(distinct + 4, 1500))
+            values = rng.random(distinct) + 0.05
+            if trial % 3 == 1:
+                values = 0.5 + np.arange(distinct) * 2.0**-40
+            w = values[rng.integers(0, distinct, n)]
+            w[int(rng.integers(0, n))] = values[0]
+            if trial % 2:
+                w = w / w.sum()
+            size = int(rng.integers(0, 30_000))
+            scan = index.build_blending_indices(w, size, method="scan")
+            group = index.build_blending_indices(w, size, method="group")
+            np.testing.assert_array_equal(scan[0], group[0], err_msg=f"trial {trial}")
+            np.testing.assert_array_equal(scan[1], group[1], err_msg=f"trial {trial}")
+
+    def test_auto_near_equal_weights(self):
+        # Distinct weights within NEAR_EQUAL_SPREAD take the tree; still the scan's result.
+        rng = np.random.default_rng(24)
+        w = 1.0 + 1e-6 * rng.random(1200)
+        w /= w.sum()
+        auto = index.build_blending_indices(w, 30_000)
+        scan = index.build_blending_indices(w, 30_000, method="scan")
+        np.testing.assert_array_equal(auto[0], scan[0])
+        np.testing.assert_array_equal(auto[1], scan[1])
+
+    def test_auto_groups_ties(self):
+        n = 1000
+        w = np.full(n, 1.0 / n)
+        dataset_index, dataset_sample_index = index.build_blending_indices(w, 5 * n + 7)
+        np.testing.assert_array_equal(dataset_index, np.arange(5 * n + 7) % n)
+        np.testing.assert_array_equal(dataset_sample_index, np.arange(5 * n + 7) // n)
+        values, starts, members = blend_index.tie_groups(np.array([0.2, 0.5, 0.2, 0.1, 0.5]))
+        np.testing.assert_array_equal(values, [0.2, 0.5, 0.1])
+        np.testing.assert_array_equal(starts, [0, 2, 4, 5])
+        np.testing.assert_array_equal(members, [0, 2, 1, 4, 3])
+        # -0.0 and 0.0 are one weight; errors too large to separate counts are not grouped.
+        assert len(blend_index.tie_groups(np.array([0.0, 1.0, -0.0]) + 0.0)[0]) == 2
+        assert not blend_index._groupable(np.array([2.0**40, 1.0]), 2**12)
 
     def test_exhaustive_scan_and_tree_match_reference(self):
         rng = np.random.default_rng(12)
@@ -178,6 +235,52 @@ class TestBlending:
             ours = index.build_exhaustive_blending_indices(sizes, method="tree")
             np.testing.assert_array_equal(ours[0], di)
             np.testing.assert_array_equal(ours[1], dsi)
+
+    @pytest.mark.parity
+    @pytest.mark.parametrize("kind", ["zipf", "random", "equal", "lognormal", "two_values"])
+    @pytest.mark.parametrize("n", [1000, 4096])
+    def test_auto_matches_megatron_helpers_wide(self, kind, n):
+        # The default path at 1,000+ datasets (block or group kernel) against megatron-core.
+        helpers = pytest.importorskip("megatron.core.datasets.helpers_cpp")
+        rng = np.random.default_rng(n)
+        w = {
+            "zipf": 1.0 / np.arange(1, n + 1),
+            "random": rng.random(n) + 0.1,
+            "equal": np.ones(n),
+            "lognormal": rng.lognormal(0.0, 2.0, n),
+            "two_values": rng.choice([1.0, 3.0], n),
+        }[kind]
+        w = w / w.sum()
+        size = 40_000 if n == 1000 else 12_000
+        di = np.zeros(size, dtype=np.int16)
+        dsi = np.zeros(size, dtype=np.int64)
+        helpers.build_blending_indices(di, dsi, w, n, size, False)
+        ours = index.build_blending_indices(w, size)
+        np.testing.assert_array_equal(ours[0], di)
+        np.testing.assert_array_equal(ours[1], dsi)
+        assert ours[0].dtype == np.int16
+
+    @pytest.mark.parity
+    @pytest.mark.parametrize("kind", ["random", "equal", "few_values", "one_big"])
+    def test_exhaustive_tree_matches_megatron_helpers_wide(self, kind):
+        # Unweighted blends of TREE_THRESHOLD+ datasets take the tournament tree by default.
+        helpers = pytest.importorskip("megatron.core.datasets.helpers_cpp")
+        rng = np.random.default_rng(len(kind))
+        n = blend_index.TREE_THRESHOLD + 476
+        sizes = {
+            "random": rng.integers(1, 25, n),
+            "equal": np.full(n, 7),
+            "few_values": rng.choice([2, 5, 11], n),
+            "one_big": np.r_[rng.integers(1, 4, n - 1), 3000],
+        }[kind].astype(np.int64)
+        di = np.zeros(sizes.sum(), dtype=np.int16)
+        dsi = np.zeros(sizes.sum(), dtype=np.int64)
+        helpers.build_exhaustive_blending_indices(di, dsi, sizes, n)
+        ours = index.build_exhaustive_blending_indices(sizes)
+        np.testing.assert_array_equal(ours[0], di)
+        np.testing.assert_array_equal(ours[1], dsi)
+        scan = index.build_exhaustive_blending_indices(sizes, method="scan")
+        np.testing.assert_array_equal(ours[0], scan[0])
 
     def test_hundred_thousand_datasets(self):
         rng = np.random.default_rng(14)
@@ -217,3 +320,18 @@ class TestBlending:
     def test_dtype_switch(self):
         assert blend_index.dataset_index_dtype(32766) == np.int16
         assert blend_index.dataset_index_dtype(32767) == np.int32
+
+
+def test_reseeded_random_state_equals_a_fresh_one():
+    from jaxblend.index import gpt
+
+    used = gpt._random_state(7)
+    used.shuffle(np.arange(1000))  # advance it
+    for seed in (1234, 0, 2**32 - 1):
+        fresh = np.random.RandomState(seed)
+        again = gpt._random_state(seed)
+        a, b = np.arange(5000), np.arange(5000)
+        fresh.shuffle(a)
+        again.shuffle(b)
+        np.testing.assert_array_equal(a, b)
+        assert fresh.randint(0, 2**31) == again.randint(0, 2**31)

@@ -192,3 +192,35 @@ def test_exhaustive_blend(data):
 def test_single_prefix_with_weight_is_a_blend(data):
     plan, _ = _check(data, blend=["1", "b"], split="90,8,2", seq_length=10, num_samples=(90, 5, 1))
     assert plan.split("train").is_blended
+
+
+@pytest.fixture(scope="module")
+def wide(tmp_path_factory):
+    # 1,030 small datasets: unweighted blends of 1,024+ datasets take the tournament tree.
+    root = tmp_path_factory.mktemp("wide")
+    rng = np.random.default_rng(8)
+    p = {}
+    for k in range(1030):
+        docs = H.random_documents(rng, int(rng.integers(5, 12)), max_length=40)
+        p[f"w{k}"] = H.write_dataset(str(root / f"w{k}"), docs)
+    readers = {prefix: H.open_megatron(prefix) for prefix in p.values()}
+    infos = {prefix: H.info_of(prefix) for prefix in p.values()}
+    # Megatron requires every blended dataset to have samples (weights > 0): >= 5 tokens each.
+    assert min(int(i.sequence_lengths.sum()) for i in infos.values()) >= 5
+    return p, readers, infos
+
+
+def test_unweighted_blend_of_1030_datasets(wide):
+    names = [f"w{k}" for k in range(1030)]
+    plan, _ = _check(
+        wide, blend_per_split=[names, None, None], seq_length=4, num_samples=(None, None, None)
+    )
+    assert plan.split("train").num_datasets == 1030
+
+
+def test_weighted_blend_of_1030_datasets(wide):
+    rng = np.random.default_rng(9)
+    blend = []
+    for k, w in enumerate(1.0 + rng.random(1030)):
+        blend += [repr(float(w)), f"w{k}"]
+    _check(wide, blend_per_split=[blend, None, None], seq_length=4, num_samples=(5000, None, None))

@@ -76,6 +76,17 @@ class TestSplitPlan:
         assert train.dataset_ids(ids).dtype == np.int32
         assert spans.row.dtype == np.int64 and spans.dataset.dtype == np.int32
 
+    def test_prefixes_in_order_of_first_appearance(self, infos):
+        config = _config(
+            blend=None,
+            split=None,
+            blend_per_split=[["/d/b", "/d/a"], ["/d/a", "/d/c"], ["/d/c", "/d/b"]],
+            num_samples=(None, None, None),
+        )
+        plan = index.build_data_plan(config, infos)
+        assert plan.prefixes == ("/d/b", "/d/a", "/d/c")
+        assert plan.split("valid").dataset_names == ("/d/a", "/d/c")
+
     def test_single_dataset(self, infos):
         plan = index.build_data_plan(_config(blend=["/d/a"], num_samples=(None, None, None)), infos)
         train = plan.split("train")
