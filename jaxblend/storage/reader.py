@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 import tensorstore as ts
 
-from jaxblend.storage import _gather, _location, _remote, identity_memo, idx_format
+from jaxblend.storage import _gather, _location, _mapping, _remote, identity_memo, idx_format
 from jaxblend.storage import object_store as object_store_lib
 from jaxblend.storage.idx_format import IndexArrays, IndexFormatError
 from jaxblend.storage.object_store import ObjectStoreOptions
@@ -62,9 +62,9 @@ class _Handles:
     idx_generation: bytes = b""  # object versions seen at open (remote only)
     bin_generation: bytes = b""
     arrays: IndexArrays | None = None  # None until first needed (remote)
-    idx_buffer: Any = None  # mmap.mmap | bytes; the arrays alias it
+    idx_buffer: Any = None  # a read-only map (see _mapping) or bytes; the arrays alias it
     bin_tokens: np.ndarray | None = None  # mmap backend: flat token view over the mapped .bin
-    bin_mmap: mmap.mmap | None = None
+    bin_mmap: Any = None  # the `.bin` map (see _mapping)
 
 
 class IndexedDataset:
@@ -631,12 +631,11 @@ def _open_kvstore(loc: _location.Location, context: ts.Context) -> ts.KvStore:
         raise IndexFormatError(f"{loc.display}: cannot open the kvstore {loc.kvstore}: {e}") from e
 
 
-def _map_local(path: str, name: str, what: str) -> mmap.mmap | bytes:
+def _map_local(path: str, name: str, what: str) -> np.ndarray | mmap.mmap | bytes:
     try:
-        with open(path, "rb") as f:
-            if os.fstat(f.fileno()).st_size == 0:
-                return b""
-            return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        if os.path.getsize(path) == 0:
+            return b""
+        return _mapping.map_readonly(path)
     except FileNotFoundError:
         raise IndexFormatError(f"{name}: {what} file does not exist") from None
     except IsADirectoryError:

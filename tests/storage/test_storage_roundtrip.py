@@ -287,3 +287,19 @@ def test_top_level_reexports() -> None:
         "IndexFormatError",
         "token_dtype_for_vocab",
     }
+
+
+def test_open_datasets_hold_no_file_descriptors(corpus) -> None:
+    """A blend of thousands of local datasets must not run out of descriptors (EMFILE)."""
+    import os
+
+    before = len(os.listdir("/proc/self/fd"))
+    datasets = [IndexedDataset(corpus.prefix) for _ in range(64)]
+    assert len(os.listdir("/proc/self/fd")) == before
+    view = datasets[0].token_view()
+    first = datasets[0].get(1)
+    for ds in datasets:
+        ds.close()
+    np.testing.assert_array_equal(view[: first.size], IndexedDataset(corpus.prefix).token_view()[: first.size])
+    with pytest.raises(ValueError, match="read-only"):
+        view[0] = 1
