@@ -2,7 +2,8 @@
 
 * JAX sees 8 CPU devices in the pytest process (multi-device meshes without accelerators). The
   setting must precede the first `import jax`, hence it lives here.
-* absl flags are marked parsed: Grain worker processes read absl flags (ENV_NOTES: grain 0.2.18).
+* absl flags are marked parsed: Grain worker processes read absl flags and, in grain 0.2.18,
+  fail when they were never parsed.
 * With JAXBLEND_STRICT_EXTRAS=1 (set by `dev.py test`, i.e. in CI) any skip fails the run, at
   collection or at run time (plugin `strict_skips`); only `@pytest.mark.allowed_skip(reason)` exempts.
 """

@@ -1,9 +1,10 @@
 """Blend specifications: Megatron blend lists and data_path strings -> prefixes and weights.
 
-Two list forms are accepted, as in Megatron-LM (SPEC.md §3): prefixes alone (`["p1", "p2"]`, the
-weights then follow the datasets' sizes) or flattened weight/prefix pairs (`["30", "p1", "70",
-"p2"]`). A Megatron `--data_path` string ("30 /d/a 70 /d/b") is the same list separated by white
-space. Weights are validated here and normalized in float64 exactly as Megatron normalizes them.
+Two list forms are accepted, as in Megatron-LM (docs/format.md, 'Blend lists'): prefixes alone
+(`["p1", "p2"]`, the weights then follow the datasets' sizes) or flattened weight/prefix pairs
+(`["30", "p1", "70", "p2"]`). A Megatron `--data_path` string ("30 /d/a 70 /d/b") is the same list
+separated by white space. Weights are validated here and normalized in float64 exactly as Megatron
+normalizes them.
 """
 
 from __future__ import annotations

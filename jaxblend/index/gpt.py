@@ -1,4 +1,6 @@
-"""All three GPT index maps of one dataset split (SPEC.md §4), Megatron-Core's epoch logic.
+"""All three GPT index maps of one dataset split, Megatron-Core's epoch logic.
+
+See docs/format.md, 'GPT index maps'.
 
 `build_gpt_index_maps` is the per-(dataset, split) unit: epochs from the requested sample count,
 the separate-final-epoch decision (Megatron's 0.80 threshold), one `RandomState(seed)` consumed by

@@ -1,8 +1,8 @@
 """Split strings ("969,30,1") to split matrices and per-split sequence ranges.
 
-Pure index math, no I/O. Reproduces Megatron-Core's rules exactly (SPEC.md §3): the numbers are
-extracted from the string, zero-padded to three, normalized in float64, turned into bookends by
-running Python float sums, and split i of a dataset with N sequences covers
+Pure index math, no I/O. Reproduces Megatron-Core's rules exactly (docs/format.md, 'Splits'): the
+numbers are extracted from the string, zero-padded to three, normalized in float64, turned into
+bookends by running Python float sums, and split i of a dataset with N sequences covers
 `int(round(lo * N)) .. int(round(hi * N))` (Python's round: half to even).
 """
 

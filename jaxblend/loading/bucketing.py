@@ -1,4 +1,6 @@
-"""Token-budget batching with length buckets (SPEC.md §8): an offline plan and its loader.
+"""Token-budget batching with length buckets: an offline plan and its loader.
+
+See docs/design.md, 'Token-budget batching'.
 
 The plan is computed once from the samples' lengths, in a global order fixed by a seed, so it is
 the same on every host and resumable from a step number; no host reads data to decide batches.

@@ -1,7 +1,8 @@
 """Grain data sources: GPT splits, weighted blends, masked-LM (BERT/T5) and mock samples.
 
-Every source is a Grain `RandomAccessDataSource` returning dicts of numpy arrays (DESIGN.md's
-batch schema) and also offers `get_batch(sample_ids)` for whole-batch reads.
+Every source is a Grain `RandomAccessDataSource` returning dicts of numpy arrays (the batch
+schema of docs/design.md, 'Batch schema') and also offers `get_batch(sample_ids)` for whole-batch
+reads.
 """
 
 from jaxblend.sources.base import BatchSource, stack_items

@@ -1,6 +1,6 @@
 """Pure masked-LM sample math (no I/O): sentence-packing sample index and n-gram masking.
 
-Two pieces shared by `BERTSource` and `T5Source` (SPEC.md §7):
+Two pieces shared by `BERTSource` and `T5Source` (docs/format.md, 'BERT/T5 sample index'):
 
 * `build_sample_index` packs consecutive sentences of one document into samples up to a target
   length (with probability `short_sequence_probability` a shorter target drawn uniformly from

@@ -1,9 +1,10 @@
 """Masked-LM sources: BERT (masked LM + sentence order) and T5 (span corruption) samples.
 
 Built, as Megatron-Core's masked WordPiece datasets are, from an `IndexedDataset` whose documents
-are several sequences (sentences), split by *documents* (`split="969,30,1"`, SPEC.md §3 applied to
-the document count). A sample packs consecutive sentences of one document up to a target length
-(`jaxblend.sources._masking.build_sample_index`), then masks it (`_masking.mask_ngrams`).
+are several sequences (sentences), split by *documents* (`split="969,30,1"`, the split rule of
+docs/format.md, 'Splits', applied to the document count). A sample packs consecutive sentences
+of one document up to a target length (`jaxblend.sources._masking.build_sample_index`; see
+docs/format.md, 'BERT/T5 sample index'), then masks it (`_masking.mask_ngrams`).
 
 Determinism: sample i uses `np.random.default_rng([random_seed, i])` alone (NumPy PCG64 seeded by
 the pair), so any sample can be recomputed in isolation on any host, in any order. Statistics

@@ -1,9 +1,10 @@
 """The `.idx` file format of a Megatron-Core IndexedDataset: bytes <-> numpy arrays.
 
-This module is the storage layer's single source of truth about the on-disk index layout (SPEC §1).
-It does no I/O of its own: callers hand it a byte buffer (an mmap, bytes read through TensorStore)
-and get zero-copy numpy views back, or hand it arrays and get the encoded bytes. Every structural
-problem is reported as an `IndexFormatError` naming the file and what is wrong.
+This module is the storage layer's single source of truth about the on-disk index layout
+(docs/format.md, 'The .idx file'). It does no I/O of its own: callers hand it a byte buffer (an
+mmap, bytes read through TensorStore) and get zero-copy numpy views back, or hand it arrays and get
+the encoded bytes. Every structural problem is reported as an `IndexFormatError` naming the file
+and what is wrong.
 
 Layout (little-endian, packed)::
 
