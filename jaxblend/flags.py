@@ -10,7 +10,7 @@
   --train_samples, --valid_samples, --test_samples         omitted = None (Megatron's None)
   --add_extra_token_to_sequence, --drop_last_partial_validation_sequence   (both default True)
   --mid_level_dataset_surplus  (0.005)
-  --data_cache_path          index-map cache directory
+  --data_cache_path          index-map cache: directory or bucket URL (--data_cache_wait)
   --s3_endpoint, --s3_region, --storage_concurrency, --storage_retries, --storage_timeout
                              object-store access (`jaxblend.storage.ObjectStoreOptions`)
 
@@ -23,6 +23,7 @@ from __future__ import annotations
 from absl import flags
 
 from jaxblend import index
+from jaxblend.index import bucket_cache
 from jaxblend.storage import object_store
 
 _DEFINED = False
@@ -57,7 +58,15 @@ def define_data_flags() -> None:
     flags.DEFINE_float(
         "mid_level_dataset_surplus", 0.005, "Extra samples built per blended dataset."
     )
-    flags.DEFINE_string("data_cache_path", None, "Directory of the index-map cache.")
+    flags.DEFINE_string(
+        "data_cache_path", None,
+        "Index-map cache: a local directory, or a bucket URL (gs://, s3://) shared by all hosts.",
+    )
+    flags.DEFINE_float(
+        "data_cache_wait", 900.0,
+        "Seconds a process waits for process 0 to publish the index maps to a bucket cache.",
+        lower_bound=0.001,
+    )
     flags.DEFINE_string(
         "s3_endpoint", None,
         f"S3-compatible server for s3:// URLs (MinIO, R2, Ceph, a local server); default: "
@@ -138,6 +147,7 @@ def data_config_from_flags() -> index.GPTDataConfig:
     """
     fl = flags.FLAGS
     object_store.set_process_default(object_store_from_flags())
+    bucket_cache.set_process_default(bucket_cache.BucketCacheOptions(wait_seconds=fl.data_cache_wait))
     if fl.seq_length is None:
         raise ValueError("--seq_length is required")
     blend, per_split = _blends_from_flags()

@@ -1,0 +1,194 @@
+"""Multi-process fault detection: a lost or failed peer stops every process with one clear line.
+
+Without it, a process whose peer died sits in the next collective until a transport timeout, then
+dies with a raw traceback that names no process. `PeerWatch` runs two daemon threads in every
+process of a `jax.distributed` run:
+
+* a heartbeat thread writes `<counter> <step> <phase>` under a per-process key of the JAX
+  coordination service's key-value store every `interval` seconds and reads everyone's;
+* a monitor thread stops this process (`os._exit`, exit code `LOST_PEER_EXIT`) with one line
+  `error: lost process K at step S ...` when process K's heartbeat has not changed for `timeout`
+  seconds (measured on this host's clock), or when the coordination service itself (process 0)
+  has not answered for `timeout` seconds;
+* a process that fails (`report_failure`, e.g. from `failures_reported`) writes its error under a
+  failure key; every other process stops with `error: process K failed while <phase>: <error>`.
+
+The watch uses the coordination service's key-value store that `jax.distributed.initialize` sets
+up; single-process runs do not start it. JAX's own heartbeat timeout (`--distributed_timeout`)
+should be longer than `timeout`, so that this clear message comes first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+from absl import logging
+
+LOST_PEER_EXIT = 75
+_PREFIX = "jaxblend/peer_watch"
+
+
+def _client():
+    from jax._src import distributed as jax_distributed
+
+    return jax_distributed.global_state.client
+
+
+def _die(line: str) -> None:
+    print(f"error: {line}", file=sys.stderr, flush=True)
+    os._exit(LOST_PEER_EXIT)
+
+
+class PeerWatch:
+    """Heartbeats between the processes of one run; see the module docstring.
+
+    Args:
+      timeout: seconds without a heartbeat after which a peer counts as lost.
+      interval: seconds between heartbeats (default: a fifth of `timeout`, at most 1 s).
+      on_fatal: called with the message when this process must stop (default: print, `os._exit`).
+    """
+
+    def __init__(
+        self,
+        timeout: float,
+        interval: float | None = None,
+        on_fatal: Callable[[str], None] = _die,
+    ) -> None:
+        import jax
+
+        if timeout <= 0:
+            raise ValueError(f"--peer_timeout must be positive, got {timeout}")
+        self.timeout = float(timeout)
+        self.interval = float(interval or min(1.0, timeout / 5))
+        self.step = 0
+        self.phase = "starting"
+        self._on_fatal = on_fatal
+        self._pid = jax.process_index()
+        self._count = jax.process_count()
+        self._client = _client() if self._count > 1 else None
+        self._stop = threading.Event()
+        self._fired = threading.Event()
+        self._threads: list[threading.Thread] = []
+        now = time.monotonic()
+        self._last_contact = now
+        self._seen: dict[int, tuple[str, float]] = {}
+        self._started = now
+
+    @property
+    def active(self) -> bool:
+        """Whether the watch runs (a multi-process run with a coordination service)."""
+        return self._client is not None
+
+    def start(self) -> PeerWatch:
+        """Starts the threads (no-op in a single-process run); returns self."""
+        if not self.active or self._threads:
+            return self
+        self._started = self._last_contact = time.monotonic()
+        for target in (self._beat, self._monitor):
+            t = threading.Thread(target=target, name=f"peer-watch-{target.__name__}", daemon=True)
+            t.start()
+            self._threads.append(t)
+        return self
+
+    def stop(self) -> None:
+        """Stops watching (call once every process is past its last collective)."""
+        self._stop.set()
+
+    def report_failure(self, message: str) -> None:
+        """Tells every peer that this process failed with `message` (best effort)."""
+        if not self.active:
+            return
+        line = " ".join(message.split())[:500]
+        try:
+            self._client.key_value_set(
+                f"{_PREFIX}/failed/{self._pid}", f"{self.phase}\t{line}", allow_overwrite=True
+            )
+        except Exception as err:  # noqa: BLE001 - the coordinator may be gone already
+            logging.warning("could not report this process's failure to its peers: %s", err)
+
+    def wait_for_verdict(self) -> None:
+        """After a collective failed: gives the monitor `timeout` seconds to name a lost peer."""
+        if not self.active or self._stop.is_set():
+            return
+        self._fired.wait(self.timeout + 2 * self.interval)
+
+    def _fatal(self, line: str) -> None:
+        if self._fired.is_set() or self._stop.is_set():
+            return
+        self._fired.set()
+        self._on_fatal(line)
+
+    def _beat(self) -> None:
+        counter = 0
+        while not self._stop.is_set():
+            counter += 1
+            try:
+                self._client.key_value_set(
+                    f"{_PREFIX}/beat/{self._pid}", f"{counter} {self.step} {self.phase}",
+                    allow_overwrite=True,
+                )
+                beats = self._client.key_value_dir_get(f"{_PREFIX}/beat/")
+                failures = self._client.key_value_dir_get(f"{_PREFIX}/failed/")
+            except Exception as err:  # noqa: BLE001 - judged by the monitor's timeout
+                logging.log_every_n_seconds(
+                    logging.WARNING, "peer watch: coordination service error: %s", 10, err
+                )
+                self._stop.wait(self.interval)
+                continue
+            now = time.monotonic()
+            self._last_contact = now
+            for key, value in beats:
+                pid = int(key.rstrip("/").rsplit("/", 1)[-1])
+                if self._seen.get(pid, ("",))[0] != value:
+                    self._seen[pid] = (value, now)
+            for key, value in failures:
+                pid = int(key.rstrip("/").rsplit("/", 1)[-1])
+                if pid != self._pid:
+                    phase, _, message = value.partition("\t")
+                    self._fatal(f"process {pid} failed while {phase}: {message}")
+            self._stop.wait(self.interval)
+
+    def _monitor(self) -> None:
+        while not self._stop.wait(self.interval):
+            now = time.monotonic()
+            if now - self._last_contact > self.timeout:
+                self._fatal(
+                    f"lost process 0 (the coordinator) at step {self.step}: no answer from it for "
+                    f"{now - self._last_contact:.0f} s (--peer_timeout={self.timeout:g}); stopping "
+                    f"process {self._pid}"
+                )
+                return
+            for pid in range(self._count):
+                if pid == self._pid:
+                    continue
+                value, since = self._seen.get(pid, ("0 0 starting", self._started))
+                if now - since > self.timeout:
+                    _, step, phase = (value.split(" ", 2) + ["", ""])[:3]
+                    self._fatal(
+                        f"lost process {pid} at step {step} (while {phase}): no heartbeat for "
+                        f"{now - since:.0f} s (--peer_timeout={self.timeout:g}); stopping process "
+                        f"{self._pid} at step {self.step}"
+                    )
+                    return
+
+
+@contextlib.contextmanager
+def failures_reported(watch: PeerWatch, phase: str) -> Iterator[None]:
+    """Runs a block as `phase`; if it raises, tells the peers (after a lost peer's verdict).
+
+    A collective that failed because a peer died first gives the monitor time to name that peer;
+    any other error is reported to the peers at once, so they stop with this process's error.
+    """
+    watch.phase = phase
+    try:
+        yield
+    except BaseException as err:
+        if type(err).__name__ == "JaxRuntimeError":
+            watch.wait_for_verdict()
+        watch.report_failure(f"{type(err).__name__}: {err}" if not str(err) else str(err))
+        raise
