@@ -62,6 +62,11 @@ def define_data_flags() -> None:
         "data_cache_path", None,
         "Index-map cache: a local directory, or a bucket URL (gs://, s3://) shared by all hosts.",
     )
+    flags.DEFINE_string(
+        "data_cache_mirror", None,
+        "Local directory of index maps downloaded from a bucket --data_cache_path "
+        "(default: $JAXBLEND_INDEX_MIRROR, else <tmp>/jaxblend-index-mirror).",
+    )
     flags.DEFINE_float(
         "data_cache_wait", 900.0,
         "Seconds a process waits for process 0 to publish the index maps to a bucket cache.",
@@ -147,7 +152,11 @@ def data_config_from_flags() -> index.GPTDataConfig:
     """
     fl = flags.FLAGS
     object_store.set_process_default(object_store_from_flags())
-    bucket_cache.set_process_default(bucket_cache.BucketCacheOptions(wait_seconds=fl.data_cache_wait))
+    bucket_cache.set_process_default(
+        bucket_cache.BucketCacheOptions(
+            wait_seconds=fl.data_cache_wait, mirror_root=fl.data_cache_mirror
+        )
+    )
     if fl.seq_length is None:
         raise ValueError("--seq_length is required")
     blend, per_split = _blends_from_flags()

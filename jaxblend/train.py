@@ -277,6 +277,7 @@ def _train(watch) -> None:
             )
         if preempt:
             preempted_at = done
+            logging.info("preempted: checkpointing step %d and stopping", done)
             break
     watch.phase = "saving the checkpoint"
     ckpt.close()
