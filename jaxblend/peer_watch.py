@@ -100,8 +100,13 @@ class PeerWatch:
         self._stop.set()
 
     def report_failure(self, message: str) -> None:
-        """Tells every peer that this process failed with `message` (best effort)."""
-        if not self.active:
+        """Tells every peer that this process failed with `message` (best effort).
+
+        Process 0 (the coordinator, which holds the key-value store) then waits two heartbeat
+        intervals, so that the peers read it before it exits; another process returns at once
+        (lingering would let JAX abort it when the peers it told exit).
+        """
+        if not self.active or self._fired.is_set():
             return
         line = " ".join(message.split())[:500]
         try:
@@ -110,6 +115,9 @@ class PeerWatch:
             )
         except Exception as err:  # noqa: BLE001 - the coordinator may be gone already
             logging.warning("could not report this process's failure to its peers: %s", err)
+            return
+        if self._pid == 0:
+            time.sleep(2 * self.interval)
 
     def wait_for_verdict(self) -> None:
         """After a collective failed: gives the monitor `timeout` seconds to name a lost peer."""
@@ -179,16 +187,26 @@ class PeerWatch:
 
 @contextlib.contextmanager
 def failures_reported(watch: PeerWatch, phase: str) -> Iterator[None]:
-    """Runs a block as `phase`; if it raises, tells the peers (after a lost peer's verdict).
+    """Runs a block as `phase`; if it raises in a multi-process run, the job stops with its error.
 
-    A collective that failed because a peer died first gives the monitor time to name that peer;
-    any other error is reported to the peers at once, so they stop with this process's error.
+    A collective that failed because a peer died first gives the monitor time to name that peer.
+    Otherwise the error is told to the peers (they stop with `process K failed while <phase>`),
+    printed like any CLI failure, and this process exits at once: JAX's exit-time shutdown
+    barrier would otherwise wait for peers that are gone.
     """
     watch.phase = phase
     try:
         yield
-    except BaseException as err:
+    except Exception as err:
+        if not watch.active:
+            raise
         if type(err).__name__ == "JaxRuntimeError":
             watch.wait_for_verdict()
-        watch.report_failure(f"{type(err).__name__}: {err}" if not str(err) else str(err))
-        raise
+        from absl import flags
+
+        from jaxblend.tools import _entry
+
+        watch.report_failure(_entry.error_line(err).removeprefix("error: "))
+        watch.stop()
+        verbose = "verbose" in flags.FLAGS and flags.FLAGS.verbose
+        os._exit(_entry.print_failure(err, verbose))
