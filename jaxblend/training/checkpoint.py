@@ -108,7 +108,8 @@ class Checkpointer:
           (state laid out like `like`, loader state, meta).
 
         Raises:
-          ValueError: if the saved arrays do not match `like` (another model configuration).
+          ValueError: if the saved arrays do not match `like` (another model configuration) or
+            cannot be read.
         """
         abstract = jax.tree.map(
             lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), like
@@ -124,8 +125,9 @@ class Checkpointer:
             )
         except (ValueError, KeyError) as err:
             raise ValueError(
-                f"checkpoint {self.directory} step {step} does not fit this model "
-                f"(different model flags?): {' '.join(str(err).split())[:300]}"
+                f"checkpoint {self.directory} step {step} cannot be restored into this model "
+                f"(other model flags, or an incomplete copy of the checkpoint): "
+                f"{' '.join(str(err).split())[:300]}"
             ) from None
         return restored["state"], restored["loader"], restored["meta"]
 
