@@ -229,3 +229,14 @@ def wait_for(url: str, key: str, local_dir: str, options: BucketCacheOptions | N
                 f"slow or failed: check its log, or raise --data_cache_wait"
             )
         time.sleep(options.poll_seconds)
+
+
+def check(url: str, key: str) -> str | None:
+    """Downloads committed entry `key` (if not mirrored yet) and verifies every byte; problem or None."""
+    mirror = mirror_dir(url)
+    try:
+        if not fetch(url, key, mirror):
+            return f"{entry_url(url, key)} has no {MARKER} marker"
+    except (OSError, ValueError) as err:
+        return str(err)
+    return cache.check(mirror, key)

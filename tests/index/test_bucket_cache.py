@@ -125,3 +125,16 @@ def test_local_cache_path_is_not_a_bucket(tmp_path):
     assert not bucket_cache.is_url(str(tmp_path))
     assert not bucket_cache.is_url(f"file://{tmp_path}")
     assert bucket_cache.is_url("gs://b/cache") and bucket_cache.is_url("s3://b/cache")
+
+
+def test_estimate_sees_the_bucket_entry(url, infos, host):
+    from jaxblend.index.estimate import estimate_plan
+
+    host("builder", builder=True)
+    before = estimate_plan(_config(url), infos)
+    assert not before.cached
+    key = index.build_data_plan(_config(url), infos).cache_path.rsplit("/", 1)[1]
+    host("inspector", builder=False)
+    after = estimate_plan(_config(url), infos)
+    assert after.cached and after.problems == []
+    assert after.cache_path == bucket_cache.entry_url(url, key)
