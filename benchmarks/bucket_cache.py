@@ -29,10 +29,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from helpers_object_store import GcsServer  # noqa: E402
+from helpers_object_store import GcsServer
 
-from jaxblend import index  # noqa: E402
-from jaxblend.index import bucket_cache, cache  # noqa: E402
+from jaxblend import index
+from jaxblend.index import bucket_cache, cache
 
 
 def _info(name: str, docs: int, mean: int, seed: int) -> index.DatasetInfo:

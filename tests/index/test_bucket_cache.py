@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -110,7 +111,7 @@ def test_committed_entry_with_changed_bytes_is_refused(url, infos, host, object_
     key = built.cache_path.rsplit("/", 1)[1]
     name = next(n for n in sorted(_arrays(built)) if _arrays(built)[n].size)
     prefix = url.split("/", 3)[3]
-    tampered = bytearray(open(f"{built.cache_path}/{name}.npy", "rb").read())
+    tampered = bytearray((Path(built.cache_path) / f"{name}.npy").read_bytes())
     tampered[-1] ^= 0xFF
     object_store.write(f"{prefix}/{key}/{name}.npy", bytes(tampered))
 
