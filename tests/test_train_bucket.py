@@ -146,3 +146,38 @@ def test_peer_failing_to_open_its_data_stops_the_job_with_its_error(
     assert len(lines) == 1, job.dump()
     assert lines[0].startswith(f"error: process {broken} failed while preparing the data: ")
     assert "no_such_dataset" in lines[0]
+
+
+@pytest.mark.parametrize("killed", [1, 0])
+def test_peer_killed_while_the_maps_are_built(gcs_server, bucket_data, tmp_path, killed,
+                                              monkeypatch):
+    # Process 0 stops in the middle of writing the index maps (test hook); process 1 waits for
+    # them in the bucket. Then one of the two is SIGKILLed.
+    monkeypatch.setenv("JAXBLEND_PAUSE_AT", "cache-write:0")
+    job = _job(gcs_server, tmp_path, f"killed-building{killed}", bucket_data, 2, 2,
+               extra=["--peer_timeout=5"])
+    survivor = 1 - killed
+    try:
+        job.wait_for_line(0, r"jaxblend paused at cache-write:0")
+        job.wait_for_line(1, r"waiting for process 0 to publish index cache entry")
+        job.send(killed, signal.SIGKILL)
+        codes = job.wait(timeout=60)  # the bound: --peer_timeout=5 plus slack
+    finally:
+        job.kill()
+    assert codes[survivor] not in (None, 0), job.dump()
+    out = job.output(survivor)
+    if killed == 1:
+        # The builder (its main thread asleep in the hook) is stopped by its peer watch.
+        assert codes[survivor] == LOST_PEER_EXIT, job.dump()
+        lines = [ln for ln in out.splitlines() if ln.startswith("error:")]
+        assert len(lines) == 1, job.dump()
+        assert re.match(
+            r"error: lost process 1 at step 0 \(while preparing the data\): no heartbeat for \d+ s "
+            r"\(--peer_timeout=5\); stopping process 0 at step 0$", lines[0]
+        ), lines[0]
+    else:
+        # Process 0 hosts JAX's coordination service: when it dies, JAX's client aborts every
+        # other process at once with its own fatal message, before the peer watch can speak
+        # (a known limit, docs/pod.md). The job still stops, promptly.
+        assert "Terminating process because the JAX distributed service detected fatal errors" \
+            in out, job.dump()
