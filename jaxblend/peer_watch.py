@@ -8,8 +8,10 @@ process of a `jax.distributed` run:
   coordination service's key-value store every `interval` seconds and reads everyone's;
 * a monitor thread stops this process (`os._exit`, exit code `LOST_PEER_EXIT`) with one line
   `error: lost process K at step S ...` when process K's heartbeat has not changed for `timeout`
-  seconds (measured on this host's clock), or when the coordination service itself (process 0)
-  has not answered for `timeout` seconds;
+  seconds (on this host's clock, up to this host's last completed round, so that a host starved
+  of CPU does not blame its peers), or when the coordination service itself (process 0) has not
+  answered for `timeout` seconds; a verdict is confirmed on a fresh round (waiting at most
+  `timeout / 2`), so a peer is declared lost 1 to 1.5 x `timeout` after its last heartbeat;
 * a process that fails (`report_failure`, e.g. from `failures_reported`) writes its error under a
   failure key; every other process stops with `error: process K failed while <phase>: <error>`.
 
@@ -26,6 +28,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from typing import Protocol
 
 from absl import logging
 
@@ -33,7 +36,15 @@ LOST_PEER_EXIT = 75
 _PREFIX = "jaxblend/peer_watch"
 
 
-def _client():
+class KeyValueClient(Protocol):
+    """The part of JAX's coordination-service client the watch uses."""
+
+    def key_value_set(self, key: str, value: str, allow_overwrite: bool = False) -> None: ...
+
+    def key_value_dir_get(self, key: str) -> list[tuple[str, str]]: ...
+
+
+def _client() -> KeyValueClient | None:
     from jax._src import distributed as jax_distributed
 
     return jax_distributed.global_state.client
@@ -51,6 +62,9 @@ class PeerWatch:
       timeout: seconds without a heartbeat after which a peer counts as lost.
       interval: seconds between heartbeats (default: a fifth of `timeout`, at most 1 s).
       on_fatal: called with the message when this process must stop (default: print, `os._exit`).
+      client: the key-value store (default: JAX's, when `jax.distributed` is initialized).
+      process_index: this process (default: `jax.process_index()`).
+      process_count: processes in the run (default: `jax.process_count()`).
     """
 
     def __init__(
@@ -58,9 +72,11 @@ class PeerWatch:
         timeout: float,
         interval: float | None = None,
         on_fatal: Callable[[str], None] = _die,
+        *,
+        client: KeyValueClient | None = None,
+        process_index: int | None = None,
+        process_count: int | None = None,
     ) -> None:
-        import jax
-
         if timeout <= 0:
             raise ValueError(f"--peer_timeout must be positive, got {timeout}")
         self.timeout = float(timeout)
@@ -68,15 +84,20 @@ class PeerWatch:
         self.step = 0
         self.phase = "starting"
         self._on_fatal = on_fatal
-        self._pid = jax.process_index()
-        self._count = jax.process_count()
-        self._client = _client() if self._count > 1 else None
+        if process_index is None or process_count is None:
+            import jax
+
+            process_index, process_count = jax.process_index(), jax.process_count()
+        self._pid = process_index
+        self._count = process_count
+        self._client = (client or _client()) if self._count > 1 else None
         self._stop = threading.Event()
         self._fired = threading.Event()
         self._threads: list[threading.Thread] = []
         now = time.monotonic()
         self._last_contact = now
         self._seen: dict[int, tuple[str, float]] = {}
+        self._rounds = 0
         self._started = now
 
     @property
@@ -149,11 +170,12 @@ class PeerWatch:
                 self._stop.wait(self.interval)
                 continue
             now = time.monotonic()
-            self._last_contact = now
             for key, value in beats:
                 pid = int(key.rstrip("/").rsplit("/", 1)[-1])
                 if self._seen.get(pid, ("",))[0] != value:
                     self._seen[pid] = (value, now)
+            self._last_contact = now
+            self._rounds += 1
             for key, value in failures:
                 pid = int(key.rstrip("/").rsplit("/", 1)[-1])
                 if pid != self._pid:
@@ -161,28 +183,44 @@ class PeerWatch:
                     self._fatal(f"process {pid} failed while {phase}: {message}")
             self._stop.wait(self.interval)
 
+    def _verdict(self) -> str | None:
+        """Why this process must stop, judged on the data of the last heartbeat round, or None."""
+        now = time.monotonic()
+        if now - self._last_contact > self.timeout:
+            return (
+                f"lost process 0 (the coordinator) at step {self.step}: no answer from it for "
+                f"{now - self._last_contact:.0f} s (--peer_timeout={self.timeout:g}); stopping "
+                f"process {self._pid}"
+            )
+        for pid in range(self._count):
+            if pid == self._pid:
+                continue
+            value, since = self._seen.get(pid, ("0 0 starting", self._started))
+            # Staleness up to our last completed round: if this process was starved of CPU (or
+            # of the GIL), its own rounds are late too, and a live peer is not declared lost.
+            if self._last_contact - since > self.timeout:
+                _, step, phase = (value.split(" ", 2) + ["", ""])[:3]
+                return (
+                    f"lost process {pid} at step {step} (while {phase}): no heartbeat for "
+                    f"{self._last_contact - since:.0f} s (--peer_timeout={self.timeout:g}); "
+                    f"stopping process {self._pid} at step {self.step}"
+                )
+        return None
+
     def _monitor(self) -> None:
         while not self._stop.wait(self.interval):
-            now = time.monotonic()
-            if now - self._last_contact > self.timeout:
-                self._fatal(
-                    f"lost process 0 (the coordinator) at step {self.step}: no answer from it for "
-                    f"{now - self._last_contact:.0f} s (--peer_timeout={self.timeout:g}); stopping "
-                    f"process {self._pid}"
-                )
-                return
-            for pid in range(self._count):
-                if pid == self._pid:
-                    continue
-                value, since = self._seen.get(pid, ("0 0 starting", self._started))
-                if now - since > self.timeout:
-                    _, step, phase = (value.split(" ", 2) + ["", ""])[:3]
-                    self._fatal(
-                        f"lost process {pid} at step {step} (while {phase}): no heartbeat for "
-                        f"{now - since:.0f} s (--peer_timeout={self.timeout:g}); stopping process "
-                        f"{self._pid} at step {self.step}"
-                    )
+            if self._verdict() is None:
+                continue
+            # Confirm on a fresh round: the heartbeat thread may just not have run for a while.
+            seen_round = self._rounds
+            deadline = time.monotonic() + self.timeout / 2
+            while self._rounds == seen_round and time.monotonic() < deadline:
+                if self._stop.wait(0.05):
                     return
+            verdict = self._verdict()
+            if verdict is not None:
+                self._fatal(verdict)
+                return
 
 
 @contextlib.contextmanager
