@@ -90,6 +90,10 @@ def test_preempted_on_two_processes_resumed_on_four_matches_uninterrupted(
     step = int(stopped[0][0])
     assert 2 < step < ITERS, job.dump()
     assert f"preempted: saved checkpoint step {step}" in first[0]
+    with gcs_server.pointed_at():
+        keys = [k.decode() for k in gcs_server.kvstore().list().result()]
+    shards = {k.split("/")[4] for k in keys if k.startswith(f"preempted/checkpoints/{step}/state/")}
+    assert {"ocdbt.process_0", "ocdbt.process_1"} <= shards, shards  # each host its own shards
     before = trajectory(first[0])
     assert sorted(before) == list(range(1, step + 1))
     assert {s: expected[s] for s in before} == before
