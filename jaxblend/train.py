@@ -135,8 +135,15 @@ def _train(watch) -> None:
     from jax.experimental import multihost_utils
 
     from jaxblend.loading import make_loader
-    from jaxblend.training import checkpoint, model
+    from jaxblend.training import model
     from jaxblend.training.preemption import PreemptionNotice
+
+    try:
+        from jaxblend.training import checkpoint
+    except ModuleNotFoundError as err:
+        raise app.UsageError(
+            f"the training example saves Orbax checkpoints ({err}): pip install 'jaxblend[orbax]'"
+        ) from None
 
     fl = flags.FLAGS
     workdir = _WORKDIR.value
