@@ -207,8 +207,9 @@ INPUT_KINDS = tuple(f"jsonl:{k}" for k in JSONL_KINDS) + (
 class PreprocessCampaign:
     """Mutates jsonl / jsonl.gz / parquet inputs and runs the real preprocessing on them.
 
-    Correct output: the dataset holds exactly the documents a plain-Python reading of the input
-    keeps (the drop rules of `jaxblend.preprocess.worker`), each the byte tokenizer's ids + EOD.
+    Correct output: the dataset holds exactly the sequences a plain-Python reading of the input
+    gives under Megatron's per-document rules (`jaxblend.preprocess.worker`), with the byte
+    tokenizer and EOD.
     """
 
     def __init__(self, workdir: str) -> None:
@@ -271,15 +272,24 @@ class PreprocessCampaign:
         return self._expected(texts)
 
     def _expected(self, texts: list[object]) -> list[np.ndarray]:
+        """Megatron's rules (docs/preprocessing.md): a string is one piece, a list of strings one
+        piece per item; every piece with tokens is a sequence; EOD ends a document's last one."""
         out = []
         for t in texts:
-            if not isinstance(t, str) or not t or t.isspace():
+            if isinstance(t, str):
+                pieces = [t]
+            elif isinstance(t, list) and all(isinstance(v, str) for v in t):
+                pieces = t
+            else:
                 continue
             try:
-                ids = np.asarray(self.tokenizer.tokenize(t))
+                seqs = [np.asarray(self.tokenizer.tokenize(p)) for p in pieces]
             except Exception:  # noqa: BLE001, S112 - the pipeline drops what the tokenizer refuses
                 continue
-            out.append(np.append(ids, self.tokenizer.eod))
+            seqs = [q for q in seqs if q.size]
+            if seqs:
+                seqs[-1] = np.append(seqs[-1], self.tokenizer.eod)
+            out.extend(seqs)
         return out
 
     def _parquet(self, rng: random.Random, path: str, kind: str) -> list[object]:

@@ -9,6 +9,10 @@
 (b) End-to-end global batches on 8 CPU devices: `make_loader` -> dict of sharded `jax.Array`s,
     blocked until ready, tokens/s.
 (c) (b) with Grain worker_count 0, 1, 2.
+(d) Blend width: blends of 1 / 100 / 1,000 / 10,000 datasets sharing the same total size (equal
+    weights, lognormal documents): open time with and without cached maps, `get_batch` tokens/s
+    (and its ratio to the 1-dataset figure) and end-to-end loader tokens/s on the devices.
+    `--widths` picks the widths.
 
 Prints a markdown table.
 """
@@ -20,6 +24,7 @@ import os
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 
 import argparse
+import sys
 import tempfile
 import time
 
@@ -88,7 +93,12 @@ def main() -> None:
     parser.add_argument("--data_dir", default=os.path.join(tempfile.gettempdir(), "jaxblend_bench"))
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--skip_megatron", action="store_true")
+    parser.add_argument("--widths", default="1,100,1000,10000", help="(d) blend widths; '' skips")
+    parser.add_argument("--only_widths", action="store_true", help="run (d) only")
     args = parser.parse_args()
+    if args.only_widths:
+        blend_width_rows(args)
+        return
 
     import jax
     from jax.sharding import Mesh
@@ -156,6 +166,69 @@ def main() -> None:
     print("|---|---:|---:|")
     for name, tps, ratio in rows:
         print(f"| {name} | {tps/1e6:.1f} | {'' if ratio is None else f'{ratio:.2f}x'} |")
+    if args.widths:
+        blend_width_rows(args)
+
+
+def blend_width_rows(args) -> None:
+    """(d): the read path's cost as the blend widens, same total tokens."""
+    import jax
+    from jax.sharding import Mesh
+
+    from jaxblend import index
+    from jaxblend.loading import make_loader
+    from jaxblend.sources import GPTSchemaOptions, open_gpt_sources
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from _corpus import write_corpus
+
+    seq, batch = (512, 64) if args.quick else (2048, 256)
+    total = 20_000_000 if args.quick else 300_000_000
+    seconds = 1.0 if args.quick else args.seconds
+    mesh = Mesh(np.array(jax.devices()).reshape(-1), ("data",))
+    results = []
+    for width in [int(w) for w in args.widths.split(",")]:
+        prefixes = write_corpus(os.path.join(args.data_dir, f"width{width}_{total}"), width, total)
+        steps = 64
+        blend = [x for p in prefixes for x in ("1", p)] if width > 1 else prefixes
+        cache = tempfile.mkdtemp(dir=args.data_dir, prefix="cache-")
+        config = index.GPTDataConfig(
+            blend=blend, split="100,0,0", seq_length=seq, seed=1234,
+            num_samples=(batch * steps, None, None), cache_dir=cache,
+        )
+        options = GPTSchemaOptions(seq_length=seq)
+        start = time.perf_counter()
+        open_gpt_sources(config, options)
+        uncached = time.perf_counter() - start
+        start = time.perf_counter()
+        source = open_gpt_sources(config, options)["train"]
+        cached = time.perf_counter() - start
+        rng = np.random.default_rng(0)
+        ids_list = [rng.integers(0, len(source), batch) for _ in range(32)]
+        it = iter(range(1 << 30))
+        def read(source=source, ids_list=ids_list, it=it):
+            source.get_batch(ids_list[next(it) % 32])
+
+        elapsed, calls = time_it(read, seconds)
+        reads = calls * batch * seq / elapsed
+        with make_loader(source, mesh, global_batch_size=batch, num_steps=steps) as loader:
+            for _ in range(4):
+                jax.block_until_ready(next(loader))
+            start = time.perf_counter()
+            for _ in range(steps - 8):
+                jax.block_until_ready(next(loader))
+            loader_tps = (steps - 8) * batch * seq / (time.perf_counter() - start)
+        results.append((width, uncached, cached, reads, loader_tps))
+        print(results[-1], flush=True)
+    base = results[0][3]
+    print(f"\n(d) blend width: seq {seq}, batch {batch}, {total / 1e6:.0f} M tokens in all, "
+          f"{jax.device_count()} devices\n")
+    print("| datasets | open, maps built s | open, maps cached s | get_batch M tokens/s | "
+          "vs 1 dataset | loader M tokens/s |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    for width, uncached, cached, reads, loader_tps in results:
+        print(f"| {width:,} | {uncached:.2f} | {cached:.2f} | {reads / 1e6:.1f} | "
+              f"{reads / base:.2f}x | {loader_tps / 1e6:.1f} |")
 
 
 if __name__ == "__main__":

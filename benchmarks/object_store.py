@@ -5,8 +5,8 @@
 
 A corpus of `--prefixes` datasets (lognormal document lengths, uint16) is written locally once
 (`--work_dir`), uploaded to both servers (real processes on loopback, see
-tests/helpers_object_store.py), and read through `FaultProxy` (tests/helpers_fault_proxy.py), which
-adds `--delays` milliseconds to every request. For each server and delay:
+tests/helpers_object_store.py), and read through `ProxyProcess` (tests/helpers_fault_proxy.py: an
+asyncio byte relay in a process of its own), which adds `--delays` ms to every request. For each server and delay:
 
 * open, uncached: `open_gpt_sources` with an empty index-map cache and an empty identity memo
   (every `.idx` is downloaded, validated and hashed; the maps are built);
@@ -39,36 +39,15 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-from absl import flags as absl_flags  # noqa: E402
+from _corpus import write_corpus
+from absl import flags as absl_flags
 
 absl_flags.FLAGS.mark_as_parsed()
 
 SEQ, B = 2048, 256
-
-
-def build_corpus(work: Path, prefixes: int, total_tokens: int, seed: int = 0) -> list[str]:
-    """Writes `prefixes` uint16 datasets (lognormal document lengths) unless present."""
-    from jaxblend.storage import idx_format
-
-    out = []
-    per = total_tokens // prefixes
-    rng = np.random.default_rng(seed)
-    for k in range(prefixes):
-        prefix = str(work / f"corpus/p{k:05d}")
-        out.append(prefix)
-        lengths = np.maximum(rng.lognormal(6.0, 1.0, size=per // 300 + 16).astype(np.int64), 8)
-        lengths = lengths[: max(1, int(np.searchsorted(np.cumsum(lengths), per)))]
-        if Path(prefix + ".idx").exists():
-            continue
-        Path(prefix).parent.mkdir(parents=True, exist_ok=True)
-        tokens = rng.integers(1, 50000, int(lengths.sum()), dtype=np.uint16)
-        tokens.tofile(prefix + ".bin")
-        with open(prefix + ".idx.tmp", "wb") as f:
-            idx_format.write_index(f, np.uint16, lengths, np.arange(lengths.size + 1), None)
-        os.replace(prefix + ".idx.tmp", prefix + ".idx")
-    return out
 
 
 def upload(server, prefixes: list[str]) -> list[str]:
@@ -184,22 +163,25 @@ def main() -> None:
     parser.add_argument("--tokens", type=float, default=1e9)
     parser.add_argument("--delays", default="0,5,20,50", help="ms added per request")
     parser.add_argument("--servers", default="gcs,s3")
-    parser.add_argument("--steps", type=int, default=8)
-    parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--read_ahead", type=int, default=16)
+    parser.add_argument("--steps", type=int, default=24, help="timed global batches")
+    parser.add_argument("--warmup", type=int, default=None,
+                        help="untimed batches first (default: read_ahead + 2, the pipeline fills)")
+    parser.add_argument("--read_ahead", type=int, default=8)
     parser.add_argument("--megatron_seconds", type=float, default=20.0)
     parser.add_argument("--work_dir", default="/tmp/jaxblend-object-store-bench")
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     if args.quick:
-        args.prefixes, args.tokens, args.delays, args.steps = 100, 5e7, "0,20", 4
+        args.prefixes, args.tokens, args.delays, args.steps = 100, 5e7, "0,20", 8
+    if args.warmup is None:
+        args.warmup = args.read_ahead + 2
     work = Path(args.work_dir)
     work.mkdir(parents=True, exist_ok=True)
-    from helpers_fault_proxy import FaultProxy
+    from helpers_fault_proxy import ProxyProcess
     from helpers_object_store import GcsServer, S3Server
 
     t = time.perf_counter()
-    prefixes = build_corpus(work, args.prefixes, int(args.tokens))
+    prefixes = write_corpus(work / "corpus", args.prefixes, int(args.tokens))
     total = sum(Path(p + ".bin").stat().st_size // 2 for p in prefixes)
     print(f"corpus: {len(prefixes)} prefixes, {total:.3e} tokens ({time.perf_counter() - t:.1f} s)")
     servers = {"gcs": GcsServer, "s3": S3Server}
@@ -212,11 +194,11 @@ def main() -> None:
             urls = upload(server, prefixes)
             print(f"{name}: uploaded in {time.perf_counter() - t:.1f} s", flush=True)
             direct = server_request_rate(server, server.url, prefixes[0] + ".bin")
-            with FaultProxy(server.url) as proxy:
+            with ProxyProcess(server.url) as proxy:
                 proxied = server_request_rate(server, proxy.url, prefixes[0] + ".bin")
             rates.append((name, direct, proxied))
             for delay in [float(d) for d in args.delays.split(",")]:
-                with FaultProxy(server.url, delay / 1000) as proxy, server.pointed_at(proxy.url):
+                with ProxyProcess(server.url, delay / 1000) as proxy, server.pointed_at(proxy.url):
                     row = measure_jaxblend(urls, proxy, work, args)
                     row.update(server=name, delay=delay)
                     if name == "s3":

@@ -4,6 +4,8 @@
 
   --data_path                blend: "30 /d/a 70 /d/b", "/d/a", or an absl list 30,/d/a,70,/d/b
   --train_data_path, --valid_data_path, --test_data_path   per-split blends (instead of data_path)
+  --data_args_path           a file holding the --data_path blend (Megatron's)
+  --per_split_data_args_path a JSON file with the train/valid/test blends (Megatron's)
   --split                    "969,30,1"
   --seq_length               tokens per sample (required)
   --seed                     RandomState seed (1234)
@@ -11,6 +13,7 @@
   --add_extra_token_to_sequence, --drop_last_partial_validation_sequence   (both default True)
   --mid_level_dataset_surplus  (0.005)
   --data_cache_path          index-map cache: directory or bucket URL (--data_cache_wait)
+  --multiple_validation_sets, --full_validation   one validation set per valid-blend prefix
   --s3_endpoint, --s3_region, --storage_concurrency, --storage_retries, --storage_timeout
                              object-store access (`jaxblend.storage.ObjectStoreOptions`)
 
@@ -22,12 +25,14 @@ from __future__ import annotations
 
 from absl import flags
 
-from jaxblend import index
+from jaxblend import data_args, index
 from jaxblend.index import bucket_cache
 from jaxblend.storage import object_store
 
 _DEFINED = False
 _BLEND_FLAGS = ("train_data_path", "valid_data_path", "test_data_path")
+# Megatron-LM spells these as space-separated lists (`--data-path 0.3 /d/a 0.7 /d/b`).
+MEGATRON_NARGS = ("data_path", *_BLEND_FLAGS)
 
 
 def define_data_flags() -> None:
@@ -43,6 +48,14 @@ def define_data_flags() -> None:
     )
     for name in _BLEND_FLAGS:
         flags.DEFINE_list(name, None, f"Blend of the {name.split('_')[0]} split only.")
+    flags.DEFINE_string(
+        "data_args_path", None, "File holding the --data_path blend (whitespace-separated)."
+    )
+    flags.DEFINE_string(
+        "per_split_data_args_path",
+        None,
+        'JSON file {"train": [...], "valid": [...], "test": [...]} of per-split blends.',
+    )
     flags.DEFINE_string("split", "969,30,1", "train,valid,test proportions (with --data_path).")
     flags.DEFINE_integer("seq_length", None, "Tokens per sample S.")
     flags.DEFINE_integer("seed", 1234, "RandomState seed of every dataset and split.")
@@ -71,6 +84,14 @@ def define_data_flags() -> None:
         "data_cache_wait", 900.0,
         "Seconds a process waits for process 0 to publish the index maps to a bucket cache.",
         lower_bound=0.001,
+    )
+    flags.DEFINE_bool(
+        "multiple_validation_sets",
+        False,
+        "Each prefix of the validation blend is its own validation set (per-split blends only).",
+    )
+    flags.DEFINE_bool(
+        "full_validation", False, "With --multiple_validation_sets: one whole epoch of each set."
     )
     flags.DEFINE_string(
         "s3_endpoint", None,
@@ -121,10 +142,25 @@ def _blend(value: list[str] | None) -> tuple[str, ...] | None:
 
 
 def _blends_from_flags() -> tuple[tuple[str, ...] | None, tuple[tuple[str, ...] | None, ...]]:
-    """(--data_path blend, per-split blends), checked to be exactly one of the two forms."""
+    """(--data_path blend, per-split blends), checked to be exactly one of the two forms.
+
+    Megatron's data-args files (`--data_args_path`, `--per_split_data_args_path`) stand in for
+    `--data_path` and the per-split paths.
+    """
     fl = flags.FLAGS
     per_split = tuple(_blend(getattr(fl, name)) for name in _BLEND_FLAGS)
     blend = _blend(fl.data_path)
+    if fl.data_args_path:
+        if blend is not None:
+            raise ValueError("--data_args_path excludes --data_path")
+        blend = data_args.read_data_args(fl.data_args_path)
+    if fl.per_split_data_args_path:
+        if any(b is not None for b in per_split):
+            raise ValueError(
+                "--per_split_data_args_path excludes --train_data_path/--valid_data_path/"
+                "--test_data_path"
+            )
+        per_split = data_args.read_per_split_data_args(fl.per_split_data_args_path)
     if blend is not None and any(b is not None for b in per_split):
         raise ValueError(
             "--data_path excludes --train_data_path/--valid_data_path/--test_data_path"
@@ -148,7 +184,8 @@ def data_config_from_flags() -> index.GPTDataConfig:
     """The `GPTDataConfig` described by the data flags.
 
     Raises:
-      ValueError: missing --seq_length, no data path, or both --data_path and per-split paths.
+      ValueError: missing --seq_length, no data path, both --data_path and per-split paths, or an
+        unreadable data-args file.
     """
     fl = flags.FLAGS
     object_store.set_process_default(object_store_from_flags())

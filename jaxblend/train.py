@@ -173,10 +173,10 @@ def _train(watch) -> None:
     if fl.test_samples is None:
         fl.test_samples = 0
     train_source = _cli.source_from_flags("train")
-    valid_source = None
+    valid_sources = {}
     if eval_batches:
         try:
-            valid_source = _cli.source_from_flags("valid")
+            valid_sources = _cli.validation_sources_from_flags()
         except ValueError as err:
             logging.warning("no validation: %s", err)
     names = getattr(train_source, "dataset_names", ["mock"])
@@ -268,14 +268,18 @@ def _train(watch) -> None:
                     f"data-wait {100 * wait / elapsed:4.1f}%  samples {mix}", flush=True,
                 )
             window_start, window_wait, window_tokens = now, loader.wait_seconds, 0.0
-        if valid_source is not None and _EVAL_INTERVAL.value and done % _EVAL_INTERVAL.value == 0:
+        evaluate = bool(_EVAL_INTERVAL.value) and done % _EVAL_INTERVAL.value == 0
+        for vname, valid_source in valid_sources.items() if evaluate else ():
             vloader = make_loader(
                 valid_source, mesh, global_batch_size=b, batch_axes=batch_axes,
                 num_steps=min(eval_batches, len(valid_source) // b),
             )
             losses = [float(eval_step(params, vb)[0]) for vb in vloader]
+            if vname != "valid":  # one of --multiple_validation_sets
+                vname = f"{vname} ({os.path.basename(valid_source.dataset_names[0])})"
             if losses and jax.process_index() == 0:
-                print(f"step {done:5d}  validation loss {np.mean(losses):.4f}", flush=True)
+                label = "validation" if vname == "valid" else f"validation {vname}"
+                print(f"step {done:5d}  {label} loss {np.mean(losses):.4f}", flush=True)
         preempt = preemption.reached(done)
         if preempt or (_SAVE_INTERVAL.value and (done % _SAVE_INTERVAL.value == 0 or done == iters)):
             ckpt.save(

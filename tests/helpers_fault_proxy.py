@@ -16,16 +16,32 @@ read needed. Used by the storage tests and `benchmarks/object_store.py`.
 
 from __future__ import annotations
 
+import argparse
 import http.client
 import http.server
+import json
+import subprocess
+import sys
 import threading
 import time
 import urllib.parse
+import urllib.request
+from typing import Self
 
+_CONTROL = "/__faultproxy__/"
 _HOP_BY_HOP = {
     "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailers",
     "transfer-encoding", "upgrade",
 }
+
+
+class _QuietServer(http.server.ThreadingHTTPServer):
+    """Clients that hang up mid-answer (a timed-out read, a closed test) are not errors here."""
+
+    request_queue_size = 1024  # a client opens dozens of connections at once; 5 drops SYNs
+
+    def handle_error(self, request, client_address) -> None:
+        return
 
 
 class FaultProxy:
@@ -47,7 +63,7 @@ class FaultProxy:
         self._drop = 0
         self._running = threading.Event()
         self._running.set()
-        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
+        self._server = _QuietServer(("127.0.0.1", 0), self._handler_class())
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
@@ -89,7 +105,7 @@ class FaultProxy:
         self._server.shutdown()
         self._server.server_close()
 
-    def __enter__(self) -> FaultProxy:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -110,11 +126,15 @@ class FaultProxy:
 
         class Handler(http.server.BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # else headers and body meet delayed ACKs (40 ms)
 
             def log_message(self, *args: object) -> None:  # quiet
                 return
 
             def _forward(self) -> None:
+                if self.path.startswith(_CONTROL):
+                    self._control()
+                    return
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else None
                 status, drop = proxy._next_fault()
@@ -158,6 +178,17 @@ class FaultProxy:
                 if self.command != "HEAD":
                     self.wfile.write(data)
 
+            def _control(self) -> None:
+                command = self.path[len(_CONTROL):]
+                if command == "reset":
+                    proxy.reset()
+                payload = json.dumps({"requests": proxy.requests}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
             def _upstream(self) -> http.client.HTTPConnection:
                 conn = getattr(self, "_conn", None)
                 if conn is None:
@@ -170,3 +201,127 @@ class FaultProxy:
             do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = do_PATCH = _forward
 
         return Handler
+
+
+class ProxyProcess:
+    """A latency proxy with a fixed delay in a process of its own, for benchmarks.
+
+    By default a byte relay (asyncio): each request (an HTTP request line arriving from the
+    client) waits `delay` seconds before it is passed upstream, answers flow back untouched. It
+    costs far less per request than the HTTP-parsing `FaultProxy`, whose faults benchmarks do not
+    need; `relay=False` runs a `FaultProxy` instead. Its Python work does not compete with the
+    measured process for the GIL.
+
+    Args:
+      upstream: base URL of the real server.
+      delay: seconds added before forwarding each request.
+      relay: byte relay (True) or HTTP-parsing `FaultProxy` (False).
+    """
+
+    def __init__(self, upstream: str, delay: float = 0.0, relay: bool = True):
+        self._process = subprocess.Popen(
+            [sys.executable, __file__, "--upstream", upstream, "--delay", str(delay)]
+            + (["--relay"] if relay else []),
+            stdout=subprocess.PIPE, text=True,
+        )
+        line = self._process.stdout.readline().strip()
+        if not line.startswith("http://"):
+            self._process.kill()
+            raise RuntimeError(f"fault proxy for {upstream} did not start: {line!r}")
+        self.url = line
+
+    @property
+    def requests(self) -> int:
+        """Requests forwarded (or faulted) since the start or the last `reset()`."""
+        return self._call("requests")
+
+    def reset(self) -> None:
+        """Zeroes the request count."""
+        self._call("reset")
+
+    def _call(self, command: str) -> int:
+        with urllib.request.urlopen(self.url + _CONTROL + command, timeout=10) as r:
+            return json.load(r)["requests"]
+
+    def close(self) -> None:
+        self._process.terminate()
+        self._process.wait(10)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+_METHODS = (b"GET ", b"PUT ", b"POST ", b"HEAD ", b"DELETE ", b"PATCH ")
+
+
+async def _relay(upstream: str, delay: float, ready) -> None:
+    """A TCP relay adding `delay` before each request goes upstream (see `LatencyRelay`)."""
+    import asyncio
+
+    parsed = urllib.parse.urlparse(upstream)
+    state = {"requests": 0}
+
+    async def pump(reader, writer, delayed: bool) -> None:
+        try:
+            while data := await reader.read(1 << 16):
+                if delayed and data.startswith(_METHODS):
+                    state["requests"] += 1
+                    if delay:
+                        await asyncio.sleep(delay)
+                writer.write(data)
+                await writer.drain()
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            writer.close()
+
+    async def serve(reader, writer) -> None:
+        head = await reader.read(1 << 16)
+        if head.startswith(b"GET " + _CONTROL.encode()):
+            if b"reset" in head.split(b" ", 2)[1]:
+                state["requests"] = 0
+            body = json.dumps({"requests": state["requests"]}).encode()
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n"
+                         b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+            await writer.drain()
+            writer.close()
+            return
+        up_reader, up_writer = await asyncio.open_connection(parsed.hostname, parsed.port)
+        if head:
+            if head.startswith(_METHODS):
+                state["requests"] += 1
+                if delay:
+                    await asyncio.sleep(delay)
+            up_writer.write(head)
+        await asyncio.gather(pump(reader, up_writer, True), pump(up_reader, writer, False))
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0, backlog=1024)
+    ready(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}")
+    async with server:
+        await server.serve_forever()
+
+
+def _main() -> None:
+    parser = argparse.ArgumentParser(description="Latency proxy on loopback (prints its URL).")
+    parser.add_argument("--upstream", required=True)
+    parser.add_argument("--delay", type=float, default=0.0)
+    parser.add_argument("--relay", action="store_true", help="byte relay (fast, latency only)")
+    args = parser.parse_args()
+    if args.relay:
+        import asyncio
+
+        asyncio.run(_relay(args.upstream, args.delay, lambda url: print(url, flush=True)))
+        return
+    proxy = FaultProxy(args.upstream, args.delay)
+    print(proxy.url, flush=True)
+    try:
+        proxy._thread.join()
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    _main()

@@ -41,7 +41,7 @@ class DatasetInfo:
       ValueError: on a bad fingerprint or, when given or loaded, malformed arrays.
     """
 
-    __slots__ = ("name", "fingerprint", "_lengths", "_documents")
+    __slots__ = ("_documents", "_lengths", "fingerprint", "name")
 
     def __init__(
         self,

@@ -27,7 +27,7 @@ import numpy as np
 import tqdm
 from absl import logging
 
-from jaxblend.index import blend_index, blend_spec, bucket_cache, cache, gpt
+from jaxblend.index import blend_index, blend_spec, bucket_cache, cache, gpt, megatron_cache
 from jaxblend.index import split as split_lib
 from jaxblend.index.config import DatasetInfo, GPTDataConfig
 from jaxblend.index.split_plan import SplitPlan
@@ -262,7 +262,9 @@ def build_data_plan(
         cached = _load_cached(config, cache_dir, entries, verify, prefixes, wanted)
         if cached is not None:
             return DataPlan(config, tuple(prefixes), key, cached[0], cached[1], wanted)
-    arrays, meta = _build_arrays(config, specs, prefixes, info_by_prefix)
+    # Megatron-Core's own cache is a local directory; a bucket cache holds only jaxblend's entries.
+    megatron = megatron_cache.MegatronCache(cache_dir) if cache_dir and not remote else None
+    arrays, meta = _build_arrays(config, specs, prefixes, info_by_prefix, megatron or None)
     path = None
     if cache_dir:
         path = cache.save(cache_dir, entry, arrays, meta)
@@ -348,6 +350,7 @@ def _build_arrays(
     specs: list[_SplitSpec | None],
     prefixes: list[str],
     infos: dict[str, DatasetInfo],
+    megatron: megatron_cache.MegatronCache | None = None,
 ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     for p in prefixes:
         _check_has_tokens(p, infos[p])
@@ -363,7 +366,9 @@ def _build_arrays(
     for spec in specs:
         if spec is None:
             continue
-        arrays.update(_build_split(config, spec, infos, max_lengths, position, meta["splits"]))
+        arrays.update(
+            _build_split(config, spec, infos, max_lengths, position, meta["splits"], megatron)
+        )
     return arrays, meta
 
 
@@ -374,6 +379,7 @@ def _build_split(
     max_lengths: dict[str, int],
     position: dict[str, int],
     meta_out: dict[str, Any],
+    megatron: megatron_cache.MegatronCache | None = None,
 ) -> dict[str, np.ndarray]:
     drop_last = not (spec.name == "valid" and not config.drop_last_partial_validation_sequence)
     surplus = float(config.mid_level_dataset_surplus)
@@ -397,6 +403,21 @@ def _build_split(
     for prefix, request in zip(spec.prefixes, requests):
         info = infos[prefix]
         documents = split_lib.split_indices(spec.bookend, info.num_sequences)
+        if megatron is not None:
+            found, why = megatron.load_gpt_maps(
+                megatron_cache.Request(
+                    prefix, spec.name, request, config.seq_length, config.seed, spec.bookend,
+                    documents, info.sequence_lengths, config.add_extra_token_to_sequence,
+                    drop_last,
+                )
+            )
+            if why:
+                logging.warning("%s; building them instead", why)
+            if found is not None:
+                logging.info("using Megatron's cached %s maps of %s", spec.name, prefix)
+                maps.append(found)
+                progress.update(1)
+                continue
         maps.append(
             gpt.build_gpt_index_maps(
                 info.sequence_lengths,

@@ -31,7 +31,7 @@ class Piece(NamedTuple):
 
 @dataclasses.dataclass(frozen=True)
 class Spans:
-    """All non-empty pieces of a batch of samples, row order then piece order.
+    """All non-empty (or all) pieces of a batch of samples, row order then piece order.
 
     Attributes:
       row: int64, position of the sample in the `sample_ids` argument.
@@ -81,6 +81,7 @@ def _spans_kernel(
     lengths,
     length_offsets,
     extra,
+    keep_empty,
 ):  # pragma: no cover
     k = sample_ids.shape[0]
     ds, local = _resolve(sample_ids, blended, dataset_index, dataset_sample_index)
@@ -114,12 +115,12 @@ def _spans_kernel(
             start = begin_off[r] if p == begin[r] else 0
             stop = end_off[r] + extra if p == end[r] else size
             stop = min(stop, size)
-            if stop > start:
+            if stop > start or keep_empty:
                 out_row[m] = r
                 out_ds[m] = d
                 out_seq[m] = seq
                 out_off[m] = start
-                out_len[m] = stop - start
+                out_len[m] = max(stop - start, 0)
                 m += 1
     return out_row[:m], out_ds[:m], out_seq[:m], out_off[:m], out_len[:m]
 
@@ -261,11 +262,13 @@ class SplitPlan:
             return np.zeros(ids.shape[0], dtype=np.int32)
         return np.asarray(self._dataset_index[ids], dtype=np.int32)
 
-    def spans(self, sample_ids: np.ndarray) -> Spans:
+    def spans(self, sample_ids: np.ndarray, keep_empty: bool = False) -> Spans:
         """All pieces of the given samples (one compiled call; the loader's hot path).
 
         Args:
           sample_ids: int64 sample ids in `[0, len(self))`.
+          keep_empty: also return empty pieces (a sample starting at the very end of a document
+            has one), as Megatron counts them among a sample's documents.
 
         Returns:
           `Spans`; the pieces of a row hold at most `window` tokens, fewer when the dataset ran
@@ -292,6 +295,7 @@ class SplitPlan:
             self._lengths,
             self._length_offsets,
             np.int64(1 if self.add_extra_token else 0),
+            keep_empty,
         )
         return Spans(row=row, dataset=ds, sequence=seq, offset=off, length=length)
 

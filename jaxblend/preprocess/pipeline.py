@@ -36,7 +36,7 @@ from absl import logging
 
 from jaxblend import storage
 from jaxblend._pause import pause_point
-from jaxblend.preprocess import layout, readers, worker
+from jaxblend.preprocess import layout, readers, sentences, worker
 from jaxblend.preprocess import tokenizers as tok_lib
 
 Progress = Callable[[int, int, int], None]
@@ -53,7 +53,7 @@ class PreprocessConfig:
       json_keys: Fields to tokenize, one output dataset per key (``.txt`` documents have ``text``).
       tokenizer: Tokenizer description.
       append_eod: Append the EOD id to every document.
-      split_sentences: One sequence per sentence (built-in splitter); level becomes ``sentence``.
+      split_sentences: One sequence per sentence (``sentence_splitter``); level becomes ``sentence``.
       text_mode: ``line`` (one document per line) or ``file`` (one per file) for ``.txt`` inputs.
       workers: Worker processes for the local engine (0 = all cores).
       partitions: Number of partitions (0 = one per 32 MiB of input, at least 8).
@@ -63,6 +63,11 @@ class PreprocessConfig:
       max_document_chars: Drop documents longer than this many characters (0 = no limit).
       overwrite: Discard an earlier run into the same output prefix made with different settings.
       progress: Show a tqdm progress bar.
+      drop_empty: Drop records with a key whose text has no tokens (counted as ``empty``); by
+        default they are kept as documents with zero sequences, as Megatron-LM does.
+      sentence_splitter: ``punkt`` (NLTK, as Megatron-LM) or ``builtin``.
+      lang: Punkt language (Megatron's ``--lang``).
+      keep_newlines: Keep newlines between sentences (Megatron's ``--keep-newlines``, Punkt only).
     """
 
     input: tuple[str, ...]
@@ -80,6 +85,10 @@ class PreprocessConfig:
     max_document_chars: int = 0
     overwrite: bool = False
     progress: bool = True
+    drop_empty: bool = False
+    sentence_splitter: str = sentences.PUNKT
+    lang: str = "english"
+    keep_newlines: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.input, str):
@@ -107,6 +116,12 @@ class PreprocessConfig:
             raise ValueError(f"partitions={self.partitions} must be >= 0 (0 = automatic)")
         if self.log_interval < 0:
             raise ValueError(f"log_interval={self.log_interval} must be >= 0")
+        if self.sentence_splitter not in sentences.SPLITTERS:
+            raise ValueError(
+                f"sentence_splitter={self.sentence_splitter!r} must be one of {sentences.SPLITTERS}"
+            )
+        if self.keep_newlines and not self.split_sentences:
+            raise ValueError("keep_newlines applies only with split_sentences")
         if self.on_error not in worker.ON_ERROR:
             raise ValueError(f"on_error={self.on_error!r} must be one of {worker.ON_ERROR}")
         if self.max_document_chars < 0:
@@ -169,7 +184,8 @@ class PreprocessResult:
         for key, c in self.keys.items():
             where = self.outputs.get(key) or f"{len(self.parts.get(key, []))} parts"
             lines.append(
-                f"  {key}: {c['documents']:,} documents, {c['sequences']:,} sequences, "
+                f"  {key}: {c['documents']:,} documents ({c.get('empty_documents', 0):,} empty), "
+                f"{c['sequences']:,} sequences, "
                 f"{c['tokens']:,} tokens, {c['bytes']:,} bytes -> {where}"
             )
         total = sum(d["count"] for d in self.dropped.values())
@@ -320,6 +336,10 @@ def _settings(
         "dtype": dtype.name,
         "append_eod": config.append_eod,
         "split_sentences": config.split_sentences,
+        "sentence_splitter": config.sentence_splitter if config.split_sentences else None,
+        "lang": config.lang if config.split_sentences else None,
+        "keep_newlines": config.keep_newlines,
+        "drop_empty": config.drop_empty,
         "max_document_chars": config.max_document_chars,
         "partitions_requested": config.partitions,
         "partitions": [[dataclasses.asdict(p) for p in part.pieces] for part in plan],
@@ -377,12 +397,13 @@ def _aggregate(
 ) -> tuple[int, int, dict[str, dict[str, int]], dict[str, dict[str, Any]]]:
     records = sum(r["records"] for r in results)
     input_bytes = sum(r["input_bytes"] for r in results)
-    counts = {k: {"documents": 0, "sequences": 0, "tokens": 0, "bytes": 0} for k in keys}
+    fields = ("documents", "empty_documents", "sequences", "tokens")
+    counts = {k: {**dict.fromkeys(fields, 0), "bytes": 0} for k in keys}
     dropped: dict[str, dict[str, Any]] = {}
     for r in results:
         for k in keys:
-            for f in ("documents", "sequences", "tokens"):
-                counts[k][f] += r["keys"][k][f]
+            for f in fields:
+                counts[k][f] += r["keys"][k].get(f, 0)
         for reason, d in r["dropped"].items():
             agg = dropped.setdefault(reason, {"count": 0, "examples": []})
             agg["count"] += d["count"]
@@ -425,6 +446,8 @@ def preprocess(config: PreprocessConfig, engine: Engine | None = None) -> Prepro
     t0 = time.perf_counter()
     files = readers.resolve_inputs(config.input)
     config.tokenizer.check_files()
+    if config.split_sentences:
+        worker.splitter_for(config.sentence_splitter, config.lang, config.keep_newlines)
     tokenizer = worker.tokenizer_for(config.tokenizer)  # loaded once; reused by in-process workers
     if config.append_eod and tokenizer.eod is None:
         raise tok_lib.TokenizerError(
@@ -476,6 +499,10 @@ def preprocess(config: PreprocessConfig, engine: Engine | None = None) -> Prepro
         dtype=dtype.name,
         parts_dir=parts,
         level=level,
+        drop_empty=config.drop_empty,
+        sentence_splitter=config.sentence_splitter,
+        lang=config.lang,
+        keep_newlines=config.keep_newlines,
     )
     done = {
         p.index for p in plan if layout.read_done_marker(parts, p.index, keys, level) is not None

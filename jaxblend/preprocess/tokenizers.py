@@ -40,6 +40,9 @@ HUGGINGFACE = "HuggingFaceTokenizer"
 GPT2BPE = "GPT2BPETokenizer"
 SENTENCEPIECE = "SentencePieceTokenizer"
 TIKTOKEN = "TikTokenizer"
+GPT_SENTENCEPIECE = "GPTSentencePieceTokenizer"
+LLAMA2 = "Llama2Tokenizer"
+NULL = "NullTokenizer"
 
 _ALIASES = {
     "byte": BYTE,
@@ -54,9 +57,32 @@ _ALIASES = {
     "sentencepiecetokenizer": SENTENCEPIECE,
     "tiktoken": TIKTOKEN,
     "tiktokenizer": TIKTOKEN,
+    "gptsentencepiecetokenizer": GPT_SENTENCEPIECE,
+    "llama2tokenizer": LLAMA2,
+    "nulltokenizer": NULL,
+    "null": NULL,
 }
 
-TOKENIZER_TYPES = (BYTE, HUGGINGFACE, GPT2BPE, SENTENCEPIECE, TIKTOKEN)
+TOKENIZER_TYPES = (
+    BYTE,
+    HUGGINGFACE,
+    GPT2BPE,
+    SENTENCEPIECE,
+    GPT_SENTENCEPIECE,
+    LLAMA2,
+    TIKTOKEN,
+    NULL,
+)
+_SENTENCEPIECE_TYPES = (SENTENCEPIECE, GPT_SENTENCEPIECE, LLAMA2)
+
+# What a directory given as --tokenizer_model is searched for, per type, first found wins.
+_MODEL_FILES_IN_DIR = {
+    HUGGINGFACE: ("tokenizer.json",),
+    SENTENCEPIECE: ("tokenizer.model",),
+    GPT_SENTENCEPIECE: ("tokenizer.model",),
+    LLAMA2: ("tokenizer.model",),
+    TIKTOKEN: ("tokenizer.json", "tokenizer.tiktoken"),
+}
 
 # Pre-tokenization regexes for tiktoken BPE files (the file holds only the merge ranks).
 TIKTOKEN_PATTERNS = {
@@ -114,14 +140,22 @@ class TokenizerSpec:
       model: The model file (HF ``tokenizer.json``, SentencePiece ``.model``, tiktoken ranks).
       vocab_file: HF ``tokenizer.json`` (alternative to ``model``) or GPT-2 ``vocab.json``.
       merge_file: GPT-2 ``merges.txt``.
-      tiktoken_pattern: ``gpt2``, ``cl100k`` or a literal regex, for ``TikTokenizer``.
+      tiktoken_pattern: for ``TikTokenizer``: ``v1``/``v2`` (Megatron's patterns, JSON vocabulary;
+        default ``v2``) or ``gpt2``/``cl100k``/a literal regex (base64 ranks file; default
+        ``cl100k``).
+      tiktoken_num_special_tokens: ids reserved before the vocabulary (Megatron's TikTokenizer).
+      tiktoken_special_tokens: the first special tokens (default Megatron's seven).
+      vocab_size: vocabulary size of ``NullTokenizer``.
     """
 
     type: str = BYTE
     model: str | None = None
     vocab_file: str | None = None
     merge_file: str | None = None
-    tiktoken_pattern: str = "cl100k"
+    tiktoken_pattern: str | None = None
+    tiktoken_num_special_tokens: int = 1000
+    tiktoken_special_tokens: tuple[str, ...] = ()
+    vocab_size: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "type", canonical_type(self.type))
@@ -135,18 +169,36 @@ class TokenizerSpec:
                 f"tokenizer_type={self.type} needs --vocab_file (vocab.json) and --merge_file "
                 "(merges.txt)"
             )
-        if self.type in (SENTENCEPIECE, TIKTOKEN) and not self.model:
+        if self.type in (*_SENTENCEPIECE_TYPES, TIKTOKEN) and not self.model:
             raise TokenizerError(f"tokenizer_type={self.type} needs --tokenizer_model")
+        if self.type == NULL and (self.vocab_size is None or self.vocab_size <= 0):
+            raise TokenizerError(f"tokenizer_type={self.type} needs --vocab_size > 0")
+
+    def model_file(self) -> str | None:
+        """The model file; a directory ``--tokenizer_model`` resolves to the file it holds.
+
+        Raises:
+          TokenizerError: a directory holds none of the files this type reads.
+        """
+        path = self.model or (self.vocab_file if self.type == HUGGINGFACE else None)
+        if path is None or not os.path.isdir(path):
+            return path
+        names = _MODEL_FILES_IN_DIR.get(self.type, ())
+        for name in names:
+            if os.path.isfile(os.path.join(path, name)):
+                return os.path.join(path, name)
+        raise TokenizerError(
+            f"--tokenizer_model {path!r} is a directory without "
+            f"{' or '.join(names) or 'a model file'} ({self.type}); pass the file itself"
+        )
 
     def files(self) -> list[str]:
         """Returns the files this tokenizer is loaded from (possibly empty)."""
-        if self.type == BYTE:
+        if self.type in (BYTE, NULL):
             return []
-        if self.type == HUGGINGFACE:
-            return [self.model or self.vocab_file]  # type: ignore[list-item]
         if self.type == GPT2BPE:
             return [self.vocab_file, self.merge_file]  # type: ignore[list-item]
-        return [self.model]  # type: ignore[list-item]
+        return [self.model_file()]  # type: ignore[list-item]
 
     def check_files(self) -> None:
         """Checks that every tokenizer file exists and is readable.
@@ -170,6 +222,10 @@ class TokenizerSpec:
         out: dict[str, object] = {"type": self.type}
         if self.type == TIKTOKEN:
             out["tiktoken_pattern"] = self.tiktoken_pattern
+            out["tiktoken_num_special_tokens"] = self.tiktoken_num_special_tokens
+            out["tiktoken_special_tokens"] = list(self.tiktoken_special_tokens)
+        if self.type in (TIKTOKEN, NULL):
+            out["vocab_size"] = self.vocab_size
         digests = []
         for path in self.files():
             h = hashlib.sha256()
@@ -177,6 +233,14 @@ class TokenizerSpec:
                 for chunk in iter(lambda: f.read(1 << 20), b""):
                     h.update(chunk)
             digests.append({"path": os.path.abspath(path), "sha256": h.hexdigest()})
+        if self.type == HUGGINGFACE:  # the model directory's JSON names the special tokens
+            directory = os.path.dirname(os.path.abspath(self.files()[0]))
+            for name in HF_CONFIG_FILES:
+                path = os.path.join(directory, name)
+                if os.path.isfile(path):
+                    with open(path, "rb") as f:
+                        digest = hashlib.sha256(f.read()).hexdigest()
+                    digests.append({"path": path, "sha256": digest})
         out["files"] = digests
         return out
 
@@ -261,12 +325,48 @@ class _VocabSpecials:
         self.eod = self.eos if self.eos is not None else (self.sep if eod_fallback_sep else None)
 
 
+HF_CONFIG_FILES = ("tokenizer_config.json", "special_tokens_map.json")
+
+
+def configured_special_tokens(directory: str) -> dict[str, str]:
+    """Special token strings named by a Hugging Face model directory's JSON configuration.
+
+    Reads ``tokenizer_config.json`` then ``special_tokens_map.json`` (later wins); values are strings
+    or ``{"content": ...}`` objects. Returns ``{"eos": "</s>", ...}`` for what is named.
+
+    Raises:
+      TokenizerError: a present file is not valid JSON.
+    """
+    import json
+
+    out: dict[str, str] = {}
+    for name in HF_CONFIG_FILES:
+        path = os.path.join(directory, name)
+        if not os.path.isfile(path):
+            continue
+        try:
+            with open(path, encoding="utf-8") as f:
+                data = json.load(f)
+        except ValueError as e:
+            raise TokenizerError(f"{path}: not valid JSON ({e})") from e
+        for special in ("eos", "bos", "pad", "mask", "cls", "sep"):
+            value = data.get(f"{special}_token") if isinstance(data, dict) else None
+            if isinstance(value, dict):
+                value = value.get("content")
+            if isinstance(value, str):
+                out[special] = value
+    return out
+
+
 class HuggingFaceTokenizer(_VocabSpecials):
     """A Hugging Face ``tokenizers`` JSON file; batched encoding via ``encode_batch_fast``.
 
     Special ids are found by token string: eos ``<|endoftext|>``/``</s>``/``<eos>``..., bos ``<s>``...,
     pad ``<pad>``/``[PAD]``, mask ``<mask>``/``[MASK]``, cls ``[CLS]``, sep ``[SEP]``; eod = eos, or sep
-    when there is no eos (BERT-style WordPiece, as Megatron does). Special tokens are not added by the
+    when there is no eos (BERT-style WordPiece, as Megatron does). When ``tokenizer_config.json`` or
+    ``special_tokens_map.json`` sit next to the file (a Hugging Face model directory), their
+    ``eos_token``, ``bos_token``, ``pad_token``... name the special tokens instead, as they do for
+    Megatron's ``HuggingFaceTokenizer`` (eod = eos). Special tokens are not added by the
     post-processor (``add_special_tokens=False``).
     """
 
@@ -281,6 +381,13 @@ class HuggingFaceTokenizer(_VocabSpecials):
             raise TokenizerError(f"cannot load Hugging Face tokenizer {path!r}: {e}") from e
         self.vocab_size = int(self._tok.get_vocab_size(with_added_tokens=True))
         self._init_specials(self._tok.token_to_id)
+        configured = configured_special_tokens(os.path.dirname(os.path.abspath(path)))
+        for name, token in configured.items():
+            tid = self._tok.token_to_id(token)
+            if tid is not None:
+                setattr(self, name, int(tid))
+        if "eos" in configured and self._tok.token_to_id(configured["eos"]) is not None:
+            self.eod = self.eos
 
     @property
     def _encode_batch(self):
@@ -447,6 +554,158 @@ class TikTokenizer:
         return self._enc.decode([int(i) for i in ids])
 
 
+# Megatron's TikTokenizer: its pre-tokenizer patterns and the special tokens every vocabulary has.
+MEGATRON_TIKTOKEN_PATTERNS = {
+    "v1": r"[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+",
+    "v2": (
+        r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+"
+        r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*"
+        r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+    ),
+}
+MEGATRON_TIKTOKEN_SPECIALS = ("<unk>", "<s>", "</s>", "<mask>", "<pad>", "<cls>", "<sep>")
+
+
+def read_tiktoken_json(path: str, limit: int, shift: int) -> dict[bytes, int]:
+    """Reads Megatron's tiktoken vocabulary: a JSON list of ``{rank, token_bytes, token_str}``.
+
+    Args:
+      path: The ``.json`` file.
+      limit: Keep the first ``limit`` entries.
+      shift: Added to every rank (ids below it are the special tokens).
+
+    Raises:
+      TokenizerError: The file is not such a list (names the file and the entry).
+    """
+    import json
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            vocab = json.load(f)
+    except ValueError as e:
+        raise TokenizerError(f"tiktoken vocabulary {path!r} is not JSON: {e}") from e
+    if not isinstance(vocab, list):
+        raise TokenizerError(f"tiktoken vocabulary {path!r} must be a JSON list of entries")
+    ranks: dict[bytes, int] = {}
+    for i, entry in enumerate(vocab[:limit]):
+        try:
+            if entry["rank"] != i:
+                raise ValueError(f"rank {entry['rank']} at position {i}")
+            ranks[base64.b64decode(entry["token_bytes"], validate=True)] = i + shift
+        except (KeyError, TypeError, ValueError) as e:
+            raise TokenizerError(f"{path}: vocabulary entry {i} is malformed: {e}") from e
+    return ranks
+
+
+class MegatronTikTokenizer:
+    """Megatron-Core's ``TikTokenizer``: JSON vocabulary, ids shifted by the special tokens.
+
+    Ids ``0 .. num_special_tokens - 1`` are the special tokens (``special_tokens`` then
+    ``<SPECIAL_i>`` fillers); vocabulary entry ``r`` has id ``r + num_special_tokens``; the
+    vocabulary is cut to ``vocab_size - num_special_tokens`` entries. eod = eos = ``</s>``. Special
+    token strings inside the text are encoded as their ids, as Megatron does.
+    """
+
+    name = TIKTOKEN
+
+    def __init__(
+        self,
+        path: str,
+        pattern: str | None = "v2",
+        num_special_tokens: int = 1000,
+        special_tokens: Sequence[str] = (),
+        vocab_size: int | None = None,
+    ) -> None:
+        import tiktoken
+
+        pattern = pattern or "v2"
+        if pattern not in MEGATRON_TIKTOKEN_PATTERNS:
+            raise TokenizerError(
+                f"--tiktoken_pattern={pattern!r}: a tiktoken JSON vocabulary takes v1 or v2"
+            )
+        specials = list(special_tokens) or list(MEGATRON_TIKTOKEN_SPECIALS)
+        missing = [t for t in MEGATRON_TIKTOKEN_SPECIALS if t not in specials]
+        if missing or len(set(specials)) != len(specials):
+            raise TokenizerError(
+                f"--tiktoken_special_tokens must be unique and include {MEGATRON_TIKTOKEN_SPECIALS}"
+            )
+        vocab_size = vocab_size or 2**17
+        if not len(specials) <= num_special_tokens < vocab_size:
+            raise TokenizerError(
+                f"need len(special tokens)={len(specials)} <= --tiktoken_num_special_tokens="
+                f"{num_special_tokens} < --vocab_size={vocab_size}"
+            )
+        specials += [f"<SPECIAL_{i}>" for i in range(len(specials), num_special_tokens)]
+        ranks = read_tiktoken_json(path, vocab_size - num_special_tokens, num_special_tokens)
+        if len(ranks) != vocab_size - num_special_tokens:
+            raise TokenizerError(
+                f"tiktoken vocabulary {path!r} has {len(ranks)} distinct entries; --vocab_size="
+                f"{vocab_size} with {num_special_tokens} special tokens needs "
+                f"{vocab_size - num_special_tokens}"
+            )
+        try:
+            self._enc = tiktoken.Encoding(
+                name=os.path.basename(os.path.dirname(os.path.abspath(path))),
+                pat_str=MEGATRON_TIKTOKEN_PATTERNS[pattern],
+                mergeable_ranks=ranks,
+                special_tokens={t: i for i, t in enumerate(specials)},
+            )
+        except Exception as e:
+            raise TokenizerError(f"cannot build tiktoken encoding from {path!r}: {e}") from e
+        index = {t: i for i, t in enumerate(specials)}
+        self.vocab_size = vocab_size
+        self.bos = index["<s>"]
+        self.eos = self.eod = index["</s>"]
+        self.pad = index["<pad>"]
+        self.mask = index["<mask>"]
+        self.cls = index["<cls>"]
+        self.sep = index["<sep>"]
+
+    def tokenize(self, text: str) -> np.ndarray:
+        """Returns the ids of ``text`` (special-token strings become their ids)."""
+        return np.asarray(self._enc.encode(text, allowed_special="all"), dtype=np.int64)
+
+    def tokenize_batch(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Returns ``(flat_ids, lengths)``."""
+        return _flatten([self._enc.encode(t, allowed_special="all") for t in texts])
+
+    def detokenize(self, ids: Sequence[int] | np.ndarray) -> str:
+        """Decodes ids to text."""
+        return self._enc.decode([int(i) for i in ids])
+
+
+class NullTokenizer:
+    """Megatron's ``NullTokenizer``: the text is space-separated integer ids; eod = vocab_size.
+
+    ``vocab_size`` is the ``--vocab_size`` flag + 1 (the EOD id), as in Megatron. An empty text is
+    not a list of integers: Megatron fails on it; here it is a tokenizer error for that record.
+    """
+
+    name = NULL
+    pad = None
+    bos = None
+    eos = None
+    mask = None
+    cls = None
+    sep = None
+
+    def __init__(self, vocab_size: int) -> None:
+        self.eod = int(vocab_size)
+        self.vocab_size = int(vocab_size) + 1
+
+    def tokenize(self, text: str) -> np.ndarray:
+        """Returns ``int(x)`` for every space-separated field of ``text``."""
+        return np.asarray([int(x) for x in text.split(" ")], dtype=np.int64)
+
+    def tokenize_batch(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Returns ``(flat_ids, lengths)``."""
+        return _flatten([self.tokenize(t) for t in texts])
+
+    def detokenize(self, ids: Sequence[int] | np.ndarray) -> str:
+        """Joins the ids with spaces."""
+        return " ".join(str(int(i)) for i in ids)
+
+
 def load_tokenizer(spec: TokenizerSpec) -> Tokenizer:
     """Loads the tokenizer a spec describes.
 
@@ -462,10 +721,23 @@ def load_tokenizer(spec: TokenizerSpec) -> Tokenizer:
     spec.check_files()
     if spec.type == BYTE:
         return ByteTokenizer()
+    if spec.type == NULL:
+        return NullTokenizer(spec.vocab_size)  # type: ignore[arg-type]
+    model = spec.model_file()
     if spec.type == HUGGINGFACE:
-        return HuggingFaceTokenizer(spec.model or spec.vocab_file)  # type: ignore[arg-type]
+        return HuggingFaceTokenizer(model)  # type: ignore[arg-type]
     if spec.type == GPT2BPE:
         return GPT2BPETokenizer(spec.vocab_file, spec.merge_file)  # type: ignore[arg-type]
-    if spec.type == SENTENCEPIECE:
-        return SentencePieceTokenizer(spec.model)  # type: ignore[arg-type]
-    return TikTokenizer(spec.model, spec.tiktoken_pattern)  # type: ignore[arg-type]
+    if spec.type in _SENTENCEPIECE_TYPES:
+        tok = SentencePieceTokenizer(model)  # type: ignore[arg-type]
+        tok.name = spec.type
+        return tok
+    if model.endswith(".json"):  # type: ignore[union-attr]
+        return MegatronTikTokenizer(
+            model,  # type: ignore[arg-type]
+            spec.tiktoken_pattern,
+            spec.tiktoken_num_special_tokens,
+            spec.tiktoken_special_tokens,
+            spec.vocab_size,
+        )
+    return TikTokenizer(model, spec.tiktoken_pattern or "cl100k")  # type: ignore[arg-type]

@@ -1,15 +1,18 @@
 """Tokenizes one partition into partial datasets: the unit of work of every engine.
 
 :func:`process_partition` reads a partition's records, validates them (malformed JSON, non-UTF-8
-bytes, missing key, non-string value, empty or oversize documents, tokenizer failures), tokenizes the
-good documents in batches, writes one partial dataset per output key through
-:class:`jaxblend.storage.IndexedDatasetBuilder` (temporary names, renamed when complete) and finally
-writes the partition's done marker (see :mod:`jaxblend.preprocess.layout`). The local process pool
-and the Apache Beam pipeline both call this function, so they produce byte-identical parts.
+bytes, missing key, wrong value type, oversize documents, tokenizer failures), tokenizes them in
+batches, writes one partial dataset per output key through
+:class:`jaxblend.storage.IndexedDatasetBuilder` (temporary names, renamed when complete) and finally writes the partition's done marker (see
+:mod:`jaxblend.preprocess.layout`). The local process pool and the Apache Beam pipeline both call
+this function, so they produce byte-identical parts.
 
-Per document: tokenize the text whole (or each sentence, one sequence per sentence, with
-``split_sentences``; sentences without tokens are skipped), then append the EOD id to the last
-sequence with ``append_eod``. Documents with no tokens are dropped as ``empty``.
+Per record and key, Megatron-LM's ``preprocess_data.py`` rules (docs/preprocessing.md): the value is
+a string (one piece; with ``split_sentences`` one piece per sentence) or a list of strings (one
+piece per item); every piece with at least one token becomes a sequence; with ``append_eod`` the EOD
+id ends the last sequence of a document that has one. A document whose pieces have no tokens (an
+empty text) is kept as a document with zero sequences, unless ``drop_empty`` is set. A record that
+is dropped for any reason is dropped for every key, so the datasets of several keys stay aligned.
 """
 
 from __future__ import annotations
@@ -31,9 +34,19 @@ INVALID_UTF8 = "invalid_utf8"
 MISSING_KEY = "missing_key"
 NOT_STRING = "not_string"
 EMPTY = "empty"
+BLANK_LINE = "blank_line"
 OVERSIZE = "oversize"
 TOKENIZER_ERROR = "tokenizer_error"
-REASONS = (MALFORMED_JSON, INVALID_UTF8, MISSING_KEY, NOT_STRING, EMPTY, OVERSIZE, TOKENIZER_ERROR)
+REASONS = (
+    BLANK_LINE,
+    MALFORMED_JSON,
+    INVALID_UTF8,
+    MISSING_KEY,
+    NOT_STRING,
+    EMPTY,
+    OVERSIZE,
+    TOKENIZER_ERROR,
+)
 
 MAX_EXAMPLES = 5
 ON_ERROR = ("skip", "fail")
@@ -52,12 +65,17 @@ class WorkerConfig:
       json_keys: Fields to tokenize; one output dataset per key.
       text_mode: ``line`` or ``file`` for ``.txt`` inputs.
       append_eod: Append the tokenizer's EOD id to every document.
-      split_sentences: One sequence per sentence (built-in splitter).
+      split_sentences: One sequence per sentence.
       max_document_chars: Drop documents longer than this many characters (0 = no limit).
       on_error: ``skip`` (count and report) or ``fail`` (raise on the first bad record).
       dtype: Token dtype name of the outputs.
       parts_dir: Directory of the partial datasets and done markers.
       level: ``document`` or ``sentence`` (output naming).
+      drop_empty: Drop records with a key whose text has no tokens (default: keep them as
+        documents with zero sequences, as Megatron does).
+      sentence_splitter: ``punkt`` (NLTK, Megatron's) or ``builtin`` (no data files).
+      lang: Punkt model language.
+      keep_newlines: Punkt keeps the newlines that follow sentences (Megatron's ``--keep-newlines``).
     """
 
     tokenizer: tok_lib.TokenizerSpec
@@ -70,6 +88,10 @@ class WorkerConfig:
     dtype: str
     parts_dir: str
     level: str
+    drop_empty: bool = False
+    sentence_splitter: str = sentences.PUNKT
+    lang: str = "english"
+    keep_newlines: bool = False
 
 
 class DropStats:
@@ -93,18 +115,33 @@ class DropStats:
         }
 
 
-class _Batch:
-    """Texts of one output key collected from a raw batch, with their record ordinals."""
+class _Records:
+    """The valid records of one raw batch: per key, each record's pieces (sentences) in order."""
 
-    __slots__ = ("ordinals", "texts")
+    __slots__ = ("ordinals", "pieces")
 
-    def __init__(self) -> None:
-        self.texts: list[str] = []
+    def __init__(self, keys: Sequence[str]) -> None:
         self.ordinals: list[int] = []
+        self.pieces: dict[str, list[list[str]]] = {k: [] for k in keys}
+
+
+class _Tokenized:
+    """One key's tokens for a batch of records: flat ids, piece lengths, pieces per record."""
+
+    __slots__ = ("counts", "flat", "lengths")
+
+    def __init__(self, flat: np.ndarray, lengths: np.ndarray, counts: np.ndarray) -> None:
+        self.flat = flat
+        self.lengths = lengths
+        self.counts = counts
 
 
 class _PartitionWriter:
-    """Validates, tokenizes and writes the records of one partition."""
+    """Validates, tokenizes and writes the records of one partition.
+
+    A record is kept or dropped for every output key together, so the datasets of several
+    ``json_keys`` stay aligned record by record.
+    """
 
     def __init__(
         self,
@@ -119,10 +156,18 @@ class _PartitionWriter:
         self.progress = progress
         self.dtype = np.dtype(config.dtype)
         self.eod = tokenizer.eod if config.append_eod else None
+        self.splitter = (
+            splitter_for(config.sentence_splitter, config.lang, config.keep_newlines)
+            if config.split_sentences
+            else None
+        )
         self.drops = DropStats()
         self.records = 0
         self.input_bytes = 0
-        self.counts = {k: {"documents": 0, "sequences": 0, "tokens": 0} for k in config.json_keys}
+        self.counts = {
+            k: {"documents": 0, "sequences": 0, "tokens": 0, "empty_documents": 0}
+            for k in config.json_keys
+        }
         self.locate: readers.Locator | None = None
         self.builders: dict[str, storage.IndexedDatasetBuilder] = {}
 
@@ -139,151 +184,161 @@ class _PartitionWriter:
 
     # ------------------------------------------------------------------ decoding
 
-    def _decode(self, raw: readers.RawBatch, fmt: str) -> dict[str, _Batch]:
-        keys = self.config.json_keys
-        batches = {k: _Batch() for k in keys}
+    def _fields(self, ordinal: int, payload: object, fmt: str) -> dict | None:
+        """The record's fields, or None (dropped) when it is not a readable JSON object."""
+        if fmt == "parquet":
+            return payload  # type: ignore[return-value]
+        try:
+            text = payload.decode("utf-8")  # type: ignore[attr-defined]
+        except UnicodeDecodeError as e:
+            self._drop(
+                INVALID_UTF8, ordinal, None, f"not valid UTF-8 ({e.reason} at byte {e.start})"
+            )
+            return None
+        if not fmt.startswith("jsonl"):
+            return {"text": text}
+        if not text or text.isspace():
+            self._drop(BLANK_LINE, ordinal, None, "blank line (not a JSON object)")
+            return None
+        try:
+            fields = json.loads(text)
+        except ValueError as e:
+            self._drop(MALFORMED_JSON, ordinal, None, str(e))
+            return None
+        if not isinstance(fields, dict):
+            self._drop(MALFORMED_JSON, ordinal, None, "not a JSON object")
+            return None
+        return fields
+
+    def _pieces(self, ordinal: int, key: str, value: object) -> list[str] | None:
+        """The sequences-to-be of one field (Megatron's rules), or None (record dropped)."""
+        if value is None:
+            self._drop(MISSING_KEY, ordinal, key, f"no field {key!r}")
+            return None
+        if isinstance(value, str):
+            chars = len(value)
+        elif isinstance(value, list) and all(isinstance(v, str) for v in value):
+            chars = sum(map(len, value))
+        else:
+            self._drop(
+                NOT_STRING,
+                ordinal,
+                key,
+                f"field {key!r} is {type(value).__name__} (a string or a list of strings needed)",
+            )
+            return None
         max_chars = self.config.max_document_chars
-        is_json = fmt.startswith("jsonl")
-        is_parquet = fmt == "parquet"
+        if max_chars and chars > max_chars:
+            self._drop(
+                OVERSIZE, ordinal, key, f"{chars} characters > max_document_chars={max_chars}"
+            )
+            return None
+        if isinstance(value, list):
+            return value  # already one string per sequence (Megatron's split-sentence form)
+        if self.splitter is not None:
+            return self.splitter.split(value)
+        return [value]
+
+    def _decode(self, raw: readers.RawBatch, fmt: str) -> _Records:
+        keys = self.config.json_keys
+        out = _Records(keys)
         for ordinal, payload in zip(raw.ordinals, raw.payloads):
             self.records += 1
-            if is_parquet:
-                fields = payload
-            else:
-                try:
-                    text = payload.decode("utf-8")
-                except UnicodeDecodeError as e:
-                    self._drop(
-                        INVALID_UTF8,
-                        ordinal,
-                        None,
-                        f"not valid UTF-8 ({e.reason} at byte {e.start})",
-                    )
-                    continue
-                if is_json:
-                    if not text or text.isspace():
-                        self._drop(EMPTY, ordinal, None, "blank line")
-                        continue
-                    try:
-                        fields = json.loads(text)
-                    except ValueError as e:
-                        self._drop(MALFORMED_JSON, ordinal, None, str(e))
-                        continue
-                    if not isinstance(fields, dict):
-                        self._drop(MALFORMED_JSON, ordinal, None, "not a JSON object")
-                        continue
-                else:
-                    fields = {"text": text}
+            fields = self._fields(ordinal, payload, fmt)
+            if fields is None:
+                continue
+            per_key = {}
             for key in keys:
-                value = fields.get(key)
-                if value is None:
-                    self._drop(MISSING_KEY, ordinal, key, f"no field {key!r}")
-                    continue
-                if not isinstance(value, str):
-                    self._drop(NOT_STRING, ordinal, key, f"field {key!r} is {type(value).__name__}")
-                    continue
-                if max_chars and len(value) > max_chars:
-                    self._drop(
-                        OVERSIZE,
-                        ordinal,
-                        key,
-                        f"{len(value)} characters > max_document_chars={max_chars}",
-                    )
-                    continue
-                if not value or value.isspace():
-                    self._drop(EMPTY, ordinal, key, "empty text")
-                    continue
-                b = batches[key]
-                b.texts.append(value)
-                b.ordinals.append(ordinal)
-        return batches
+                pieces = self._pieces(ordinal, key, fields.get(key))
+                if pieces is None:
+                    break
+                per_key[key] = pieces
+            else:
+                out.ordinals.append(ordinal)
+                for key in keys:
+                    out.pieces[key].append(per_key[key])
+        return out
 
     # ------------------------------------------------------------------ tokenizing
 
     def _tokenize(
-        self, key: str, texts: Sequence[str], ordinals: Sequence[int]
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Returns (flat ids, lengths, kept mask) for texts; failing texts are dropped."""
+        self, key: str, docs: Sequence[Sequence[str]], ordinals: Sequence[int], kept: np.ndarray
+    ) -> _Tokenized:
+        """Tokenizes every piece of every record; records whose pieces fail are unkept."""
+        counts = np.fromiter(map(len, docs), dtype=np.int64, count=len(docs))
+        texts = [p for doc in docs for p in doc]
         try:
             flat, lengths = self.tokenizer.tokenize_batch(texts)
-            return flat, lengths, np.ones(len(texts), dtype=bool)
+            return _Tokenized(flat, lengths, counts)
         except Exception as e:  # noqa: BLE001 - retried one by one to find the culprit(s)
-            logging.debug("batch tokenization failed (%s); retrying document by document", e)
+            logging.debug("batch tokenization failed (%s); retrying piece by piece", e)
         pieces: list[np.ndarray] = []
-        kept = np.ones(len(texts), dtype=bool)
+        record = np.repeat(np.arange(len(docs)), counts)
         for i, text in enumerate(texts):
+            r = int(record[i])
             try:
-                pieces.append(np.asarray(self.tokenizer.tokenize(text), dtype=np.int64))
+                ids = np.asarray(self.tokenizer.tokenize(text), dtype=np.int64)
             except UnicodeError as e:
-                kept[i] = False
-                self._drop(INVALID_UTF8, ordinals[i], key, f"text is not encodable as UTF-8: {e}")
+                ids = np.zeros(0, np.int64)
+                if kept[r]:
+                    self._drop(INVALID_UTF8, ordinals[r], key, f"text is not encodable: {e}")
+                kept[r] = False
             except Exception as e:  # noqa: BLE001
-                kept[i] = False
-                self._drop(TOKENIZER_ERROR, ordinals[i], key, f"{type(e).__name__}: {e}")
+                ids = np.zeros(0, np.int64)
+                if kept[r]:
+                    self._drop(TOKENIZER_ERROR, ordinals[r], key, f"{type(e).__name__}: {e}")
+                kept[r] = False
+            pieces.append(ids)
         lengths = np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces))
         flat = np.concatenate(pieces) if pieces else np.zeros(0, np.int64)
-        return flat, lengths, kept
+        return _Tokenized(flat, lengths, counts)
 
-    def _write_documents(self, key: str, batch: _Batch) -> None:
-        if not batch.texts:
+    def _write_batch(self, recs: _Records) -> None:
+        keys = self.config.json_keys
+        n = len(recs.ordinals)
+        if not n:
             return
-        if self.config.split_sentences:
-            self._write_sentence_documents(key, batch)
-            return
-        flat, lengths, kept = self._tokenize(key, batch.texts, batch.ordinals)
-        ordinals = [o for o, k in zip(batch.ordinals, kept) if k]
-        zero = lengths == 0
-        if zero.any():
-            for i in np.flatnonzero(zero):
-                self._drop(EMPTY, ordinals[i], key, "no tokens")
-            lengths = lengths[~zero]
-        flat = flat.astype(self.dtype, copy=False)
-        if self.eod is not None and lengths.size:
-            flat, lengths = _append_eod(flat, lengths, self.eod, self.dtype)
+        kept = np.ones(n, dtype=bool)
+        toks = {k: self._tokenize(k, recs.pieces[k], recs.ordinals, kept) for k in keys}
+        if self.config.drop_empty:
+            for k in keys:
+                t = toks[k]
+                record = np.repeat(np.arange(n), t.counts)
+                tokens = np.bincount(record, weights=t.lengths, minlength=n)
+                for r in np.flatnonzero(kept & (tokens == 0)).tolist():
+                    self._drop(EMPTY, recs.ordinals[r], k, "no tokens (--drop_empty_documents)")
+                    kept[r] = False
+        for k in keys:
+            self._write_key(k, toks[k], kept)
+
+    def _write_key(self, key: str, t: _Tokenized, kept: np.ndarray) -> None:
+        """Writes the kept records of one key: non-empty pieces are sequences, EOD after the last."""
+        n = kept.shape[0]
+        piece_rec = np.repeat(np.arange(n), t.counts)
+        tok_keep = np.repeat(kept[piece_rec], t.lengths)
+        flat = t.flat[tok_keep].astype(self.dtype, copy=False)
+        sel = kept[piece_rec] & (t.lengths > 0)
+        seq_len = t.lengths[sel]
+        seq_rec = piece_rec[sel]
+        seqs_per_rec = np.bincount(seq_rec, minlength=n)[kept]
+        if self.eod is not None and seq_len.size:
+            is_last = np.ones(seq_len.shape[0], dtype=bool)
+            is_last[:-1] = seq_rec[1:] != seq_rec[:-1]
+            flat, seq_len = _append_eod(flat, seq_len, is_last, self.eod, self.dtype)
         b = self.builders[key]
-        start = 0
-        for end in np.cumsum(lengths).tolist():
-            b.add_sequence(flat[start:end])
-            b.end_document()
-            start = end
+        tok_ends = np.cumsum(seq_len).tolist()
+        seq_ends = np.cumsum(seqs_per_rec).tolist()
+        lens = seq_len.tolist()
+        s0 = t0 = 0
+        for s1 in seq_ends:
+            t1 = tok_ends[s1 - 1] if s1 > 0 else 0
+            b.add_document(flat[t0:t1], lens[s0:s1])
+            s0, t0 = s1, t1
         c = self.counts[key]
-        c["documents"] += int(lengths.shape[0])
-        c["sequences"] += int(lengths.shape[0])
+        c["documents"] += int(seqs_per_rec.shape[0])
+        c["empty_documents"] += int((seqs_per_rec == 0).sum())
+        c["sequences"] += int(seq_len.shape[0])
         c["tokens"] += int(flat.shape[0])
-
-    def _write_sentence_documents(self, key: str, batch: _Batch) -> None:
-        per_doc = [sentences.split_sentences(t) for t in batch.texts]
-        flat_sents = [s for doc in per_doc for s in doc]
-        counts = [len(doc) for doc in per_doc]
-        sent_ordinals = [o for o, n in zip(batch.ordinals, counts) for _ in range(n)]
-        flat, lengths, kept = self._tokenize(key, flat_sents, sent_ordinals)
-        flat = flat.astype(self.dtype, copy=False)
-        full_len = np.zeros(len(flat_sents), dtype=np.int64)
-        full_len[kept] = lengths
-        starts = np.concatenate([[0], np.cumsum(full_len)]).tolist()
-        full = full_len.tolist()
-        eod = np.asarray([self.eod], dtype=self.dtype) if self.eod is not None else None
-        b = self.builders[key]
-        c = self.counts[key]
-        s = 0
-        for d, n in enumerate(counts):
-            lo, hi = s, s + n
-            s = hi
-            if not kept[lo:hi].all():
-                continue  # dropped in _tokenize (a sentence failed to tokenize)
-            idx = [i for i in range(lo, hi) if full[i] > 0]
-            if not idx:
-                self._drop(EMPTY, batch.ordinals[d], key, "no tokens")
-                continue
-            for j, i in enumerate(idx):
-                piece = flat[starts[i] : starts[i + 1]]
-                if eod is not None and j == len(idx) - 1:
-                    piece = np.concatenate([piece, eod])
-                b.add_sequence(piece)
-                c["tokens"] += int(piece.shape[0])
-            b.end_document()
-            c["documents"] += 1
-            c["sequences"] += len(idx)
 
     # ------------------------------------------------------------------ driver
 
@@ -299,11 +354,10 @@ class _PartitionWriter:
             for piece in self.partition.pieces:
                 self.locate = readers.Locator(piece, cfg.text_mode)
                 for raw in readers.iter_piece(piece, cfg.text_mode, columns=keys):
-                    batches = self._decode(raw, piece.format)
+                    records = self._decode(raw, piece.format)
                     before = sum(c["documents"] for c in self.counts.values())
                     tokens_before = sum(c["tokens"] for c in self.counts.values())
-                    for k in keys:
-                        self._write_documents(k, batches[k])
+                    self._write_batch(records)
                     self.input_bytes += raw.consumed
                     if self.progress is not None:
                         self.progress(
@@ -330,21 +384,32 @@ class _PartitionWriter:
 
 
 def _append_eod(
-    flat: np.ndarray, lengths: np.ndarray, eod: int, dtype: np.dtype
+    flat: np.ndarray, lengths: np.ndarray, where: np.ndarray, eod: int, dtype: np.dtype
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Inserts ``eod`` after each document of a flat batch (vectorized)."""
-    n = lengths.shape[0]
-    new_lengths = lengths + 1
+    """Inserts ``eod`` after every sequence of a flat batch whose ``where`` is set (vectorized)."""
+    new_lengths = lengths + where
     ends = np.cumsum(new_lengths)
-    out = np.empty(int(ends[-1]) if n else 0, dtype=dtype)
+    out = np.empty(int(ends[-1]) if ends.size else 0, dtype=dtype)
     is_tok = np.ones(out.shape[0], dtype=bool)
-    is_tok[ends - 1] = False
+    is_tok[ends[where] - 1] = False
     out[is_tok] = flat
     out[~is_tok] = eod
     return out, new_lengths
 
 
 _TOKENIZER_CACHE: dict[tok_lib.TokenizerSpec, tok_lib.Tokenizer] = {}
+
+
+_SPLITTER_CACHE: dict[tuple[str, str, bool], sentences.Splitter] = {}
+
+
+def splitter_for(kind: str, lang: str, keep_newlines: bool) -> sentences.Splitter:
+    """Returns this process's sentence splitter, loading it once."""
+    key = (kind, lang, keep_newlines)
+    splitter = _SPLITTER_CACHE.get(key)
+    if splitter is None:
+        splitter = _SPLITTER_CACHE[key] = sentences.make_splitter(kind, lang, keep_newlines)
+    return splitter
 
 
 def tokenizer_for(spec: tok_lib.TokenizerSpec) -> tok_lib.Tokenizer:

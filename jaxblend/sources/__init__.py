@@ -5,7 +5,7 @@ batch schema) and also offers `get_batch(sample_ids)` for whole-batch reads.
 """
 
 from jaxblend.sources.base import BatchSource, stack_items
-from jaxblend.sources.factory import open_gpt_sources
+from jaxblend.sources.factory import open_gpt_sources, open_validation_sets
 from jaxblend.sources.masked import (
     BERTMaskedConfig,
     BERTSource,
@@ -35,6 +35,7 @@ __all__ = [
     "T5MaskedConfig",
     "T5Source",
     "open_gpt_sources",
+    "open_validation_sets",
     "stack_items",
     "windows_to_batch",
 ]

@@ -107,3 +107,48 @@ def open_gpt_sources(
             reopen=_SplitOpener(config, split, backend, plan.fingerprint, object_store),
         )
     return sources
+
+
+def open_validation_sets(
+    config: Any,
+    options: schema.GPTSchemaOptions,
+    *,
+    backend: str = "auto",
+    full_validation: bool = False,
+) -> dict[str, planned.PlannedSource]:
+    """Megatron's multiple validation sets: each prefix of the valid blend as its own source.
+
+    As megatron-core's builder does with `multiple_validation_sets`, every prefix of the per-split
+    validation blend (weights are ignored) becomes a separate GPT dataset drawing the validation
+    sample count (one epoch with `full_validation`), so each set's samples equal Megatron's.
+
+    Args:
+      config: a `GPTDataConfig` with `blend_per_split` naming a validation blend.
+      options: schema options (as for `open_gpt_sources`).
+      backend: storage backend for the `.bin` files.
+      full_validation: one whole epoch of every set instead of the validation sample count.
+
+    Returns:
+      `{prefix: source}` in blend order.
+
+    Raises:
+      ValueError: without a per-split validation blend.
+    """
+    per_split = config.blend_per_split
+    if per_split is None or per_split[1] is None:
+        raise ValueError(
+            "multiple validation sets need per-split blends with a validation blend "
+            "(--valid_data_path or --per_split_data_args_path), as in Megatron-LM"
+        )
+    blend = index.parse_blend(per_split[1], "blend_per_split[valid]")
+    samples = None if full_validation else config.num_samples[1]
+    out: dict[str, planned.PlannedSource] = {}
+    for prefix in blend.prefixes:
+        one = dataclasses.replace(
+            config, blend_per_split=(None, (prefix,), None), num_samples=(None, samples, None)
+        )
+        source = open_gpt_sources(one, options, backend=backend)["valid"]
+        if source is None:
+            raise ValueError(f"validation set {prefix!r} has no samples")
+        out[prefix] = source
+    return out

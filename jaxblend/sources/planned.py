@@ -74,11 +74,12 @@ class PlannedSource(base.BatchSource):
         self._fingerprint = hashlib.sha256(identity.encode()).hexdigest()[:32]
         self._reopen = reopen
         self._lock = threading.Lock()
+        self._span_gather: SpanGather | None = None  # built on first read, per process
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state.pop("_lock")
-        state.pop("_span_gather", None)
+        state["_span_gather"] = None
         if self._reopen is not None:
             state["_datasets"] = None
             state["_plan"] = None
@@ -89,19 +90,16 @@ class PlannedSource(base.BatchSource):
         self._lock = threading.Lock()
 
     def _gather(self, datasets: list[Any]) -> SpanGather:
-        gather = self.__dict__.get("_span_gather")
-        if gather is None:
+        if self._span_gather is None:
             with self._lock:
-                gather = self.__dict__.get("_span_gather")
-                if gather is None:
-                    gather = self._span_gather = SpanGather(datasets)
-        return gather
+                if self._span_gather is None:
+                    self._span_gather = SpanGather(datasets)
+        return self._span_gather
 
     @property
     def requests_issued(self) -> int:
         """Object-store requests this process has issued for this source (0 for local data)."""
-        gather = self.__dict__.get("_span_gather")
-        return 0 if gather is None else gather.requests
+        return 0 if self._span_gather is None else self._span_gather.requests
 
     @property
     def reads_remote(self) -> bool:
@@ -174,7 +172,11 @@ class PlannedSource(base.BatchSource):
         ids = self._check_ids(sample_ids)
         text, n_valid = self.windows(ids)
         dataset_ids = np.asarray(self.plan.dataset_ids(ids), dtype=np.int32)
-        return schema.raw_windows(text, n_valid, dataset_ids, ids)
+        pieces = None
+        if self.options.inter_document_masking:  # document boundaries, empty pieces included
+            spans = self.plan.spans(ids, keep_empty=True)
+            pieces = (spans.row, spans.length)
+        return schema.raw_windows(text, n_valid, dataset_ids, ids, pieces)
 
     def assemble_batch(self, raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         return schema.assemble_windows(raw, self.options)

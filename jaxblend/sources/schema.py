@@ -1,14 +1,34 @@
 """GPT batch schema: raw token windows -> `inputs/targets/loss_mask/positions/segment_ids`.
 
 One compiled kernel turns a batch of windows (each `seq_length + extra` tokens, the tail beyond a
-row's valid length being padding) into the arrays of DESIGN.md's batch schema:
+row's valid length being padding) into the batch arrays. Two conventions:
+
+jaxblend's own (default):
 
 * `inputs = window[:S]`, `targets = window[1:S + 1]` (with `extra == 0` the last target is padding);
-* padding positions hold 0 in `inputs`/`targets`, 0 in `loss_mask` and `segment_ids`;
-* `loss_mask` is also 0 where the *target* is EOD when `eod_mask_loss` is set (SPEC.md §4; note that
-  Megatron-Core's GPTDataset masks where the *input* is EOD instead);
+* padding positions hold 0 in `inputs`/`targets`/`positions`, 0 in `loss_mask` and `segment_ids`;
+* `loss_mask` is also 0 where the *target* is EOD when `eod_mask_loss` is set, so the model is never
+  asked to predict the end of a document (a departure: Megatron masks where the *input* is EOD);
 * `positions` restart after every EOD input token when `reset_position_ids`;
 * `segment_ids` count documents within the row (1-based) when `reset_attention_mask`, else 1.
+
+Megatron's (`megatron_compat=True`): `inputs/targets/loss_mask/positions` equal Megatron-Core's
+`GPTDataset.__getitem__` `tokens/labels/loss_mask/position_ids` for the same window:
+
+* padding is Megatron's pad id (`pad_id`, -1 when None): `loss_mask` is 0 where the *label* equals
+  it, then inputs and labels equal to it become 0; without the extra token the last label is padding;
+* `loss_mask` is 0 where the *input* is EOD when `eod_mask_loss`;
+* `positions` run on through padding (`arange`, restarted after each EOD input when
+  `reset_position_ids`);
+* `segment_ids` start at 1 and grow after each EOD input when `reset_attention_mask` (padding
+  included), so a causal mask restricted to equal `segment_ids` is Megatron's `attention_mask`.
+
+`inter_document_masking` (Megatron-Core >= 0.19's option) adds `cu_seqlens` (`[k, S + 1]`, the
+document boundaries of each row, trailing entries = S) and `max_seqlen` (`[k]`); positions restart at
+each boundary and `segment_ids` number the documents. Boundaries are the sample's pieces (one per
+document part, the extra token removed from the last, padding folded into the last); rows read without
+piece information (mock data) use the EOD input tokens as boundaries. In jaxblend's own convention
+padding positions keep position and segment 0 (`cu_seqlens` still folds them into the last document).
 """
 
 from __future__ import annotations
@@ -33,6 +53,10 @@ class GPTSchemaOptions:
       eod_mask_loss: zero the loss where the target is EOD.
       reset_position_ids: restart positions after each EOD.
       reset_attention_mask: number documents within a row in `segment_ids`.
+      megatron_compat: Megatron-Core's `__getitem__` conventions (see the module docstring).
+      pad_id: Megatron's pad token id (the tokenizer's pad id unless it collides with another
+        special id; None = -1, no pad token). Only with `megatron_compat`.
+      inter_document_masking: also return `cu_seqlens`/`max_seqlen`, positions per document.
     """
 
     seq_length: int
@@ -41,6 +65,9 @@ class GPTSchemaOptions:
     eod_mask_loss: bool = False
     reset_position_ids: bool = False
     reset_attention_mask: bool = False
+    megatron_compat: bool = False
+    pad_id: int | None = None
+    inter_document_masking: bool = False
 
     def __post_init__(self):
         if self.seq_length <= 0:
@@ -51,6 +78,8 @@ class GPTSchemaOptions:
                 "eod_id is required when eod_mask_loss, reset_position_ids or "
                 "reset_attention_mask is set"
             )
+        if self.pad_id is not None and not self.megatron_compat:
+            raise ValueError("pad_id applies only with megatron_compat (Megatron's padding)")
 
     @property
     def window_length(self) -> int:
@@ -101,6 +130,97 @@ def _fill_schema(
             loss_mask[r, p] = 0.0
 
 
+@numba.njit(cache=True, nogil=True)
+def _fill_megatron(
+    text, n_valid, seq_length, extra, eod, pad, eod_mask_loss, reset_positions, reset_segments,
+    inputs, targets, loss_mask, positions, segment_ids,
+):  # pragma: no cover - compiled
+    # Megatron-Core's GPTDataset.__getitem__ per row: the window padded with `pad`, tokens/labels
+    # shifted by one, masks computed on the padded tokens, then pad ids replaced by 0.
+    for r in range(text.shape[0]):
+        n = n_valid[r]
+        pos = 0
+        seg = 1
+        for p in range(seq_length):
+            tok = text[r, p] if p < n else pad
+            if extra or p + 1 < seq_length:
+                lab = text[r, p + 1] if p + 1 < n else pad
+            else:
+                lab = pad
+            m = 1.0
+            if eod_mask_loss and tok == eod:
+                m = 0.0
+            if lab == pad:
+                m = 0.0
+            loss_mask[r, p] = m
+            inputs[r, p] = 0 if tok == pad else tok
+            targets[r, p] = 0 if lab == pad else lab
+            positions[r, p] = pos if reset_positions else p
+            segment_ids[r, p] = seg
+            pos += 1
+            if tok == eod:
+                if reset_positions:
+                    pos = 0
+                if reset_segments:
+                    seg += 1
+
+
+@numba.njit(cache=True, nogil=True)
+def _document_boundaries(
+    piece_row, piece_length, n_valid, text, eod, use_pieces, seq_length, extra,
+    cu_seqlens, max_seqlen, positions, segment_ids,
+):  # pragma: no cover - compiled
+    # Megatron's inter_document_masking: per-row document lengths (pieces, the extra token taken
+    # off the last and dropped if that empties it, padding folded into the last), cumulated.
+    k = cu_seqlens.shape[0]
+    lengths = np.zeros(seq_length + 2, np.int64)
+    start = 0
+    for r in range(k):
+        m = 0
+        if use_pieces:
+            while start < piece_row.shape[0] and piece_row[start] == r:
+                lengths[m] = piece_length[start]
+                m += 1
+                start += 1
+        else:
+            last = 0
+            n = min(n_valid[r], seq_length + extra)
+            for p in range(n):
+                if text[r, p] == eod:
+                    lengths[m] = p + 1 - last
+                    m += 1
+                    last = p + 1
+            if n > last:
+                lengths[m] = n - last
+                m += 1
+        if extra and m > 0:
+            lengths[m - 1] -= 1
+            if lengths[m - 1] == 0:
+                m -= 1
+        total = 0
+        for j in range(m):
+            total += lengths[j]
+        if total < seq_length:
+            if m > 0:
+                lengths[m - 1] += seq_length - total
+            else:
+                lengths[0] = seq_length - total
+                m = 1
+        cu_seqlens[r, 0] = 0
+        best = 0
+        acc = 0
+        for j in range(m):
+            for p in range(acc, acc + lengths[j]):
+                positions[r, p] = p - acc
+                segment_ids[r, p] = j + 1
+            acc += lengths[j]
+            cu_seqlens[r, j + 1] = acc
+            best = max(best, lengths[j])
+        for j in range(m + 1, seq_length + 1):
+            cu_seqlens[r, j] = seq_length
+        max_seqlen[r] = best
+
+
 def allocate_arrays(specs: dict[str, tuple[tuple[int, ...], type]]) -> dict[str, np.ndarray]:
     """Uninitialized arrays carved from one allocation.
 
@@ -124,7 +244,10 @@ def allocate_arrays(specs: dict[str, tuple[tuple[int, ...], type]]) -> dict[str,
 
 
 def windows_to_batch(
-    text: np.ndarray, n_valid: np.ndarray, options: GPTSchemaOptions
+    text: np.ndarray,
+    n_valid: np.ndarray,
+    options: GPTSchemaOptions,
+    pieces: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> dict[str, np.ndarray]:
     """Builds the schema arrays for a batch of windows.
 
@@ -132,40 +255,81 @@ def windows_to_batch(
       text: int32 `[k, window_length]` token windows (values past `n_valid[r]` are ignored).
       n_valid: int64 `[k]` number of real tokens in each window.
       options: the schema options.
+      pieces: `(row, length)` of every piece of every window in order, empty pieces included
+        (document boundaries for `inter_document_masking`; None = boundaries after each EOD).
 
     Returns:
       dict with `inputs`, `targets` (int32), `loss_mask` (float32), `positions`, `segment_ids`
-      (int32), each `[k, seq_length]`.
+      (int32), each `[k, seq_length]`; with `inter_document_masking` also `cu_seqlens` (int32
+      `[k, seq_length + 1]`) and `max_seqlen` (int32 `[k]`).
     """
     k, s = text.shape[0], options.seq_length
-    out = allocate_arrays(
-        {
-            "inputs": ((k, s), np.int32),
-            "targets": ((k, s), np.int32),
-            "loss_mask": ((k, s), np.float32),
-            "positions": ((k, s), np.int32),
-            "segment_ids": ((k, s), np.int32),
-        }
-    )
+    specs = {
+        "inputs": ((k, s), np.int32),
+        "targets": ((k, s), np.int32),
+        "loss_mask": ((k, s), np.float32),
+        "positions": ((k, s), np.int32),
+        "segment_ids": ((k, s), np.int32),
+    }
+    if options.inter_document_masking:
+        specs["cu_seqlens"] = ((k, s + 1), np.int32)
+        specs["max_seqlen"] = ((k,), np.int32)
+    out = allocate_arrays(specs)
     eod = -1 if options.eod_id is None else int(options.eod_id)
-    _fill_schema(
-        text, n_valid.astype(np.int64, copy=False), s, eod, options.eod_mask_loss,
-        options.reset_position_ids, options.reset_attention_mask,
-        out["inputs"], out["targets"], out["loss_mask"], out["positions"], out["segment_ids"],
-    )
+    n_valid = n_valid.astype(np.int64, copy=False)
+    if options.megatron_compat:
+        pad = -1 if options.pad_id is None else int(options.pad_id)
+        _fill_megatron(
+            text, n_valid, s, int(options.add_extra_token_to_sequence), eod, pad,
+            options.eod_mask_loss, options.reset_position_ids, options.reset_attention_mask,
+            out["inputs"], out["targets"], out["loss_mask"], out["positions"], out["segment_ids"],
+        )
+    else:
+        _fill_schema(
+            text, n_valid, s, eod, options.eod_mask_loss,
+            options.reset_position_ids, options.reset_attention_mask,
+            out["inputs"], out["targets"], out["loss_mask"], out["positions"], out["segment_ids"],
+        )
+    if options.inter_document_masking:
+        if pieces is None:
+            row = length = np.zeros(0, np.int64)
+        else:
+            row, length = (np.asarray(a, np.int64) for a in pieces)
+        _document_boundaries(
+            row, length, n_valid, text, eod, pieces is not None, s,
+            int(options.add_extra_token_to_sequence),
+            out["cu_seqlens"], out["max_seqlen"], out["positions"], out["segment_ids"],
+        )
+        if not options.megatron_compat:  # jaxblend's convention: padding has position/segment 0
+            pad = np.arange(s)[None, :] >= np.minimum(n_valid, s)[:, None]
+            out["positions"][pad] = 0
+            out["segment_ids"][pad] = 0
     return out
 
 
 def raw_windows(
-    text: np.ndarray, n_valid: np.ndarray, dataset_ids: np.ndarray, sample_ids: np.ndarray
+    text: np.ndarray,
+    n_valid: np.ndarray,
+    dataset_ids: np.ndarray,
+    sample_ids: np.ndarray,
+    pieces: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> dict[str, np.ndarray]:
-    """The compact raw form of a GPT batch (what crosses from a Grain worker)."""
-    return {"text": text, "n_valid": n_valid, "dataset_ids": dataset_ids, "sample_ids": sample_ids}
+    """The compact raw form of a GPT batch (what crosses from a Grain worker).
+
+    `pieces` (`(row, length)` of every piece, see `windows_to_batch`) is carried only when given.
+    """
+    raw = {"text": text, "n_valid": n_valid, "dataset_ids": dataset_ids, "sample_ids": sample_ids}
+    if pieces is not None:
+        raw["piece_row"], raw["piece_length"] = pieces
+    return raw
 
 
 def assemble_windows(raw: dict[str, np.ndarray], options: GPTSchemaOptions) -> dict[str, np.ndarray]:
     """Raw GPT form (`raw_windows`) -> the batch schema."""
-    batch = windows_to_batch(np.asarray(raw["text"]), np.asarray(raw["n_valid"]), options)
+    pieces = (raw["piece_row"], raw["piece_length"]) if "piece_row" in raw else None
+    batch = windows_to_batch(
+        np.asarray(raw["text"]), np.asarray(raw["n_valid"]), options, pieces
+    )
     batch["dataset_ids"] = np.asarray(raw["dataset_ids"], np.int32)
     batch["sample_ids"] = np.array(raw["sample_ids"], np.int64)
     return batch

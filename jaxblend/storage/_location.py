@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import os
 import threading
 import urllib.parse
@@ -73,6 +74,27 @@ def shared_context() -> ts.Context:
         if _SHARED_CONTEXT is None:
             _SHARED_CONTEXT = ts.Context()
         return _SHARED_CONTEXT
+
+
+_CHILD_CONTEXTS: dict[str, ts.Context] = {}
+
+
+def context_for(spec: dict[str, Any]) -> ts.Context:
+    """The child of `shared_context()` with these resources, one per distinct spec per process.
+
+    Datasets opened with the same settings share it, so a request-concurrency limit bounds the
+    whole process (not each dataset) and connections are reused across datasets. The GCS endpoint
+    (`TENSORSTORE_GCS_HTTP_URL`, read when a driver opens) is part of the key, so pointing it
+    elsewhere opens new connections instead of reusing drivers bound to the old server.
+    """
+    key = json.dumps([spec, os.environ.get("TENSORSTORE_GCS_HTTP_URL")], sort_keys=True)
+    with _CONTEXT_LOCK:
+        context = _CHILD_CONTEXTS.get(key)
+    if context is None:
+        context = ts.Context(ts.Context.Spec(spec), shared_context())
+        with _CONTEXT_LOCK:
+            context = _CHILD_CONTEXTS.setdefault(key, context)
+    return context
 
 
 def open_kvstore(spec: str | dict[str, Any], context: ts.Context | None = None) -> ts.KvStore:

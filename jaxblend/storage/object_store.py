@@ -54,7 +54,7 @@ class ObjectStoreOptions:
 
     s3_endpoint: str | None = None
     s3_region: str | None = None
-    request_concurrency: int = 64
+    request_concurrency: int = 256
     max_retries: int = 6
     initial_retry_delay: float = 0.2
     max_retry_delay: float = 4.0

@@ -131,7 +131,7 @@ class IndexedDataset:
         self._prefix: str | dict = (
             copy.deepcopy(prefix) if isinstance(prefix, dict) else os.fspath(prefix)
         )
-        self._store = object_store if object_store is not None else object_store_lib.process_default()
+        self._store = object_store or object_store_lib.process_default()
         self._location = _resolve(self._prefix, self._store)
         if backend == "auto":
             backend = "mmap" if self._location.local_prefix is not None else "tensorstore"
@@ -165,6 +165,12 @@ class IndexedDataset:
     def is_remote(self) -> bool:
         """Whether the files are read from an object store (not the local filesystem)."""
         return self._location.local_prefix is None
+
+    @property
+    def index_loaded(self) -> bool:
+        """Whether the `.idx` arrays are in memory (always for local files; remote: on first use)."""
+        state = self._state
+        return state is not None and state.arrays is not None
 
     @property
     def object_store(self) -> ObjectStoreOptions:
@@ -513,10 +519,14 @@ class IndexedDataset:
         except ValueError:  # shorter than a header: the full read below reports it
             head = None
         if head is not None and head.state != "value":
-            raise IndexFormatError(_remote.missing_message(kv, loc.idx_key, idx_name, "index file", timeout))
+            raise IndexFormatError(
+                _remote.missing_message(kv, loc.idx_key, idx_name, "index file", timeout)
+            )
         bin_head = _remote.wait(bin_future, bin_name, "reading the data file", timeout)
         if bin_head.state != "value":
-            raise IndexFormatError(_remote.missing_message(kv, loc.bin_key, bin_name, "data file", timeout))
+            raise IndexFormatError(
+                _remote.missing_message(kv, loc.bin_key, bin_name, "data file", timeout)
+            )
         idx_generation = bytes(head.stamp.generation) if head is not None else b""
         bin_generation = bytes(bin_head.stamp.generation)
         if head is not None:
@@ -528,28 +538,34 @@ class IndexedDataset:
                     header, known.num_tokens, known.bin_size, kv, idx_generation, bin_generation
                 )
         # First sight of this version pair: download, validate and size-check everything.
-        h = _Handles(idx_format.IndexHeader(np.dtype(np.uint8), 0, 1), 0, 0, kv, idx_generation, bin_generation)
-        self._load_remote_index(h, check_generation=head is not None)
+        placeholder = idx_format.IndexHeader(np.dtype(np.uint8), 0, 1)  # replaced by the load
+        h = _Handles(placeholder, 0, 0, kv, idx_generation, bin_generation)
+        self._load_remote_index(h, first_sight=True)
         h.bin_size, _ = _remote.object_size(
             kv, loc.bin_key, h.num_tokens * h.header.dtype.itemsize, bin_name, timeout
         )
         return h
 
-    def _load_remote_index(self, h: _Handles, check_generation: bool = True) -> None:
-        """Downloads, decodes and validates the whole `.idx` of a remote dataset into `h`."""
+    def _load_remote_index(self, h: _Handles, first_sight: bool = False) -> None:
+        """Downloads, decodes and validates the whole `.idx` of a remote dataset into `h`.
+
+        `first_sight`: called from `_open_remote` for a version not remembered (the `.bin` size is
+        checked afterwards); otherwise the lazy load after a remembered open, which must find the
+        object version and the `.bin` size seen at open.
+        """
         loc = self._location
         idx_name = loc.file_name(".idx")
         assert h.kvstore is not None
         res = _remote.read_existing(
             h.kvstore, loc.idx_key, idx_name, "index file", self._store.request_timeout
         )
-        if check_generation and bytes(res.stamp.generation) != h.idx_generation:
+        if h.idx_generation and bytes(res.stamp.generation) != h.idx_generation:
             raise IndexFormatError(
                 f"{idx_name}: the index was rewritten while the dataset was being opened; retry"
             )
         h.idx_generation = bytes(res.stamp.generation)
         arrays = idx_format.parse_index(res.value, idx_name, multimodal=self._multimodal)
-        if h.arrays is None and h.bin_size:  # lazily loaded after a remembered open
+        if not first_sight:
             idx_format.check_bin_size(arrays, h.bin_size, idx_name, loc.file_name(".bin"))
         h.header = idx_format.parse_header(res.value, idx_name)
         h.num_tokens = arrays.num_tokens
@@ -569,7 +585,7 @@ class IndexedDataset:
             )
         if self._context_spec:
             spec.update(copy.deepcopy(self._context_spec))
-        return ts.Context(ts.Context.Spec(spec), _location.shared_context())
+        return _location.context_for(spec)
 
 
 def exists(prefix: str | os.PathLike | dict) -> bool:

@@ -15,6 +15,7 @@ Byte pointers stay inside the storage layer: callers speak in sequences and toke
 
 from __future__ import annotations
 
+import concurrent.futures
 import threading
 from collections.abc import Sequence
 
@@ -127,12 +128,12 @@ class SpanGather:
     def _read_remote(self, remote, dataset, sequence, offset, length, out, out_pos, timeout):
         order = np.argsort(dataset, kind="stable")
         bounds = np.searchsorted(dataset[order], np.arange(len(self.datasets) + 1))
+        touched = [d for d in remote if bounds[d + 1] > bounds[d]]
+        self._load_indexes([self.datasets[d] for d in touched])
         pending = []
         with ts.Batch() as batch:
-            for d in remote:
+            for d in touched:
                 sel = order[bounds[d] : bounds[d + 1]]
-                if sel.size == 0:
-                    continue
                 ds = self.datasets[d]
                 pointers = ds.sequence_pointers
                 seq = sequence[sel]
@@ -149,6 +150,17 @@ class SpanGather:
             _place(flat, sel, length, out, out_pos)
         with self._lock:
             self.requests += sum(read.requests for *_, read in pending)
+
+    @staticmethod
+    def _load_indexes(datasets: list[IndexedDataset]) -> None:
+        """Fetches the `.idx` of every dataset not loaded yet, concurrently (one round trip)."""
+        missing = [ds for ds in datasets if not ds.index_loaded]
+        if len(missing) == 1:
+            missing[0].sequence_pointers  # noqa: B018 - loads it
+        elif missing:
+            workers = min(len(missing), missing[0].object_store.request_concurrency)
+            with concurrent.futures.ThreadPoolExecutor(workers, "jaxblend-idx") as pool:
+                list(pool.map(lambda ds: ds.sequence_pointers, missing))
 
     def _plans(self):
         """Per token dtype, the typed lists the mapped kernel reads; indices of remote datasets."""

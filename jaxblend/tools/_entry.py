@@ -12,9 +12,11 @@ from __future__ import annotations
 import logging
 import sys
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 from absl import app, flags
+
+from jaxblend.tools import _megatron_argv
 
 USAGE_EXIT = 2
 ERROR_EXIT = 1
@@ -46,7 +48,9 @@ def _fail(err: BaseException, code: int, verbose: bool) -> None:
     sys.exit(code)
 
 
-def _parse_flags(argv: Sequence[str]) -> list[str]:
+def _parse_flags(argv: Sequence[str], megatron_nargs: Collection[str] | None = None) -> list[str]:
+    if megatron_nargs is not None:
+        argv = _megatron_argv.normalize_argv(list(argv), set(flags.FLAGS), megatron_nargs)
     try:
         return flags.FLAGS(list(argv))
     except flags.Error as err:
@@ -54,8 +58,16 @@ def _parse_flags(argv: Sequence[str]) -> list[str]:
         raise  # not reached: _fail exits
 
 
-def run(main: Callable[[list[str]], int | None]) -> None:
-    """Runs `main` like `absl.app.run`, turning every failure into one line (module docstring)."""
+def run(
+    main: Callable[[list[str]], int | None], megatron_nargs: Collection[str] | None = None
+) -> None:
+    """Runs `main` like `absl.app.run`, turning every failure into one line (module docstring).
+
+    Args:
+      main: the program.
+      megatron_nargs: when given, Megatron-LM's spellings are accepted too (dashes, `--no-x`, and
+        these flags as space-separated lists; see `_megatron_argv`).
+    """
 
     def guarded(argv: list[str]) -> int | None:
         if not flags.FLAGS.verbose:
@@ -68,4 +80,4 @@ def run(main: Callable[[list[str]], int | None]) -> None:
             _fail(err, ERROR_EXIT, flags.FLAGS.verbose)
         return None
 
-    app.run(guarded, flags_parser=_parse_flags)
+    app.run(guarded, flags_parser=lambda argv: _parse_flags(argv, megatron_nargs))

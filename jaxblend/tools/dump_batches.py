@@ -31,7 +31,9 @@ _MESH_SHAPE = flags.DEFINE_string("mesh_shape", None, "Mesh shape, e.g. 8 or 4,2
 _MESH_AXES = flags.DEFINE_string("mesh_axes", "data", "Mesh axis names, e.g. data or data,tensor.")
 _STEPS = flags.DEFINE_integer("steps", 4, "Number of global batches to dump.", lower_bound=1)
 _START = flags.DEFINE_integer("start_step", 0, "First global step.", lower_bound=0)
-_WHICH = flags.DEFINE_enum("which", "train", ["train", "valid", "test"], "Split to load.")
+_WHICH = flags.DEFINE_string(
+    "which", "train", "Split: train, valid, test, or valid_<k> (--multiple_validation_sets)."
+)
 _OUT = flags.DEFINE_string("out", None, "Output directory.", required=True)
 _WORKERS = flags.DEFINE_integer("worker_count", 0, "Grain worker processes.", lower_bound=0)
 _READ_AHEAD = flags.DEFINE_integer(

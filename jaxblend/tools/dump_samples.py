@@ -4,7 +4,8 @@ Writes `<out>/<split>.npz` for each split that exists, holding `dataset_index` a
 `dataset_sample_index` (blends only), `ds{j}_document_index`, `ds{j}_sample_index`,
 `ds{j}_shuffle_index` for each constituent dataset j (Megatron's dtypes), and `samples_text`
 (int64 `[num, seq_length + extra]`, the raw token window of each of the first `num` samples,
-padded with -1). Flags are named after Megatron-LM's:
+padded with -1). Flags are named after Megatron-LM's (its dashed, space-separated spellings
+are accepted as well):
 
   python -m jaxblend.tools.dump_samples --data_path="30 /d/a 70 /d/b" --split=969,30,1 \
       --seq_length=2048 --seed=1234 --train_samples=100000 --valid_samples=1000 \
@@ -87,4 +88,5 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == "__main__":
-    _entry.run(main)
+    # Megatron-LM's spellings work too: --data-path 0.3 /d/a 0.7 /d/b --seq-length 4096 ...
+    _entry.run(main, megatron_nargs=data_flags.MEGATRON_NARGS)

@@ -33,7 +33,9 @@ COMMANDS = ("stats", "explain", "mixture", "preflight")
 
 _STEP = flags.DEFINE_integer("step", 0, "explain: the global step.", lower_bound=0)
 _BATCH = flags.DEFINE_integer("global_batch_size", 8, "Global batch size.", lower_bound=1)
-_WHICH = flags.DEFINE_enum("which", "train", ["train", "valid", "test"], "Split.")
+_WHICH = flags.DEFINE_string(
+    "which", "train", "Split: train, valid, test, or valid_<k> (--multiple_validation_sets)."
+)
 _START = flags.DEFINE_integer("start_step", 0, "mixture: first step.", lower_bound=0)
 _END = flags.DEFINE_integer("end_step", None, "mixture: end step (exclusive; default: all).")
 _PLOT = flags.DEFINE_string("plot", None, "mixture: write a PNG plot here.")
@@ -125,7 +127,7 @@ def _target_weights(names: Sequence[str], plan) -> np.ndarray:
     cfg = data_flags.data_config_from_flags()
     from jaxblend.index import parse_blend
 
-    blend = cfg.blend if cfg.blend is not None else cfg.blend_per_split[("train", "valid", "test").index(_WHICH.value)]
+    blend = cfg.blend if cfg.blend is not None else cfg.blend_per_split[("train", "valid", "test").index(_WHICH.value.split("_")[0])]
     parsed = parse_blend(blend)
     if parsed.weights is not None and len(parsed.weights) == len(names):
         w = np.asarray(parsed.weights, np.float64)

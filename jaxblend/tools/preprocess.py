@@ -1,16 +1,19 @@
 r"""Tokenizes raw text into Megatron-compatible IndexedDataset files (``.bin``/``.idx``).
 
-Flag names follow Megatron-LM's ``tools/preprocess_data.py`` (with underscores). Outputs are
-``{output_prefix}_{key}_{level}.bin/.idx``, level ``document`` (or ``sentence`` with
+Accepts Megatron-LM's ``tools/preprocess_data.py`` command line as it is (dashed names, lists
+separated by spaces: ``--output-prefix out --json-keys text title``) as well as absl spellings
+(``--output_prefix=out --json_keys=text,title``). With the same input and tokenizer the output bytes
+equal Megatron's (docs/preprocessing.md states the per-document rules and the differences).
+Outputs are ``{output_prefix}_{key}_{level}.bin/.idx``, level ``document`` (or ``sentence`` with
 ``--split_sentences``). Rerunning with the same flags resumes an interrupted run; different flags
 into the same prefix are refused unless ``--overwrite``.
 
 Example::
 
     python -m jaxblend.tools.preprocess \
-      --input='data/*.jsonl.zst' --json_keys=text --output_prefix=out/corpus \
-      --tokenizer_type=HuggingFaceTokenizer --tokenizer_model=tokenizer.json \
-      --append_eod --workers=8 --partitions=64
+      --input data.jsonl --output-prefix out/corpus \
+      --tokenizer-type HuggingFaceTokenizer --tokenizer-model /models/llama3 \
+      --workers 8 --append-eod
 
     # the same on Apache Beam (any runner; parts must be on a filesystem all workers see)
     python -m jaxblend.tools.preprocess ... --engine=beam --beam_options=--runner=DirectRunner
@@ -22,7 +25,7 @@ import json
 
 from absl import app, flags
 
-from jaxblend.preprocess import pipeline, readers, worker
+from jaxblend.preprocess import pipeline, readers, sentences, worker
 from jaxblend.preprocess import tokenizers as tok_lib
 from jaxblend.tools import _entry
 
@@ -32,7 +35,9 @@ _INPUT = flags.DEFINE_multi_string(
 _OUTPUT_PREFIX = flags.DEFINE_string(
     "output_prefix", None, "Output prefix: writes {prefix}_{key}_{level}.bin/.idx.", required=True
 )
-_JSON_KEYS = flags.DEFINE_list("json_keys", ["text"], "Fields to tokenize; one dataset per key.")
+_JSON_KEYS = flags.DEFINE_list(
+    "json_keys", ["text"], "Fields to tokenize, one dataset per key (comma- or space-separated)."
+)
 _TOKENIZER_TYPE = flags.DEFINE_string(
     "tokenizer_type",
     "ByteTokenizer",
@@ -41,18 +46,59 @@ _TOKENIZER_TYPE = flags.DEFINE_string(
     + " (aliases byte, hf, gpt2, sentencepiece, tiktoken).",
 )
 _TOKENIZER_MODEL = flags.DEFINE_string(
-    "tokenizer_model", None, "HF tokenizer.json, SentencePiece .model or tiktoken ranks file."
+    "tokenizer_model",
+    None,
+    "Tokenizer file or a directory holding it (tokenizer.json, tokenizer.model, ...).",
 )
 _VOCAB_FILE = flags.DEFINE_string("vocab_file", None, "HF tokenizer.json or GPT-2 vocab.json.")
 _MERGE_FILE = flags.DEFINE_string("merge_file", None, "GPT-2 merges.txt.")
 _TIKTOKEN_PATTERN = flags.DEFINE_string(
     "tiktoken_pattern",
-    "cl100k",
-    "TikTokenizer pre-tokenizer regex: gpt2, cl100k or a literal regex.",
+    None,
+    "TikTokenizer regex: v1/v2 (Megatron's, with a tiktoken JSON vocabulary), or gpt2/cl100k/"
+    "a literal regex (with a base64 ranks file).",
+)
+_TIKTOKEN_NUM_SPECIAL = flags.DEFINE_integer(
+    "tiktoken_num_special_tokens", 1000, "TikTokenizer: ids reserved for special tokens."
+)
+_TOKENIZER_SPECIAL = flags.DEFINE_list(
+    "tokenizer_special_tokens",
+    None,
+    "TikTokenizer: its first special tokens (space-separated; must include Megatron's seven).",
+)
+_TIKTOKEN_SPECIAL = flags.DEFINE_list(
+    "tiktoken_special_tokens", None, "Accepted for Megatron command lines; unused by Megatron too."
+)
+_VOCAB_SIZE = flags.DEFINE_integer("vocab_size", None, "NullTokenizer: vocabulary size.")
+_LEGACY_TOKENIZER = flags.DEFINE_bool(
+    "legacy_tokenizer",
+    False,
+    "Megatron's legacy tokenizer classes: not supported (the ids are megatron-core's).",
 )
 _APPEND_EOD = flags.DEFINE_bool("append_eod", False, "Append the EOD token to every document.")
 _SPLIT_SENTENCES = flags.DEFINE_bool(
-    "split_sentences", False, "One sequence per sentence (built-in splitter); level 'sentence'."
+    "split_sentences", False, "One sequence per sentence; level 'sentence'."
+)
+_SENTENCE_SPLITTER = flags.DEFINE_enum(
+    "sentence_splitter",
+    sentences.PUNKT,
+    list(sentences.SPLITTERS),
+    "punkt: NLTK Punkt, as Megatron (needs its punkt_tab data); builtin: no data files.",
+)
+_LANG = flags.DEFINE_string("lang", "english", "Punkt language for --split_sentences.")
+_KEEP_NEWLINES = flags.DEFINE_bool(
+    "keep_newlines", False, "Keep newlines between sentences when splitting (Punkt)."
+)
+_KEEP_SEQUENTIAL = flags.DEFINE_bool(
+    "keep_sequential_samples",
+    True,
+    "Accepted for Megatron command lines: the output always keeps the input order.",
+)
+_DROP_EMPTY = flags.DEFINE_bool(
+    "drop_empty_documents",
+    False,
+    "Drop records whose text has no tokens (counted as 'empty'); by default they are kept as "
+    "documents with zero sequences, as Megatron does.",
 )
 _TEXT_MODE = flags.DEFINE_enum(
     "text_mode", "line", list(readers.TEXT_MODES), ".txt inputs: one document per line or per file."
@@ -88,12 +134,23 @@ _SUMMARY_JSON = flags.DEFINE_string("summary_json", None, "Also write the result
 def config_from_flags() -> pipeline.PreprocessConfig:
     """Builds the run configuration from the parsed flags."""
     inputs = tuple(p.strip() for value in _INPUT.value for p in value.split(",") if p.strip())
+    if _LEGACY_TOKENIZER.value:
+        raise ValueError(
+            "--legacy_tokenizer is not supported: jaxblend produces the ids of megatron-core's "
+            "tokenizers (preprocess_data.py's default); drop the flag"
+        )
+    specials = tuple(_TOKENIZER_SPECIAL.value or ())
+    if specials and tok_lib.canonical_type(_TOKENIZER_TYPE.value) != tok_lib.TIKTOKEN:
+        raise ValueError("--tokenizer_special_tokens is supported with TikTokenizer only")
     spec = tok_lib.TokenizerSpec(
         type=_TOKENIZER_TYPE.value,
         model=_TOKENIZER_MODEL.value,
         vocab_file=_VOCAB_FILE.value,
         merge_file=_MERGE_FILE.value,
         tiktoken_pattern=_TIKTOKEN_PATTERN.value,
+        tiktoken_num_special_tokens=_TIKTOKEN_NUM_SPECIAL.value,
+        tiktoken_special_tokens=specials,
+        vocab_size=_VOCAB_SIZE.value,
     )
     return pipeline.PreprocessConfig(
         input=inputs,
@@ -111,6 +168,10 @@ def config_from_flags() -> pipeline.PreprocessConfig:
         max_document_chars=_MAX_DOCUMENT_CHARS.value,
         overwrite=_OVERWRITE.value,
         progress=_PROGRESS.value,
+        drop_empty=_DROP_EMPTY.value,
+        sentence_splitter=_SENTENCE_SPLITTER.value,
+        lang=_LANG.value,
+        keep_newlines=_KEEP_NEWLINES.value,
     )
 
 
@@ -132,5 +193,14 @@ def main(argv: list[str]) -> int:
     return 0
 
 
+# Megatron-LM's argparse flags that take several space-separated values.
+MEGATRON_NARGS = ("json_keys", "tokenizer_special_tokens", "tiktoken_special_tokens", "input")
+
+
+def run() -> None:
+    """Entry point: parses Megatron or absl spellings, then runs :func:`main` (one-line errors)."""
+    _entry.run(main, megatron_nargs=MEGATRON_NARGS)
+
+
 if __name__ == "__main__":
-    _entry.run(main)
+    run()

@@ -32,6 +32,7 @@ def test_beam_direct_runner_matches_local(tmp_path, tokenizer_files, corpus_docs
             tokenizer=spec,
             append_eod=True,
             split_sentences=True,
+            sentence_splitter="builtin",
             partitions=4,
             workers=1,
             progress=False,

@@ -49,7 +49,7 @@ def test_type_aliases():
     assert tok_lib.canonical_type("hf") == "HuggingFaceTokenizer"
     assert tok_lib.canonical_type("BYTE") == "ByteTokenizer"
     with pytest.raises(tok_lib.TokenizerError, match="not supported"):
-        tok_lib.canonical_type("Llama2Tokenizer")
+        tok_lib.canonical_type("BertWordPieceCase")
 
 
 def test_missing_and_bad_files(tmp_path):
@@ -61,9 +61,30 @@ def test_missing_and_bad_files(tmp_path):
     bad.write_text("{not a tokenizer")
     with pytest.raises(tok_lib.TokenizerError, match="cannot load Hugging Face tokenizer"):
         tok_lib.load_tokenizer(tok_lib.TokenizerSpec("hf", model=str(bad)))
-    with pytest.raises(tok_lib.TokenizerError, match="is not a file"):
+    with pytest.raises(tok_lib.TokenizerError, match="directory without tokenizer.model"):
         tok_lib.load_tokenizer(tok_lib.TokenizerSpec("sentencepiece", model=str(tmp_path)))
     ranks = tmp_path / "bad.tiktoken"
     ranks.write_text("QQ== 0\nnot-base64!! x\n")
     with pytest.raises(tok_lib.TokenizerError, match=r"bad.tiktoken:2"):
         tok_lib.load_tokenizer(tok_lib.TokenizerSpec("tiktoken", model=str(ranks)))
+
+
+def test_hf_model_directory_config_names_the_special_tokens(tmp_path, tokenizer_files):
+    import shutil
+
+    shutil.copy(tokenizer_files["hf_bpe"]["model"], tmp_path / "tokenizer.json")
+    plain = tok_lib.load_tokenizer(tok_lib.TokenizerSpec("hf", model=str(tmp_path)))
+    assert plain.eod == plain.eos == 0  # <|endoftext|> found by name
+    # As in a Hugging Face model directory whose config makes <pad> the end of sequence
+    (tmp_path / "tokenizer_config.json").write_text(
+        '{"eos_token": "<|endoftext|>", "bos_token": null}'
+    )
+    (tmp_path / "special_tokens_map.json").write_text('{"eos_token": {"content": "<pad>"}}')
+    spec = tok_lib.TokenizerSpec("hf", model=str(tmp_path))
+    configured = tok_lib.load_tokenizer(spec)
+    assert configured.eos == configured.eod == 1
+    names = [f["path"] for f in spec.identity()["files"]]
+    assert str(tmp_path / "special_tokens_map.json") in names
+    (tmp_path / "tokenizer_config.json").write_text("{broken")
+    with pytest.raises(tok_lib.TokenizerError, match="tokenizer_config.json: not valid JSON"):
+        tok_lib.load_tokenizer(spec)

@@ -38,16 +38,13 @@ def test_dump_samples_matches_megatron(tmp_path):
         sys.executable,
         "-m",
         "jaxblend.tools.dump_samples",
-        f"--data_path=30 {a} 70 {b}",
-        "--split=90,8,2",
-        "--seq_length=9",
-        "--seed=77",
-        "--train_samples=300",
-        "--valid_samples=20",
-        "--test_samples=5",
+        # Megatron-LM's own spelling of its data arguments, verbatim
+        *("--data-path", "30", a, "70", b),
+        *("--split", "90,8,2", "--seq-length", "9", "--seed", "77"),
+        *("--train-samples", "300", "--valid-samples", "20", "--test-samples", "5"),
+        *("--data-cache-path", str(tmp_path / "cache")),
         "--num=12",
         f"--out={out}",
-        f"--data_cache_path={tmp_path / 'cache'}",
     ]
     env = dict(os.environ, PYTHONPATH=REPO)
     subprocess.run(cmd, check=True, env=env, cwd=REPO, timeout=300)
