@@ -170,6 +170,11 @@ class PeerWatch:
                 self._stop.wait(self.interval)
                 continue
             now = time.monotonic()
+            if now - self._last_contact > max(5.0, self.timeout / 4):
+                logging.warning(
+                    "peer watch: no heartbeat round for %.1f s (this process was busy)",
+                    now - self._last_contact,
+                )
             for key, value in beats:
                 pid = int(key.rstrip("/").rsplit("/", 1)[-1])
                 if self._seen.get(pid, ("",))[0] != value:
