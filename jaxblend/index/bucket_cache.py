@@ -12,7 +12,8 @@ publisher.
 * The others wait for the marker (`BucketCacheOptions.wait_seconds`, then an error naming the
   entry's URL) and download the entry into their local mirror.
 * Every process reads the maps from its local mirror (memory-mapped, checked like any local cache
-  entry); a download is checked in full against the manifest's SHA-256s before use.
+  entry); a download (in `DOWNLOAD_CHUNK` pieces, `DOWNLOAD_WINDOW` in flight) is checked in full
+  against the manifest's SHA-256s before use.
 
 The local mirror is `<mirror_root>/<hash of the url>/`; `mirror_root` defaults to
 `$JAXBLEND_INDEX_MIRROR`, else `<tmp>/jaxblend-index-mirror`. An entry already in the mirror is
@@ -21,13 +22,17 @@ not fetched again (its name is a fingerprint of the configuration and the datase
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import hashlib
+import json
 import os
 import re
 import shutil
+import sys
 import tempfile
 import time
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import tensorstore as ts
@@ -36,6 +41,8 @@ from absl import logging
 from jaxblend.index import cache
 
 MARKER = "COMMITTED"
+DOWNLOAD_CHUNK = 64 << 20
+DOWNLOAD_WINDOW = 8
 MIRROR_ENV = "JAXBLEND_INDEX_MIRROR"
 _URL = re.compile(r"^[a-z][a-z0-9+.-]*://")
 
@@ -88,8 +95,6 @@ def is_builder(options: BucketCacheOptions | None = None) -> bool:
     options = options or _process_default
     if options.builder is not None:
         return options.builder
-    import sys
-
     if "jax" not in sys.modules:
         return True
     import jax
@@ -160,24 +165,21 @@ def fetch(url: str, key: str, local_dir: str) -> bool:
     manifest_bytes = _read(kv, f"{key}/{cache.MANIFEST}", where)
     if manifest_bytes is None:
         raise ValueError(f"index cache {where}: committed but {cache.MANIFEST} is missing")
-    import json
-
     manifest = json.loads(manifest_bytes)
     if manifest.get("checksum") != marker.decode().strip():
         raise ValueError(f"index cache {where}: {cache.MANIFEST} does not match its {MARKER} marker")
     os.makedirs(local_dir, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=f".fetch-{key}-", dir=local_dir)
     try:
-        names = [f"{name}.npy" for name in manifest.get("arrays", {})] + [cache.MANIFEST]
-        futures = {n: kv.read(f"{key}/{n}") for n in names}
-        for name, fut in futures.items():
-            res = _wait(fut, where + name, "downloading the index cache")
-            if res.state != "value":
-                raise ValueError(f"index cache {where}: committed but {name} is missing")
-            with open(os.path.join(tmp, name), "wb") as f:
-                f.write(bytes(res.value))
-                f.flush()
-                os.fsync(f.fileno())
+        arrays = manifest.get("arrays")
+        if not isinstance(arrays, dict):
+            raise ValueError(f"index cache {where}: malformed {cache.MANIFEST}")  # noqa: TRY004
+        for name, desc in arrays.items():
+            size = desc.get("bytes") if isinstance(desc, dict) else None
+            if not isinstance(size, int) or "/" in name:
+                raise ValueError(f"index cache {where}: malformed {cache.MANIFEST} record {name!r}")
+            _download(kv, f"{key}/{name}.npy", size, os.path.join(tmp, f"{name}.npy"), where)
+        _write_file(os.path.join(tmp, cache.MANIFEST), [manifest_bytes])
         problem = cache.check_dir(tmp, key)
         if problem is not None:
             raise ValueError(f"index cache {where}: downloaded entry fails its checks: {problem}")
@@ -188,6 +190,43 @@ def fetch(url: str, key: str, local_dir: str) -> bool:
     return True
 
 
+def _write_file(path: str, chunks: Iterable[bytes]) -> None:
+    with open(path, "wb") as f:
+        f.writelines(chunks)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _download(kv: ts.KvStore, key: str, size: int, path: str, where: str) -> None:
+    """Downloads the first `size` bytes of object `key` to `path` in `DOWNLOAD_CHUNK`-byte
+    pieces, at most `DOWNLOAD_WINDOW` in flight (memory stays bounded whatever the array's size)."""
+    name = where + key.rsplit("/", 1)[1]
+
+    def take(r: slice, fut: Any) -> bytes:
+        try:
+            res = _wait(fut, name, "downloading the index cache")
+        except ValueError:  # OUT_OF_RANGE: the object is shorter
+            res = None
+        data = bytes(res.value) if res is not None and res.state == "value" else b""
+        if len(data) != r.stop - r.start:
+            raise ValueError(
+                f"index cache {name}: missing, or shorter than the {size} bytes its manifest records"
+            )
+        return data
+
+    def pieces() -> Iterator[bytes]:
+        pending: collections.deque = collections.deque()
+        for offset in range(0, size, DOWNLOAD_CHUNK):
+            r = slice(offset, min(offset + DOWNLOAD_CHUNK, size))
+            pending.append((r, kv.read(key, byte_range=r)))
+            if len(pending) == DOWNLOAD_WINDOW:
+                yield take(*pending.popleft())
+        while pending:
+            yield take(*pending.popleft())
+
+    _write_file(path, pieces())
+
+
 def publish(url: str, key: str, local_dir: str) -> str:
     """Uploads local entry `key` of `local_dir` to the bucket, commit marker last; its URL."""
     kv = _kvstore(url)
@@ -195,8 +234,6 @@ def publish(url: str, key: str, local_dir: str) -> str:
     entry = cache.entry_path(local_dir, key)
     with open(os.path.join(entry, cache.MANIFEST), "rb") as f:
         manifest_bytes = f.read()
-    import json
-
     checksum = json.loads(manifest_bytes)["checksum"]
     _wait(kv.write(f"{key}/{MARKER}", None), where, "removing a stale commit marker")
     futures = []

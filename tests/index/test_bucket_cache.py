@@ -77,6 +77,33 @@ def test_builder_publishes_and_another_host_reads_the_same_maps(url, infos, host
         np.testing.assert_array_equal(a[name], b[name])
 
 
+def test_download_in_small_pieces(url, infos, host, monkeypatch):
+    monkeypatch.setattr(bucket_cache, "DOWNLOAD_CHUNK", 1000)
+    monkeypatch.setattr(bucket_cache, "DOWNLOAD_WINDOW", 3)
+    host("builder", builder=True)
+    built = index.build_data_plan(_config(url), infos)
+    host("reader", builder=False)
+    read = index.build_data_plan(_config(url), infos)
+    a, b = _arrays(built), _arrays(read)
+    assert max(Path(built.cache_path, f"{n}.npy").stat().st_size for n in a) > 3000
+    for name in a:
+        np.testing.assert_array_equal(a[name], b[name])
+
+
+def test_truncated_array_is_refused(url, infos, host, object_store):
+    host("builder", builder=True)
+    built = index.build_data_plan(_config(url), infos)
+    key = built.cache_path.rsplit("/", 1)[1]
+    name = max(_arrays(built), key=lambda n: _arrays(built)[n].nbytes)
+    prefix = url.split("/", 3)[3]
+    data = (Path(built.cache_path) / f"{name}.npy").read_bytes()
+    object_store.write(f"{prefix}/{key}/{name}.npy", data[:-10])
+
+    host("reader", builder=False)
+    with pytest.raises(ValueError, match=r"shorter than the \d+ bytes its manifest records"):
+        index.build_data_plan(_config(url), infos)
+
+
 def test_entry_without_commit_marker_is_never_read(url, infos, host, object_store, monkeypatch):
     host("builder", builder=True)
     key = index.build_data_plan(_config(url), infos).cache_path.rsplit("/", 1)[1]
