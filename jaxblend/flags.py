@@ -12,7 +12,7 @@
   --train_samples, --valid_samples, --test_samples         omitted = None (Megatron's None)
   --add_extra_token_to_sequence, --drop_last_partial_validation_sequence   (both default True)
   --mid_level_dataset_surplus  (0.005)
-  --data_cache_path          index-map cache directory
+  --data_cache_path          index-map cache: directory or bucket URL (--data_cache_wait)
   --multiple_validation_sets, --full_validation   one validation set per valid-blend prefix
   --s3_endpoint, --s3_region, --storage_concurrency, --storage_retries, --storage_timeout
                              object-store access (`jaxblend.storage.ObjectStoreOptions`)
@@ -26,6 +26,7 @@ from __future__ import annotations
 from absl import flags
 
 from jaxblend import data_args, index
+from jaxblend.index import bucket_cache
 from jaxblend.storage import object_store
 
 _DEFINED = False
@@ -70,7 +71,20 @@ def define_data_flags() -> None:
     flags.DEFINE_float(
         "mid_level_dataset_surplus", 0.005, "Extra samples built per blended dataset."
     )
-    flags.DEFINE_string("data_cache_path", None, "Directory of the index-map cache.")
+    flags.DEFINE_string(
+        "data_cache_path", None,
+        "Index-map cache: a local directory, or a bucket URL (gs://, s3://) shared by all hosts.",
+    )
+    flags.DEFINE_string(
+        "data_cache_mirror", None,
+        "Local directory of index maps downloaded from a bucket --data_cache_path "
+        "(default: $JAXBLEND_INDEX_MIRROR, else <tmp>/jaxblend-index-mirror).",
+    )
+    flags.DEFINE_float(
+        "data_cache_wait", 900.0,
+        "Seconds a process waits for process 0 to publish the index maps to a bucket cache.",
+        lower_bound=0.001,
+    )
     flags.DEFINE_bool(
         "multiple_validation_sets",
         False,
@@ -175,6 +189,11 @@ def data_config_from_flags() -> index.GPTDataConfig:
     """
     fl = flags.FLAGS
     object_store.set_process_default(object_store_from_flags())
+    bucket_cache.set_process_default(
+        bucket_cache.BucketCacheOptions(
+            wait_seconds=fl.data_cache_wait, mirror_root=fl.data_cache_mirror
+        )
+    )
     if fl.seq_length is None:
         raise ValueError("--seq_length is required")
     blend, per_split = _blends_from_flags()

@@ -12,8 +12,11 @@ With Megatron-LM data flags it trains on your `.bin`/`.idx` files:
       --global_batch_size=256 --train_iters=1000 --vocab_size=50304 --eod_id=50256
 
 Logs step, loss, tokens/s, the fraction of step time spent waiting for data and per-dataset
-sample counts; saves model + optimizer + loader state every `--save_interval` steps to
-`--checkpoint_dir` and resumes from the newest checkpoint there (on any process count).
+sample counts; saves model + optimizer + loader state (Orbax, every host its own shards) every
+`--save_interval` steps to `--checkpoint_dir` (a directory or a gs:// URL) and resumes from the
+newest checkpoint there, on any process count and mesh. SIGTERM (preemption) makes every process
+checkpoint the same step and exit 0. In a multi-process run a lost peer stops every process within
+`--peer_timeout` seconds with one line naming the process and step (`jaxblend.peer_watch`).
 """
 
 from __future__ import annotations
@@ -48,8 +51,18 @@ _MLP = flags.DEFINE_integer("ffn_hidden_size", 512, "MLP width.")
 _LOG_INTERVAL = flags.DEFINE_integer("log_interval", 20, "Steps between log lines.", lower_bound=1)
 _EVAL_INTERVAL = flags.DEFINE_integer("eval_interval", 100, "Steps between validations (0 = never).", lower_bound=0)
 _EVAL_ITERS = flags.DEFINE_integer("eval_iters", 4, "Validation batches per evaluation.", lower_bound=1)
-_CKPT_DIR = flags.DEFINE_string("checkpoint_dir", None, "Checkpoint directory (default: <workdir>/checkpoints).")
+_CKPT_DIR = flags.DEFINE_string(
+    "checkpoint_dir", None,
+    "Orbax checkpoint directory: local path or bucket URL, e.g. gs://b/run1 "
+    "(default: <workdir>/checkpoints).",
+)
 _SAVE_INTERVAL = flags.DEFINE_integer("save_interval", 100, "Steps between checkpoints (0 = never).", lower_bound=0)
+_KEEP = flags.DEFINE_integer("keep_checkpoints", 2, "Newest checkpoints kept.", lower_bound=1)
+_PEER_TIMEOUT = flags.DEFINE_float(
+    "peer_timeout", 20.0,
+    "Multi-process runs: seconds without a heartbeat after which a peer counts as lost and every "
+    "process stops (keep it below --distributed_timeout).", lower_bound=0.5,
+)
 _WORKERS = flags.DEFINE_integer("worker_count", 0, "Grain worker processes.", lower_bound=0)
 _READ_AHEAD = flags.DEFINE_integer(
     "read_ahead", 0, "Steps read concurrently ahead of use (0: 8 from a bucket, else 1).",
@@ -106,6 +119,15 @@ def main(argv: Sequence[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     distributed.initialize_from_flags()
+    from jaxblend.peer_watch import PeerWatch, failures_reported
+
+    watch = PeerWatch(_PEER_TIMEOUT.value).start()
+    with failures_reported(watch, "starting"):
+        _train(watch)
+    watch.stop()
+
+
+def _train(watch) -> None:
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -113,12 +135,21 @@ def main(argv: Sequence[str]) -> None:
     from jax.experimental import multihost_utils
 
     from jaxblend.loading import make_loader
-    from jaxblend.training import checkpoint, model
+    from jaxblend.training import model
+    from jaxblend.training.preemption import PreemptionNotice
+
+    try:
+        from jaxblend.training import checkpoint
+    except ModuleNotFoundError as err:
+        raise app.UsageError(
+            f"the training example saves Orbax checkpoints ({err}): pip install 'jaxblend[orbax]'"
+        ) from None
 
     fl = flags.FLAGS
     workdir = _WORKDIR.value
-    os.makedirs(workdir, exist_ok=True)
+    watch.phase = "preparing the data"
     if not _has_data_flags():
+        os.makedirs(workdir, exist_ok=True)
         blend, vocab, eod = build_default_corpus(workdir)
         fl.data_path = [blend]
         if fl.eod_id is None:
@@ -150,6 +181,7 @@ def main(argv: Sequence[str]) -> None:
             logging.warning("no validation: %s", err)
     names = getattr(train_source, "dataset_names", ["mock"])
 
+    watch.phase = "initializing the model"
     cfg = model.ModelConfig(
         vocab_size=vocab_size, d_model=_D_MODEL.value, num_layers=_LAYERS.value,
         num_heads=_HEADS.value, mlp_dim=_MLP.value,
@@ -166,16 +198,20 @@ def main(argv: Sequence[str]) -> None:
     opt_shardings = model.state_shardings(jax.eval_shape(optimizer.init, params), shardings, mesh)
     opt_state = jax.jit(optimizer.init, out_shardings=opt_shardings)(params)
 
+    watch.phase = "restoring the checkpoint"
     ckpt_dir = _CKPT_DIR.value or os.path.join(workdir, "checkpoints")
+    ckpt = checkpoint.Checkpointer(ckpt_dir, keep=_KEEP.value)
     start, loader_state, restored_counts = 0, None, None
-    last = checkpoint.latest_step(ckpt_dir)
+    last = ckpt.latest_step()
     if last is not None:
-        (params, opt_state), meta = checkpoint.restore(
-            ckpt_dir, last, (params, opt_state), (shardings, opt_shardings)
-        )
-        start, loader_state = meta["step"], meta["loader_state"]
+        (params, opt_state), loader_state, meta = ckpt.restore(last, (params, opt_state))
+        start = int(loader_state["step"])
+        if start != last:
+            raise ValueError(f"{ckpt_dir} step {last}: its loader state is at step {start}")
         restored_counts = meta.get("samples_per_dataset")
         logging.info("resumed from %s step %d", ckpt_dir, start)
+        if jax.process_index() == 0:
+            print(f"resumed from {ckpt_dir} step {start}", flush=True)
 
     num_datasets = len(names)
 
@@ -193,6 +229,7 @@ def main(argv: Sequence[str]) -> None:
     def eval_step(params, batch):
         return model.loss_fn(params, cfg, batch)
 
+    watch.phase = "opening the data"
     loader = make_loader(
         train_source, mesh, global_batch_size=b, batch_axes=batch_axes,
         worker_count=_WORKERS.value, read_ahead=_READ_AHEAD.value, num_steps=iters,
@@ -203,18 +240,22 @@ def main(argv: Sequence[str]) -> None:
     seen = np.zeros(num_datasets, np.int64)
     if restored_counts is not None and len(restored_counts) == num_datasets:
         seen += np.asarray(restored_counts, np.int64)
+    preemption = PreemptionNotice()
     window_start, window_wait, window_tokens = time.perf_counter(), loader.wait_seconds, 0.0
     logging.info(
         "training %d steps from %d: batch %d x %d tokens, mesh %s, datasets %s",
         iters, start, b, fl.seq_length, dict(mesh.shape), names,
     )
-    loss = None
+    watch.phase = "training"
+    loss, preempted_at = None, None
     for step in range(start, iters):
+        watch.step = step
         batch = next(loader)
         params, opt_state, loss, _, counts = train_step(params, opt_state, batch)
         seen += np.asarray(jax.device_get(counts))
         window_tokens += b * fl.seq_length
         done = step + 1
+        watch.step = done
         if done % _LOG_INTERVAL.value == 0 or done == iters or step == start:
             loss_value = float(loss)
             now = time.perf_counter()
@@ -239,14 +280,25 @@ def main(argv: Sequence[str]) -> None:
             if losses and jax.process_index() == 0:
                 label = "validation" if vname == "valid" else f"validation {vname}"
                 print(f"step {done:5d}  {label} loss {np.mean(losses):.4f}", flush=True)
-        if _SAVE_INTERVAL.value and (done % _SAVE_INTERVAL.value == 0 or done == iters):
-            checkpoint.save(
-                ckpt_dir, done, (params, opt_state),
-                {"loader_state": loader.state(), "model": dataclasses.asdict(cfg),
-                 "samples_per_dataset": seen.tolist()},
+        preempt = preemption.reached(done)
+        if preempt or (_SAVE_INTERVAL.value and (done % _SAVE_INTERVAL.value == 0 or done == iters)):
+            ckpt.save(
+                done, (params, opt_state), loader,
+                {"model": dataclasses.asdict(cfg), "samples_per_dataset": seen.tolist()},
             )
+        if preempt:
+            preempted_at = done
+            logging.info("preempted: checkpointing step %d and stopping", done)
+            break
+    watch.phase = "saving the checkpoint"
+    ckpt.close()
     if jax.process_index() == 0:
-        if loss is not None:
+        if preempted_at is not None:
+            print(
+                f"preempted: saved checkpoint step {preempted_at} in {ckpt_dir}; exiting (rerun "
+                "the same command, on any number of hosts, to resume)", flush=True,
+            )
+        elif loss is not None:
             print(f"finished at step {iters}: final loss {float(loss):.4f}", flush=True)
         else:
             print(
@@ -254,6 +306,7 @@ def main(argv: Sequence[str]) -> None:
                 f"--train_iters (the data stream holds {len(train_source) // b} steps) to "
                 "continue, or delete the directory to start over", flush=True,
             )
+    watch.phase = "finishing"
     multihost_utils.sync_global_devices("train done")
 
 

@@ -154,6 +154,8 @@ class GcsServer(_Server):
         return {
             "TENSORSTORE_GCS_HTTP_URL": url or self.url,
             "GOOGLE_AUTH_TOKEN_FOR_TESTING": "test-token",
+            # gcsfs (Orbax's directory operations on gs:// through etils.epath)
+            "STORAGE_EMULATOR_HOST": url or self.url,
         }
 
 

@@ -46,7 +46,7 @@ def test_demo_builds_corpus_and_loss_falls(workdir):
     digest = corpus.corpus_digest({n: str(corpus_dir / "raw" / f"{n}.jsonl") for n in corpus.DATASETS})
     assert f"default corpus sha256 {digest}" in out.stdout
     assert re.search(r"samples code_text_document=\d+ prose_text_document=\d+ legal_text_document=\d+", out.stdout)
-    assert (workdir / "checkpoints" / "step_00000040" / "meta.json").exists()
+    assert (workdir / "checkpoints" / "40" / "loader" / "loader_state.json").exists()
 
 
 def test_resume_on_two_processes_through_launch_local_sh(workdir):
@@ -66,7 +66,7 @@ def test_resume_on_two_processes_through_launch_local_sh(workdir):
     curve = losses("\n".join(line[4:] for line in output.splitlines() if line.startswith("[0] ")))
     assert sorted(curve) == [41, 45, 50], output[-3000:]
     assert "finished at step 50" in output
-    assert (workdir / "checkpoints" / "step_00000050" / "meta.json").exists()
+    assert (workdir / "checkpoints" / "50" / "loader" / "loader_state.json").exists()
 
 
 def test_fsdp_tensor_mesh_and_resume_on_another_mesh(tmp_path):

@@ -170,18 +170,31 @@ def save(cache_dir: str, key: str, arrays: dict[str, np.ndarray], meta: dict[str
             json.dump(manifest, f, indent=1, sort_keys=True)
             f.flush()
             os.fsync(f.fileno())
-        _fsync_dir(tmp)
-        try:
-            os.rename(tmp, final)
-        except OSError:
-            if not os.path.isdir(final):
-                raise
-            # Another process published the same entry first: use theirs.
-            shutil.rmtree(tmp, ignore_errors=True)
-        _fsync_dir(cache_dir)
+        publish_dir(tmp, cache_dir, key)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    return final
+
+
+def publish_dir(tmp: str, cache_dir: str, key: str) -> str:
+    """Durably renames a complete entry directory `tmp` (inside `cache_dir`) to entry `key`.
+
+    If another process published the entry first, `tmp` is removed and theirs is kept.
+
+    Returns:
+      The entry directory.
+    """
+    final = entry_path(cache_dir, key)
+    _fsync_dir(tmp)
+    try:
+        os.rename(tmp, final)
+    except OSError:
+        if not os.path.isdir(final):
+            raise
+        # Another process published the same entry first: use theirs.
+        shutil.rmtree(tmp, ignore_errors=True)
+    _fsync_dir(cache_dir)
     return final
 
 
@@ -230,7 +243,10 @@ def _check_array(path: str, desc: dict[str, Any], verify: str) -> np.ndarray:
 def _open_entry(
     cache_dir: str, key: str, verify: str
 ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    final = entry_path(cache_dir, key)
+    return _open_dir(entry_path(cache_dir, key), key, verify)
+
+
+def _open_dir(final: str, key: str, verify: str) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     if not os.path.isdir(final):
         raise CorruptEntry(f"{final} is not a directory")
     manifest = _read_manifest(final, key)
@@ -272,6 +288,15 @@ def check(cache_dir: str, key: str) -> str | None:
     """Fully verifies an existing entry without changing it; the problem found, or None."""
     try:
         _open_entry(cache_dir, key, "full")
+    except (OSError, ValueError) as err:
+        return str(err)
+    return None
+
+
+def check_dir(directory: str, key: str) -> str | None:
+    """Fully verifies an entry directory anywhere (e.g. a download) as entry `key`; problem or None."""
+    try:
+        _open_dir(directory, key, "full")
     except (OSError, ValueError) as err:
         return str(err)
     return None

@@ -15,7 +15,7 @@ import os
 
 import numpy as np
 
-from jaxblend.index import blend_index, cache, gpt, plan, sample_index, shuffle_index
+from jaxblend.index import blend_index, bucket_cache, cache, gpt, plan, sample_index, shuffle_index
 from jaxblend.index import split as split_lib
 from jaxblend.index.config import GPTDataConfig
 
@@ -60,21 +60,28 @@ def estimate_plan(config: GPTDataConfig, infos: plan.InfoSource) -> PlanEstimate
     problems: list[str] = []
     path, cached = None, False
     if config.cache_dir:
+        remote = bucket_cache.is_url(config.cache_dir)
+        where = bucket_cache.entry_url if remote else cache.entry_path
+
         # Cached: the whole plan, or each existing split on its own (as single-split tools build).
         def found(names: list[str]) -> str | None:
-            exists = (os.path.exists(os.path.join(config.cache_dir, n, cache.MANIFEST)) for n in names)
+            if remote:
+                exists = (bucket_cache.committed(config.cache_dir, n) for n in names)
+            else:
+                exists = (os.path.exists(os.path.join(config.cache_dir, n, cache.MANIFEST)) for n in names)
             return next((n for n, e in zip(names, exists) if e), None)
 
-        path = cache.entry_path(config.cache_dir, key)
+        path = where(config.cache_dir, key)
         entries = [key] if found([key]) else [
             found(plan.cache_entries(key, (s.name,))) for s in specs if s is not None
         ]
         if entries and all(entries):
             entries = list(dict.fromkeys(entries))
-            path = ", ".join(cache.entry_path(config.cache_dir, n) for n in entries)
+            path = ", ".join(where(config.cache_dir, n) for n in entries)
             cached = True
             for name in entries:  # every byte against the manifest's SHA-256
-                problem = cache.check(config.cache_dir, name)
+                check = bucket_cache.check if remote else cache.check
+                problem = check(config.cache_dir, name)
                 if problem is not None:
                     cached = False
                     problems.append(f"index cache entry is corrupt ({problem}); it will be rebuilt")

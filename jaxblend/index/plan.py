@@ -27,7 +27,7 @@ import numpy as np
 import tqdm
 from absl import logging
 
-from jaxblend.index import blend_index, blend_spec, cache, gpt, megatron_cache
+from jaxblend.index import blend_index, blend_spec, bucket_cache, cache, gpt, megatron_cache
 from jaxblend.index import split as split_lib
 from jaxblend.index.config import DatasetInfo, GPTDataConfig
 from jaxblend.index.split_plan import SplitPlan
@@ -248,16 +248,29 @@ def build_data_plan(
     entries = cache_entries(key, wanted)
     entry = entries[-1]
 
-    if config.cache_dir:
-        cached = _load_cached(config, entries, verify, prefixes, wanted)
+    # A bucket cache is used through a local mirror (see `bucket_cache`).
+    remote = bucket_cache.is_url(config.cache_dir)
+    cache_dir = bucket_cache.mirror_dir(config.cache_dir) if remote else config.cache_dir
+    if cache_dir:
+        if remote:
+            for name in entries:
+                if bucket_cache.fetch(config.cache_dir, name, cache_dir):
+                    break
+            else:
+                if not bucket_cache.is_builder():
+                    bucket_cache.wait_for(config.cache_dir, entry, cache_dir)
+        cached = _load_cached(config, cache_dir, entries, verify, prefixes, wanted)
         if cached is not None:
             return DataPlan(config, tuple(prefixes), key, cached[0], cached[1], wanted)
-    megatron = megatron_cache.MegatronCache(config.cache_dir) if config.cache_dir else None
+    # Megatron-Core's own cache is a local directory; a bucket cache holds only jaxblend's entries.
+    megatron = megatron_cache.MegatronCache(cache_dir) if cache_dir and not remote else None
     arrays, meta = _build_arrays(config, specs, prefixes, info_by_prefix, megatron or None)
     path = None
-    if config.cache_dir:
-        path = cache.save(config.cache_dir, entry, arrays, meta)
-        reloaded = cache.load(config.cache_dir, entry)
+    if cache_dir:
+        path = cache.save(cache_dir, entry, arrays, meta)
+        if remote:
+            bucket_cache.publish(config.cache_dir, entry, cache_dir)
+        reloaded = cache.load(cache_dir, entry)
         if reloaded is not None:
             arrays, meta = reloaded
     summary = {s.name: len(arrays.get(f"{s.name}.dataset_index", ())) for s in specs if s}
@@ -270,6 +283,7 @@ def build_data_plan(
 
 def _load_cached(
     config: GPTDataConfig,
+    cache_dir: str,
     entries: list[str],
     verify: str,
     prefixes: list[str],
@@ -277,18 +291,18 @@ def _load_cached(
 ) -> tuple[dict[str, SplitPlan | None], str] | None:
     """The split plans and entry path of the first usable cache entry of `entries`, or None."""
     for name in entries:
-        loaded = cache.load(config.cache_dir, name, verify)
+        loaded = cache.load(cache_dir, name, verify)
         if loaded is None:
             continue
         try:
             plans = _make_split_plans(config, *loaded, prefixes, wanted)
         except (KeyError, TypeError, ValueError, IndexError, AttributeError) as err:
             # Checksummed but not what this code wrote (e.g. a hand-edited manifest): rebuild.
-            path = cache.entry_path(config.cache_dir, name)
+            path = cache.entry_path(cache_dir, name)
             logging.warning("index cache entry %s is unusable (%r); rebuilding it", path, err)
-            cache.discard(config.cache_dir, name)
+            cache.discard(cache_dir, name)
             continue
-        return plans, cache.entry_path(config.cache_dir, name)
+        return plans, cache.entry_path(cache_dir, name)
     return None
 
 

@@ -1,4 +1,9 @@
-"""Loading: host-sharded Grain loading of global `jax.Array` batches."""
+"""Loading: host-sharded Grain loading of global `jax.Array` batches.
+
+A loader's resume state goes into any Orbax checkpoint as one more item with
+`jaxblend.loading.checkpointing` (`LoaderStateSave.of(loader)` / `LoaderStateRestore()`; needs the
+`orbax` extra, so it is imported from there, not from here).
+"""
 
 from jaxblend.loading.bucketing import (
     BucketConfig,

@@ -35,10 +35,16 @@ def error_line(err: BaseException) -> str:
     return f"error: {name}: {message}" if message else f"error: {name}"
 
 
-def _fail(err: BaseException, code: int, verbose: bool) -> None:
+def print_failure(err: BaseException, verbose: bool) -> int:
+    """Prints a failure as `run` does (traceback only if `verbose`); returns its exit code."""
     if verbose:
         traceback.print_exception(err, file=sys.stderr)
     print(error_line(err), file=sys.stderr, flush=True)
+    return USAGE_EXIT if isinstance(err, (app.UsageError, flags.Error)) else ERROR_EXIT
+
+
+def _fail(err: BaseException, code: int, verbose: bool) -> None:
+    print_failure(err, verbose)
     sys.exit(code)
 
 

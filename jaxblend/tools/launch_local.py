@@ -5,8 +5,10 @@ Usage:
       python -m jaxblend.train --flagfile=configs/demo.flags
 
 Each process gets `--coordinator_address=localhost:PORT --num_processes=N --process_id=i`
-appended and its own CPU device count; output lines are prefixed with `[i]`. If one process
-fails, the others are stopped and the launcher exits with its code.
+appended and its own CPU device count; output lines are prefixed with `[i]`. `{process_id}` in an
+argument is replaced by the process's index (e.g. `--workdir=/tmp/host{process_id}`, so that the
+processes share no local directory, like the hosts of a pod). If one process fails, the others are
+stopped and the launcher exits with its code.
 """
 
 from __future__ import annotations
@@ -45,6 +47,11 @@ def child_env(devices: int, base: dict[str, str] | None = None) -> dict[str, str
     return env
 
 
+def process_args(command: Sequence[str], process_id: int) -> list[str]:
+    """`command` with `{process_id}` replaced by `process_id` in every argument."""
+    return [arg.replace("{process_id}", str(process_id)) for arg in command]
+
+
 def run_processes(
     command: Sequence[str],
     num_processes: int,
@@ -64,7 +71,7 @@ def run_processes(
     outputs: list[list[str]] = [[] for _ in range(num_processes)]
     for i in range(num_processes):
         args = [
-            *command,
+            *process_args(command, i),
             f"--coordinator_address=localhost:{port}",
             f"--num_processes={num_processes}",
             f"--process_id={i}",

@@ -1,95 +1,140 @@
-"""Checkpoints of the training example: parameters, optimizer state and the loader's state.
+"""Checkpoints of the training example, through Orbax: model + optimizer, loader state, metadata.
 
-Layout: `<dir>/step_<N>/{arrays.npz, meta.json}`, written by process 0 into a temporary directory
-and renamed when complete, so a crash never leaves a checkpoint that looks finished. Arrays are
-stored whole (gathered from every process), so a checkpoint restores on any number of processes
-and any mesh; the loader state is a step + fingerprint (topology-free). On a multi-host pod,
-`<dir>` must be a filesystem every host sees (NFS, a GCS FUSE mount).
+Layout: an Orbax `CheckpointManager` directory (a local path, `gs://bucket/dir` or any path
+`etils.epath` opens) with one directory per step and three items:
 
-This is the simple format a small example needs; large models would use Orbax with sharded
-TensorStore arrays.
+* `state`: the parameters and optimizer state, written by every process for the shards it holds
+  (TensorStore/OCDBT; nothing is gathered to one host). Restored into the shardings of the
+  restoring job's mesh, so a checkpoint taken on 2 processes resumes on 4, on any mesh shape.
+* `loader`: the loader's resume state (`jaxblend.loading.checkpointing`), JSON.
+* `meta`: JSON (model configuration, per-dataset sample counts so far).
+
+Orbax commits a step only once every item of every process is written (a rename on a local
+filesystem, a `commit_success.txt` marker written last on GCS), and lists only committed steps:
+an interrupted save is never taken for a finished one.
+
+Checkpoints of jaxblend 0.1 (`step_<N>/arrays.npz`, gathered to process 0) are no longer written or
+read; `Checkpointer` refuses such a directory with a message saying so.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import shutil
 from typing import Any
 
 import jax
-import numpy as np
+import orbax.checkpoint as ocp
 from absl import logging
-from jax.experimental import multihost_utils
+from etils import epath
 
-_STEP_DIR = re.compile(r"^step_(\d+)$")
+from jaxblend.loading.checkpointing import LoaderStateRestore, LoaderStateSave
 
-
-def latest_step(directory: str) -> int | None:
-    """The newest complete checkpoint's step in `directory`, or None."""
-    if not directory or not os.path.isdir(directory):
-        return None
-    steps = []
-    for name in os.listdir(directory):
-        m = _STEP_DIR.match(name)
-        if m and os.path.exists(os.path.join(directory, name, "meta.json")):
-            steps.append(int(m.group(1)))
-    return max(steps, default=None)
+_OLD_STEP_DIR = re.compile(r"^step_\d{8}$")
+_URL = re.compile(r"^[a-z][a-z0-9+.-]*://")
 
 
-def save(directory: str, step: int, tree: Any, meta: dict[str, Any], keep: int = 2) -> None:
-    """Saves `tree` (a pytree of arrays) and `meta` as checkpoint `step` (collective call)."""
-    leaves = jax.tree.leaves(tree)
-    host = multihost_utils.process_allgather(leaves, tiled=True)
-    if jax.process_index() == 0:
-        final = os.path.join(directory, f"step_{step:08d}")
-        tmp = f"{final}.tmp-{os.getpid()}"
-        os.makedirs(tmp, exist_ok=True)
-        np.savez(os.path.join(tmp, "arrays.npz"), *[np.asarray(x) for x in host])
-        with open(os.path.join(tmp, "meta.json"), "w") as f:
-            json.dump({**meta, "step": step, "num_arrays": len(host)}, f, indent=1)
-        if os.path.exists(final):
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-        _prune(directory, keep)
-        logging.info("saved checkpoint %s", final)
-    multihost_utils.sync_global_devices(f"checkpoint {step}")
+def checkpoint_path(directory: str) -> epath.Path:
+    """`directory` as an Orbax path: URLs as given, local paths made absolute."""
+    if _URL.match(directory):
+        return epath.Path(directory)
+    return epath.Path(os.path.abspath(directory))
 
 
-def restore(directory: str, step: int, like: Any, shardings: Any) -> tuple[Any, dict[str, Any]]:
-    """Loads checkpoint `step` into arrays shaped like `like`, laid out by `shardings`.
+def _refuse_npz_layout(directory: str) -> None:
+    if _URL.match(directory) or not os.path.isdir(directory):
+        return
+    old = sorted(n for n in os.listdir(directory) if _OLD_STEP_DIR.match(n))
+    if old:
+        raise ValueError(
+            f"--checkpoint_dir {directory} holds npz checkpoints of jaxblend 0.1 ({old[-1]}); "
+            "checkpoints are now Orbax directories: give a new --checkpoint_dir (or resume that "
+            "run with jaxblend 0.1)"
+        )
 
-    Raises:
-      ValueError: if the checkpoint's arrays do not match `like` (names the file and leaf).
+
+class Checkpointer:
+    """Saves and restores the training example's state (collective: every process calls it).
+
+    Args:
+      directory: local path or bucket URL (`gs://...`).
+      keep: how many of the newest checkpoints to keep.
+      asynchronous: write in the background (`wait()` blocks until the last save is committed).
     """
-    path = os.path.join(directory, f"step_{step:08d}")
-    with open(os.path.join(path, "meta.json")) as f:
-        meta = json.load(f)
-    leaves, treedef = jax.tree.flatten(like)
-    sharding_leaves = treedef.flatten_up_to(shardings)
-    with np.load(os.path.join(path, "arrays.npz")) as data:
-        if len(data.files) != len(leaves):
+
+    def __init__(self, directory: str, keep: int = 2, asynchronous: bool = True) -> None:
+        _refuse_npz_layout(directory)
+        self.directory = directory
+        options = ocp.CheckpointManagerOptions(
+            max_to_keep=keep, create=True, enable_async_checkpointing=asynchronous,
+        )
+        self._manager = ocp.CheckpointManager(
+            checkpoint_path(directory), item_names=("state", "loader", "meta"), options=options
+        )
+
+    def latest_step(self) -> int | None:
+        """The newest committed step, or None."""
+        self._manager.reload()
+        return self._manager.latest_step()
+
+    def save(self, step: int, state: Any, loader: Any, meta: dict[str, Any]) -> None:
+        """Starts saving checkpoint `step` (committed in the background unless synchronous).
+
+        Args:
+          step: the number of training steps done.
+          state: pytree of `jax.Array`s (parameters, optimizer state).
+          loader: the data loader (its `state()` is saved).
+          meta: JSON-serializable metadata.
+        """
+        self._manager.save(
+            step,
+            args=ocp.args.Composite(
+                state=ocp.args.StandardSave(state),
+                loader=LoaderStateSave.of(loader),
+                meta=ocp.args.JsonSave(meta),
+            ),
+            force=True,
+        )
+        logging.info("saving checkpoint %s step %d", self.directory, step)
+
+    def restore(self, step: int, like: Any) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+        """Restores checkpoint `step`.
+
+        Args:
+          step: a committed step.
+          like: pytree of `jax.Array`s or `jax.ShapeDtypeStruct`s with the shardings wanted.
+
+        Returns:
+          (state laid out like `like`, loader state, meta).
+
+        Raises:
+          ValueError: if the saved arrays do not match `like` (another model configuration) or
+            cannot be read.
+        """
+        abstract = jax.tree.map(
+            lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), like
+        )
+        try:
+            restored = self._manager.restore(
+                step,
+                args=ocp.args.Composite(
+                    state=ocp.args.StandardRestore(abstract),
+                    loader=LoaderStateRestore(),
+                    meta=ocp.args.JsonRestore(),
+                ),
+            )
+        except (ValueError, KeyError) as err:
             raise ValueError(
-                f"{path}/arrays.npz holds {len(data.files)} arrays, the model needs {len(leaves)}"
-            )
-        restored = []
-        for i, (ref, sharding) in enumerate(zip(leaves, sharding_leaves, strict=True)):
-            arr = data[f"arr_{i}"]
-            if arr.shape != ref.shape or arr.dtype != ref.dtype:
-                raise ValueError(
-                    f"{path}/arrays.npz leaf {i}: {arr.shape} {arr.dtype}, expected "
-                    f"{ref.shape} {ref.dtype} (different model configuration?)"
-                )
-            restored.append(
-                jax.make_array_from_callback(arr.shape, sharding, lambda idx, a=arr: a[idx])
-            )
-    return jax.tree.unflatten(treedef, restored), meta
+                f"checkpoint {self.directory} step {step} cannot be restored into this model "
+                f"(other model flags, or an incomplete copy of the checkpoint): "
+                f"{' '.join(str(err).split())[:300]}"
+            ) from None
+        return restored["state"], restored["loader"], restored["meta"]
 
+    def wait(self) -> None:
+        """Blocks until the last save is committed."""
+        self._manager.wait_until_finished()
 
-def _prune(directory: str, keep: int) -> None:
-    steps = sorted(
-        int(m.group(1)) for n in os.listdir(directory) if (m := _STEP_DIR.match(n))
-    )
-    for old in steps[:-keep]:
-        shutil.rmtree(os.path.join(directory, f"step_{old:08d}"), ignore_errors=True)
+    def close(self) -> None:
+        """Waits for pending saves and releases the manager."""
+        self._manager.close()

@@ -322,7 +322,7 @@ class TestPodSetup:
         assert _remote_command(ssh) == (
             "mkdir -p jaxblend && tar -xzf jaxblend-src.tar.gz -C jaxblend && "
             "rm -f jaxblend-src.tar.gz && cd jaxblend && env LOG_DIR=logs RUN_NAME=train "
-            "JAXBLEND_EXTRAS=tokenizers 'JAX_SPEC=jax[tpu]' bash launch/worker.sh setup"
+            "JAXBLEND_EXTRAS=tokenizers,orbax 'JAX_SPEC=jax[tpu]' bash launch/worker.sh setup"
         )
         assert _tar_members(pod.files / "jaxblend-src.tar.gz") == {
             ".gitignore",
@@ -430,6 +430,21 @@ class TestPodRun:
             "cd jaxblend && env 'LOG_DIR=/tmp/x logs' RUN_NAME=mig bash launch/worker.sh start "
             ".venv/bin/python -m jaxblend.train --flagfile=configs/megatron_migration.flags"
         )
+
+    def test_bucket_flags(self, pod: Pod) -> None:
+        result = pod.ok("pod_run.sh", "--train_iters=10", BUCKET="gs://my-bucket/run1/")
+        assert _remote_command(result.calls[0]) == (
+            "cd jaxblend && env LOG_DIR=logs RUN_NAME=train bash launch/worker.sh start "
+            ".venv/bin/python -m jaxblend.train --flagfile=configs/pod.flags "
+            "--data_cache_path=gs://my-bucket/run1/index_cache "
+            "--checkpoint_dir=gs://my-bucket/run1/checkpoints --train_iters=10"
+        )
+
+    def test_bad_bucket(self, pod: Pod) -> None:
+        result = pod.run("pod_run.sh", BUCKET="/mnt/shared")
+        assert result.returncode != 0
+        assert "BUCKET='/mnt/shared' must be a gs:// or s3:// URL" in result.stderr
+        assert result.calls == []
 
     def test_bad_run_name(self, pod: Pod) -> None:
         result = pod.run("pod_run.sh", RUN_NAME="a b")
