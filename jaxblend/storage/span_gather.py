@@ -46,8 +46,7 @@ def _gather_mapped(
         if span_offset[j] < 0 or n < 0 or start + n > src.shape[0]:
             return j
         p = out_pos[j]
-        for t in range(n):
-            out[p + t] = src[start + t]
+        out[p : p + n] = src[start : start + n]
     return -1
 
 
@@ -58,9 +57,9 @@ def _place(flat, span_index, span_length, out, out_pos):  # pragma: no cover - c
     for i in range(span_index.shape[0]):
         j = span_index[i]
         p = out_pos[j]
-        for t in range(span_length[j]):
-            out[p + t] = flat[src + t]
-        src += span_length[j]
+        n = span_length[j]
+        out[p : p + n] = flat[src : src + n]
+        src += n
 
 
 class SpanGather:
