@@ -350,7 +350,10 @@ class _PartitionWriter:
                 tokens = np.bincount(record, weights=t.lengths, minlength=n)
                 for r in np.flatnonzero(kept & (tokens == 0)).tolist():
                     self._drop(
-                        EMPTY, recs.ordinals[r], k, "no tokens (--drop_empty_documents)",
+                        EMPTY,
+                        recs.ordinals[r],
+                        k,
+                        "no tokens (--drop_empty_documents)",
                         recs.sizes[r],
                     )
                     kept[r] = False

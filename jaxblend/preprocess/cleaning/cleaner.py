@@ -104,7 +104,9 @@ class Cleaner:
                 failed = QUALITY_PREFIX + f.name
         return failed
 
-    def clean(self, position: int, values: Values, nbytes: int) -> tuple[dict[str, Any] | None, str]:
+    def clean(
+        self, position: int, values: Values, nbytes: int
+    ) -> tuple[dict[str, Any] | None, str]:
         """Returns ``(cleaned values, "")`` or ``(None, drop reason)`` for the record at
         ``position`` of the partition (``nbytes`` input bytes)."""
         out = self._scrub(values) if self.scrubber is not None else dict(values)

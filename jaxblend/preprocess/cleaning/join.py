@@ -81,15 +81,19 @@ class _Join:
         self.records = n
         self.shards = max(1, math.ceil(n * _BYTES_PER_KEY / (config.join_memory_mb * 2**20)))
         self.sigs = (
-            [signatures.load(parts, i, "minhash") for i in self.indices] if config.near_dedup else []
+            [signatures.load(parts, i, "minhash") for i in self.indices]
+            if config.near_dedup
+            else []
         )
 
     def _shard(self, column: Any, s: int, exclude: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         keys, ids = [], []
         for p in range(len(self.indices)):
             col = np.asarray(column(p))
-            m = (col % np.uint64(self.shards)) == np.uint64(s) if self.shards > 1 else np.ones(
-                col.shape[0], bool
+            m = (
+                (col % np.uint64(self.shards)) == np.uint64(s)
+                if self.shards > 1
+                else np.ones(col.shape[0], bool)
             )
             if exclude is not None:
                 m &= exclude[p]
@@ -110,7 +114,9 @@ class _Join:
     def exact(self) -> np.ndarray:
         dropped = []
         for s in range(self.shards):
-            keys, ids = self._shard(lambda p: signatures.load(self.parts, self.indices[p], "exact"), s, None)
+            keys, ids = self._shard(
+                lambda p: signatures.load(self.parts, self.indices[p], "exact"), s, None
+            )
             later, _ = _first_in_bucket(keys, ids)
             dropped.append(later)
         return np.unique(np.concatenate(dropped)) if dropped else np.zeros(0, np.int64)
@@ -127,7 +133,7 @@ class _Join:
         bands = [signatures.load(self.parts, i, "bands") for i in self.indices]
         for b in range(self.config.bands):
             for s in range(self.shards):
-                keys, ids = self._shard(lambda p: bands[p][:, b], s, alive)
+                keys, ids = self._shard(lambda p, b=b: bands[p][:, b], s, alive)
                 later, first = _first_in_bucket(keys, ids)
                 candidates += later.shape[0]
                 for c in range(0, later.shape[0], _PAIR_CHUNK):

@@ -158,7 +158,10 @@ GOPHER: tuple[Filter, ...] = (
     Filter("top_2gram", None, 0.20, _SHARE_BINS),
     Filter("top_3gram", None, 0.18, _SHARE_BINS),
     Filter("top_4gram", None, 0.16, _SHARE_BINS),
-    *(Filter(f"dup_{n}gram", None, round(0.15 - 0.01 * (n - 5), 2), _SHARE_BINS) for n in range(5, 11)),
+    *(
+        Filter(f"dup_{n}gram", None, round(0.15 - 0.01 * (n - 5), 2), _SHARE_BINS)
+        for n in range(5, 11)
+    ),
 )
 FILTER_NAMES = tuple(f.name for f in GOPHER)
 
@@ -187,7 +190,11 @@ def select(names: Sequence[str], overrides: dict[str, float]) -> tuple[Filter, .
         low = overrides.get(f"{f.name}.min", f.low)
         high = overrides.get(f"{f.name}.max", f.high)
         out.append(dataclasses.replace(f, low=low, high=high))
-    bad = sorted(k for k in overrides if k.rsplit(".", 1)[0] not in wanted or not k.endswith((".min", ".max")))
+    bad = sorted(
+        k
+        for k in overrides
+        if k.rsplit(".", 1)[0] not in wanted or not k.endswith((".min", ".max"))
+    )
     if bad:
         raise ValueError(
             f"quality threshold(s) {bad} name no enabled filter; write <filter>.min=<v> or "

@@ -78,7 +78,11 @@ def build(
         "pii": pii,
         "quality_filters": filters,
         "dedup": dict(join_stats or {}),
-        "settings": {**config.identity(), "rows": config.rows, "lsh_threshold": config.lsh_threshold},
+        "settings": {
+            **config.identity(),
+            "rows": config.rows,
+            "lsh_threshold": config.lsh_threshold,
+        },
     }
 
 
@@ -93,8 +97,13 @@ def table(report: Mapping[str, Any]) -> str:
     p = report["pii"]
     if p["documents"]:
         rows.append(
-            ("pii", "scrubbed (kept)", f"{p['documents']:,}", "",
-             f"{p['email']} e-mail, {p['ipv4']} IPv4, {p['ipv6']} IPv6 replaced")
+            (
+                "pii",
+                "scrubbed (kept)",
+                f"{p['documents']:,}",
+                "",
+                f"{p['email']} e-mail, {p['ipv4']} IPv4, {p['ipv6']} IPv6 replaced",
+            )
         )
     kept = report["kept"]
     rows.append(("kept", "", f"{kept['documents']:,}", f"{kept['bytes']:,}", ""))

@@ -55,7 +55,9 @@ class Signer:
             permutations=self._template.permutations,
             scheme=SCHEME,
         )
-        m.update_batch([g.encode("utf-8") for g in text_lib.word_ngrams(words, self.config.shingle)])
+        m.update_batch(
+            [g.encode("utf-8") for g in text_lib.word_ngrams(words, self.config.shingle)]
+        )
         return m.hashvalues.astype(np.uint32)
 
     def bands(self, signature: np.ndarray) -> np.ndarray:
@@ -92,7 +94,9 @@ class SignatureWriter:
             self.band_rows.append(self.signer.bands(sig))
         else:
             sig = np.zeros(self.config.num_perm if self.config.near_dedup else 0, np.uint32)
-            self.band_rows.append(np.zeros(self.config.bands if self.config.near_dedup else 0, np.uint64))
+            self.band_rows.append(
+                np.zeros(self.config.bands if self.config.near_dedup else 0, np.uint64)
+            )
         self.sig_rows.append(sig)
 
     def write(self, parts: str, index: int) -> None:
