@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import os
 from typing import Any
 
@@ -102,6 +103,8 @@ class CleaningConfig:
             )
         if not 0.0 < self.near_threshold <= 1.0:
             raise ValueError(f"--clean_near_threshold={self.near_threshold} must be in (0, 1]")
+        if self.near_dedup and importlib.util.find_spec("datasketch") is None:
+            raise ValueError("--clean_near_dedup needs datasketch: pip install 'jaxblend[clean]'")
         if self.join_memory_mb < 1:
             raise ValueError(f"--clean_join_memory_mb={self.join_memory_mb} must be >= 1")
 

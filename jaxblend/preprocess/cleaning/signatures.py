@@ -18,7 +18,6 @@ import os
 import shutil
 
 import numpy as np
-from datasketch import MinHash
 
 from jaxblend.preprocess.cleaning import text as text_lib
 from jaxblend.preprocess.cleaning.config import CleaningConfig
@@ -44,12 +43,19 @@ class Signer:
     """Computes exact hashes and MinHash band keys of texts (datasketch MinHash, fixed seed)."""
 
     def __init__(self, config: CleaningConfig) -> None:
+        try:
+            from datasketch import MinHash
+        except ImportError:
+            raise ValueError(
+                "--clean_near_dedup needs datasketch: pip install 'jaxblend[clean]'"
+            ) from None
+        self._minhash_cls = MinHash
         self.config = config
         self._template = MinHash(num_perm=config.num_perm, seed=config.seed, scheme=SCHEME)
 
     def minhash(self, words: list[str]) -> np.ndarray:
         """The MinHash signature (uint32) of ``words``' shingles."""
-        m = MinHash(
+        m = self._minhash_cls(
             num_perm=self.config.num_perm,
             seed=self.config.seed,
             permutations=self._template.permutations,
@@ -75,7 +81,7 @@ class SignatureWriter:
     """Collects one partition's signatures and writes them as ``part-NNNNN.sig/``."""
 
     def __init__(self, config: CleaningConfig) -> None:
-        self.signer = Signer(config)
+        self.signer = Signer(config) if config.near_dedup else None
         self.config = config
         self.positions: list[int] = []
         self.exact: list[int] = []
@@ -89,7 +95,7 @@ class SignatureWriter:
         self.positions.append(position)
         self.exact.append(text_lib.hash64(" ".join(words).encode("utf-8")))
         self.words.append(bool(words))
-        if words and self.config.near_dedup:
+        if words and self.signer is not None:
             sig = self.signer.minhash(words)
             self.band_rows.append(self.signer.bands(sig))
         else:
