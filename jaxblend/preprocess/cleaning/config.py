@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import json
 import os
 from typing import Any
 
@@ -152,4 +153,4 @@ class CleaningConfig:
                 "path": os.path.abspath(self.lang_model),
                 "size": os.path.getsize(self.lang_model),
             }
-        return out
+        return json.loads(json.dumps(out))  # as stored in the manifest (tuples become lists)
