@@ -134,7 +134,9 @@ def test_resume_after_the_join_does_not_redo_it(tmp_path, files):
     assert rec.modes == [worker.TOKENIZE]
     clean = _run(src, ev, str(tmp_path / "fresh" / "c"))
     assert read_bytes(resumed.outputs["text"]) == read_bytes(clean.outputs["text"])
-    assert resumed.cleaning["dedup"]["near_duplicates"] == clean.cleaning["dedup"]["near_duplicates"]
+    assert (
+        resumed.cleaning["dedup"]["near_duplicates"] == clean.cleaning["dedup"]["near_duplicates"]
+    )
 
 
 def test_changed_cleaning_settings_are_refused_on_resume(tmp_path, files):
@@ -164,7 +166,9 @@ def test_multi_key_records_stay_aligned(tmp_path):
     r = pipeline.preprocess(cfg)
     titles = _texts(r.outputs["title"])
     texts = _texts(r.outputs["text"])
-    assert len(titles) == len(texts) == len(corpus.texts) - list(corpus.reasons.values()).count(
-        "exact_duplicate"
+    assert (
+        len(titles)
+        == len(texts)
+        == len(corpus.texts) - list(corpus.reasons.values()).count("exact_duplicate")
     )
     assert all(t.endswith("mail <EMAIL>") for t in titles)
