@@ -395,10 +395,13 @@ class _PartitionWriter:
         cfg = self.config
         if cfg.cleaning is None or not cfg.cleaning.enabled:
             return
-        duplicates = None
+        duplicates = decided = None
         if cfg.mode == TOKENIZE and cfg.cleaning.needs_join:
             duplicates = join_lib.load_drops(cfg.parts_dir, self.partition.index)
-        self.cleaner = cleaner_lib.Cleaner(cfg.cleaning, duplicates)
+            decided = sig_lib.load_decisions(
+                cfg.parts_dir, self.partition.index, cleaner_lib.REASONS
+            )
+        self.cleaner = cleaner_lib.Cleaner(cfg.cleaning, duplicates, decided)
 
     def sign(self) -> None:
         """The deduplication pass: validates and cleans records, writes their signatures."""
@@ -412,7 +415,8 @@ class _PartitionWriter:
                 self._decode(raw, piece.format)
                 if self.progress is not None:
                     self.progress(raw.consumed, 0, 0)
-        self.signer.write(cfg.parts_dir, self.partition.index)
+        assert self.cleaner is not None
+        self.signer.write(cfg.parts_dir, self.partition.index, *self.cleaner.decisions())
 
     def run(self) -> dict[str, object]:
         cfg = self.config

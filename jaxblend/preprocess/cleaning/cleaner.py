@@ -66,11 +66,21 @@ class Cleaner:
       config: Cleaning settings.
       duplicates: position -> join reason of this partition's duplicates (tokenizing pass), or
         None (signature pass, or no deduplication).
+      decided: The signature pass's per-record outcome (:meth:`decisions`), reused by the
+        tokenizing pass instead of computing the filters again: position -> drop reason, and the
+        score histograms.
     """
 
-    def __init__(self, config: CleaningConfig, duplicates: Mapping[int, int] | None) -> None:
+    def __init__(
+        self,
+        config: CleaningConfig,
+        duplicates: Mapping[int, int] | None,
+        decided: tuple[Mapping[int, str], Mapping[str, Sequence[int]]] | None = None,
+    ) -> None:
         self.config = config
         self.duplicates = duplicates
+        self.decided = decided
+        self.filtered: list[tuple[int, str]] = []  # (position, reason) of the per-record filters
         self.scrubber = pii.Scrubber(config.pii_public_ips_only) if config.pii else None
         self.filters = config.filters()
         self.eval_set = eval_set_for(config)
@@ -78,6 +88,9 @@ class Cleaner:
         self.pii_counts = pii.PIICounts()
         self.pii_documents = 0
         self.histograms = {f.name: np.zeros(len(f.bins) + 1, np.int64) for f in self.filters}
+        if decided is not None:
+            for name, h in decided[1].items():
+                self.histograms[name] += np.asarray(h, np.int64)
         self.kept_documents = 0
         self.kept_bytes = 0
 
@@ -110,16 +123,15 @@ class Cleaner:
         """Returns ``(cleaned values, "")`` or ``(None, drop reason)`` for the record at
         ``position`` of the partition (``nbytes`` input bytes)."""
         out = self._scrub(values) if self.scrubber is not None else dict(values)
-        if self.filters or self.lang is not None or self.eval_set is not None:
-            text = text_lib.record_text(out)
-            if self.filters:
-                reason = self._quality(text)
-                if reason:
-                    return None, reason
-            if self.lang is not None and not self.lang.keeps(text):
-                return None, LANGUAGE
-            if self.eval_set is not None and self.eval_set.contaminated(text):
-                return None, CONTAMINATED
+        if self.decided is not None:
+            reason = self.decided[0].get(position)
+            if reason is not None:
+                return None, reason
+        else:
+            reason = self._filter(text_lib.record_text(out))
+            if reason is not None:
+                self.filtered.append((position, reason))
+                return None, reason
         if self.duplicates:
             reason_id = self.duplicates.get(position)
             if reason_id is not None:
@@ -127,6 +139,25 @@ class Cleaner:
         self.kept_documents += 1
         self.kept_bytes += nbytes
         return out, ""
+
+    def _filter(self, text: str) -> str | None:
+        if self.filters:
+            reason = self._quality(text)
+            if reason:
+                return reason
+        if self.lang is not None and not self.lang.keeps(text):
+            return LANGUAGE
+        if self.eval_set is not None and self.eval_set.contaminated(text):
+            return CONTAMINATED
+        return None
+
+    def decisions(self) -> tuple[np.ndarray, dict[str, list[int]]]:
+        """The per-record filters' outcome: int64 rows (position, index in :data:`REASONS`), and
+        the score histograms (what the tokenizing pass reuses)."""
+        rows = np.asarray([(p, REASONS.index(r)) for p, r in self.filtered], np.int64).reshape(
+            -1, 2
+        )
+        return rows, {k: v.tolist() for k, v in self.histograms.items()}
 
     def to_json(self) -> dict[str, Any]:
         """What the report aggregates over partitions."""

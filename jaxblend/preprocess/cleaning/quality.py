@@ -26,13 +26,13 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections import Counter
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from jaxblend.preprocess.cleaning import text as text_lib
 
+_PRIME = 1_000_000_007
 _BULLETS = ("•", "●", "○", "▪", "▫", "■", "□", "◦", "‣", "⁃", "-", "*", "·")
 _ELLIPSES = ("...", "…")
 _STOP_WORDS = frozenset(("the", "be", "to", "of", "and", "that", "have", "with"))
@@ -62,9 +62,24 @@ class Filter:
 
 
 class Doc:
-    """A document's words, lines and paragraphs, computed once for every filter."""
+    """A document's words, lines and paragraphs, computed once for every filter.
 
-    __slots__ = ("lines", "paragraphs", "text", "word_chars", "words")
+    Word n-grams are compared by a 64-bit polynomial hash of their words' ids (built for n = 1, 2,
+    ... incrementally), so the repetition filters are vectorized; two different n-grams of one
+    document sharing a hash is vanishingly unlikely, and the result is the same on every run.
+    """
+
+    __slots__ = (
+        "_grams",
+        "_hashes",
+        "ids",
+        "lengths",
+        "lines",
+        "paragraphs",
+        "text",
+        "word_chars",
+        "words",
+    )
 
     def __init__(self, text: str) -> None:
         self.text = text
@@ -72,6 +87,39 @@ class Doc:
         self.word_chars = sum(map(len, self.words))
         self.lines = [ln for ln in text.split("\n") if ln.strip()]
         self.paragraphs = [p for p in _PARAGRAPHS.split(text) if p.strip()]
+        self.ids: np.ndarray | None = None
+        self.lengths = np.fromiter(map(len, self.words), np.int64, len(self.words))
+        self._hashes: dict[int, np.ndarray] = {}
+        self._grams: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray] | None] = {}
+
+    def _hash(self, n: int) -> np.ndarray:
+        h = self._hashes.get(n)
+        if h is None:
+            if n == 1:
+                vocab: dict[str, int] = {}
+                ids = [vocab.setdefault(w, len(vocab)) for w in self.words]
+                h = np.asarray(ids, np.uint64) + np.uint64(1)
+            else:
+                prev = self._hash(n - 1)
+                h = prev[:-1] * np.uint64(_PRIME) + self._hash(1)[n - 1 :]
+            self._hashes[n] = h
+        return h
+
+    def ngrams(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """(unique hashes, inverse, counts) of the word n-grams, or None when there are none."""
+        if n not in self._grams:
+            if len(self.words) < n:
+                self._grams[n] = None
+            else:
+                with np.errstate(over="ignore"):
+                    h = self._hash(n)
+                self._grams[n] = np.unique(h, return_inverse=True, return_counts=True)
+        return self._grams[n]
+
+    def gram_chars(self, n: int) -> np.ndarray:
+        """Characters (without spaces) of every word n-gram, by start position."""
+        c = np.concatenate([[0], np.cumsum(self.lengths)])
+        return c[n:] - c[:-n]
 
 
 def _ratio(a: float, b: float) -> float:
@@ -91,27 +139,30 @@ def _dup_share(items: Sequence[str], by_chars: bool) -> float:
 
 
 def _top_ngram(doc: Doc, n: int) -> float:
-    if len(doc.words) < n:
+    grams = doc.ngrams(n)
+    if grams is None:
         return 0.0
-    grams = Counter(tuple(doc.words[i : i + n]) for i in range(len(doc.words) - n + 1))
-    gram, count = max(grams.items(), key=lambda kv: (kv[1], kv[0]))
+    _, inverse, counts = grams
+    count = int(counts.max())
     if count < 2:
         return 0.0
-    return _ratio(count * sum(map(len, gram)), doc.word_chars)
+    chars = doc.gram_chars(n)  # the longest of the most frequent n-grams (deterministic on ties)
+    return _ratio(count * int(chars[counts[inverse] == count].max()), doc.word_chars)
 
 
 def _dup_ngram(doc: Doc, n: int) -> float:
-    words = doc.words
-    if len(words) < n:
+    grams = doc.ngrams(n)
+    if grams is None:
         return 0.0
-    grams = [tuple(words[i : i + n]) for i in range(len(words) - n + 1)]
-    counts = Counter(grams)
-    covered = np.zeros(len(words), dtype=bool)
-    for i, g in enumerate(grams):
-        if counts[g] > 1:
-            covered[i : i + n] = True
-    lengths = np.fromiter(map(len, words), dtype=np.int64, count=len(words))
-    return _ratio(int(lengths[covered].sum()), doc.word_chars)
+    _, inverse, counts = grams
+    starts = np.flatnonzero(counts[inverse] > 1)
+    if not starts.size:
+        return 0.0
+    edge = np.zeros(len(doc.words) + 1, np.int64)  # words covered by a repeated n-gram
+    np.add.at(edge, starts, 1)
+    np.add.at(edge, starts + n, -1)
+    covered = np.cumsum(edge[:-1]) > 0
+    return _ratio(int(doc.lengths[covered].sum()), doc.word_chars)
 
 
 def _frac(edges: float, stop: float, step: float) -> tuple[float, ...]:

@@ -9,13 +9,17 @@ then renamed: a directory that exists is complete):
 * ``words.npy`` (bool): the text has at least one word (only those take part in near-dup search);
 * ``bands.npy`` (uint64, n x bands): BLAKE2b-64 of each band's MinHash values;
 * ``minhash.npy`` (uint32, n x num_perm): the MinHash signature (datasketch, shingles of
-  ``shingle`` normalized words, the config's seed), read back by the join to verify candidates.
+  ``shingle`` normalized words, the config's seed), read back by the join to verify candidates;
+* ``filtered.npy`` (int64 rows ``(position, reason index)``) and ``histograms.json``: the
+  per-record filters' outcome, which the tokenizing pass reuses instead of recomputing it.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -25,7 +29,7 @@ from jaxblend.preprocess.cleaning.config import CleaningConfig
 # datasketch's 32-bit affine permutation scheme (its default since 2.0), pinned so that the
 # signatures do not change with the library's default.
 SCHEME = "affine32"
-FILES = ("positions", "exact", "words", "bands", "minhash")
+FILES = ("positions", "exact", "words", "bands", "minhash", "filtered")
 
 
 def sig_dir(parts: str, index: int) -> str:
@@ -105,8 +109,15 @@ class SignatureWriter:
             )
         self.sig_rows.append(sig)
 
-    def write(self, parts: str, index: int) -> None:
-        """Writes the signature directory atomically (temporary directory, then rename)."""
+    def write(
+        self,
+        parts: str,
+        index: int,
+        filtered: np.ndarray,
+        histograms: Mapping[str, Sequence[int]],
+    ) -> None:
+        """Writes the signature directory atomically (temporary directory, then rename), with the
+        per-record filters' outcome (``filtered`` rows, score ``histograms``)."""
         final = sig_dir(parts, index)
         tmp = f"{final}.tmp-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
@@ -120,11 +131,24 @@ class SignatureWriter:
             "words": np.asarray(self.words, bool),
             "bands": np.stack(self.band_rows) if n else np.zeros((0, nb), np.uint64),
             "minhash": np.stack(self.sig_rows) if n else np.zeros((0, npm), np.uint32),
+            "filtered": filtered,
         }
+        with open(os.path.join(tmp, "histograms.json"), "w", encoding="utf-8") as f:
+            json.dump(dict(histograms), f)
         for name, arr in arrays.items():
             np.save(os.path.join(tmp, f"{name}.npy"), arr)
         shutil.rmtree(final, ignore_errors=True)
         os.replace(tmp, final)
+
+
+def load_decisions(
+    parts: str, index: int, reasons: Sequence[str]
+) -> tuple[dict[int, str], dict[str, list[int]]]:
+    """Partition ``index``'s per-record outcome: position -> reason, and the score histograms."""
+    rows = np.load(os.path.join(sig_dir(parts, index), "filtered.npy"))
+    with open(os.path.join(sig_dir(parts, index), "histograms.json"), encoding="utf-8") as f:
+        histograms = json.load(f)
+    return {int(p): reasons[int(r)] for p, r in rows.tolist()}, histograms
 
 
 def load(parts: str, index: int, name: str) -> np.ndarray:
