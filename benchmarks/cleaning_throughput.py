@@ -10,7 +10,8 @@ low-quality (too short, bullet lists), some with e-mails/IPs, plus an evaluation
   exact and MinHash/LSH near dedup (112 permutations, 14 bands, 5-word shingles);
 - ``datatrove``: ``JsonlReader -> PIIFormatter -> GopherRepetitionFilter -> GopherQualityFilter ->
   JsonlWriter``, then its four MinHash stages (signatures, buckets, clusters, filter, with the same
-  5-gram/14x8 configuration) writing the kept documents; its word tokenizer is a whitespace splitter
+  5-gram/14x8 configuration, 32-bit SHA-1 shingle hashes like datasketch's) writing the kept
+  documents; its word tokenizer is a whitespace splitter
   (as jaxblend's heuristics use), so no NLTK/spaCy data is needed.
 
 Documents/s = input documents / wall seconds of all stages. The kept-document counts are printed
@@ -138,12 +139,24 @@ def _datatrove(corpus: str, work: str) -> tuple[float, int]:
             raise NotImplementedError
 
     tok = Whitespace()
-    mh = MinhashConfig(n_grams=5, num_buckets=14, hashes_per_bucket=8, seed=1)
+    from datatrove.utils.hashing import HashConfig
+
+    # 32-bit SHA-1 shingle hashes, as datasketch's default (datatrove's xxhash path rejects str
+    # with the installed xxhash 4)
+    mh = MinhashConfig(
+        n_grams=5,
+        num_buckets=14,
+        hashes_per_bucket=8,
+        seed=1,
+        hash_config=HashConfig(precision=32, hash_fc="sha1"),
+    )
     src = os.path.dirname(corpus)
     name = os.path.basename(corpus)
 
-    def run(steps: list, logs: str) -> None:
-        LocalPipelineExecutor(steps, tasks=1, workers=1, logging_dir=os.path.join(work, logs)).run()
+    def run(steps: list, logs: str, tasks: int = 1) -> None:
+        LocalPipelineExecutor(
+            steps, tasks=tasks, workers=1, logging_dir=os.path.join(work, logs)
+        ).run()
 
     t0 = time.perf_counter()
     run(
@@ -167,6 +180,7 @@ def _datatrove(corpus: str, work: str) -> tuple[float, int]:
     run(
         [MinhashDedupBuckets(os.path.join(work, "sigs"), os.path.join(work, "buckets"), config=mh)],
         "l3",
+        tasks=mh.num_buckets,  # one task per bucket (datatrove's requirement), run one at a time
     )
     run(
         [

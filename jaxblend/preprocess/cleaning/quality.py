@@ -37,6 +37,7 @@ _BULLETS = ("•", "●", "○", "▪", "▫", "■", "□", "◦", "‣", "⁃"
 _ELLIPSES = ("...", "…")
 _STOP_WORDS = frozenset(("the", "be", "to", "of", "and", "that", "have", "with"))
 _PARAGRAPHS = re.compile(r"\n\s*\n")
+_LETTER = re.compile(r"[^\W\d_]")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,9 +183,7 @@ _SCORES: dict[str, Callable[[Doc], float]] = {
     "ellipsis_lines": lambda d: _ratio(
         sum(ln.rstrip().endswith(_ELLIPSES) for ln in d.lines), len(d.lines)
     ),
-    "alpha_words": lambda d: _ratio(
-        sum(any(c.isalpha() for c in w) for w in d.words), len(d.words)
-    ),
+    "alpha_words": lambda d: _ratio(sum(1 for w in d.words if _LETTER.search(w)), len(d.words)),
     "stop_words": lambda d: float(len(_STOP_WORDS.intersection(w.lower() for w in d.words))),
     "dup_lines": lambda d: _dup_share(d.lines, False),
     "dup_paragraphs": lambda d: _dup_share(d.paragraphs, False),
