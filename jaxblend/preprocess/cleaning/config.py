@@ -116,7 +116,8 @@ class CleaningConfig:
 
     @property
     def lsh_threshold(self) -> float:
-        """Similarity at which a pair becomes an LSH candidate with probability ~1/2."""
+        """The usual approximation ``(1/bands)^(1/rows)`` of the similarity where the LSH candidate
+        probability ``1 - (1 - s^rows)^bands`` rises steepest."""
         return (1.0 / self.bands) ** (1.0 / self.rows)
 
     @property
