@@ -112,7 +112,7 @@ class Cleaner:
         failed = None
         for f in self.filters:
             s = quality.score(f.name, doc)
-            self.histograms[f.name][np.searchsorted(f.bins, s, side="right")] += 1
+            self.histograms[f.name][quality.bin_index(f, s)] += 1
             if failed is None and not f.passes(s):
                 failed = QUALITY_PREFIX + f.name
         return failed

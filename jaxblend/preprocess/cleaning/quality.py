@@ -216,6 +216,14 @@ GOPHER: tuple[Filter, ...] = (
 FILTER_NAMES = tuple(f.name for f in GOPHER)
 
 
+def bin_index(f: Filter, value: float) -> int:
+    """Histogram slot of ``value``: 0 below the first edge, ``len(bins)`` above the last, else its
+    bin (the last bin includes its right edge, as ``numpy.histogram``)."""
+    if value == f.bins[-1]:
+        return len(f.bins) - 1
+    return int(np.searchsorted(f.bins, value, side="right"))
+
+
 def score(name: str, doc: Doc) -> float:
     """Returns filter ``name``'s score of ``doc``."""
     return _SCORES[name](doc)

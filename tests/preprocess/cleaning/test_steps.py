@@ -68,6 +68,13 @@ def test_cleaner_reports_first_failing_filter_and_histograms():
     assert sum(c.to_json()["histograms"]["stop_words"]) == 1
 
 
+def test_histogram_slots():
+    f = quality.select(["alpha_words"], {})[0]
+    assert quality.bin_index(f, 1.0) == len(f.bins) - 1  # last bin, not the overflow slot
+    assert quality.bin_index(f, 0.0) == 1
+    assert quality.bin_index(f, -0.1) == 0 and quality.bin_index(f, 1.5) == len(f.bins)
+
+
 def test_decontamination_ngrams(tmp_path):
     ev = tmp_path / "eval.txt"
     ev.write_text("One two three four five six\nshort\n")
