@@ -472,13 +472,14 @@ def _dedup_join(
         engine.run(dataclasses.replace(wcfg, mode=worker.SIGNATURES), unsigned, bar)
     finally:
         bar.close()
-    stats = join_lib.run_join(parts, [p.index for p in plan], config.cleaning)
+    # An engine may run the join itself (Beam); else it runs here, reading the signatures from disk.
+    run_join = getattr(engine, "join_duplicates", join_lib.run_join)
+    stats = run_join(parts, [p.index for p in plan], config.cleaning)
     logging.info(
-        "preprocess: dedup join: %d exact and %d near duplicates of %d records (%d shards)",
+        "preprocess: dedup join: %d exact and %d near duplicates of %d records",
         stats["exact_duplicates"],
         stats["near_duplicates"],
         stats["records_signed"],
-        stats["shards"],
     )
     return stats
 

@@ -4,10 +4,10 @@ Rules (input order decides; the result does not depend on the number of partitio
 
 * **exact**: a record whose normalized-text hash equals an earlier record's is dropped
   (``exact_duplicate``); the first occurrence is kept.
-* **near**: for every LSH band, records sharing the band key form a bucket; a record (not already
-  an exact duplicate) is dropped (``near_duplicate``) when, in some band, the bucket's first record
-  is earlier and the two MinHash signatures agree on at least ``near_threshold`` of their values
-  (the estimated Jaccard similarity of their shingle sets).
+* **near**: for every LSH band, records (with at least one word) sharing the band key form a
+  bucket; a record is dropped (``near_duplicate``) when, in some band, the bucket's first record is
+  earlier and the two MinHash signatures agree on at least ``near_threshold`` of their values (the
+  estimated Jaccard similarity of their shingle sets). A record that is both is counted as exact.
 
 Larger than memory: the join never holds all signatures. Keys are split into ``shards`` by value
 (``key % shards``) so that one shard's keys, record ids and sort fit ``join_memory_mb``; it reads one
@@ -99,13 +99,12 @@ class _Join:
                 m &= exclude[p]
             rows = np.flatnonzero(m)
             keys.append(col[rows])
-            ids.append((np.int64(p) << _ROW_BITS) | rows.astype(np.int64))
+            ids.append(record_ids(p, rows))
         return np.concatenate(keys), np.concatenate(ids)
 
     def _gather(self, ids: np.ndarray) -> np.ndarray:
         out = np.empty((ids.shape[0], self.config.num_perm), np.uint32)
-        part = ids >> _ROW_BITS
-        row = ids & _ROW_MASK
+        part, row = split_id(ids)
         for p in np.unique(part).tolist():
             m = part == p
             out[m] = self.sigs[p][row[m]]
@@ -121,13 +120,8 @@ class _Join:
             dropped.append(later)
         return np.unique(np.concatenate(dropped)) if dropped else np.zeros(0, np.int64)
 
-    def near(self, exact: np.ndarray) -> tuple[np.ndarray, int]:
-        alive = []
-        for p in range(len(self.indices)):
-            a = np.asarray(self.words[p]).copy()
-            gone = exact[(exact >> _ROW_BITS) == p] & _ROW_MASK
-            a[gone] = False
-            alive.append(a)
+    def near(self) -> tuple[np.ndarray, int]:
+        alive = [np.asarray(w) for w in self.words]
         dropped: list[np.ndarray] = []
         candidates = 0
         bands = [signatures.load(self.parts, i, "bands") for i in self.indices]
@@ -138,38 +132,67 @@ class _Join:
                 candidates += later.shape[0]
                 for c in range(0, later.shape[0], _PAIR_CHUNK):
                     x, f = later[c : c + _PAIR_CHUNK], first[c : c + _PAIR_CHUNK]
-                    sim = (self._gather(x) == self._gather(f)).mean(axis=1)
-                    dropped.append(x[sim >= self.config.near_threshold])
+                    dropped.append(x[similar(self._gather(x), self._gather(f), self.config)])
         out = np.unique(np.concatenate(dropped)) if dropped else np.zeros(0, np.int64)
         return out, candidates
 
 
-def run_join(parts: str, indices: Sequence[int], config: CleaningConfig) -> dict[str, Any]:
-    """Decides the duplicates of all partitions ``indices`` (in input order); writes the drop lists
-    and the done marker; returns the statistics."""
-    t0 = time.perf_counter()
-    j = _Join(parts, indices, config)
-    exact = j.exact() if config.exact_dedup else np.zeros(0, np.int64)
-    near, candidates = j.near(exact) if config.near_dedup else (np.zeros(0, np.int64), 0)
-    ids = np.concatenate([exact, near])
-    reasons = np.concatenate([np.full(exact.shape, EXACT), np.full(near.shape, NEAR)])
-    part = ids >> _ROW_BITS
-    for p, index in enumerate(indices):
-        m = part == p
-        rows = ids[m] & _ROW_MASK
-        positions = np.asarray(signatures.load(parts, index, "positions"))[rows]
-        out = np.stack([positions, reasons[m]], axis=1).astype(np.int64).reshape(-1, 2)
-        out = out[np.argsort(out[:, 0], kind="stable")]
-        tmp = drops_path(parts, index) + f".tmp-{os.getpid()}.npy"
-        np.save(tmp, out)
-        os.replace(tmp, drops_path(parts, index))
+def similar(a: np.ndarray, b: np.ndarray, config: CleaningConfig) -> np.ndarray:
+    """Whether each row pair of signatures agrees on at least ``near_threshold`` of its values."""
+    return (a == b).mean(axis=1) >= config.near_threshold
+
+
+def split_id(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(partition ordinal in the plan, signature row) of record ids."""
+    return ids >> _ROW_BITS, ids & _ROW_MASK
+
+
+def record_ids(p: int, rows: np.ndarray) -> np.ndarray:
+    """Record ids (ordered as the input) of signature ``rows`` of the plan's ``p``-th partition."""
+    return (np.int64(p) << _ROW_BITS) | rows.astype(np.int64)
+
+
+def write_drops(parts: str, index: int, rows: np.ndarray, reasons: np.ndarray) -> None:
+    """Writes partition ``index``'s drop list from signature ``rows`` and their ``reasons``."""
+    positions = np.asarray(signatures.load(parts, index, "positions"))[rows]
+    out = np.stack([positions, reasons], axis=1).astype(np.int64).reshape(-1, 2)
+    out = out[np.argsort(out[:, 0], kind="stable")]
+    tmp = drops_path(parts, index) + f".tmp-{os.getpid()}.npy"
+    np.save(tmp, out)
+    os.replace(tmp, drops_path(parts, index))
+
+
+def finish(parts: str, indices: Sequence[int], stats: dict[str, Any]) -> dict[str, Any]:
+    """Adds the drop counts read back from the drop lists to ``stats``; writes the done marker."""
+    counts = {EXACT: 0, NEAR: 0}
+    signed = 0
+    for index in indices:
+        reasons = np.load(drops_path(parts, index))[:, 1]
+        for r in counts:
+            counts[r] += int((reasons == r).sum())
+        signed += signatures.load(parts, index, "words").shape[0]
     stats = {
-        "records_signed": j.records,
-        "exact_duplicates": int(exact.shape[0]),
-        "near_duplicates": int(near.shape[0]),
-        "near_candidates": int(candidates),
-        "shards": j.shards,
-        "seconds": time.perf_counter() - t0,
+        "records_signed": signed,
+        "exact_duplicates": counts[EXACT],
+        "near_duplicates": counts[NEAR],
+        **stats,
     }
     layout.write_json_atomic(marker_path(parts), stats)
     return stats
+
+
+def run_join(parts: str, indices: Sequence[int], config: CleaningConfig) -> dict[str, Any]:
+    """Decides the duplicates of all partitions ``indices`` (in input order) on this machine;
+    writes the drop lists and the done marker; returns the statistics."""
+    t0 = time.perf_counter()
+    j = _Join(parts, indices, config)
+    exact = j.exact() if config.exact_dedup else np.zeros(0, np.int64)
+    near, candidates = j.near() if config.near_dedup else (np.zeros(0, np.int64), 0)
+    near = np.setdiff1d(near, exact)
+    ids = np.concatenate([exact, near])
+    reasons = np.concatenate([np.full(exact.shape, EXACT), np.full(near.shape, NEAR)])
+    part, rows = split_id(ids)
+    for p, index in enumerate(indices):
+        write_drops(parts, index, rows[part == p], reasons[part == p])
+    stats = {"near_candidates": int(candidates), "shards": j.shards}
+    return finish(parts, indices, {**stats, "seconds": time.perf_counter() - t0})

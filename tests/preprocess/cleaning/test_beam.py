@@ -29,3 +29,6 @@ def test_beam_cleaning_matches_local(tmp_path):
     assert _texts(local.outputs["text"]) == corpus.expected_kept()
     assert read_bytes(beam.outputs["text"]) == read_bytes(local.outputs["text"])
     assert beam.dropped == local.dropped
+    assert beam.cleaning["dedup"]["engine"] == "beam"  # the join ran as a Beam pipeline
+    for k in ("exact_duplicates", "near_duplicates", "near_candidates", "records_signed"):
+        assert beam.cleaning["dedup"][k] == local.cleaning["dedup"][k], k
