@@ -18,6 +18,9 @@ Documents/s = input documents / wall seconds of all stages. The kept-document co
 so the two pipelines can be seen to do comparable work (they differ in details: datatrove has no
 exact dedup or decontamination here, its quality filters count words differently).
 
+datatrove is not a jaxblend dependency: ``pip install datatrove==0.10.1 orjson`` to include it
+(without it only the jaxblend rows are printed).
+
 Usage::
 
     .venv/bin/python benchmarks/cleaning_throughput.py --docs=20000
