@@ -342,7 +342,7 @@ def _settings(
     plan: Sequence[readers.Partition],
 ) -> dict[str, Any]:
     """The settings that determine the output bytes (compared on resume)."""
-    return {
+    settings = {
         "inputs": [dataclasses.asdict(f) for f in files],
         "json_keys": list(config.json_keys),
         "text_mode": config.text_mode,
@@ -358,8 +358,10 @@ def _settings(
         "max_document_chars": config.max_document_chars,
         "partitions_requested": config.partitions,
         "partitions": [[dataclasses.asdict(p) for p in part.pieces] for part in plan],
-        "cleaning": config.cleaning.identity() if config.cleaning is not None else None,
     }
+    if config.cleaning is not None:  # absent without cleaning: earlier runs' manifests still match
+        settings["cleaning"] = config.cleaning.identity()
+    return settings
 
 
 def _diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
