@@ -33,6 +33,8 @@ import numpy as np
 from jaxblend.preprocess.cleaning import text as text_lib
 
 _PRIME = 1_000_000_007
+_LENGTH_TAG = 0x9E3779B97F4A7C15
+_MAX_N = 10  # the longest n-gram of the repetition filters
 _BULLETS = ("•", "●", "○", "▪", "▫", "■", "□", "◦", "‣", "⁃", "-", "*", "·")
 _ELLIPSES = ("...", "…")
 _STOP_WORDS = frozenset(("the", "be", "to", "of", "and", "that", "have", "with"))
@@ -66,21 +68,12 @@ class Doc:
     """A document's words, lines and paragraphs, computed once for every filter.
 
     Word n-grams are compared by a 64-bit polynomial hash of their words' ids (built for n = 1, 2,
-    ... incrementally), so the repetition filters are vectorized; two different n-grams of one
-    document sharing a hash is vanishingly unlikely, and the result is the same on every run.
+    ... incrementally), so the repetition filters are vectorized; the n-grams of every length are
+    counted in one sort. Two different n-grams of one document sharing a hash is vanishingly
+    unlikely, and the result is the same on every run.
     """
 
-    __slots__ = (
-        "_grams",
-        "_hashes",
-        "ids",
-        "lengths",
-        "lines",
-        "paragraphs",
-        "text",
-        "word_chars",
-        "words",
-    )
+    __slots__ = ("_counts", "lengths", "lines", "paragraphs", "text", "word_chars", "words")
 
     def __init__(self, text: str) -> None:
         self.text = text
@@ -88,34 +81,34 @@ class Doc:
         self.word_chars = sum(map(len, self.words))
         self.lines = [ln for ln in text.split("\n") if ln.strip()]
         self.paragraphs = [p for p in _PARAGRAPHS.split(text) if p.strip()]
-        self.ids: np.ndarray | None = None
         self.lengths = np.fromiter(map(len, self.words), np.int64, len(self.words))
-        self._hashes: dict[int, np.ndarray] = {}
-        self._grams: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray] | None] = {}
+        self._counts: dict[int, np.ndarray] | None = None
 
-    def _hash(self, n: int) -> np.ndarray:
-        h = self._hashes.get(n)
-        if h is None:
-            if n == 1:
-                vocab: dict[str, int] = {}
-                ids = [vocab.setdefault(w, len(vocab)) for w in self.words]
-                h = np.asarray(ids, np.uint64) + np.uint64(1)
-            else:
-                prev = self._hash(n - 1)
-                h = prev[:-1] * np.uint64(_PRIME) + self._hash(1)[n - 1 :]
-            self._hashes[n] = h
-        return h
+    def _count_all(self) -> dict[int, np.ndarray]:
+        vocab: dict[str, int] = {}
+        ids = np.asarray([vocab.setdefault(w, len(vocab)) for w in self.words], np.uint64)
+        h = ids + np.uint64(1)
+        hashes, sizes = [], []
+        with np.errstate(over="ignore"):
+            for n in range(2, _MAX_N + 1):
+                if len(self.words) < n:
+                    break
+                h = h[:-1] * np.uint64(_PRIME) + ids[n - 1 :] + np.uint64(1)
+                hashes.append(h ^ (np.uint64(n) * np.uint64(_LENGTH_TAG)))  # lengths kept apart
+                sizes.append(h.shape[0])
+        if not hashes:
+            return {}
+        _, inverse, counts = np.unique(
+            np.concatenate(hashes), return_inverse=True, return_counts=True
+        )
+        per_start = np.split(counts[inverse], np.cumsum(sizes)[:-1])
+        return {n: c for n, c in zip(range(2, _MAX_N + 1), per_start)}
 
-    def ngrams(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-        """(unique hashes, inverse, counts) of the word n-grams, or None when there are none."""
-        if n not in self._grams:
-            if len(self.words) < n:
-                self._grams[n] = None
-            else:
-                with np.errstate(over="ignore"):
-                    h = self._hash(n)
-                self._grams[n] = np.unique(h, return_inverse=True, return_counts=True)
-        return self._grams[n]
+    def ngram_counts(self, n: int) -> np.ndarray | None:
+        """For each start position, how often its word n-gram occurs (None: fewer than n words)."""
+        if self._counts is None:
+            self._counts = self._count_all()
+        return self._counts.get(n)
 
     def gram_chars(self, n: int) -> np.ndarray:
         """Characters (without spaces) of every word n-gram, by start position."""
@@ -140,23 +133,21 @@ def _dup_share(items: Sequence[str], by_chars: bool) -> float:
 
 
 def _top_ngram(doc: Doc, n: int) -> float:
-    grams = doc.ngrams(n)
-    if grams is None:
+    counts = doc.ngram_counts(n)
+    if counts is None:
         return 0.0
-    _, inverse, counts = grams
     count = int(counts.max())
     if count < 2:
         return 0.0
     chars = doc.gram_chars(n)  # the longest of the most frequent n-grams (deterministic on ties)
-    return _ratio(count * int(chars[counts[inverse] == count].max()), doc.word_chars)
+    return _ratio(count * int(chars[counts == count].max()), doc.word_chars)
 
 
 def _dup_ngram(doc: Doc, n: int) -> float:
-    grams = doc.ngrams(n)
-    if grams is None:
+    counts = doc.ngram_counts(n)
+    if counts is None:
         return 0.0
-    _, inverse, counts = grams
-    starts = np.flatnonzero(counts[inverse] > 1)
+    starts = np.flatnonzero(counts > 1)
     if not starts.size:
         return 0.0
     edge = np.zeros(len(doc.words) + 1, np.int64)  # words covered by a repeated n-gram
