@@ -209,7 +209,12 @@ class PreprocessResult:
 
 
 class Engine(Protocol):
-    """Runs partitions (each via :func:`jaxblend.preprocess.worker.process_partition`)."""
+    """Runs partitions (each via :func:`jaxblend.preprocess.worker.process_partition`).
+
+    An engine may also offer ``join_duplicates(parts, indices, cleaning_config) -> stats`` to run
+    the deduplication join itself (the Beam engine does); otherwise it runs on this machine
+    (:func:`jaxblend.preprocess.cleaning.join.run_join`).
+    """
 
     def run(
         self,
