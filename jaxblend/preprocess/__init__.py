@@ -7,12 +7,14 @@ Public API::
                                          tokenizer=TokenizerSpec("byte"), append_eod=True))
     result.outputs  # {"text": "out/corpus_text_document"}
 
-The CLI is ``python -m jaxblend.tools.preprocess``; the Apache Beam engine is
+``PreprocessConfig(cleaning=CleaningConfig(...))`` adds the cleaning stage before tokenization
+(:mod:`jaxblend.preprocess.cleaning`). The CLI is ``python -m jaxblend.tools.preprocess``; the Apache Beam engine is
 ``jaxblend.preprocess.beam`` (optional ``beam`` extra).
 """
 
 from __future__ import annotations
 
+from jaxblend.preprocess.cleaning import CleaningConfig
 from jaxblend.preprocess.pipeline import (
     Engine,
     LocalEngine,
@@ -36,6 +38,7 @@ from jaxblend.preprocess.worker import PreprocessDataError, WorkerConfig, proces
 
 __all__ = [
     "TOKENIZER_TYPES",
+    "CleaningConfig",
     "Engine",
     "InputError",
     "LocalEngine",

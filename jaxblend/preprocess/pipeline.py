@@ -38,6 +38,10 @@ from jaxblend import storage
 from jaxblend._pause import pause_point
 from jaxblend.preprocess import layout, readers, sentences, worker
 from jaxblend.preprocess import tokenizers as tok_lib
+from jaxblend.preprocess.cleaning import join as join_lib
+from jaxblend.preprocess.cleaning import report as report_lib
+from jaxblend.preprocess.cleaning import signatures as sig_lib
+from jaxblend.preprocess.cleaning.config import CleaningConfig
 
 Progress = Callable[[int, int, int], None]
 
@@ -68,6 +72,8 @@ class PreprocessConfig:
       sentence_splitter: ``punkt`` (NLTK, as Megatron-LM) or ``builtin``.
       lang: Punkt language (Megatron's ``--lang``).
       keep_newlines: Keep newlines between sentences (Megatron's ``--keep-newlines``, Punkt only).
+      cleaning: The cleaning stage before tokenization (docs/cleaning.md); None or all steps off =
+        none.
     """
 
     input: tuple[str, ...]
@@ -89,8 +95,11 @@ class PreprocessConfig:
     sentence_splitter: str = sentences.PUNKT
     lang: str = "english"
     keep_newlines: bool = False
+    cleaning: CleaningConfig | None = None
 
     def __post_init__(self) -> None:
+        if self.cleaning is not None and not self.cleaning.enabled:
+            object.__setattr__(self, "cleaning", None)
         if isinstance(self.input, str):
             object.__setattr__(self, "input", (self.input,))
         object.__setattr__(self, "input", tuple(self.input))
@@ -155,6 +164,7 @@ class PreprocessResult:
       keys: key -> {"documents", "sequences", "tokens", "bytes"} of the output.
       dropped: reason -> {"count", "examples": ["file:line ..."]}.
       seconds: Wall time of this call.
+      cleaning: The cleaning report (:mod:`jaxblend.preprocess.cleaning.report`), or None.
     """
 
     outputs: dict[str, str]
@@ -168,6 +178,7 @@ class PreprocessResult:
     keys: dict[str, dict[str, int]]
     dropped: dict[str, dict[str, Any]]
     seconds: float
+    cleaning: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """Returns the result as a JSON-able dict."""
@@ -192,11 +203,18 @@ class PreprocessResult:
         lines.append(f"  dropped: {total:,} documents")
         for reason, d in self.dropped.items():
             lines.append(f"    {reason}: {d['count']:,}  e.g. " + "; ".join(d["examples"]))
+        if self.cleaning is not None:
+            lines.append(report_lib.table(self.cleaning))
         return "\n".join(lines)
 
 
 class Engine(Protocol):
-    """Runs partitions (each via :func:`jaxblend.preprocess.worker.process_partition`)."""
+    """Runs partitions (each via :func:`jaxblend.preprocess.worker.process_partition`).
+
+    An engine may also offer ``join_duplicates(parts, indices, cleaning_config) -> stats`` to run
+    the deduplication join itself (the Beam engine does); otherwise it runs on this machine
+    (:func:`jaxblend.preprocess.cleaning.join.run_join`).
+    """
 
     def run(
         self,
@@ -279,14 +297,16 @@ def _drain(q: Any, progress: Progress) -> None:
 class _ProgressBar:
     """tqdm over input bytes (MB/s, ETA) with docs/s and tokens/s, plus periodic log lines."""
 
-    def __init__(self, total: int, initial: int, enabled: bool, log_interval: int) -> None:
+    def __init__(
+        self, total: int, initial: int, enabled: bool, log_interval: int, desc: str = "preprocess"
+    ) -> None:
         self.bar = tqdm.tqdm(
             total=total,
             initial=initial,
             unit="B",
             unit_scale=True,
             unit_divisor=1000,
-            desc="preprocess",
+            desc=desc,
             disable=not enabled,
             smoothing=0.1,
         )
@@ -327,7 +347,7 @@ def _settings(
     plan: Sequence[readers.Partition],
 ) -> dict[str, Any]:
     """The settings that determine the output bytes (compared on resume)."""
-    return {
+    settings = {
         "inputs": [dataclasses.asdict(f) for f in files],
         "json_keys": list(config.json_keys),
         "text_mode": config.text_mode,
@@ -344,6 +364,9 @@ def _settings(
         "partitions_requested": config.partitions,
         "partitions": [[dataclasses.asdict(p) for p in part.pieces] for part in plan],
     }
+    if config.cleaning is not None:  # absent without cleaning: earlier runs' manifests still match
+        settings["cleaning"] = config.cleaning.identity()
+    return settings
 
 
 def _diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
@@ -405,8 +428,9 @@ def _aggregate(
             for f in fields:
                 counts[k][f] += r["keys"][k].get(f, 0)
         for reason, d in r["dropped"].items():
-            agg = dropped.setdefault(reason, {"count": 0, "examples": []})
+            agg = dropped.setdefault(reason, {"count": 0, "bytes": 0, "examples": []})
             agg["count"] += d["count"]
+            agg["bytes"] += d.get("bytes", 0)
             agg["examples"].extend(d["examples"][: worker.MAX_EXAMPLES - len(agg["examples"])])
     for k in keys:
         counts[k]["bytes"] = counts[k]["tokens"] * itemsize
@@ -425,6 +449,46 @@ def merge_parts(part_prefixes: Sequence[str], output: str, dtype: np.dtype) -> N
             pause_point("merge", merged)
             b.merge(p)
         pause_point("merge", len(part_prefixes))
+
+
+def _dedup_join(
+    config: PreprocessConfig,
+    wcfg: worker.WorkerConfig,
+    plan: Sequence[readers.Partition],
+    todo: Sequence[readers.Partition],
+    engine: Engine,
+) -> dict[str, Any] | None:
+    """The deduplication pass and join before tokenizing (skipped when already done).
+
+    Returns the join's statistics (None when every partition was already tokenized).
+    """
+    assert config.cleaning is not None
+    parts = wcfg.parts_dir
+    stats = join_lib.read_marker(parts)
+    if stats is not None or not todo:
+        return stats
+    unsigned = [p for p in plan if not sig_lib.is_done(parts, p.index)]
+    bar = _ProgressBar(
+        sum(p.weight for p in plan),
+        sum(p.weight for p in plan if sig_lib.is_done(parts, p.index)),
+        config.progress,
+        0,
+        desc="dedup signatures",
+    )
+    try:
+        engine.run(dataclasses.replace(wcfg, mode=worker.SIGNATURES), unsigned, bar)
+    finally:
+        bar.close()
+    # An engine may run the join itself (Beam); else it runs here, reading the signatures from disk.
+    run_join = getattr(engine, "join_duplicates", join_lib.run_join)
+    stats = run_join(parts, [p.index for p in plan], config.cleaning)
+    logging.info(
+        "preprocess: dedup join: %d exact and %d near duplicates of %d records",
+        stats["exact_duplicates"],
+        stats["near_duplicates"],
+        stats["records_signed"],
+    )
+    return stats
 
 
 def preprocess(config: PreprocessConfig, engine: Engine | None = None) -> PreprocessResult:
@@ -503,6 +567,7 @@ def preprocess(config: PreprocessConfig, engine: Engine | None = None) -> Prepro
         sentence_splitter=config.sentence_splitter,
         lang=config.lang,
         keep_newlines=config.keep_newlines,
+        cleaning=config.cleaning,
     )
     done = {
         p.index for p in plan if layout.read_done_marker(parts, p.index, keys, level) is not None
@@ -521,8 +586,12 @@ def preprocess(config: PreprocessConfig, engine: Engine | None = None) -> Prepro
         tokenizer.vocab_size,
         dtype.name,
     )
+    engine = engine or LocalEngine(config.workers)
+    join_stats = None
+    if config.cleaning is not None and config.cleaning.needs_join:
+        join_stats = _dedup_join(config, wcfg, plan, todo, engine)
     try:
-        (engine or LocalEngine(config.workers)).run(wcfg, todo, bar)
+        engine.run(wcfg, todo, bar)
     finally:
         bar.close()
     results = []
@@ -538,6 +607,13 @@ def preprocess(config: PreprocessConfig, engine: Engine | None = None) -> Prepro
         for k in keys:
             merge_parts(part_prefixes[k], names[k], dtype)
     records, input_bytes, counts, dropped = _aggregate(results, keys, dtype.itemsize)
+    cleaning = None
+    if config.cleaning is not None:
+        cleaning = report_lib.build(config.cleaning, results, dropped, join_stats)
+        json_path, png_path = report_lib.paths(config.output_prefix)
+        if config.cleaning.plot and report_lib.plot(cleaning, png_path):
+            cleaning["plot"] = png_path
+        layout.write_json_atomic(json_path, cleaning)
     result = PreprocessResult(
         outputs={} if config.keep_parts else dict(names),
         parts=dict(part_prefixes) if config.keep_parts else {},
@@ -550,6 +626,7 @@ def preprocess(config: PreprocessConfig, engine: Engine | None = None) -> Prepro
         keys=counts,
         dropped=dropped,
         seconds=time.perf_counter() - t0,
+        cleaning=cleaning,
     )
     manifest = dict(manifest, status="complete", result=result.to_json(), outputs=dict(names))
     layout.write_json_atomic(layout.manifest_path(config.output_prefix), manifest)

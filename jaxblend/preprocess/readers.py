@@ -414,7 +414,9 @@ def _iter_compressed(piece: Piece, batch_bytes: int, batch_records: int) -> Iter
         raise
 
 
-def _read_row_group(pf: Any, rg: int, wanted: list[str], path: str) -> tuple[dict[str, list], int, int]:
+def _read_row_group(
+    pf: Any, rg: int, wanted: list[str], path: str
+) -> tuple[dict[str, list], int, int]:
     """One row group's columns as Python lists, its row count and byte size; InputError if corrupt."""
     import pyarrow as pa
 

@@ -27,6 +27,10 @@ from absl import logging
 from jaxblend import storage
 from jaxblend.preprocess import layout, readers, sentences
 from jaxblend.preprocess import tokenizers as tok_lib
+from jaxblend.preprocess.cleaning import cleaner as cleaner_lib
+from jaxblend.preprocess.cleaning import join as join_lib
+from jaxblend.preprocess.cleaning import signatures as sig_lib
+from jaxblend.preprocess.cleaning.config import CleaningConfig
 
 # Drop reasons, in report order.
 MALFORMED_JSON = "malformed_json"
@@ -46,10 +50,13 @@ REASONS = (
     EMPTY,
     OVERSIZE,
     TOKENIZER_ERROR,
+    *cleaner_lib.REASONS,
 )
 
 MAX_EXAMPLES = 5
 ON_ERROR = ("skip", "fail")
+TOKENIZE = "tokenize"
+SIGNATURES = "signatures"
 
 
 class PreprocessDataError(ValueError):
@@ -76,6 +83,9 @@ class WorkerConfig:
       sentence_splitter: ``punkt`` (NLTK, Megatron's) or ``builtin`` (no data files).
       lang: Punkt model language.
       keep_newlines: Punkt keeps the newlines that follow sentences (Megatron's ``--keep-newlines``).
+      cleaning: The cleaning stage run on every valid record before tokenization (None = off).
+      mode: ``tokenize`` (write partial datasets) or ``signatures`` (the deduplication pass: write
+        the partition's hashes and MinHash signatures, :mod:`jaxblend.preprocess.cleaning.signatures`).
     """
 
     tokenizer: tok_lib.TokenizerSpec
@@ -92,24 +102,32 @@ class WorkerConfig:
     sentence_splitter: str = sentences.PUNKT
     lang: str = "english"
     keep_newlines: bool = False
+    cleaning: CleaningConfig | None = None
+    mode: str = TOKENIZE
 
 
 class DropStats:
-    """Counts dropped documents by reason and keeps the locations of the first few."""
+    """Counts dropped documents (and their input bytes) by reason; keeps the first locations."""
 
     def __init__(self) -> None:
         self.counts: dict[str, int] = {}
+        self.bytes: dict[str, int] = {}
         self.examples: dict[str, list[str]] = {}
 
-    def add(self, reason: str, where: str, count: int = 1) -> None:
+    def add(self, reason: str, where: str, count: int = 1, nbytes: int = 0) -> None:
         self.counts[reason] = self.counts.get(reason, 0) + count
+        self.bytes[reason] = self.bytes.get(reason, 0) + nbytes
         ex = self.examples.setdefault(reason, [])
         if len(ex) < MAX_EXAMPLES:
             ex.append(where)
 
     def to_json(self) -> dict[str, dict[str, object]]:
         return {
-            r: {"count": self.counts[r], "examples": self.examples.get(r, [])}
+            r: {
+                "count": self.counts[r],
+                "bytes": self.bytes.get(r, 0),
+                "examples": self.examples.get(r, []),
+            }
             for r in REASONS
             if r in self.counts
         }
@@ -118,10 +136,11 @@ class DropStats:
 class _Records:
     """The valid records of one raw batch: per key, each record's pieces (sentences) in order."""
 
-    __slots__ = ("ordinals", "pieces")
+    __slots__ = ("ordinals", "pieces", "sizes")
 
     def __init__(self, keys: Sequence[str]) -> None:
         self.ordinals: list[int] = []
+        self.sizes: list[int] = []
         self.pieces: dict[str, list[list[str]]] = {k: [] for k in keys}
 
 
@@ -170,17 +189,22 @@ class _PartitionWriter:
         }
         self.locate: readers.Locator | None = None
         self.builders: dict[str, storage.IndexedDatasetBuilder] = {}
+        self.cleaner: cleaner_lib.Cleaner | None = None
+        self.signer: sig_lib.SignatureWriter | None = None
+        self._nbytes = 0  # input bytes of the record being decoded
 
     # ------------------------------------------------------------------ dropping
 
-    def _drop(self, reason: str, ordinal: int, key: str | None, detail: str) -> None:
+    def _drop(
+        self, reason: str, ordinal: int, key: str | None, detail: str, nbytes: int | None = None
+    ) -> None:
         assert self.locate is not None
         where = self.locate(ordinal)
         if key is not None:
             where = f"{where} (key {key!r})"
         if self.config.on_error == "fail":
             raise PreprocessDataError(f"{where}: {reason}: {detail}")
-        self.drops.add(reason, where)
+        self.drops.add(reason, where, nbytes=self._nbytes if nbytes is None else nbytes)
 
     # ------------------------------------------------------------------ decoding
 
@@ -210,8 +234,8 @@ class _PartitionWriter:
             return None
         return fields
 
-    def _pieces(self, ordinal: int, key: str, value: object) -> list[str] | None:
-        """The sequences-to-be of one field (Megatron's rules), or None (record dropped)."""
+    def _value(self, ordinal: int, key: str, value: object) -> str | list[str] | None:
+        """One field's value when it is a string or a list of strings, else None (dropped)."""
         if value is None:
             self._drop(MISSING_KEY, ordinal, key, f"no field {key!r}")
             return None
@@ -233,6 +257,10 @@ class _PartitionWriter:
                 OVERSIZE, ordinal, key, f"{chars} characters > max_document_chars={max_chars}"
             )
             return None
+        return value
+
+    def _pieces(self, value: str | list[str]) -> list[str]:
+        """The sequences-to-be of one field (Megatron's rules)."""
         if isinstance(value, list):
             return value  # already one string per sequence (Megatron's split-sentence form)
         if self.splitter is not None:
@@ -243,28 +271,41 @@ class _PartitionWriter:
         keys = self.config.json_keys
         out = _Records(keys)
         for ordinal, payload in zip(raw.ordinals, raw.payloads):
+            position = self.records  # the record's place in the partition (every record counts)
             self.records += 1
+            self._nbytes = _payload_bytes(payload)
             fields = self._fields(ordinal, payload, fmt)
             if fields is None:
                 continue
-            per_key = {}
+            per_key: dict[str, str | list[str]] = {}
             for key in keys:
-                pieces = self._pieces(ordinal, key, fields.get(key))
-                if pieces is None:
+                value = self._value(ordinal, key, fields.get(key))
+                if value is None:
                     break
-                per_key[key] = pieces
+                per_key[key] = value
             else:
+                if self.cleaner is not None:
+                    cleaned, reason = self.cleaner.clean(position, per_key, self._nbytes)
+                    if cleaned is None:
+                        # a cleaning drop is not a bad record: counted even with on_error=fail
+                        assert self.locate is not None
+                        self.drops.add(reason, self.locate(ordinal), nbytes=self._nbytes)
+                        continue
+                    per_key = cleaned
+                if self.signer is not None:
+                    self.signer.add(position, cleaner_lib.text_lib.record_text(per_key))
+                    continue
                 out.ordinals.append(ordinal)
+                out.sizes.append(self._nbytes)
                 for key in keys:
-                    out.pieces[key].append(per_key[key])
+                    out.pieces[key].append(self._pieces(per_key[key]))
         return out
 
     # ------------------------------------------------------------------ tokenizing
 
-    def _tokenize(
-        self, key: str, docs: Sequence[Sequence[str]], ordinals: Sequence[int], kept: np.ndarray
-    ) -> _Tokenized:
+    def _tokenize(self, key: str, recs: _Records, kept: np.ndarray) -> _Tokenized:
         """Tokenizes every piece of every record; records whose pieces fail are unkept."""
+        docs, ordinals = recs.pieces[key], recs.ordinals
         counts = np.fromiter(map(len, docs), dtype=np.int64, count=len(docs))
         texts = [p for doc in docs for p in doc]
         try:
@@ -281,12 +322,16 @@ class _PartitionWriter:
             except UnicodeError as e:
                 ids = np.zeros(0, np.int64)
                 if kept[r]:
-                    self._drop(INVALID_UTF8, ordinals[r], key, f"text is not encodable: {e}")
+                    self._drop(
+                        INVALID_UTF8, ordinals[r], key, f"text is not encodable: {e}", recs.sizes[r]
+                    )
                 kept[r] = False
             except Exception as e:  # noqa: BLE001
                 ids = np.zeros(0, np.int64)
                 if kept[r]:
-                    self._drop(TOKENIZER_ERROR, ordinals[r], key, f"{type(e).__name__}: {e}")
+                    self._drop(
+                        TOKENIZER_ERROR, ordinals[r], key, f"{type(e).__name__}: {e}", recs.sizes[r]
+                    )
                 kept[r] = False
             pieces.append(ids)
         lengths = np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces))
@@ -299,14 +344,20 @@ class _PartitionWriter:
         if not n:
             return
         kept = np.ones(n, dtype=bool)
-        toks = {k: self._tokenize(k, recs.pieces[k], recs.ordinals, kept) for k in keys}
+        toks = {k: self._tokenize(k, recs, kept) for k in keys}
         if self.config.drop_empty:
             for k in keys:
                 t = toks[k]
                 record = np.repeat(np.arange(n), t.counts)
                 tokens = np.bincount(record, weights=t.lengths, minlength=n)
                 for r in np.flatnonzero(kept & (tokens == 0)).tolist():
-                    self._drop(EMPTY, recs.ordinals[r], k, "no tokens (--drop_empty_documents)")
+                    self._drop(
+                        EMPTY,
+                        recs.ordinals[r],
+                        k,
+                        "no tokens (--drop_empty_documents)",
+                        recs.sizes[r],
+                    )
                     kept[r] = False
         for k in keys:
             self._write_key(k, toks[k], kept)
@@ -342,9 +393,37 @@ class _PartitionWriter:
 
     # ------------------------------------------------------------------ driver
 
+    def _start_cleaning(self) -> None:
+        cfg = self.config
+        if cfg.cleaning is None or not cfg.cleaning.enabled:
+            return
+        duplicates = decided = None
+        if cfg.mode == TOKENIZE and cfg.cleaning.needs_join:
+            duplicates = join_lib.load_drops(cfg.parts_dir, self.partition.index)
+            decided = sig_lib.load_decisions(
+                cfg.parts_dir, self.partition.index, cleaner_lib.REASONS
+            )
+        self.cleaner = cleaner_lib.Cleaner(cfg.cleaning, duplicates, decided)
+
+    def sign(self) -> None:
+        """The deduplication pass: validates and cleans records, writes their signatures."""
+        cfg = self.config
+        assert cfg.cleaning is not None
+        self._start_cleaning()
+        self.signer = sig_lib.SignatureWriter(cfg.cleaning)
+        for piece in self.partition.pieces:
+            self.locate = readers.Locator(piece, cfg.text_mode)
+            for raw in readers.iter_piece(piece, cfg.text_mode, columns=cfg.json_keys):
+                self._decode(raw, piece.format)
+                if self.progress is not None:
+                    self.progress(raw.consumed, 0, 0)
+        assert self.cleaner is not None
+        self.signer.write(cfg.parts_dir, self.partition.index, *self.cleaner.decisions())
+
     def run(self) -> dict[str, object]:
         cfg = self.config
         keys = cfg.json_keys
+        self._start_cleaning()
         prefixes = {
             k: layout.part_prefix(cfg.parts_dir, self.partition.index, k, cfg.level) for k in keys
         }
@@ -379,6 +458,8 @@ class _PartitionWriter:
             "dropped": self.drops.to_json(),
             "files": {k: layout.file_sizes(prefixes[k]) for k in keys},
         }
+        if self.cleaner is not None:
+            result["cleaning"] = self.cleaner.to_json()
         layout.write_done_marker(cfg.parts_dir, self.partition.index, result)
         return result
 
@@ -395,6 +476,17 @@ def _append_eod(
     out[is_tok] = flat
     out[~is_tok] = eod
     return out, new_lengths
+
+
+def _payload_bytes(payload: object) -> int:
+    """Input bytes of one raw record (a line, or a Parquet row's text fields in UTF-8)."""
+    if isinstance(payload, (bytes, bytearray, memoryview)):
+        return len(payload)
+    if isinstance(payload, dict):
+        return sum(
+            len(v.encode("utf-8", "surrogatepass")) for v in payload.values() if isinstance(v, str)
+        )
+    return 0
 
 
 _TOKENIZER_CACHE: dict[tok_lib.TokenizerSpec, tok_lib.Tokenizer] = {}
@@ -441,4 +533,8 @@ def process_partition(
       readers.InputError: An input cannot be read.
     """
     tokenizer = tokenizer_for(config.tokenizer)
-    return _PartitionWriter(config, tokenizer, partition, progress).run()
+    writer = _PartitionWriter(config, tokenizer, partition, progress)
+    if config.mode == SIGNATURES:
+        writer.sign()
+        return {"index": partition.index}
+    return writer.run()

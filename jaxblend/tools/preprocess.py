@@ -17,16 +17,24 @@ Example::
 
     # the same on Apache Beam (any runner; parts must be on a filesystem all workers see)
     python -m jaxblend.tools.preprocess ... --engine=beam --beam_options=--runner=DirectRunner
+
+    # cleaning before tokenization (docs/cleaning.md): report in out/corpus.cleaning.json/.png
+    python -m jaxblend.tools.preprocess --input data.jsonl --output-prefix out/corpus \
+      --clean_pii --clean_quality=all --clean_exact_dedup --clean_near_dedup \
+      --clean_decontaminate=eval/test.jsonl
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 
 from absl import app, flags
 
 from jaxblend.preprocess import pipeline, readers, sentences, worker
 from jaxblend.preprocess import tokenizers as tok_lib
+from jaxblend.preprocess.cleaning import FILTER_NAMES, CleaningConfig
 from jaxblend.tools import _entry
 
 _INPUT = flags.DEFINE_multi_string(
@@ -130,6 +138,125 @@ _BEAM_OPTIONS = flags.DEFINE_multi_string(
 )
 _SUMMARY_JSON = flags.DEFINE_string("summary_json", None, "Also write the result as JSON here.")
 
+# Cleaning before tokenization (docs/cleaning.md); every step is off unless asked for.
+_CLEAN_CONFIG = flags.DEFINE_string(
+    "clean_config",
+    None,
+    'JSON file of cleaning settings (the fields of CleaningConfig, e.g. {"pii": true, '
+    '"quality": ["all"]}); --clean_* flags given on the command line override it.',
+)
+_CLEAN_PII = flags.DEFINE_bool("clean_pii", False, "Replace e-mail and IP addresses.")
+_CLEAN_PII_ALL_IPS = flags.DEFINE_bool(
+    "clean_pii_all_ips", False, "Also replace private/loopback IPs (default: global ones only)."
+)
+_CLEAN_QUALITY = flags.DEFINE_list(
+    "clean_quality", [], "Gopher quality filters: all or some of " + ",".join(FILTER_NAMES) + "."
+)
+_CLEAN_QUALITY_THRESHOLDS = flags.DEFINE_list(
+    "clean_quality_thresholds",
+    [],
+    "Bound overrides, e.g. word_count.min=20,dup_lines.max=0.5.",
+)
+_CLEAN_LANG_MODEL = flags.DEFINE_string(
+    "clean_lang_model", None, "fastText language-ID model file (e.g. lid.176.bin); not downloaded."
+)
+_CLEAN_LANGUAGES = flags.DEFINE_list("clean_languages", [], "Languages to keep, e.g. en,fr.")
+_CLEAN_LANG_MIN_SCORE = flags.DEFINE_float(
+    "clean_lang_min_score", 0.65, "Minimum language-ID probability."
+)
+_CLEAN_DECONTAMINATE = flags.DEFINE_list(
+    "clean_decontaminate", [], "Evaluation files: drop documents sharing an n-gram with them."
+)
+_CLEAN_DECONTAM_NGRAM = flags.DEFINE_integer(
+    "clean_decontam_ngram", 13, "Decontamination n-gram length (words).", lower_bound=1
+)
+_CLEAN_DECONTAM_KEY = flags.DEFINE_string(
+    "clean_decontam_key", "text", "Field of JSON-lines evaluation files."
+)
+_CLEAN_EXACT = flags.DEFINE_bool("clean_exact_dedup", False, "Drop exact (normalized) duplicates.")
+_CLEAN_NEAR = flags.DEFINE_bool("clean_near_dedup", False, "Drop MinHash/LSH near-duplicates.")
+_CLEAN_SHINGLE = flags.DEFINE_integer("clean_shingle", 5, "MinHash shingle: words per n-gram.")
+_CLEAN_NUM_PERM = flags.DEFINE_integer("clean_num_perm", 112, "MinHash permutations.")
+_CLEAN_BANDS = flags.DEFINE_integer("clean_bands", 14, "LSH bands (num_perm / bands rows each).")
+_CLEAN_NEAR_THRESHOLD = flags.DEFINE_float(
+    "clean_near_threshold", 0.8, "Estimated Jaccard similarity of a near-duplicate."
+)
+_CLEAN_SEED = flags.DEFINE_integer("clean_seed", 1, "MinHash seed.")
+_CLEAN_JOIN_MEMORY_MB = flags.DEFINE_integer(
+    "clean_join_memory_mb", 1024, "Memory budget of the duplicate join (MB).", lower_bound=1
+)
+_CLEAN_PLOT = flags.DEFINE_bool("clean_plot", True, "Write the quality-score PNG (matplotlib).")
+
+# flag -> CleaningConfig field, and how to read the flag's value.
+_CLEAN_FLAGS = (
+    (_CLEAN_PII, "pii", bool),
+    (_CLEAN_PII_ALL_IPS, "pii_public_ips_only", lambda v: not v),
+    (_CLEAN_QUALITY, "quality", tuple),
+    (_CLEAN_QUALITY_THRESHOLDS, "quality_thresholds", None),
+    (_CLEAN_LANG_MODEL, "lang_model", None),
+    (_CLEAN_LANGUAGES, "languages", tuple),
+    (_CLEAN_LANG_MIN_SCORE, "lang_min_score", float),
+    (_CLEAN_DECONTAMINATE, "decontaminate", tuple),
+    (_CLEAN_DECONTAM_NGRAM, "decontam_ngram", int),
+    (_CLEAN_DECONTAM_KEY, "decontam_key", str),
+    (_CLEAN_EXACT, "exact_dedup", bool),
+    (_CLEAN_NEAR, "near_dedup", bool),
+    (_CLEAN_SHINGLE, "shingle", int),
+    (_CLEAN_NUM_PERM, "num_perm", int),
+    (_CLEAN_BANDS, "bands", int),
+    (_CLEAN_NEAR_THRESHOLD, "near_threshold", float),
+    (_CLEAN_SEED, "seed", int),
+    (_CLEAN_JOIN_MEMORY_MB, "join_memory_mb", int),
+    (_CLEAN_PLOT, "plot", bool),
+)
+
+
+def _thresholds(items: list[str]) -> tuple[tuple[str, float], ...]:
+    out = []
+    for item in items:
+        name, sep, value = item.partition("=")
+        try:
+            out.append((name.strip(), float(value)))
+        except ValueError:
+            sep = ""
+        if not sep:
+            raise ValueError(
+                f"--clean_quality_thresholds entry {item!r} must be <filter>.min=<number> or "
+                "<filter>.max=<number>"
+            )
+    return tuple(sorted(out))
+
+
+def cleaning_from_flags() -> CleaningConfig | None:
+    """The cleaning settings: ``--clean_config``'s file, then the ``--clean_*`` flags given."""
+    values: dict = {}
+    path = _CLEAN_CONFIG.value
+    if path:
+        try:
+            with open(path, encoding="utf-8") as f:
+                values = json.load(f)
+        except (OSError, ValueError) as e:
+            raise ValueError(f"--clean_config={path}: cannot read a JSON object ({e})") from None
+        known = {f.name for f in dataclasses.fields(CleaningConfig)}
+        unknown = sorted(set(values) - known) if isinstance(values, dict) else ["(not an object)"]
+        if unknown:
+            raise ValueError(
+                f"--clean_config={os.path.abspath(path)}: unknown setting(s) {unknown}; "
+                f"known: {', '.join(sorted(known))}"
+            )
+        if isinstance(values.get("quality_thresholds"), dict):
+            values["quality_thresholds"] = tuple(sorted(values["quality_thresholds"].items()))
+    for flag, field, convert in _CLEAN_FLAGS:
+        if flags.FLAGS[flag.name].present or field not in values:
+            v = flag.value
+            if field == "quality_thresholds":
+                v = _thresholds(v or [])
+            elif convert is not None:
+                v = convert(v if v is not None else ())
+            values[field] = v
+    config = CleaningConfig(**values)
+    return config if config.enabled else None
+
 
 def config_from_flags() -> pipeline.PreprocessConfig:
     """Builds the run configuration from the parsed flags."""
@@ -172,6 +299,7 @@ def config_from_flags() -> pipeline.PreprocessConfig:
         sentence_splitter=_SENTENCE_SPLITTER.value,
         lang=_LANG.value,
         keep_newlines=_KEEP_NEWLINES.value,
+        cleaning=cleaning_from_flags(),
     )
 
 
@@ -187,6 +315,12 @@ def main(argv: list[str]) -> int:
         engine = beam.BeamEngine(_BEAM_OPTIONS.value)
     result = pipeline.preprocess(config, engine)
     print(result.summary())
+    if result.cleaning is not None:
+        json_path, _ = pipeline.report_lib.paths(config.output_prefix)
+        print(
+            f"cleaning report: {json_path}"
+            + (f", {result.cleaning['plot']}" if result.cleaning.get("plot") else "")
+        )
     if _SUMMARY_JSON.value:
         with open(_SUMMARY_JSON.value, "w", encoding="utf-8") as f:
             json.dump(result.to_json(), f, indent=1)

@@ -1,0 +1,168 @@
+"""Applies the per-record cleaning steps in a worker, and the join's duplicate decisions.
+
+:class:`Cleaner` is created once per partition. For every record that passed validation,
+:meth:`Cleaner.clean` scrubs PII from every key's text, runs the quality filters, the language
+filter and decontamination on the record's text (:func:`.text.record_text`), then (in the
+tokenizing pass) drops the positions the duplicate join chose. It returns the cleaned values or the
+drop reason; it also keeps what the report needs (PII replacements, score histograms, kept bytes).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from jaxblend.preprocess.cleaning import decontam, join, langid, pii, quality
+from jaxblend.preprocess.cleaning import text as text_lib
+from jaxblend.preprocess.cleaning.config import CleaningConfig
+
+LANGUAGE = "language"
+CONTAMINATED = "contaminated"
+EXACT_DUPLICATE = "exact_duplicate"
+NEAR_DUPLICATE = "near_duplicate"
+QUALITY_PREFIX = "quality_"
+REASONS = (
+    *(QUALITY_PREFIX + n for n in quality.FILTER_NAMES),
+    LANGUAGE,
+    CONTAMINATED,
+    EXACT_DUPLICATE,
+    NEAR_DUPLICATE,
+)
+_JOIN_REASONS = {join.EXACT: EXACT_DUPLICATE, join.NEAR: NEAR_DUPLICATE}
+
+Values = Mapping[str, "str | Sequence[str]"]
+
+_EVAL_CACHE: dict[tuple[tuple[str, ...], int, str], decontam.EvalSet] = {}
+_LANG_CACHE: dict[tuple[str, tuple[str, ...], float], langid.LanguageFilter] = {}
+
+
+def eval_set_for(config: CleaningConfig) -> decontam.EvalSet | None:
+    """This process's evaluation n-grams (loaded once), or None without evaluation files."""
+    if not config.decontaminate:
+        return None
+    key = (config.decontaminate, config.decontam_ngram, config.decontam_key)
+    if key not in _EVAL_CACHE:
+        _EVAL_CACHE[key] = decontam.EvalSet(*key)
+    return _EVAL_CACHE[key]
+
+
+def language_filter_for(config: CleaningConfig) -> langid.LanguageFilter | None:
+    """This process's language filter (model loaded once), or None without a model."""
+    if not config.lang_model:
+        return None
+    key = (config.lang_model, config.languages, config.lang_min_score)
+    if key not in _LANG_CACHE:
+        _LANG_CACHE[key] = langid.LanguageFilter(*key)
+    return _LANG_CACHE[key]
+
+
+class Cleaner:
+    """The cleaning steps of one partition (see the module docstring).
+
+    Args:
+      config: Cleaning settings.
+      duplicates: position -> join reason of this partition's duplicates (tokenizing pass), or
+        None (signature pass, or no deduplication).
+      decided: The signature pass's per-record outcome (:meth:`decisions`), reused by the
+        tokenizing pass instead of computing the filters again: position -> drop reason, and the
+        score histograms.
+    """
+
+    def __init__(
+        self,
+        config: CleaningConfig,
+        duplicates: Mapping[int, int] | None,
+        decided: tuple[Mapping[int, str], Mapping[str, Sequence[int]]] | None = None,
+    ) -> None:
+        self.config = config
+        self.duplicates = duplicates
+        self.decided = decided
+        self.filtered: list[tuple[int, str]] = []  # (position, reason) of the per-record filters
+        self.scrubber = pii.Scrubber(config.pii_public_ips_only) if config.pii else None
+        self.filters = config.filters()
+        self.eval_set = eval_set_for(config)
+        self.lang = language_filter_for(config)
+        self.pii_counts = pii.PIICounts()
+        self.pii_documents = 0
+        self.histograms = {f.name: np.zeros(len(f.bins) + 1, np.int64) for f in self.filters}
+        if decided is not None:
+            for name, h in decided[1].items():
+                self.histograms[name] += np.asarray(h, np.int64)
+        self.kept_documents = 0
+        self.kept_bytes = 0
+
+    def _scrub(self, values: Values) -> dict[str, Any]:
+        assert self.scrubber is not None
+        before = dataclasses.astuple(self.pii_counts)
+        out: dict[str, Any] = {}
+        for k, v in values.items():
+            if isinstance(v, str):
+                out[k] = self.scrubber.scrub(v, self.pii_counts)
+            else:
+                out[k] = [self.scrubber.scrub(s, self.pii_counts) for s in v]
+        if dataclasses.astuple(self.pii_counts) != before:
+            self.pii_documents += 1
+        return out
+
+    def _quality(self, text: str) -> str | None:
+        doc = quality.Doc(text)
+        failed = None
+        for f in self.filters:
+            s = quality.score(f.name, doc)
+            self.histograms[f.name][quality.bin_index(f, s)] += 1
+            if failed is None and not f.passes(s):
+                failed = QUALITY_PREFIX + f.name
+        return failed
+
+    def clean(
+        self, position: int, values: Values, nbytes: int
+    ) -> tuple[dict[str, Any] | None, str]:
+        """Returns ``(cleaned values, "")`` or ``(None, drop reason)`` for the record at
+        ``position`` of the partition (``nbytes`` input bytes)."""
+        out = self._scrub(values) if self.scrubber is not None else dict(values)
+        if self.decided is not None:
+            reason = self.decided[0].get(position)
+            if reason is not None:
+                return None, reason
+        else:
+            reason = self._filter(text_lib.record_text(out))
+            if reason is not None:
+                self.filtered.append((position, reason))
+                return None, reason
+        if self.duplicates:
+            reason_id = self.duplicates.get(position)
+            if reason_id is not None:
+                return None, _JOIN_REASONS[reason_id]
+        self.kept_documents += 1
+        self.kept_bytes += nbytes
+        return out, ""
+
+    def _filter(self, text: str) -> str | None:
+        if self.filters:
+            reason = self._quality(text)
+            if reason:
+                return reason
+        if self.lang is not None and not self.lang.keeps(text):
+            return LANGUAGE
+        if self.eval_set is not None and self.eval_set.contaminated(text):
+            return CONTAMINATED
+        return None
+
+    def decisions(self) -> tuple[np.ndarray, dict[str, list[int]]]:
+        """The per-record filters' outcome: int64 rows (position, index in :data:`REASONS`), and
+        the score histograms (what the tokenizing pass reuses)."""
+        rows = np.asarray([(p, REASONS.index(r)) for p, r in self.filtered], np.int64).reshape(
+            -1, 2
+        )
+        return rows, {k: v.tolist() for k, v in self.histograms.items()}
+
+    def to_json(self) -> dict[str, Any]:
+        """What the report aggregates over partitions."""
+        return {
+            "pii": {"documents": self.pii_documents, **dataclasses.asdict(self.pii_counts)},
+            "histograms": {k: v.tolist() for k, v in self.histograms.items()},
+            "kept": {"documents": self.kept_documents, "bytes": self.kept_bytes},
+        }
