@@ -41,12 +41,14 @@ def open_datasets(
         dataset = IndexedDataset(prefix, backend=backend, object_store=object_store)
         return dataset, dataset_info(dataset, prefix)
 
-    workers = max(1, min(max_concurrency, len(names)))
-    if workers == 1:
-        opened = [open_one(p) for p in names]
-    else:
+    # Local opens are CPU-bound (threads would only contend for the GIL); remote ones wait.
+    remote = [p for p in names if "://" in p and not p.startswith("file://")]
+    opened_by_name: dict[str, tuple[IndexedDataset, index.DatasetInfo]] = {}
+    if len(remote) > 1:
+        workers = min(max_concurrency, len(remote))
         with concurrent.futures.ThreadPoolExecutor(workers, "jaxblend-open") as pool:
-            opened = list(pool.map(open_one, names))
+            opened_by_name.update(zip(remote, pool.map(open_one, remote)))
+    opened = [opened_by_name.get(p) or open_one(p) for p in names]
     return {p: d for p, (d, _) in zip(names, opened)}, {p: i for p, (_, i) in zip(names, opened)}
 
 

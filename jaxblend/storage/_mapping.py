@@ -14,6 +14,7 @@ import ctypes
 import ctypes.util
 import mmap
 import os
+import weakref
 
 import numpy as np
 
@@ -38,16 +39,6 @@ _LIBC = _load_libc() if os.name == "posix" else None
 _MAP_FAILED = ctypes.c_void_p(-1).value
 
 
-def _mapping_class(size: int) -> type:
-    """A ctypes byte array type of `size` whose instances `munmap` themselves when collected."""
-
-    class Mapping(ctypes.c_ubyte * size):
-        def __del__(self) -> None:
-            _LIBC.munmap(ctypes.addressof(self), size)
-
-    return Mapping
-
-
 def map_readonly(path: str) -> np.ndarray | mmap.mmap:
     """Maps a whole non-empty file read-only: a read-only uint8 array over the mapping.
 
@@ -62,6 +53,9 @@ def map_readonly(path: str) -> np.ndarray | mmap.mmap:
         if address is None or address == _MAP_FAILED:
             err = ctypes.get_errno()
             raise OSError(err, f"mmap failed: {os.strerror(err)}", path)
-    view = np.frombuffer(_mapping_class(size).from_address(address), dtype=np.uint8)
+    mapping = (ctypes.c_ubyte * size).from_address(address)
+    release = weakref.finalize(mapping, _LIBC.munmap, address, size)  # when the last view is gone
+    release.atexit = False  # at exit the process goes away anyway; views may outlive finalizers
+    view = np.frombuffer(mapping, dtype=np.uint8)
     view.flags.writeable = False  # the pages are PROT_READ: a write would crash, not raise
     return view
