@@ -6,7 +6,8 @@ round trip per dataset one after another. `SpanGather.read` takes every span of 
 as (dataset, sequence, token offset, length), and
 
 * for memory-mapped datasets, copies all of them with one compiled kernel (one call per token
-  dtype present, usually one), whatever the number of datasets;
+  dtype present, usually one), whatever the number of datasets (the kernel takes the datasets'
+  array addresses, so it stays in Numba's on-disk cache);
 * for object-store datasets, issues every byte range of every dataset on one `ts.Batch`, so all
   requests of the step are in flight together, then places the bytes as they arrive.
 
@@ -22,26 +23,46 @@ from collections.abc import Sequence
 import numba
 import numpy as np
 import tensorstore as ts
-from numba import typed
+from numba import types
+from numba.extending import intrinsic
 
 from jaxblend.storage.reader import IndexedDataset
 
 
+@intrinsic
+def _typed_pointer(typingctx, address, like):  # pragma: no cover - compiled
+    """`address` (an int64) as a pointer to `like`'s dtype, for `numba.carray`."""
+    sig = types.CPointer(like.dtype)(types.int64, like)
+
+    def codegen(context, builder, signature, args):
+        return builder.inttoptr(args[0], context.get_data_type(like.dtype).as_pointer())
+
+    return sig, codegen
+
+
 @numba.njit(nogil=True, cache=True)
 def _gather_mapped(
-    tokens, pointers, member, span_dataset, span_sequence, span_offset, span_length, out, out_pos
+    member, token_addr, token_count, pointer_addr, sequence_count, like,
+    span_dataset, span_sequence, span_offset, span_length, out, out_pos,
 ):  # pragma: no cover - compiled
-    """Copies the spans whose dataset is a member (member[d] >= 0); returns a bad span or -1."""
+    """Copies the spans whose dataset is a member (member[d] >= 0); returns a bad span or -1.
+
+    Member m's tokens are `token_count[m]` items of `like.dtype` at `token_addr[m]`, its sequence
+    pointers `sequence_count[m]` int64 at `pointer_addr[m]` (addresses of arrays the caller keeps
+    alive). Plain address arrays keep this kernel in Numba's on-disk cache, where typed lists of
+    arrays would compile list helpers in every process.
+    """
+    pointer_like = np.zeros(0, np.int64)
     for j in range(span_dataset.shape[0]):
         m = member[span_dataset[j]]
         if m < 0:
             continue
-        src = tokens[m]
-        ptrs = pointers[m]
         s = span_sequence[j]
         n = span_length[j]
-        if s < 0 or s >= ptrs.shape[0]:
+        if s < 0 or s >= sequence_count[m]:
             return j
+        ptrs = numba.carray(_typed_pointer(pointer_addr[m], pointer_like), (sequence_count[m],))
+        src = numba.carray(_typed_pointer(token_addr[m], like), (token_count[m],))
         start = ptrs[s] // src.itemsize + span_offset[j]
         if span_offset[j] < 0 or n < 0 or start + n > src.shape[0]:
             return j
@@ -62,6 +83,28 @@ def _place(flat, span_index, span_length, out, out_pos):  # pragma: no cover - c
         src += n
 
 
+class _MappedGroup:
+    """The memory-mapped datasets of one token dtype, as the kernel's address arrays.
+
+    Holds the token and pointer arrays so the mappings behind the addresses stay alive.
+    """
+
+    def __init__(self, datasets: list[IndexedDataset], members: list[int], num_datasets: int):
+        tokens = [ds.token_view() for ds in datasets]
+        pointers = [np.ascontiguousarray(ds.sequence_pointers, dtype=np.int64) for ds in datasets]
+        self._keep = (tokens, pointers)
+        member = np.full(num_datasets, -1, np.int64)
+        member[members] = np.arange(len(members))
+        self.arguments = (
+            member,
+            np.array([t.ctypes.data for t in tokens], np.int64),
+            np.array([t.shape[0] for t in tokens], np.int64),
+            np.array([p.ctypes.data for p in pointers], np.int64),
+            np.array([p.shape[0] for p in pointers], np.int64),
+            tokens[0][:0],
+        )
+
+
 class SpanGather:
     """Reads token spans of several `IndexedDataset`s in one call (thread-safe, picklable).
 
@@ -76,7 +119,7 @@ class SpanGather:
         self.datasets = list(datasets)
         self.requests = 0
         self._lock = threading.Lock()
-        self._mapped: list[tuple[np.ndarray, object, object]] | None = None
+        self._mapped: list[_MappedGroup] | None = None
         self._remote: list[int] | None = None
 
     def __getstate__(self) -> dict:
@@ -111,10 +154,8 @@ class SpanGather:
         if dataset.size == 0:
             return
         mapped, remote = self._plans()
-        for member, tokens, pointers in mapped:
-            bad = _gather_mapped(
-                tokens, pointers, member, dataset, sequence, offset, length, out, out_pos
-            )
+        for group in mapped:
+            bad = _gather_mapped(*group.arguments, dataset, sequence, offset, length, out, out_pos)
             if bad >= 0:
                 ds = self.datasets[int(dataset[bad])]
                 raise IndexError(
@@ -177,11 +218,6 @@ class SpanGather:
                 remote.append(d)
             else:
                 by_dtype.setdefault(ds.dtype, []).append(d)
-        mapped = []
-        for members in by_dtype.values():
-            member = np.full(len(self.datasets), -1, np.int64)
-            member[members] = np.arange(len(members))
-            tokens = typed.List([self.datasets[d].token_view() for d in members])
-            pointers = typed.List([self.datasets[d].sequence_pointers for d in members])
-            mapped.append((member, tokens, pointers))
+        mapped = [_MappedGroup([self.datasets[d] for d in members], members, len(self.datasets))
+                  for members in by_dtype.values()]
         return mapped, remote
