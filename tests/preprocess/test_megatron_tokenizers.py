@@ -122,6 +122,22 @@ def test_tiktokenizer_json_vocabulary(tmp_path, pattern, num_special):
     )
 
 
+def _assert_preprocessing_matches(tmp_path, src, spec, theirs):
+    """A preprocessing run over the jsonl `src` equals Megatron's rules driven by `theirs`."""
+    res = pipeline.preprocess(
+        pipeline.PreprocessConfig(
+            input=(str(src),), output_prefix=str(tmp_path / "jb" / "c"), tokenizer=spec,
+            append_eod=True, workers=1, progress=False,
+        )
+    )
+    ref = megatron_reference(
+        src.read_text().splitlines(keepends=True), ["text"], theirs.tokenize, theirs.eod,
+        theirs.vocab_size, str(tmp_path / "mg"),
+    )
+    assert read_bytes(res.outputs["text"]) == read_bytes(ref["text"])
+    return res
+
+
 def test_null_tokenizer(tmp_path):
     ours = tok_lib.load_tokenizer(tok_lib.TokenizerSpec(type="NullTokenizer", vocab_size=100))
     theirs = _megatron_tokenizer(tokenizer_type="NullTokenizer", vocab_size=100)
@@ -131,25 +147,8 @@ def test_null_tokenizer(tmp_path):
     recs = [{"text": t} for t in texts]
     path = tmp_path / "in.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in recs))
-    res = pipeline.preprocess(
-        pipeline.PreprocessConfig(
-            input=(str(path),),
-            output_prefix=str(tmp_path / "jb" / "c"),
-            tokenizer=tok_lib.TokenizerSpec(type="NullTokenizer", vocab_size=100),
-            append_eod=True,
-            workers=1,
-            progress=False,
-        )
-    )
-    ref = megatron_reference(
-        path.read_text().splitlines(keepends=True),
-        ["text"],
-        theirs.tokenize,
-        theirs.eod,
-        theirs.vocab_size,
-        str(tmp_path / "mg"),
-    )
-    assert read_bytes(res.outputs["text"]) == read_bytes(ref["text"])
+    spec = tok_lib.TokenizerSpec(type="NullTokenizer", vocab_size=100)
+    _assert_preprocessing_matches(tmp_path, path, spec, theirs)
 
 
 def test_tiktoken_corpus_matches_megatron_rules(tmp_path):
@@ -161,25 +160,6 @@ def test_tiktoken_corpus_matches_megatron_rules(tmp_path):
     docs = make_documents(60, seed=9) + ["", "\n", " the "]
     src = tmp_path / "in.jsonl"
     src.write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
-    res = pipeline.preprocess(
-        pipeline.PreprocessConfig(
-            input=(str(src),),
-            output_prefix=str(tmp_path / "jb" / "c"),
-            tokenizer=tok_lib.TokenizerSpec(
-                type="TikTokenizer", model=str(path), vocab_size=n + 1000
-            ),
-            append_eod=True,
-            workers=1,
-            progress=False,
-        )
-    )
-    ref = megatron_reference(
-        src.read_text().splitlines(keepends=True),
-        ["text"],
-        theirs.tokenize,
-        theirs.eod,
-        theirs.vocab_size,
-        str(tmp_path / "mg"),
-    )
-    assert read_bytes(res.outputs["text"]) == read_bytes(ref["text"])
+    spec = tok_lib.TokenizerSpec(type="TikTokenizer", model=str(path), vocab_size=n + 1000)
+    res = _assert_preprocessing_matches(tmp_path, src, spec, theirs)
     assert np.dtype(res.dtype) == np.uint16
