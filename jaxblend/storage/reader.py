@@ -36,12 +36,21 @@ import mmap
 import operator
 import os
 import threading
+import time
 from typing import Any
 
 import numpy as np
 import tensorstore as ts
 
-from jaxblend.storage import _gather, _location, _mapping, _remote, identity_memo, idx_format
+from jaxblend.storage import (
+    _gather,
+    _location,
+    _mapping,
+    _remote,
+    content_digest,
+    identity_memo,
+    idx_format,
+)
 from jaxblend.storage import object_store as object_store_lib
 from jaxblend.storage.idx_format import IndexArrays, IndexFormatError
 from jaxblend.storage.object_store import ObjectStoreOptions
@@ -59,8 +68,9 @@ class _Handles:
     num_tokens: int
     bin_size: int
     kvstore: ts.KvStore | None  # tensorstore backend (and remote index reads)
-    idx_generation: bytes = b""  # object versions seen at open (remote only)
+    idx_generation: bytes = b""  # file versions seen at open (generations; local: version stamps)
     bin_generation: bytes = b""
+    changed_at: float = 0.0  # local: when either file last changed (identity_memo.SETTLE_SECONDS)
     arrays: IndexArrays | None = None  # None until first needed (remote)
     idx_buffer: Any = None  # a read-only map (see _mapping) or bytes; the arrays alias it
     bin_tokens: np.ndarray | None = None  # mmap backend: flat token view over the mapped .bin
@@ -146,6 +156,7 @@ class IndexedDataset:
         self._lock = threading.Lock()
         self._state: _Handles | None = None
         self._meta: tuple[str, int, int, int] | None = None
+        self._versions: tuple[bytes, bytes] | None = None  # file versions seen at the first open
         self._fingerprint: str | None = None
         self._handles()  # open eagerly so that bad files fail at construction
 
@@ -214,27 +225,71 @@ class IndexedDataset:
 
     @property
     def fingerprint(self) -> str:
-        """Content identity: blake2b-128 (hex) of the `.idx` bytes and the `.bin` size.
+        """Content identity: blake2b-128 (hex) of the `.idx` bytes, the `.bin` size and the `.bin`
+        content digest (`content_digest`), so changed tokens change it even at the same size.
 
-        Independent of the path and backend; computed once and cached (also across pickling). For a
-        remote object version seen before, taken from `identity_memo` without reading the `.idx`.
+        Independent of the path and backend (disk and bucket copies agree); computed once and
+        cached (also across pickling). For a file version seen before (`identity_memo`), taken from
+        the memo: no `.idx` download and no `.bin` read.
+
+        Raises:
+          IndexFormatError: if a file changed while it was being hashed.
         """
         if self._fingerprint is None:
+            began = time.time()
             arrays = self._arrays()
             h = self._handles()
-            digest = hashlib.blake2b(digest_size=16, person=b"jaxblend.idx.v1")
+            digest = hashlib.blake2b(digest_size=16, person=b"jaxblend.idx.v2")
             view = memoryview(h.idx_buffer)
             for lo in range(0, len(view), _HASH_CHUNK):
                 digest.update(view[lo : lo + _HASH_CHUNK])
             view.release()
             digest.update(h.bin_size.to_bytes(8, "little"))
-            self._fingerprint = digest.hexdigest()
-            if self.is_remote:
-                identity = identity_memo.Identity(self._fingerprint, arrays.num_tokens, h.bin_size)
+            digest.update(bytes.fromhex(self._bin_digest(h)))
+            fingerprint = digest.hexdigest()
+            if self.is_remote or began - h.changed_at >= identity_memo.SETTLE_SECONDS:
+                identity = identity_memo.Identity(fingerprint, arrays.num_tokens, h.bin_size)
                 identity_memo.record(
-                    self._location.display, h.idx_generation, h.bin_generation, identity
+                    self._memo_url(), h.idx_generation, h.bin_generation, identity
                 )
+            self._fingerprint = fingerprint
         return self._fingerprint
+
+    def _memo_url(self) -> str:
+        local = self._location.local_prefix
+        return self._location.display if local is None else os.path.realpath(local)
+
+    def _bin_digest(self, h: _Handles) -> str:
+        """`content_digest` of the `.bin`, checking that it is the version seen at open."""
+        loc = self._location
+        bin_name = loc.file_name(".bin")
+        if loc.local_prefix is not None:
+            path = loc.local_prefix + ".bin"
+            try:
+                value = content_digest.local_file_digest(path, h.bin_size, bin_name)
+                after = _local_versions(loc.local_prefix)[:2]
+            except OSError as e:
+                raise IndexFormatError(f"{bin_name}: cannot be read to hash it: {e}") from None
+            if after != (h.idx_generation, h.bin_generation):
+                raise IndexFormatError(
+                    f"{bin_name}: the dataset changed while it was being opened; open it again"
+                )
+            return value
+        assert h.kvstore is not None
+        kv, timeout = h.kvstore, self._store.request_timeout
+
+        def finish(future: Any) -> bytes:
+            res = _remote.wait(future, bin_name, "reading the data file to hash it", timeout)
+            if res.state != "value" or bytes(res.stamp.generation) != h.bin_generation:
+                raise IndexFormatError(
+                    f"{bin_name}: the data file was rewritten while it was being opened; open it "
+                    "again"
+                )
+            return res.value
+
+        return content_digest.streamed_digest(
+            h.bin_size, lambda lo, hi: _remote.read(kv, loc.bin_key, slice(lo, hi)), finish
+        )
 
     def __len__(self) -> int:
         return self._handles().header.sequence_count
@@ -426,6 +481,7 @@ class IndexedDataset:
             "coalesce_gap": self._coalesce_gap,
             "object_store": self._store,
             "meta": self._meta,
+            "versions": self._versions,
             "fingerprint": self._fingerprint,
         }
 
@@ -440,6 +496,7 @@ class IndexedDataset:
         self._context_spec = state["context"]
         self._coalesce_gap = state["coalesce_gap"]
         self._meta = state["meta"]
+        self._versions = state["versions"]
         self._fingerprint = state["fingerprint"]
         self._lock = threading.Lock()
         self._state = None
@@ -479,7 +536,13 @@ class IndexedDataset:
                 f"{loc.file_name('.idx')}: the dataset changed since this object was created "
                 f"(dtype, sequences, documents, bin bytes) {self._meta} -> {meta}"
             )
-        self._meta = meta
+        versions = (h.idx_generation, h.bin_generation)
+        if self._versions is not None and self._versions != versions:
+            raise IndexFormatError(
+                f"{loc.file_name('.bin')}: the dataset was rewritten since this object was created "
+                "(same sizes, new file versions); open it again to use the new contents"
+            )
+        self._meta, self._versions = meta, versions
         return h
 
     def _open_local(self) -> _Handles:
@@ -490,14 +553,24 @@ class IndexedDataset:
         arrays = idx_format.parse_index(idx_buffer, idx_name, multimodal=self._multimodal)
         bin_size = _local_size(loc.local_prefix + ".bin", bin_name)
         idx_format.check_bin_size(arrays, bin_size, idx_name, bin_name)
+        try:
+            idx_version, bin_version, changed_at = _local_versions(loc.local_prefix)
+        except OSError as e:
+            raise IndexFormatError(f"{idx_name}: cannot be stat'ed: {e}") from None
         h = _Handles(
             header=idx_format.parse_header(idx_buffer, idx_name),
             num_tokens=arrays.num_tokens,
             bin_size=bin_size,
             kvstore=None,
+            idx_generation=idx_version,
+            bin_generation=bin_version,
+            changed_at=changed_at,
             arrays=arrays,
             idx_buffer=idx_buffer,
         )
+        known = identity_memo.lookup(self._memo_url(), idx_version, bin_version)
+        if known is not None and (known.num_tokens, known.bin_size) == (h.num_tokens, bin_size):
+            self._fingerprint = known.fingerprint
         if self._backend == "tensorstore":
             h.kvstore = _open_kvstore(loc, self._context())
         elif bin_size:
@@ -531,7 +604,7 @@ class IndexedDataset:
         bin_generation = bytes(bin_head.stamp.generation)
         if head is not None:
             header = idx_format.parse_header(head.value, idx_name)
-            known = identity_memo.lookup(loc.display, idx_generation, bin_generation)
+            known = identity_memo.lookup(self._memo_url(), idx_generation, bin_generation)
             if known is not None and known.num_tokens * header.dtype.itemsize == known.bin_size:
                 self._fingerprint = self._fingerprint or known.fingerprint
                 return _Handles(
@@ -640,6 +713,13 @@ def _map_local(path: str, name: str, what: str) -> np.ndarray | mmap.mmap | byte
         raise IndexFormatError(f"{name}: {what} file does not exist") from None
     except IsADirectoryError:
         raise IndexFormatError(f"{name}: {what} file is a directory") from None
+
+
+def _local_versions(prefix: str) -> tuple[bytes, bytes, float]:
+    """(`.idx` version, `.bin` version, when either last changed) of a local dataset."""
+    idx_version, idx_changed = identity_memo.local_version(prefix + ".idx")
+    bin_version, bin_changed = identity_memo.local_version(prefix + ".bin")
+    return idx_version, bin_version, max(idx_changed, bin_changed)
 
 
 def _local_size(path: str, name: str) -> int:
