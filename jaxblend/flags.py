@@ -27,7 +27,7 @@ from absl import flags
 
 from jaxblend import data_args, index
 from jaxblend.index import bucket_cache
-from jaxblend.storage import object_store
+from jaxblend.storage import identity_memo, object_store
 
 _DEFINED = False
 _BLEND_FLAGS = ("train_data_path", "valid_data_path", "test_data_path")
@@ -194,6 +194,8 @@ def data_config_from_flags() -> index.GPTDataConfig:
             wait_seconds=fl.data_cache_wait, mirror_root=fl.data_cache_mirror
         )
     )
+    shared = bucket_cache.is_url(fl.data_cache_path)
+    identity_memo.set_shared_url(f"{fl.data_cache_path.rstrip('/')}/identity/" if shared else None)
     if fl.seq_length is None:
         raise ValueError("--seq_length is required")
     blend, per_split = _blends_from_flags()

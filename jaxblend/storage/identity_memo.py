@@ -25,7 +25,8 @@ datasets then live there, shared by every host of a pod, so a new object version
 hashed once by whichever host (or `build_index` run) sees it first, not once per host. Entries of
 local datasets stay in the local default directory (their versions are per machine). A bucket
 entry is trusted for the same reason a local one is: it is keyed by generations, which the store
-changes on every write.
+changes on every write. When the index-map cache is a bucket (`--data_cache_path=gs://...`), the
+memo of bucket datasets defaults to `<data_cache_path>/identity/` (`set_shared_url`).
 """
 
 from __future__ import annotations
@@ -53,11 +54,25 @@ def _is_bucket_url(value: str) -> bool:
     return "://" in value and not value.startswith("file://")
 
 
+_shared_url: str | None = None
+
+
+def set_shared_url(url: str | None) -> None:
+    """Makes `url` (a bucket URL) the memo of bucket datasets in this process, unless
+    `$JAXBLEND_IDENTITY_CACHE` says otherwise; None restores the local default.
+
+    The data flags call it with `<--data_cache_path>/identity/` when the index cache is a bucket,
+    so a pod that shares its index maps also shares its dataset identities.
+    """
+    global _shared_url
+    _shared_url = None if url is None else url.rstrip("/") + "/"
+
+
 def _store(remote_dataset: bool) -> Path | str | None:
     """Where entries live: a local directory, a bucket URL (remote datasets only), or None (off)."""
     value = os.environ.get(ENV)
     if value is None:
-        return _default_directory()
+        return _shared_url if remote_dataset and _shared_url else _default_directory()
     value = value.strip()
     if value in ("", "off"):
         return None

@@ -110,13 +110,19 @@ def test_same_size_token_change_is_a_new_identity(object_store, corpus) -> None:
     assert IndexedDataset(corpus.prefix).fingerprint == changed.fingerprint
 
 
-def test_identity_memo_in_a_bucket_is_shared(object_store, corpus, monkeypatch) -> None:
+@pytest.mark.parametrize("how", ["environment", "index cache default"])
+def test_identity_memo_in_a_bucket_is_shared(object_store, corpus, monkeypatch, how) -> None:
     """With the memo at a bucket URL, a version hashed by one host is known to every other host."""
-    from jaxblend.storage import content_digest
+    from jaxblend.storage import content_digest, identity_memo
 
     url = _upload(object_store, corpus)
     memo_url = object_store.prefix_url(f"memo{next(_names)}/")
-    monkeypatch.setenv("JAXBLEND_IDENTITY_CACHE", memo_url)
+    if how == "environment":
+        monkeypatch.setenv("JAXBLEND_IDENTITY_CACHE", memo_url)
+    else:  # what the data flags do for --data_cache_path=gs://...
+        monkeypatch.delenv("JAXBLEND_IDENTITY_CACHE")
+        monkeypatch.setattr(identity_memo, "_shared_url", None)
+        identity_memo.set_shared_url(memo_url)
     fingerprint = IndexedDataset(url).fingerprint  # first sight: hashed, recorded in the bucket
     assert object_store.kvstore().list().result()  # the entry is an object in the bucket
 
