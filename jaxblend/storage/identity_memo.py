@@ -20,8 +20,9 @@ import dataclasses
 import hashlib
 import json
 import os
-import tempfile
 from pathlib import Path
+
+from jaxblend import atomic_write
 
 ENV = "JAXBLEND_IDENTITY_CACHE"
 
@@ -74,9 +75,8 @@ def record(url: str, idx_generation: bytes, bin_generation: bytes, identity: Ide
         return
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-")
-        with os.fdopen(fd, "w") as f:
+        entry = directory / _entry(url, idx_generation, bin_generation)
+        with atomic_write.atomic_file(entry, "w") as f:
             json.dump({"url": url, **dataclasses.asdict(identity)}, f)
-        os.replace(tmp, directory / _entry(url, idx_generation, bin_generation))
     except OSError:
         return
