@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from _corpus import write_corpus  # noqa: E402
+from _corpus import write_corpus
 
 
 def _idx_only_identity(ds) -> str:

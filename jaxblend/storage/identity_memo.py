@@ -35,10 +35,11 @@ import dataclasses
 import hashlib
 import json
 import os
-import tempfile
 from pathlib import Path
 
 import tensorstore as ts
+
+from jaxblend import atomic_write
 
 ENV = "JAXBLEND_IDENTITY_CACHE"
 FORMAT = b"v2"  # v2: fingerprints cover the `.bin` content digest (storage/content_digest.py)
@@ -112,10 +113,8 @@ def _write(store: Path | str, name: str, text: str) -> None:
     if isinstance(store, Path):
         try:
             store.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=store, prefix=".tmp-")
-            with os.fdopen(fd, "w") as f:
+            with atomic_write.atomic_file(store / name, "w") as f:
                 f.write(text)
-            os.replace(tmp, store / name)
         except OSError:
             pass
         return
