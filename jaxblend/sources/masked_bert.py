@@ -31,17 +31,9 @@ from jaxblend.sources.masked_config import BERTMaskedConfig
 class BERTSource(MaskedSource):
     """BERT masked-LM samples with optional sentence-order prediction (see the module docstring).
 
-    Args:
-      dataset: a `SequenceDataset` (e.g. an `IndexedDataset`, or its prefix) of sentence-split
-        documents.
-      config: a `BERTMaskedConfig`.
-      tokenizer: special ids (cls, sep, mask, pad, vocab size, continuation pieces).
-      split: "train", "valid" or "test".
-
-    Raises:
-      TypeError: if `config` is not a `BERTMaskedConfig`.
-      ValueError: if the split is empty or no document has enough sentences (2 with
-        `classification_head`).
+    Takes `MaskedSource`'s arguments with a `BERTMaskedConfig`; the tokenizer info must hold cls,
+    sep, mask and pad. With `classification_head`, documents of one sentence are skipped (a
+    sample needs two segments).
     """
 
     config_type = BERTMaskedConfig

@@ -30,17 +30,10 @@ from jaxblend.sources.masked_config import T5MaskedConfig
 class T5Source(MaskedSource):
     """T5 span-corruption samples (see the module docstring).
 
-    Args:
-      dataset: a `SequenceDataset` (e.g. an `IndexedDataset`, or its prefix) of sentence-split
-        documents.
-      config: a `T5MaskedConfig`.
-      tokenizer: special ids (mask, pad, bos, eos, sentinel ids, vocab size, continuation pieces).
-      split: "train", "valid" or "test".
-
-    Raises:
-      TypeError: if `config` is not a `T5MaskedConfig`.
-      ValueError: if the split is empty, if bos/eos are missing, or if there are fewer sentinels
-        than the most spans a sample can have (`int(masking_probability * (sequence_length - 2))`).
+    Takes `MaskedSource`'s arguments with a `T5MaskedConfig`. The tokenizer info must hold bos and
+    eos and at least as many sentinel ids as a sample can have spans
+    (`int(masking_probability * (sequence_length - 2))`); otherwise construction raises
+    ValueError.
     """
 
     config_type = T5MaskedConfig
