@@ -12,6 +12,7 @@ corrupt entry is moved aside and rebuilt (docs/format.md, 'Cache' and 'BERT/T5 s
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Any
 
 import numpy as np
@@ -102,8 +103,28 @@ class MaskedSampleIndex:
     split: str
     cache_path: str | None = None
 
+    def __post_init__(self) -> None:
+        self.rows.setflags(write=False)
+
     def __len__(self) -> int:
         return int(self.rows.shape[0])
+
+    def __reduce__(self):
+        """Pickles a cached index as its entry (reloaded memory-mapped, e.g. in Grain workers)."""
+        if self.cache_path is None:
+            return (MaskedSampleIndex, (np.asarray(self.rows), self.fingerprint, self.split))
+        return (_reopen, (self.cache_path, self.fingerprint, self.split))
+
+
+def _reopen(cache_path: str, key: str, split: str) -> MaskedSampleIndex:
+    """The cached index of a pickled `MaskedSampleIndex`, checked like any cache load."""
+    rows = _load_rows(os.path.dirname(cache_path), key, "summary")
+    if rows is None:
+        raise ValueError(
+            f"masked sample index entry {cache_path} vanished or is corrupt in this process; "
+            "rebuild it by constructing the source again"
+        )
+    return MaskedSampleIndex(rows, key, split, cache_path)
 
 
 def masked_index_key(config: MaskedIndexConfig, info: DatasetInfo, split: str) -> str:
@@ -206,7 +227,6 @@ def build_masked_index(
         if rows is not None:
             return MaskedSampleIndex(rows, key, split, cache.entry_path(config.cache_dir, key))
     rows = _build_rows(config, info, split)
-    rows.setflags(write=False)
     if not config.cache_dir:
         return MaskedSampleIndex(rows, key, split)
     meta = {"format": MASKED_FORMAT, "split": split}

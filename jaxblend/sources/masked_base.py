@@ -76,13 +76,17 @@ class MaskedSource(base.BatchSource):
         self.index = index.build_masked_index(
             config.index_config(), index_io.dataset_info(dataset, dataset.prefix), split
         )
-        self.sample_index = self.index.rows
         self._options = config.masking_options()
         identity = (
             f"{type(self).__name__}|{self.index.fingerprint}|{config.identity()}|"
             f"{tokenizer.identity()}"
         )
         self._fingerprint = hashlib.sha256(identity.encode()).hexdigest()[:32]
+
+    @property
+    def sample_index(self) -> np.ndarray:
+        """int64 `[n, 3]` rows `(first sentence, end sentence, target length)` of the samples."""
+        return self.index.rows
 
     def _check_tokenizer(self) -> None:
         """Refuses tokenizer info the subclass cannot use (none needed by default)."""

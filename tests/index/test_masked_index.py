@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import pickle
+import shutil
 
 import numpy as np
 import pytest
@@ -234,3 +236,19 @@ def test_bad_config(kw, match):
 def test_config_is_frozen():
     with pytest.raises(dataclasses.FrozenInstanceError):
         _config().seed = 1
+
+
+def test_pickled_cached_index_reloads_its_entry(tmp_path):
+    built = index.build_masked_index(_config(cache_dir=str(tmp_path)), _info(), "train")
+    blob = pickle.dumps(built)
+    assert len(blob) < 1000  # the entry's name, not its rows
+    restored = pickle.loads(blob)
+    assert isinstance(restored.rows, np.memmap) and restored.fingerprint == built.fingerprint
+    np.testing.assert_array_equal(restored.rows, built.rows)
+    shutil.rmtree(built.cache_path)
+    with pytest.raises(ValueError, match="vanished or is corrupt"):
+        pickle.loads(blob)
+    in_memory = index.build_masked_index(_config(), _info(), "train")
+    again = pickle.loads(pickle.dumps(in_memory))
+    np.testing.assert_array_equal(again.rows, in_memory.rows)
+    assert again.cache_path is None and not again.rows.flags.writeable

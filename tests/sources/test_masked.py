@@ -398,5 +398,9 @@ class TestSampleIndexFromTheIndexLayer:
         ids = np.array([0, 5, 17, len(plain) - 1])
         for key, value in plain.get_batch(ids).items():
             np.testing.assert_array_equal(second.get_batch(ids)[key], value, err_msg=key)
-        restored = pickle.loads(pickle.dumps(second))
+        restored = pickle.loads(pickle.dumps(second))  # as Grain workers receive it
+        assert isinstance(restored.sample_index, np.memmap)  # reloaded, not copied
         np.testing.assert_array_equal(restored.sample_index, plain.sample_index)
+        assert restored.fingerprint == second.fingerprint
+        copied = pickle.loads(pickle.dumps(plain))  # no cache: the rows travel in the pickle
+        np.testing.assert_array_equal(copied.sample_index, plain.sample_index)
