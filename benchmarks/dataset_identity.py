@@ -143,6 +143,21 @@ def main() -> None:
     for label, size, ref, first, again in rows:
         print(f"| {label} | {size / 1e6:,.0f} | {ref:.3f} | {first:.3f} | {first / ref:.1f} | "
               f"{size / first / 1e9:.2f} | {again:.3f} | {again / ref:.2f} |")
+    print(f"\nceiling: SHA-256 of 1 GB in memory, {os.cpu_count()} threads: {_sha256_ceiling():.2f} GB/s")
+
+
+def _sha256_ceiling() -> float:
+    """GB/s of SHA-256 over memory with one thread per core: what the digest can reach here."""
+    import concurrent.futures
+
+    import numpy as np
+
+    chunk = np.random.default_rng(0).bytes(16 << 20)
+    count = 64
+    with concurrent.futures.ThreadPoolExecutor(os.cpu_count()) as pool:
+        t = time.perf_counter()
+        list(pool.map(lambda _: hashlib.sha256(chunk).digest(), range(count)))
+        return count * len(chunk) / (time.perf_counter() - t) / 1e9
 
 
 if __name__ == "__main__":

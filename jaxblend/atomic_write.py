@@ -62,12 +62,14 @@ def _remove(path: str) -> None:
 
 
 @contextlib.contextmanager
-def atomic_path(path: str | os.PathLike, suffix: str = "") -> Iterator[str]:
+def atomic_path(path: str | os.PathLike, suffix: str = "", durable: bool = True) -> Iterator[str]:
     """Yields a temporary path to write; publishes it as `path` on a clean exit (see module doc).
 
     Args:
       path: the destination file.
       suffix: appended to the temporary name (e.g. ".npz", ".png").
+      durable: fsync the file and its directory (False for caches, where a write lost in a crash
+        is only a miss: readers still never see a partial file; saves ~8 ms per file here).
 
     Yields:
       The temporary path, in the same directory as `path`.
@@ -76,17 +78,19 @@ def atomic_path(path: str | os.PathLike, suffix: str = "") -> Iterator[str]:
     tmp = f"{path}.tmp-{os.getpid()}-{secrets.token_hex(4)}{suffix}"
     try:
         yield tmp
-        fsync_path(tmp)
+        if durable:
+            fsync_path(tmp)
         os.replace(tmp, path)
     except BaseException:
         _remove(tmp)
         raise
-    fsync_path(os.path.dirname(os.path.abspath(path)))
+    if durable:
+        fsync_path(os.path.dirname(os.path.abspath(path)))
 
 
 @contextlib.contextmanager
 def atomic_file(
-    path: str | os.PathLike, mode: str = "wb", encoding: str | None = None
+    path: str | os.PathLike, mode: str = "wb", encoding: str | None = None, durable: bool = True
 ) -> Iterator[IO[Any]]:
     """Yields a file open for writing; publishes it as `path` on a clean exit (see module doc).
 
@@ -94,6 +98,7 @@ def atomic_file(
       path: the destination file.
       mode: "wb" or "w" (text; `encoding` defaults to UTF-8).
       encoding: text encoding for mode "w".
+      durable: see `atomic_path`.
 
     Yields:
       The open file object.
@@ -102,7 +107,7 @@ def atomic_file(
         raise ValueError(f"atomic_file mode {mode!r}; expected 'wb' or 'w'")
     if mode == "w" and encoding is None:
         encoding = "utf-8"
-    with atomic_path(path) as tmp, open(tmp, mode, encoding=encoding) as f:
+    with atomic_path(path, durable=durable) as tmp, open(tmp, mode, encoding=encoding) as f:
         yield f
         f.flush()
 

@@ -192,3 +192,16 @@ def test_publish_directory_moves_a_directory_filled_elsewhere(tmp_path):
     assert atomic_write.publish_directory(str(tmp), tmp_path / "entry") == str(tmp_path / "entry")
     assert (tmp_path / "entry" / "x.bin").read_bytes() == b"abc"
     assert _listing(tmp_path) == ["entry"]
+
+
+def test_non_durable_file_skips_fsync_but_stays_atomic(tmp_path, monkeypatch):
+    synced = []
+    monkeypatch.setattr(atomic_write, "fsync_path", synced.append)
+    target = tmp_path / "entry.json"
+    with atomic_write.atomic_file(target, "w", durable=False) as f:
+        f.write("{}")
+    assert target.read_text() == "{}" and synced == []
+    with pytest.raises(RuntimeError), atomic_write.atomic_file(target, "w", durable=False) as f:
+        f.write("partial")
+        raise RuntimeError("interrupted")
+    assert target.read_text() == "{}" and sorted(p.name for p in tmp_path.iterdir()) == ["entry.json"]

@@ -113,7 +113,7 @@ def _write(store: Path | str, name: str, text: str) -> None:
     if isinstance(store, Path):
         try:
             store.mkdir(parents=True, exist_ok=True)
-            with atomic_write.atomic_file(store / name, "w") as f:
+            with atomic_write.atomic_file(store / name, "w", durable=False) as f:  # a cache
                 f.write(text)
         except OSError:
             pass
