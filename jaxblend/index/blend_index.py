@@ -202,6 +202,15 @@ def _pick(errs, m, bound):  # pragma: no cover
     return b, best_err
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _pick_at_step(w, k, m, s, bound, errs):  # pragma: no cover
+    # `_pick` over the errors at step s of the m candidates with weights w[:m] and counts k[:m].
+    sd = max(float(s), 1.0)
+    for i in range(m):
+        errs[i] = w[i] * sd - k[i]
+    return _pick(errs, m, bound)
+
+
 @numba.njit(cache=True, nogil=True)
 def _block_kernel(
     weights, size, outer, inner, heavy, dataset_index, dataset_sample_index
@@ -261,10 +270,7 @@ def _block_kernel(
             bound = max(theta1, theta2)
             start2 = s
             while s < end2 and m2 > 0:
-                sd = max(float(s), 1.0)
-                for i in range(m2):
-                    errs[i] = w2[i] * sd - k2[i]
-                b, best_err = _pick(errs, m2, bound)
+                b, best_err = _pick_at_step(w2, k2, m2, s, bound, errs)
                 if b < 0:
                     break
                 dataset_index[s] = ids1[ids2[b]]
@@ -281,10 +287,7 @@ def _block_kernel(
                 delta2 *= 0.9
             if s == start2:
                 # No inner step proven: one step among all of T1, proven against theta1.
-                sd = max(float(s), 1.0)
-                for i in range(m1):
-                    errs[i] = w1[i] * sd - k1[i]
-                b, best_err = _pick(errs, m1, theta1)
+                b, best_err = _pick_at_step(w1, k1, m1, s, theta1, errs)
                 if b < 0:
                     break
                 dataset_index[s] = ids1[b]
@@ -301,14 +304,7 @@ def _block_kernel(
             delta1 *= 0.9
         if s == start1:
             # No step proven at all: one exact full step guarantees progress.
-            sd = max(float(s), 1.0)
-            best = 0
-            best_err = weights[0] * sd - counts[0]
-            for j in range(1, n):
-                err = weights[j] * sd - counts[j]
-                if err > best_err:
-                    best_err = err
-                    best = j
+            best, best_err = _pick_at_step(weights, counts, n, s, -np.inf, errs)
             dataset_index[s] = best
             dataset_sample_index[s] = np.int64(counts[best])
             counts[best] += 1.0
