@@ -16,6 +16,12 @@ def dataset_info(name: str, lengths) -> index.DatasetInfo:
     return index.DatasetInfo(name, lengths, np.arange(len(lengths) + 1, dtype=np.int64), digest)
 
 
+def random_infos(seed: int, shapes: dict[str, tuple[int, int]]) -> dict[str, index.DatasetInfo]:
+    """`dataset_info`s of random lengths: name -> (longest document + 1, documents)."""
+    rng = np.random.default_rng(seed)
+    return {name: dataset_info(name, rng.integers(1, high, n)) for name, (high, n) in shapes.items()}
+
+
 def write_random_dataset(
     prefix: str,
     rng: np.random.Generator,

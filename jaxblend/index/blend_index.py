@@ -211,6 +211,18 @@ def _pick_at_step(w, k, m, s, bound, errs):  # pragma: no cover
     return _pick(errs, m, bound)
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _draw(
+    s, dataset, b, k, heavy, err, level, dataset_index, dataset_sample_index
+):  # pragma: no cover
+    # Step s draws the next sample of `dataset` (candidate b, count k[b]); returns the new level
+    # (the winning error, unless the winner is heavy: see `_block_kernel`).
+    dataset_index[s] = dataset
+    dataset_sample_index[s] = np.int64(k[b])
+    k[b] += 1.0
+    return level if heavy[b] else err
+
+
 @numba.njit(cache=True, nogil=True)
 def _block_kernel(
     weights, size, outer, inner, heavy, dataset_index, dataset_sample_index
@@ -273,11 +285,10 @@ def _block_kernel(
                 b, best_err = _pick_at_step(w2, k2, m2, s, bound, errs)
                 if b < 0:
                     break
-                dataset_index[s] = ids1[ids2[b]]
-                dataset_sample_index[s] = np.int64(k2[b])
-                k2[b] += 1.0
-                if not h2[b]:
-                    level = best_err
+                level = _draw(
+                    s, ids1[ids2[b]], b, k2, h2, best_err, level, dataset_index,
+                    dataset_sample_index,
+                )
                 s += 1
             for i in range(m2):
                 k1[ids2[i]] = k2[i]
@@ -290,11 +301,9 @@ def _block_kernel(
                 b, best_err = _pick_at_step(w1, k1, m1, s, theta1, errs)
                 if b < 0:
                     break
-                dataset_index[s] = ids1[b]
-                dataset_sample_index[s] = np.int64(k1[b])
-                k1[b] += 1.0
-                if not h1[b]:
-                    level = best_err
+                level = _draw(
+                    s, ids1[b], b, k1, h1, best_err, level, dataset_index, dataset_sample_index
+                )
                 s += 1
         for i in range(m1):
             counts[ids1[i]] = k1[i]

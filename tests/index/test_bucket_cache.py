@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers_data import dataset_info
+from helpers_data import random_infos
 
 from jaxblend import index
 from jaxblend.index import bucket_cache, cache, plan
@@ -14,8 +14,7 @@ from jaxblend.index import bucket_cache, cache, plan
 
 @pytest.fixture(scope="module")
 def infos():
-    rng = np.random.default_rng(11)
-    return {"/d/a": dataset_info("/d/a", rng.integers(1, 50, 300)), "/d/b": dataset_info("/d/b", rng.integers(1, 80, 90))}
+    return random_infos(11, {"/d/a": (50, 300), "/d/b": (80, 90)})
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import os
 
 import numpy as np
 import pytest
-from helpers_data import dataset_info
+from helpers_data import dataset_info, random_infos
 
 from jaxblend import index
 from jaxblend.index import cache, reference
@@ -17,12 +17,7 @@ from jaxblend.index import cache, reference
 
 @pytest.fixture(scope="module")
 def infos():
-    rng = np.random.default_rng(5)
-    return {
-        "/d/a": dataset_info("/d/a", rng.integers(1, 50, 400)),
-        "/d/b": dataset_info("/d/b", rng.integers(1, 80, 150)),
-        "/d/c": dataset_info("/d/c", rng.integers(1, 10, 60)),
-    }
+    return random_infos(5, {"/d/a": (50, 400), "/d/b": (80, 150), "/d/c": (10, 60)})
 
 
 def _config(**kwargs):

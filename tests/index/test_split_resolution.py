@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pytest
-from helpers_data import dataset_info
+from helpers_data import random_infos
 
 from jaxblend import index
 from jaxblend.index import split_resolution
@@ -15,12 +14,7 @@ from jaxblend.index.estimate import estimate_plan
 
 @pytest.fixture(scope="module")
 def infos():
-    rng = np.random.default_rng(11)
-    return {
-        "/d/a": dataset_info("/d/a", rng.integers(1, 50, 300)),
-        "/d/b": dataset_info("/d/b", rng.integers(1, 80, 120)),
-        "/d/c": dataset_info("/d/c", rng.integers(1, 10, 90)),
-    }
+    return random_infos(11, {"/d/a": (50, 300), "/d/b": (80, 120), "/d/c": (10, 90)})
 
 
 CONFIGS = {
