@@ -1,4 +1,4 @@
-"""The settings of a preprocessing run (`PreprocessConfig`) and what it produced (`PreprocessResult`)."""
+"""A preprocessing run's settings (`PreprocessConfig`) and what it produced (`PreprocessResult`)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import dataclasses
 import os
 from typing import Any
 
-from jaxblend.preprocess import layout, readers, sentences, worker
+from jaxblend.preprocess import layout, partitions, sentences, worker
 from jaxblend.preprocess import tokenizers as tok_lib
 from jaxblend.preprocess.cleaning import report as report_lib
 from jaxblend.preprocess.cleaning.config import CleaningConfig
@@ -83,8 +83,8 @@ class PreprocessConfig:
                 raise ValueError(
                     f"json_keys entry {key!r} must be non-empty without '/' (used in file names)"
                 )
-        if self.text_mode not in readers.TEXT_MODES:
-            raise ValueError(f"text_mode={self.text_mode!r} must be one of {readers.TEXT_MODES}")
+        if self.text_mode not in partitions.TEXT_MODES:
+            raise ValueError(f"text_mode={self.text_mode!r} must be one of {partitions.TEXT_MODES}")
         if self.workers < 0:
             raise ValueError(f"workers={self.workers} must be >= 0 (0 = all cores)")
         if self.partitions < 0:

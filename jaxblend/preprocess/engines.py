@@ -12,7 +12,8 @@ import queue as queue_lib
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from jaxblend.preprocess import readers, worker
+from jaxblend.preprocess import worker
+from jaxblend.preprocess.partitions import Partition
 
 Progress = Callable[[int, int, int], None]
 """Called with (input bytes, documents, tokens) as a partition advances."""
@@ -29,7 +30,7 @@ class Engine(Protocol):
     def run(
         self,
         config: worker.WorkerConfig,
-        partitions: Sequence[readers.Partition],
+        partitions: Sequence[Partition],
         progress: Progress,
     ) -> None: ...
 
@@ -43,7 +44,7 @@ class LocalEngine:
     def run(
         self,
         config: worker.WorkerConfig,
-        partitions: Sequence[readers.Partition],
+        partitions: Sequence[Partition],
         progress: Progress,
     ) -> None:
         """Processes ``partitions``; returns when all are done; raises the first failure."""
@@ -90,7 +91,7 @@ def _queue_progress(nbytes: int, docs: int, tokens: int) -> None:
     _POOL_QUEUE.put((nbytes, docs, tokens))
 
 
-def _pool_process(config: worker.WorkerConfig, partition: readers.Partition) -> int:
+def _pool_process(config: worker.WorkerConfig, partition: Partition) -> int:
     worker.process_partition(config, partition, _queue_progress)
     return partition.index
 

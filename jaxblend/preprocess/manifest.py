@@ -14,17 +14,17 @@ from typing import Any
 
 import numpy as np
 
-from jaxblend.preprocess import layout, readers
+from jaxblend.preprocess import layout, partitions
 from jaxblend.preprocess import tokenizers as tok_lib
 from jaxblend.preprocess.config import PreprocessConfig, PreprocessResult
 
 
 def run_settings(
     config: PreprocessConfig,
-    files: Sequence[readers.InputFile],
+    files: Sequence[partitions.InputFile],
     tokenizer: tok_lib.Tokenizer,
     dtype: np.dtype,
-    plan: Sequence[readers.Partition],
+    plan: Sequence[partitions.Partition],
 ) -> dict[str, Any]:
     """The settings that determine the output bytes (compared on resume)."""
     settings = {

@@ -4,8 +4,8 @@
 
 1. Resolve the inputs, load the tokenizer (a missing or unreadable tokenizer file, or inputs matching
    nothing, fail here, before any work), pick the token dtype from the vocabulary size.
-2. Cut the inputs into partitions (:func:`jaxblend.preprocess.readers.plan_partitions`; depends on the
-   inputs and ``partitions`` only, never on ``workers``).
+2. Cut the inputs into partitions (:func:`jaxblend.preprocess.partitions.plan_partitions`;
+   depends on the inputs and ``partitions`` only, never on ``workers``).
 3. Check the run manifest (:mod:`jaxblend.preprocess.layout`): same settings → resume; different
    settings → refuse unless ``overwrite``.
 4. Process every unfinished partition on the engine: the local process pool (``workers`` processes,
@@ -37,7 +37,7 @@ import numpy as np
 from absl import logging
 
 from jaxblend import storage
-from jaxblend.preprocess import layout, readers, worker
+from jaxblend.preprocess import layout, partitions, worker
 from jaxblend.preprocess import manifest as manifest_lib
 from jaxblend.preprocess import tokenizers as tok_lib
 from jaxblend.preprocess.cleaning import join as join_lib
@@ -72,7 +72,7 @@ def preprocess(config: PreprocessConfig, engine: Engine | None = None) -> Prepro
       The run's result (also stored in the manifest).
 
     Raises:
-      readers.InputError: Inputs missing, matching nothing, or in an unknown format.
+      partitions.InputError: Inputs missing, matching nothing, or in an unknown format.
       tok_lib.TokenizerError: The tokenizer cannot be loaded.
       SettingsMismatchError: The output prefix holds a run with different settings.
       worker.PreprocessDataError: A bad record with ``on_error="fail"``.
@@ -80,7 +80,7 @@ def preprocess(config: PreprocessConfig, engine: Engine | None = None) -> Prepro
     t0 = time.perf_counter()
     files, tokenizer, dtype = _open_inputs(config)
     os.makedirs(os.path.dirname(os.path.abspath(config.output_prefix)), exist_ok=True)
-    plan = readers.plan_partitions(files, config.partitions, config.text_mode)
+    plan = partitions.plan_partitions(files, config.partitions, config.text_mode)
     settings = manifest_lib.run_settings(config, files, tokenizer, dtype, plan)
     manifest = manifest_lib.prepare(config, settings)
     parts = layout.parts_dir(config.output_prefix)
@@ -113,17 +113,11 @@ def preprocess(config: PreprocessConfig, engine: Engine | None = None) -> Prepro
     engine = engine or LocalEngine(config.workers)
     join_stats = None
     if config.cleaning is not None and config.cleaning.needs_join:
-        join_stats = _dedup_join(config, wcfg, plan, [p for p in plan if p.index not in done], engine)
+        todo = [p for p in plan if p.index not in done]
+        join_stats = _dedup_join(config, wcfg, plan, todo, engine)
     _run_partitions(config, engine, wcfg, plan, done)
     results = _partition_results(config, parts, plan)
-    part_prefixes = {
-        k: [layout.part_prefix(parts, p.index, k, config.level) for p in plan]
-        for k in config.json_keys
-    }
-    if not config.keep_parts:
-        names = config.output_names()
-        for k in config.json_keys:
-            merge_parts(part_prefixes[k], names[k], dtype)
+    part_prefixes = _merge_outputs(config, parts, plan, dtype)
     records, input_bytes, counts, dropped = aggregate(results, config.json_keys, dtype.itemsize)
     cleaning = _cleaning_report(config, results, dropped, join_stats)
     result = PreprocessResult(
@@ -149,10 +143,10 @@ def preprocess(config: PreprocessConfig, engine: Engine | None = None) -> Prepro
 
 def _open_inputs(
     config: PreprocessConfig,
-) -> tuple[list[readers.InputFile], tok_lib.Tokenizer, np.dtype]:
+) -> tuple[list[partitions.InputFile], tok_lib.Tokenizer, np.dtype]:
     """Resolves the inputs, loads the tokenizer (and sentence splitter) and picks the token dtype,
     failing before any work on a missing input, tokenizer file or end-of-document token."""
-    files = readers.resolve_inputs(config.input)
+    files = partitions.resolve_inputs(config.input)
     config.tokenizer.check_files()
     if config.split_sentences:
         worker.splitter_for(config.sentence_splitter, config.lang, config.keep_newlines)
@@ -179,7 +173,7 @@ def _run_partitions(
     config: PreprocessConfig,
     engine: Engine,
     wcfg: worker.WorkerConfig,
-    plan: Sequence[readers.Partition],
+    plan: Sequence[partitions.Partition],
     done: set[int],
 ) -> None:
     """Runs the partitions not ``done`` on ``engine`` with a progress bar over input bytes."""
@@ -196,7 +190,7 @@ def _run_partitions(
 
 
 def _partition_results(
-    config: PreprocessConfig, parts: str, plan: Sequence[readers.Partition]
+    config: PreprocessConfig, parts: str, plan: Sequence[partitions.Partition]
 ) -> list[dict[str, Any]]:
     """Every partition's done-marker result, in plan order.
 
@@ -214,13 +208,29 @@ def _partition_results(
     return results
 
 
+def _merge_outputs(
+    config: PreprocessConfig, parts: str, plan: Sequence[partitions.Partition], dtype: np.dtype
+) -> dict[str, list[str]]:
+    """Merges each key's parts in plan order into its final dataset (unless ``keep_parts``);
+    returns key -> the part prefixes."""
+    part_prefixes = {
+        k: [layout.part_prefix(parts, p.index, k, config.level) for p in plan]
+        for k in config.json_keys
+    }
+    if not config.keep_parts:
+        names = config.output_names()
+        for k in config.json_keys:
+            merge_parts(part_prefixes[k], names[k], dtype)
+    return part_prefixes
+
+
 def _cleaning_report(
     config: PreprocessConfig,
     results: Sequence[dict[str, Any]],
     dropped: dict[str, dict[str, Any]],
     join_stats: dict[str, Any] | None,
 ) -> dict[str, Any] | None:
-    """Builds and writes the cleaning report (JSON, and the plot if asked); None without cleaning."""
+    """Builds and writes the cleaning report (JSON, the plot if asked); None without cleaning."""
     if config.cleaning is None:
         return None
     cleaning = report_lib.build(config.cleaning, results, dropped, join_stats)
@@ -234,8 +244,8 @@ def _cleaning_report(
 def _dedup_join(
     config: PreprocessConfig,
     wcfg: worker.WorkerConfig,
-    plan: Sequence[readers.Partition],
-    todo: Sequence[readers.Partition],
+    plan: Sequence[partitions.Partition],
+    todo: Sequence[partitions.Partition],
     engine: Engine,
 ) -> dict[str, Any] | None:
     """The deduplication pass and join before tokenizing (skipped when already done).
