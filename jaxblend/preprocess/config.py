@@ -6,7 +6,8 @@ import dataclasses
 import os
 from typing import Any
 
-from jaxblend.preprocess import layout, partitions, sentences, worker
+from jaxblend.preprocess import layout, partitions, sentences
+from jaxblend.preprocess import records as records_lib
 from jaxblend.preprocess import tokenizers as tok_lib
 from jaxblend.preprocess.cleaning import report as report_lib
 from jaxblend.preprocess.cleaning.config import CleaningConfig
@@ -97,8 +98,8 @@ class PreprocessConfig:
             )
         if self.keep_newlines and not self.split_sentences:
             raise ValueError("keep_newlines applies only with split_sentences")
-        if self.on_error not in worker.ON_ERROR:
-            raise ValueError(f"on_error={self.on_error!r} must be one of {worker.ON_ERROR}")
+        if self.on_error not in records_lib.ON_ERROR:
+            raise ValueError(f"on_error={self.on_error!r} must be one of {records_lib.ON_ERROR}")
         if self.max_document_chars < 0:
             raise ValueError(
                 f"max_document_chars={self.max_document_chars} must be >= 0 (0 = no limit)"

@@ -10,7 +10,8 @@ import numpy as np
 
 from jaxblend import storage
 from jaxblend._pause import pause_point
-from jaxblend.preprocess import layout, worker
+from jaxblend.preprocess import layout
+from jaxblend.preprocess import records as records_lib
 
 
 def merge_parts(part_prefixes: Sequence[str], output: str, dtype: np.dtype) -> None:
@@ -32,7 +33,7 @@ def aggregate(
 
     Returns:
       (records, input bytes, key -> counts including output bytes, reason -> drops in
-      `worker.REASONS` order with at most `worker.MAX_EXAMPLES` examples each).
+      `records.REASONS` order with at most `records.MAX_EXAMPLES` examples each).
     """
     records = sum(r["records"] for r in results)
     input_bytes = sum(r["input_bytes"] for r in results)
@@ -47,9 +48,9 @@ def aggregate(
             agg = dropped.setdefault(reason, {"count": 0, "bytes": 0, "examples": []})
             agg["count"] += d["count"]
             agg["bytes"] += d.get("bytes", 0)
-            agg["examples"].extend(d["examples"][: worker.MAX_EXAMPLES - len(agg["examples"])])
+            agg["examples"].extend(d["examples"][: records_lib.MAX_EXAMPLES - len(agg["examples"])])
     for k in keys:
         counts[k]["bytes"] = counts[k]["tokens"] * itemsize
-    order = {r: i for i, r in enumerate(worker.REASONS)}
+    order = {r: i for i, r in enumerate(records_lib.REASONS)}
     dropped = dict(sorted(dropped.items(), key=lambda kv: order.get(kv[0], 99)))
     return records, input_bytes, counts, dropped

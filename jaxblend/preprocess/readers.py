@@ -1,7 +1,7 @@
 """Reads the records of preprocessing partitions, in batches, in a fixed order.
 
 Readers yield raw records (line bytes, whole-file bytes or Parquet field dicts) in batches together
-with the input bytes consumed; decoding and validation happen in :mod:`jaxblend.preprocess.worker`.
+with the input bytes consumed; decoding and validation happen in :mod:`jaxblend.preprocess.records`.
 The inputs and their partitioning are :mod:`jaxblend.preprocess.partitions` (its names are
 re-exported here).
 """
