@@ -212,6 +212,23 @@ def _pick_at_step(w, k, m, s, bound, errs):  # pragma: no cover
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
+def _candidates(w, k, heavy, m, end, theta, ids, w_out, k_out, heavy_out):  # pragma: no cover
+    # The candidates among the first m for the steps before `end`: those whose error at step
+    # end - 1 is >= theta, and the heavy ones. Their positions go to ids, their weights, counts
+    # and heaviness to the *_out arrays (in increasing order); returns how many there are.
+    sd = max(float(end - 1), 1.0)
+    count = 0
+    for i in range(m):
+        ids[count] = i
+        count += (w[i] * sd - k[i] >= theta) | heavy[i]
+    for i in range(count):
+        w_out[i] = w[ids[i]]
+        k_out[i] = k[ids[i]]
+        heavy_out[i] = heavy[ids[i]]
+    return count
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
 def _draw(
     s, dataset, b, k, heavy, err, level, dataset_index, dataset_sample_index
 ):  # pragma: no cover
@@ -256,29 +273,13 @@ def _block_kernel(
     s = 0
     while s < size:
         end1 = min(s + outer, size)
-        sd1 = max(float(end1 - 1), 1.0)
         theta1 = level - delta1
-        m1 = 0
-        for j in range(n):
-            ids1[m1] = j
-            m1 += (weights[j] * sd1 - counts[j] >= theta1) | heavy[j]
-        for i in range(m1):
-            w1[i] = weights[ids1[i]]
-            k1[i] = counts[ids1[i]]
-            h1[i] = heavy[ids1[i]]
+        m1 = _candidates(weights, counts, heavy, n, end1, theta1, ids1, w1, k1, h1)
         start1 = s
         while s < end1 and m1 > 0:
             end2 = min(s + inner, end1)
-            sd2 = max(float(end2 - 1), 1.0)
             theta2 = level - delta2
-            m2 = 0
-            for i in range(m1):
-                ids2[m2] = i
-                m2 += (w1[i] * sd2 - k1[i] >= theta2) | h1[i]
-            for i in range(m2):
-                w2[i] = w1[ids2[i]]
-                k2[i] = k1[ids2[i]]
-                h2[i] = h1[ids2[i]]
+            m2 = _candidates(w1, k1, h1, m1, end2, theta2, ids2, w2, k2, h2)
             bound = max(theta1, theta2)
             start2 = s
             while s < end2 and m2 > 0:
