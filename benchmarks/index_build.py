@@ -93,32 +93,28 @@ def case_gpt(impl: str, sizes: dict) -> dict:
     if impl == "megatron":
         from megatron.core.datasets import gpt_dataset, helpers
 
-        base = _rss_mb()
-        t0 = time.perf_counter()
-        rng = np.random.RandomState(1234)
-        doc_index = gpt_dataset._build_document_index(documents, 1, rng, False)
-        t1 = time.perf_counter()
-        sample_index = helpers.build_sample_idx(lengths, doc_index, seq, 1, tokens, True, True)
-        t2 = time.perf_counter()
-        n = sample_index.shape[0] - 1
-        shuffle = gpt_dataset._build_shuffle_index(n, n, rng)
-        t3 = time.perf_counter()
+        build_documents = gpt_dataset._build_document_index
+        build_samples = helpers.build_sample_idx
+        build_shuffle = gpt_dataset._build_shuffle_index
     else:
         from jaxblend.index import document_index as di
         from jaxblend.index import sample_index as si
         from jaxblend.index import shuffle_index as sh
 
-        si.build_sample_index(lengths[:10], documents[:10], 3, 1, int(lengths[:10].sum()))
-        base = _rss_mb()
-        t0 = time.perf_counter()
-        rng = np.random.RandomState(1234)
-        doc_index = di.build_document_index(documents, 1, rng, False)
-        t1 = time.perf_counter()
-        sample_index = si.build_sample_index(lengths, doc_index, seq, 1, tokens, True, True)
-        t2 = time.perf_counter()
-        n = sample_index.shape[0] - 1
-        shuffle = sh.build_shuffle_index(n, n, rng)
-        t3 = time.perf_counter()
+        build_documents = di.build_document_index
+        build_samples = si.build_sample_index
+        build_shuffle = sh.build_shuffle_index
+        build_samples(lengths[:10], documents[:10], 3, 1, int(lengths[:10].sum()))  # compile
+    base = _rss_mb()
+    t0 = time.perf_counter()
+    rng = np.random.RandomState(1234)
+    doc_index = build_documents(documents, 1, rng, False)
+    t1 = time.perf_counter()
+    sample_index = build_samples(lengths, doc_index, seq, 1, tokens, True, True)
+    t2 = time.perf_counter()
+    n = sample_index.shape[0] - 1
+    shuffle = build_shuffle(n, n, rng)
+    t3 = time.perf_counter()
     peak = _rss_mb() - base
     digest = _digest(doc_index, sample_index, shuffle)
     return {

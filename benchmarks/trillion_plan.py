@@ -102,15 +102,24 @@ def _dir_bytes(path: str) -> int:
     )
 
 
-def step_build(args) -> dict:
+def _timed_plan(args, rss):
+    """Builds (or loads from the cache) the plan of `args`' synthetic datasets.
+
+    Returns:
+      (plan, sequence lengths, seconds, `rss()` before the build).
+    """
     from jaxblend import index
 
     infos, lengths = make_infos(args.prefixes, args.documents, args.mean_length)
     config = make_config(infos, lengths, args.seq_length, args.cache_dir)
-    base = _rss_mb()
+    base = rss()
     t0 = time.perf_counter()
     plan = index.build_data_plan(config, infos)
-    seconds = time.perf_counter() - t0
+    return plan, lengths, time.perf_counter() - t0, base
+
+
+def step_build(args) -> dict:
+    plan, lengths, seconds, base = _timed_plan(args, _rss_mb)
     train = plan.split("train")
     return {
         "seconds": seconds,
@@ -123,14 +132,7 @@ def step_build(args) -> dict:
 
 
 def step_load(args) -> dict:
-    from jaxblend import index
-
-    infos, lengths = make_infos(args.prefixes, args.documents, args.mean_length)
-    config = make_config(infos, lengths, args.seq_length, args.cache_dir)
-    base = _current_rss_mb()
-    t0 = time.perf_counter()
-    plan = index.build_data_plan(config, infos)
-    seconds = time.perf_counter() - t0
+    plan, _, seconds, base = _timed_plan(args, _current_rss_mb)
     after_load = _current_rss_mb() - base
     train = plan.split("train")
     rows = np.random.default_rng(0).integers(0, len(train), 256)

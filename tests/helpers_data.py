@@ -2,9 +2,24 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 
-from jaxblend import IndexedDatasetBuilder
+from jaxblend import IndexedDatasetBuilder, index
+
+
+def dataset_info(name: str, lengths) -> index.DatasetInfo:
+    """Facts of a dataset of one-sequence documents of `lengths` tokens (fingerprint: their hash)."""
+    lengths = np.asarray(lengths, dtype=np.int32)
+    digest = hashlib.sha256(lengths.tobytes()).hexdigest()
+    return index.DatasetInfo(name, lengths, np.arange(len(lengths) + 1, dtype=np.int64), digest)
+
+
+def random_infos(seed: int, shapes: dict[str, tuple[int, int]]) -> dict[str, index.DatasetInfo]:
+    """`dataset_info`s of random lengths: name -> (longest document + 1, documents)."""
+    rng = np.random.default_rng(seed)
+    return {name: dataset_info(name, rng.integers(1, high, n)) for name, (high, n) in shapes.items()}
 
 
 def write_random_dataset(

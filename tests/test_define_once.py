@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 from absl import flags
 
-from jaxblend import distributed
-from jaxblend import flags as data_flags
 from jaxblend.define_once import define_once
-from jaxblend.tools import _cli
 
 
 def test_body_runs_once_and_flags_stay_defined():
@@ -52,10 +52,22 @@ def test_without_sentinel_the_first_call_always_runs():
     assert calls == [1]
 
 
+_REQUEST_TWICE = """
+from absl import flags
+from jaxblend import distributed
+from jaxblend import flags as data_flags
+from jaxblend.tools import _cli
+for _ in range(2):
+    data_flags.define_data_flags()
+    _cli.define_source_flags()
+    distributed.define_distributed_flags()
+print(all(n in flags.FLAGS for n in ("data_path", "mock_data", "coordinator_address")))
+"""
+
+
 def test_project_flag_groups_can_be_requested_repeatedly():
-    for _ in range(2):
-        data_flags.define_data_flags()
-        _cli.define_source_flags()
-        distributed.define_distributed_flags()
-    for name in ("data_path", "mock_data", "coordinator_address"):
-        assert name in flags.FLAGS
+    # A fresh interpreter: absl's global FLAGS of this test process hold other tools' flags.
+    out = subprocess.run(
+        [sys.executable, "-c", _REQUEST_TWICE], capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "True"

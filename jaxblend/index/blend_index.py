@@ -202,6 +202,44 @@ def _pick(errs, m, bound):  # pragma: no cover
     return b, best_err
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _pick_at_step(w, k, m, s, bound, errs):  # pragma: no cover
+    # `_pick` over the errors at step s of the m candidates with weights w[:m] and counts k[:m].
+    sd = max(float(s), 1.0)
+    for i in range(m):
+        errs[i] = w[i] * sd - k[i]
+    return _pick(errs, m, bound)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _candidates(w, k, heavy, m, end, theta, ids, w_out, k_out, heavy_out):  # pragma: no cover
+    # The candidates among the first m for the steps before `end`: those whose error at step
+    # end - 1 is >= theta, and the heavy ones. Their positions go to ids, their weights, counts
+    # and heaviness to the *_out arrays (in increasing order); returns how many there are.
+    sd = max(float(end - 1), 1.0)
+    count = 0
+    for i in range(m):
+        ids[count] = i
+        count += (w[i] * sd - k[i] >= theta) | heavy[i]
+    for i in range(count):
+        w_out[i] = w[ids[i]]
+        k_out[i] = k[ids[i]]
+        heavy_out[i] = heavy[ids[i]]
+    return count
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _draw(
+    s, dataset, b, k, heavy, err, level, dataset_index, dataset_sample_index
+):  # pragma: no cover
+    # Step s draws the next sample of `dataset` (candidate b, count k[b]); returns the new level
+    # (the winning error, unless the winner is heavy: see `_block_kernel`).
+    dataset_index[s] = dataset
+    dataset_sample_index[s] = np.int64(k[b])
+    k[b] += 1.0
+    return level if heavy[b] else err
+
+
 @numba.njit(cache=True, nogil=True)
 def _block_kernel(
     weights, size, outer, inner, heavy, dataset_index, dataset_sample_index
@@ -235,43 +273,23 @@ def _block_kernel(
     s = 0
     while s < size:
         end1 = min(s + outer, size)
-        sd1 = max(float(end1 - 1), 1.0)
         theta1 = level - delta1
-        m1 = 0
-        for j in range(n):
-            ids1[m1] = j
-            m1 += (weights[j] * sd1 - counts[j] >= theta1) | heavy[j]
-        for i in range(m1):
-            w1[i] = weights[ids1[i]]
-            k1[i] = counts[ids1[i]]
-            h1[i] = heavy[ids1[i]]
+        m1 = _candidates(weights, counts, heavy, n, end1, theta1, ids1, w1, k1, h1)
         start1 = s
         while s < end1 and m1 > 0:
             end2 = min(s + inner, end1)
-            sd2 = max(float(end2 - 1), 1.0)
             theta2 = level - delta2
-            m2 = 0
-            for i in range(m1):
-                ids2[m2] = i
-                m2 += (w1[i] * sd2 - k1[i] >= theta2) | h1[i]
-            for i in range(m2):
-                w2[i] = w1[ids2[i]]
-                k2[i] = k1[ids2[i]]
-                h2[i] = h1[ids2[i]]
+            m2 = _candidates(w1, k1, h1, m1, end2, theta2, ids2, w2, k2, h2)
             bound = max(theta1, theta2)
             start2 = s
             while s < end2 and m2 > 0:
-                sd = max(float(s), 1.0)
-                for i in range(m2):
-                    errs[i] = w2[i] * sd - k2[i]
-                b, best_err = _pick(errs, m2, bound)
+                b, best_err = _pick_at_step(w2, k2, m2, s, bound, errs)
                 if b < 0:
                     break
-                dataset_index[s] = ids1[ids2[b]]
-                dataset_sample_index[s] = np.int64(k2[b])
-                k2[b] += 1.0
-                if not h2[b]:
-                    level = best_err
+                level = _draw(
+                    s, ids1[ids2[b]], b, k2, h2, best_err, level, dataset_index,
+                    dataset_sample_index,
+                )
                 s += 1
             for i in range(m2):
                 k1[ids2[i]] = k2[i]
@@ -281,17 +299,12 @@ def _block_kernel(
                 delta2 *= 0.9
             if s == start2:
                 # No inner step proven: one step among all of T1, proven against theta1.
-                sd = max(float(s), 1.0)
-                for i in range(m1):
-                    errs[i] = w1[i] * sd - k1[i]
-                b, best_err = _pick(errs, m1, theta1)
+                b, best_err = _pick_at_step(w1, k1, m1, s, theta1, errs)
                 if b < 0:
                     break
-                dataset_index[s] = ids1[b]
-                dataset_sample_index[s] = np.int64(k1[b])
-                k1[b] += 1.0
-                if not h1[b]:
-                    level = best_err
+                level = _draw(
+                    s, ids1[b], b, k1, h1, best_err, level, dataset_index, dataset_sample_index
+                )
                 s += 1
         for i in range(m1):
             counts[ids1[i]] = k1[i]
@@ -301,14 +314,7 @@ def _block_kernel(
             delta1 *= 0.9
         if s == start1:
             # No step proven at all: one exact full step guarantees progress.
-            sd = max(float(s), 1.0)
-            best = 0
-            best_err = weights[0] * sd - counts[0]
-            for j in range(1, n):
-                err = weights[j] * sd - counts[j]
-                if err > best_err:
-                    best_err = err
-                    best = j
+            best, best_err = _pick_at_step(weights, counts, n, s, -np.inf, errs)
             dataset_index[s] = best
             dataset_sample_index[s] = np.int64(counts[best])
             counts[best] += 1.0

@@ -203,12 +203,6 @@ def _check_array(path: str, desc: dict[str, Any], verify: str) -> np.ndarray:
     return array
 
 
-def _open_entry(
-    cache_dir: str, key: str, verify: str
-) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    return _open_dir(entry_path(cache_dir, key), key, verify)
-
-
 def _open_dir(final: str, key: str, verify: str) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     if not os.path.isdir(final):
         raise CorruptEntry(f"{final} is not a directory")
@@ -238,7 +232,7 @@ def load(
     if not os.path.lexists(entry_path(cache_dir, key)):
         return None
     try:
-        return _open_entry(cache_dir, key, verify)
+        return _open_dir(entry_path(cache_dir, key), key, verify)
     except (OSError, ValueError) as err:  # CorruptEntry and json/np errors are ValueErrors
         logging.warning(
             "index cache entry %s is corrupt (%s); rebuilding it", entry_path(cache_dir, key), err
@@ -249,11 +243,7 @@ def load(
 
 def check(cache_dir: str, key: str) -> str | None:
     """Fully verifies an existing entry without changing it; the problem found, or None."""
-    try:
-        _open_entry(cache_dir, key, "full")
-    except (OSError, ValueError) as err:
-        return str(err)
-    return None
+    return check_dir(entry_path(cache_dir, key), key)
 
 
 def check_dir(directory: str, key: str) -> str | None:

@@ -66,34 +66,7 @@ def estimate_plan(config: GPTDataConfig, infos: plan.InfoSource) -> PlanEstimate
     info_by_prefix = {p: split_resolution.dataset_info(infos, p) for p in prefixes}
     key = plan.plan_fingerprint(config, prefixes, info_by_prefix)
     problems: list[str] = []
-    path, cached = None, False
-    if config.cache_dir:
-        remote = bucket_cache.is_url(config.cache_dir)
-        where = bucket_cache.entry_url if remote else cache.entry_path
-
-        # Cached: the whole plan, or each existing split on its own (as single-split tools build).
-        def found(names: list[str]) -> str | None:
-            if remote:
-                exists = (bucket_cache.committed(config.cache_dir, n) for n in names)
-            else:
-                exists = (os.path.exists(os.path.join(config.cache_dir, n, cache.MANIFEST)) for n in names)
-            return next((n for n, e in zip(names, exists) if e), None)
-
-        path = where(config.cache_dir, key)
-        entries = [key] if found([key]) else [
-            found(plan.cache_entries(key, (s.name,))) for s in specs if s is not None
-        ]
-        if entries and all(entries):
-            entries = list(dict.fromkeys(entries))
-            path = ", ".join(where(config.cache_dir, n) for n in entries)
-            cached = True
-            for name in entries:  # every byte against the manifest's SHA-256
-                check = bucket_cache.check if remote else cache.check
-                problem = check(config.cache_dir, name)
-                if problem is not None:
-                    cached = False
-                    problems.append(f"index cache entry is corrupt ({problem}); it will be rebuilt")
-
+    path, cached = _cache_status(config, key, specs, problems)
     extra = int(config.add_extra_token_to_sequence)
     s = int(config.seq_length)
     estimates: list[DatasetEstimate] = []
@@ -137,3 +110,46 @@ def estimate_plan(config: GPTDataConfig, infos: plan.InfoSource) -> PlanEstimate
             id_dtype = blend_index.dataset_index_dtype(len(spec.prefixes))
             total += blend_sizes[spec.name] * (id_dtype.itemsize + 8)
     return PlanEstimate(key, cached, path, estimates, blend_sizes, total, problems)
+
+
+def _cache_status(
+    config: GPTDataConfig,
+    key: str,
+    specs: list[split_resolution.SplitSpec | None],
+    problems: list[str],
+) -> tuple[str | None, bool]:
+    """Where the plan's cache entries are and whether they hold every split, every byte checked
+    against its manifest; a corrupt entry is reported in `problems`.
+
+    Cached means the whole plan, or each existing split on its own (as single-split tools build).
+
+    Returns:
+      (the entry path or URL(s), or None without a cache; whether every split is cached intact).
+    """
+    if not config.cache_dir:
+        return None, False
+    remote = bucket_cache.is_url(config.cache_dir)
+    where = bucket_cache.entry_url if remote else cache.entry_path
+
+    def found(names: list[str]) -> str | None:
+        if remote:
+            exists = (bucket_cache.committed(config.cache_dir, n) for n in names)
+        else:
+            exists = (os.path.exists(os.path.join(config.cache_dir, n, cache.MANIFEST)) for n in names)
+        return next((n for n, e in zip(names, exists) if e), None)
+
+    path = where(config.cache_dir, key)
+    entries = [key] if found([key]) else [
+        found(plan.cache_entries(key, (s.name,))) for s in specs if s is not None
+    ]
+    if not entries or not all(entries):
+        return path, False
+    entries = list(dict.fromkeys(entries))
+    cached = True
+    for name in entries:  # every byte against the manifest's SHA-256
+        check = bucket_cache.check if remote else cache.check
+        problem = check(config.cache_dir, name)
+        if problem is not None:
+            cached = False
+            problems.append(f"index cache entry is corrupt ({problem}); it will be rebuilt")
+    return ", ".join(where(config.cache_dir, n) for n in entries), cached

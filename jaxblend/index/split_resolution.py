@@ -62,7 +62,7 @@ class SplitSpec:
             raise ValueError(f"split kind {self.kind!r}; expected one of {SPLIT_KINDS}")
 
     def blend_targets(self) -> list[int] | None:
-        """A weighted blend's samples per dataset, `ceil(N w_j)` (they sum to its size), else None."""
+        """A weighted blend's samples per dataset, `ceil(N w_j)` (summing to its size), or None."""
         if self.kind != "weighted":
             return None
         return [math.ceil(self.num_samples * w) for w in self.weights]

@@ -6,7 +6,8 @@ Every adapter exposes ``vocab_size``, the special ids (``eod``, ``pad``, ``bos``
 texts concatenated plus each text's token count — which is the hot path of the pipeline (the
 Hugging Face adapter uses the library's batched encoder).
 
-Tokenizers are described by a picklable :class:`TokenizerSpec` so worker processes can each load
+Tokenizers are described by a picklable :class:`TokenizerSpec`
+(:mod:`jaxblend.preprocess.tokenizer_spec`, re-exported here) so worker processes can each load
 their own copy once (:func:`load_tokenizer`). Type names follow Megatron-LM's ``--tokenizer_type``
 where one exists:
 
@@ -26,63 +27,62 @@ where one exists:
 from __future__ import annotations
 
 import base64
-import dataclasses
-import hashlib
 import itertools
 import os
 from collections.abc import Sequence
-from typing import Protocol
 
 import numpy as np
 
-BYTE = "ByteTokenizer"
-HUGGINGFACE = "HuggingFaceTokenizer"
-GPT2BPE = "GPT2BPETokenizer"
-SENTENCEPIECE = "SentencePieceTokenizer"
-TIKTOKEN = "TikTokenizer"
-GPT_SENTENCEPIECE = "GPTSentencePieceTokenizer"
-LLAMA2 = "Llama2Tokenizer"
-NULL = "NullTokenizer"
-
-_ALIASES = {
-    "byte": BYTE,
-    "bytetokenizer": BYTE,
-    "hf": HUGGINGFACE,
-    "huggingface": HUGGINGFACE,
-    "huggingfacetokenizer": HUGGINGFACE,
-    "gpt2": GPT2BPE,
-    "gpt2bpetokenizer": GPT2BPE,
-    "sentencepiece": SENTENCEPIECE,
-    "spm": SENTENCEPIECE,
-    "sentencepiecetokenizer": SENTENCEPIECE,
-    "tiktoken": TIKTOKEN,
-    "tiktokenizer": TIKTOKEN,
-    "gptsentencepiecetokenizer": GPT_SENTENCEPIECE,
-    "llama2tokenizer": LLAMA2,
-    "nulltokenizer": NULL,
-    "null": NULL,
-}
-
-TOKENIZER_TYPES = (
+from jaxblend.preprocess.tokenizer_spec import (
     BYTE,
-    HUGGINGFACE,
     GPT2BPE,
-    SENTENCEPIECE,
     GPT_SENTENCEPIECE,
+    HF_CONFIG_FILES,
+    HUGGINGFACE,
     LLAMA2,
-    TIKTOKEN,
     NULL,
+    SENTENCEPIECE,
+    SENTENCEPIECE_TYPES,
+    SPECIAL_NAMES,
+    TIKTOKEN,
+    TOKENIZER_TYPES,
+    Tokenizer,
+    TokenizerError,
+    TokenizerSpec,
+    canonical_type,
+    special_ids,
 )
-_SENTENCEPIECE_TYPES = (SENTENCEPIECE, GPT_SENTENCEPIECE, LLAMA2)
 
-# What a directory given as --tokenizer_model is searched for, per type, first found wins.
-_MODEL_FILES_IN_DIR = {
-    HUGGINGFACE: ("tokenizer.json",),
-    SENTENCEPIECE: ("tokenizer.model",),
-    GPT_SENTENCEPIECE: ("tokenizer.model",),
-    LLAMA2: ("tokenizer.model",),
-    TIKTOKEN: ("tokenizer.json", "tokenizer.tiktoken"),
-}
+__all__ = [
+    "BYTE",
+    "GPT2BPE",
+    "GPT_SENTENCEPIECE",
+    "HUGGINGFACE",
+    "LLAMA2",
+    "NULL",
+    "SENTENCEPIECE",
+    "SENTENCEPIECE_TYPES",
+    "SPECIAL_NAMES",
+    "TIKTOKEN",
+    "TIKTOKEN_PATTERNS",
+    "TOKENIZER_TYPES",
+    "ByteTokenizer",
+    "GPT2BPETokenizer",
+    "HuggingFaceTokenizer",
+    "MegatronTikTokenizer",
+    "NullTokenizer",
+    "SentencePieceTokenizer",
+    "TikTokenizer",
+    "Tokenizer",
+    "TokenizerError",
+    "TokenizerSpec",
+    "canonical_type",
+    "configured_special_tokens",
+    "load_tokenizer",
+    "read_tiktoken_json",
+    "read_tiktoken_ranks",
+    "special_ids",
+]
 
 # Pre-tokenization regexes for tiktoken BPE files (the file holds only the merge ranks).
 TIKTOKEN_PATTERNS = {
@@ -93,8 +93,6 @@ TIKTOKEN_PATTERNS = {
     ),
 }
 
-SPECIAL_NAMES = ("eod", "pad", "bos", "eos", "mask", "cls", "sep")
-
 # Candidate token strings for each special id, first match wins.
 _SPECIAL_CANDIDATES = {
     "eos": ("<|endoftext|>", "</s>", "<eos>", "<|eos|>", "[EOS]", "<|end_of_text|>"),
@@ -104,170 +102,6 @@ _SPECIAL_CANDIDATES = {
     "cls": ("[CLS]", "<cls>"),
     "sep": ("[SEP]", "<sep>"),
 }
-
-
-class TokenizerError(ValueError):
-    """A tokenizer cannot be loaded: unknown type, missing or unreadable file, bad content."""
-
-
-def canonical_type(name: str) -> str:
-    """Maps a ``--tokenizer_type`` name or alias to its canonical name.
-
-    Args:
-      name: A canonical name (e.g. ``HuggingFaceTokenizer``) or alias (``hf``), any case.
-
-    Returns:
-      The canonical type name.
-
-    Raises:
-      TokenizerError: The name is unknown.
-    """
-    canonical = _ALIASES.get(name.strip().lower())
-    if canonical is None:
-        raise TokenizerError(
-            f"tokenizer_type={name!r} is not supported; use one of {', '.join(TOKENIZER_TYPES)} "
-            f"(aliases: {', '.join(sorted(_ALIASES))})"
-        )
-    return canonical
-
-
-@dataclasses.dataclass(frozen=True)
-class TokenizerSpec:
-    """Everything needed to load a tokenizer; picklable, cheap, compared in run manifests.
-
-    Attributes:
-      type: ``--tokenizer_type`` (canonical name or alias).
-      model: The model file (HF ``tokenizer.json``, SentencePiece ``.model``, tiktoken ranks).
-      vocab_file: HF ``tokenizer.json`` (alternative to ``model``) or GPT-2 ``vocab.json``.
-      merge_file: GPT-2 ``merges.txt``.
-      tiktoken_pattern: for ``TikTokenizer``: ``v1``/``v2`` (Megatron's patterns, JSON vocabulary;
-        default ``v2``) or ``gpt2``/``cl100k``/a literal regex (base64 ranks file; default
-        ``cl100k``).
-      tiktoken_num_special_tokens: ids reserved before the vocabulary (Megatron's TikTokenizer).
-      tiktoken_special_tokens: the first special tokens (default Megatron's seven).
-      vocab_size: vocabulary size of ``NullTokenizer``.
-    """
-
-    type: str = BYTE
-    model: str | None = None
-    vocab_file: str | None = None
-    merge_file: str | None = None
-    tiktoken_pattern: str | None = None
-    tiktoken_num_special_tokens: int = 1000
-    tiktoken_special_tokens: tuple[str, ...] = ()
-    vocab_size: int | None = None
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "type", canonical_type(self.type))
-        if self.type in (HUGGINGFACE,) and not (self.model or self.vocab_file):
-            raise TokenizerError(
-                f"tokenizer_type={self.type} needs --tokenizer_model (or --vocab_file): "
-                "the path of a Hugging Face tokenizer.json"
-            )
-        if self.type == GPT2BPE and not (self.vocab_file and self.merge_file):
-            raise TokenizerError(
-                f"tokenizer_type={self.type} needs --vocab_file (vocab.json) and --merge_file "
-                "(merges.txt)"
-            )
-        if self.type in (*_SENTENCEPIECE_TYPES, TIKTOKEN) and not self.model:
-            raise TokenizerError(f"tokenizer_type={self.type} needs --tokenizer_model")
-        if self.type == NULL and (self.vocab_size is None or self.vocab_size <= 0):
-            raise TokenizerError(f"tokenizer_type={self.type} needs --vocab_size > 0")
-
-    def model_file(self) -> str | None:
-        """The model file; a directory ``--tokenizer_model`` resolves to the file it holds.
-
-        Raises:
-          TokenizerError: a directory holds none of the files this type reads.
-        """
-        path = self.model or (self.vocab_file if self.type == HUGGINGFACE else None)
-        if path is None or not os.path.isdir(path):
-            return path
-        names = _MODEL_FILES_IN_DIR.get(self.type, ())
-        for name in names:
-            if os.path.isfile(os.path.join(path, name)):
-                return os.path.join(path, name)
-        raise TokenizerError(
-            f"--tokenizer_model {path!r} is a directory without "
-            f"{' or '.join(names) or 'a model file'} ({self.type}); pass the file itself"
-        )
-
-    def files(self) -> list[str]:
-        """Returns the files this tokenizer is loaded from (possibly empty)."""
-        if self.type in (BYTE, NULL):
-            return []
-        if self.type == GPT2BPE:
-            return [self.vocab_file, self.merge_file]  # type: ignore[list-item]
-        return [self.model_file()]  # type: ignore[list-item]
-
-    def check_files(self) -> None:
-        """Checks that every tokenizer file exists and is readable.
-
-        Raises:
-          TokenizerError: A file is missing, a directory, or unreadable; names the file.
-        """
-        for path in self.files():
-            if not os.path.exists(path):
-                raise TokenizerError(f"tokenizer file {path!r} ({self.type}) does not exist")
-            if not os.path.isfile(path):
-                raise TokenizerError(f"tokenizer file {path!r} ({self.type}) is not a file")
-            try:
-                with open(path, "rb") as f:
-                    f.read(1)
-            except OSError as e:
-                raise TokenizerError(f"tokenizer file {path!r} ({self.type}) is unreadable: {e}")
-
-    def identity(self) -> dict[str, object]:
-        """Returns a JSON-able description including a SHA-256 of every file (for manifests)."""
-        out: dict[str, object] = {"type": self.type}
-        if self.type == TIKTOKEN:
-            out["tiktoken_pattern"] = self.tiktoken_pattern
-            out["tiktoken_num_special_tokens"] = self.tiktoken_num_special_tokens
-            out["tiktoken_special_tokens"] = list(self.tiktoken_special_tokens)
-        if self.type in (TIKTOKEN, NULL):
-            out["vocab_size"] = self.vocab_size
-        digests = []
-        for path in self.files():
-            h = hashlib.sha256()
-            with open(path, "rb") as f:
-                for chunk in iter(lambda: f.read(1 << 20), b""):
-                    h.update(chunk)
-            digests.append({"path": os.path.abspath(path), "sha256": h.hexdigest()})
-        if self.type == HUGGINGFACE:  # the model directory's JSON names the special tokens
-            directory = os.path.dirname(os.path.abspath(self.files()[0]))
-            for name in HF_CONFIG_FILES:
-                path = os.path.join(directory, name)
-                if os.path.isfile(path):
-                    with open(path, "rb") as f:
-                        digest = hashlib.sha256(f.read()).hexdigest()
-                    digests.append({"path": path, "sha256": digest})
-        out["files"] = digests
-        return out
-
-
-class Tokenizer(Protocol):
-    """What the pipeline needs from a tokenizer."""
-
-    name: str
-    vocab_size: int
-    eod: int | None
-    pad: int | None
-    bos: int | None
-    eos: int | None
-    mask: int | None
-    cls: int | None
-    sep: int | None
-
-    def tokenize(self, text: str) -> np.ndarray: ...
-
-    def tokenize_batch(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]: ...
-
-    def detokenize(self, ids: Sequence[int] | np.ndarray) -> str: ...
-
-
-def special_ids(tokenizer: Tokenizer) -> dict[str, int | None]:
-    """Returns the tokenizer's special ids by name (``None`` where it has none)."""
-    return {name: getattr(tokenizer, name) for name in SPECIAL_NAMES}
 
 
 def _flatten(pieces: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
@@ -323,9 +157,6 @@ class _VocabSpecials:
                     break
             setattr(self, name, value)
         self.eod = self.eos if self.eos is not None else (self.sep if eod_fallback_sep else None)
-
-
-HF_CONFIG_FILES = ("tokenizer_config.json", "special_tokens_map.json")
 
 
 def configured_special_tokens(directory: str) -> dict[str, str]:
@@ -728,7 +559,7 @@ def load_tokenizer(spec: TokenizerSpec) -> Tokenizer:
         return HuggingFaceTokenizer(model)  # type: ignore[arg-type]
     if spec.type == GPT2BPE:
         return GPT2BPETokenizer(spec.vocab_file, spec.merge_file)  # type: ignore[arg-type]
-    if spec.type in _SENTENCEPIECE_TYPES:
+    if spec.type in SENTENCEPIECE_TYPES:
         tok = SentencePieceTokenizer(model)  # type: ignore[arg-type]
         tok.name = spec.type
         return tok

@@ -1,8 +1,8 @@
 """Tokenizes one partition into partial datasets: the unit of work of every engine.
 
-:func:`process_partition` reads a partition's records, validates them (malformed JSON, non-UTF-8
-bytes, missing key, wrong value type, oversize documents, tokenizer failures), tokenizes them in
-batches, writes one partial dataset per output key through
+:func:`process_partition` reads a partition's records, validates them
+(:mod:`jaxblend.preprocess.records`: malformed JSON, non-UTF-8 bytes, missing key, wrong value
+type, oversize documents; here: tokenizer failures), tokenizes them in batches, writes one partial dataset per output key through
 :class:`jaxblend.storage.IndexedDatasetBuilder` (temporary names, renamed when complete) and finally writes the partition's done marker (see
 :mod:`jaxblend.preprocess.layout`). The local process pool and the Apache Beam pipeline both call
 this function, so they produce byte-identical parts.
@@ -18,49 +18,43 @@ is dropped for any reason is dropped for every key, so the datasets of several k
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Callable, Sequence
 
 import numpy as np
 from absl import logging
 
 from jaxblend import storage
-from jaxblend.preprocess import layout, readers, sentences
+from jaxblend.preprocess import layout, readers, records, sentences
 from jaxblend.preprocess import tokenizers as tok_lib
 from jaxblend.preprocess.cleaning import cleaner as cleaner_lib
 from jaxblend.preprocess.cleaning import join as join_lib
 from jaxblend.preprocess.cleaning import signatures as sig_lib
 from jaxblend.preprocess.cleaning.config import CleaningConfig
-
-# Drop reasons, in report order.
-MALFORMED_JSON = "malformed_json"
-INVALID_UTF8 = "invalid_utf8"
-MISSING_KEY = "missing_key"
-NOT_STRING = "not_string"
-EMPTY = "empty"
-BLANK_LINE = "blank_line"
-OVERSIZE = "oversize"
-TOKENIZER_ERROR = "tokenizer_error"
-REASONS = (
-    BLANK_LINE,
-    MALFORMED_JSON,
-    INVALID_UTF8,
-    MISSING_KEY,
-    NOT_STRING,
+from jaxblend.preprocess.records import (
     EMPTY,
-    OVERSIZE,
+    INVALID_UTF8,
+    MAX_EXAMPLES,
+    ON_ERROR,
+    REASONS,
     TOKENIZER_ERROR,
-    *cleaner_lib.REASONS,
+    PreprocessDataError,
 )
 
-MAX_EXAMPLES = 5
-ON_ERROR = ("skip", "fail")
+__all__ = [  # the record rules (`records`) are re-exported for the worker's users
+    "MAX_EXAMPLES",
+    "ON_ERROR",
+    "REASONS",
+    "SIGNATURES",
+    "TOKENIZE",
+    "PreprocessDataError",
+    "WorkerConfig",
+    "process_partition",
+    "splitter_for",
+    "tokenizer_for",
+]
+
 TOKENIZE = "tokenize"
 SIGNATURES = "signatures"
-
-
-class PreprocessDataError(ValueError):
-    """A bad input record under ``on_error="fail"``; the message starts with ``file:line``."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,33 +98,6 @@ class WorkerConfig:
     keep_newlines: bool = False
     cleaning: CleaningConfig | None = None
     mode: str = TOKENIZE
-
-
-class DropStats:
-    """Counts dropped documents (and their input bytes) by reason; keeps the first locations."""
-
-    def __init__(self) -> None:
-        self.counts: dict[str, int] = {}
-        self.bytes: dict[str, int] = {}
-        self.examples: dict[str, list[str]] = {}
-
-    def add(self, reason: str, where: str, count: int = 1, nbytes: int = 0) -> None:
-        self.counts[reason] = self.counts.get(reason, 0) + count
-        self.bytes[reason] = self.bytes.get(reason, 0) + nbytes
-        ex = self.examples.setdefault(reason, [])
-        if len(ex) < MAX_EXAMPLES:
-            ex.append(where)
-
-    def to_json(self) -> dict[str, dict[str, object]]:
-        return {
-            r: {
-                "count": self.counts[r],
-                "bytes": self.bytes.get(r, 0),
-                "examples": self.examples.get(r, []),
-            }
-            for r in REASONS
-            if r in self.counts
-        }
 
 
 class _Records:
@@ -180,84 +147,18 @@ class _PartitionWriter:
             if config.split_sentences
             else None
         )
-        self.drops = DropStats()
+        self.check = records.RecordChecker(config.on_error, config.max_document_chars)
         self.records = 0
         self.input_bytes = 0
         self.counts = {
             k: {"documents": 0, "sequences": 0, "tokens": 0, "empty_documents": 0}
             for k in config.json_keys
         }
-        self.locate: readers.Locator | None = None
         self.builders: dict[str, storage.IndexedDatasetBuilder] = {}
         self.cleaner: cleaner_lib.Cleaner | None = None
         self.signer: sig_lib.SignatureWriter | None = None
-        self._nbytes = 0  # input bytes of the record being decoded
-
-    # ------------------------------------------------------------------ dropping
-
-    def _drop(
-        self, reason: str, ordinal: int, key: str | None, detail: str, nbytes: int | None = None
-    ) -> None:
-        assert self.locate is not None
-        where = self.locate(ordinal)
-        if key is not None:
-            where = f"{where} (key {key!r})"
-        if self.config.on_error == "fail":
-            raise PreprocessDataError(f"{where}: {reason}: {detail}")
-        self.drops.add(reason, where, nbytes=self._nbytes if nbytes is None else nbytes)
 
     # ------------------------------------------------------------------ decoding
-
-    def _fields(self, ordinal: int, payload: object, fmt: str) -> dict | None:
-        """The record's fields, or None (dropped) when it is not a readable JSON object."""
-        if fmt == "parquet":
-            return payload  # type: ignore[return-value]
-        try:
-            text = payload.decode("utf-8")  # type: ignore[attr-defined]
-        except UnicodeDecodeError as e:
-            self._drop(
-                INVALID_UTF8, ordinal, None, f"not valid UTF-8 ({e.reason} at byte {e.start})"
-            )
-            return None
-        if not fmt.startswith("jsonl"):
-            return {"text": text}
-        if not text or text.isspace():
-            self._drop(BLANK_LINE, ordinal, None, "blank line (not a JSON object)")
-            return None
-        try:
-            fields = json.loads(text)
-        except ValueError as e:
-            self._drop(MALFORMED_JSON, ordinal, None, str(e))
-            return None
-        if not isinstance(fields, dict):
-            self._drop(MALFORMED_JSON, ordinal, None, "not a JSON object")
-            return None
-        return fields
-
-    def _value(self, ordinal: int, key: str, value: object) -> str | list[str] | None:
-        """One field's value when it is a string or a list of strings, else None (dropped)."""
-        if value is None:
-            self._drop(MISSING_KEY, ordinal, key, f"no field {key!r}")
-            return None
-        if isinstance(value, str):
-            chars = len(value)
-        elif isinstance(value, list) and all(isinstance(v, str) for v in value):
-            chars = sum(map(len, value))
-        else:
-            self._drop(
-                NOT_STRING,
-                ordinal,
-                key,
-                f"field {key!r} is {type(value).__name__} (a string or a list of strings needed)",
-            )
-            return None
-        max_chars = self.config.max_document_chars
-        if max_chars and chars > max_chars:
-            self._drop(
-                OVERSIZE, ordinal, key, f"{chars} characters > max_document_chars={max_chars}"
-            )
-            return None
-        return value
 
     def _pieces(self, value: str | list[str]) -> list[str]:
         """The sequences-to-be of one field (Megatron's rules)."""
@@ -273,32 +174,22 @@ class _PartitionWriter:
         for ordinal, payload in zip(raw.ordinals, raw.payloads):
             position = self.records  # the record's place in the partition (every record counts)
             self.records += 1
-            self._nbytes = _payload_bytes(payload)
-            fields = self._fields(ordinal, payload, fmt)
-            if fields is None:
+            per_key = self.check.values(ordinal, payload, fmt, keys)
+            if per_key is None:
                 continue
-            per_key: dict[str, str | list[str]] = {}
-            for key in keys:
-                value = self._value(ordinal, key, fields.get(key))
-                if value is None:
-                    break
-                per_key[key] = value
-            else:
-                if self.cleaner is not None:
-                    cleaned, reason = self.cleaner.clean(position, per_key, self._nbytes)
-                    if cleaned is None:
-                        # a cleaning drop is not a bad record: counted even with on_error=fail
-                        assert self.locate is not None
-                        self.drops.add(reason, self.locate(ordinal), nbytes=self._nbytes)
-                        continue
-                    per_key = cleaned
-                if self.signer is not None:
-                    self.signer.add(position, cleaner_lib.text_lib.record_text(per_key))
+            if self.cleaner is not None:
+                cleaned, reason = self.cleaner.clean(position, per_key, self.check.nbytes)
+                if cleaned is None:
+                    self.check.count(reason, ordinal)  # a cleaning drop is not a bad record
                     continue
-                out.ordinals.append(ordinal)
-                out.sizes.append(self._nbytes)
-                for key in keys:
-                    out.pieces[key].append(self._pieces(per_key[key]))
+                per_key = cleaned
+            if self.signer is not None:
+                self.signer.add(position, cleaner_lib.text_lib.record_text(per_key))
+                continue
+            out.ordinals.append(ordinal)
+            out.sizes.append(self.check.nbytes)
+            for key in keys:
+                out.pieces[key].append(self._pieces(per_key[key]))
         return out
 
     # ------------------------------------------------------------------ tokenizing
@@ -322,14 +213,14 @@ class _PartitionWriter:
             except UnicodeError as e:
                 ids = np.zeros(0, np.int64)
                 if kept[r]:
-                    self._drop(
+                    self.check.drop(
                         INVALID_UTF8, ordinals[r], key, f"text is not encodable: {e}", recs.sizes[r]
                     )
                 kept[r] = False
             except Exception as e:  # noqa: BLE001
                 ids = np.zeros(0, np.int64)
                 if kept[r]:
-                    self._drop(
+                    self.check.drop(
                         TOKENIZER_ERROR, ordinals[r], key, f"{type(e).__name__}: {e}", recs.sizes[r]
                     )
                 kept[r] = False
@@ -351,7 +242,7 @@ class _PartitionWriter:
                 record = np.repeat(np.arange(n), t.counts)
                 tokens = np.bincount(record, weights=t.lengths, minlength=n)
                 for r in np.flatnonzero(kept & (tokens == 0)).tolist():
-                    self._drop(
+                    self.check.drop(
                         EMPTY,
                         recs.ordinals[r],
                         k,
@@ -412,7 +303,7 @@ class _PartitionWriter:
         self._start_cleaning()
         self.signer = sig_lib.SignatureWriter(cfg.cleaning)
         for piece in self.partition.pieces:
-            self.locate = readers.Locator(piece, cfg.text_mode)
+            self.check.locate = readers.Locator(piece, cfg.text_mode)
             for raw in readers.iter_piece(piece, cfg.text_mode, columns=cfg.json_keys):
                 self._decode(raw, piece.format)
                 if self.progress is not None:
@@ -431,7 +322,7 @@ class _PartitionWriter:
             for k in keys:
                 self.builders[k] = storage.IndexedDatasetBuilder(prefixes[k], dtype=self.dtype)
             for piece in self.partition.pieces:
-                self.locate = readers.Locator(piece, cfg.text_mode)
+                self.check.locate = readers.Locator(piece, cfg.text_mode)
                 for raw in readers.iter_piece(piece, cfg.text_mode, columns=keys):
                     records = self._decode(raw, piece.format)
                     before = sum(c["documents"] for c in self.counts.values())
@@ -455,7 +346,7 @@ class _PartitionWriter:
             "records": self.records,
             "input_bytes": self.input_bytes,
             "keys": self.counts,
-            "dropped": self.drops.to_json(),
+            "dropped": self.check.drops.to_json(),
             "files": {k: layout.file_sizes(prefixes[k]) for k in keys},
         }
         if self.cleaner is not None:
@@ -476,17 +367,6 @@ def _append_eod(
     out[is_tok] = flat
     out[~is_tok] = eod
     return out, new_lengths
-
-
-def _payload_bytes(payload: object) -> int:
-    """Input bytes of one raw record (a line, or a Parquet row's text fields in UTF-8)."""
-    if isinstance(payload, (bytes, bytearray, memoryview)):
-        return len(payload)
-    if isinstance(payload, dict):
-        return sum(
-            len(v.encode("utf-8", "surrogatepass")) for v in payload.values() if isinstance(v, str)
-        )
-    return 0
 
 
 _TOKENIZER_CACHE: dict[tok_lib.TokenizerSpec, tok_lib.Tokenizer] = {}

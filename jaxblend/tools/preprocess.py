@@ -35,6 +35,7 @@ from absl import app, flags
 from jaxblend.preprocess import pipeline, readers, sentences, worker
 from jaxblend.preprocess import tokenizers as tok_lib
 from jaxblend.preprocess.cleaning import FILTER_NAMES, CleaningConfig
+from jaxblend.preprocess.cleaning import report as report_lib
 from jaxblend.tools import _entry
 
 _INPUT = flags.DEFINE_multi_string(
@@ -316,7 +317,7 @@ def main(argv: list[str]) -> int:
     result = pipeline.preprocess(config, engine)
     print(result.summary())
     if result.cleaning is not None:
-        json_path, _ = pipeline.report_lib.paths(config.output_prefix)
+        json_path, _ = report_lib.paths(config.output_prefix)
         print(
             f"cleaning report: {json_path}"
             + (f", {result.cleaning['plot']}" if result.cleaning.get("plot") else "")

@@ -2,26 +2,19 @@
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers_data import random_infos
 
 from jaxblend import index
 from jaxblend.index import bucket_cache, cache, plan
 
 
-def _info(name: str, lengths) -> index.DatasetInfo:
-    lengths = np.asarray(lengths, dtype=np.int32)
-    digest = hashlib.sha256(lengths.tobytes()).hexdigest()
-    return index.DatasetInfo(name, lengths, np.arange(len(lengths) + 1, dtype=np.int64), digest)
-
-
 @pytest.fixture(scope="module")
 def infos():
-    rng = np.random.default_rng(11)
-    return {"/d/a": _info("/d/a", rng.integers(1, 50, 300)), "/d/b": _info("/d/b", rng.integers(1, 80, 90))}
+    return random_infos(11, {"/d/a": (50, 300), "/d/b": (80, 90)})
 
 
 @pytest.fixture

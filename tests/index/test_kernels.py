@@ -55,30 +55,23 @@ class TestSampleIndex:
 
 
 class TestBlending:
-    def test_scan_and_tree_match_reference(self):
-        rng = np.random.default_rng(11)
+    @pytest.mark.parametrize(
+        "method, seed, reference_trial, reference_size", [("tree", 11, 0, 400), ("block", 21, 1, 300)]
+    )
+    def test_fast_methods_match_scan_and_reference(
+        self, method, seed, reference_trial, reference_size
+    ):
+        rng = np.random.default_rng(seed)
         for trial, w, size in _weight_cases(rng):
             scan = index.build_blending_indices(w, size, method="scan")
-            tree = index.build_blending_indices(w, size, method="tree")
-            np.testing.assert_array_equal(scan[0], tree[0], err_msg=f"trial {trial}")
-            np.testing.assert_array_equal(scan[1], tree[1], err_msg=f"trial {trial}")
-            if trial % 6 == 0:
-                ref = reference.blending_indices(w, min(size, 400))
-                np.testing.assert_array_equal(ref[0], scan[0][:400])
-                np.testing.assert_array_equal(ref[1], scan[1][:400])
-
-    def test_block_matches_scan_small(self):
-        rng = np.random.default_rng(21)
-        for trial, w, size in _weight_cases(rng):
-            scan = index.build_blending_indices(w, size, method="scan")
-            block = index.build_blending_indices(w, size, method="block")
-            np.testing.assert_array_equal(scan[0], block[0], err_msg=f"trial {trial}")
-            np.testing.assert_array_equal(scan[1], block[1], err_msg=f"trial {trial}")
-            assert block[0].dtype == scan[0].dtype
-            if trial % 6 == 1:
-                ref = reference.blending_indices(w, min(size, 300))
-                np.testing.assert_array_equal(ref[0], block[0][:300])
-                np.testing.assert_array_equal(ref[1], block[1][:300])
+            fast = index.build_blending_indices(w, size, method=method)
+            np.testing.assert_array_equal(scan[0], fast[0], err_msg=f"trial {trial}")
+            np.testing.assert_array_equal(scan[1], fast[1], err_msg=f"trial {trial}")
+            assert fast[0].dtype == scan[0].dtype
+            if trial % 6 == reference_trial:
+                ref = reference.blending_indices(w, min(size, reference_size))
+                np.testing.assert_array_equal(ref[0], fast[0][:reference_size])
+                np.testing.assert_array_equal(ref[1], fast[1][:reference_size])
 
     @pytest.mark.parametrize(
         "seed, kind",

@@ -9,25 +9,15 @@ import os
 
 import numpy as np
 import pytest
+from helpers_data import dataset_info, random_infos
 
 from jaxblend import index
 from jaxblend.index import cache, reference
 
 
-def make_info(name: str, lengths) -> index.DatasetInfo:
-    lengths = np.asarray(lengths, dtype=np.int32)
-    digest = hashlib.sha256(lengths.tobytes()).hexdigest()
-    return index.DatasetInfo(name, lengths, np.arange(len(lengths) + 1, dtype=np.int64), digest)
-
-
 @pytest.fixture(scope="module")
 def infos():
-    rng = np.random.default_rng(5)
-    return {
-        "/d/a": make_info("/d/a", rng.integers(1, 50, 400)),
-        "/d/b": make_info("/d/b", rng.integers(1, 80, 150)),
-        "/d/c": make_info("/d/c", rng.integers(1, 10, 60)),
-    }
+    return random_infos(5, {"/d/a": (50, 400), "/d/b": (80, 150), "/d/c": (10, 60)})
 
 
 def _config(**kwargs):
@@ -147,7 +137,7 @@ class TestSplitSubset:
 
 class TestErrors:
     def test_dataset_without_tokens(self, infos):
-        bad = dict(infos, **{"/d/z": make_info("/d/z", [0, 0])})
+        bad = dict(infos, **{"/d/z": dataset_info("/d/z", [0, 0])})
         with pytest.raises(ValueError, match="/d/z.*no tokens"):
             index.build_data_plan(_config(blend=["/d/z"]), bad)
 
@@ -191,7 +181,7 @@ class TestFingerprint:
         ]
         prints = {index.build_data_plan(_config(**v), infos).fingerprint for v in variants}
         assert base not in prints and len(prints) == len(variants)
-        changed = dict(infos, **{"/d/c": make_info("/d/c", infos["/d/c"].sequence_lengths + 1)})
+        changed = dict(infos, **{"/d/c": dataset_info("/d/c", infos["/d/c"].sequence_lengths + 1)})
         assert index.build_data_plan(_config(), changed).fingerprint != base
 
     def test_ignores_paths(self, infos):
@@ -215,7 +205,7 @@ def _arrays_digest(plan) -> str:
 
 def _build_in_child(args):
     cache_dir, lengths = args
-    infos = {k: make_info(k, v) for k, v in lengths.items()}
+    infos = {k: dataset_info(k, v) for k, v in lengths.items()}
     plan = index.build_data_plan(_config(cache_dir=cache_dir), infos)
     return plan.fingerprint, _arrays_digest(plan)
 

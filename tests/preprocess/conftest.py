@@ -17,6 +17,7 @@ import pytest
 from jaxblend import storage
 from jaxblend.preprocess import sentences
 from jaxblend.preprocess import tokenizers as tok_lib
+from jaxblend.preprocess.config import PreprocessConfig
 
 _WORDS = [
     "the",
@@ -62,6 +63,16 @@ _WORDS = [
     "Mr.",
     "Smith",
 ]
+
+
+def small_run_config(output_prefix: str, inputs, **kw) -> PreprocessConfig:
+    """A run over a small test corpus: EOD appended, 3 partitions, 1 worker, no progress bar
+    (each overridable by keyword)."""
+    kw.setdefault("append_eod", True)
+    kw.setdefault("partitions", 3)
+    kw.setdefault("workers", 1)
+    kw.setdefault("progress", False)
+    return PreprocessConfig(input=tuple(str(i) for i in inputs), output_prefix=output_prefix, **kw)
 
 
 def make_documents(n: int, seed: int = 0, max_sentences: int = 4) -> list[str]:

@@ -20,7 +20,7 @@ import pytest
 from jaxblend import storage
 from jaxblend.preprocess import pipeline, sentences, worker
 from jaxblend.preprocess import tokenizers as tok_lib
-from tests.preprocess.conftest import make_documents, read_bytes
+from tests.preprocess.conftest import make_documents, read_bytes, small_run_config
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -88,15 +88,7 @@ def megatron_reference(
 
 
 def _run(tmp_path, inputs, **kw):
-    kw.setdefault("append_eod", True)
-    kw.setdefault("partitions", 3)
-    kw.setdefault("workers", 1)
-    kw.setdefault("progress", False)
-    return pipeline.preprocess(
-        pipeline.PreprocessConfig(
-            input=tuple(inputs), output_prefix=str(tmp_path / "jb" / "corpus"), **kw
-        )
-    )
+    return pipeline.preprocess(small_run_config(str(tmp_path / "jb" / "corpus"), inputs, **kw))
 
 
 @pytest.mark.parity

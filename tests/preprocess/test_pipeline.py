@@ -12,17 +12,16 @@ import pytest
 from jaxblend import storage
 from jaxblend.preprocess import layout, pipeline, readers, worker
 from jaxblend.preprocess import tokenizers as tok_lib
-from tests.preprocess.conftest import read_bytes, reference_dataset, write_jsonl
+from tests.preprocess.conftest import (
+    read_bytes,
+    reference_dataset,
+    small_run_config,
+    write_jsonl,
+)
 
 
 def _config(tmp_path, inputs, **kw):
-    kw.setdefault("append_eod", True)
-    kw.setdefault("partitions", 3)
-    kw.setdefault("workers", 1)
-    kw.setdefault("progress", False)
-    return pipeline.PreprocessConfig(
-        input=tuple(str(i) for i in inputs), output_prefix=str(tmp_path / "out" / "corpus"), **kw
-    )
+    return small_run_config(str(tmp_path / "out" / "corpus"), inputs, **kw)
 
 
 def _write_format(tmp_path, fmt, docs):

@@ -1,0 +1,175 @@
+"""A preprocessing run's settings (`PreprocessConfig`) and what it produced (`PreprocessResult`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any
+
+from jaxblend.preprocess import layout, partitions, sentences
+from jaxblend.preprocess import records as records_lib
+from jaxblend.preprocess import tokenizers as tok_lib
+from jaxblend.preprocess.cleaning import report as report_lib
+from jaxblend.preprocess.cleaning.config import CleaningConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class PreprocessConfig:
+    """Settings of one preprocessing run (flag names follow Megatron-LM's ``preprocess_data.py``).
+
+    Attributes:
+      input: Input files or globs (``.jsonl``, ``.json``, ``.jsonl.gz``, ``.jsonl.zst``, ``.txt``,
+        ``.txt.gz``, ``.txt.zst``, ``.parquet``).
+      output_prefix: Outputs are ``{output_prefix}_{key}_{level}.bin/.idx``.
+      json_keys: Fields to tokenize, one output dataset per key (``.txt`` documents have ``text``).
+      tokenizer: Tokenizer description.
+      append_eod: Append the EOD id to every document.
+      split_sentences: One sequence per sentence (``sentence_splitter``); level becomes ``sentence``.
+      text_mode: ``line`` (one document per line) or ``file`` (one per file) for ``.txt`` inputs.
+      workers: Worker processes for the local engine (0 = all cores).
+      partitions: Number of partitions (0 = one per 32 MiB of input, at least 8).
+      keep_parts: Keep the partial datasets as the output instead of merging them.
+      log_interval: Log a progress line every this many documents (0 = never).
+      on_error: ``skip`` bad records (counted and reported) or ``fail`` on the first one.
+      max_document_chars: Drop documents longer than this many characters (0 = no limit).
+      overwrite: Discard an earlier run into the same output prefix made with different settings.
+      progress: Show a tqdm progress bar.
+      drop_empty: Drop records with a key whose text has no tokens (counted as ``empty``); by
+        default they are kept as documents with zero sequences, as Megatron-LM does.
+      sentence_splitter: ``punkt`` (NLTK, as Megatron-LM) or ``builtin``.
+      lang: Punkt language (Megatron's ``--lang``).
+      keep_newlines: Keep newlines between sentences (Megatron's ``--keep-newlines``, Punkt only).
+      cleaning: The cleaning stage before tokenization (docs/cleaning.md); None or all steps off =
+        none.
+    """
+
+    input: tuple[str, ...]
+    output_prefix: str
+    json_keys: tuple[str, ...] = ("text",)
+    tokenizer: tok_lib.TokenizerSpec = dataclasses.field(default_factory=tok_lib.TokenizerSpec)
+    append_eod: bool = False
+    split_sentences: bool = False
+    text_mode: str = "line"
+    workers: int = 0
+    partitions: int = 0
+    keep_parts: bool = False
+    log_interval: int = 100_000
+    on_error: str = "skip"
+    max_document_chars: int = 0
+    overwrite: bool = False
+    progress: bool = True
+    drop_empty: bool = False
+    sentence_splitter: str = sentences.PUNKT
+    lang: str = "english"
+    keep_newlines: bool = False
+    cleaning: CleaningConfig | None = None
+
+    def __post_init__(self) -> None:
+        if self.cleaning is not None and not self.cleaning.enabled:
+            object.__setattr__(self, "cleaning", None)
+        if isinstance(self.input, str):
+            object.__setattr__(self, "input", (self.input,))
+        object.__setattr__(self, "input", tuple(self.input))
+        if isinstance(self.json_keys, str):
+            object.__setattr__(self, "json_keys", (self.json_keys,))
+        object.__setattr__(self, "json_keys", tuple(self.json_keys))
+        if not self.input:
+            raise ValueError("input=() must name at least one file or glob")
+        if not self.output_prefix:
+            raise ValueError("output_prefix='' must be a path prefix")
+        if not self.json_keys or len(set(self.json_keys)) != len(self.json_keys):
+            raise ValueError(f"json_keys={self.json_keys!r} must be non-empty and without repeats")
+        for key in self.json_keys:
+            if not key or "/" in key or os.sep in key:
+                raise ValueError(
+                    f"json_keys entry {key!r} must be non-empty without '/' (used in file names)"
+                )
+        if self.text_mode not in partitions.TEXT_MODES:
+            raise ValueError(f"text_mode={self.text_mode!r} must be one of {partitions.TEXT_MODES}")
+        if self.workers < 0:
+            raise ValueError(f"workers={self.workers} must be >= 0 (0 = all cores)")
+        if self.partitions < 0:
+            raise ValueError(f"partitions={self.partitions} must be >= 0 (0 = automatic)")
+        if self.log_interval < 0:
+            raise ValueError(f"log_interval={self.log_interval} must be >= 0")
+        if self.sentence_splitter not in sentences.SPLITTERS:
+            raise ValueError(
+                f"sentence_splitter={self.sentence_splitter!r} must be one of {sentences.SPLITTERS}"
+            )
+        if self.keep_newlines and not self.split_sentences:
+            raise ValueError("keep_newlines applies only with split_sentences")
+        if self.on_error not in records_lib.ON_ERROR:
+            raise ValueError(f"on_error={self.on_error!r} must be one of {records_lib.ON_ERROR}")
+        if self.max_document_chars < 0:
+            raise ValueError(
+                f"max_document_chars={self.max_document_chars} must be >= 0 (0 = no limit)"
+            )
+
+    @property
+    def level(self) -> str:
+        """``sentence`` with ``split_sentences``, else ``document``."""
+        return "sentence" if self.split_sentences else "document"
+
+    def output_names(self) -> dict[str, str]:
+        """Returns key -> final dataset prefix."""
+        return {k: layout.dataset_name(self.output_prefix, k, self.level) for k in self.json_keys}
+
+
+@dataclasses.dataclass(frozen=True)
+class PreprocessResult:
+    """What a run produced.
+
+    Attributes:
+      outputs: key -> final dataset prefix (empty with ``keep_parts``).
+      parts: key -> partial dataset prefixes in order (only with ``keep_parts``).
+      dtype: Token dtype name.
+      vocab_size: Tokenizer vocabulary size.
+      partitions: Number of partitions.
+      partitions_reused: Partitions found finished from an earlier run.
+      records: Input records read.
+      input_bytes: Input bytes read.
+      keys: key -> {"documents", "sequences", "tokens", "bytes"} of the output.
+      dropped: reason -> {"count", "examples": ["file:line ..."]}.
+      seconds: Wall time of this call.
+      cleaning: The cleaning report (:mod:`jaxblend.preprocess.cleaning.report`), or None.
+    """
+
+    outputs: dict[str, str]
+    parts: dict[str, list[str]]
+    dtype: str
+    vocab_size: int
+    partitions: int
+    partitions_reused: int
+    records: int
+    input_bytes: int
+    keys: dict[str, dict[str, int]]
+    dropped: dict[str, dict[str, Any]]
+    seconds: float
+    cleaning: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """Returns the result as a JSON-able dict."""
+        return dataclasses.asdict(self)
+
+    def summary(self) -> str:
+        """Returns a human-readable multi-line summary."""
+        head = (
+            f"preprocessed {self.records:,} records ({self.input_bytes / 1e6:,.1f} MB) in "
+            f"{self.partitions} partitions ({self.partitions_reused} reused) in {self.seconds:.1f} s; "
+            f"dtype {self.dtype}, vocab {self.vocab_size:,}"
+        )
+        lines = [head]
+        for key, c in self.keys.items():
+            where = self.outputs.get(key) or f"{len(self.parts.get(key, []))} parts"
+            lines.append(
+                f"  {key}: {c['documents']:,} documents ({c.get('empty_documents', 0):,} empty), "
+                f"{c['sequences']:,} sequences, "
+                f"{c['tokens']:,} tokens, {c['bytes']:,} bytes -> {where}"
+            )
+        total = sum(d["count"] for d in self.dropped.values())
+        lines.append(f"  dropped: {total:,} documents")
+        for reason, d in self.dropped.items():
+            lines.append(f"    {reason}: {d['count']:,}  e.g. " + "; ".join(d["examples"]))
+        if self.cleaning is not None:
+            lines.append(report_lib.table(self.cleaning))
+        return "\n".join(lines)

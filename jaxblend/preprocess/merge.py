@@ -1,0 +1,56 @@
+"""After the partitions: merging their partial datasets and adding up their counts."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from jaxblend import storage
+from jaxblend._pause import pause_point
+from jaxblend.preprocess import layout
+from jaxblend.preprocess import records as records_lib
+
+
+def merge_parts(part_prefixes: Sequence[str], output: str, dtype: np.dtype) -> None:
+    """Merges partial datasets in order into ``output`` (written under temporary names, renamed)."""
+    layout.remove_temporaries(
+        os.path.dirname(os.path.abspath(output)), os.path.basename(output) + ".*"
+    )
+    with storage.IndexedDatasetBuilder(output, dtype=dtype) as b:
+        for merged, p in enumerate(part_prefixes):
+            pause_point("merge", merged)
+            b.merge(p)
+        pause_point("merge", len(part_prefixes))
+
+
+def aggregate(
+    results: Sequence[dict[str, Any]], keys: Sequence[str], itemsize: int
+) -> tuple[int, int, dict[str, dict[str, int]], dict[str, dict[str, Any]]]:
+    """Adds up the partitions' done-marker results.
+
+    Returns:
+      (records, input bytes, key -> counts including output bytes, reason -> drops in
+      `records.REASONS` order with at most `records.MAX_EXAMPLES` examples each).
+    """
+    records = sum(r["records"] for r in results)
+    input_bytes = sum(r["input_bytes"] for r in results)
+    fields = ("documents", "empty_documents", "sequences", "tokens")
+    counts = {k: {**dict.fromkeys(fields, 0), "bytes": 0} for k in keys}
+    dropped: dict[str, dict[str, Any]] = {}
+    for r in results:
+        for k in keys:
+            for f in fields:
+                counts[k][f] += r["keys"][k].get(f, 0)
+        for reason, d in r["dropped"].items():
+            agg = dropped.setdefault(reason, {"count": 0, "bytes": 0, "examples": []})
+            agg["count"] += d["count"]
+            agg["bytes"] += d.get("bytes", 0)
+            agg["examples"].extend(d["examples"][: records_lib.MAX_EXAMPLES - len(agg["examples"])])
+    for k in keys:
+        counts[k]["bytes"] = counts[k]["tokens"] * itemsize
+    order = {r: i for i, r in enumerate(records_lib.REASONS)}
+    dropped = dict(sorted(dropped.items(), key=lambda kv: order.get(kv[0], 99)))
+    return records, input_bytes, counts, dropped

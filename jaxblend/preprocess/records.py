@@ -1,0 +1,181 @@
+"""Decoding and checking raw input records: which are kept, and why the others are dropped.
+
+A raw record (a line, a whole file, or a Parquet row) is decoded as UTF-8 and, for JSON inputs,
+parsed as an object; each output key's field must be a string or a list of strings no longer than
+``max_document_chars``. A record failing a check is dropped with a reason (`REASONS`, in report
+order) and its location, or, with ``on_error="fail"``, raises `PreprocessDataError`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+
+from jaxblend.preprocess.cleaning import cleaner as cleaner_lib
+
+# Drop reasons, in report order.
+MALFORMED_JSON = "malformed_json"
+INVALID_UTF8 = "invalid_utf8"
+MISSING_KEY = "missing_key"
+NOT_STRING = "not_string"
+EMPTY = "empty"
+BLANK_LINE = "blank_line"
+OVERSIZE = "oversize"
+TOKENIZER_ERROR = "tokenizer_error"
+REASONS = (
+    BLANK_LINE,
+    MALFORMED_JSON,
+    INVALID_UTF8,
+    MISSING_KEY,
+    NOT_STRING,
+    EMPTY,
+    OVERSIZE,
+    TOKENIZER_ERROR,
+    *cleaner_lib.REASONS,
+)
+
+MAX_EXAMPLES = 5
+ON_ERROR = ("skip", "fail")
+
+
+class PreprocessDataError(ValueError):
+    """A bad input record under ``on_error="fail"``; the message starts with ``file:line``."""
+
+
+class DropStats:
+    """Counts dropped documents (and their input bytes) by reason; keeps the first locations."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+        self.bytes: dict[str, int] = {}
+        self.examples: dict[str, list[str]] = {}
+
+    def add(self, reason: str, where: str, count: int = 1, nbytes: int = 0) -> None:
+        self.counts[reason] = self.counts.get(reason, 0) + count
+        self.bytes[reason] = self.bytes.get(reason, 0) + nbytes
+        ex = self.examples.setdefault(reason, [])
+        if len(ex) < MAX_EXAMPLES:
+            ex.append(where)
+
+    def to_json(self) -> dict[str, dict[str, object]]:
+        return {
+            r: {
+                "count": self.counts[r],
+                "bytes": self.bytes.get(r, 0),
+                "examples": self.examples.get(r, []),
+            }
+            for r in REASONS
+            if r in self.counts
+        }
+
+
+def payload_bytes(payload: object) -> int:
+    """Input bytes of one raw record (a line, or a Parquet row's text fields in UTF-8)."""
+    if isinstance(payload, (bytes, bytearray, memoryview)):
+        return len(payload)
+    if isinstance(payload, dict):
+        return sum(
+            len(v.encode("utf-8", "surrogatepass")) for v in payload.values() if isinstance(v, str)
+        )
+    return 0
+
+
+class RecordChecker:
+    """Decodes raw records and checks their fields, dropping bad ones with a reason and location.
+
+    Attributes:
+      drops: the drops so far.
+      locate: record ordinal -> ``file:line`` in the piece being read (set for every piece).
+      nbytes: input bytes of the record being checked (set by `values`).
+    """
+
+    def __init__(self, on_error: str, max_document_chars: int) -> None:
+        self.on_error = on_error
+        self.max_document_chars = max_document_chars
+        self.drops = DropStats()
+        self.locate: Callable[[int], str] | None = None
+        self.nbytes = 0
+
+    def drop(
+        self, reason: str, ordinal: int, key: str | None, detail: str, nbytes: int | None = None
+    ) -> None:
+        """Drops a bad record (raises `PreprocessDataError` with ``on_error="fail"``)."""
+        assert self.locate is not None
+        where = self.locate(ordinal)
+        if key is not None:
+            where = f"{where} (key {key!r})"
+        if self.on_error == "fail":
+            raise PreprocessDataError(f"{where}: {reason}: {detail}")
+        self.drops.add(reason, where, nbytes=self.nbytes if nbytes is None else nbytes)
+
+    def count(self, reason: str, ordinal: int) -> None:
+        """Counts a record dropped on purpose (e.g. by cleaning): never an error."""
+        assert self.locate is not None
+        self.drops.add(reason, self.locate(ordinal), nbytes=self.nbytes)
+
+    def values(
+        self, ordinal: int, payload: object, fmt: str, keys: Sequence[str]
+    ) -> dict[str, str | list[str]] | None:
+        """The record's value of every key, or None when the record is dropped."""
+        self.nbytes = payload_bytes(payload)
+        fields = self._fields(ordinal, payload, fmt)
+        if fields is None:
+            return None
+        per_key: dict[str, str | list[str]] = {}
+        for key in keys:
+            value = self._value(ordinal, key, fields.get(key))
+            if value is None:
+                return None
+            per_key[key] = value
+        return per_key
+
+    def _fields(self, ordinal: int, payload: object, fmt: str) -> dict | None:
+        """The record's fields, or None (dropped) when it is not a readable JSON object."""
+        if fmt == "parquet":
+            return payload  # type: ignore[return-value]
+        try:
+            text = payload.decode("utf-8")  # type: ignore[attr-defined]
+        except UnicodeDecodeError as e:
+            self.drop(
+                INVALID_UTF8, ordinal, None, f"not valid UTF-8 ({e.reason} at byte {e.start})"
+            )
+            return None
+        if not fmt.startswith("jsonl"):
+            return {"text": text}
+        if not text or text.isspace():
+            self.drop(BLANK_LINE, ordinal, None, "blank line (not a JSON object)")
+            return None
+        try:
+            fields = json.loads(text)
+        except ValueError as e:
+            self.drop(MALFORMED_JSON, ordinal, None, str(e))
+            return None
+        if not isinstance(fields, dict):
+            self.drop(MALFORMED_JSON, ordinal, None, "not a JSON object")
+            return None
+        return fields
+
+    def _value(self, ordinal: int, key: str, value: object) -> str | list[str] | None:
+        """One field's value when it is a string or a list of strings, else None (dropped)."""
+        if value is None:
+            self.drop(MISSING_KEY, ordinal, key, f"no field {key!r}")
+            return None
+        if isinstance(value, str):
+            chars = len(value)
+        elif isinstance(value, list) and all(isinstance(v, str) for v in value):
+            chars = sum(map(len, value))
+        else:
+            self.drop(
+                NOT_STRING,
+                ordinal,
+                key,
+                f"field {key!r} is {type(value).__name__} (a string or a list of strings needed)",
+            )
+            return None
+        max_chars = self.max_document_chars
+        if max_chars and chars > max_chars:
+            self.drop(
+                OVERSIZE, ordinal, key, f"{chars} characters > max_document_chars={max_chars}"
+            )
+            return None
+        return value
