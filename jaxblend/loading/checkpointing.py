@@ -1,7 +1,7 @@
 """The loader's resume state as an item of any Orbax checkpoint.
 
 A loader's state is a small JSON dict (`{"version", "step", "fingerprint"}`, see
-`GlobalBatchLoader.state`): the next step and the identity of the stream. It holds no topology, so
+`StepLoader.state`): the next step and the identity of the stream. It holds no topology, so
 a checkpoint taken on 8 hosts resumes on 4. To save it beside a model in your own training loop,
 add one item to the `ocp.args.Composite` you already give `CheckpointManager.save`:
 
