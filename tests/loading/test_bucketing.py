@@ -136,3 +136,16 @@ class TestBucketedLoader:
             got[-1]["tokens"],
             source.get_padded_batch(plan.sample_ids(last), plan.padded_length(last))["tokens"],
         )
+
+
+def test_bucketed_plan_needs_a_padded_source(sequences):
+    from jaxblend.sources import MockSource
+    from jaxblend.sources.schema import GPTSchemaOptions
+
+    plan = plan_buckets(
+        SequenceSource(sequences, max_length=192).lengths,
+        BucketConfig(bucket_width=32, max_length=192, token_budget=1536, row_multiple=8),
+    )
+    mock = MockSource(1000, GPTSchemaOptions(seq_length=16))
+    with pytest.raises(ValueError, match="needs a source with get_padded_batch"):
+        make_loader(mock, plan, mesh8())

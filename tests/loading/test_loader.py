@@ -11,7 +11,7 @@ import pytest
 from jax.sharding import Mesh
 
 from jaxblend.loading import GrainSourceAdapter, PrefetchOptions, make_global_batch, make_loader
-from jaxblend.sampling import FixedStepPlan
+from jaxblend.sampling import FixedStepPlan, Rampup, RampupStepPlan
 from jaxblend.sources import MockSource
 from jaxblend.sources.schema import GPTSchemaOptions
 
@@ -205,3 +205,34 @@ class TestPlans:
         for worker in workers:
             worker.join(30)
         assert not any(w.is_alive() for w in workers)
+
+
+class TestRampupLoader:
+    plan = RampupStepPlan(Rampup(8, 8, 48), 32, num_steps=5)  # sizes 8, 8, 16, 24, 32: 88 samples
+
+    def test_batches_grow_in_megatron_order(self, source):
+        m = mesh((8,), ("data",))
+        got = [host(b) for b in make_loader(source, self.plan, m)]
+        assert [b["inputs"].shape[0] for b in got] == [8, 8, 16, 24, 32]
+        assert len({b["inputs"].shape[0] for b in got}) == len(self.plan.batch_shapes()) > 1
+        for k, batch in enumerate(got):
+            expected = source.get_batch(self.plan.sample_ids(k))
+            for key in expected:
+                np.testing.assert_array_equal(batch[key], expected[key], err_msg=key)
+
+    def test_resume_mid_ramp_on_another_mesh(self, source):
+        full = [host(b) for b in make_loader(source, self.plan, mesh((8,), ("data",)))]
+        loader = make_loader(source, self.plan, mesh((8,), ("data",)))
+        next(loader), next(loader)
+        state = json.loads(json.dumps(loader.state()))
+        assert state["step"] == 2 and self.plan.batch_size(2) < 32
+        rest = [host(b) for b in make_loader(
+            source, self.plan, mesh((2, 4), ("data", "fsdp")), batch_axes=("data", "fsdp"),
+            state=state,
+        )]
+        for x, y in zip(full[2:], rest, strict=True):
+            for key in x:
+                assert x[key].tobytes() == y[key].tobytes(), key
+        fixed_state = make_loader(source, mesh((8,), ("data",)), global_batch_size=32).state()
+        with pytest.raises(ValueError, match="different source or plan"):
+            make_loader(source, self.plan, mesh((8,), ("data",)), state=fixed_state)
