@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import numpy as np
-from jax.sharding import Sharding
 
 from jaxblend.sampling.plan import StepPlan
 from jaxblend.sampling.sharding import batch_rows_for_process
+
+if TYPE_CHECKING:
+    from jax.sharding import Sharding
 
 
 @dataclasses.dataclass(frozen=True)
