@@ -93,7 +93,7 @@ class TestRampupStepPlan:
         assert plan.num_samples <= 100 < plan.num_samples + 8
         with pytest.raises(ValueError, match="needs .* samples but the source has 100"):
             RampupStepPlan.covering(100, rampup, 8, num_steps=plan.num_steps + 1)
-        for n in range(0, 120):
+        for n in range(120):
             k = plan.steps_within(n)
             assert plan.first_sample(k) <= n < plan.first_sample(k + 1)
 

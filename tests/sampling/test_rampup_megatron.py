@@ -8,7 +8,7 @@ import pytest
 
 calculator = pytest.importorskip("megatron.core.num_microbatches_calculator")
 
-from jaxblend.sampling import Rampup, RampupStepPlan  # noqa: E402
+from jaxblend.sampling import Rampup, RampupStepPlan
 
 pytestmark = pytest.mark.parity
 
