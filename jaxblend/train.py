@@ -31,11 +31,16 @@ import os
 import subprocess
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from absl import app, flags, logging
 
 from jaxblend import distributed
 from jaxblend.tools import _cli, _entry, _step_plan
+
+if TYPE_CHECKING:  # the data layers import JAX, which must wait for the flags
+    from jaxblend.loading import LoaderSource
+    from jaxblend.sampling import StepPlan
 
 _WORKDIR = flags.DEFINE_string("workdir", "runs/demo", "Where the default corpus, caches and checkpoints go.")
 _MESH_SHAPE = flags.DEFINE_string("mesh_shape", None, "Mesh shape, e.g. 8 or 4,2 (default: all devices on one data axis).")
@@ -135,10 +140,10 @@ def main(argv: Sequence[str]) -> None:
 class _Data:
     """The run's data: the training source and its step plan, validation sources, dataset names."""
 
-    train: object
-    plan: object
-    valid: dict
-    names: list
+    train: LoaderSource
+    plan: StepPlan
+    valid: dict[str, LoaderSource]
+    names: list[str]
 
 
 @dataclasses.dataclass

@@ -23,7 +23,7 @@ import dataclasses
 import hashlib
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, Self
+from typing import Self, TypedDict
 
 import grain
 import jax
@@ -37,6 +37,14 @@ from jaxblend.sampling import FixedStepPlan, ProcessPlan, StepPlan, StepSampler
 
 STATE_VERSION = 1
 DEFAULT_REMOTE_READ_AHEAD = 8
+
+
+class LoaderState(TypedDict):
+    """A loader's resume state (JSON): the next step and the identity of the stream."""
+
+    version: int
+    step: int
+    fingerprint: str | None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -209,11 +217,11 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def state(self) -> dict[str, Any]:
+    def state(self) -> LoaderState:
         """A small JSON-serializable resume state: the next step and the stream's fingerprint."""
         return {"version": STATE_VERSION, "step": self._step, "fingerprint": self.fingerprint}
 
-    def restore(self, state: Mapping[str, Any]) -> None:
+    def restore(self, state: Mapping[str, object]) -> None:
         """Continues the stream at `state["step"]` (any topology).
 
         Raises:
@@ -221,7 +229,7 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
         """
         self._start(self.check_state(state))
 
-    def check_state(self, state: Mapping[str, Any]) -> int:
+    def check_state(self, state: Mapping[str, object]) -> int:
         """Validates a resume state against this loader and returns its step."""
         if not isinstance(state, Mapping) or not {"version", "step", "fingerprint"} <= set(state):
             raise ValueError(
@@ -263,7 +271,7 @@ def make_loader(
     device_prefetch: int = 1,
     read_ahead: int = 0,
     start_step: int = 0,
-    state: Mapping[str, Any] | None = None,
+    state: Mapping[str, object] | None = None,
     process_index: int | None = None,
 ) -> StepLoader:
     """Builds an iterator of global batches over `source` laid out on `mesh`.
