@@ -12,15 +12,12 @@ import os
 
 from absl import flags, logging
 
-_DEFINED = False
+from jaxblend.define_once import define_once
 
 
+@define_once("coordinator_address")
 def define_distributed_flags() -> None:
     """Defines the distributed flags once (safe to call from several modules)."""
-    global _DEFINED
-    if _DEFINED or "coordinator_address" in flags.FLAGS:
-        _DEFINED = True
-        return
     flags.DEFINE_string(
         "coordinator_address", None, "host:port of process 0's coordinator (multi-process runs)."
     )
@@ -34,7 +31,6 @@ def define_distributed_flags() -> None:
         "Force this many CPU devices in this process (testing multi-device meshes without "
         "accelerators); must be set before JAX starts.",
     )
-    _DEFINED = True
 
 
 def initialize_from_flags() -> None:

@@ -26,21 +26,18 @@ from __future__ import annotations
 from absl import flags
 
 from jaxblend import data_args, index
+from jaxblend.define_once import define_once
 from jaxblend.index import bucket_cache
-from jaxblend.storage import object_store
+from jaxblend.storage import identity_memo, object_store
 
-_DEFINED = False
 _BLEND_FLAGS = ("train_data_path", "valid_data_path", "test_data_path")
 # Megatron-LM spells these as space-separated lists (`--data-path 0.3 /d/a 0.7 /d/b`).
 MEGATRON_NARGS = ("data_path", *_BLEND_FLAGS)
 
 
+@define_once("data_path")
 def define_data_flags() -> None:
     """Defines the data flags once (later calls do nothing)."""
-    global _DEFINED
-    if _DEFINED or "data_path" in flags.FLAGS:
-        _DEFINED = True
-        return
     flags.DEFINE_list(
         "data_path",
         None,
@@ -113,7 +110,6 @@ def define_data_flags() -> None:
         "storage_timeout", defaults.request_timeout,
         "Seconds to wait for object-store reads before failing (never hang).", lower_bound=0.001,
     )
-    _DEFINED = True
 
 
 def object_store_from_flags() -> object_store.ObjectStoreOptions:
@@ -194,6 +190,8 @@ def data_config_from_flags() -> index.GPTDataConfig:
             wait_seconds=fl.data_cache_wait, mirror_root=fl.data_cache_mirror
         )
     )
+    shared = bucket_cache.is_url(fl.data_cache_path)
+    identity_memo.set_shared_url(f"{fl.data_cache_path.rstrip('/')}/identity/" if shared else None)
     if fl.seq_length is None:
         raise ValueError("--seq_length is required")
     blend, per_split = _blends_from_flags()

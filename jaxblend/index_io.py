@@ -11,9 +11,10 @@ from collections.abc import Iterable
 
 from jaxblend import index
 from jaxblend.storage import IndexedDataset, ObjectStoreOptions
+from jaxblend.storage.protocols import SequenceDataset
 
 
-def dataset_info(dataset: IndexedDataset, name: str) -> index.DatasetInfo:
+def dataset_info(dataset: SequenceDataset, name: str) -> index.DatasetInfo:
     """The index layer's view of an opened dataset (its arrays are read only if maps are built)."""
     return index.DatasetInfo(
         name,

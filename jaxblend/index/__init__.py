@@ -1,4 +1,5 @@
-"""Index maps: splits, GPT document/sample/shuffle indices, weighted blends, caching.
+"""Index maps: splits, GPT document/sample/shuffle indices, weighted blends, BERT/T5 sample
+indices, caching.
 
 numpy + numba only (no grain, jax or tensorstore). Bit-exact with Megatron-Core 0.16.1.
 """
@@ -10,6 +11,7 @@ from jaxblend.index.blend_spec import Blend, blend_prefixes, normalize, parse_bl
 from jaxblend.index.config import DatasetInfo, GPTDataConfig
 from jaxblend.index.document_index import build_document_index
 from jaxblend.index.gpt import GPTIndexMaps, build_gpt_index_maps
+from jaxblend.index.masked_plan import MaskedIndexConfig, MaskedSampleIndex, build_masked_index
 from jaxblend.index.plan import DataPlan, build_data_plan, config_prefixes
 from jaxblend.index.sample_index import build_sample_index
 from jaxblend.index.shuffle_index import build_shuffle_index
@@ -22,6 +24,8 @@ __all__ = [
     "DatasetInfo",
     "GPTDataConfig",
     "GPTIndexMaps",
+    "MaskedIndexConfig",
+    "MaskedSampleIndex",
     "Piece",
     "Spans",
     "SplitPlan",
@@ -31,6 +35,7 @@ __all__ = [
     "build_document_index",
     "build_exhaustive_blending_indices",
     "build_gpt_index_maps",
+    "build_masked_index",
     "build_sample_index",
     "build_shuffle_index",
     "config_prefixes",

@@ -28,16 +28,16 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import tensorstore as ts
 from absl import logging
 
+from jaxblend import atomic_write
 from jaxblend.index import cache
 
 MARKER = "COMMITTED"
@@ -168,9 +168,8 @@ def fetch(url: str, key: str, local_dir: str) -> bool:
     manifest = json.loads(manifest_bytes)
     if manifest.get("checksum") != marker.decode().strip():
         raise ValueError(f"index cache {where}: {cache.MANIFEST} does not match its {MARKER} marker")
-    os.makedirs(local_dir, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=f".fetch-{key}-", dir=local_dir)
-    try:
+    final = cache.entry_path(local_dir, key)
+    with atomic_write.atomic_directory(final, exists="keep", prefix=f".fetch-{key}-") as out:
         arrays = manifest.get("arrays")
         if not isinstance(arrays, dict):
             raise ValueError(f"index cache {where}: malformed {cache.MANIFEST}")  # noqa: TRY004
@@ -178,28 +177,27 @@ def fetch(url: str, key: str, local_dir: str) -> bool:
             size = desc.get("bytes") if isinstance(desc, dict) else None
             if not isinstance(size, int) or "/" in name:
                 raise ValueError(f"index cache {where}: malformed {cache.MANIFEST} record {name!r}")
-            _download(kv, f"{key}/{name}.npy", size, os.path.join(tmp, f"{name}.npy"), where)
-        _write_file(os.path.join(tmp, cache.MANIFEST), [manifest_bytes])
-        problem = cache.check_dir(tmp, key)
+            _download(kv, f"{key}/{name}.npy", size, out, f"{name}.npy", where)
+        with out.open(cache.MANIFEST) as f:
+            f.write(manifest_bytes)
+        problem = cache.check_dir(out.path, key)
         if problem is not None:
             raise ValueError(f"index cache {where}: downloaded entry fails its checks: {problem}")
-        cache.publish_dir(tmp, local_dir, key)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     logging.info("fetched index cache entry %s into %s", where, local_dir)
     return True
 
 
-def _write_file(path: str, chunks: Iterable[bytes]) -> None:
-    with open(path, "wb") as f:
-        f.writelines(chunks)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def _download(kv: ts.KvStore, key: str, size: int, path: str, where: str) -> None:
-    """Downloads the first `size` bytes of object `key` to `path` in `DOWNLOAD_CHUNK`-byte
-    pieces, at most `DOWNLOAD_WINDOW` in flight (memory stays bounded whatever the array's size)."""
+def _download(
+    kv: ts.KvStore,
+    key: str,
+    size: int,
+    out: atomic_write.DirectoryWriter,
+    filename: str,
+    where: str,
+) -> None:
+    """Downloads the first `size` bytes of object `key` to file `filename` of `out` in
+    `DOWNLOAD_CHUNK`-byte pieces, at most `DOWNLOAD_WINDOW` in flight (memory stays bounded
+    whatever the array's size)."""
     name = where + key.rsplit("/", 1)[1]
 
     def take(r: slice, fut: Any) -> bytes:
@@ -224,7 +222,8 @@ def _download(kv: ts.KvStore, key: str, size: int, path: str, where: str) -> Non
         while pending:
             yield take(*pending.popleft())
 
-    _write_file(path, pieces())
+    with out.open(filename) as f:
+        f.writelines(pieces())
 
 
 def publish(url: str, key: str, local_dir: str) -> str:

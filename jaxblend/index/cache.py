@@ -3,10 +3,11 @@
 * The fingerprint (computed by the caller) covers every parameter that changes the arrays, the
   source code of the index package (`code_digest`) and identifies datasets by content, never by
   path.
-* Writes are atomic and durable: arrays and manifest are written into a private temporary
-  directory next to the target, each file and that directory are fsynced, the directory is
-  renamed into place and the cache directory fsynced. When several processes build the same
-  entry at once, the first rename wins and the others discard their copy and load the winner's.
+* Writes are atomic and durable (`jaxblend.atomic_write.atomic_directory`, `exists="keep"`):
+  arrays and manifest are written into a private temporary directory next to the target, each
+  file and that directory are fsynced, the directory is renamed into place and the cache
+  directory fsynced. When several processes build the same entry at once, the first rename wins
+  and the others discard their copy and load the winner's.
 * The manifest records each array's shape, dtype, file size, the SHA-256 of the whole file and a
   SHA-256 *summary* (file size plus `SUMMARY_BLOCKS` blocks of `SUMMARY_BLOCK` bytes spread over
   the file). `load(..., verify="summary")` (the default, at every start) checks the summary:
@@ -23,13 +24,13 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 import uuid
 from typing import Any
 
 import numpy as np
 from absl import logging
 
+from jaxblend import atomic_write
 from jaxblend._pause import pause_point
 
 FORMAT_VERSION = 2
@@ -73,14 +74,6 @@ def entry_path(cache_dir: str, key: str) -> str:
     return os.path.join(cache_dir, key)
 
 
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 class _HashingWriter:
     """A write-only file wrapper that feeds every written byte to SHA-256."""
 
@@ -120,12 +113,11 @@ def file_digest(path: str) -> str:
     return h.hexdigest()
 
 
-def _write_array(path: str, array: np.ndarray) -> dict[str, Any]:
-    with open(path, "wb") as f:
+def _write_array(out: atomic_write.DirectoryWriter, name: str, array: np.ndarray) -> dict[str, Any]:
+    with out.open(f"{name}.npy") as f:
         writer = _HashingWriter(f)
         np.save(writer, np.ascontiguousarray(array), allow_pickle=False)
-        f.flush()
-        os.fsync(f.fileno())
+    path = out.file_path(f"{name}.npy")
     return {
         "shape": list(array.shape),
         "dtype": array.dtype.str,
@@ -152,12 +144,11 @@ def save(cache_dir: str, key: str, arrays: dict[str, np.ndarray], meta: dict[str
     if os.path.lexists(final) and not os.path.isdir(final):
         logging.warning("index cache entry %s is not a directory; replacing it", final)
         discard(cache_dir, key)
-    tmp = tempfile.mkdtemp(prefix=f".tmp-{key}-", dir=cache_dir)
-    try:
+    with atomic_write.atomic_directory(final, exists="keep", prefix=f".tmp-{key}-") as out:
         described = {}
         for name, array in arrays.items():
             pause_point("cache-write", len(described))
-            described[name] = _write_array(os.path.join(tmp, f"{name}.npy"), array)
+            described[name] = _write_array(out, name, array)
         pause_point("cache-write", len(described))
         manifest = {
             "format_version": FORMAT_VERSION,
@@ -166,35 +157,7 @@ def save(cache_dir: str, key: str, arrays: dict[str, np.ndarray], meta: dict[str
             "meta": meta,
         }
         manifest["checksum"] = _manifest_checksum(manifest)
-        with open(os.path.join(tmp, MANIFEST), "w", encoding="utf-8") as f:
-            json.dump(manifest, f, indent=1, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        publish_dir(tmp, cache_dir, key)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return final
-
-
-def publish_dir(tmp: str, cache_dir: str, key: str) -> str:
-    """Durably renames a complete entry directory `tmp` (inside `cache_dir`) to entry `key`.
-
-    If another process published the entry first, `tmp` is removed and theirs is kept.
-
-    Returns:
-      The entry directory.
-    """
-    final = entry_path(cache_dir, key)
-    _fsync_dir(tmp)
-    try:
-        os.rename(tmp, final)
-    except OSError:
-        if not os.path.isdir(final):
-            raise
-        # Another process published the same entry first: use theirs.
-        shutil.rmtree(tmp, ignore_errors=True)
-    _fsync_dir(cache_dir)
+        out.write_json(MANIFEST, manifest, indent=1, sort_keys=True)
     return final
 
 

@@ -1,21 +1,29 @@
 """Cheap estimates of a data configuration's index maps, without building them (preflight).
 
-`estimate_plan(config, infos)` resolves the splits and blends exactly as `build_data_plan` does,
-computes for every (split, dataset) the tokens, epochs and sample count the maps will have, their
-dtypes and sizes in bytes, whether the cache already holds them, and lists problems (a split with
-no tokens asked for samples, counts overflowing the index dtypes). Cost: O(datasets + sequences)
-sums, no shuffles.
+`estimate_plan(config, infos)` resolves the splits and blends with the same code as
+`build_data_plan` (`split_resolution`), computes for every (split, dataset) the tokens, epochs
+and sample count the maps will have, their dtypes and sizes in bytes, whether the cache already
+holds them, and lists problems (a split with no tokens asked for samples, counts overflowing the
+index dtypes). Cost: O(datasets + sequences) sums, no shuffles.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 
 import numpy as np
 
-from jaxblend.index import blend_index, bucket_cache, cache, gpt, plan, sample_index, shuffle_index
+from jaxblend.index import (
+    blend_index,
+    bucket_cache,
+    cache,
+    gpt,
+    plan,
+    sample_index,
+    shuffle_index,
+    split_resolution,
+)
 from jaxblend.index import split as split_lib
 from jaxblend.index.config import GPTDataConfig
 
@@ -53,10 +61,10 @@ def estimate_plan(config: GPTDataConfig, infos: plan.InfoSource) -> PlanEstimate
     Raises:
       ValueError: for configuration errors `build_data_plan` would also raise before building.
     """
-    specs = plan._resolve_splits(config)
+    specs = split_resolution.resolve_splits(config)
     prefixes = plan.config_prefixes(config)
-    info_by_prefix = {p: plan._get_info(infos, p) for p in prefixes}
-    key = plan._fingerprint(config, prefixes, info_by_prefix)
+    info_by_prefix = {p: split_resolution.dataset_info(infos, p) for p in prefixes}
+    key = plan.plan_fingerprint(config, prefixes, info_by_prefix)
     problems: list[str] = []
     path, cached = None, False
     if config.cache_dir:
@@ -95,18 +103,10 @@ def estimate_plan(config: GPTDataConfig, infos: plan.InfoSource) -> PlanEstimate
         if spec is None:
             continue
         if spec.kind == "weighted":
-            targets = [math.ceil(spec.num_samples * w) for w in spec.weights]
-            requests: list[int | None] = [
-                math.ceil(t * (1 + config.mid_level_dataset_surplus)) for t in targets
-            ]
-            blend_sizes[spec.name] = sum(targets)
-        elif spec.kind == "single":
-            requests = [spec.num_samples]
-        else:
-            requests = [None] * len(spec.prefixes)
-        keep_partial = spec.name == "valid" and not config.drop_last_partial_validation_sequence
+            blend_sizes[spec.name] = sum(spec.blend_targets())
+        keep_partial = not spec.drop_last_partial
         per_dataset_samples = []
-        for prefix, request in zip(spec.prefixes, requests, strict=True):
+        for prefix, request in zip(spec.prefixes, spec.dataset_requests(), strict=True):
             info = info_by_prefix[prefix]
             begin, end = split_lib.split_range(spec.bookend, info.num_sequences)
             tokens = int(np.sum(info.sequence_lengths[begin:end], dtype=np.int64))

@@ -1,7 +1,8 @@
 """The dataset-level entry point: a `GPTDataConfig` + dataset facts -> every split's index maps.
 
 `build_data_plan` reproduces Megatron-Core's `BlendedMegatronDatasetBuilder` decisions for GPT
-data and caches the result:
+data and caches the result. Which datasets each split blends, and how many samples it asks of
+each, is decided in `split_resolution` (shared with `estimate`):
 
 * `blend` + `split`: one split matrix for every prefix. A single prefix without weights is a plain
   GPT dataset per split; otherwise every split is a blend of one GPT dataset per prefix.
@@ -18,99 +19,36 @@ data and caches the result:
 
 from __future__ import annotations
 
-import dataclasses
-import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import tqdm
 from absl import logging
 
-from jaxblend.index import blend_index, blend_spec, bucket_cache, cache, gpt, megatron_cache
+from jaxblend.index import (
+    blend_index,
+    blend_spec,
+    bucket_cache,
+    cache,
+    gpt,
+    megatron_cache,
+    split_resolution,
+)
 from jaxblend.index import split as split_lib
 from jaxblend.index.config import DatasetInfo, GPTDataConfig
 from jaxblend.index.split_plan import SplitPlan
 
 PLAN_FORMAT = "gpt-plan-1"
 
-InfoSource = Mapping[str, DatasetInfo] | Callable[[str], DatasetInfo]
+InfoSource = split_resolution.InfoSource
 
 
-@dataclasses.dataclass(frozen=True)
-class _SplitSpec:
-    name: str
-    prefixes: tuple[str, ...]
-    kind: str  # "single", "weighted" or "unweighted"
-    bookend: tuple[float, float]
-    num_samples: int | None
-    weights: tuple[float, ...] | None  # normalized once
-
-
-def _resolve_splits(
-    config: GPTDataConfig, wanted: tuple[str, ...] = split_lib.SPLIT_NAMES
-) -> list[_SplitSpec | None]:
-    """One spec per split name (None: the split does not exist or is not in `wanted`)."""
-    specs: list[_SplitSpec | None] = []
-    if config.blend is not None:
-        blend = blend_spec.parse_blend(config.blend, "blend")
-        matrix = split_lib.split_matrix(split_lib.parse_split(config.split))
-        for index, name in enumerate(split_lib.SPLIT_NAMES):
-            if matrix[index] is None or name not in wanted:
-                specs.append(None)
-                continue
-            specs.append(_make_spec(name, blend, matrix[index], config.num_samples[index], False))
-        return specs
-    for index, name in enumerate(split_lib.SPLIT_NAMES):
-        raw = config.blend_per_split[index]
-        if raw is None or name not in wanted:
-            specs.append(None)
-            continue
-        blend = blend_spec.parse_blend(raw, f"blend_per_split[{name}]")
-        specs.append(_make_spec(name, blend, (0.0, 1.0), config.num_samples[index], True))
-    return specs
-
-
-def _make_spec(
-    name: str,
-    blend: blend_spec.Blend,
-    bookend: tuple[float, float],
-    num_samples: int | None,
-    per_split: bool,
-) -> _SplitSpec:
-    single = len(blend.prefixes) == 1 and (per_split or blend.weights is None)
-    if single:
-        return _SplitSpec(name, blend.prefixes, "single", bookend, num_samples, None)
-    if blend.weights is not None:
-        if num_samples is None:
-            raise ValueError(
-                f"num_samples[{name}] = None but the {name} blend has weights; weighted blends "
-                f"need a sample count (--{name}_samples)"
-            )
-        weights = tuple(blend_spec.normalize(blend.weights))
-        return _SplitSpec(name, blend.prefixes, "weighted", bookend, num_samples, weights)
-    return _SplitSpec(name, blend.prefixes, "unweighted", bookend, num_samples, None)
-
-
-def _get_info(infos: InfoSource, prefix: str) -> DatasetInfo:
-    if callable(infos) and not isinstance(infos, Mapping):
-        info = infos(prefix)
-    else:
-        try:
-            info = infos[prefix]
-        except KeyError:
-            raise ValueError(f"no DatasetInfo given for dataset prefix {prefix!r}") from None
-    if not isinstance(info, DatasetInfo):
-        raise TypeError(f"dataset {prefix!r}: expected a DatasetInfo, got {type(info).__name__}")
-    return info
-
-
-def _check_has_tokens(prefix: str, info: DatasetInfo) -> None:
-    if info.num_sequences == 0 or not np.any(info.sequence_lengths):
-        raise ValueError(f"dataset {prefix!r} has no tokens ({info.num_sequences} sequences)")
-
-
-def _fingerprint(config: GPTDataConfig, prefixes: list[str], infos: dict[str, DatasetInfo]) -> str:
+def plan_fingerprint(
+    config: GPTDataConfig, prefixes: list[str], infos: dict[str, DatasetInfo]
+) -> str:
+    """The plan's identity (its cache key): every setting that changes the maps, the index code
+    and the datasets' content fingerprints (never their paths; docs/format.md, "Fingerprint")."""
     position = {p: k for k, p in enumerate(prefixes)}
 
     def encode(raw: Any) -> Any:
@@ -239,12 +177,12 @@ def build_data_plan(
         split, a blend that oversamples a dataset, or counts overflowing the index dtypes.
     """
     wanted = _wanted_splits(splits)
-    specs = _resolve_splits(config, wanted)
+    specs = split_resolution.resolve_splits(config, wanted)
     prefixes = config_prefixes(config)
     if not prefixes:
         raise ValueError("the configuration has no non-empty split")
-    info_by_prefix = {p: _get_info(infos, p) for p in prefixes}
-    key = _fingerprint(config, prefixes, info_by_prefix)
+    info_by_prefix = {p: split_resolution.dataset_info(infos, p) for p in prefixes}
+    key = plan_fingerprint(config, prefixes, info_by_prefix)
     entries = cache_entries(key, wanted)
     entry = entries[-1]
 
@@ -347,13 +285,13 @@ def _make_split_plans(
 
 def _build_arrays(
     config: GPTDataConfig,
-    specs: list[_SplitSpec | None],
+    specs: list[split_resolution.SplitSpec | None],
     prefixes: list[str],
     infos: dict[str, DatasetInfo],
     megatron: megatron_cache.MegatronCache | None = None,
 ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     for p in prefixes:
-        _check_has_tokens(p, infos[p])
+        split_resolution.check_has_tokens(p, infos[p])
     position = {p: k for k, p in enumerate(prefixes)}
     max_lengths = {p: int(infos[p].sequence_lengths.max()) for p in prefixes}
     length_offsets = np.zeros(len(prefixes) + 1, dtype=np.int64)
@@ -374,25 +312,34 @@ def _build_arrays(
 
 def _build_split(
     config: GPTDataConfig,
-    spec: _SplitSpec,
+    spec: split_resolution.SplitSpec,
     infos: dict[str, DatasetInfo],
     max_lengths: dict[str, int],
     position: dict[str, int],
     meta_out: dict[str, Any],
     megatron: megatron_cache.MegatronCache | None = None,
 ) -> dict[str, np.ndarray]:
-    drop_last = not (spec.name == "valid" and not config.drop_last_partial_validation_sequence)
-    surplus = float(config.mid_level_dataset_surplus)
-    if spec.kind == "single":
-        requests: list[int | None] = [spec.num_samples]
-    elif spec.kind == "weighted":
-        targets = [math.ceil(math.ceil(spec.num_samples * w) * 1.0) for w in spec.weights]
-        requests = [
-            math.ceil(math.ceil(spec.num_samples * w) * (1 + surplus)) for w in spec.weights
-        ]
-    else:
-        requests = [None] * len(spec.prefixes)
+    """The arrays of one split (named `<split>.<array>`); records its metadata in `meta_out`."""
+    maps = _dataset_maps(config, spec, infos, max_lengths, megatron)
+    out = _blend_arrays(spec, [len(m) for m in maps]) if spec.kind != "single" else {}
+    out.update(_concatenated_maps(spec, maps, position))
+    meta_out[spec.name] = {
+        "prefixes": [position[p] for p in spec.prefixes],
+        "megatron_dtypes": [[m.sample_index.dtype.str, m.shuffle_index.dtype.str] for m in maps],
+        "blended": spec.kind != "single",
+    }
+    return out
 
+
+def _dataset_maps(
+    config: GPTDataConfig,
+    spec: split_resolution.SplitSpec,
+    infos: dict[str, DatasetInfo],
+    max_lengths: dict[str, int],
+    megatron: megatron_cache.MegatronCache | None,
+) -> list[gpt.GPTIndexMaps]:
+    """The GPT maps of every dataset of the split: from Megatron's cache if it holds them, else
+    built."""
     maps: list[gpt.GPTIndexMaps] = []
     progress = tqdm.tqdm(
         total=len(spec.prefixes),
@@ -400,74 +347,99 @@ def _build_split(
         disable=len(spec.prefixes) < 16,
         leave=False,
     )
-    for prefix, request in zip(spec.prefixes, requests):
+    for prefix, request in zip(spec.prefixes, spec.dataset_requests(), strict=True):
         info = infos[prefix]
         documents = split_lib.split_indices(spec.bookend, info.num_sequences)
+        found = None
         if megatron is not None:
-            found, why = megatron.load_gpt_maps(
-                megatron_cache.Request(
-                    prefix, spec.name, request, config.seq_length, config.seed, spec.bookend,
-                    documents, info.sequence_lengths, config.add_extra_token_to_sequence,
-                    drop_last,
-                )
-            )
-            if why:
-                logging.warning("%s; building them instead", why)
-            if found is not None:
-                logging.info("using Megatron's cached %s maps of %s", spec.name, prefix)
-                maps.append(found)
-                progress.update(1)
-                continue
-        maps.append(
-            gpt.build_gpt_index_maps(
+            found = _megatron_maps(config, spec, prefix, request, documents, info, megatron)
+        if found is None:
+            found = gpt.build_gpt_index_maps(
                 info.sequence_lengths,
                 documents,
                 request,
                 config.seq_length,
                 config.seed,
                 config.add_extra_token_to_sequence,
-                drop_last,
+                spec.drop_last_partial,
                 name=f"{prefix} ({spec.name} split)",
                 max_sequence_length=max_lengths[prefix],
             )
-        )
+        maps.append(found)
         progress.update(1)
     progress.close()
+    return maps
 
-    out: dict[str, np.ndarray] = {}
-    lengths = [len(m) for m in maps]
-    if spec.kind != "single":
-        if spec.kind == "weighted":
-            size = sum(targets)
+
+def _megatron_maps(
+    config: GPTDataConfig,
+    spec: split_resolution.SplitSpec,
+    prefix: str,
+    request: int | None,
+    documents: np.ndarray,
+    info: DatasetInfo,
+    megatron: megatron_cache.MegatronCache,
+) -> gpt.GPTIndexMaps | None:
+    """One dataset's maps from Megatron-Core's own cache, or None (with a warning if unusable)."""
+    found, why = megatron.load_gpt_maps(
+        megatron_cache.Request(
+            prefix, spec.name, request, config.seq_length, config.seed, spec.bookend,
+            documents, info.sequence_lengths, config.add_extra_token_to_sequence,
+            spec.drop_last_partial,
+        )
+    )
+    if why:
+        logging.warning("%s; building them instead", why)
+    if found is not None:
+        logging.info("using Megatron's cached %s maps of %s", spec.name, prefix)
+    return found
+
+
+def _blend_arrays(spec: split_resolution.SplitSpec, lengths: list[int]) -> dict[str, np.ndarray]:
+    """A blended split's `dataset_index` and `dataset_sample_index` over datasets of `lengths`
+    samples.
+
+    Raises:
+      ValueError: an unweighted blend over a dataset without samples, or a blend drawing more
+        samples from a dataset than it has.
+    """
+    if spec.kind == "weighted":
+        dataset_index, dataset_sample_index = blend_index.build_blending_indices(
+            blend_spec.normalize(spec.weights), sum(spec.blend_targets())
+        )
+    else:
+        for prefix, n in zip(spec.prefixes, lengths):
+            if n == 0:
+                raise ValueError(
+                    f"dataset {prefix!r} has no samples in the {spec.name} split; an "
+                    "unweighted blend weights datasets by their lengths, which must be > 0"
+                )
+        if spec.num_samples is not None:
             dataset_index, dataset_sample_index = blend_index.build_blending_indices(
-                blend_spec.normalize(spec.weights), size
+                blend_spec.normalize(lengths), min(spec.num_samples, sum(lengths))
             )
         else:
-            for prefix, n in zip(spec.prefixes, lengths):
-                if n == 0:
-                    raise ValueError(
-                        f"dataset {prefix!r} has no samples in the {spec.name} split; an "
-                        "unweighted blend weights datasets by their lengths, which must be > 0"
-                    )
-            if spec.num_samples is not None:
-                size = min(spec.num_samples, sum(lengths))
-                dataset_index, dataset_sample_index = blend_index.build_blending_indices(
-                    blend_spec.normalize(lengths), size
-                )
-            else:
-                dataset_index, dataset_sample_index = blend_index.build_exhaustive_blending_indices(
-                    lengths
-                )
-        drawn = np.bincount(dataset_index, minlength=len(maps))
-        for j, (prefix, n) in enumerate(zip(spec.prefixes, lengths)):
-            if drawn[j] > n:
-                raise ValueError(
-                    f"the {spec.name} blend draws {drawn[j]} samples from dataset {j} ({prefix!r}) "
-                    f"which has only {n}; increase mid_level_dataset_surplus (now {surplus})"
-                )
-        out[f"{spec.name}.dataset_index"] = dataset_index
-        out[f"{spec.name}.dataset_sample_index"] = dataset_sample_index
+            dataset_index, dataset_sample_index = blend_index.build_exhaustive_blending_indices(
+                lengths
+            )
+    drawn = np.bincount(dataset_index, minlength=len(lengths))
+    for j, (prefix, n) in enumerate(zip(spec.prefixes, lengths)):
+        if drawn[j] > n:
+            raise ValueError(
+                f"the {spec.name} blend draws {drawn[j]} samples from dataset {j} ({prefix!r}) "
+                f"which has only {n}; increase mid_level_dataset_surplus (now {spec.surplus})"
+            )
+    return {
+        f"{spec.name}.dataset_index": dataset_index,
+        f"{spec.name}.dataset_sample_index": dataset_sample_index,
+    }
 
+
+def _concatenated_maps(
+    spec: split_resolution.SplitSpec, maps: list[gpt.GPTIndexMaps], position: dict[str, int]
+) -> dict[str, np.ndarray]:
+    """The datasets' maps end to end, with `offsets[j] = (document, sample, shuffle starts of
+    dataset j, its sample count)` and each dataset's position among the plan's prefixes."""
     sample_dtype = np.result_type(*[m.sample_index.dtype for m in maps])
     shuffle_dtype = np.result_type(*[m.shuffle_index.dtype for m in maps])
     offsets = np.zeros((len(maps), 4), dtype=np.int64)
@@ -477,20 +449,17 @@ def _build_split(
         doc_total += len(m.document_index)
         sample_total += len(m.sample_index)
         shuffle_total += len(m.shuffle_index)
-    out[f"{spec.name}.document_index"] = np.concatenate([m.document_index for m in maps])
-    out[f"{spec.name}.sample_index"] = np.concatenate(
-        [m.sample_index.astype(sample_dtype, copy=False) for m in maps]
-    ).reshape(-1, 2)
-    out[f"{spec.name}.shuffle_index"] = np.concatenate(
-        [m.shuffle_index.astype(shuffle_dtype, copy=False) for m in maps]
-    )
-    out[f"{spec.name}.offsets"] = offsets
-    out[f"{spec.name}.constituent_prefix"] = np.array(
-        [position[p] for p in spec.prefixes], dtype=np.int64
-    )
-    meta_out[spec.name] = {
-        "prefixes": [position[p] for p in spec.prefixes],
-        "megatron_dtypes": [[m.sample_index.dtype.str, m.shuffle_index.dtype.str] for m in maps],
-        "blended": spec.kind != "single",
+    name = spec.name
+    return {
+        f"{name}.document_index": np.concatenate([m.document_index for m in maps]),
+        f"{name}.sample_index": np.concatenate(
+            [m.sample_index.astype(sample_dtype, copy=False) for m in maps]
+        ).reshape(-1, 2),
+        f"{name}.shuffle_index": np.concatenate(
+            [m.shuffle_index.astype(shuffle_dtype, copy=False) for m in maps]
+        ),
+        f"{name}.offsets": offsets,
+        f"{name}.constituent_prefix": np.array(
+            [position[p] for p in spec.prefixes], dtype=np.int64
+        ),
     }
-    return out

@@ -22,6 +22,8 @@ import os
 import shutil
 from typing import Any
 
+from jaxblend import atomic_write
+
 MANIFEST_VERSION = 1
 
 
@@ -56,14 +58,10 @@ def file_sizes(prefix: str) -> dict[str, int]:
 
 
 def write_json_atomic(path: str, payload: Any) -> None:
-    """Writes JSON to a temporary name in the same directory, fsyncs, then renames it into place."""
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
+    """Writes JSON atomically and durably (`jaxblend.atomic_write.atomic_file`)."""
+    with atomic_write.atomic_file(path, "w") as f:
         json.dump(payload, f, indent=1, sort_keys=True)
         f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def read_json(path: str) -> Any | None:

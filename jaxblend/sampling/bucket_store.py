@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 
 import numpy as np
 
+from jaxblend import atomic_write
 from jaxblend.sampling.bucket_plan import PLAN_VERSION, BucketPlan
 
 # BucketPlan field -> file name (without .npy); names are part of the on-disk format.
@@ -24,25 +24,13 @@ _FILES = {
 
 
 def save_bucket_plan(plan: BucketPlan, directory: str | os.PathLike) -> None:
-    """Writes `plan` into `directory` atomically (a temporary directory renamed into place)."""
-    directory = os.fspath(directory)
-    parent = os.path.dirname(os.path.abspath(directory))
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=".bucket_plan.", dir=parent)
-    for field, name in _FILES.items():
-        np.save(os.path.join(tmp, f"{name}.npy"), np.asarray(getattr(plan, field)))
-    with open(os.path.join(tmp, "plan.json"), "w") as f:
-        json.dump({"version": PLAN_VERSION, "fingerprint": plan.fingerprint, "steps": len(plan)}, f)
-    if os.path.isdir(directory):
-        old = tempfile.mkdtemp(prefix=".bucket_plan.old.", dir=parent)
-        os.replace(directory, os.path.join(old, "plan"))
-        os.replace(tmp, directory)
-        for name in os.listdir(os.path.join(old, "plan")):
-            os.remove(os.path.join(old, "plan", name))
-        os.rmdir(os.path.join(old, "plan"))
-        os.rmdir(old)
-    else:
-        os.replace(tmp, directory)
+    """Writes `plan` into `directory` atomically, replacing a plan already there."""
+    with atomic_write.atomic_directory(directory, exists="replace", prefix=".bucket_plan.") as d:
+        for field, name in _FILES.items():
+            d.save_npy(name, np.asarray(getattr(plan, field)))
+        d.write_json(
+            "plan.json", {"version": PLAN_VERSION, "fingerprint": plan.fingerprint, "steps": len(plan)}
+        )
 
 
 def load_bucket_plan(directory: str | os.PathLike, *, mmap: bool = True) -> BucketPlan:

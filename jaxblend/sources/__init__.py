@@ -7,14 +7,15 @@ reads.
 
 from jaxblend.sources.base import BatchSource, stack_items
 from jaxblend.sources.factory import open_gpt_sources, open_validation_sets
-from jaxblend.sources.masked import (
+from jaxblend.sources.masked_base import MaskedSource
+from jaxblend.sources.masked_bert import BERTSource
+from jaxblend.sources.masked_config import (
     BERTMaskedConfig,
-    BERTSource,
     MaskedConfig,
     MaskedTokenizerInfo,
     T5MaskedConfig,
-    T5Source,
 )
+from jaxblend.sources.masked_t5 import T5Source
 from jaxblend.sources.mock import MockSource
 from jaxblend.sources.planned import BlendedSource, GPTSource, PlannedSource
 from jaxblend.sources.schema import GPT_KEYS, GPTSchemaOptions, windows_to_batch
@@ -29,6 +30,7 @@ __all__ = [
     "GPTSchemaOptions",
     "GPTSource",
     "MaskedConfig",
+    "MaskedSource",
     "MaskedTokenizerInfo",
     "MockSource",
     "PlannedSource",

@@ -1,19 +1,14 @@
-"""Pure masked-LM sample math (no I/O): sentence-packing sample index and n-gram masking.
+"""Pure masked-LM n-gram masking (no I/O), shared by `BERTSource` and `T5Source`.
 
-Two pieces shared by `BERTSource` and `T5Source` (docs/format.md, 'BERT/T5 sample index'):
+`mask_ngrams` chooses the positions to mask: word candidates (WordPiece `##` pieces joined to
+their word when `masking_do_full_word`), n-grams of up to `masking_max_ngram` words drawn with
+probability ∝ 1/n (or reversed to favour longer n-grams, or geometric p = 0.2 as in SpanBERT),
+shrunk until they fit the budget `min(p · target, max(1, round(p · len)))`, overlapping n-grams
+skipped; optionally a second pass permutes extra n-grams. Randomness comes from the caller's
+`np.random.Generator` (one per `(seed, sample index)`), so any sample is reproducible alone.
 
-* `build_sample_index` packs consecutive sentences of one document into samples up to a target
-  length (with probability `short_sequence_probability` a shorter target drawn uniformly from
-  `[2, max_length]`), like Megatron-Core's `helpers.build_mapping`. The target lengths come from a
-  counter-based hash of `(seed, epoch, first sentence)` instead of a sequential Mersenne Twister,
-  so the index is a pure function of its inputs; rows are then permuted by
-  `np.random.default_rng([seed, 1])`.
-* `mask_ngrams` chooses the positions to mask: word candidates (WordPiece `##` pieces joined to
-  their word when `masking_do_full_word`), n-grams of up to `masking_max_ngram` words drawn with
-  probability ∝ 1/n (or reversed to favour longer n-grams, or geometric p = 0.2 as in SpanBERT),
-  shrunk until they fit the budget `min(p · target, max(1, round(p · len)))`, overlapping n-grams
-  skipped; optionally a second pass permutes extra n-grams. Randomness comes from the caller's
-  `np.random.Generator` (one per `(seed, sample index)`), so any sample is reproducible alone.
+Which sentences make a sample, and its target length, come from the sample index built in
+`jaxblend.index.masked_plan` (docs/format.md, 'BERT/T5 sample index').
 """
 
 from __future__ import annotations
@@ -21,123 +16,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-import numba
 import numpy as np
 
-_MASK64 = 0xFFFFFFFFFFFFFFFF
 GEOMETRIC_P = 0.2  # SpanBERT's span-length distribution parameter
-
-
-@numba.njit(cache=True, nogil=True)
-def _mix(x):  # pragma: no cover - compiled
-    x = (x + np.uint64(0x9E3779B97F4A7C15)) & np.uint64(_MASK64)
-    x = ((x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)) & np.uint64(_MASK64)
-    x = ((x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)) & np.uint64(_MASK64)
-    return x ^ (x >> np.uint64(31))
-
-
-@numba.njit(cache=True, nogil=True)
-def _pack_kernel(
-    doc_bounds, lengths, max_length, short_threshold, min_sentences, seed, num_samples, out
-):  # pragma: no cover - compiled
-    """Fills `out` (or only counts when it has 0 rows); returns the number of samples."""
-    n = 0
-    epoch = 0
-    fill = out.shape[0] > 0
-    while True:
-        if num_samples < 0:
-            if epoch == 1:
-                break
-        elif n >= num_samples:
-            break
-        emitted_this_epoch = 0
-        for d in range(doc_bounds.shape[0] - 1):
-            first = doc_bounds[d]
-            last = doc_bounds[d + 1]
-            if last - first < min_sentences:
-                continue
-            start = first
-            total = 0
-            count = 0
-            key = _mix(
-                _mix(np.uint64(seed)) ^ (np.uint64(epoch) << np.uint64(40)) ^ np.uint64(start)
-            )
-            target = max_length
-            if key < np.uint64(short_threshold):
-                target = 2 + np.int64(_mix(key) % np.uint64(max_length - 1))
-            for s in range(first, last):
-                total += lengths[s]
-                count += 1
-                remaining = last - s - 1
-                if (total >= target and remaining > 1 and count >= min_sentences) or remaining == 0:
-                    if fill:
-                        out[n, 0] = start
-                        out[n, 1] = s + 1
-                        out[n, 2] = target
-                    n += 1
-                    emitted_this_epoch += 1
-                    start = s + 1
-                    total = 0
-                    count = 0
-                    key = _mix(
-                        _mix(np.uint64(seed))
-                        ^ (np.uint64(epoch) << np.uint64(40))
-                        ^ np.uint64(start)
-                    )
-                    target = max_length
-                    if key < np.uint64(short_threshold):
-                        target = 2 + np.int64(_mix(key) % np.uint64(max_length - 1))
-        epoch += 1
-        if emitted_this_epoch == 0:
-            break
-    return n
-
-
-def build_sample_index(
-    doc_bounds: np.ndarray,
-    sequence_lengths: np.ndarray,
-    max_length: int,
-    short_sequence_probability: float,
-    min_sentences: int,
-    seed: int,
-    num_samples: int | None,
-) -> np.ndarray:
-    """Packs the sentences of each document into samples, then shuffles the samples.
-
-    Args:
-      doc_bounds: int64[D+1] sentence boundaries of the split's D consecutive documents.
-      sequence_lengths: int32[N] tokens per sentence of the whole dataset.
-      max_length: target tokens per sample before special tokens (>= 2).
-      short_sequence_probability: probability that a sample targets a length uniform in
-        `[2, max_length]` instead.
-      min_sentences: documents with fewer sentences are skipped; a sample holds at least this many
-        (2 for sentence-order prediction).
-      seed: random seed.
-      num_samples: None = one pass over the documents; else whole passes (each with fresh target
-        lengths) until at least this many samples exist.
-
-    Returns:
-      int64[n, 3] rows `(first sentence, end sentence (exclusive), target length)`, shuffled.
-    """
-    bounds = np.ascontiguousarray(doc_bounds, dtype=np.int64)
-    lengths = np.ascontiguousarray(sequence_lengths, dtype=np.int64)
-    threshold = min(int(short_sequence_probability * 2.0**64), _MASK64)
-    if short_sequence_probability >= 1.0:
-        threshold = _MASK64
-    wanted = -1 if num_samples is None else int(num_samples)
-    args = (
-        bounds,
-        lengths,
-        int(max_length),
-        np.uint64(threshold),
-        int(min_sentences),
-        int(seed) & _MASK64,
-    )
-    n = _pack_kernel(*args, wanted, np.zeros((0, 3), np.int64))
-    out = np.zeros((n, 3), np.int64)
-    _pack_kernel(*args, wanted, out)
-    order = np.random.default_rng([int(seed) & _MASK64, 1]).permutation(n)
-    return out[order]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -8,7 +8,6 @@ from the cache) all index maps with `jaxblend.index.build_data_plan`, and return
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 from jaxblend import index, index_io
 from jaxblend.sources import planned, schema
@@ -25,13 +24,13 @@ class _SplitOpener:
     parent's open and the worker's, the worker refuses to serve different data.
     """
 
-    config: Any
+    config: index.GPTDataConfig
     split: str
     backend: str
     fingerprint: str
     object_store: ObjectStoreOptions | None = None
 
-    def __call__(self) -> tuple[list[IndexedDataset], Any]:
+    def __call__(self) -> tuple[list[IndexedDataset], index.SplitPlan]:
         datasets, plan = _open(self.config, self.backend, (self.split,), self.object_store)
         if plan.fingerprint != self.fingerprint:
             raise ValueError(
@@ -44,11 +43,11 @@ class _SplitOpener:
 
 
 def _open(
-    config: Any,
+    config: index.GPTDataConfig,
     backend: str,
     splits: tuple[str, ...] | None = None,
     object_store: ObjectStoreOptions | None = None,
-) -> tuple[dict[str, IndexedDataset], Any]:
+) -> tuple[dict[str, IndexedDataset], index.DataPlan]:
     """Opens every prefix the configuration names (once each, concurrently) and builds its plan."""
     datasets, infos = index_io.open_datasets(
         index_io.config_prefixes(config), backend, object_store
@@ -57,7 +56,7 @@ def _open(
 
 
 def open_gpt_sources(
-    config: Any,
+    config: index.GPTDataConfig,
     options: schema.GPTSchemaOptions,
     *,
     backend: str = "auto",
@@ -110,7 +109,7 @@ def open_gpt_sources(
 
 
 def open_validation_sets(
-    config: Any,
+    config: index.GPTDataConfig,
     options: schema.GPTSchemaOptions,
     *,
     backend: str = "auto",

@@ -1,7 +1,8 @@
 """MockSource: deterministic synthetic GPT samples, no files needed.
 
 Sample i is a window of `seq_length + extra` tokens made of "documents" whose lengths and tokens
-are pure functions of `(seed, i, position)` (a SplitMix64 hash), each document ending in `eod_id`.
+are pure functions of `(seed, i, position)` (hashed with `jaxblend.index.splitmix.splitmix64`),
+each document ending in `eod_id`.
 Useful for loader benchmarks, smoke tests and dry runs of a training loop.
 """
 
@@ -12,30 +13,21 @@ import hashlib
 import numba
 import numpy as np
 
+from jaxblend.index.splitmix import splitmix64
 from jaxblend.sources import base, schema
-
-_MASK64 = np.uint64(0xFFFFFFFFFFFFFFFF)
-
-
-@numba.njit(cache=True, nogil=True)
-def _splitmix64(x):  # pragma: no cover - compiled
-    x = (x + np.uint64(0x9E3779B97F4A7C15)) & np.uint64(0xFFFFFFFFFFFFFFFF)
-    x = ((x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)) & np.uint64(0xFFFFFFFFFFFFFFFF)
-    x = ((x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)) & np.uint64(0xFFFFFFFFFFFFFFFF)
-    return x ^ (x >> np.uint64(31))
 
 
 @numba.njit(cache=True, nogil=True)
 def _mock_windows(sample_ids, seed, window, vocab_size, eod, mean_doc_length, out):  # pragma: no cover
     n_tokens = np.uint64(vocab_size - 1)
     for r in range(sample_ids.shape[0]):
-        state = _splitmix64(np.uint64(seed) * np.uint64(1000003) + np.uint64(sample_ids[r]))
+        state = splitmix64(np.uint64(seed) * np.uint64(1000003) + np.uint64(sample_ids[r]))
         remaining = np.int64(0)
         for p in range(window):
-            state = _splitmix64(state)
+            state = splitmix64(state)
             if remaining == 0:
                 remaining = np.int64(state % np.uint64(2 * mean_doc_length)) + 1
-                state = _splitmix64(state)
+                state = splitmix64(state)
             remaining -= 1
             if remaining == 0:
                 out[r, p] = eod

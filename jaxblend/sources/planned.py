@@ -22,8 +22,13 @@ from typing import Any
 import numba
 import numpy as np
 
+from jaxblend.index.split_plan import SplitPlan
 from jaxblend.sources import base, schema
+from jaxblend.storage import IndexedDataset
+from jaxblend.storage.protocols import SequenceReader
 from jaxblend.storage.span_gather import SpanGather
+
+Reopener = Callable[[], tuple[Sequence[IndexedDataset], SplitPlan]]
 
 
 @numba.njit(cache=True, nogil=True)
@@ -41,7 +46,8 @@ class PlannedSource(base.BatchSource):
     """Samples of one split of a GPT blend (or single dataset), read in batches.
 
     Args:
-      datasets: the constituent `IndexedDataset`s, in the plan's dataset order.
+      datasets: the constituent `IndexedDataset`s, in the plan's dataset order (read through
+        `SpanGather`, the storage layer's `SequenceReader`, in sequence units).
       plan: the split's `SplitPlan` (from `jaxblend.index.build_data_plan`).
       options: schema options; `seq_length` and `add_extra_token_to_sequence` must match the plan.
       fingerprint: identity of the data plan (`DataPlan.fingerprint`) plus the split.
@@ -52,13 +58,13 @@ class PlannedSource(base.BatchSource):
 
     def __init__(
         self,
-        datasets: Sequence[Any],
-        plan: Any,
+        datasets: Sequence[IndexedDataset],
+        plan: SplitPlan,
         options: schema.GPTSchemaOptions,
         *,
         fingerprint: str,
         split: str = "train",
-        reopen: Callable[[], tuple[Sequence[Any], Any]] | None = None,
+        reopen: Reopener | None = None,
     ):
         if len(datasets) != plan.num_datasets:
             raise ValueError(
@@ -74,7 +80,7 @@ class PlannedSource(base.BatchSource):
         self._fingerprint = hashlib.sha256(identity.encode()).hexdigest()[:32]
         self._reopen = reopen
         self._lock = threading.Lock()
-        self._span_gather: SpanGather | None = None  # built on first read, per process
+        self._span_gather: SequenceReader | None = None  # built on first read, per process
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -89,7 +95,7 @@ class PlannedSource(base.BatchSource):
         self.__dict__.update(state)
         self._lock = threading.Lock()
 
-    def _gather(self, datasets: list[Any]) -> SpanGather:
+    def _gather(self, datasets: list[IndexedDataset]) -> SequenceReader:
         if self._span_gather is None:
             with self._lock:
                 if self._span_gather is None:
@@ -104,9 +110,9 @@ class PlannedSource(base.BatchSource):
     @property
     def reads_remote(self) -> bool:
         """Whether any constituent dataset is read from an object store."""
-        return any(getattr(d, "is_remote", False) for d in self._materialize()[0])
+        return any(d.is_remote for d in self._materialize()[0])
 
-    def _materialize(self) -> tuple[list[Any], Any]:
+    def _materialize(self) -> tuple[list[IndexedDataset], SplitPlan]:
         if self._plan is None:
             with self._lock:
                 if self._plan is None:
@@ -134,7 +140,7 @@ class PlannedSource(base.BatchSource):
         return list(self._names)
 
     @property
-    def plan(self) -> Any:
+    def plan(self) -> SplitPlan:
         """The split's index maps."""
         return self._materialize()[1]
 

@@ -3,7 +3,8 @@
 The source for token-budget bucketed batching (`jaxblend.sampling.bucket_planning`): sample i is sequence
 i of the dataset (e.g. one tokenized instruction/response example or one sentence), its length
 `lengths[i]` feeds `plan_buckets`, and `get_padded_batch(ids, L)` returns the rows padded (or
-truncated) to the bucket length L. Reads go through one `read_token_spans` call per batch.
+truncated) to the bucket length L. Reads go through one `get_many` call per batch (sequence ids
+and token counts; byte offsets stay inside `jaxblend.storage`).
 
 Batch keys (k rows, L tokens):
 
@@ -24,13 +25,14 @@ import numpy as np
 
 from jaxblend.sources import base
 from jaxblend.storage import IndexedDataset
+from jaxblend.storage.protocols import SequenceDataset
 
 
 class SequenceSource(base.BatchSource):
     """Each sequence of an IndexedDataset as one variable-length sample.
 
     Args:
-      dataset: an `IndexedDataset` or its prefix.
+      dataset: a `SequenceDataset` (e.g. an `IndexedDataset`) or the prefix of one.
       max_length: `get_batch` pads/truncates to this length (fixed-shape use with `make_loader`).
       pad_id: token id written in padding positions.
 
@@ -39,7 +41,7 @@ class SequenceSource(base.BatchSource):
     """
 
     def __init__(
-        self, dataset: IndexedDataset | str | os.PathLike, max_length: int, pad_id: int = 0
+        self, dataset: SequenceDataset | str | os.PathLike, max_length: int, pad_id: int = 0
     ):
         if (
             isinstance(max_length, bool)
@@ -49,7 +51,7 @@ class SequenceSource(base.BatchSource):
             raise ValueError(
                 f"SequenceSource.max_length must be an integer >= 1, got {max_length!r}"
             )
-        if not isinstance(dataset, IndexedDataset):
+        if isinstance(dataset, (str, os.PathLike)):
             dataset = IndexedDataset(dataset)
         self.dataset = dataset
         self.max_length = int(max_length)
@@ -90,17 +92,14 @@ class SequenceSource(base.BatchSource):
             self._check_ids(ids[real])
         k = ids.size
         take = np.zeros(k, np.int64)
-        starts = np.zeros(k, np.int64)
         seq = ids[real]
         take[real] = np.minimum(np.asarray(self.dataset.sequence_lengths[seq], np.int64), length)
-        starts[real] = (
-            np.asarray(self.dataset.sequence_pointers[seq], np.int64) // self.dataset.dtype.itemsize
-        )
-        flat = self.dataset.read_token_spans(starts[real], take[real])
+        pieces = self.dataset.get_many(seq, None, take[real])
         tokens = np.full((k, length), self.pad_id, np.int32)
         positions = np.arange(length)[None, :]
         mask = positions < take[:, None]
-        tokens[mask] = flat  # row-major order matches the concatenated spans
+        if pieces:
+            tokens[mask] = np.concatenate(pieces)  # row-major order matches the pieces' order
         return {
             "tokens": tokens,
             "padding_mask": mask.astype(np.int32),

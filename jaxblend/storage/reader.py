@@ -21,6 +21,12 @@ Accepted prefix forms are listed in `jaxblend.storage._location` (local path, `f
 kvstore spec dict). Objects pickle as their prefix and options; file handles reopen lazily (under a
 lock) in each process, and a dataset whose files changed in between is refused.
 
+This module holds the reader's public face (metadata, bounds-checked reads, pickling). Opening
+lives in modules with one job each: `_handles` (the per-process open state and the settings),
+`_local_open` (memory-mapped local files), `_remote_open` (object-store opens and the lazy `.idx`
+download), `_remote` (TensorStore requests and coalesced range reads), `_gather` (the mmap span
+kernel).
+
 Cost contract: opening a local dataset costs O(N) to validate the index (vectorized, blockwise);
 `get` and friends cost one bounds check plus the bytes read; `read_token_spans` is the batch hot
 path: use it (or `get_many`) rather than `get` in a loop.
@@ -28,11 +34,8 @@ path: use it (or `get_many`) rather than `get` in a loop.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import dataclasses
-import hashlib
-import mmap
 import operator
 import os
 import threading
@@ -41,30 +44,11 @@ from typing import Any
 import numpy as np
 import tensorstore as ts
 
-from jaxblend.storage import _gather, _location, _mapping, _remote, identity_memo, idx_format
+from jaxblend.storage import _gather, _identity, _local_open, _location, _remote, _remote_open
 from jaxblend.storage import object_store as object_store_lib
+from jaxblend.storage._handles import Handles, OpenSettings, open_kvstore, release
 from jaxblend.storage.idx_format import IndexArrays, IndexFormatError
 from jaxblend.storage.object_store import ObjectStoreOptions
-
-_BACKENDS = ("auto", "mmap", "tensorstore")
-_FILE_IO_MODES = ("memmap", "default", "direct")
-_HASH_CHUNK = 64 << 20
-
-
-@dataclasses.dataclass
-class _Handles:
-    """Per-process open state of a dataset."""
-
-    header: idx_format.IndexHeader
-    num_tokens: int
-    bin_size: int
-    kvstore: ts.KvStore | None  # tensorstore backend (and remote index reads)
-    idx_generation: bytes = b""  # object versions seen at open (remote only)
-    bin_generation: bytes = b""
-    arrays: IndexArrays | None = None  # None until first needed (remote)
-    idx_buffer: Any = None  # a read-only map (see _mapping) or bytes; the arrays alias it
-    bin_tokens: np.ndarray | None = None  # mmap backend: flat token view over the mapped .bin
-    bin_mmap: Any = None  # the `.bin` map (see _mapping)
 
 
 class IndexedDataset:
@@ -106,46 +90,35 @@ class IndexedDataset:
         coalesce_gap: int = 4096,
         object_store: ObjectStoreOptions | None = None,
     ) -> None:
-        if backend not in _BACKENDS:
-            raise ValueError(f"backend must be one of {_BACKENDS}, got {backend!r}")
-        if file_io_mode not in _FILE_IO_MODES:
-            raise ValueError(f"file_io_mode must be one of {_FILE_IO_MODES}, got {file_io_mode!r}")
-        if io_concurrency is not None and (
-            isinstance(io_concurrency, bool) or int(io_concurrency) < 1
-        ):
-            raise ValueError(
-                f"io_concurrency must be None or an integer >= 1, got {io_concurrency!r}"
-            )
-        if not (multimodal is None or isinstance(multimodal, bool)):
-            raise ValueError(f"multimodal must be None, True or False, got {multimodal!r}")
-        if isinstance(coalesce_gap, bool) or int(coalesce_gap) < 0:
-            raise ValueError(f"coalesce_gap must be an integer >= 0, got {coalesce_gap!r}")
-        if context is not None and not isinstance(context, dict):
-            raise ValueError(
-                f"context must be a TensorStore context spec dict, got {type(context).__name__}"
-            )
         if object_store is not None and not isinstance(object_store, ObjectStoreOptions):
             raise ValueError(
                 f"object_store must be an ObjectStoreOptions, got {type(object_store).__name__}"
             )
+        settings = OpenSettings(  # validates the options
+            backend=backend,
+            multimodal=multimodal,
+            file_io_mode=file_io_mode,
+            io_concurrency=io_concurrency,
+            context_spec=copy.deepcopy(context),
+            store=object_store or object_store_lib.process_default(),
+        )
+        if isinstance(coalesce_gap, bool) or int(coalesce_gap) < 0:
+            raise ValueError(f"coalesce_gap must be an integer >= 0, got {coalesce_gap!r}")
         self._prefix: str | dict = (
             copy.deepcopy(prefix) if isinstance(prefix, dict) else os.fspath(prefix)
         )
-        self._store = object_store or object_store_lib.process_default()
-        self._location = _resolve(self._prefix, self._store)
-        if backend == "auto":
-            backend = "mmap" if self._location.local_prefix is not None else "tensorstore"
-        if backend == "mmap" and self._location.local_prefix is None:
+        self._location = _resolve(self._prefix, settings.store)
+        local = self._location.local_prefix is not None
+        if backend == "mmap" and not local:
             raise ValueError(f"backend='mmap' needs a local prefix, got {self._location.display!r}")
-        self._backend = backend
-        self._multimodal = multimodal
-        self._file_io_mode = file_io_mode
-        self._io_concurrency = None if io_concurrency is None else int(io_concurrency)
-        self._context_spec = copy.deepcopy(context)
+        if backend == "auto":
+            settings = dataclasses.replace(settings, backend="mmap" if local else "tensorstore")
+        self._settings = settings
         self._coalesce_gap = int(coalesce_gap)
         self._lock = threading.Lock()
-        self._state: _Handles | None = None
+        self._state: Handles | None = None
         self._meta: tuple[str, int, int, int] | None = None
+        self._versions: tuple[bytes, bytes] | None = None  # file versions seen at the first open
         self._fingerprint: str | None = None
         self._handles()  # open eagerly so that bad files fail at construction
 
@@ -159,7 +132,7 @@ class IndexedDataset:
     @property
     def backend(self) -> str:
         """The resolved backend, "mmap" or "tensorstore"."""
-        return self._backend
+        return self._settings.backend
 
     @property
     def is_remote(self) -> bool:
@@ -175,7 +148,7 @@ class IndexedDataset:
     @property
     def object_store(self) -> ObjectStoreOptions:
         """The object-store settings this dataset reads with."""
-        return self._store
+        return self._settings.store
 
     @property
     def dtype(self) -> np.dtype:
@@ -214,26 +187,22 @@ class IndexedDataset:
 
     @property
     def fingerprint(self) -> str:
-        """Content identity: blake2b-128 (hex) of the `.idx` bytes and the `.bin` size.
+        """Content identity: blake2b-128 (hex) of the `.idx` bytes, the `.bin` size and the `.bin`
+        content digest, so changed tokens change it even at the same size (docs/format.md,
+        "Fingerprint").
 
-        Independent of the path and backend; computed once and cached (also across pickling). For a
-        remote object version seen before, taken from `identity_memo` without reading the `.idx`.
+        Independent of the path and backend (disk and bucket copies agree); computed once and
+        cached (also across pickling). For a file version seen before (`identity_memo`), taken from
+        the memo: no `.idx` download and no `.bin` read.
+
+        Raises:
+          IndexFormatError: if a file changed while it was being hashed.
         """
         if self._fingerprint is None:
-            arrays = self._arrays()
-            h = self._handles()
-            digest = hashlib.blake2b(digest_size=16, person=b"jaxblend.idx.v1")
-            view = memoryview(h.idx_buffer)
-            for lo in range(0, len(view), _HASH_CHUNK):
-                digest.update(view[lo : lo + _HASH_CHUNK])
-            view.release()
-            digest.update(h.bin_size.to_bytes(8, "little"))
-            self._fingerprint = digest.hexdigest()
-            if self.is_remote:
-                identity = identity_memo.Identity(self._fingerprint, arrays.num_tokens, h.bin_size)
-                identity_memo.record(
-                    self._location.display, h.idx_generation, h.bin_generation, identity
-                )
+            self._arrays()
+            self._fingerprint = _identity.fingerprint(
+                self._location, self._handles(), self._settings.store
+            )
         return self._fingerprint
 
     def __len__(self) -> int:
@@ -242,7 +211,7 @@ class IndexedDataset:
     def __repr__(self) -> str:
         dtype, n, d, _ = self._meta if self._meta else ("?", -1, -1, -1)
         return (
-            f"IndexedDataset(prefix={self._location.display!r}, backend={self._backend!r}, "
+            f"IndexedDataset(prefix={self._location.display!r}, backend={self.backend!r}, "
             f"dtype={np.dtype(dtype) if dtype != '?' else dtype}, sequences={n}, documents={d})"
         )
 
@@ -350,7 +319,7 @@ class IndexedDataset:
         else:
             with ts.Batch() as batch:
                 pending = self.begin_read(s, c, np.cumsum(c) - c, batch)
-            pending.finish(out.view(np.uint8), self._store.request_timeout)
+            pending.finish(out.view(np.uint8), self._settings.store.request_timeout)
         return out
 
     def check_spans(self, starts: np.ndarray, counts: np.ndarray) -> None:
@@ -413,40 +382,32 @@ class IndexedDataset:
         with self._lock:
             state, self._state = self._state, None
         if state is not None:
-            _release(state)
+            release(state)
 
     def __getstate__(self) -> dict[str, Any]:
         return {
             "prefix": self._prefix,
-            "backend": self._backend,
-            "multimodal": self._multimodal,
-            "file_io_mode": self._file_io_mode,
-            "io_concurrency": self._io_concurrency,
-            "context": self._context_spec,
+            "settings": self._settings,
             "coalesce_gap": self._coalesce_gap,
-            "object_store": self._store,
             "meta": self._meta,
+            "versions": self._versions,
             "fingerprint": self._fingerprint,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._prefix = state["prefix"]
-        self._store = state["object_store"]
-        self._location = _resolve(self._prefix, self._store)
-        self._backend = state["backend"]
-        self._multimodal = state["multimodal"]
-        self._file_io_mode = state["file_io_mode"]
-        self._io_concurrency = state["io_concurrency"]
-        self._context_spec = state["context"]
+        self._settings = state["settings"]
+        self._location = _resolve(self._prefix, self._settings.store)
         self._coalesce_gap = state["coalesce_gap"]
         self._meta = state["meta"]
+        self._versions = state["versions"]
         self._fingerprint = state["fingerprint"]
         self._lock = threading.Lock()
         self._state = None
 
     # ------------------------------------------------------------------------------ internals
 
-    def _handles(self) -> _Handles:
+    def _handles(self) -> Handles:
         state = self._state
         if state is not None:
             return state
@@ -461,16 +422,19 @@ class IndexedDataset:
         if h.arrays is None:
             with self._lock:
                 if h.arrays is None:
-                    self._load_remote_index(h)
+                    _remote_open.load_index(h, self._location, self._settings)
         assert h.arrays is not None
         return h.arrays
 
-    def _open(self) -> _Handles:
+    def _open(self) -> Handles:
+        """Opens the files in this process; refuses a dataset that changed since creation."""
         loc = self._location
         if loc.local_prefix is None:
-            h = self._open_remote(_open_kvstore(loc, self._context()))
+            kv = open_kvstore(loc, self._settings.context(loc))
+            h, known_fingerprint = _remote_open.open_remote(loc, kv, self._settings)
         else:
-            h = self._open_local()
+            h, known_fingerprint = _local_open.open_local(loc, self._settings)
+        self._fingerprint = self._fingerprint or known_fingerprint
         meta = (
             h.header.dtype.str, h.header.sequence_count, h.header.document_count - 1, h.bin_size
         )
@@ -479,113 +443,14 @@ class IndexedDataset:
                 f"{loc.file_name('.idx')}: the dataset changed since this object was created "
                 f"(dtype, sequences, documents, bin bytes) {self._meta} -> {meta}"
             )
-        self._meta = meta
-        return h
-
-    def _open_local(self) -> _Handles:
-        loc = self._location
-        assert loc.local_prefix is not None
-        idx_name, bin_name = loc.file_name(".idx"), loc.file_name(".bin")
-        idx_buffer = _map_local(loc.local_prefix + ".idx", idx_name, "index")
-        arrays = idx_format.parse_index(idx_buffer, idx_name, multimodal=self._multimodal)
-        bin_size = _local_size(loc.local_prefix + ".bin", bin_name)
-        idx_format.check_bin_size(arrays, bin_size, idx_name, bin_name)
-        h = _Handles(
-            header=idx_format.parse_header(idx_buffer, idx_name),
-            num_tokens=arrays.num_tokens,
-            bin_size=bin_size,
-            kvstore=None,
-            arrays=arrays,
-            idx_buffer=idx_buffer,
-        )
-        if self._backend == "tensorstore":
-            h.kvstore = _open_kvstore(loc, self._context())
-        elif bin_size:
-            h.bin_mmap = _map_local(loc.local_prefix + ".bin", bin_name, "data")
-            h.bin_tokens = np.frombuffer(h.bin_mmap, dtype=arrays.dtype)
-        else:
-            h.bin_tokens = np.zeros(0, dtype=arrays.dtype)
-        return h
-
-    def _open_remote(self, kv: ts.KvStore) -> _Handles:
-        """One round of two tiny requests for a version seen before; else the whole `.idx`."""
-        loc = self._location
-        idx_name, bin_name = loc.file_name(".idx"), loc.file_name(".bin")
-        timeout = self._store.request_timeout
-        head_future = _remote.read(kv, loc.idx_key, slice(0, idx_format.HEADER_SIZE))
-        bin_future = _remote.read(kv, loc.bin_key, slice(0, 0))
-        try:
-            head = _remote.wait(head_future, idx_name, "reading the index header", timeout)
-        except ValueError:  # shorter than a header: the full read below reports it
-            head = None
-        if head is not None and head.state != "value":
+        versions = (h.idx_generation, h.bin_generation)
+        if self._versions is not None and self._versions != versions:
             raise IndexFormatError(
-                _remote.missing_message(kv, loc.idx_key, idx_name, "index file", timeout)
+                f"{loc.file_name('.bin')}: the dataset was rewritten since this object was created "
+                "(same sizes, new file versions); open it again to use the new contents"
             )
-        bin_head = _remote.wait(bin_future, bin_name, "reading the data file", timeout)
-        if bin_head.state != "value":
-            raise IndexFormatError(
-                _remote.missing_message(kv, loc.bin_key, bin_name, "data file", timeout)
-            )
-        idx_generation = bytes(head.stamp.generation) if head is not None else b""
-        bin_generation = bytes(bin_head.stamp.generation)
-        if head is not None:
-            header = idx_format.parse_header(head.value, idx_name)
-            known = identity_memo.lookup(loc.display, idx_generation, bin_generation)
-            if known is not None and known.num_tokens * header.dtype.itemsize == known.bin_size:
-                self._fingerprint = self._fingerprint or known.fingerprint
-                return _Handles(
-                    header, known.num_tokens, known.bin_size, kv, idx_generation, bin_generation
-                )
-        # First sight of this version pair: download, validate and size-check everything.
-        placeholder = idx_format.IndexHeader(np.dtype(np.uint8), 0, 1)  # replaced by the load
-        h = _Handles(placeholder, 0, 0, kv, idx_generation, bin_generation)
-        self._load_remote_index(h, first_sight=True)
-        h.bin_size, _ = _remote.object_size(
-            kv, loc.bin_key, h.num_tokens * h.header.dtype.itemsize, bin_name, timeout
-        )
+        self._meta, self._versions = meta, versions
         return h
-
-    def _load_remote_index(self, h: _Handles, first_sight: bool = False) -> None:
-        """Downloads, decodes and validates the whole `.idx` of a remote dataset into `h`.
-
-        `first_sight`: called from `_open_remote` for a version not remembered (the `.bin` size is
-        checked afterwards); otherwise the lazy load after a remembered open, which must find the
-        object version and the `.bin` size seen at open.
-        """
-        loc = self._location
-        idx_name = loc.file_name(".idx")
-        assert h.kvstore is not None
-        res = _remote.read_existing(
-            h.kvstore, loc.idx_key, idx_name, "index file", self._store.request_timeout
-        )
-        if h.idx_generation and bytes(res.stamp.generation) != h.idx_generation:
-            raise IndexFormatError(
-                f"{idx_name}: the index was rewritten while the dataset was being opened; retry"
-            )
-        h.idx_generation = bytes(res.stamp.generation)
-        arrays = idx_format.parse_index(res.value, idx_name, multimodal=self._multimodal)
-        if not first_sight:
-            idx_format.check_bin_size(arrays, h.bin_size, idx_name, loc.file_name(".bin"))
-        h.header = idx_format.parse_header(res.value, idx_name)
-        h.num_tokens = arrays.num_tokens
-        h.idx_buffer = res.value
-        h.arrays = arrays
-
-    def _context(self) -> ts.Context:
-        spec: dict[str, Any] = {"file_io_mode": {"mode": self._file_io_mode}}
-        if self._location.local_prefix is None:
-            spec.update(self._store.context_spec())
-        if self._io_concurrency is not None:
-            limit = {"limit": self._io_concurrency}
-            spec.update(
-                file_io_concurrency=limit,
-                gcs_request_concurrency=limit,
-                s3_request_concurrency=limit,
-            )
-        if self._context_spec:
-            spec.update(copy.deepcopy(self._context_spec))
-        return _location.context_for(spec)
 
 
 def exists(prefix: str | os.PathLike | dict) -> bool:
@@ -603,7 +468,7 @@ def exists(prefix: str | os.PathLike | dict) -> bool:
         return os.path.isfile(loc.local_prefix + ".idx") and os.path.isfile(
             loc.local_prefix + ".bin"
         )
-    kv = _open_kvstore(loc, _location.shared_context())
+    kv = open_kvstore(loc, _location.shared_context())
     futures = [_remote.read(kv, key, slice(0, 0)) for key in (loc.idx_key, loc.bin_key)]
     return all(
         _remote.wait(f, loc.display, "checking the files exist", store.request_timeout).state
@@ -624,42 +489,8 @@ def _vector(values: Any, k: int, name: str, default: int) -> np.ndarray:
     return arr
 
 
-def _open_kvstore(loc: _location.Location, context: ts.Context) -> ts.KvStore:
-    try:
-        return ts.KvStore.open(loc.kvstore, context=context).result()
-    except ValueError as e:
-        raise IndexFormatError(f"{loc.display}: cannot open the kvstore {loc.kvstore}: {e}") from e
-
-
-def _map_local(path: str, name: str, what: str) -> np.ndarray | mmap.mmap | bytes:
-    try:
-        if os.path.getsize(path) == 0:
-            return b""
-        return _mapping.map_readonly(path)
-    except FileNotFoundError:
-        raise IndexFormatError(f"{name}: {what} file does not exist") from None
-    except IsADirectoryError:
-        raise IndexFormatError(f"{name}: {what} file is a directory") from None
-
-
-def _local_size(path: str, name: str) -> int:
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        raise IndexFormatError(f"{name}: data file does not exist") from None
-    return st.st_size
-
-
 def _resolve(prefix: str | dict, store: ObjectStoreOptions) -> _location.Location:
     loc = _location.resolve(prefix)
     return dataclasses.replace(loc, kvstore=store.complete_spec(loc.kvstore))
 
 
-def _release(state: _Handles) -> None:
-    state.bin_tokens = None
-    state.arrays = None  # type: ignore[assignment]
-    for mm in (state.bin_mmap, state.idx_buffer):
-        if isinstance(mm, mmap.mmap):
-            # Views handed out earlier keep the map alive until they are collected.
-            with contextlib.suppress(BufferError):
-                mm.close()

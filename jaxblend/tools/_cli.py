@@ -10,15 +10,12 @@ from absl import flags
 
 from jaxblend import flags as data_flags
 from jaxblend import mesh as mesh_lib
+from jaxblend.define_once import define_once
 
-_DEFINED = False
 
-
+@define_once()
 def define_source_flags() -> None:
     """Defines data flags plus the GPT schema and mock flags (idempotent)."""
-    global _DEFINED
-    if _DEFINED:
-        return
     data_flags.define_data_flags()
     flags.DEFINE_bool("mock_data", False, "Use synthetic samples instead of --data_path.")
     flags.DEFINE_integer("mock_num_samples", 1 << 20, "Samples of the mock source.", lower_bound=1)
@@ -43,7 +40,6 @@ def define_source_flags() -> None:
     flags.DEFINE_enum(
         "storage_backend", "auto", ["auto", "mmap", "tensorstore"], "How .bin files are read."
     )
-    _DEFINED = True
 
 
 def schema_options_from_flags():

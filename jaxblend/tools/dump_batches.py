@@ -25,7 +25,7 @@ from collections.abc import Sequence
 
 from absl import app, flags, logging
 
-from jaxblend import distributed
+from jaxblend import atomic_write, distributed
 from jaxblend.tools import _cli, _entry, _step_plan
 
 _BATCH = flags.DEFINE_integer("global_batch_size", 8, "Global batch size B.", lower_bound=1)
@@ -95,16 +95,13 @@ def main(argv: Sequence[str]) -> None:
     if jax.process_index() == 0:
         os.makedirs(_OUT.value, exist_ok=True)
         path = os.path.join(_OUT.value, "batches.npz")
-        tmp = f"{path}.tmp-{os.getpid()}.npz"
-        np.savez(tmp, **_stacked(gathered, loader.step - _STEPS.value))
-        os.replace(tmp, path)
+        with atomic_write.atomic_path(path, suffix=".npz") as tmp:
+            np.savez(tmp, **_stacked(gathered, loader.step - _STEPS.value))
         logging.info("wrote %s (%d steps from step %d)", path, _STEPS.value, loader.step - _STEPS.value)
         print(f"wrote {path}")
         if _STATE_OUT.value:
-            tmp = f"{_STATE_OUT.value}.tmp-{os.getpid()}"
-            with open(tmp, "w") as f:
+            with atomic_write.atomic_file(_STATE_OUT.value, "w") as f:
                 json.dump(loader.state(), f)
-            os.replace(tmp, _STATE_OUT.value)
     multihost_utils.sync_global_devices("dump_batches done")
 
 

@@ -20,8 +20,8 @@ from collections.abc import Sequence
 import numpy as np
 from absl import app, flags, logging
 
+from jaxblend import atomic_write, index, index_io
 from jaxblend import flags as data_flags
-from jaxblend import index, index_io
 from jaxblend.tools import _entry
 
 data_flags.define_data_flags()
@@ -65,9 +65,8 @@ def dump(config: index.GPTDataConfig, out_dir: str, num: int) -> list[str]:
         if split_plan is None:
             continue
         path = os.path.join(out_dir, f"{name}.npz")
-        tmp = os.path.join(out_dir, f".{name}.tmp.npz")
-        np.savez(tmp, **split_arrays(split_plan, datasets, num))
-        os.replace(tmp, path)
+        with atomic_write.atomic_path(path, suffix=".npz") as tmp:
+            np.savez(tmp, **split_arrays(split_plan, datasets, num))
         written.append(path)
         logging.info(
             "%s: %d samples, %d datasets -> %s",

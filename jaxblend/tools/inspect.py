@@ -29,6 +29,7 @@ from collections.abc import Sequence
 import numpy as np
 from absl import app, flags
 
+from jaxblend import atomic_write
 from jaxblend import flags as data_flags
 from jaxblend.tools import _cli, _entry, _step_plan
 
@@ -52,10 +53,8 @@ _cli.define_source_flags()
 
 def _write_json(result) -> None:
     if _JSON.value:
-        tmp = f"{_JSON.value}.tmp-{os.getpid()}"
-        with open(tmp, "w") as f:
+        with atomic_write.atomic_file(_JSON.value, "w") as f:
             json.dump(result, f, indent=1, default=lambda x: x.item() if hasattr(x, "item") else str(x))
-        os.replace(tmp, _JSON.value)
 
 
 def stats() -> dict:
@@ -186,9 +185,8 @@ def mixture() -> dict:
         ax.set_title(f"Blend mixture, {_WHICH.value} split (dashed: target)")
         ax.legend(fontsize=8)
         fig.tight_layout()
-        tmp = f"{_PLOT.value}.tmp-{os.getpid()}.png"
-        fig.savefig(tmp, dpi=100)
-        os.replace(tmp, _PLOT.value)
+        with atomic_write.atomic_path(_PLOT.value, suffix=".png") as tmp:
+            fig.savefig(tmp, dpi=100)
         print(f"wrote {_PLOT.value}")
     return {"start_step": _START.value, "end_step": end, "rows": rows}
 

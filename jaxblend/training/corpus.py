@@ -27,6 +27,8 @@ from collections.abc import Callable, Iterator
 
 from absl import logging
 
+from jaxblend import atomic_write
+
 DATASETS = ("code", "prose", "legal")
 VERSION = 1
 SEED = 20261123
@@ -192,15 +194,13 @@ def write_raw(directory: str, max_bytes_per_dataset: int) -> dict[str, str]:
         paths[name] = path
         if os.path.exists(path):
             continue
-        tmp = f"{path}.tmp-{os.getpid()}"
         count = written = 0
-        with open(tmp, "wb") as f:
+        with atomic_write.atomic_file(path) as f:
             for text in documents(name, max_bytes_per_dataset):
                 line = _jsonl_line(text)
                 f.write(line)
                 written += len(line)
                 count += 1
-        os.replace(tmp, path)
         logging.info("default corpus: %s: %d documents, %.1f MB", name, count, written / 1e6)
     return paths
 

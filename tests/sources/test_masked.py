@@ -10,7 +10,8 @@ import pytest
 from jax.sharding import Mesh
 from masked_testdata import BOS, CLS, EOS, MASK, SENTINELS, SEP, tokenizer_info, write_documents
 
-from jaxblend import IndexedDataset
+from jaxblend import IndexedDataset, index_io
+from jaxblend.index import MaskedIndexConfig, build_masked_index
 from jaxblend.loading import make_loader
 from jaxblend.sources import (
     BERTMaskedConfig,
@@ -343,3 +344,63 @@ def test_masked_batches_through_make_loader(data, info):
             for key, value in expected.items():
                 np.testing.assert_array_equal(np.asarray(batch[key]), value, err_msg=key)
         assert loader.state()["step"] == 3
+
+
+class TestSampleIndexFromTheIndexLayer:
+    def test_configs_derive_the_index_config(self):
+        bert_cfg = BERTMaskedConfig(random_seed=5, sequence_length=64, num_samples=9)
+        assert bert_cfg.index_config() == MaskedIndexConfig(
+            split="969,30,1", seed=5, max_length=61, short_sequence_probability=0.1,
+            min_sentences=2, num_samples=9,
+        )
+        no_sop = BERTMaskedConfig(random_seed=5, sequence_length=64, classification_head=False)
+        assert no_sop.index_config().min_sentences == 1
+        t5_cfg = T5MaskedConfig(random_seed=5, sequence_length=64, cache_dir="/c")
+        assert (t5_cfg.index_config().max_length, t5_cfg.index_config().cache_dir) == (62, "/c")
+        with pytest.raises(ValueError, match="local directory"):
+            BERTMaskedConfig(random_seed=5, sequence_length=64, cache_dir="s3://b/c")
+
+    def test_source_reads_the_index_layer_rows(self, data, info):
+        source = bert(data[0], info)
+        built = build_masked_index(
+            source.config.index_config(), index_io.dataset_info(source.dataset, data[0]), "train"
+        )
+        np.testing.assert_array_equal(source.sample_index, built.rows)
+        assert source.index.fingerprint == built.fingerprint
+
+    @pytest.mark.parametrize(
+        "change",
+        [
+            {"short_sequence_probability": 0.3},
+            {"num_samples": 5000},
+            {"random_seed": 12},
+            {"split": "80,20,0"},
+            {"sequence_length": 80},
+            {"classification_head": False},
+        ],
+    )
+    def test_fingerprint_changes_with_the_index_config(self, data, info, change):
+        fields = {"random_seed": 11, "split": "90,10,0", "sequence_length": 64}
+        a = bert(data[0], info)
+        b = BERTSource(data[0], BERTMaskedConfig(**{**fields, **change}), info)
+        assert a.index.fingerprint != b.index.fingerprint
+        assert a.fingerprint != b.fingerprint
+
+    def test_cached_index_serves_the_same_samples(self, data, info, tmp_path):
+        plain = t5(data[0], info)
+        first = t5(data[0], info, cache_dir=str(tmp_path / "a"))
+        second = t5(data[0], info, cache_dir=str(tmp_path / "a"))
+        elsewhere = t5(data[0], info, cache_dir=str(tmp_path / "b"))
+        assert first.index.cache_path == second.index.cache_path is not None
+        assert isinstance(second.sample_index, np.memmap)
+        # the cache location is not part of the stream's identity (a resume state stays valid)
+        assert len({s.fingerprint for s in (plain, first, second, elsewhere)}) == 1
+        ids = np.array([0, 5, 17, len(plain) - 1])
+        for key, value in plain.get_batch(ids).items():
+            np.testing.assert_array_equal(second.get_batch(ids)[key], value, err_msg=key)
+        restored = pickle.loads(pickle.dumps(second))  # as Grain workers receive it
+        assert isinstance(restored.sample_index, np.memmap)  # reloaded, not copied
+        np.testing.assert_array_equal(restored.sample_index, plain.sample_index)
+        assert restored.fingerprint == second.fingerprint
+        copied = pickle.loads(pickle.dumps(plain))  # no cache: the rows travel in the pickle
+        np.testing.assert_array_equal(copied.sample_index, plain.sample_index)

@@ -8,8 +8,8 @@ swap rate, and for T5 the number of spans and the decoder length.
 
 Tolerances: means are compared within 4 standard errors of their difference (computed from the two
 samples, so the test fails on a real shift, not on noise) plus a small allowance where the two
-implementations differ on purpose (documented in jaxblend.sources.masked); distributions within a
-total-variation distance of 0.04 (with several thousand runs, noise is ~0.01).
+implementations differ on purpose (documented in jaxblend.sources.masked_base); distributions
+within a total-variation distance of 0.04 (with several thousand runs, noise is ~0.01).
 """
 
 from __future__ import annotations

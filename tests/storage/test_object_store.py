@@ -96,6 +96,46 @@ def test_cached_open_fetches_two_small_objects(object_store, corpus) -> None:
     assert changed.fingerprint == IndexedDataset(other.prefix).fingerprint != fingerprint
 
 
+def test_same_size_token_change_is_a_new_identity(object_store, corpus) -> None:
+    """A `.bin` rewritten with other tokens of the same size: new generation, hashed, new identity."""
+    url = _upload(object_store, corpus)
+    fingerprint = IndexedDataset(url).fingerprint
+    assert fingerprint == IndexedDataset(corpus.prefix).fingerprint
+    data = bytearray(Path(corpus.prefix + ".bin").read_bytes())
+    data[len(data) // 2] ^= 0x5A
+    object_store.write(url.split("/", 3)[3] + ".bin", bytes(data))
+    changed = IndexedDataset(url)
+    assert changed.fingerprint != fingerprint
+    Path(corpus.prefix + ".bin").write_bytes(data)
+    assert IndexedDataset(corpus.prefix).fingerprint == changed.fingerprint
+
+
+@pytest.mark.parametrize("how", ["environment", "index cache default"])
+def test_identity_memo_in_a_bucket_is_shared(object_store, corpus, monkeypatch, how) -> None:
+    """With the memo at a bucket URL, a version hashed by one host is known to every other host."""
+    from jaxblend.storage import content_digest, identity_memo
+
+    url = _upload(object_store, corpus)
+    memo_url = object_store.prefix_url(f"memo{next(_names)}/")
+    if how == "environment":
+        monkeypatch.setenv("JAXBLEND_IDENTITY_CACHE", memo_url)
+    else:  # what the data flags do for --data_cache_path=gs://...
+        monkeypatch.delenv("JAXBLEND_IDENTITY_CACHE")
+        monkeypatch.setattr(identity_memo, "_shared_url", None)
+        identity_memo.set_shared_url(memo_url)
+    fingerprint = IndexedDataset(url).fingerprint  # first sight: hashed, recorded in the bucket
+    assert object_store.kvstore().list().result()  # the entry is an object in the bucket
+
+    def no_reads(*args):
+        raise AssertionError("a remembered version must not be read again")
+
+    monkeypatch.setattr(content_digest, "streamed_digest", no_reads)
+    with FaultProxy(object_store.url) as proxy, object_store.pointed_at(proxy.url):
+        again = IndexedDataset(url)
+        assert again.fingerprint == fingerprint
+        assert proxy.requests == 3  # index header, `.bin` generation, the memo entry
+
+
 def test_reopened_dataset_that_changed_is_refused(object_store, corpus, int32_corpus) -> None:
     url = _upload(object_store, corpus)
     ds = IndexedDataset(url)

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from jaxblend import atomic_write
 from jaxblend.preprocess import layout
 from jaxblend.preprocess.cleaning import signatures
 from jaxblend.preprocess.cleaning.config import CleaningConfig
@@ -157,9 +158,8 @@ def write_drops(parts: str, index: int, rows: np.ndarray, reasons: np.ndarray) -
     positions = np.asarray(signatures.load(parts, index, "positions"))[rows]
     out = np.stack([positions, reasons], axis=1).astype(np.int64).reshape(-1, 2)
     out = out[np.argsort(out[:, 0], kind="stable")]
-    tmp = drops_path(parts, index) + f".tmp-{os.getpid()}.npy"
-    np.save(tmp, out)
-    os.replace(tmp, drops_path(parts, index))
+    with atomic_write.atomic_file(drops_path(parts, index)) as f:
+        np.save(f, out)
 
 
 def finish(parts: str, indices: Sequence[int], stats: dict[str, Any]) -> dict[str, Any]:

@@ -9,12 +9,12 @@ per enabled quality filter, the score distribution with its bounds) beside the o
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from jaxblend import atomic_write
 from jaxblend.preprocess.cleaning import cleaner, quality
 from jaxblend.preprocess.cleaning.config import CleaningConfig
 
@@ -150,8 +150,7 @@ def plot(report: Mapping[str, Any], path: str) -> bool:
         ax.axis("off")
     fig.suptitle("quality scores (documents per bin) and thresholds")
     fig.tight_layout()
-    tmp = f"{path}.tmp-{os.getpid()}.png"
-    fig.savefig(tmp, dpi=80)
+    with atomic_write.atomic_path(path, suffix=".png") as tmp:
+        fig.savefig(tmp, dpi=80)
     plt.close(fig)
-    os.replace(tmp, path)
     return True

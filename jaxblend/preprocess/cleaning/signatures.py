@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from jaxblend import atomic_write
 from jaxblend.preprocess.cleaning import text as text_lib
 from jaxblend.preprocess.cleaning.config import CleaningConfig
 
@@ -118,10 +118,6 @@ class SignatureWriter:
     ) -> None:
         """Writes the signature directory atomically (temporary directory, then rename), with the
         per-record filters' outcome (``filtered`` rows, score ``histograms``)."""
-        final = sig_dir(parts, index)
-        tmp = f"{final}.tmp-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        os.makedirs(tmp)
         n = len(self.positions)
         nb = self.config.bands if self.config.near_dedup else 0
         npm = self.config.num_perm if self.config.near_dedup else 0
@@ -133,12 +129,10 @@ class SignatureWriter:
             "minhash": np.stack(self.sig_rows) if n else np.zeros((0, npm), np.uint32),
             "filtered": filtered,
         }
-        with open(os.path.join(tmp, "histograms.json"), "w", encoding="utf-8") as f:
-            json.dump(dict(histograms), f)
-        for name, arr in arrays.items():
-            np.save(os.path.join(tmp, f"{name}.npy"), arr)
-        shutil.rmtree(final, ignore_errors=True)
-        os.replace(tmp, final)
+        with atomic_write.atomic_directory(sig_dir(parts, index), exists="replace") as out:
+            out.write_json("histograms.json", dict(histograms))
+            for name, arr in arrays.items():
+                out.save_npy(name, arr)
 
 
 def load_decisions(

@@ -1,0 +1,161 @@
+"""Which index maps each split of a `GPTDataConfig` needs: the one resolution of splits.
+
+`build_data_plan` (which builds the maps) and `estimate_plan` (which sizes them without building)
+both start here, so they agree on every decision (Megatron-Core's `BlendedMegatronDatasetBuilder`
+rules, docs/format.md "Blends"):
+
+* `blend` + `split`: one split matrix for every prefix; `blend_per_split`: each split names its own
+  blend and uses each prefix whole (bookends `(0, 1)`).
+* A single prefix without weights (or any single prefix of `blend_per_split`, whose weight
+  Megatron ignores) is a plain GPT dataset ("single"); otherwise a "weighted" or "unweighted"
+  blend of one GPT dataset per prefix.
+* A weighted blend of N samples asks dataset j for `ceil(ceil(N w_j) (1 + surplus))` samples and
+  has size `sum_j ceil(N w_j)`; weights are normalized once here (and once more by the blend, as
+  Megatron does).
+* Only the validation split keeps a last partial sample, and only with
+  `drop_last_partial_validation_sequence=False`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Mapping
+
+import numpy as np
+
+from jaxblend.index import blend_spec
+from jaxblend.index import split as split_lib
+from jaxblend.index.config import DatasetInfo, GPTDataConfig
+
+InfoSource = Mapping[str, DatasetInfo] | Callable[[str], DatasetInfo]
+
+SPLIT_KINDS = ("single", "weighted", "unweighted")
+
+
+@dataclasses.dataclass(frozen=True)
+class SplitSpec:
+    """One split's datasets and how they combine.
+
+    Attributes:
+      name: "train", "valid" or "test".
+      prefixes: the datasets, in blend order.
+      kind: "single", "weighted" or "unweighted" (see the module docstring).
+      bookend: the fraction `[lo, hi)` of every dataset's documents in this split.
+      num_samples: the samples requested, or None (one epoch / exhaustive).
+      weights: normalized weights of a weighted blend, else None.
+      surplus: `mid_level_dataset_surplus` (extra samples asked of each blended dataset).
+      drop_last_partial: whether the last partial sample is dropped.
+    """
+
+    name: str
+    prefixes: tuple[str, ...]
+    kind: str
+    bookend: tuple[float, float]
+    num_samples: int | None
+    weights: tuple[float, ...] | None
+    surplus: float
+    drop_last_partial: bool
+
+    def __post_init__(self) -> None:
+        if self.kind not in SPLIT_KINDS:
+            raise ValueError(f"split kind {self.kind!r}; expected one of {SPLIT_KINDS}")
+
+    def blend_targets(self) -> list[int] | None:
+        """A weighted blend's samples per dataset, `ceil(N w_j)` (they sum to its size), else None."""
+        if self.kind != "weighted":
+            return None
+        return [math.ceil(self.num_samples * w) for w in self.weights]
+
+    def dataset_requests(self) -> list[int | None]:
+        """The samples asked of each dataset's GPT maps (None: one epoch)."""
+        if self.kind == "single":
+            return [self.num_samples]
+        if self.kind == "weighted":
+            return [math.ceil(t * (1 + self.surplus)) for t in self.blend_targets()]
+        return [None] * len(self.prefixes)
+
+
+def resolve_splits(
+    config: GPTDataConfig, wanted: tuple[str, ...] = split_lib.SPLIT_NAMES
+) -> list[SplitSpec | None]:
+    """One spec per split name, in `SPLIT_NAMES` order (None: absent or not in `wanted`).
+
+    Raises:
+      ValueError: a blend that does not parse, a bad split string, or a weighted blend without a
+        sample count.
+    """
+    specs: list[SplitSpec | None] = []
+    if config.blend is not None:
+        blend = blend_spec.parse_blend(config.blend, "blend")
+        matrix = split_lib.split_matrix(split_lib.parse_split(config.split))
+        for index, name in enumerate(split_lib.SPLIT_NAMES):
+            if matrix[index] is None or name not in wanted:
+                specs.append(None)
+                continue
+            specs.append(_make_spec(config, name, blend, matrix[index], index, per_split=False))
+        return specs
+    for index, name in enumerate(split_lib.SPLIT_NAMES):
+        raw = config.blend_per_split[index]
+        if raw is None or name not in wanted:
+            specs.append(None)
+            continue
+        blend = blend_spec.parse_blend(raw, f"blend_per_split[{name}]")
+        specs.append(_make_spec(config, name, blend, (0.0, 1.0), index, per_split=True))
+    return specs
+
+
+def _make_spec(
+    config: GPTDataConfig,
+    name: str,
+    blend: blend_spec.Blend,
+    bookend: tuple[float, float],
+    index: int,
+    per_split: bool,
+) -> SplitSpec:
+    num_samples = config.num_samples[index]
+    keep_partial = name == "valid" and not config.drop_last_partial_validation_sequence
+    common = {
+        "name": name,
+        "prefixes": blend.prefixes,
+        "bookend": bookend,
+        "num_samples": num_samples,
+        "surplus": float(config.mid_level_dataset_surplus),
+        "drop_last_partial": not keep_partial,
+    }
+    if len(blend.prefixes) == 1 and (per_split or blend.weights is None):
+        return SplitSpec(kind="single", weights=None, **common)
+    if blend.weights is None:
+        return SplitSpec(kind="unweighted", weights=None, **common)
+    if num_samples is None:
+        raise ValueError(
+            f"num_samples[{name}] = None but the {name} blend has weights; weighted blends "
+            f"need a sample count (--{name}_samples)"
+        )
+    weights = tuple(blend_spec.normalize(blend.weights))
+    return SplitSpec(kind="weighted", weights=weights, **common)
+
+
+def dataset_info(infos: InfoSource, prefix: str) -> DatasetInfo:
+    """The `DatasetInfo` of `prefix` from a mapping or a callable.
+
+    Raises:
+      ValueError: the mapping has no entry for `prefix`.
+      TypeError: the value is not a `DatasetInfo`.
+    """
+    if callable(infos) and not isinstance(infos, Mapping):
+        info = infos(prefix)
+    else:
+        try:
+            info = infos[prefix]
+        except KeyError:
+            raise ValueError(f"no DatasetInfo given for dataset prefix {prefix!r}") from None
+    if not isinstance(info, DatasetInfo):
+        raise TypeError(f"dataset {prefix!r}: expected a DatasetInfo, got {type(info).__name__}")
+    return info
+
+
+def check_has_tokens(prefix: str, info: DatasetInfo) -> None:
+    """Raises ValueError if the dataset has no tokens at all."""
+    if info.num_sequences == 0 or not np.any(info.sequence_lengths):
+        raise ValueError(f"dataset {prefix!r} has no tokens ({info.num_sequences} sequences)")

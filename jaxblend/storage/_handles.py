@@ -1,0 +1,124 @@
+"""Per-process open state of an `IndexedDataset` and the settings it is opened with.
+
+`Handles` holds what one process has open for a dataset (the parsed `.idx` header, sizes, the
+`.idx` buffer and arrays, the `.bin` map or kvstore). It is created by `_local_open.open_local` or
+`_remote_open.open_remote`, completed lazily by `_remote_open.load_index` for remote datasets
+opened from `identity_memo`, and released by `release`. Nothing here is shared between
+processes: `IndexedDataset` pickles its settings and reopens.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import mmap
+from typing import Any
+
+import numpy as np
+import tensorstore as ts
+
+from jaxblend.storage import _location, idx_format
+from jaxblend.storage.idx_format import IndexArrays, IndexFormatError
+from jaxblend.storage.object_store import ObjectStoreOptions
+
+
+@dataclasses.dataclass
+class Handles:
+    """Per-process open state of a dataset."""
+
+    header: idx_format.IndexHeader
+    num_tokens: int
+    bin_size: int
+    kvstore: ts.KvStore | None  # tensorstore backend (and remote index reads)
+    idx_generation: bytes = b""  # file versions seen at open (generations; local: version stamps)
+    bin_generation: bytes = b""
+    changed_at: float = 0.0  # local: when either file last changed (identity_memo.SETTLE_SECONDS)
+    arrays: IndexArrays | None = None  # None until first needed (remote)
+    idx_buffer: Any = None  # a read-only map (see _mapping) or bytes; the arrays alias it
+    bin_tokens: np.ndarray | None = None  # mmap backend: flat token view over the mapped .bin
+    bin_mmap: Any = None  # the `.bin` map (see _mapping)
+
+
+BACKENDS = ("auto", "mmap", "tensorstore")
+FILE_IO_MODES = ("memmap", "default", "direct")
+
+
+@dataclasses.dataclass(frozen=True)
+class OpenSettings:
+    """How a dataset's files are opened (validated at construction).
+
+    Attributes:
+      backend: "mmap" or "tensorstore" ("auto" until `IndexedDataset` resolves it from the
+        prefix).
+      multimodal: None to detect sequence modes, True to require them, False to ignore them.
+      file_io_mode: TensorStore file driver I/O mode.
+      io_concurrency: TensorStore request concurrency limit, or None.
+      context_spec: extra TensorStore context spec layered on jaxblend's shared context.
+      store: object-store settings.
+    """
+
+    backend: str
+    multimodal: bool | None
+    file_io_mode: str
+    io_concurrency: int | None
+    context_spec: dict[str, Any] | None
+    store: ObjectStoreOptions
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
+        if self.file_io_mode not in FILE_IO_MODES:
+            raise ValueError(
+                f"file_io_mode must be one of {FILE_IO_MODES}, got {self.file_io_mode!r}"
+            )
+        limit = self.io_concurrency
+        if limit is not None:
+            if isinstance(limit, bool) or int(limit) < 1:
+                raise ValueError(f"io_concurrency must be None or an integer >= 1, got {limit!r}")
+            object.__setattr__(self, "io_concurrency", int(limit))
+        if not (self.multimodal is None or isinstance(self.multimodal, bool)):
+            raise ValueError(f"multimodal must be None, True or False, got {self.multimodal!r}")
+        if self.context_spec is not None and not isinstance(self.context_spec, dict):
+            raise ValueError(
+                "context must be a TensorStore context spec dict, got "
+                f"{type(self.context_spec).__name__}"
+            )
+
+    def context(self, loc: _location.Location) -> ts.Context:
+        """The TensorStore context for `loc`: jaxblend's shared one plus these settings."""
+        spec: dict[str, Any] = {"file_io_mode": {"mode": self.file_io_mode}}
+        if loc.local_prefix is None:
+            spec.update(self.store.context_spec())
+        if self.io_concurrency is not None:
+            limit = {"limit": self.io_concurrency}
+            spec.update(
+                file_io_concurrency=limit,
+                gcs_request_concurrency=limit,
+                s3_request_concurrency=limit,
+            )
+        if self.context_spec:
+            spec.update(copy.deepcopy(self.context_spec))
+        return _location.context_for(spec)
+
+
+def open_kvstore(loc: _location.Location, context: ts.Context) -> ts.KvStore:
+    """Opens the kvstore holding `loc`'s files.
+
+    Raises:
+      IndexFormatError: the kvstore spec does not open.
+    """
+    try:
+        return ts.KvStore.open(loc.kvstore, context=context).result()
+    except ValueError as e:
+        raise IndexFormatError(f"{loc.display}: cannot open the kvstore {loc.kvstore}: {e}") from e
+
+
+def release(state: Handles) -> None:
+    """Drops the arrays and closes the maps (views handed out earlier keep a map alive)."""
+    state.bin_tokens = None
+    state.arrays = None
+    for mm in (state.bin_mmap, state.idx_buffer):
+        if isinstance(mm, mmap.mmap):
+            with contextlib.suppress(BufferError):
+                mm.close()

@@ -1,0 +1,79 @@
+"""Opens a local dataset: the `.idx` memory-mapped and validated, the `.bin` mapped or sized.
+
+With the "mmap" backend the whole `.bin` is mapped read-only and exposed as a flat token array
+(spans are gathered from it by a compiled kernel); with "tensorstore" only its size is read here
+and reads go through a file kvstore.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+
+import numpy as np
+
+from jaxblend.storage import _identity, _location, _mapping, identity_memo, idx_format
+from jaxblend.storage._handles import Handles, OpenSettings, open_kvstore
+from jaxblend.storage.idx_format import IndexFormatError
+
+
+def open_local(loc: _location.Location, settings: OpenSettings) -> tuple[Handles, str | None]:
+    """Opens the local files of `loc` (which has a `local_prefix`).
+
+    Returns:
+      The handles and, for a remembered version pair, its content fingerprint (else None).
+
+    Raises:
+      IndexFormatError: a file is missing, a directory, or malformed, or the pair disagrees.
+    """
+    assert loc.local_prefix is not None
+    idx_name, bin_name = loc.file_name(".idx"), loc.file_name(".bin")
+    idx_buffer = _map(loc.local_prefix + ".idx", idx_name, "index")
+    arrays = idx_format.parse_index(idx_buffer, idx_name, multimodal=settings.multimodal)
+    bin_size = _size(loc.local_prefix + ".bin", bin_name)
+    idx_format.check_bin_size(arrays, bin_size, idx_name, bin_name)
+    try:
+        idx_version, bin_version, changed_at = _identity.local_versions(loc.local_prefix)
+    except OSError as e:
+        raise IndexFormatError(f"{idx_name}: cannot be stat'ed: {e}") from None
+    h = Handles(
+        header=idx_format.parse_header(idx_buffer, idx_name),
+        num_tokens=arrays.num_tokens,
+        bin_size=bin_size,
+        kvstore=None,
+        idx_generation=idx_version,
+        bin_generation=bin_version,
+        changed_at=changed_at,
+        arrays=arrays,
+        idx_buffer=idx_buffer,
+    )
+    known = identity_memo.lookup(_identity.memo_url(loc), idx_version, bin_version)
+    if known is None or (known.num_tokens, known.bin_size) != (h.num_tokens, bin_size):
+        known = None
+    if settings.backend == "tensorstore":
+        h.kvstore = open_kvstore(loc, settings.context(loc))
+    elif bin_size:
+        h.bin_mmap = _map(loc.local_prefix + ".bin", bin_name, "data")
+        h.bin_tokens = np.frombuffer(h.bin_mmap, dtype=arrays.dtype)
+    else:
+        h.bin_tokens = np.zeros(0, dtype=arrays.dtype)
+    return h, None if known is None else known.fingerprint
+
+
+def _map(path: str, name: str, what: str) -> np.ndarray | mmap.mmap | bytes:
+    try:
+        if os.path.getsize(path) == 0:
+            return b""
+        return _mapping.map_readonly(path)
+    except FileNotFoundError:
+        raise IndexFormatError(f"{name}: {what} file does not exist") from None
+    except IsADirectoryError:
+        raise IndexFormatError(f"{name}: {what} file is a directory") from None
+
+
+def _size(path: str, name: str) -> int:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise IndexFormatError(f"{name}: data file does not exist") from None
+    return st.st_size

@@ -1,0 +1,93 @@
+"""Opens a dataset in an object store with a few small requests; fetches its `.idx` when needed.
+
+A version pair seen before (`identity_memo`) opens with one round of two tiny requests (the `.idx`
+header and an empty read of the `.bin` for its generation); the `.idx` arrays are downloaded on
+first use (`load_index`), which checks that the object was not rewritten in between. A version
+pair seen for the first time is downloaded, validated and size-checked at once.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorstore as ts
+
+from jaxblend.storage import _identity, _location, _remote, identity_memo, idx_format
+from jaxblend.storage._handles import Handles, OpenSettings
+from jaxblend.storage.idx_format import IndexFormatError
+
+
+def open_remote(
+    loc: _location.Location, kv: ts.KvStore, settings: OpenSettings
+) -> tuple[Handles, str | None]:
+    """Opens the remote files of `loc` through `kv`.
+
+    Returns:
+      The handles and, for a remembered version pair, its content fingerprint (else None).
+
+    Raises:
+      IndexFormatError: a file is missing or malformed, or the pair disagrees.
+      ObjectStoreError: the store fails or does not answer in time.
+    """
+    idx_name, bin_name = loc.file_name(".idx"), loc.file_name(".bin")
+    timeout = settings.store.request_timeout
+    head_future = _remote.read(kv, loc.idx_key, slice(0, idx_format.HEADER_SIZE))
+    bin_future = _remote.read(kv, loc.bin_key, slice(0, 0))
+    try:
+        head = _remote.wait(head_future, idx_name, "reading the index header", timeout)
+    except ValueError:  # shorter than a header: the full read below reports it
+        head = None
+    if head is not None and head.state != "value":
+        raise IndexFormatError(
+            _remote.missing_message(kv, loc.idx_key, idx_name, "index file", timeout)
+        )
+    bin_head = _remote.wait(bin_future, bin_name, "reading the data file", timeout)
+    if bin_head.state != "value":
+        raise IndexFormatError(
+            _remote.missing_message(kv, loc.bin_key, bin_name, "data file", timeout)
+        )
+    idx_generation = bytes(head.stamp.generation) if head is not None else b""
+    bin_generation = bytes(bin_head.stamp.generation)
+    if head is not None:
+        header = idx_format.parse_header(head.value, idx_name)
+        known = identity_memo.lookup(_identity.memo_url(loc), idx_generation, bin_generation)
+        if known is not None and known.num_tokens * header.dtype.itemsize == known.bin_size:
+            handles = Handles(
+                header, known.num_tokens, known.bin_size, kv, idx_generation, bin_generation
+            )
+            return handles, known.fingerprint
+    # First sight of this version pair: download, validate and size-check everything.
+    placeholder = idx_format.IndexHeader(np.dtype(np.uint8), 0, 1)  # replaced by the load
+    h = Handles(placeholder, 0, 0, kv, idx_generation, bin_generation)
+    load_index(h, loc, settings, first_sight=True)
+    h.bin_size, _ = _remote.object_size(
+        kv, loc.bin_key, h.num_tokens * h.header.dtype.itemsize, bin_name, timeout
+    )
+    return h, None
+
+
+def load_index(
+    h: Handles, loc: _location.Location, settings: OpenSettings, first_sight: bool = False
+) -> None:
+    """Downloads, decodes and validates the whole `.idx` of a remote dataset into `h`.
+
+    `first_sight`: called from `open_remote` for a version not remembered (the `.bin` size is
+    checked afterwards); otherwise the lazy load after a remembered open, which must find the
+    object version and the `.bin` size seen at open.
+    """
+    idx_name = loc.file_name(".idx")
+    assert h.kvstore is not None
+    res = _remote.read_existing(
+        h.kvstore, loc.idx_key, idx_name, "index file", settings.store.request_timeout
+    )
+    if h.idx_generation and bytes(res.stamp.generation) != h.idx_generation:
+        raise IndexFormatError(
+            f"{idx_name}: the index was rewritten while the dataset was being opened; retry"
+        )
+    h.idx_generation = bytes(res.stamp.generation)
+    arrays = idx_format.parse_index(res.value, idx_name, multimodal=settings.multimodal)
+    if not first_sight:
+        idx_format.check_bin_size(arrays, h.bin_size, idx_name, loc.file_name(".bin"))
+    h.header = idx_format.parse_header(res.value, idx_name)
+    h.num_tokens = arrays.num_tokens
+    h.idx_buffer = res.value
+    h.arrays = arrays
