@@ -34,7 +34,7 @@ from absl import app, flags
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from jaxblend.loading import BucketConfig, plan_buckets
+from jaxblend.sampling import BucketConfig, plan_buckets
 
 _N = flags.DEFINE_integer("num_samples", 200_000, "Samples in the lognormal distribution.")
 _WIDTH = flags.DEFINE_integer("bucket_width", 64, "Bucket width (tokens).")
@@ -55,7 +55,7 @@ def bucketed_stats(lengths: np.ndarray, config: BucketConfig) -> dict[str, float
     plan = plan_buckets(lengths, config)
     seconds = time.perf_counter() - began
     clipped = np.minimum(lengths, config.max_length)
-    ids = np.asarray(plan.sample_ids)
+    ids = np.asarray(plan.row_ids)
     real = clipped[ids[ids >= 0]].sum()
     padded = sum(
         int(plan.bucket_rows[b]) * int(plan.bucket_lengths[b]) for b in np.asarray(plan.step_bucket)
@@ -70,7 +70,7 @@ def bucketed_stats(lengths: np.ndarray, config: BucketConfig) -> dict[str, float
         "padding": 1 - real / padded,
         "real_per_batch": real / len(plan),
         "padded_per_batch": padded / len(plan),
-        "shapes": len(plan.shapes()),
+        "shapes": len(plan.batch_shapes()),
         "left": kept - int((ids >= 0).sum()),
         "seconds": seconds,
         "plan": plan,

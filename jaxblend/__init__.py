@@ -20,7 +20,7 @@ from jaxblend.storage import (
 
 _LAZY = {
     "make_loader": "jaxblend.loading",
-    "GlobalBatchLoader": "jaxblend.loading",
+    "StepLoader": "jaxblend.loading",
     "open_gpt_sources": "jaxblend.sources",
     "GPTSchemaOptions": "jaxblend.sources",
     "GPTSource": "jaxblend.sources",
@@ -32,11 +32,11 @@ __all__ = [
     "BlendedSource",
     "GPTSchemaOptions",
     "GPTSource",
-    "GlobalBatchLoader",
     "IndexFormatError",
     "IndexedDataset",
     "IndexedDatasetBuilder",
     "MockSource",
+    "StepLoader",
     "index",
     "make_loader",
     "open_gpt_sources",

@@ -11,7 +11,11 @@ With Megatron-LM data flags it trains on your `.bin`/`.idx` files:
   python -m jaxblend.train --data_path="30 /d/a 70 /d/b" --split=969,30,1 --seq_length=2048 \
       --global_batch_size=256 --train_iters=1000 --vocab_size=50304 --eod_id=50256
 
-Logs step, loss, tokens/s, the fraction of step time spent waiting for data and per-dataset
+With `--rampup_batch_size="START INCREMENT RAMP_SAMPLES"` the global batch grows as with
+Megatron-LM's `--rampup-batch-size` (the Megatron spelling of the flags is accepted too); each
+batch size is compiled once.
+
+Logs step, loss, the step's global batch size, tokens/s, the fraction of step time spent waiting for data and per-dataset
 sample counts; saves model + optimizer + loader state (Orbax, every host its own shards) every
 `--save_interval` steps to `--checkpoint_dir` (a directory or a gs:// URL) and resumes from the
 newest checkpoint there, on any process count and mesh. SIGTERM (preemption) makes every process
@@ -27,11 +31,16 @@ import os
 import subprocess
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from absl import app, flags, logging
 
 from jaxblend import distributed
-from jaxblend.tools import _cli, _entry
+from jaxblend.tools import _cli, _entry, _step_plan
+
+if TYPE_CHECKING:  # the data layers import JAX, which must wait for the flags
+    from jaxblend.loading import LoaderSource
+    from jaxblend.sampling import StepPlan
 
 _WORKDIR = flags.DEFINE_string("workdir", "runs/demo", "Where the default corpus, caches and checkpoints go.")
 _MESH_SHAPE = flags.DEFINE_string("mesh_shape", None, "Mesh shape, e.g. 8 or 4,2 (default: all devices on one data axis).")
@@ -127,66 +136,93 @@ def main(argv: Sequence[str]) -> None:
     watch.stop()
 
 
-def _train(watch) -> None:
-    import jax
-    import jax.numpy as jnp
-    import numpy as np
-    import optax
-    from jax.experimental import multihost_utils
+@dataclasses.dataclass
+class _Data:
+    """The run's data: the training source and its step plan, validation sources, dataset names."""
 
-    from jaxblend.loading import make_loader
-    from jaxblend.training import model
-    from jaxblend.training.preemption import PreemptionNotice
+    train: LoaderSource
+    plan: StepPlan
+    valid: dict[str, LoaderSource]
+    names: list[str]
 
-    try:
-        from jaxblend.training import checkpoint
-    except ModuleNotFoundError as err:
-        raise app.UsageError(
-            f"the training example saves Orbax checkpoints ({err}): pip install 'jaxblend[orbax]'"
-        ) from None
 
+@dataclasses.dataclass
+class _Model:
+    """The model configuration, its optimizer, and the parameters and optimizer state."""
+
+    config: object
+    optimizer: object
+    params: object
+    opt_state: object
+
+
+@dataclasses.dataclass
+class _Resume:
+    """Where the run starts: the checkpointer, the first step, the loader state, sample counts."""
+
+    ckpt: object
+    directory: str
+    start: int = 0
+    loader_state: dict | None = None
+    counts: list | None = None
+
+
+def _data_flags_with_defaults() -> int:
+    """Fills the data flags the run needs (default corpus, sample counts); returns the vocabulary."""
     fl = flags.FLAGS
-    workdir = _WORKDIR.value
-    watch.phase = "preparing the data"
     if not _has_data_flags():
-        os.makedirs(workdir, exist_ok=True)
-        blend, vocab, eod = build_default_corpus(workdir)
+        os.makedirs(_WORKDIR.value, exist_ok=True)
+        blend, vocab, eod = build_default_corpus(_WORKDIR.value)
         fl.data_path = [blend]
         if fl.eod_id is None:
             fl.eod_id = eod
         if _VOCAB.value is None:
             fl.vocab_size = vocab
         if fl.data_cache_path is None:
-            fl.data_cache_path = os.path.join(workdir, "index_cache")
+            fl.data_cache_path = os.path.join(_WORKDIR.value, "index_cache")
     vocab_size = fl.vocab_size or (fl.mock_vocab_size if fl.mock_data else None)
     if vocab_size is None:
         raise app.UsageError("--vocab_size is required with --data_path")
-
-    mesh = _cli.mesh_from_flags(_MESH_SHAPE.value, _MESH_AXES.value)
-    batch_axes = _cli.batch_axes_of(mesh)
-    b, iters = _BATCH.value, _ITERS.value
-    eval_batches = _EVAL_ITERS.value if _EVAL_INTERVAL.value else 0
+    b = _BATCH.value
     if fl.train_samples is None:
-        fl.train_samples = iters * b
+        fl.train_samples = _step_plan.samples_for(b, _ITERS.value)
     if fl.valid_samples is None:
-        fl.valid_samples = eval_batches * b
+        fl.valid_samples = _eval_batches() * b
     if fl.test_samples is None:
         fl.test_samples = 0
-    train_source = _cli.source_from_flags("train")
-    valid_sources = {}
-    if eval_batches:
+    return vocab_size
+
+
+def _eval_batches() -> int:
+    return _EVAL_ITERS.value if _EVAL_INTERVAL.value else 0
+
+
+def _open_data() -> _Data:
+    """Opens the training and validation sources and the training step plan."""
+    train = _cli.source_from_flags("train")
+    valid = {}
+    if _eval_batches():
         try:
-            valid_sources = _cli.validation_sources_from_flags()
+            valid = _cli.validation_sources_from_flags()
         except ValueError as err:
             logging.warning("no validation: %s", err)
-    names = getattr(train_source, "dataset_names", ["mock"])
+    plan = _step_plan.step_plan(len(train), _BATCH.value, _ITERS.value)
+    return _Data(train, plan, valid, getattr(train, "dataset_names", ["mock"]))
 
-    watch.phase = "initializing the model"
+
+def _init_model(vocab_size: int, mesh) -> _Model:
+    """The model, AdamW with warm-up and cosine decay, initialized sharded on `mesh`."""
+    import jax
+    import optax
+
+    from jaxblend.training import model
+
     cfg = model.ModelConfig(
         vocab_size=vocab_size, d_model=_D_MODEL.value, num_layers=_LAYERS.value,
         num_heads=_HEADS.value, mlp_dim=_MLP.value,
     )
     shardings = model.param_shardings(cfg, mesh)
+    iters = _ITERS.value
     schedule = optax.warmup_cosine_decay_schedule(
         0.0, _LR.value, _WARMUP.value, max(iters, _WARMUP.value + 1), _MIN_LR.value
     )
@@ -194,26 +230,45 @@ def _train(watch) -> None:
         optax.clip_by_global_norm(_CLIP.value),
         optax.adamw(schedule, b1=0.9, b2=0.95, weight_decay=_WD.value),
     )
-    params = jax.jit(functools.partial(model.init_params, cfg), static_argnums=0, out_shardings=shardings)(fl.seed)
+    params = jax.jit(
+        functools.partial(model.init_params, cfg), static_argnums=0, out_shardings=shardings
+    )(flags.FLAGS.seed)
     opt_shardings = model.state_shardings(jax.eval_shape(optimizer.init, params), shardings, mesh)
     opt_state = jax.jit(optimizer.init, out_shardings=opt_shardings)(params)
+    return _Model(cfg, optimizer, params, opt_state)
 
-    watch.phase = "restoring the checkpoint"
-    ckpt_dir = _CKPT_DIR.value or os.path.join(workdir, "checkpoints")
-    ckpt = checkpoint.Checkpointer(ckpt_dir, keep=_KEEP.value)
-    start, loader_state, restored_counts = 0, None, None
-    last = ckpt.latest_step()
-    if last is not None:
-        (params, opt_state), loader_state, meta = ckpt.restore(last, (params, opt_state))
-        start = int(loader_state["step"])
-        if start != last:
-            raise ValueError(f"{ckpt_dir} step {last}: its loader state is at step {start}")
-        restored_counts = meta.get("samples_per_dataset")
-        logging.info("resumed from %s step %d", ckpt_dir, start)
-        if jax.process_index() == 0:
-            print(f"resumed from {ckpt_dir} step {start}", flush=True)
 
-    num_datasets = len(names)
+def _restore(checkpoint, state: _Model) -> _Resume:
+    """Restores the newest checkpoint into `state`, if there is one."""
+    import jax
+
+    directory = _CKPT_DIR.value or os.path.join(_WORKDIR.value, "checkpoints")
+    resume = _Resume(checkpoint.Checkpointer(directory, keep=_KEEP.value), directory)
+    last = resume.ckpt.latest_step()
+    if last is None:
+        return resume
+    (state.params, state.opt_state), resume.loader_state, meta = resume.ckpt.restore(
+        last, (state.params, state.opt_state)
+    )
+    resume.start = int(resume.loader_state["step"])
+    if resume.start != last:
+        raise ValueError(f"{directory} step {last}: its loader state is at step {resume.start}")
+    resume.counts = meta.get("samples_per_dataset")
+    logging.info("resumed from %s step %d", directory, resume.start)
+    if jax.process_index() == 0:
+        print(f"resumed from {directory} step {resume.start}", flush=True)
+    return resume
+
+
+def _compile_steps(state: _Model, num_datasets: int):
+    """The jitted train and eval steps (each traced once per batch shape of the plan)."""
+    import jax
+    import jax.numpy as jnp
+    import optax
+
+    from jaxblend.training import model
+
+    cfg, optimizer = state.config, state.optimizer
 
     @functools.partial(jax.jit, donate_argnums=(0, 1))
     def train_step(params, opt_state, batch):
@@ -229,86 +284,163 @@ def _train(watch) -> None:
     def eval_step(params, batch):
         return model.loss_fn(params, cfg, batch)
 
-    watch.phase = "opening the data"
-    loader = make_loader(
-        train_source, mesh, global_batch_size=b, batch_axes=batch_axes,
-        worker_count=_WORKERS.value, read_ahead=_READ_AHEAD.value, num_steps=iters,
-        state=loader_state,
-    )
-    if loader.step != start:
-        raise ValueError(f"checkpoint step {start} but loader state step {loader.step}")
-    seen = np.zeros(num_datasets, np.int64)
-    if restored_counts is not None and len(restored_counts) == num_datasets:
-        seen += np.asarray(restored_counts, np.int64)
+    return train_step, eval_step
+
+
+class _LogWindow:
+    """Tokens, wall time and data wait since the last log line (per-step batch sizes)."""
+
+    def __init__(self, loader):
+        self.loader = loader
+        self.reset()
+
+    def reset(self) -> None:
+        self.began, self.wait, self.tokens = time.perf_counter(), self.loader.wait_seconds, 0
+
+    def line(self, done: int, loss: float, batch_size: int, names, seen) -> str:
+        elapsed = time.perf_counter() - self.began
+        wait = self.loader.wait_seconds - self.wait
+        mix = " ".join(f"{os.path.basename(n)}={c}" for n, c in zip(names, seen, strict=True))
+        return (
+            f"step {done:5d}  loss {loss:.4f}  batch {batch_size}  "
+            f"{self.tokens / elapsed:9.0f} tok/s  data-wait {100 * wait / elapsed:4.1f}%  "
+            f"samples {mix}"
+        )
+
+
+def _evaluate(done: int, params, eval_step, data: _Data, mesh, batch_axes) -> None:
+    """Prints the validation loss of every validation set."""
+    import jax
+    import numpy as np
+
+    from jaxblend.loading import make_loader
+
+    b = _BATCH.value
+    for vname, valid_source in data.valid.items():
+        vloader = make_loader(
+            valid_source, mesh, global_batch_size=b, batch_axes=batch_axes,
+            num_steps=min(_eval_batches(), len(valid_source) // b),
+        )
+        losses = [float(eval_step(params, vb)[0]) for vb in vloader]
+        if vname != "valid":  # one of --multiple_validation_sets
+            vname = f"{vname} ({os.path.basename(valid_source.dataset_names[0])})"
+        if losses and jax.process_index() == 0:
+            label = "validation" if vname == "valid" else f"validation {vname}"
+            print(f"step {done:5d}  {label} loss {np.mean(losses):.4f}", flush=True)
+
+
+def _run_steps(watch, loader, state: _Model, resume: _Resume, data: _Data, steps, mesh,
+               batch_axes):
+    """Trains from `resume.start` to `--train_iters`; returns (last loss, preempted step)."""
+    import jax
+    import numpy as np
+
+    from jaxblend.training.preemption import PreemptionNotice
+
+    train_step, eval_step = steps
+    seen = np.zeros(len(data.names), np.int64)
+    if resume.counts is not None and len(resume.counts) == len(data.names):
+        seen += np.asarray(resume.counts, np.int64)
     preemption = PreemptionNotice()
-    window_start, window_wait, window_tokens = time.perf_counter(), loader.wait_seconds, 0.0
+    window = _LogWindow(loader)
+    iters, seq = _ITERS.value, flags.FLAGS.seq_length
     logging.info(
-        "training %d steps from %d: batch %d x %d tokens, mesh %s, datasets %s",
-        iters, start, b, fl.seq_length, dict(mesh.shape), names,
+        "training %d steps from %d: batch %s x %d tokens (%d batch shapes), mesh %s, datasets %s",
+        iters, resume.start, _BATCH.value, seq, len(data.plan.batch_shapes()), dict(mesh.shape),
+        data.names,
     )
     watch.phase = "training"
     loss, preempted_at = None, None
-    for step in range(start, iters):
+    for step in range(resume.start, iters):
         watch.step = step
         batch = next(loader)
-        params, opt_state, loss, _, counts = train_step(params, opt_state, batch)
+        state.params, state.opt_state, loss, _, counts = train_step(
+            state.params, state.opt_state, batch
+        )
         seen += np.asarray(jax.device_get(counts))
-        window_tokens += b * fl.seq_length
+        size = data.plan.batch_size(step)
+        window.tokens += size * seq
         done = step + 1
         watch.step = done
-        if done % _LOG_INTERVAL.value == 0 or done == iters or step == start:
-            loss_value = float(loss)
-            now = time.perf_counter()
-            elapsed = now - window_start
-            wait = loader.wait_seconds - window_wait
-            mix = " ".join(f"{os.path.basename(n)}={c}" for n, c in zip(names, seen, strict=True))
+        if done % _LOG_INTERVAL.value == 0 or done == iters or step == resume.start:
+            line = window.line(done, float(loss), size, data.names, seen)
             if jax.process_index() == 0:
-                print(
-                    f"step {done:5d}  loss {loss_value:.4f}  {window_tokens / elapsed:9.0f} tok/s  "
-                    f"data-wait {100 * wait / elapsed:4.1f}%  samples {mix}", flush=True,
-                )
-            window_start, window_wait, window_tokens = now, loader.wait_seconds, 0.0
-        evaluate = bool(_EVAL_INTERVAL.value) and done % _EVAL_INTERVAL.value == 0
-        for vname, valid_source in valid_sources.items() if evaluate else ():
-            vloader = make_loader(
-                valid_source, mesh, global_batch_size=b, batch_axes=batch_axes,
-                num_steps=min(eval_batches, len(valid_source) // b),
-            )
-            losses = [float(eval_step(params, vb)[0]) for vb in vloader]
-            if vname != "valid":  # one of --multiple_validation_sets
-                vname = f"{vname} ({os.path.basename(valid_source.dataset_names[0])})"
-            if losses and jax.process_index() == 0:
-                label = "validation" if vname == "valid" else f"validation {vname}"
-                print(f"step {done:5d}  {label} loss {np.mean(losses):.4f}", flush=True)
+                print(line, flush=True)
+            window.reset()
+        if _EVAL_INTERVAL.value and done % _EVAL_INTERVAL.value == 0:
+            _evaluate(done, state.params, eval_step, data, mesh, batch_axes)
         preempt = preemption.reached(done)
         if preempt or (_SAVE_INTERVAL.value and (done % _SAVE_INTERVAL.value == 0 or done == iters)):
-            ckpt.save(
-                done, (params, opt_state), loader,
-                {"model": dataclasses.asdict(cfg), "samples_per_dataset": seen.tolist()},
+            resume.ckpt.save(
+                done, (state.params, state.opt_state), loader,
+                {"model": dataclasses.asdict(state.config), "samples_per_dataset": seen.tolist()},
             )
         if preempt:
             preempted_at = done
             logging.info("preempted: checkpointing step %d and stopping", done)
             break
+    return loss, preempted_at
+
+
+def _train(watch) -> None:
+    import jax
+    from jax.experimental import multihost_utils
+
+    from jaxblend.loading import make_loader
+
+    try:
+        from jaxblend.training import checkpoint
+    except ModuleNotFoundError as err:
+        raise app.UsageError(
+            f"the training example saves Orbax checkpoints ({err}): pip install 'jaxblend[orbax]'"
+        ) from None
+
+    watch.phase = "preparing the data"
+    vocab_size = _data_flags_with_defaults()
+    mesh = _cli.mesh_from_flags(_MESH_SHAPE.value, _MESH_AXES.value)
+    batch_axes = _cli.batch_axes_of(mesh)
+    data = _open_data()
+    watch.phase = "initializing the model"
+    state = _init_model(vocab_size, mesh)
+    watch.phase = "restoring the checkpoint"
+    resume = _restore(checkpoint, state)
+    train_step, eval_step = _compile_steps(state, len(data.names))
+
+    watch.phase = "opening the data"
+    loader = make_loader(
+        data.train, data.plan, mesh, batch_axes=batch_axes, worker_count=_WORKERS.value,
+        read_ahead=_READ_AHEAD.value, state=resume.loader_state,
+    )
+    if loader.step != resume.start:
+        raise ValueError(f"checkpoint step {resume.start} but loader state step {loader.step}")
+    loss, preempted_at = _run_steps(
+        watch, loader, state, resume, data, (train_step, eval_step), mesh, batch_axes
+    )
     watch.phase = "saving the checkpoint"
-    ckpt.close()
+    resume.ckpt.close()
     if jax.process_index() == 0:
-        if preempted_at is not None:
-            print(
-                f"preempted: saved checkpoint step {preempted_at} in {ckpt_dir}; exiting (rerun "
-                "the same command, on any number of hosts, to resume)", flush=True,
-            )
-        elif loss is not None:
-            print(f"finished at step {iters}: final loss {float(loss):.4f}", flush=True)
-        else:
-            print(
-                f"already trained to step {start} (checkpoint in {ckpt_dir}); raise "
-                f"--train_iters (the data stream holds {len(train_source) // b} steps) to "
-                "continue, or delete the directory to start over", flush=True,
-            )
+        _print_outcome(preempted_at, loss, resume, data)
     watch.phase = "finishing"
     multihost_utils.sync_global_devices("train done")
 
 
+def _print_outcome(preempted_at: int | None, loss, resume: _Resume, data: _Data) -> None:
+    """The run's last line: preempted, finished, or nothing left to train."""
+    if preempted_at is not None:
+        print(
+            f"preempted: saved checkpoint step {preempted_at} in {resume.directory}; exiting "
+            "(rerun the same command, on any number of hosts, to resume)", flush=True,
+        )
+    elif loss is not None:
+        print(f"finished at step {_ITERS.value}: final loss {float(loss):.4f}", flush=True)
+    else:
+        available = _step_plan.step_plan(len(data.train), _BATCH.value).num_steps
+        print(
+            f"already trained to step {resume.start} (checkpoint in {resume.directory}); raise "
+            f"--train_iters (the data stream holds {available} steps) to continue, or delete the "
+            "directory to start over", flush=True,
+        )
+
+
 if __name__ == "__main__":
-    _entry.run(main)
+    _entry.run(main, megatron_nargs=_step_plan.MEGATRON_NARGS)

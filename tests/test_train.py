@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -90,3 +91,44 @@ def test_fsdp_tensor_mesh_and_resume_on_another_mesh(tmp_path):
     )
     assert second.returncode == 0, second.stderr[-3000:]
     assert "resumed from" in second.stderr and sorted(losses(second.stdout)) == [4, 6]
+
+
+def test_rampup_batch_size_resumed_mid_ramp_on_another_mesh(tmp_path):
+    """Megatron's batch-size ramp-up in training: sizes per step, and a checkpoint taken in the
+    middle of the ramp resumes on another mesh exactly where the uninterrupted run went."""
+    common = [
+        "--mock_data", "--seq_length=16", "--global_batch_size=32", "--log_interval=1",
+        "--eval_interval=0", "--save_interval=5", "--keep_checkpoints=3", "--train_iters=12",
+        "--hidden_size=32", "--ffn_hidden_size=64", "--num_layers=1", "--num_attention_heads=2",
+        "--mock_num_samples=512", "--mock_vocab_size=128", "--vocab_size=128",
+    ]
+    batch = re.compile(r"step\s+(\d+)\s+loss\s+([0-9.]+)\s+batch\s+(\d+)")
+
+    def run(workdir, *extra):
+        out = subprocess.run(
+            [sys.executable, "-m", "jaxblend.train", *common, f"--workdir={workdir}", *extra],
+            capture_output=True, text=True, timeout=600, check=False,
+        )
+        assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+        return out, {int(s): (loss, int(b)) for s, loss, b in batch.findall(out.stdout)}
+
+    # Megatron's spelling of the flag is accepted too.
+    _, full = run(tmp_path / "full", "--rampup-batch-size", "8", "8", "64", "--num_cpu_devices=8")
+    assert [full[k][1] for k in range(1, 13)] == [8, 8, 8, 16, 16, 24] + [32] * 6
+    # Keep only the step-5 checkpoint (mid-ramp: the next step has 24 rows) and resume from it.
+    shutil.copytree(tmp_path / "full", tmp_path / "resumed")
+    for step in ("10", "12"):
+        shutil.rmtree(tmp_path / "resumed" / "checkpoints" / step)
+    out, rest = run(tmp_path / "resumed", "--rampup_batch_size=8 8 64", "--num_cpu_devices=4")
+    assert "resumed from" in out.stdout and sorted(rest) == list(range(6, 13))
+    assert rest == {k: full[k] for k in range(6, 13)}
+
+
+def test_bad_rampup_is_one_line_naming_the_flag(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "jaxblend.train", "--mock_data", "--seq_length=16",
+         "--global_batch_size=32", "--rampup_batch_size=8 10 64", f"--workdir={tmp_path}"],
+        capture_output=True, text=True, timeout=600, check=False,
+    )
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines()[-1].startswith("error: --rampup_batch_size='8 10 64'")

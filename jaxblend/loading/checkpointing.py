@@ -1,7 +1,7 @@
 """The loader's resume state as an item of any Orbax checkpoint.
 
 A loader's state is a small JSON dict (`{"version", "step", "fingerprint"}`, see
-`GlobalBatchLoader.state`): the next step and the identity of the stream. It holds no topology, so
+`StepLoader.state`): the next step and the identity of the stream. It holds no topology, so
 a checkpoint taken on 8 hosts resumes on 4. To save it beside a model in your own training loop,
 add one item to the `ocp.args.Composite` you already give `CheckpointManager.save`:
 
@@ -28,12 +28,19 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import orbax.checkpoint as ocp
 from etils import epath
 
 FILENAME = "loader_state.json"
+
+
+class HasLoaderState(Protocol):
+    """Anything whose `state()` is a loader's resume state (`StepLoader`)."""
+
+    def state(self) -> Mapping[str, Any]: ...
+
 _KEYS = ("version", "step", "fingerprint")
 
 
@@ -73,7 +80,7 @@ class LoaderStateSave(ocp.args.CheckpointArgs):
     state: Mapping[str, Any]
 
     @classmethod
-    def of(cls, loader: Any) -> LoaderStateSave:
+    def of(cls, loader: HasLoaderState) -> LoaderStateSave:
         """The save args of `loader`'s current state (anything with a `state()` method)."""
         return cls(dict(loader.state()))
 

@@ -1,29 +1,29 @@
-"""make_loader: a Grain DataLoader of host-sharded rows -> an iterator of global `jax.Array` batches.
+"""make_loader: one loader of global `jax.Array` batches, for every step plan.
 
 Flow per step k (the same program on every host):
-  1. `jaxblend.sampling` gives this process's rows of global batch k (from the batch sharding);
-  2. a `HostBatchSource` record = those rows, read through the source's `read_batch` (one batched
-     storage call) in a `grain.DataLoader` (reader threads or worker processes, prefetch; its
-     sampler is the global steps from the resume point on); the compact record is turned into
-     the batch schema by `assemble_batch` (one compiled kernel) in this process, so only token
-     windows cross from a worker;
+  1. the step plan (`jaxblend.sampling`) gives the global sample ids of step k, and this process's
+     share of it (`ProcessPlan`, from the batch sharding) the rows it loads;
+  2. a `HostStepSource` record = those rows, read through the source's `read_batch` (one batched
+     storage call; `get_padded_batch` for bucketed steps) in a `grain.DataLoader` (reader threads
+     or worker processes, prefetch; its sampler is the steps from the resume point on); the
+     compact record is turned into the batch schema by `assemble_batch` (one compiled kernel) in
+     this process, so only token windows cross from a worker;
   3. `make_global_batch` lays the rows out on the mesh; the next batch is put on the devices while
      the current one is consumed (device prefetch).
 
 State is `{"step", "fingerprint", "version"}`: stateless resume from a step number, valid on any
-topology because batch k is defined globally, refused when the fingerprint (source content and
-configuration, global batch size) differs.
+topology because step k is defined globally by the plan, refused when the fingerprint (source
+content and configuration, the plan's identity) differs (docs/design.md, "Resume state").
 """
 
 from __future__ import annotations
 
-import abc
 import collections
 import dataclasses
 import hashlib
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, Self
+from typing import Self, TypedDict
 
 import grain
 import jax
@@ -31,11 +31,20 @@ import numpy as np
 from jax.sharding import Mesh
 
 from jaxblend.loading import global_batch
-from jaxblend.sampling import StepSampler, batch_rows_for_process
-from jaxblend.sources.base import BatchSource, stack_items
+from jaxblend.loading.host_source import HostStepSource
+from jaxblend.loading.protocols import LoaderSource
+from jaxblend.sampling import FixedStepPlan, ProcessPlan, StepPlan, StepSampler
 
 STATE_VERSION = 1
 DEFAULT_REMOTE_READ_AHEAD = 8
+
+
+class LoaderState(TypedDict):
+    """A loader's resume state (JSON): the next step and the identity of the stream."""
+
+    version: int
+    step: int
+    fingerprint: str | None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,145 +89,73 @@ class PrefetchOptions:
         )
 
 
-@dataclasses.dataclass(frozen=True)
-class LoaderConfig:
-    """How global batches of a fixed size are formed.
+def loader_fingerprint(source: LoaderSource, plan: StepPlan) -> str | None:
+    """What a resume state must match: the source's identity and the plan's.
 
-    Attributes:
-      global_batch_size: B, rows of every global batch (identical for any number of hosts).
-      batch_axes: mesh axes the batch dimension is split over; other axes replicate it.
-      num_steps: steps in the stream; None = every full batch of the source (`len // B`).
-      prefetch: reading and prefetching options.
+    None when the source has no fingerprint: such a loader cannot resume from a state. A fixed
+    plan's part is `B=<global batch size>`, so states of fixed-size loaders keep their value.
     """
-
-    global_batch_size: int
-    batch_axes: tuple[str, ...] = ("data",)
-    num_steps: int | None = None
-    prefetch: PrefetchOptions = PrefetchOptions()
-
-    def __post_init__(self):
-        if isinstance(self.global_batch_size, bool) or not isinstance(
-            self.global_batch_size, (int, np.integer)
-        ) or self.global_batch_size < 1:
-            raise ValueError(f"global_batch_size must be an integer >= 1, got {self.global_batch_size!r}")
-        if self.num_steps is not None and self.num_steps < 0:
-            raise ValueError(f"num_steps must be >= 0 or None, got {self.num_steps}")
-        object.__setattr__(self, "batch_axes", tuple(self.batch_axes))
-
-
-class HostBatchSource:
-    """Grain data source whose record `k` is this process's rows of global batch `k`.
-
-    Args:
-      source: a jaxblend source (`get_batch`) or any Grain random-access source of dict samples.
-      rows: this process's row ids within a global batch (`jaxblend.sampling`).
-      global_batch_size: B.
-      num_steps: number of records (global steps).
-    """
-
-    def __init__(self, source: Any, rows: np.ndarray, global_batch_size: int, num_steps: int):
-        self.source = source
-        self.rows = np.asarray(rows, dtype=np.int64)
-        self.global_batch_size = global_batch_size
-        self.num_steps = num_steps
-
-    def __len__(self) -> int:
-        return self.num_steps
-
-    def __repr__(self) -> str:
-        return (
-            f"HostBatchSource(source={self.source!r}, rows={self.rows.size}@{self.rows[:1].tolist()}"
-            f", global_batch_size={self.global_batch_size}, num_steps={self.num_steps})"
-        )
-
-    def sample_ids(self, step: int) -> np.ndarray:
-        """Global sample ids of this process's rows at `step`."""
-        return np.int64(step) * np.int64(self.global_batch_size) + self.rows
-
-    def __getitem__(self, step: int) -> dict[str, np.ndarray]:
-        if not 0 <= step < self.num_steps:
-            raise IndexError(f"step {step} out of range [0, {self.num_steps})")
-        ids = self.sample_ids(step)
-        if hasattr(self.source, "read_batch"):
-            return self.source.read_batch(ids)
-        if hasattr(self.source, "get_batch"):
-            return self.source.get_batch(ids)
-        return stack_items([self.source[int(i)] for i in ids])
-
-    def assemble(self, raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Turns a record into the host batch (`assemble_batch` of two-phase sources)."""
-        if hasattr(self.source, "assemble_batch"):
-            return self.source.assemble_batch(raw)
-        return raw
-
-
-def source_identity(source: Any) -> str | None:
-    """The source's `fingerprint` (a non-empty string), or None: `repr` is not an identity."""
-    identity = getattr(source, "fingerprint", None)
-    return identity if isinstance(identity, str) and identity else None
-
-
-def loader_fingerprint(source: Any, global_batch_size: int) -> str | None:
-    """What a resume state must match: the source's identity and the global batch size.
-
-    None when the source has no fingerprint: such a loader cannot resume from a state.
-    """
-    identity = source_identity(source)
-    if identity is None:
+    identity = source.fingerprint
+    if not identity:
         return None
-    text = f"v{STATE_VERSION}|{identity}|B={global_batch_size}"
+    text = f"v{STATE_VERSION}|{identity}|{plan.fingerprint}"
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 class StepLoader(Iterator[dict[str, jax.Array]]):
-    """Global batches from a Grain data source whose record k is this host's part of step k.
+    """Global batches of a step plan over a source, laid out on a mesh; see `make_loader`.
 
-    The machinery shared by every jaxblend loader: a `grain.DataLoader` over a `StepSampler`
-    (stateless resume from a step), device prefetch, the data-wait clock, and the resume state
-    `{"version", "step", "fingerprint"}`. Subclasses say how step k is laid out (`_layout`).
+    A `grain.DataLoader` over a `StepSampler` (stateless resume from a step), device prefetch,
+    the data-wait clock, and the resume state `{"version", "step", "fingerprint"}`.
 
     Args:
-      host_source: Grain data source; record k = this process's rows of global batch k.
-      num_steps: steps in the stream.
-      mesh: the training mesh.
+      source: the samples.
+      plan: which samples make each step.
+      mesh: the training mesh (the same on every process).
       batch_axes: mesh axes that split the batch dimension.
-      fingerprint: identity of the stream; a resume state must carry the same (None: the
-        source has no identity and resuming from a state is refused).
       prefetch: reading and prefetching options.
       start_step: first step.
+      process_index: this process (defaults to `jax.process_index()`).
+
+    Raises:
+      ValueError: if the plan needs more samples than the source has, a batch size does not split
+        over the batch axes, or a bucketed plan meets a source without padded reads.
     """
 
     def __init__(
         self,
-        host_source: Any,
-        num_steps: int,
+        source: LoaderSource,
+        plan: StepPlan,
         mesh: Mesh,
-        batch_axes: Sequence[str],
-        fingerprint: str | None,
-        prefetch: PrefetchOptions,
+        *,
+        batch_axes: Sequence[str] = ("data",),
+        prefetch: PrefetchOptions = PrefetchOptions(),
         start_step: int = 0,
+        process_index: int | None = None,
     ):
-        self.host_source = host_source
-        self.num_steps = num_steps
+        if plan.num_samples > len(source):
+            raise ValueError(
+                f"the step plan ({plan.num_steps} steps, {plan.fingerprint}) needs "
+                f"{plan.num_samples} samples but the source has {len(source)}"
+            )
+        self.source = source
+        self.plan = plan
+        self.num_steps = plan.num_steps
         self.mesh = mesh
         self.batch_axes = tuple(batch_axes)
-        self.fingerprint = fingerprint
         self.prefetch = prefetch
+        self.process_index = jax.process_index() if process_index is None else process_index
+        sharding = global_batch.batch_sharding(mesh, self.batch_axes, 1)
+        self.process_plan = ProcessPlan.of(plan, sharding, self.process_index)
+        self.host_source = HostStepSource(source, self.process_plan)
+        self.fingerprint = loader_fingerprint(source, plan)
         self.wait_seconds = 0.0
-        self._grain_iter = None
+        self._grain_iter: Iterator[dict[str, np.ndarray]] | None = None
+        self._queue: collections.deque[dict[str, jax.Array]] = collections.deque()
         self._start(start_step)
 
-    def _assemble(self, record: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Turns a Grain record into the host batch, in this process (default: as is)."""
-        return record
-
-    @abc.abstractmethod
-    def _layout(self, step: int) -> tuple[int, np.ndarray]:
-        """(global batch size, this process's sorted rows) of global batch `step`."""
-
     def _start(self, step: int) -> None:
-        if self._grain_iter is not None:
-            self.close()
+        self.close()
         if not 0 <= step <= self.num_steps:
             raise ValueError(f"start step {step} out of range [0, {self.num_steps}]")
         self._step = self._next_put = step
@@ -229,14 +166,10 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
             worker_count=self.prefetch.worker_count,
             worker_buffer_size=self.prefetch.worker_buffer_size,
             shard_options=grain.sharding.NoSharding(),
-            read_options=self.prefetch.grain_read_options(self._reads_remote()),
+            read_options=self.prefetch.grain_read_options(self.source.reads_remote),
         )
         self._grain_iter = iter(loader)
         self._exhausted = False
-
-    def _reads_remote(self) -> bool:
-        source = getattr(self.host_source, "source", None)
-        return isinstance(source, BatchSource) and source.reads_remote
 
     @property
     def step(self) -> int:
@@ -254,12 +187,13 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
             except StopIteration:
                 self._exhausted = True
                 break
-            size, rows = self._layout(self._next_put)
+            step = self._next_put
             self._next_put += 1
-            host = self._assemble(host)
-            self._queue.append(
-                global_batch.make_global_batch(host, rows, size, self.mesh, self.batch_axes)
-            )
+            host = self.host_source.assemble(step, host)
+            self._queue.append(global_batch.make_global_batch(
+                host, self.process_plan.rows(step), self.plan.batch_size(step), self.mesh,
+                self.batch_axes,
+            ))
         if not self._queue:
             raise StopIteration
         self._step += 1
@@ -268,10 +202,12 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
         return batch
 
     def close(self) -> None:
-        """Stops Grain's reader threads and worker processes; the loader is unusable after."""
-        inner = getattr(self._grain_iter, "_iterator", None)
-        if inner is not None and hasattr(inner, "close"):
-            inner.close()
+        """Stops Grain's reader threads and worker processes; the loader is unusable after.
+
+        Grain's iterator releases them when it is released (its pipeline closes on deletion), so
+        the loader drops its only reference.
+        """
+        self._grain_iter = None
         self._queue.clear()
         self._exhausted = True
 
@@ -281,11 +217,11 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def state(self) -> dict[str, Any]:
+    def state(self) -> LoaderState:
         """A small JSON-serializable resume state: the next step and the stream's fingerprint."""
         return {"version": STATE_VERSION, "step": self._step, "fingerprint": self.fingerprint}
 
-    def restore(self, state: Mapping[str, Any]) -> None:
+    def restore(self, state: Mapping[str, object]) -> None:
         """Continues the stream at `state["step"]` (any topology).
 
         Raises:
@@ -293,7 +229,7 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
         """
         self._start(self.check_state(state))
 
-    def check_state(self, state: Mapping[str, Any]) -> int:
+    def check_state(self, state: Mapping[str, object]) -> int:
         """Validates a resume state against this loader and returns its step."""
         if not isinstance(state, Mapping) or not {"version", "step", "fingerprint"} <= set(state):
             raise ValueError(
@@ -321,94 +257,77 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
         return step
 
 
-class GlobalBatchLoader(StepLoader):
-    """Fixed-size global batches: step k holds samples `[k * B, (k + 1) * B)`. See `make_loader`."""
-
-    def __init__(
-        self,
-        source: Any,
-        mesh: Mesh,
-        config: LoaderConfig,
-        *,
-        start_step: int = 0,
-        process_index: int | None = None,
-    ):
-        self.source = source
-        self.config = config
-        self.process_index = jax.process_index() if process_index is None else process_index
-        b = config.global_batch_size
-        available = len(source) // b
-        if config.num_steps is not None and config.num_steps > available:
-            raise ValueError(
-                f"num_steps={config.num_steps} needs {config.num_steps * b} samples but the source "
-                f"has {len(source)} ({available} full batches of {b})"
-            )
-        num_steps = available if config.num_steps is None else config.num_steps
-        sharding = global_batch.batch_sharding(mesh, config.batch_axes, 1)
-        self.rows = batch_rows_for_process(b, sharding, self.process_index)
-        super().__init__(
-            HostBatchSource(source, self.rows, b, num_steps), num_steps, mesh, config.batch_axes,
-            loader_fingerprint(source, b), config.prefetch, start_step,
-        )
-
-    def _layout(self, step: int) -> tuple[int, np.ndarray]:
-        return self.config.global_batch_size, self.rows
-
-    def _assemble(self, record: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return self.host_source.assemble(record)
-
-
 def make_loader(
-    source: Any,
-    mesh: Mesh,
+    source: LoaderSource,
+    plan_or_mesh: StepPlan | Mesh,
+    mesh: Mesh | None = None,
     *,
-    global_batch_size: int,
+    global_batch_size: int | None = None,
+    num_steps: int | None = None,
     batch_axes: Sequence[str] = ("data",),
     worker_count: int = 0,
     worker_buffer_size: int = 2,
     read_threads: int = 1,
     device_prefetch: int = 1,
     read_ahead: int = 0,
-    num_steps: int | None = None,
     start_step: int = 0,
-    state: Mapping[str, Any] | None = None,
+    state: Mapping[str, object] | None = None,
     process_index: int | None = None,
-) -> GlobalBatchLoader:
+) -> StepLoader:
     """Builds an iterator of global batches over `source` laid out on `mesh`.
 
+    Two spellings:
+
+      make_loader(source, plan, mesh, ...)            # any StepPlan (fixed, ramp-up, buckets)
+      make_loader(source, mesh, global_batch_size=B)  # FixedStepPlan over the source
+
     Args:
-      source: a jaxblend source (GPTSource, BlendedSource, MockSource, masked sources) or any
-        Grain random-access source returning dicts of equally-shaped numpy arrays.
+      source: a jaxblend source (GPTSource, BlendedSource, MockSource, masked sources,
+        SequenceSource) or a plain Grain source wrapped in `GrainSourceAdapter`.
+      plan_or_mesh: the step plan (then `mesh` follows), or the mesh (then `global_batch_size`).
       mesh: the training mesh (every process passes the same global mesh).
-      global_batch_size: B.
+      global_batch_size: B of a fixed-size plan (only without a plan).
+      num_steps: steps of a fixed-size plan; None = every full batch of the source.
       batch_axes: mesh axes that split the batch dimension.
       worker_count: Grain worker processes.
       worker_buffer_size: batches prepared ahead per worker.
       read_threads: Grain reader threads.
       device_prefetch: batches put on the devices ahead of the one consumed.
       read_ahead: steps read concurrently ahead of use (0 = auto; see `PrefetchOptions`).
-      num_steps: stream length in steps; None = `len(source) // B`.
       start_step: first step (ignored when `state` is given).
-      state: a dict from `GlobalBatchLoader.state()` to resume from.
+      state: a dict from `StepLoader.state()` to resume from.
       process_index: this process (defaults to `jax.process_index()`).
 
     Returns:
-      A `GlobalBatchLoader`.
+      A `StepLoader`.
+
+    Raises:
+      ValueError: on a plan and a batch size both given (or neither), or any `StepLoader` error.
     """
-    config = LoaderConfig(
-        global_batch_size=global_batch_size,
-        batch_axes=tuple(batch_axes),
-        num_steps=num_steps,
-        prefetch=PrefetchOptions(
-            worker_count=worker_count,
-            worker_buffer_size=worker_buffer_size,
-            read_threads=read_threads,
-            device_prefetch=device_prefetch,
-            read_ahead=read_ahead,
-        ),
+    if isinstance(plan_or_mesh, Mesh):
+        if mesh is not None or global_batch_size is None:
+            raise ValueError(
+                "make_loader(source, mesh, global_batch_size=B) or make_loader(source, plan, mesh)"
+            )
+        mesh = plan_or_mesh
+        plan: StepPlan = FixedStepPlan.covering(len(source), global_batch_size, num_steps)
+    else:
+        if mesh is None or global_batch_size is not None or num_steps is not None:
+            raise ValueError(
+                "make_loader(source, plan, mesh): the plan fixes the batch sizes and the number "
+                "of steps (no global_batch_size or num_steps)"
+            )
+        plan = plan_or_mesh
+    prefetch = PrefetchOptions(
+        worker_count=worker_count,
+        worker_buffer_size=worker_buffer_size,
+        read_threads=read_threads,
+        device_prefetch=device_prefetch,
+        read_ahead=read_ahead,
     )
-    loader = GlobalBatchLoader(
-        source, mesh, config, start_step=start_step, process_index=process_index
+    loader = StepLoader(
+        source, plan, mesh, batch_axes=batch_axes, prefetch=prefetch, start_step=start_step,
+        process_index=process_index,
     )
     if state is not None:
         loader.restore(state)

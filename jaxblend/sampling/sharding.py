@@ -1,11 +1,9 @@
-"""Pure host-sharding math: (global batch size, step, batch sharding, process) -> sample ids.
+"""Pure host-sharding math: (batch size, batch sharding, process) -> the rows a process loads.
 
 Nothing here asks JAX which process it runs in: the process index is an argument, so the same
 function answers for every host of a pod and can be tested for any topology in one process.
-
-The contract that makes a run resumable on a different slice size: the *global* batch at step k is
-always the samples `k * B .. (k + 1) * B - 1` of the split's fixed order, row r holding sample
-`k * B + r`. Only the split of rows between processes depends on the mesh.
+Which samples fill the rows is the step plan's business (`jaxblend.sampling.plan`); only the split
+of rows between processes depends on the mesh (docs/design.md, "Multi-host").
 """
 
 from __future__ import annotations
@@ -59,23 +57,3 @@ def batch_rows_for_process(global_batch_size: int, sharding, process_index: int)
     return rows_by_process(global_batch_size, sharding).get(
         process_index, np.zeros(0, dtype=np.int64)
     )
-
-
-def process_sample_ids(
-    global_batch_size: int, step: int, sharding, process_index: int
-) -> np.ndarray:
-    """Global sample ids that `process_index` loads for global batch `step`.
-
-    Args:
-      global_batch_size: B.
-      step: the global step k (>= 0).
-      sharding: the batch's `jax.sharding.Sharding`.
-      process_index: the JAX process (host) asking.
-
-    Returns:
-      int64 sample ids `k * B + rows`, in row order.
-    """
-    if step < 0:
-        raise ValueError(f"step must be >= 0, got {step}")
-    rows = batch_rows_for_process(global_batch_size, sharding, process_index)
-    return np.int64(step) * np.int64(global_batch_size) + rows

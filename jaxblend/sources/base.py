@@ -5,7 +5,8 @@ arrays; deterministic, thread-safe, picklable, with a stable `__repr__`). On top
 uses `get_batch(sample_ids)`, which must equal stacking `source[i]` for each id but reads the whole
 batch at once (one batched storage call, one compiled kernel); and `fingerprint`, a string that
 changes whenever the samples would. Sources may split `get_batch` into `read_batch` (compact raw
-form, run where the data is read) and `assemble_batch` (run in the training process).
+form, run where the data is read) and `assemble_batch` (run in the training process). Every
+`BatchSource` is a `jaxblend.loading.protocols.LoaderSource` (docs/design.md, "Two-phase reads").
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ class BatchSource(abc.ABC):
 
 
 def stack_items(items: list[Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    """Stacks per-sample dicts into a batch dict (fallback for sources without `get_batch`)."""
+    """Stacks per-sample dicts into a batch dict (`GrainSourceAdapter` over plain Grain sources)."""
     if not items:
         raise ValueError("cannot stack an empty list of samples")
     return {key: np.stack([np.asarray(item[key]) for item in items]) for key in items[0]}

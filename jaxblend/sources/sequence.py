@@ -1,6 +1,6 @@
 """SequenceSource: one IndexedDataset sequence per sample, for variable-length (SFT-style) data.
 
-The source for token-budget bucketed batching (`jaxblend.loading.bucketing`): sample i is sequence
+The source for token-budget bucketed batching (`jaxblend.sampling.bucket_planning`): sample i is sequence
 i of the dataset (e.g. one tokenized instruction/response example or one sentence), its length
 `lengths[i]` feeds `plan_buckets`, and `get_padded_batch(ids, L)` returns the rows padded (or
 truncated) to the bucket length L. Reads go through one `get_many` call per batch (sequence ids

@@ -2,7 +2,8 @@
 
 Reports per split and dataset: tokens, requested samples, epochs, samples and index-map bytes;
 the total index-map memory/disk; whether the maps are cached; token-dtype limits against the
-vocabulary. Problems (missing or corrupt files, splits without tokens asked for samples, a
+vocabulary; the number of distinct batch shapes of the step plan (a batch-size ramp-up has one per
+size). Problems (missing or corrupt files, splits without tokens asked for samples, a
 vocabulary the token dtype cannot hold, maps above the memory limit) are listed and make the
 command exit non-zero.
 """
@@ -16,6 +17,7 @@ import numpy as np
 from absl import flags
 
 from jaxblend import flags as data_flags
+from jaxblend.sampling import StepPlan
 
 
 def _human(n: float) -> str:
@@ -26,8 +28,23 @@ def _human(n: float) -> str:
     return f"{n:.1f} TB"
 
 
-def run(global_batch_size: int, train_iters: int | None, vocab_size: int | None, max_gb: float) -> dict:
-    """Runs the preflight and prints its report; returns it as a dict (with `problems`)."""
+def _sizes(sizes: list[int]) -> str:
+    """`8, 16, 24` or, for long lists, `8, 16, ..., 1536`."""
+    if len(sizes) <= 6:
+        return ", ".join(map(str, sizes))
+    return f"{sizes[0]}, {sizes[1]}, ..., {sizes[-1]}"
+
+
+def run(plan: StepPlan, steps_given: bool, vocab_size: int | None, max_gb: float) -> dict:
+    """Runs the preflight and prints its report; returns it as a dict (with `problems`).
+
+    Args:
+      plan: the training step plan (its batch shapes are reported; with `steps_given`, its
+        samples are the training samples when `--train_samples` is not set).
+      steps_given: whether `plan.num_steps` is the run's length (`--train_iters`).
+      vocab_size: the tokenizer's vocabulary, checked against the token dtypes.
+      max_gb: index-map size above which the preflight fails.
+    """
     from jaxblend.index.estimate import estimate_plan
     from jaxblend.index_io import dataset_info
     from jaxblend.storage import IndexedDataset
@@ -35,10 +52,8 @@ def run(global_batch_size: int, train_iters: int | None, vocab_size: int | None,
     fl = flags.FLAGS
     problems: list[str] = []
     config = data_flags.data_config_from_flags()
-    if train_iters is not None and config.num_samples[0] is None:
-        config = dataclasses.replace(
-            config, num_samples=(train_iters * global_batch_size, *config.num_samples[1:])
-        )
+    if steps_given and config.num_samples[0] is None:
+        config = dataclasses.replace(config, num_samples=(plan.num_samples, *config.num_samples[1:]))
     datasets: dict[str, IndexedDataset] = {}
 
     def info(prefix: str):
@@ -80,6 +95,9 @@ def run(global_batch_size: int, train_iters: int | None, vocab_size: int | None,
     repeated = {p: n for p, n in train_epochs.items() if n > 1}
     if repeated:
         print("datasets repeated in training: " + ", ".join(f"{os.path.basename(p)} x{n}" for p, n in repeated.items()))
+    shapes = sorted(shape.rows for shape in plan.batch_shapes())
+    print(f"batch shapes: {len(shapes)} (one compiled train step each; global batch sizes "
+          f"{_sizes(shapes)})")
     for p in problems:
         print(f"PROBLEM: {p}")
     print("preflight: " + ("FAILED" if problems else "ok"))
@@ -87,4 +105,5 @@ def run(global_batch_size: int, train_iters: int | None, vocab_size: int | None,
         "fingerprint": estimate.fingerprint, "cached": estimate.cached,
         "total_bytes": estimate.total_bytes, "blend_sizes": estimate.blend_sizes,
         "datasets": [dataclasses.asdict(e) for e in estimate.datasets], "problems": problems,
+        "batch_shapes": len(shapes),
     }

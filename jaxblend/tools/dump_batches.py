@@ -12,7 +12,9 @@ from all processes). Run it on two topologies and compare the files:
       --mesh_axes=data,tensor --out=/tmp/two
 
 Also takes the data flags of `jaxblend.tools.dump_samples` (or `--mock_data`), the distributed
-flags, `--state_in` (resume from a loader state JSON) and `--state_out` (write the final state).
+flags, `--rampup_batch_size` (Megatron's batch-size ramp-up; batches of one size are stacked, so
+`--steps` must stay within one size or the file holds one array per step: `<key>/<step>`),
+`--state_in` (resume from a loader state JSON) and `--state_out` (write the final state).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from collections.abc import Sequence
 from absl import app, flags, logging
 
 from jaxblend import atomic_write, distributed
-from jaxblend.tools import _cli, _entry
+from jaxblend.tools import _cli, _entry, _step_plan
 
 _BATCH = flags.DEFINE_integer("global_batch_size", 8, "Global batch size B.", lower_bound=1)
 _MESH_SHAPE = flags.DEFINE_string("mesh_shape", None, "Mesh shape, e.g. 8 or 4,2 (default: all devices).")
@@ -47,6 +49,16 @@ _cli.define_source_flags()
 distributed.define_distributed_flags()
 
 
+def _stacked(gathered: dict[str, list], first: int) -> dict:
+    """`{key: [steps, B, ...]}` when every step has the same batch size, else `{key/step: ...}`
+    (steps numbered from `first`)."""
+    import numpy as np
+
+    if all(len({v.shape for v in values}) == 1 for values in gathered.values()):
+        return {k: np.stack(v) for k, v in gathered.items()}
+    return {f"{k}/{first + i}": v for k, values in gathered.items() for i, v in enumerate(values)}
+
+
 def main(argv: Sequence[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
@@ -63,15 +75,15 @@ def main(argv: Sequence[str]) -> None:
     if _STATE_IN.value:
         with open(_STATE_IN.value) as f:
             state = json.load(f)
+    plan = _step_plan.step_plan(len(source), _BATCH.value)
     loader = make_loader(
-        source, mesh, global_batch_size=_BATCH.value, batch_axes=_cli.batch_axes_of(mesh),
-        worker_count=_WORKERS.value, read_ahead=_READ_AHEAD.value, start_step=_START.value,
-        state=state, num_steps=None,
+        source, plan, mesh, batch_axes=_cli.batch_axes_of(mesh), worker_count=_WORKERS.value,
+        read_ahead=_READ_AHEAD.value, start_step=_START.value, state=state,
     )
     if loader.step + _STEPS.value > loader.num_steps:
         raise app.UsageError(
             f"--steps={_STEPS.value} from step {loader.step} (--start_step/--state_in) exceeds the "
-            f"stream's {loader.num_steps} steps ({len(source)} samples / --global_batch_size="
+            f"stream's {loader.num_steps} steps ({len(source)} samples, --global_batch_size="
             f"{_BATCH.value}); pass a smaller --steps or a larger --train_samples"
         )
     gathered: dict[str, list[np.ndarray]] = {}
@@ -84,7 +96,7 @@ def main(argv: Sequence[str]) -> None:
         os.makedirs(_OUT.value, exist_ok=True)
         path = os.path.join(_OUT.value, "batches.npz")
         with atomic_write.atomic_path(path, suffix=".npz") as tmp:
-            np.savez(tmp, **{k: np.stack(v) for k, v in gathered.items()})
+            np.savez(tmp, **_stacked(gathered, loader.step - _STEPS.value))
         logging.info("wrote %s (%d steps from step %d)", path, _STEPS.value, loader.step - _STEPS.value)
         print(f"wrote {path}")
         if _STATE_OUT.value:
@@ -94,4 +106,4 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == "__main__":
-    _entry.run(main)
+    _entry.run(main, megatron_nargs=_step_plan.MEGATRON_NARGS)

@@ -5,13 +5,16 @@
   python -m jaxblend.tools.inspect mixture --start_step=0 --end_step=1000 --plot=mix.png <data flags>
   python -m jaxblend.tools.inspect preflight --global_batch_size=B --train_iters=T <data flags>
 
+With `--rampup_batch_size` (Megatron's ramp-up), steps follow the ramp in every command.
+
 * stats: documents, sequences, tokens and a document-length histogram per dataset.
 * explain: for every row of global batch N, the dataset, document ids and token ranges of its
   sample, straight from the index maps (the loader's batch N holds exactly these tokens).
 * mixture: realized vs target share of each dataset over a step range, as a table and (with
   --plot, needs matplotlib) a PNG of the cumulative shares.
 * preflight: before training, estimated index-map memory/disk per split, token-dtype limits,
-  epochs per dataset, missing caches; exits non-zero on problems.
+  epochs per dataset, missing caches, the number of distinct batch shapes (compiled programs);
+  exits non-zero on problems.
 
 Data flags are those of `jaxblend.tools.dump_samples` (Megatron-LM names).
 """
@@ -28,7 +31,7 @@ from absl import app, flags
 
 from jaxblend import atomic_write
 from jaxblend import flags as data_flags
-from jaxblend.tools import _cli, _entry
+from jaxblend.tools import _cli, _entry, _step_plan
 
 COMMANDS = ("stats", "explain", "mixture", "preflight")
 
@@ -100,14 +103,19 @@ def explain() -> dict:
     from jaxblend.storage import IndexedDataset
 
     _, plan, names = _plan_and_names()
-    b, step = _BATCH.value, _STEP.value
-    if (step + 1) * b > len(plan):
-        raise app.UsageError(f"step {step} x batch {b} exceeds the {_WHICH.value} split's {len(plan)} samples")
+    step = _STEP.value
+    steps = _step_plan.step_plan(len(plan), _BATCH.value)
+    if step >= steps.num_steps:
+        raise app.UsageError(
+            f"step {step} exceeds the {_WHICH.value} split's {len(plan)} samples "
+            f"({steps.num_steps} steps of --global_batch_size={_BATCH.value})"
+        )
+    samples = steps.sample_ids(step)
+    b = samples.size
     doc_indices = {n: np.asarray(IndexedDataset(n).document_indices) for n in dict.fromkeys(names)}
     rows = []
     print(f"global batch {step} ({_WHICH.value}, B={b}): row  sample  dataset  pieces (document/sequence [start:stop))")
-    for r in range(b):
-        sample = step * b + r
+    for r, sample in enumerate(samples.tolist()):
         dataset_id, local = plan.locate(sample)
         pieces = []
         for p in plan.pieces(sample):
@@ -138,15 +146,17 @@ def _target_weights(names: Sequence[str], plan) -> np.ndarray:
 def mixture() -> dict:
     """Realized vs target dataset shares over [--start_step, --end_step)."""
     _, plan, names = _plan_and_names()
-    b = _BATCH.value
-    end = _END.value if _END.value is not None else len(plan) // b
-    if not 0 <= _START.value < end <= len(plan) // b:
-        raise app.UsageError(f"step range [{_START.value}, {end}) outside [0, {len(plan) // b})")
-    ids = plan.dataset_ids(np.arange(_START.value * b, end * b, dtype=np.int64)).astype(np.int64)
+    steps = _step_plan.step_plan(len(plan), _BATCH.value)
+    end = _END.value if _END.value is not None else steps.num_steps
+    if not 0 <= _START.value < end <= steps.num_steps:
+        raise app.UsageError(f"step range [{_START.value}, {end}) outside [0, {steps.num_steps})")
+    sizes = np.array([steps.batch_size(k) for k in range(_START.value, end)], np.int64)
+    samples = np.concatenate([steps.sample_ids(k) for k in range(_START.value, end)])
+    ids = plan.dataset_ids(samples).astype(np.int64)
     counts = np.bincount(ids, minlength=len(names))
     realized = counts / counts.sum()
     target = _target_weights(names, plan)
-    print(f"steps [{_START.value}, {end}) x {b} = {ids.size} samples ({_WHICH.value})")
+    print(f"steps [{_START.value}, {end}) = {ids.size} samples ({_WHICH.value})")
     print(f"{'dataset':<40} {'samples':>10} {'realized':>9} {'target':>9} {'diff':>9}")
     rows = []
     for j, name in enumerate(names):
@@ -160,8 +170,10 @@ def mixture() -> dict:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        per_step = ids.reshape(end - _START.value, b)
-        cum = np.cumsum(np.stack([(per_step == j).sum(1) for j in range(len(names))], 1), 0)
+        bounds = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        cum = np.cumsum(
+            np.stack([np.add.reduceat(ids == j, bounds) for j in range(len(names))], 1), 0
+        )
         share = cum / cum.sum(1, keepdims=True)
         steps = np.arange(_START.value + 1, end + 1)
         fig, ax = plt.subplots(figsize=(8, 4.5))
@@ -186,7 +198,10 @@ def main(argv: Sequence[str]) -> None:
     if command == "preflight":
         from jaxblend.tools import _preflight
 
-        result = _preflight.run(_BATCH.value, _ITERS.value, _VOCAB.value, _MAX_MEMORY_GB.value)
+        result = _preflight.run(
+            _step_plan.planned_steps(_BATCH.value, _ITERS.value), _ITERS.value is not None,
+            _VOCAB.value, _MAX_MEMORY_GB.value,
+        )
         _write_json(result)
         if result["problems"]:
             sys.exit(1)
@@ -196,4 +211,4 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == "__main__":
-    _entry.run(main)
+    _entry.run(main, megatron_nargs=_step_plan.MEGATRON_NARGS)

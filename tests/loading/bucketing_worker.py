@@ -1,6 +1,6 @@
 """Worker for tests/loading/test_bucketing_multiprocess.py: one JAX process of a bucketed run.
 
-Loads a saved `BucketPlan` and a `SequenceSource`, iterates `make_bucketed_loader` for some steps
+Loads a saved `BucketPlan` and a `SequenceSource`, iterates `make_loader` over the plan for some steps
 and, on process 0, writes every global batch (gathered from all processes) to `--out` (.npz,
 keys `"{step}/{key}"`) plus the loader state after the last step (`--out` + ".state.json").
 
@@ -38,18 +38,19 @@ def main(argv):
     import numpy as np
     from jax.experimental import multihost_utils
 
-    from jaxblend.loading import BucketPlan, make_bucketed_loader
+    from jaxblend.loading import make_loader
     from jaxblend.mesh import default_batch_axes, make_mesh
+    from jaxblend.sampling import load_bucket_plan
     from jaxblend.sources import SequenceSource
 
     mesh = make_mesh(_MESH_SHAPE.value, _MESH_AXES.value)
-    plan = BucketPlan.load(_PLAN.value)
+    plan = load_bucket_plan(_PLAN.value)
     source = SequenceSource(_DATA.value, max_length=int(plan.bucket_lengths[-1]), pad_id=0)
     state = None
     if _STATE_IN.value:
         with open(_STATE_IN.value) as f:
             state = json.load(f)
-    loader = make_bucketed_loader(
+    loader = make_loader(
         source,
         plan,
         mesh,

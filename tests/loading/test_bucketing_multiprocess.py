@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from jaxblend import IndexedDatasetBuilder
-from jaxblend.loading import BucketConfig, plan_buckets
+from jaxblend.sampling import BucketConfig, plan_buckets, save_bucket_plan
 from jaxblend.tools.launch_local import run_processes
 
 pytestmark = pytest.mark.multiprocess
@@ -36,7 +36,7 @@ def setup(tmp_path_factory):
             builder.add_sequence(rng.integers(1, 3000, n).astype(np.uint16))
             builder.end_document()
     plan = plan_buckets(lengths, CONFIG)
-    plan.save(root / "plan")
+    save_bucket_plan(plan, root / "plan")
     return root, prefix, plan
 
 
@@ -71,9 +71,8 @@ def test_bucketed_batches_identical_on_1_and_2_processes_and_resume(setup):
     for key in one:
         assert one[key].tobytes() == two[key].tobytes(), key
     for k in range(len(plan)):
-        _bucket, ids = plan.batch(k)
-        assert one[f"{k}/tokens"].shape == plan.shape(k)
-        np.testing.assert_array_equal(one[f"{k}/sample_ids"], ids)
+        assert one[f"{k}/tokens"].shape == (plan.batch_size(k), plan.padded_length(k))
+        np.testing.assert_array_equal(one[f"{k}/sample_ids"], plan.sample_ids(k))
     # a state saved by a 2-process run after 2 steps resumes on 1 process with a different mesh
     first, state = run(setup, "first", 2, 4, "8", "data", ["--steps=2"])
     assert state["step"] == 2 and set(first) == {k for k in one if int(k.split("/")[0]) < 2}

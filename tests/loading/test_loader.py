@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
 
 import jax
 import numpy as np
 import pytest
 from jax.sharding import Mesh
 
-from jaxblend.loading import LoaderConfig, PrefetchOptions, make_global_batch, make_loader
+from jaxblend.loading import GrainSourceAdapter, PrefetchOptions, make_global_batch, make_loader
+from jaxblend.sampling import FixedStepPlan, Rampup, RampupStepPlan
 from jaxblend.sources import MockSource
 from jaxblend.sources.schema import GPTSchemaOptions
 
@@ -102,7 +104,11 @@ class TestMakeLoader:
         with pytest.raises(ValueError, match="worker_count"):
             PrefetchOptions(worker_count=-1)
         with pytest.raises(ValueError, match="global_batch_size"):
-            LoaderConfig(global_batch_size=0)
+            FixedStepPlan(global_batch_size=0, num_steps=1)
+        with pytest.raises(ValueError, match="needs 112 samples but the source has 96"):
+            make_loader(source, FixedStepPlan(B, 7), m)
+        with pytest.raises(ValueError, match="plan fixes the batch sizes"):
+            make_loader(source, FixedStepPlan(B, 2), m, global_batch_size=B)
         with pytest.raises(ValueError, match="not mesh axes"):
             make_loader(source, m, global_batch_size=B, batch_axes=("fsdp",))
         with pytest.raises(ValueError, match="cannot be laid out"):
@@ -135,9 +141,9 @@ class TestStateIdentity:
             def __len__(self):
                 return len(self._inner)
 
+            fingerprint = None
+
             def __getattr__(self, name):
-                if name == "fingerprint":
-                    raise AttributeError(name)
                 return getattr(self._inner, name)
 
         m = mesh((8,), ("data",))
@@ -155,3 +161,78 @@ class TestStateIdentity:
         resumed = make_loader(anonymous, m, global_batch_size=B, start_step=1)
         np.testing.assert_array_equal(host(next(resumed))["inputs"],
                                       host(next(make_loader(source, m, global_batch_size=B, start_step=1)))["inputs"])
+
+
+class TestPlans:
+    def test_fixed_plan_equals_the_batch_size_spelling(self, source):
+        m = mesh((4, 2), ("data", "tensor"))
+        a = make_loader(source, m, global_batch_size=B, num_steps=4)
+        b = make_loader(source, FixedStepPlan(B, 4), m)
+        assert a.state() == b.state()
+        for x, y in zip(a, b, strict=True):
+            for key in x:
+                assert host(x)[key].tobytes() == host(y)[key].tobytes()
+
+    def test_plain_grain_source_through_the_adapter(self, source):
+        class DictSource:
+            """A Grain random-access source of dict samples (no batched read)."""
+
+            def __len__(self):
+                return len(source)
+
+            def __getitem__(self, i):
+                return source[i]
+
+        m = mesh((8,), ("data",))
+        adapted = GrainSourceAdapter(DictSource(), fingerprint="dicts-v1")
+        got = host(next(make_loader(adapted, m, global_batch_size=B, start_step=2)))
+        want = host(next(make_loader(source, m, global_batch_size=B, start_step=2)))
+        for key in want:
+            np.testing.assert_array_equal(got[key], want[key])
+        state = make_loader(adapted, m, global_batch_size=B).state()
+        assert state["fingerprint"] is not None
+        assert make_loader(adapted, m, global_batch_size=B, state=state).step == 0
+
+    def test_close_stops_the_grain_workers(self, source):
+        before = set(multiprocessing.active_children())
+        loader = make_loader(source, mesh((8,), ("data",)), global_batch_size=B, worker_count=2)
+        next(loader)
+        workers = set(multiprocessing.active_children()) - before
+        assert len(workers) == 2
+        loader.close()
+        with pytest.raises(StopIteration):
+            next(loader)
+        for worker in workers:
+            worker.join(30)
+        assert not any(w.is_alive() for w in workers)
+
+
+class TestRampupLoader:
+    plan = RampupStepPlan(Rampup(8, 8, 48), 32, num_steps=5)  # sizes 8, 8, 16, 24, 32: 88 samples
+
+    def test_batches_grow_in_megatron_order(self, source):
+        m = mesh((8,), ("data",))
+        got = [host(b) for b in make_loader(source, self.plan, m)]
+        assert [b["inputs"].shape[0] for b in got] == [8, 8, 16, 24, 32]
+        assert len({b["inputs"].shape[0] for b in got}) == len(self.plan.batch_shapes()) > 1
+        for k, batch in enumerate(got):
+            expected = source.get_batch(self.plan.sample_ids(k))
+            for key in expected:
+                np.testing.assert_array_equal(batch[key], expected[key], err_msg=key)
+
+    def test_resume_mid_ramp_on_another_mesh(self, source):
+        full = [host(b) for b in make_loader(source, self.plan, mesh((8,), ("data",)))]
+        loader = make_loader(source, self.plan, mesh((8,), ("data",)))
+        next(loader), next(loader)
+        state = json.loads(json.dumps(loader.state()))
+        assert state["step"] == 2 and self.plan.batch_size(2) < 32
+        rest = [host(b) for b in make_loader(
+            source, self.plan, mesh((2, 4), ("data", "fsdp")), batch_axes=("data", "fsdp"),
+            state=state,
+        )]
+        for x, y in zip(full[2:], rest, strict=True):
+            for key in x:
+                assert x[key].tobytes() == y[key].tobytes(), key
+        fixed_state = make_loader(source, mesh((8,), ("data",)), global_batch_size=32).state()
+        with pytest.raises(ValueError, match="different source or plan"):
+            make_loader(source, self.plan, mesh((8,), ("data",)), state=fixed_state)

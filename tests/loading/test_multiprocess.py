@@ -87,3 +87,35 @@ def test_mock_data_with_fsdp_mesh(tmp_path):
     one = dump(tmp_path, "m1", args, 1, 8, "2,2,2", "data,fsdp,tensor")
     two = dump(tmp_path, "m2", args, 2, 4, "8", "data")
     assert_same(one, two)
+
+
+def test_rampup_state_from_2_processes_mid_ramp_resumes_on_4(tmp_path, blend):
+    # Megatron ramp-up to 32 rows: steps of 8, 8, 16, 24, 32, 32 samples.
+    args = [*data_args(blend, steps_total=10), "--rampup_batch_size=8 8 48"]
+
+    def dump_ramp(name, extra, procs, devices, mesh_shape, mesh_axes):
+        out = tmp_path / name
+        run_cli(
+            "jaxblend.tools.dump_batches",
+            [*args, "--global_batch_size=32", f"--mesh_shape={mesh_shape}",
+             f"--mesh_axes={mesh_axes}", f"--out={out}", *extra],
+            procs, devices,
+        )
+        with np.load(out / "batches.npz") as f:
+            return {k: f[k] for k in f.files}
+
+    full = dump_ramp("full", ["--steps=6"], 1, 8, "8", "data")
+    assert [full[f"sample_ids/{k}"].size for k in range(6)] == [8, 8, 16, 24, 32, 32]
+    np.testing.assert_array_equal(
+        np.concatenate([full[f"sample_ids/{k}"] for k in range(6)]), np.arange(120)
+    )
+    state = tmp_path / "ramp_state.json"
+    dump_ramp("first", ["--steps=3", f"--state_out={state}"], 2, 4, "8", "data")
+    assert json.loads(state.read_text())["step"] == 3  # the next step has 24 rows: mid-ramp
+    rest = dump_ramp(
+        "rest", ["--steps=3", f"--state_in={state}", "--worker_count=1"], 4, 2, "4,2",
+        "data,tensor",
+    )
+    assert set(rest) == {k for k in full if int(k.split("/")[1]) >= 3}
+    for key in rest:
+        assert full[key].tobytes() == rest[key].tobytes(), key

@@ -111,6 +111,20 @@ def test_preflight_fails_fast_on_problems(data, tmp_path):
     assert out.returncode == 1 and "missing" in out.stdout
 
 
+
+def test_rampup_preflight_shapes_and_explain(data, tmp_path):
+    _, _, args = data
+    ramp = ["--global_batch_size=32", "--rampup_batch_size=8 8 48"]  # steps of 8, 8, 16, 24, 32...
+    out = run("jaxblend.tools.inspect", "preflight", *args, *ramp, "--train_iters=6",
+              f"--json={tmp_path / 'p.json'}")
+    assert "batch shapes: 4 (one compiled train step each; global batch sizes 8, 16, 24, 32)" in out.stdout
+    assert json.loads((tmp_path / "p.json").read_text())["batch_shapes"] == 4
+    out = run("jaxblend.tools.inspect", "preflight", *args, f"--global_batch_size={B}")
+    assert "batch shapes: 1 " in out.stdout
+    run("jaxblend.tools.inspect", "explain", *args, *ramp, "--step=3", f"--json={tmp_path / 'e.json'}")
+    rows = json.loads((tmp_path / "e.json").read_text())["rows"]
+    assert [r["sample_id"] for r in rows] == list(range(32, 56))  # after 8 + 8 + 16 samples
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONFIGS = sorted(glob.glob(os.path.join(REPO, "configs", "*.flags")))
 

@@ -1,4 +1,4 @@
-"""Pure host-sharding math: rows per process for any mesh and process layout."""
+"""Pure host-sharding math: rows per process for any mesh and process layout; the step sampler."""
 
 from __future__ import annotations
 
@@ -68,10 +68,12 @@ class TestRowsByProcess:
 
     def test_process_sample_ids(self):
         s = FakeSharding(NamedSharding(mesh((8,), ("data",)), P("data")), 4)
+        plan = sampling.FixedStepPlan(global_batch_size=8, num_steps=4)
         np.testing.assert_array_equal(
-            sampling.process_sample_ids(8, 3, s, 1), np.arange(28, 32)
+            sampling.ProcessPlan.of(plan, s, 1).sample_ids(3), np.arange(28, 32)
         )
         assert sampling.batch_rows_for_process(8, s, 5).size == 0
+        assert sampling.ProcessPlan.of(plan, s, 5).sample_ids(3).size == 0
 
     def test_indivisible_batch_is_a_clear_error(self):
         s = NamedSharding(mesh((8,), ("data",)), P("data"))
@@ -79,8 +81,10 @@ class TestRowsByProcess:
             sampling.rows_by_process(12, s)
         with pytest.raises(ValueError, match="global_batch_size must be > 0"):
             sampling.rows_by_process(0, s)
-        with pytest.raises(ValueError, match="step"):
-            sampling.process_sample_ids(8, -1, s, 0)
+        with pytest.raises(IndexError, match="step"):
+            sampling.ProcessPlan.of(sampling.FixedStepPlan(8, 4), s, 0).sample_ids(-1)
+        with pytest.raises(ValueError, match="global_batch_size=12"):
+            sampling.ProcessPlan.of(sampling.FixedStepPlan(12, 4), s, 0)
 
 
 class TestStepSampler:

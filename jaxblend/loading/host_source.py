@@ -1,0 +1,59 @@
+"""The Grain data source of a loader: record k = this process's rows of step k, as read."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from jaxblend.loading.protocols import LoaderSource, PaddedLoaderSource
+from jaxblend.sampling import ProcessPlan
+
+
+class HostStepSource:
+    """Grain data source whose record `k` is this process's rows of step `k` of a plan.
+
+    Rows of unpadded steps are read with `read_batch` (the compact form, in Grain's readers or
+    workers) and turned into the batch schema by `assemble` in the training process; rows of
+    padded (bucketed) steps are read with `get_padded_batch`.
+
+    Args:
+      source: the samples.
+      process_plan: this process's share of the step plan.
+
+    Raises:
+      ValueError: if the plan pads steps to a length and the source cannot read padded rows.
+    """
+
+    def __init__(self, source: LoaderSource, process_plan: ProcessPlan):
+        self.source = source
+        self.process_plan = process_plan
+        self._padded: PaddedLoaderSource | None = None
+        if any(shape.length is not None for shape in process_plan.plan.batch_shapes()):
+            if not isinstance(source, PaddedLoaderSource):
+                raise ValueError(
+                    f"the step plan pads batches to bucket lengths, which needs a source with "
+                    f"get_padded_batch (e.g. jaxblend.sources.SequenceSource), not {source!r}"
+                )
+            self._padded = source
+
+    def __len__(self) -> int:
+        return self.process_plan.plan.num_steps
+
+    def __repr__(self) -> str:
+        return (
+            f"HostStepSource(source={self.source!r}, plan={self.process_plan.plan.fingerprint}, "
+            f"process={self.process_plan.process_index})"
+        )
+
+    def __getitem__(self, step: int) -> dict[str, np.ndarray]:
+        ids = self.process_plan.sample_ids(step)
+        length = self.process_plan.plan.padded_length(step)
+        if length is None:
+            return self.source.read_batch(ids)
+        assert self._padded is not None  # checked in __init__ for every padded shape
+        return self._padded.get_padded_batch(ids, length)
+
+    def assemble(self, step: int, record: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Turns record `step` into the host batch (in the training process)."""
+        if self.process_plan.plan.padded_length(step) is None:
+            return self.source.assemble_batch(record)
+        return record
