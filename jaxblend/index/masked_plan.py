@@ -22,14 +22,10 @@ from jaxblend.index import bucket_cache, cache
 from jaxblend.index import split as split_lib
 from jaxblend.index.config import DatasetInfo
 from jaxblend.index.masked_sample_index import build_masked_sample_index
+from jaxblend.validation import require_int
 
 MASKED_FORMAT = "masked-index-1"
 ROWS = "sample_index"
-
-
-def _check_int(name: str, value: Any, low: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-        raise ValueError(f"MaskedIndexConfig.{name} must be an integer >= {low}, got {value!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,11 +54,11 @@ class MaskedIndexConfig:
 
     def __post_init__(self) -> None:
         split_lib.parse_split(self.split)
-        _check_int("seed", self.seed, 0)
-        _check_int("max_length", self.max_length, 2)
-        _check_int("min_sentences", self.min_sentences, 1)
+        require_int("MaskedIndexConfig.seed", self.seed, 0)
+        require_int("MaskedIndexConfig.max_length", self.max_length, 2)
+        require_int("MaskedIndexConfig.min_sentences", self.min_sentences, 1)
         if self.num_samples is not None:
-            _check_int("num_samples", self.num_samples, 1)
+            require_int("MaskedIndexConfig.num_samples", self.num_samples, 1)
         p = self.short_sequence_probability
         if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p <= 1:
             raise ValueError(

@@ -34,6 +34,7 @@ from jaxblend.loading import global_batch
 from jaxblend.loading.host_source import HostStepSource
 from jaxblend.loading.protocols import LoaderSource
 from jaxblend.sampling import FixedStepPlan, ProcessPlan, StepPlan, StepSampler
+from jaxblend.validation import require_int
 
 STATE_VERSION = 1
 DEFAULT_REMOTE_READ_AHEAD = 8
@@ -76,8 +77,7 @@ class PrefetchOptions:
             value, low = getattr(self, field.name), 1
             if field.name in ("worker_count", "device_prefetch", "read_ahead"):
                 low = 0
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-                raise ValueError(f"{field.name} must be an integer >= {low}, got {value!r}")
+            require_int(field.name, value, low)
 
 
     def grain_read_options(self, reads_remote: bool) -> grain.ReadOptions:

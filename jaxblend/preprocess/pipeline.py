@@ -161,10 +161,11 @@ def _open_inputs(
 def _worker_config(config: PreprocessConfig, dtype: np.dtype, parts: str) -> worker.WorkerConfig:
     """What every partition's worker needs: the run's settings of the same names (``level``
     included), the token dtype and the parts directory."""
+    run_fields = {f.name for f in dataclasses.fields(PreprocessConfig)}
     shared = {
         f.name: getattr(config, f.name)
         for f in dataclasses.fields(worker.WorkerConfig)
-        if hasattr(config, f.name)
+        if f.name in run_fields
     }
     return worker.WorkerConfig(**shared, dtype=dtype.name, parts_dir=parts)
 

@@ -6,7 +6,7 @@ import dataclasses
 
 import numpy as np
 
-from jaxblend.sampling.plan import check_count
+from jaxblend.validation import require_int
 
 OVER_LENGTH = ("skip", "truncate")
 LEFTOVER = ("drop", "pad")
@@ -45,7 +45,7 @@ class BucketConfig:
 
     def __post_init__(self):
         for name in ("bucket_width", "max_length", "token_budget", "row_multiple", "num_epochs"):
-            check_count("BucketConfig", name, getattr(self, name), 1)
+            require_int(f"BucketConfig.{name}", getattr(self, name), 1)
         if self.over_length not in OVER_LENGTH:
             raise ValueError(
                 f"BucketConfig.over_length must be one of {OVER_LENGTH}, got {self.over_length!r}"
@@ -55,7 +55,7 @@ class BucketConfig:
                 f"BucketConfig.leftover must be one of {LEFTOVER}, got {self.leftover!r}"
             )
         if self.seed is not None:
-            check_count("BucketConfig", "seed", self.seed, 0)
+            require_int("BucketConfig.seed", self.seed, 0)
         smallest = self.row_multiple * self.max_length
         if self.token_budget < smallest:
             raise ValueError(

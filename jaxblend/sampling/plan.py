@@ -17,6 +17,8 @@ from typing import NamedTuple, Protocol
 
 import numpy as np
 
+from jaxblend.validation import require_int
+
 
 class BatchShape(NamedTuple):
     """One batch shape a plan produces (XLA compiles one program per shape).
@@ -70,12 +72,6 @@ def check_step(step: int, num_steps: int) -> int:
     return int(step)
 
 
-def check_count(owner: str, name: str, value: object, low: int) -> None:
-    """Refuses a non-integer (or bool) `value` below `low`, naming `owner.name`."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-        raise ValueError(f"{owner}.{name} must be an integer >= {low}, got {value!r}")
-
-
 @dataclasses.dataclass(frozen=True)
 class FixedStepPlan:
     """Step k holds samples `[k * B, (k + 1) * B)`, row r holding sample `k * B + r`.
@@ -89,8 +85,8 @@ class FixedStepPlan:
     num_steps: int
 
     def __post_init__(self):
-        check_count("FixedStepPlan", "global_batch_size", self.global_batch_size, 1)
-        check_count("FixedStepPlan", "num_steps", self.num_steps, 0)
+        require_int("FixedStepPlan.global_batch_size", self.global_batch_size, 1)
+        require_int("FixedStepPlan.num_steps", self.num_steps, 0)
 
     @classmethod
     def covering(
@@ -101,7 +97,7 @@ class FixedStepPlan:
         Raises:
           ValueError: if `num_steps` batches need more samples than there are.
         """
-        check_count("FixedStepPlan", "global_batch_size", global_batch_size, 1)
+        require_int("FixedStepPlan.global_batch_size", global_batch_size, 1)
         available = num_samples // global_batch_size
         if num_steps is not None and num_steps > available:
             raise ValueError(

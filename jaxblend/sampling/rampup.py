@@ -19,7 +19,8 @@ import math
 
 import numpy as np
 
-from jaxblend.sampling.plan import BatchShape, check_count, check_step
+from jaxblend.sampling.plan import BatchShape, check_step
+from jaxblend.validation import require_int
 
 FLAG = "--rampup_batch_size"
 
@@ -40,7 +41,7 @@ class Rampup:
 
     def __post_init__(self):
         for name in ("start", "increment", "ramp_samples"):
-            check_count("Rampup", name, getattr(self, name), 1)
+            require_int(f"Rampup.{name}", getattr(self, name), 1)
 
     @classmethod
     def parse(cls, text: str) -> Rampup:
@@ -95,7 +96,7 @@ class RampupStepPlan:
         owner = "RampupStepPlan"
         for name, low in (("global_batch_size", 1), ("num_steps", 0), ("micro_batch_size", 1),
                           ("data_parallel_size", 1)):
-            check_count(owner, name, getattr(self, name), low)
+            require_int(f"{owner}.{name}", getattr(self, name), low)
         r, gbs = self.rampup, self.global_batch_size
         if r.start >= gbs or (gbs - r.start) % r.increment:
             raise ValueError(

@@ -17,6 +17,7 @@ import numpy as np
 from jaxblend.index import masked_plan
 from jaxblend.index import split as split_lib
 from jaxblend.sources import _masking
+from jaxblend.validation import require_int
 
 
 def _check_probability(
@@ -27,11 +28,6 @@ def _check_probability(
     if not isinstance(value, (int, float)) or isinstance(value, bool) or not (lo_ok and hi_ok):
         rng = f"{'(' if low_open else '['}0, 1{')' if high_open else ']'}"
         raise ValueError(f"{owner}.{name} must be in {rng}, got {value!r}")
-
-
-def _check_int(owner: str, name: str, value: Any, low: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-        raise ValueError(f"{owner}.{name} must be an integer >= {low}, got {value!r}")
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -62,7 +58,7 @@ class MaskedTokenizerInfo:
     is_continuation: np.ndarray | None = None
 
     def __post_init__(self):
-        _check_int("MaskedTokenizerInfo", "vocab_size", self.vocab_size, 2)
+        require_int("MaskedTokenizerInfo.vocab_size", self.vocab_size, 2)
         for name in ("cls", "sep", "mask", "pad", "bos", "eos"):
             value = getattr(self, name)
             if value is None and name in ("bos", "eos"):
@@ -152,8 +148,8 @@ class MaskedConfig:
 
     def __post_init__(self):
         owner = type(self).__name__
-        _check_int(owner, "random_seed", self.random_seed, 0)
-        _check_int(owner, "sequence_length", self.sequence_length, 5)
+        require_int(f"{owner}.random_seed", self.random_seed, 0)
+        require_int(f"{owner}.sequence_length", self.sequence_length, 5)
         _check_probability(
             owner, "masking_probability", self.masking_probability, low_open=True, high_open=True
         )
@@ -164,14 +160,14 @@ class MaskedConfig:
             low_open=False,
             high_open=False,
         )
-        _check_int(owner, "masking_max_ngram", self.masking_max_ngram, 1)
+        require_int(f"{owner}.masking_max_ngram", self.masking_max_ngram, 1)
         if self.masking_use_geometric_distribution and self.masking_do_permutation:
             raise ValueError(
                 f"{owner}: masking_use_geometric_distribution and masking_do_permutation cannot "
                 "both be True"
             )
         if self.num_samples is not None:
-            _check_int(owner, "num_samples", self.num_samples, 1)
+            require_int(f"{owner}.num_samples", self.num_samples, 1)
         split_lib.parse_split(self.split)
         self.index_config()  # refuses a bad cache_dir now, not at the first source
 
@@ -230,7 +226,7 @@ class T5MaskedConfig(MaskedConfig):
 
     def __post_init__(self):
         super().__post_init__()
-        _check_int(type(self).__name__, "sequence_length_decoder", self.sequence_length_decoder, 3)
+        require_int(f"{type(self).__name__}.sequence_length_decoder", self.sequence_length_decoder, 3)
 
     @property
     def sequence_length_encoder(self) -> int:

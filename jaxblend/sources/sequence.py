@@ -26,6 +26,7 @@ import numpy as np
 from jaxblend.sources import base
 from jaxblend.storage import IndexedDataset
 from jaxblend.storage.protocols import SequenceDataset
+from jaxblend.validation import require_int
 
 
 class SequenceSource(base.BatchSource):
@@ -43,14 +44,7 @@ class SequenceSource(base.BatchSource):
     def __init__(
         self, dataset: SequenceDataset | str | os.PathLike, max_length: int, pad_id: int = 0
     ):
-        if (
-            isinstance(max_length, bool)
-            or not isinstance(max_length, (int, np.integer))
-            or max_length < 1
-        ):
-            raise ValueError(
-                f"SequenceSource.max_length must be an integer >= 1, got {max_length!r}"
-            )
+        require_int("SequenceSource.max_length", max_length, 1)
         if isinstance(dataset, (str, os.PathLike)):
             dataset = IndexedDataset(dataset)
         self.dataset = dataset

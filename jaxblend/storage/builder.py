@@ -365,9 +365,7 @@ class IndexedDatasetBuilder:
             )
 
     def _as_tokens(self, tokens: Any, what: str) -> np.ndarray:
-        if hasattr(tokens, "numpy") and not isinstance(tokens, np.ndarray):
-            tokens = tokens.numpy()  # torch tensors
-        arr = np.asarray(tokens)
+        arr = np.asarray(tokens)  # numpy arrays, lists, CPU torch tensors (`__array__`)
         if arr.ndim != 1:
             raise ValueError(f"{what} must be 1-D, got shape {arr.shape}")
         if arr.dtype == self._dtype:

@@ -27,6 +27,8 @@ import dataclasses
 import os
 from typing import Any
 
+from jaxblend.validation import require_int
+
 ENDPOINT_ENV = "JAXBLEND_S3_ENDPOINT"
 _AWS_ENDPOINT_ENVS = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
 _AWS_REGION_ENVS = ("AWS_REGION", "AWS_DEFAULT_REGION")
@@ -65,8 +67,7 @@ class ObjectStoreOptions:
         for name in ("request_concurrency", "max_retries", "coalesce_gap"):
             value = getattr(self, name)
             low = 1 if name == "request_concurrency" else 0
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"ObjectStoreOptions.{name} must be an integer >= {low}, got {value!r}")
+            require_int(f"ObjectStoreOptions.{name}", value, low)
         for name in ("initial_retry_delay", "max_retry_delay", "request_timeout"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:

@@ -1,0 +1,25 @@
+"""Validation shared by the frozen config dataclasses: one rule, one message.
+
+Configs check their fields in `__post_init__` and refuse bad values with one line naming the
+field (`Owner.field`), the rule and the value, e.g.
+`BucketConfig.max_length must be an integer >= 1, got 0`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def require_int(label: str, value: object, low: int) -> None:
+    """Refuses `value` unless it is an integer (not a bool) >= `low`.
+
+    Args:
+      label: what the value is, as the user knows it (`"Owner.field"` or a flag name).
+      value: the value to check (Python or numpy integer).
+      low: the smallest accepted value.
+
+    Raises:
+      ValueError: naming `label`, the rule and the value.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+        raise ValueError(f"{label} must be an integer >= {low}, got {value!r}")

@@ -1,0 +1,19 @@
+"""The shared config-field rule: integers (not bools) at or above a bound, one named message."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from jaxblend.validation import require_int
+
+
+@pytest.mark.parametrize("value", [0, 5, np.int64(3), np.uint8(0)])
+def test_integers_at_or_above_the_bound_pass(value):
+    require_int("Owner.field", value, 0)
+
+
+@pytest.mark.parametrize("value", [-1, True, 1.0, "1", None, np.float32(2)])
+def test_everything_else_is_refused_with_the_label(value):
+    with pytest.raises(ValueError, match=r"^Owner\.field must be an integer >= 0, got "):
+        require_int("Owner.field", value, 0)
