@@ -167,7 +167,7 @@ def _worker_config(config: PreprocessConfig, dtype: np.dtype, parts: str) -> wor
         for f in dataclasses.fields(worker.WorkerConfig)
         if f.name in run_fields
     }
-    return worker.WorkerConfig(**shared, dtype=dtype.name, parts_dir=parts)
+    return worker.WorkerConfig(**shared, level=config.level, dtype=dtype.name, parts_dir=parts)
 
 
 def _run_partitions(
