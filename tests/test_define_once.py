@@ -71,3 +71,19 @@ def test_project_flag_groups_can_be_requested_repeatedly():
         [sys.executable, "-c", _REQUEST_TWICE], capture_output=True, text=True, check=True
     )
     assert out.stdout.strip() == "True"
+
+
+_LAUNCHER_AND_JAX_FLAGS = """
+from absl import flags
+import jaxblend.tools.launch_local  # a library import defines no flags
+from jaxblend import distributed
+distributed.define_distributed_flags()
+print(flags.FLAGS["num_processes"].help)
+"""
+
+
+def test_importing_the_launcher_leaves_num_processes_to_the_jax_flags():
+    out = subprocess.run(
+        [sys.executable, "-c", _LAUNCHER_AND_JAX_FLAGS], capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "Number of JAX processes in the run."

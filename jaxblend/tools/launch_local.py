@@ -26,9 +26,14 @@ from absl import app, flags
 
 from jaxblend.tools import _entry
 
-_NUM = flags.DEFINE_integer("num_processes", 2, "Processes to start.", lower_bound=1)
-_DEVICES = flags.DEFINE_integer("devices_per_process", 4, "CPU devices per process.", lower_bound=1)
-_TIMEOUT = flags.DEFINE_float("timeout", 3600, "Seconds before all processes are killed.")
+
+def define_flags() -> None:
+    """The launcher's own flags, defined only when it runs as a program: importing this module
+    for `run_processes` must not claim `--num_processes`, which every JAX CLI defines
+    (`jaxblend.distributed`) with the meaning "processes in this run"."""
+    flags.DEFINE_integer("num_processes", 2, "Processes to start.", lower_bound=1)
+    flags.DEFINE_integer("devices_per_process", 4, "CPU devices per process.", lower_bound=1)
+    flags.DEFINE_float("timeout", 3600, "Seconds before all processes are killed.")
 
 
 def free_port() -> int:
@@ -121,9 +126,11 @@ def main(argv: Sequence[str]) -> None:
         command = command[1:]
     if not command:
         raise app.UsageError("give the command to run after --")
-    code, _ = run_processes(command, _NUM.value, _DEVICES.value, _TIMEOUT.value)
+    fl = flags.FLAGS
+    code, _ = run_processes(command, fl.num_processes, fl.devices_per_process, fl.timeout)
     sys.exit(code)
 
 
 if __name__ == "__main__":
+    define_flags()
     _entry.run(main)
