@@ -67,7 +67,7 @@ def main() -> None:
                 bucket_cache.set_process_default(
                     bucket_cache.BucketCacheOptions(builder=True, mirror_root=builder))
                 t0 = time.perf_counter()
-                built = index.build_data_plan(config, infos)
+                built = index.build_data_maps(config, infos)
                 build_publish = time.perf_counter() - t0
                 local_dir, key = built.cache_path.rsplit("/", 1)
                 arrays = os.listdir(built.cache_path)

@@ -61,7 +61,7 @@ def main() -> None:
     )
     with tempfile.TemporaryDirectory(dir=os.environ.get("TMPDIR")) as root:
         t0 = time.perf_counter()
-        plan = index.build_data_plan(
+        plan = index.build_data_maps(
             dataclasses.replace(config, cache_dir=os.path.join(root, "built")), infos
         )
         build = time.perf_counter() - t0

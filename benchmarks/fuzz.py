@@ -399,7 +399,7 @@ class CacheCampaign:
             blend=("1", "/d/a", "2", "/d/b"), split="90,10,0", seq_length=16,
             num_samples=(300, 30, None),
         )
-        self.reference = self._digest(index.build_data_plan(self.config, self.infos))
+        self.reference = self._digest(index.build_data_maps(self.config, self.infos))
 
     @staticmethod
     def _digest(plan) -> str:
@@ -483,14 +483,14 @@ class CacheCampaign:
         cache_dir = os.path.join(self.workdir, "cache")
         shutil.rmtree(cache_dir, ignore_errors=True)
         config = dataclasses.replace(self.config, cache_dir=cache_dir)
-        plan = index.build_data_plan(config, self.infos)
+        plan = index.build_data_maps(config, self.infos)
         kind = self.corrupt(rng, plan.cache_path)
         verify = rng.choice(["summary", "full"])
         names = [cache_dir]
-        again = _attempt(kind, names, lambda: index.build_data_plan(config, self.infos, verify=verify))
+        again = _attempt(kind, names, lambda: index.build_data_maps(config, self.infos, verify=verify))
         ok = self._digest(again) == self.reference
         # The entry left behind must itself be sound (rebuilt or untouched).
-        ok = ok and _attempt(kind, names, lambda: index.build_data_plan(config, self.infos, verify="full")) is not None
+        ok = ok and _attempt(kind, names, lambda: index.build_data_maps(config, self.infos, verify="full")) is not None
         return kind, CORRECT if ok else FAILURE, names
 
 

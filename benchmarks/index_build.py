@@ -13,7 +13,7 @@ Cases (full sizes): GPT maps for 1e7 documents / 1e10 tokens at S=2048 (Megatron
 `_build_document_index`, `helpers.build_sample_idx`, `_build_shuffle_index`); blending 1e8 x 3
 and 1e8 x 1,000 datasets (`helpers.build_blending_indices` incl. its numpy.zeros outputs);
 1e7 x 100,000 datasets (jaxblend only: Megatron stores dataset ids as int16); loading a cached
-configuration with `build_data_plan`.
+configuration with `build_data_maps`.
 """
 
 from __future__ import annotations
@@ -174,12 +174,12 @@ def case_cached_load(impl: str, sizes: dict) -> dict:
         num_samples=(1_000_000, 10_000, 1_000),
         cache_dir=tempfile.mkdtemp(prefix="jaxblend-bench-"),
     )
-    index.build_data_plan(config, infos)
+    index.build_data_maps(config, infos)
     base = _rss_mb()
     times = []
     for _ in range(5):
         t0 = time.perf_counter()
-        plan = index.build_data_plan(config, infos)
+        plan = index.build_data_maps(config, infos)
         times.append(time.perf_counter() - t0)
     return {"seconds": min(times), "peak_mb": _rss_mb() - base, "digest": len(plan.split("train"))}
 

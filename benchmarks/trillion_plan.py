@@ -18,7 +18,7 @@ test split of the smallest prefixes holds less than a sample), train `num_sample
 the train tokens / seq_length, so every prefix needs one epoch.
 
 Steps:
-  build     `build_data_plan` with an empty cache directory: time, peak RSS, cache bytes.
+  build     `build_data_maps` with an empty cache directory: time, peak RSS, cache bytes.
   load      a fresh process, same inputs, cache hit: time, RSS growth, and one batch's spans.
   megatron  megatron-core's per-dataset helpers (`_build_document_index`,
             `helpers.build_sample_idx`, `_build_shuffle_index`) on `--megatron_prefixes`
@@ -114,7 +114,7 @@ def _timed_plan(args, rss):
     config = make_config(infos, lengths, args.seq_length, args.cache_dir)
     base = rss()
     t0 = time.perf_counter()
-    plan = index.build_data_plan(config, infos)
+    plan = index.build_data_maps(config, infos)
     return plan, lengths, time.perf_counter() - t0, base
 
 

@@ -2,7 +2,7 @@
 
 Configs check their fields in `__post_init__` and refuse bad values with one line naming the
 field (`Owner.field`), the rule and the value, e.g.
-`BucketConfig.max_length must be an integer >= 1, got 0`.
+`TokenBudgetConfig.max_length must be an integer >= 1, got 0`.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """PeerWatch's verdicts on an in-memory key-value store (the real one is exercised by
-tests/test_train_bucket.py with real processes)."""
+tests/test_train_on_gcs_pod.py with real processes)."""
 
 from __future__ import annotations
 

@@ -11,16 +11,16 @@ from jaxblend.index.blend_spec import Blend, blend_prefixes, normalize, parse_bl
 from jaxblend.index.config import DatasetInfo, GPTDataConfig
 from jaxblend.index.document_index import build_document_index
 from jaxblend.index.gpt import GPTIndexMaps, build_gpt_index_maps
-from jaxblend.index.masked_plan import MaskedIndexConfig, MaskedSampleIndex, build_masked_index
-from jaxblend.index.plan import DataPlan, build_data_plan, config_prefixes
+from jaxblend.index.masked_maps import MaskedIndexConfig, MaskedSampleIndex, build_masked_index
+from jaxblend.index.data_maps import DataMaps, build_data_maps, config_prefixes
 from jaxblend.index.sample_index import build_sample_index
 from jaxblend.index.shuffle_index import build_shuffle_index
 from jaxblend.index.split import parse_split, split_matrix
-from jaxblend.index.split_plan import Piece, Spans, SplitPlan
+from jaxblend.index.split_maps import Piece, Spans, SplitMaps
 
 __all__ = [
     "Blend",
-    "DataPlan",
+    "DataMaps",
     "DatasetInfo",
     "GPTDataConfig",
     "GPTIndexMaps",
@@ -28,10 +28,10 @@ __all__ = [
     "MaskedSampleIndex",
     "Piece",
     "Spans",
-    "SplitPlan",
+    "SplitMaps",
     "blend_prefixes",
     "build_blending_indices",
-    "build_data_plan",
+    "build_data_maps",
     "build_document_index",
     "build_exhaustive_blending_indices",
     "build_gpt_index_maps",

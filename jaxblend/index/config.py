@@ -123,9 +123,6 @@ class GPTDataConfig:
       drop_last_partial_validation_sequence: False keeps the valid split's last partial sample.
       mid_level_dataset_surplus: extra fraction of samples built per blended dataset.
       cache_dir: directory for cached index maps, or None to build in memory only.
-      megatron_compat: reproduce Megatron-Core's order and quirks bit for bit. This is the only
-        mode implemented: it is recorded in the fingerprint so that a future non-compatible mode
-        never serves these maps; False is refused.
     """
 
     blend: Sequence[str] | None = None
@@ -140,7 +137,6 @@ class GPTDataConfig:
     drop_last_partial_validation_sequence: bool = True
     mid_level_dataset_surplus: float = 0.005
     cache_dir: str | None = None
-    megatron_compat: bool = True
 
     def __post_init__(self) -> None:
         if isinstance(self.blend, str):
@@ -196,8 +192,4 @@ class GPTDataConfig:
         if not math.isfinite(surplus) or surplus < 0:
             raise ValueError(
                 f"mid_level_dataset_surplus = {self.mid_level_dataset_surplus!r} must be finite and >= 0"
-            )
-        if not self.megatron_compat:
-            raise ValueError(
-                "megatron_compat = False is not implemented; only Megatron-Core's order is built"
             )

@@ -1,7 +1,7 @@
 """Cheap estimates of a data configuration's index maps, without building them (preflight).
 
 `estimate_plan(config, infos)` resolves the splits and blends with the same code as
-`build_data_plan` (`split_resolution`), computes for every (split, dataset) the tokens, epochs
+`build_data_maps` (`split_resolution`), computes for every (split, dataset) the tokens, epochs
 and sample count the maps will have, their dtypes and sizes in bytes, whether the cache already
 holds them, and lists problems (a split with no tokens asked for samples, counts overflowing the
 index dtypes). Cost: O(datasets + sequences) sums, no shuffles.
@@ -19,7 +19,7 @@ from jaxblend.index import (
     bucket_cache,
     cache,
     gpt,
-    plan,
+    data_maps,
     sample_index,
     shuffle_index,
     split_resolution,
@@ -55,16 +55,16 @@ class PlanEstimate:
     problems: list[str]
 
 
-def estimate_plan(config: GPTDataConfig, infos: plan.InfoSource) -> PlanEstimate:
+def estimate_plan(config: GPTDataConfig, infos: data_maps.InfoSource) -> PlanEstimate:
     """Estimates the index maps of `config` (see the module docstring).
 
     Raises:
-      ValueError: for configuration errors `build_data_plan` would also raise before building.
+      ValueError: for configuration errors `build_data_maps` would also raise before building.
     """
     specs = split_resolution.resolve_splits(config)
-    prefixes = plan.config_prefixes(config)
+    prefixes = data_maps.config_prefixes(config)
     info_by_prefix = {p: split_resolution.dataset_info(infos, p) for p in prefixes}
-    key = plan.plan_fingerprint(config, prefixes, info_by_prefix)
+    key = data_maps.plan_fingerprint(config, prefixes, info_by_prefix)
     problems: list[str] = []
     path, cached = _cache_status(config, key, specs, problems)
     extra = int(config.add_extra_token_to_sequence)
@@ -140,7 +140,7 @@ def _cache_status(
 
     path = where(config.cache_dir, key)
     entries = [key] if found([key]) else [
-        found(plan.cache_entries(key, (s.name,))) for s in specs if s is not None
+        found(data_maps.cache_entries(key, (s.name,))) for s in specs if s is not None
     ]
     if not entries or not all(entries):
         return path, False

@@ -8,7 +8,7 @@ from a counter-based hash (`splitmix64`) of `(seed, pass, first sentence)` inste
 Mersenne Twister, so the index is a pure function of its inputs. The rows are then permuted by
 `np.random.default_rng([seed, 1])`.
 
-`jaxblend.index.masked_plan` builds it per split from a `DatasetInfo` and caches it.
+`jaxblend.index.masked_maps` builds it per split from a `DatasetInfo` and caches it.
 """
 
 from __future__ import annotations

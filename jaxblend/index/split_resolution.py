@@ -1,6 +1,6 @@
 """Which index maps each split of a `GPTDataConfig` needs: the one resolution of splits.
 
-`build_data_plan` (which builds the maps) and `estimate_plan` (which sizes them without building)
+`build_data_maps` (which builds the maps) and `estimate_plan` (which sizes them without building)
 both start here, so they agree on every decision (Megatron-Core's `BlendedMegatronDatasetBuilder`
 rules, docs/format.md "Blends"):
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from jaxblend.loading.protocols import LoaderSource, PaddedLoaderSource
-from jaxblend.sampling import ProcessPlan
+from jaxblend.sampling import ProcessRows
 
 
 class HostStepSource:
@@ -17,17 +17,17 @@ class HostStepSource:
 
     Args:
       source: the samples.
-      process_plan: this process's share of the step plan.
+      process_rows: this process's share of the step plan.
 
     Raises:
       ValueError: if the plan pads steps to a length and the source cannot read padded rows.
     """
 
-    def __init__(self, source: LoaderSource, process_plan: ProcessPlan):
+    def __init__(self, source: LoaderSource, process_rows: ProcessRows):
         self.source = source
-        self.process_plan = process_plan
+        self.process_rows = process_rows
         self._padded: PaddedLoaderSource | None = None
-        if any(shape.length is not None for shape in process_plan.plan.batch_shapes()):
+        if any(shape.length is not None for shape in process_rows.plan.batch_shapes()):
             if not isinstance(source, PaddedLoaderSource):
                 raise ValueError(
                     f"the step plan pads batches to bucket lengths, which needs a source with "
@@ -36,17 +36,17 @@ class HostStepSource:
             self._padded = source
 
     def __len__(self) -> int:
-        return self.process_plan.plan.num_steps
+        return self.process_rows.plan.num_steps
 
     def __repr__(self) -> str:
         return (
-            f"HostStepSource(source={self.source!r}, plan={self.process_plan.plan.fingerprint}, "
-            f"process={self.process_plan.process_index})"
+            f"HostStepSource(source={self.source!r}, plan={self.process_rows.plan.fingerprint}, "
+            f"process={self.process_rows.process_index})"
         )
 
     def __getitem__(self, step: int) -> dict[str, np.ndarray]:
-        ids = self.process_plan.sample_ids(step)
-        length = self.process_plan.plan.padded_length(step)
+        ids = self.process_rows.sample_ids(step)
+        length = self.process_rows.plan.padded_length(step)
         if length is None:
             return self.source.read_batch(ids)
         assert self._padded is not None  # checked in __init__ for every padded shape
@@ -54,6 +54,6 @@ class HostStepSource:
 
     def assemble(self, step: int, record: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Turns record `step` into the host batch (in the training process)."""
-        if self.process_plan.plan.padded_length(step) is None:
+        if self.process_rows.plan.padded_length(step) is None:
             return self.source.assemble_batch(record)
         return record

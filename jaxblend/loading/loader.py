@@ -2,7 +2,7 @@
 
 Flow per step k (the same program on every host):
   1. the step plan (`jaxblend.sampling`) gives the global sample ids of step k, and this process's
-     share of it (`ProcessPlan`, from the batch sharding) the rows it loads;
+     share of it (`ProcessRows`, from the batch sharding) the rows it loads;
   2. a `HostStepSource` record = those rows, read through the source's `read_batch` (one batched
      storage call; `get_padded_batch` for bucketed steps) in a `grain.DataLoader` (reader threads
      or worker processes, prefetch; its sampler is the steps from the resume point on); the
@@ -33,7 +33,7 @@ from jax.sharding import Mesh
 from jaxblend.loading import global_batch
 from jaxblend.loading.host_source import HostStepSource
 from jaxblend.loading.protocols import LoaderSource
-from jaxblend.sampling import FixedStepPlan, ProcessPlan, StepPlan, StepSampler
+from jaxblend.sampling import FixedStepPlan, ProcessRows, StepPlan, StepSampler
 from jaxblend.validation import require_int
 
 STATE_VERSION = 1
@@ -146,8 +146,8 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
         self.prefetch = prefetch
         self.process_index = jax.process_index() if process_index is None else process_index
         sharding = global_batch.batch_sharding(mesh, self.batch_axes, 1)
-        self.process_plan = ProcessPlan.of(plan, sharding, self.process_index)
-        self.host_source = HostStepSource(source, self.process_plan)
+        self.process_rows = ProcessRows.of(plan, sharding, self.process_index)
+        self.host_source = HostStepSource(source, self.process_rows)
         self.fingerprint = loader_fingerprint(source, plan)
         self.wait_seconds = 0.0
         self._grain_iter: Iterator[dict[str, np.ndarray]] | None = None
@@ -191,7 +191,7 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
             self._next_put += 1
             host = self.host_source.assemble(step, host)
             self._queue.append(global_batch.make_global_batch(
-                host, self.process_plan.rows(step), self.plan.batch_size(step), self.mesh,
+                host, self.process_rows.rows(step), self.plan.batch_size(step), self.mesh,
                 self.batch_axes,
             ))
         if not self._queue:

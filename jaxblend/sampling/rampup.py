@@ -19,7 +19,7 @@ import math
 
 import numpy as np
 
-from jaxblend.sampling.plan import BatchShape, check_step
+from jaxblend.sampling.step_plan import BatchShape, check_step
 from jaxblend.validation import require_int
 
 FLAG = "--rampup_batch_size"

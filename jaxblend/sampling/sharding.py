@@ -2,7 +2,7 @@
 
 Nothing here asks JAX which process it runs in: the process index is an argument, so the same
 function answers for every host of a pod and can be tested for any topology in one process.
-Which samples fill the rows is the step plan's business (`jaxblend.sampling.plan`); only the split
+Which samples fill the rows is the step plan's business (`jaxblend.sampling.step_plan`); only the split
 of rows between processes depends on the mesh (docs/design.md, "Multi-host").
 """
 

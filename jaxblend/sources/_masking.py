@@ -8,7 +8,7 @@ skipped; optionally a second pass permutes extra n-grams. Randomness comes from 
 `np.random.Generator` (one per `(seed, sample index)`), so any sample is reproducible alone.
 
 Which sentences make a sample, and its target length, come from the sample index built in
-`jaxblend.index.masked_plan` (docs/format.md, 'BERT/T5 sample index').
+`jaxblend.index.masked_maps` (docs/format.md, 'BERT/T5 sample index').
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Opening the sources of every split of a GPT data configuration.
 
 `open_gpt_sources(config, options)` opens each prefix once (`IndexedDataset`), builds (or loads
-from the cache) all index maps with `jaxblend.index.build_data_plan`, and returns a `GPTSource`
+from the cache) all index maps with `jaxblend.index.build_data_maps`, and returns a `GPTSource`
 (one prefix) or `BlendedSource` (several) per split, `None` for a split with no samples.
 """
 
@@ -30,7 +30,7 @@ class _SplitOpener:
     fingerprint: str
     object_store: ObjectStoreOptions | None = None
 
-    def __call__(self) -> tuple[list[IndexedDataset], index.SplitPlan]:
+    def __call__(self) -> tuple[list[IndexedDataset], index.SplitMaps]:
         datasets, plan = _open(self.config, self.backend, (self.split,), self.object_store)
         if plan.fingerprint != self.fingerprint:
             raise ValueError(
@@ -38,8 +38,8 @@ class _SplitOpener:
                 f"the parent process had {self.fingerprint}: a dataset of "
                 f"{index_io.config_prefixes(self.config)} changed while the job was running"
             )
-        split_plan = plan.split(self.split)
-        return [datasets[n] for n in split_plan.dataset_names], split_plan
+        split_maps = plan.split(self.split)
+        return [datasets[n] for n in split_maps.dataset_names], split_maps
 
 
 def _open(
@@ -47,12 +47,12 @@ def _open(
     backend: str,
     splits: tuple[str, ...] | None = None,
     object_store: ObjectStoreOptions | None = None,
-) -> tuple[dict[str, IndexedDataset], index.DataPlan]:
+) -> tuple[dict[str, IndexedDataset], index.DataMaps]:
     """Opens every prefix the configuration names (once each, concurrently) and builds its plan."""
     datasets, infos = index_io.open_datasets(
         index_io.config_prefixes(config), backend, object_store
     )
-    return datasets, index.build_data_plan(config, infos, splits)
+    return datasets, index.build_data_maps(config, infos, splits)
 
 
 def open_gpt_sources(
@@ -95,14 +95,14 @@ def open_gpt_sources(
     datasets, plan = _open(config, backend, splits, object_store)
     sources: dict[str, planned.PlannedSource | None] = {}
     for split in plan.built:
-        split_plan = plan.split(split)
-        if split_plan is None or len(split_plan) == 0:
+        split_maps = plan.split(split)
+        if split_maps is None or len(split_maps) == 0:
             sources[split] = None
             continue
-        members = [datasets[n] for n in split_plan.dataset_names]
+        members = [datasets[n] for n in split_maps.dataset_names]
         cls = planned.GPTSource if len(members) == 1 else planned.BlendedSource
         sources[split] = cls(
-            members, split_plan, options, fingerprint=plan.fingerprint, split=split,
+            members, split_maps, options, fingerprint=plan.fingerprint, split=split,
             reopen=_SplitOpener(config, split, backend, plan.fingerprint, object_store),
         )
     return sources

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from jaxblend.index import masked_plan
+from jaxblend.index import masked_maps
 from jaxblend.index import split as split_lib
 from jaxblend.sources import _masking
 from jaxblend.validation import require_int
@@ -176,9 +176,9 @@ class MaskedConfig:
         """Sentences a sample holds at least (documents with fewer are skipped)."""
         return 1
 
-    def index_config(self) -> masked_plan.MaskedIndexConfig:
+    def index_config(self) -> masked_maps.MaskedIndexConfig:
         """The configuration of the sample index (`jaxblend.index.build_masked_index`)."""
-        return masked_plan.MaskedIndexConfig(
+        return masked_maps.MaskedIndexConfig(
             split=self.split,
             seed=int(self.random_seed),
             max_length=int(self.sequence_length) - self.special_tokens,

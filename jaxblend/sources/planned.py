@@ -1,7 +1,7 @@
 """Sources over index maps: sample i -> pieces of documents -> one batched read -> schema arrays.
 
-`PlannedSource` holds the datasets of a blend and the `SplitPlan` of one split. `get_batch` asks
-the plan for every piece of every requested sample at once (`SplitPlan.spans`, a compiled kernel),
+`PlannedSource` holds the datasets of a blend and the `SplitMaps` of one split. `get_batch` asks
+the plan for every piece of every requested sample at once (`SplitMaps.spans`, a compiled kernel),
 reads every piece of every constituent dataset with one `SpanGather.read` (one compiled kernel
 over memory-mapped files, one batch of concurrent requests for object stores) straight into
 `[k, seq_length + extra]` windows, and builds the schema arrays with one compiled kernel. Sample windows equal Megatron-Core's (`GPTDataset`/`BlendedDataset`) for the same
@@ -22,13 +22,13 @@ from typing import Any
 import numba
 import numpy as np
 
-from jaxblend.index.split_plan import SplitPlan
+from jaxblend.index.split_maps import SplitMaps
 from jaxblend.sources import base, schema
 from jaxblend.storage import IndexedDataset
 from jaxblend.storage.protocols import SequenceReader
 from jaxblend.storage.span_gather import SpanGather
 
-Reopener = Callable[[], tuple[Sequence[IndexedDataset], SplitPlan]]
+Reopener = Callable[[], tuple[Sequence[IndexedDataset], SplitMaps]]
 
 
 @numba.njit(cache=True, nogil=True)
@@ -48,9 +48,9 @@ class PlannedSource(base.BatchSource):
     Args:
       datasets: the constituent `IndexedDataset`s, in the plan's dataset order (read through
         `SpanGather`, the storage layer's `SequenceReader`, in sequence units).
-      plan: the split's `SplitPlan` (from `jaxblend.index.build_data_plan`).
+      plan: the split's `SplitMaps` (from `jaxblend.index.build_data_maps`).
       options: schema options; `seq_length` and `add_extra_token_to_sequence` must match the plan.
-      fingerprint: identity of the data plan (`DataPlan.fingerprint`) plus the split.
+      fingerprint: identity of the data plan (`DataMaps.fingerprint`) plus the split.
       reopen: optional picklable callable returning `(datasets, plan)`; when given, pickling
         carries it instead of the maps.
       split: the split name, for messages and repr.
@@ -59,7 +59,7 @@ class PlannedSource(base.BatchSource):
     def __init__(
         self,
         datasets: Sequence[IndexedDataset],
-        plan: SplitPlan,
+        plan: SplitMaps,
         options: schema.GPTSchemaOptions,
         *,
         fingerprint: str,
@@ -112,7 +112,7 @@ class PlannedSource(base.BatchSource):
         """Whether any constituent dataset is read from an object store."""
         return any(d.is_remote for d in self._materialize()[0])
 
-    def _materialize(self) -> tuple[list[IndexedDataset], SplitPlan]:
+    def _materialize(self) -> tuple[list[IndexedDataset], SplitMaps]:
         if self._plan is None:
             with self._lock:
                 if self._plan is None:
@@ -140,7 +140,7 @@ class PlannedSource(base.BatchSource):
         return list(self._names)
 
     @property
-    def plan(self) -> SplitPlan:
+    def plan(self) -> SplitMaps:
         """The split's index maps."""
         return self._materialize()[1]
 

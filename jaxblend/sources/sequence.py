@@ -1,8 +1,8 @@
 """SequenceSource: one IndexedDataset sequence per sample, for variable-length (SFT-style) data.
 
-The source for token-budget bucketed batching (`jaxblend.sampling.bucket_planning`): sample i is sequence
+The source for token-budget bucketed batching (`jaxblend.sampling.token_budget_planning`): sample i is sequence
 i of the dataset (e.g. one tokenized instruction/response example or one sentence), its length
-`lengths[i]` feeds `plan_buckets`, and `get_padded_batch(ids, L)` returns the rows padded (or
+`lengths[i]` feeds `plan_token_budget`, and `get_padded_batch(ids, L)` returns the rows padded (or
 truncated) to the bucket length L. Reads go through one `get_many` call per batch (sequence ids
 and token counts; byte offsets stay inside `jaxblend.storage`).
 
@@ -60,7 +60,7 @@ class SequenceSource(base.BatchSource):
 
     @property
     def lengths(self) -> np.ndarray:
-        """int32[n] tokens of each sample (input to `plan_buckets`)."""
+        """int32[n] tokens of each sample (input to `plan_token_budget`)."""
         return np.asarray(self.dataset.sequence_lengths)
 
     @property

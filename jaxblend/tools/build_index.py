@@ -34,7 +34,7 @@ def main(argv: Sequence[str]) -> None:
     began = time.perf_counter()
     _, infos = index_io.open_datasets(index_io.config_prefixes(config))
     # A cached entry is checked byte for byte here (training starts check only a summary).
-    plan = index.build_data_plan(config, infos, verify="full")
+    plan = index.build_data_maps(config, infos, verify="full")
     seconds = time.perf_counter() - began
     print(f"index maps {plan.fingerprint} at {plan.cache_path} ({seconds:.2f} s)")
     for name in ("train", "valid", "test"):

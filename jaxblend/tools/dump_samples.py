@@ -29,23 +29,23 @@ _NUM = flags.DEFINE_integer("num", 16, "Samples to dump per split.", lower_bound
 _OUT = flags.DEFINE_string("out", None, "Output directory.")
 
 
-def split_arrays(split_plan: index.SplitPlan, datasets: dict, num: int) -> dict[str, np.ndarray]:
+def split_arrays(split_maps: index.SplitMaps, datasets: dict, num: int) -> dict[str, np.ndarray]:
     """The arrays of one split's .npz file."""
     out: dict[str, np.ndarray] = {}
-    if split_plan.is_blended:
-        out["dataset_index"] = np.asarray(split_plan.dataset_index)
-        out["dataset_sample_index"] = np.asarray(split_plan.dataset_sample_index)
-    for j in range(split_plan.num_datasets):
-        maps = split_plan.constituent(j)
+    if split_maps.is_blended:
+        out["dataset_index"] = np.asarray(split_maps.dataset_index)
+        out["dataset_sample_index"] = np.asarray(split_maps.dataset_sample_index)
+    for j in range(split_maps.num_datasets):
+        maps = split_maps.constituent(j)
         out[f"ds{j}_document_index"] = np.asarray(maps.document_index)
         out[f"ds{j}_sample_index"] = np.asarray(maps.sample_index)
         out[f"ds{j}_shuffle_index"] = np.asarray(maps.shuffle_index)
-    count = min(num, len(split_plan))
-    text = np.full((count, split_plan.window), -1, dtype=np.int64)
-    spans = split_plan.spans(np.arange(count, dtype=np.int64))
+    count = min(num, len(split_maps))
+    text = np.full((count, split_maps.window), -1, dtype=np.int64)
+    spans = split_maps.spans(np.arange(count, dtype=np.int64))
     filled = np.zeros(count, dtype=np.int64)
     for r, d, q, o, n in zip(spans.row, spans.dataset, spans.sequence, spans.offset, spans.length):
-        tokens = datasets[split_plan.dataset_names[int(d)]].get(
+        tokens = datasets[split_maps.dataset_names[int(d)]].get(
             int(q), offset=int(o), length=int(n)
         )
         text[r, filled[r] : filled[r] + len(tokens)] = tokens
@@ -57,22 +57,22 @@ def split_arrays(split_plan: index.SplitPlan, datasets: dict, num: int) -> dict[
 def dump(config: index.GPTDataConfig, out_dir: str, num: int) -> list[str]:
     """Builds the plan of `config` and writes one .npz per existing split; returns the paths."""
     datasets, infos = index_io.open_datasets(index_io.config_prefixes(config))
-    plan = index.build_data_plan(config, infos)
+    plan = index.build_data_maps(config, infos)
     os.makedirs(out_dir, exist_ok=True)
     written = []
     for name in ("train", "valid", "test"):
-        split_plan = plan.split(name)
-        if split_plan is None:
+        split_maps = plan.split(name)
+        if split_maps is None:
             continue
         path = os.path.join(out_dir, f"{name}.npz")
         with atomic_write.atomic_path(path, suffix=".npz") as tmp:
-            np.savez(tmp, **split_arrays(split_plan, datasets, num))
+            np.savez(tmp, **split_arrays(split_maps, datasets, num))
         written.append(path)
         logging.info(
             "%s: %d samples, %d datasets -> %s",
             name,
-            len(split_plan),
-            split_plan.num_datasets,
+            len(split_maps),
+            split_maps.num_datasets,
             path,
         )
     return written

@@ -138,15 +138,15 @@ def megatron_build(
     return datasets
 
 
-def window_of(split_plan: index.SplitPlan, readers: dict, i: int) -> np.ndarray:
+def window_of(split_maps: index.SplitMaps, readers: dict, i: int) -> np.ndarray:
     """Our raw token window of sample i, padded with -1."""
-    spans = split_plan.spans(np.array([i], dtype=np.int64))
+    spans = split_maps.spans(np.array([i], dtype=np.int64))
     parts = []
     for d, q, o, n in zip(spans.dataset, spans.sequence, spans.offset, spans.length):
-        reader = readers[split_plan.dataset_names[int(d)]]
+        reader = readers[split_maps.dataset_names[int(d)]]
         parts.append(np.asarray(reader.get(int(q), offset=int(o), length=int(n)), dtype=np.int64))
     text = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
-    out = np.full(split_plan.window, -1, dtype=np.int64)
+    out = np.full(split_maps.window, -1, dtype=np.int64)
     out[: len(text)] = text
     return out
 
@@ -169,31 +169,31 @@ def assert_same_array(ours: np.ndarray, theirs: np.ndarray, what: str) -> None:
 
 
 def assert_split_parity(
-    split_plan: index.SplitPlan | None, dataset, readers: dict, num_windows: int = 24
+    split_maps: index.SplitMaps | None, dataset, readers: dict, num_windows: int = 24
 ) -> None:
     """Every index array and the first windows equal Megatron's."""
     from megatron.core.datasets.blended_dataset import BlendedDataset
 
     if dataset is None:
-        assert split_plan is None
+        assert split_maps is None
         return
-    assert split_plan is not None, "megatron built this split, we did not"
-    assert len(split_plan) == len(dataset), (
-        f"{split_plan.name}: length {len(split_plan)} != {len(dataset)}"
+    assert split_maps is not None, "megatron built this split, we did not"
+    assert len(split_maps) == len(dataset), (
+        f"{split_maps.name}: length {len(split_maps)} != {len(dataset)}"
     )
     if isinstance(dataset, BlendedDataset):
-        assert split_plan.is_blended
-        assert_same_array(split_plan.dataset_index, dataset.dataset_index, "dataset_index")
+        assert split_maps.is_blended
+        assert_same_array(split_maps.dataset_index, dataset.dataset_index, "dataset_index")
         assert_same_array(
-            split_plan.dataset_sample_index, dataset.dataset_sample_index, "dataset_sample_index"
+            split_maps.dataset_sample_index, dataset.dataset_sample_index, "dataset_sample_index"
         )
         constituents = dataset.datasets
     else:
-        assert not split_plan.is_blended
+        assert not split_maps.is_blended
         constituents = [dataset]
-    assert split_plan.num_datasets == len(constituents)
+    assert split_maps.num_datasets == len(constituents)
     for j, theirs in enumerate(constituents):
-        ours = split_plan.constituent(j)
+        ours = split_maps.constituent(j)
         assert_same_array(ours.document_index, theirs.document_index, f"ds{j} document_index")
         assert_same_array(ours.sample_index, theirs.sample_index, f"ds{j} sample_index")
         assert_same_array(ours.shuffle_index, theirs.shuffle_index, f"ds{j} shuffle_index")
@@ -201,5 +201,5 @@ def assert_split_parity(
     picks = list(range(min(num_windows, n))) + ([n - 1] if n else [])
     for i in picks:
         np.testing.assert_array_equal(
-            window_of(split_plan, readers, i), megatron_window(dataset, i), err_msg=f"sample {i}"
+            window_of(split_maps, readers, i), megatron_window(dataset, i), err_msg=f"sample {i}"
         )

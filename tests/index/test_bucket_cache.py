@@ -9,7 +9,7 @@ import pytest
 from helpers_data import random_infos
 
 from jaxblend import index
-from jaxblend.index import bucket_cache, cache, plan
+from jaxblend.index import bucket_cache, cache, data_maps
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +47,7 @@ def _no_build(*args, **kwargs):
     raise AssertionError("a reader built the maps instead of reading them from the bucket")
 
 
-def _arrays(p: index.DataPlan) -> dict[str, np.ndarray]:
+def _arrays(p: index.DataMaps) -> dict[str, np.ndarray]:
     loaded = cache.load(*p.cache_path.rsplit("/", 1))
     assert loaded is not None
     return loaded[0]
@@ -55,13 +55,13 @@ def _arrays(p: index.DataPlan) -> dict[str, np.ndarray]:
 
 def test_builder_publishes_and_another_host_reads_the_same_maps(url, infos, host, monkeypatch):
     host("builder", builder=True)
-    built = index.build_data_plan(_config(url), infos)
+    built = index.build_data_maps(_config(url), infos)
     key = built.cache_path.rsplit("/", 1)[1]
     assert bucket_cache.committed(url, key)
 
     host("reader", builder=False)
     monkeypatch.setattr(plan, "_build_arrays", _no_build)
-    read = index.build_data_plan(_config(url), infos)
+    read = index.build_data_maps(_config(url), infos)
     assert read.fingerprint == built.fingerprint
     assert "reader" in read.cache_path and "builder" in built.cache_path
     a, b = _arrays(built), _arrays(read)
@@ -74,9 +74,9 @@ def test_download_in_small_pieces(url, infos, host, monkeypatch):
     monkeypatch.setattr(bucket_cache, "DOWNLOAD_CHUNK", 1000)
     monkeypatch.setattr(bucket_cache, "DOWNLOAD_WINDOW", 3)
     host("builder", builder=True)
-    built = index.build_data_plan(_config(url), infos)
+    built = index.build_data_maps(_config(url), infos)
     host("reader", builder=False)
-    read = index.build_data_plan(_config(url), infos)
+    read = index.build_data_maps(_config(url), infos)
     a, b = _arrays(built), _arrays(read)
     assert max(Path(built.cache_path, f"{n}.npy").stat().st_size for n in a) > 3000
     for name in a:
@@ -85,7 +85,7 @@ def test_download_in_small_pieces(url, infos, host, monkeypatch):
 
 def test_truncated_array_is_refused(url, infos, host, object_store):
     host("builder", builder=True)
-    built = index.build_data_plan(_config(url), infos)
+    built = index.build_data_maps(_config(url), infos)
     key = built.cache_path.rsplit("/", 1)[1]
     name = max(_arrays(built), key=lambda n: _arrays(built)[n].nbytes)
     prefix = url.split("/", 3)[3]
@@ -94,32 +94,32 @@ def test_truncated_array_is_refused(url, infos, host, object_store):
 
     host("reader", builder=False)
     with pytest.raises(ValueError, match=r"shorter than the \d+ bytes its manifest records"):
-        index.build_data_plan(_config(url), infos)
+        index.build_data_maps(_config(url), infos)
 
 
 def test_entry_without_commit_marker_is_never_read(url, infos, host, object_store, monkeypatch):
     host("builder", builder=True)
-    key = index.build_data_plan(_config(url), infos).cache_path.rsplit("/", 1)[1]
+    key = index.build_data_maps(_config(url), infos).cache_path.rsplit("/", 1)[1]
     prefix = url.split("/", 3)[3]
     object_store.write(f"{prefix}/{key}/{bucket_cache.MARKER}", None)  # as if it died before it
 
     host("reader", builder=False, wait=0.3)
     monkeypatch.setattr(plan, "_build_arrays", _no_build)
     with pytest.raises(TimeoutError) as err:
-        index.build_data_plan(_config(url), infos)
+        index.build_data_maps(_config(url), infos)
     message = str(err.value)
     assert bucket_cache.entry_url(url, key) in message and "--data_cache_wait" in message
 
 
 def test_builder_overwrites_a_half_published_entry(url, infos, host, object_store):
     host("first", builder=True)
-    key = index.build_data_plan(_config(url), infos).cache_path.rsplit("/", 1)[1]
+    key = index.build_data_maps(_config(url), infos).cache_path.rsplit("/", 1)[1]
     prefix = url.split("/", 3)[3]
     object_store.write(f"{prefix}/{key}/{bucket_cache.MARKER}", None)
     object_store.write(f"{prefix}/{key}/{cache.MANIFEST}", b"{half")
 
     host("second", builder=True)
-    rebuilt = index.build_data_plan(_config(url), infos)
+    rebuilt = index.build_data_maps(_config(url), infos)
     assert "second" in rebuilt.cache_path
     host("third", builder=False, wait=5)
     assert bucket_cache.fetch(url, key, bucket_cache.mirror_dir(url))
@@ -127,7 +127,7 @@ def test_builder_overwrites_a_half_published_entry(url, infos, host, object_stor
 
 def test_committed_entry_with_changed_bytes_is_refused(url, infos, host, object_store):
     host("builder", builder=True)
-    built = index.build_data_plan(_config(url), infos)
+    built = index.build_data_maps(_config(url), infos)
     key = built.cache_path.rsplit("/", 1)[1]
     name = next(n for n in sorted(_arrays(built)) if _arrays(built)[n].size)
     prefix = url.split("/", 3)[3]
@@ -137,7 +137,7 @@ def test_committed_entry_with_changed_bytes_is_refused(url, infos, host, object_
 
     host("reader", builder=False)
     with pytest.raises(ValueError) as err:
-        index.build_data_plan(_config(url), infos)
+        index.build_data_maps(_config(url), infos)
     assert bucket_cache.entry_url(url, key) in str(err.value)
     assert "fails its checks" in str(err.value)
 
@@ -154,7 +154,7 @@ def test_estimate_sees_the_bucket_entry(url, infos, host):
     host("builder", builder=True)
     before = estimate_plan(_config(url), infos)
     assert not before.cached
-    key = index.build_data_plan(_config(url), infos).cache_path.rsplit("/", 1)[1]
+    key = index.build_data_maps(_config(url), infos).cache_path.rsplit("/", 1)[1]
     host("inspector", builder=False)
     after = estimate_plan(_config(url), infos)
     assert after.cached and after.problems == []

@@ -125,9 +125,9 @@ def test_kernel_code_changes_change_the_fingerprint(tmp_path, monkeypatch):
 
     infos = {"/d/a": index.DatasetInfo("/d/a", np.full(50, 9, np.int32), np.arange(51), "a" * 64)}
     config = index.GPTDataConfig(blend=("/d/a",), split="1,0,0", seq_length=8)
-    key = index.build_data_plan(config, infos).fingerprint
+    key = index.build_data_maps(config, infos).fingerprint
     monkeypatch.setattr(cache, "code_digest", lambda: "another kernel")
-    assert index.build_data_plan(config, infos).fingerprint != key
+    assert index.build_data_maps(config, infos).fingerprint != key
 
 
 def test_files_and_directories_are_fsynced_before_the_rename(tmp_path, monkeypatch):

@@ -21,7 +21,7 @@ infos = {{p: index.DatasetInfo(p, lengths[k::2], np.arange(len(lengths[k::2]) + 
           for k, p in enumerate(("/d/a", "/d/b"))}}
 config = index.GPTDataConfig(blend=("1", "/d/a", "2", "/d/b"), split="90,10,0", seq_length=16,
                              num_samples=(500, 40, None), cache_dir={cache_dir!r})
-plan = index.build_data_plan(config, infos)
+plan = index.build_data_maps(config, infos)
 print(plan.fingerprint)
 """
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from jaxblend import index
-from jaxblend.index import cache, masked_plan
+from jaxblend.index import cache, masked_maps
 from jaxblend.index.masked_sample_index import build_masked_sample_index
 from jaxblend.index.splitmix import MASK64, splitmix64
 
@@ -114,9 +114,9 @@ def test_build_splits_documents_and_packs_them():
 
 
 def test_key_covers_what_changes_the_rows_and_nothing_else():
-    base = masked_plan.masked_index_key(_config(), _info(), "train")
+    base = masked_maps.masked_index_key(_config(), _info(), "train")
     changed = [
-        masked_plan.masked_index_key(_config(**{field: value}), _info(), "train")
+        masked_maps.masked_index_key(_config(**{field: value}), _info(), "train")
         for field, value in [
             ("split", "70,30,0"),
             ("seed", 43),
@@ -126,28 +126,28 @@ def test_key_covers_what_changes_the_rows_and_nothing_else():
             ("num_samples", 30),
         ]
     ]
-    changed.append(masked_plan.masked_index_key(_config(), _info("content-b"), "train"))
-    changed.append(masked_plan.masked_index_key(_config(), _info(), "valid"))
+    changed.append(masked_maps.masked_index_key(_config(), _info("content-b"), "train"))
+    changed.append(masked_maps.masked_index_key(_config(), _info(), "valid"))
     assert len({base, *changed}) == len(changed) + 1
     # paths never enter the key: another cache directory or dataset location shares the entry
-    assert masked_plan.masked_index_key(_config(cache_dir="/x"), _info(name="/y"), "train") == base
+    assert masked_maps.masked_index_key(_config(cache_dir="/x"), _info(name="/y"), "train") == base
 
 
 def test_key_covers_the_index_code(monkeypatch):
-    base = masked_plan.masked_index_key(_config(), _info(), "train")
+    base = masked_maps.masked_index_key(_config(), _info(), "train")
     monkeypatch.setattr(cache, "code_digest", lambda: "0" * 32)
-    assert masked_plan.masked_index_key(_config(), _info(), "train") != base
+    assert masked_maps.masked_index_key(_config(), _info(), "train") != base
 
 
 def _count_builds(monkeypatch):
     calls = []
-    real = masked_plan.build_masked_sample_index
+    real = masked_maps.build_masked_sample_index
 
     def counting(*args):
         calls.append(args)
         return real(*args)
 
-    monkeypatch.setattr(masked_plan, "build_masked_sample_index", counting)
+    monkeypatch.setattr(masked_maps, "build_masked_sample_index", counting)
     return calls
 
 
@@ -178,7 +178,7 @@ def test_corrupt_entry_is_moved_aside_and_rebuilt(tmp_path, monkeypatch, caplog)
     config = _config(cache_dir=str(tmp_path))
     first = index.build_masked_index(config, _info(), "train")
     expected = np.array(first.rows)  # the entry is memory-mapped: copy before corrupting it
-    path = tmp_path / first.fingerprint / f"{masked_plan.ROWS}.npy"
+    path = tmp_path / first.fingerprint / f"{masked_maps.ROWS}.npy"
     data = bytearray(path.read_bytes())
     data[-3] ^= 0x40
     path.write_bytes(bytes(data))
@@ -192,8 +192,8 @@ def test_corrupt_entry_is_moved_aside_and_rebuilt(tmp_path, monkeypatch, caplog)
 
 def test_entry_that_is_not_a_sample_index_is_rebuilt(tmp_path, monkeypatch, caplog):
     config = _config(cache_dir=str(tmp_path))
-    key = masked_plan.masked_index_key(config, _info(), "train")
-    cache.save(str(tmp_path), key, {masked_plan.ROWS: np.zeros((4, 2), np.int32)}, {})
+    key = masked_maps.masked_index_key(config, _info(), "train")
+    cache.save(str(tmp_path), key, {masked_maps.ROWS: np.zeros((4, 2), np.int32)}, {})
     calls = _count_builds(monkeypatch)
     with caplog.at_level(logging.WARNING):
         built = index.build_masked_index(config, _info(), "train")

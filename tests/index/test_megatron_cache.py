@@ -68,7 +68,7 @@ def _config(a, b, cache, seed=5):
 
 def _plan(config):
     _, infos = index_io.open_datasets(index_io.config_prefixes(config))
-    return index.build_data_plan(config, infos)
+    return index.build_data_maps(config, infos)
 
 
 def _maps(plan, split, j):

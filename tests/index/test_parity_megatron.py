@@ -80,7 +80,7 @@ def _check(
         drop_last_partial_validation_sequence=drop_last_valid,
         mid_level_dataset_surplus=surplus,
     )
-    plan = index.build_data_plan(config, infos)
+    plan = index.build_data_maps(config, infos)
     for name, dataset in zip(("train", "valid", "test"), theirs):
         H.assert_split_parity(plan.split(name), dataset, readers)
     return plan, theirs

@@ -100,7 +100,6 @@ class TestConfig:
             ({"blend": ["a"], "seq_length": 8, "mid_level_dataset_surplus": math.nan}, "surplus"),
             ({"blend_per_split": (["a"], None), "seq_length": 8}, "blend_per_split"),
             ({"blend_per_split": (None, ["1", "x", "2"], None), "seq_length": 8}, "odd length"),
-            ({"blend": ["a"], "seq_length": 8, "megatron_compat": False}, "megatron_compat"),
         ],
     )
     def test_bad_config(self, kwargs, pattern):

@@ -1,4 +1,4 @@
-"""The one resolution of splits: `build_data_plan` and `estimate_plan` agree because both use it."""
+"""The one resolution of splits: `build_data_maps` and `estimate_plan` agree because both use it."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ def _config(**overrides) -> index.GPTDataConfig:
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_estimate_counts_the_samples_the_plan_builds(infos, name):
     config = _config(**CONFIGS[name])
-    plan = index.build_data_plan(config, infos)
+    plan = index.build_data_maps(config, infos)
     estimate = estimate_plan(config, infos)
     assert estimate.fingerprint == plan.fingerprint
     for split in ("train", "valid", "test"):

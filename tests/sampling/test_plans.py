@@ -13,7 +13,7 @@ from jax.sharding import PartitionSpec as P
 from jaxblend.sampling import (
     BatchShape,
     FixedStepPlan,
-    ProcessPlan,
+    ProcessRows,
     Rampup,
     RampupStepPlan,
 )
@@ -135,9 +135,9 @@ def test_plans_pickle_and_process_rows():
     again = pickle.loads(pickle.dumps(plan))
     for k in range(20):
         np.testing.assert_array_equal(again.sample_ids(k), plan.sample_ids(k))
-    share = pickle.loads(pickle.dumps(ProcessPlan.of(plan, sharding, 0)))
+    share = pickle.loads(pickle.dumps(ProcessRows.of(plan, sharding, 0)))
     assert sorted(share.rows_by_size) == sorted(s.rows for s in plan.batch_shapes())
     for k in range(20):  # one process holds every row of a one-process mesh
         np.testing.assert_array_equal(share.sample_ids(k), plan.sample_ids(k))
     with pytest.raises(ValueError, match="batches of 2 rows, which the mesh's batch axes"):
-        ProcessPlan.of(RampupStepPlan(Rampup(2, 2, 64), 12, 20), sharding, 0)
+        ProcessRows.of(RampupStepPlan(Rampup(2, 2, 64), 12, 20), sharding, 0)

@@ -70,10 +70,10 @@ class TestRowsByProcess:
         s = FakeSharding(NamedSharding(mesh((8,), ("data",)), P("data")), 4)
         plan = sampling.FixedStepPlan(global_batch_size=8, num_steps=4)
         np.testing.assert_array_equal(
-            sampling.ProcessPlan.of(plan, s, 1).sample_ids(3), np.arange(28, 32)
+            sampling.ProcessRows.of(plan, s, 1).sample_ids(3), np.arange(28, 32)
         )
         assert sampling.batch_rows_for_process(8, s, 5).size == 0
-        assert sampling.ProcessPlan.of(plan, s, 5).sample_ids(3).size == 0
+        assert sampling.ProcessRows.of(plan, s, 5).sample_ids(3).size == 0
 
     def test_indivisible_batch_is_a_clear_error(self):
         s = NamedSharding(mesh((8,), ("data",)), P("data"))
@@ -82,9 +82,9 @@ class TestRowsByProcess:
         with pytest.raises(ValueError, match="global_batch_size must be > 0"):
             sampling.rows_by_process(0, s)
         with pytest.raises(IndexError, match="step"):
-            sampling.ProcessPlan.of(sampling.FixedStepPlan(8, 4), s, 0).sample_ids(-1)
+            sampling.ProcessRows.of(sampling.FixedStepPlan(8, 4), s, 0).sample_ids(-1)
         with pytest.raises(ValueError, match="global_batch_size=12"):
-            sampling.ProcessPlan.of(sampling.FixedStepPlan(12, 4), s, 0)
+            sampling.ProcessRows.of(sampling.FixedStepPlan(12, 4), s, 0)
 
 
 class TestStepSampler:

@@ -1,6 +1,6 @@
 """The dataset-level entry point: a `GPTDataConfig` + dataset facts -> every split's index maps.
 
-`build_data_plan` reproduces Megatron-Core's `BlendedMegatronDatasetBuilder` decisions for GPT
+`build_data_maps` reproduces Megatron-Core's `BlendedMegatronDatasetBuilder` decisions for GPT
 data and caches the result. Which datasets each split blends, and how many samples it asks of
 each, is decided in `split_resolution` (shared with `estimate`):
 
@@ -37,7 +37,7 @@ from jaxblend.index import (
 )
 from jaxblend.index import split as split_lib
 from jaxblend.index.config import DatasetInfo, GPTDataConfig
-from jaxblend.index.split_plan import SplitPlan
+from jaxblend.index.split_maps import SplitMaps
 
 PLAN_FORMAT = "gpt-plan-1"
 
@@ -75,13 +75,12 @@ def plan_fingerprint(
         "add_extra_token_to_sequence": bool(config.add_extra_token_to_sequence),
         "drop_last_partial_validation_sequence": bool(config.drop_last_partial_validation_sequence),
         "mid_level_dataset_surplus": repr(float(config.mid_level_dataset_surplus)),
-        "megatron_compat": bool(config.megatron_compat),
         "datasets": [infos[p].fingerprint for p in prefixes],
     }
     return cache.fingerprint(payload)
 
 
-class DataPlan:
+class DataMaps:
     """Every split of a data configuration, built or loaded from the cache.
 
     Attributes:
@@ -96,7 +95,7 @@ class DataPlan:
         config: GPTDataConfig,
         prefixes: tuple[str, ...],
         fingerprint: str,
-        splits: dict[str, SplitPlan | None],
+        splits: dict[str, SplitMaps | None],
         cache_path: str | None,
         built: tuple[str, ...] = split_lib.SPLIT_NAMES,
     ) -> None:
@@ -107,7 +106,7 @@ class DataPlan:
         self.cache_path = cache_path
         self.built = built
 
-    def split(self, name: str) -> SplitPlan | None:
+    def split(self, name: str) -> SplitMaps | None:
         """The plan of split "train", "valid" or "test", or None if the split does not exist.
 
         Raises:
@@ -121,7 +120,7 @@ class DataPlan:
 
     def __repr__(self) -> str:
         sizes = {k: (None if v is None else len(v)) for k, v in self._splits.items()}
-        return f"DataPlan(fingerprint={self.fingerprint!r}, prefixes={len(self.prefixes)}, splits={sizes})"
+        return f"DataMaps(fingerprint={self.fingerprint!r}, prefixes={len(self.prefixes)}, splits={sizes})"
 
 
 def config_prefixes(config: GPTDataConfig) -> list[str]:
@@ -148,13 +147,13 @@ def cache_entries(key: str, splits: Sequence[str] | None = None) -> list[str]:
     return [key, f"{key}-{'-'.join(wanted)}"]
 
 
-def build_data_plan(
+def build_data_maps(
     config: GPTDataConfig,
     infos: InfoSource,
     splits: Sequence[str] | None = None,
     *,
     verify: str = "summary",
-) -> DataPlan:
+) -> DataMaps:
     """Builds (or loads from `config.cache_dir`) the index maps of every split, or of `splits`.
 
     Each split's maps depend only on its own settings, so building a subset gives the same maps
@@ -170,7 +169,7 @@ def build_data_plan(
         "full" (every byte against its SHA-256; see `jaxblend.index.cache`).
 
     Returns:
-      The `DataPlan`.
+      The `DataMaps`.
 
     Raises:
       ValueError: missing dataset info, a dataset without tokens, samples requested from an empty
@@ -199,7 +198,7 @@ def build_data_plan(
                     bucket_cache.wait_for(config.cache_dir, entry, cache_dir)
         cached = _load_cached(config, cache_dir, entries, verify, prefixes, wanted)
         if cached is not None:
-            return DataPlan(config, tuple(prefixes), key, cached[0], cached[1], wanted)
+            return DataMaps(config, tuple(prefixes), key, cached[0], cached[1], wanted)
     # Megatron-Core's own cache is a local directory; a bucket cache holds only jaxblend's entries.
     megatron = megatron_cache.MegatronCache(cache_dir) if cache_dir and not remote else None
     arrays, meta = _build_arrays(config, specs, prefixes, info_by_prefix, megatron or None)
@@ -213,7 +212,7 @@ def build_data_plan(
             arrays, meta = reloaded
     summary = {s.name: len(arrays.get(f"{s.name}.dataset_index", ())) for s in specs if s}
     logging.info("built index maps %s for %d datasets (blend sizes %s)", entry, len(prefixes), summary)
-    return DataPlan(
+    return DataMaps(
         config, tuple(prefixes), key, _make_split_plans(config, arrays, meta, prefixes, wanted), path,
         wanted,
     )
@@ -226,7 +225,7 @@ def _load_cached(
     verify: str,
     prefixes: list[str],
     wanted: tuple[str, ...],
-) -> tuple[dict[str, SplitPlan | None], str] | None:
+) -> tuple[dict[str, SplitMaps | None], str] | None:
     """The split plans and entry path of the first usable cache entry of `entries`, or None."""
     for name in entries:
         loaded = cache.load(cache_dir, name, verify)
@@ -250,8 +249,8 @@ def _make_split_plans(
     meta: dict[str, Any],
     prefixes: list[str],
     wanted: tuple[str, ...],
-) -> dict[str, SplitPlan | None]:
-    plans: dict[str, SplitPlan | None] = {}
+) -> dict[str, SplitMaps | None]:
+    plans: dict[str, SplitMaps | None] = {}
     for name in wanted:
         split_meta = meta["splits"].get(name)
         if split_meta is None:
@@ -270,7 +269,7 @@ def _make_split_plans(
             )
             if f"{name}.{field}" in arrays
         }
-        plans[name] = SplitPlan(
+        plans[name] = SplitMaps(
             name=name,
             dataset_names=tuple(prefixes[p] for p in split_meta["prefixes"]),
             arrays=split_arrays,

@@ -7,15 +7,15 @@ import pytest
 
 from jaxblend.sampling import (
     BatchShape,
-    BucketConfig,
-    load_bucket_plan,
-    plan_buckets,
-    save_bucket_plan,
+    TokenBudgetConfig,
+    load_token_budget_plan,
+    plan_token_budget,
+    save_token_budget_plan,
 )
 
 
 def reference_plan(lengths, config):
-    """The seed's sequential algorithm, one sample at a time (slow twin of plan_buckets)."""
+    """The seed's sequential algorithm, one sample at a time (slow twin of plan_token_budget)."""
     rows = config.bucket_rows()
     buckets = [[] for _ in range(config.num_buckets)]
     steps = []
@@ -51,11 +51,11 @@ def lognormal_lengths(n, seed=0):
 
 
 CONFIGS = {
-    "ordered": BucketConfig(bucket_width=16, max_length=128, token_budget=1024),
-    "shuffled_rows8_pad": BucketConfig(
+    "ordered": TokenBudgetConfig(bucket_width=16, max_length=128, token_budget=1024),
+    "shuffled_rows8_pad": TokenBudgetConfig(
         bucket_width=16, max_length=128, token_budget=1024, row_multiple=8, leftover="pad", seed=5
     ),
-    "truncate_2_epochs": BucketConfig(
+    "truncate_2_epochs": TokenBudgetConfig(
         bucket_width=24,
         max_length=100,
         token_budget=800,
@@ -73,7 +73,7 @@ class TestPlan:
         config = CONFIGS[name]
         lengths = lognormal_lengths(3000)
         lengths[::97] = 0
-        plan = plan_buckets(lengths, config)
+        plan = plan_token_budget(lengths, config)
         expected = reference_plan(lengths, config)
         assert len(plan) == len(expected)
         for k, (bucket, ids) in enumerate(expected):
@@ -84,7 +84,7 @@ class TestPlan:
     def test_budget_shapes_and_membership(self, name):
         config = CONFIGS[name]
         lengths = lognormal_lengths(3000, seed=2)
-        plan = plan_buckets(lengths, config)
+        plan = plan_token_budget(lengths, config)
         fixed = {(int(r), int(u)) for r, u in zip(config.bucket_rows(), config.bucket_lengths())}
         assert plan.batch_shapes() <= fixed and len(fixed) == config.num_buckets
         for k in range(len(plan)):
@@ -110,10 +110,10 @@ class TestPlan:
     def test_deterministic_and_fingerprinted(self):
         lengths = lognormal_lengths(1000)
         config = CONFIGS["shuffled_rows8_pad"]
-        a, b = plan_buckets(lengths, config), plan_buckets(lengths.copy(), config)
+        a, b = plan_token_budget(lengths, config), plan_token_budget(lengths.copy(), config)
         assert a.fingerprint == b.fingerprint
         np.testing.assert_array_equal(a.row_ids, b.row_ids)
-        other = BucketConfig(
+        other = TokenBudgetConfig(
             bucket_width=16,
             max_length=128,
             token_budget=1024,
@@ -121,15 +121,15 @@ class TestPlan:
             leftover="pad",
             seed=6,
         )
-        assert plan_buckets(lengths, other).fingerprint != a.fingerprint
+        assert plan_token_budget(lengths, other).fingerprint != a.fingerprint
         lengths[0] += 1
-        assert plan_buckets(lengths, config).fingerprint != a.fingerprint
+        assert plan_token_budget(lengths, config).fingerprint != a.fingerprint
 
     def test_save_load_roundtrip_and_validation(self, tmp_path):
-        plan = plan_buckets(lognormal_lengths(1000), CONFIGS["ordered"])
-        save_bucket_plan(plan, tmp_path / "plan")
-        save_bucket_plan(plan, tmp_path / "plan")  # overwrite in place
-        loaded = load_bucket_plan(tmp_path / "plan")
+        plan = plan_token_budget(lognormal_lengths(1000), CONFIGS["ordered"])
+        save_token_budget_plan(plan, tmp_path / "plan")
+        save_token_budget_plan(plan, tmp_path / "plan")  # overwrite in place
+        loaded = load_token_budget_plan(tmp_path / "plan")
         assert loaded.fingerprint == plan.fingerprint and isinstance(loaded.row_ids, np.memmap)
         assert sorted(p.name for p in (tmp_path / "plan").iterdir()) == [
             "bucket_lengths.npy", "bucket_rows.npy", "plan.json", "sample_ids.npy",
@@ -139,9 +139,9 @@ class TestPlan:
             np.testing.assert_array_equal(getattr(loaded, name), getattr(plan, name))
         np.save(tmp_path / "plan" / "bucket_rows.npy", plan.bucket_rows + 1)
         with pytest.raises(ValueError, match="bucket_rows"):
-            load_bucket_plan(tmp_path / "plan")
+            load_token_budget_plan(tmp_path / "plan")
         with pytest.raises(ValueError, match="cannot read"):
-            load_bucket_plan(tmp_path / "missing")
+            load_token_budget_plan(tmp_path / "missing")
 
     @pytest.mark.parametrize(
         "kw, match",
@@ -156,16 +156,16 @@ class TestPlan:
     )
     def test_bad_config(self, kw, match):
         with pytest.raises(ValueError, match=match):
-            BucketConfig(**{"bucket_width": 16, "max_length": 128, "token_budget": 1024, **kw})
+            TokenBudgetConfig(**{"bucket_width": 16, "max_length": 128, "token_budget": 1024, **kw})
 
     def test_negative_length_refused(self):
         with pytest.raises(ValueError, match="lengths"):
-            plan_buckets(np.array([3, -1]), CONFIGS["ordered"])
+            plan_token_budget(np.array([3, -1]), CONFIGS["ordered"])
 
     def test_step_plan_view(self):
         config = CONFIGS["shuffled_rows8_pad"]
         lengths = lognormal_lengths(2000, seed=3)
-        plan = plan_buckets(lengths, config)
+        plan = plan_token_budget(lengths, config)
         assert plan.num_steps == len(plan) and plan.num_samples == int(plan.row_ids.max()) + 1
         shapes = {BatchShape(plan.batch_size(k), plan.padded_length(k)) for k in range(len(plan))}
         assert shapes == set(plan.batch_shapes())

@@ -1,6 +1,6 @@
 """Bucketed batches are byte-identical on 1 and 2 real JAX processes (jax.distributed, localhost).
 
-Each run starts `tests/loading/bucketing_worker.py` on N processes; process 0 gathers every global
+Each run starts `tests/loading/token_budget_worker.py` on N processes; process 0 gathers every global
 batch. The plan is computed once here and saved; the workers only load it.
 """
 
@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 
 from jaxblend import IndexedDatasetBuilder
-from jaxblend.sampling import BucketConfig, plan_buckets, save_bucket_plan
+from jaxblend.sampling import TokenBudgetConfig, plan_token_budget, save_token_budget_plan
 from jaxblend.tools.launch_local import run_processes
 
 pytestmark = pytest.mark.multiprocess
 
-WORKER = os.path.join(os.path.dirname(__file__), "bucketing_worker.py")
-CONFIG = BucketConfig(
+WORKER = os.path.join(os.path.dirname(__file__), "token_budget_worker.py")
+CONFIG = TokenBudgetConfig(
     bucket_width=32, max_length=160, token_budget=1280, row_multiple=8, seed=2, leftover="pad"
 )
 
@@ -35,8 +35,8 @@ def setup(tmp_path_factory):
         for n in lengths.tolist():
             builder.add_sequence(rng.integers(1, 3000, n).astype(np.uint16))
             builder.end_document()
-    plan = plan_buckets(lengths, CONFIG)
-    save_bucket_plan(plan, root / "plan")
+    plan = plan_token_budget(lengths, CONFIG)
+    save_token_budget_plan(plan, root / "plan")
     return root, prefix, plan
 
 

@@ -13,7 +13,7 @@ LEFTOVER = ("drop", "pad")
 
 
 @dataclasses.dataclass(frozen=True)
-class BucketConfig:
+class TokenBudgetConfig:
     """How samples are grouped into token-budget batches.
 
     A sample of length L goes to bucket `b = (L - 1) // bucket_width`, whose padded length is
@@ -45,21 +45,21 @@ class BucketConfig:
 
     def __post_init__(self):
         for name in ("bucket_width", "max_length", "token_budget", "row_multiple", "num_epochs"):
-            require_int(f"BucketConfig.{name}", getattr(self, name), 1)
+            require_int(f"TokenBudgetConfig.{name}", getattr(self, name), 1)
         if self.over_length not in OVER_LENGTH:
             raise ValueError(
-                f"BucketConfig.over_length must be one of {OVER_LENGTH}, got {self.over_length!r}"
+                f"TokenBudgetConfig.over_length must be one of {OVER_LENGTH}, got {self.over_length!r}"
             )
         if self.leftover not in LEFTOVER:
             raise ValueError(
-                f"BucketConfig.leftover must be one of {LEFTOVER}, got {self.leftover!r}"
+                f"TokenBudgetConfig.leftover must be one of {LEFTOVER}, got {self.leftover!r}"
             )
         if self.seed is not None:
-            require_int("BucketConfig.seed", self.seed, 0)
+            require_int("TokenBudgetConfig.seed", self.seed, 0)
         smallest = self.row_multiple * self.max_length
         if self.token_budget < smallest:
             raise ValueError(
-                f"BucketConfig.token_budget={self.token_budget} must be >= row_multiple x max_length "
+                f"TokenBudgetConfig.token_budget={self.token_budget} must be >= row_multiple x max_length "
                 f"= {self.row_multiple} x {self.max_length} = {smallest} (the longest bucket needs "
                 "at least row_multiple rows)"
             )

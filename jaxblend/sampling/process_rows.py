@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from jaxblend.sampling.plan import StepPlan
+from jaxblend.sampling.step_plan import StepPlan
 from jaxblend.sampling.sharding import batch_rows_for_process
 
 if TYPE_CHECKING:
@@ -16,10 +16,10 @@ if TYPE_CHECKING:
 
 
 @dataclasses.dataclass(frozen=True)
-class ProcessPlan:
+class ProcessRows:
     """The rows and sample ids one process loads at each step of a plan (picklable).
 
-    Build with `ProcessPlan.of`. The rows of each batch size are computed once, for every shape
+    Build with `ProcessRows.of`. The rows of each batch size are computed once, for every shape
     the plan can produce, so the per-step answer is a lookup.
 
     Attributes:
@@ -33,7 +33,7 @@ class ProcessPlan:
     rows_by_size: Mapping[int, np.ndarray]
 
     @classmethod
-    def of(cls, plan: StepPlan, sharding: Sharding, process_index: int) -> ProcessPlan:
+    def of(cls, plan: StepPlan, sharding: Sharding, process_index: int) -> ProcessRows:
         """This process's share of `plan` under the batch `sharding` (dimension 0 = rows).
 
         Raises:
@@ -47,7 +47,7 @@ class ProcessPlan:
                 raise ValueError(
                     f"the step plan has batches of {size} rows, which the mesh's batch axes "
                     f"cannot split evenly ({err}); every batch size must be a multiple of the "
-                    "data-shard count (token-budget plans: set BucketConfig.row_multiple to a "
+                    "data-shard count (token-budget plans: set TokenBudgetConfig.row_multiple to a "
                     "multiple of it)"
                 ) from err
         return cls(plan, process_index, rows)

@@ -1,10 +1,10 @@
-"""Worker for tests/loading/test_bucketing_multiprocess.py: one JAX process of a bucketed run.
+"""Worker for tests/loading/test_token_budget_multiprocess.py: one JAX process of a bucketed run.
 
-Loads a saved `BucketPlan` and a `SequenceSource`, iterates `make_loader` over the plan for some steps
+Loads a saved `TokenBudgetPlan` and a `SequenceSource`, iterates `make_loader` over the plan for some steps
 and, on process 0, writes every global batch (gathered from all processes) to `--out` (.npz,
 keys `"{step}/{key}"`) plus the loader state after the last step (`--out` + ".state.json").
 
-  python tests/loading/bucketing_worker.py --data=PREFIX --plan=DIR --out=FILE.npz \
+  python tests/loading/token_budget_worker.py --data=PREFIX --plan=DIR --out=FILE.npz \
       --mesh_shape=4,2 --mesh_axes=data,tensor [--start_step=K] [--steps=N] \
       [--coordinator_address=... --num_processes=... --process_id=...]
 """
@@ -20,7 +20,7 @@ from absl import app, flags
 from jaxblend import distributed
 
 _DATA = flags.DEFINE_string("data", None, "IndexedDataset prefix.", required=True)
-_PLAN = flags.DEFINE_string("plan", None, "Saved BucketPlan directory.", required=True)
+_PLAN = flags.DEFINE_string("plan", None, "Saved TokenBudgetPlan directory.", required=True)
 _OUT = flags.DEFINE_string("out", None, "Output .npz (process 0).", required=True)
 _MESH_SHAPE = flags.DEFINE_string("mesh_shape", "8", "Mesh shape.")
 _MESH_AXES = flags.DEFINE_string("mesh_axes", "data", "Mesh axis names.")
@@ -40,11 +40,11 @@ def main(argv):
 
     from jaxblend.loading import make_loader
     from jaxblend.mesh import default_batch_axes, make_mesh
-    from jaxblend.sampling import load_bucket_plan
+    from jaxblend.sampling import load_token_budget_plan
     from jaxblend.sources import SequenceSource
 
     mesh = make_mesh(_MESH_SHAPE.value, _MESH_AXES.value)
-    plan = load_bucket_plan(_PLAN.value)
+    plan = load_token_budget_plan(_PLAN.value)
     source = SequenceSource(_DATA.value, max_length=int(plan.bucket_lengths[-1]), pad_id=0)
     state = None
     if _STATE_IN.value:

@@ -11,7 +11,7 @@ from jax.sharding import Mesh
 
 from jaxblend import IndexedDataset, IndexedDatasetBuilder
 from jaxblend.loading import make_loader
-from jaxblend.sampling import BucketConfig, plan_buckets
+from jaxblend.sampling import TokenBudgetConfig, plan_token_budget
 from jaxblend.sources import SequenceSource
 
 
@@ -66,13 +66,13 @@ class TestSequenceSource:
 
 
 class TestBucketedLoader:
-    config = BucketConfig(
+    config = TokenBudgetConfig(
         bucket_width=32, max_length=192, token_budget=1536, row_multiple=8, seed=3, leftover="pad"
     )
 
     def test_batches_follow_the_plan_on_any_mesh(self, sequences):
         source = SequenceSource(sequences, max_length=192)
-        plan = plan_buckets(source.lengths, self.config)
+        plan = plan_token_budget(source.lengths, self.config)
         a = [host(b) for b in make_loader(source, plan, mesh8())]
         b = [host(b) for b in make_loader(source, plan, mesh8((4, 2), ("data", "tensor")))]
         assert len(a) == len(plan) == len(b)
@@ -87,7 +87,7 @@ class TestBucketedLoader:
 
     def test_resume_from_state_and_fingerprint_check(self, sequences):
         source = SequenceSource(sequences, max_length=192)
-        plan = plan_buckets(source.lengths, self.config)
+        plan = plan_token_budget(source.lengths, self.config)
         full = [host(b) for b in make_loader(source, plan, mesh8())]
         loader = make_loader(source, plan, mesh8())
         for _ in range(3):
@@ -108,9 +108,9 @@ class TestBucketedLoader:
         for x, y in zip(full[3:], rest):
             for key in x:
                 assert x[key].tobytes() == y[key].tobytes()
-        other = plan_buckets(
+        other = plan_token_budget(
             source.lengths,
-            BucketConfig(
+            TokenBudgetConfig(
                 bucket_width=32, max_length=192, token_budget=1536, row_multiple=8, seed=4
             ),
         )
@@ -119,15 +119,15 @@ class TestBucketedLoader:
 
     def test_rows_not_divisible_by_the_mesh_are_refused(self, sequences):
         source = SequenceSource(sequences, max_length=192)
-        plan = plan_buckets(
-            source.lengths, BucketConfig(bucket_width=32, max_length=192, token_budget=1500)
+        plan = plan_token_budget(
+            source.lengths, TokenBudgetConfig(bucket_width=32, max_length=192, token_budget=1500)
         )
         with pytest.raises(ValueError, match="row_multiple"):
             make_loader(source, plan, mesh8())
 
     def test_grain_worker_process(self, sequences):
         source = SequenceSource(sequences, max_length=192)
-        plan = plan_buckets(source.lengths, self.config)
+        plan = plan_token_budget(source.lengths, self.config)
         loader = make_loader(source, plan, mesh8(), worker_count=1, start_step=len(plan) - 2)
         got = [host(b) for b in loader]
         assert len(got) == 2
@@ -142,9 +142,9 @@ def test_bucketed_plan_needs_a_padded_source(sequences):
     from jaxblend.sources import MockSource
     from jaxblend.sources.schema import GPTSchemaOptions
 
-    plan = plan_buckets(
+    plan = plan_token_budget(
         SequenceSource(sequences, max_length=192).lengths,
-        BucketConfig(bucket_width=32, max_length=192, token_budget=1536, row_multiple=8),
+        TokenBudgetConfig(bucket_width=32, max_length=192, token_budget=1536, row_multiple=8),
     )
     mock = MockSource(1000, GPTSchemaOptions(seq_length=16))
     with pytest.raises(ValueError, match="needs a source with get_padded_batch"):

@@ -1,6 +1,6 @@
 """One split's final sample order, answered from a single place.
 
-A `SplitPlan` holds the flat index arrays of a split (its constituent GPT datasets' document,
+A `SplitMaps` holds the flat index arrays of a split (its constituent GPT datasets' document,
 sample and shuffle indices laid end to end, plus the blend's dataset_index/dataset_sample_index)
 and answers "which (dataset, sequence, token range) pieces make sample i". Sample i means exactly
 Megatron's `dataset[i]` of the split's top-level dataset (BlendedDataset or GPTDataset).
@@ -35,7 +35,7 @@ class Spans:
 
     Attributes:
       row: int64, position of the sample in the `sample_ids` argument.
-      dataset: int32, dataset id within the split (index into `SplitPlan.dataset_names`).
+      dataset: int32, dataset id within the split (index into `SplitMaps.dataset_names`).
       sequence: int64, sequence id within that dataset.
       offset: int64, first token of the piece within the sequence.
       length: int64, number of tokens of the piece.
@@ -125,7 +125,7 @@ def _spans_kernel(
     return out_row[:m], out_ds[:m], out_seq[:m], out_off[:m], out_len[:m]
 
 
-class SplitPlan:
+class SplitMaps:
     """The index maps of one split and the sample -> pieces resolution.
 
     Length semantics are Megatron's: a blend's length is its size (which may exceed the requested
@@ -177,7 +177,7 @@ class SplitPlan:
 
     def __repr__(self) -> str:
         return (
-            f"SplitPlan(name={self.name!r}, len={self._length}, datasets={len(self.dataset_names)}, "
+            f"SplitMaps(name={self.name!r}, len={self._length}, datasets={len(self.dataset_names)}, "
             f"blended={self.is_blended})"
         )
 

@@ -4,10 +4,10 @@ A step plan is the one answer to "which samples form global batch k" (docs/desig
 batch k"). It is pure and picklable: every host computes the same plan from the same
 configuration, without exchanging anything, and a run resumes from a step number alone. Which of
 a batch's rows a process loads is decided separately, from the batch sharding
-(`jaxblend.sampling.process_plan`).
+(`jaxblend.sampling.process_rows`).
 
 Variants: `FixedStepPlan` (B samples per step), `RampupStepPlan` (Megatron-LM's
-`--rampup-batch-size`) and `BucketPlan` (token-budget batches of variable-length samples).
+`--rampup-batch-size`) and `TokenBudgetPlan` (token-budget batches of variable-length samples).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Token-budget bucketed batching vs fixed-size batching, and masked-LM sample throughput.
 
 Usage:
-  .venv/bin/python benchmarks/bucketing.py                       # small defaults (~20 s)
-  .venv/bin/python benchmarks/bucketing.py --num_samples=1000000 --masked_samples=5000
+  .venv/bin/python benchmarks/token_budget.py                       # small defaults (~20 s)
+  .venv/bin/python benchmarks/token_budget.py --num_samples=1000000 --masked_samples=5000
 
 Part 1 (no data reads; plans only), on two length distributions:
   * "lognormal": SFT/sentence-like lengths, lognormal(mu=5, sigma=0.9) tokens, max length 1024;
@@ -34,7 +34,7 @@ from absl import app, flags
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from jaxblend.sampling import BucketConfig, plan_buckets
+from jaxblend.sampling import TokenBudgetConfig, plan_token_budget
 
 _N = flags.DEFINE_integer("num_samples", 200_000, "Samples in the lognormal distribution.")
 _WIDTH = flags.DEFINE_integer("bucket_width", 64, "Bucket width (tokens).")
@@ -50,9 +50,9 @@ def stdlib_lengths() -> np.ndarray:
     return np.array([os.path.getsize(f) for f in files], dtype=np.int64)
 
 
-def bucketed_stats(lengths: np.ndarray, config: BucketConfig) -> dict[str, float]:
+def bucketed_stats(lengths: np.ndarray, config: TokenBudgetConfig) -> dict[str, float]:
     began = time.perf_counter()
-    plan = plan_buckets(lengths, config)
+    plan = plan_token_budget(lengths, config)
     seconds = time.perf_counter() - began
     clipped = np.minimum(lengths, config.max_length)
     ids = np.asarray(plan.row_ids)
@@ -102,7 +102,7 @@ def fixed_stats(lengths: np.ndarray, rows: int, max_length: int, seed: int) -> t
 
 
 def part1(name: str, lengths: np.ndarray, max_length: int, budget: int) -> None:
-    config = BucketConfig(
+    config = TokenBudgetConfig(
         bucket_width=_WIDTH.value,
         max_length=max_length,
         token_budget=budget,

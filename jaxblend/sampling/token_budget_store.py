@@ -1,4 +1,4 @@
-"""A BucketPlan on disk: one `.npy` file per array plus `plan.json` (version, fingerprint, steps).
+"""A TokenBudgetPlan on disk: one `.npy` file per array plus `plan.json` (version, fingerprint, steps).
 
 Plans are computed once, offline, and loaded (memory-mapped) by every host of a run.
 """
@@ -11,9 +11,9 @@ import os
 import numpy as np
 
 from jaxblend import atomic_write
-from jaxblend.sampling.bucket_plan import PLAN_VERSION, BucketPlan
+from jaxblend.sampling.token_budget_plan import PLAN_VERSION, TokenBudgetPlan
 
-# BucketPlan field -> file name (without .npy); names are part of the on-disk format.
+# TokenBudgetPlan field -> file name (without .npy); names are part of the on-disk format.
 _FILES = {
     "step_bucket": "step_bucket",
     "step_offsets": "step_offsets",
@@ -23,9 +23,9 @@ _FILES = {
 }
 
 
-def save_bucket_plan(plan: BucketPlan, directory: str | os.PathLike) -> None:
+def save_token_budget_plan(plan: TokenBudgetPlan, directory: str | os.PathLike) -> None:
     """Writes `plan` into `directory` atomically, replacing a plan already there."""
-    with atomic_write.atomic_directory(directory, exists="replace", prefix=".bucket_plan.") as d:
+    with atomic_write.atomic_directory(directory, exists="replace", prefix=".token_budget_plan.") as d:
         for field, name in _FILES.items():
             d.save_npy(name, np.asarray(getattr(plan, field)))
         d.write_json(
@@ -33,7 +33,7 @@ def save_bucket_plan(plan: BucketPlan, directory: str | os.PathLike) -> None:
         )
 
 
-def load_bucket_plan(directory: str | os.PathLike, *, mmap: bool = True) -> BucketPlan:
+def load_token_budget_plan(directory: str | os.PathLike, *, mmap: bool = True) -> TokenBudgetPlan:
     """Loads a saved plan (arrays memory-mapped by default).
 
     Raises:
@@ -52,7 +52,7 @@ def load_bucket_plan(directory: str | os.PathLike, *, mmap: bool = True) -> Buck
         raise ValueError(f"bucket plan {directory}: cannot read ({err})") from err
     if meta.get("version") != PLAN_VERSION:
         raise ValueError(f"bucket plan {meta_path}: version {meta.get('version')} != {PLAN_VERSION}")
-    plan = BucketPlan(fingerprint=str(meta["fingerprint"]), **arrays)
+    plan = TokenBudgetPlan(fingerprint=str(meta["fingerprint"]), **arrays)
     if len(plan) != meta.get("steps"):
         raise ValueError(
             f"bucket plan {meta_path}: {len(plan)} steps, plan.json says {meta.get('steps')}"

@@ -1,4 +1,4 @@
-"""DataPlan / SplitPlan behaviour, errors and the on-disk cache."""
+"""DataMaps / SplitMaps behaviour, errors and the on-disk cache."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def _config(**kwargs):
 class TestSplitPlan:
     @pytest.mark.parametrize("extra", [True, False])
     def test_spans_equal_pieces_and_reference(self, infos, extra):
-        plan = index.build_data_plan(_config(add_extra_token_to_sequence=extra), infos)
+        plan = index.build_data_maps(_config(add_extra_token_to_sequence=extra), infos)
         train = plan.split("train")
         assert train.is_blended and train.num_datasets == 3
         ids = np.array([0, 5, len(train) - 1, 5, 17], dtype=np.int64)
@@ -73,12 +73,12 @@ class TestSplitPlan:
             blend_per_split=[["/d/b", "/d/a"], ["/d/a", "/d/c"], ["/d/c", "/d/b"]],
             num_samples=(None, None, None),
         )
-        plan = index.build_data_plan(config, infos)
+        plan = index.build_data_maps(config, infos)
         assert plan.prefixes == ("/d/b", "/d/a", "/d/c")
         assert plan.split("valid").dataset_names == ("/d/a", "/d/c")
 
     def test_single_dataset(self, infos):
-        plan = index.build_data_plan(_config(blend=["/d/a"], num_samples=(None, None, None)), infos)
+        plan = index.build_data_maps(_config(blend=["/d/a"], num_samples=(None, None, None)), infos)
         train = plan.split("train")
         assert not train.is_blended and train.dataset_index is None
         assert train.locate(3) == (0, 3)
@@ -87,7 +87,7 @@ class TestSplitPlan:
         assert set(np.unique(spans.row)) == set(range(len(train)))
 
     def test_out_of_range(self, infos):
-        train = index.build_data_plan(_config(), infos).split("train")
+        train = index.build_data_maps(_config(), infos).split("train")
         n = len(train)
         for bad in (n, -1):
             with pytest.raises(IndexError, match=f"{bad}.*{n}"):
@@ -98,7 +98,7 @@ class TestSplitPlan:
             train.locate(n)
 
     def test_missing_split(self, infos):
-        plan = index.build_data_plan(_config(split="1,0,0"), infos)
+        plan = index.build_data_maps(_config(split="1,0,0"), infos)
         assert plan.split("valid") is None and plan.split("test") is None
         with pytest.raises(ValueError, match="split name"):
             plan.split("eval")
@@ -106,8 +106,8 @@ class TestSplitPlan:
 
 class TestSplitSubset:
     def test_subset_equals_the_whole_plan(self, infos, tmp_path):
-        whole = index.build_data_plan(_config(), infos)
-        only = index.build_data_plan(_config(cache_dir=str(tmp_path)), infos, ("train",))
+        whole = index.build_data_maps(_config(), infos)
+        only = index.build_data_maps(_config(cache_dir=str(tmp_path)), infos, ("train",))
         assert only.fingerprint == whole.fingerprint and only.built == ("train",)
         for field in ("dataset_index", "dataset_sample_index"):
             np.testing.assert_array_equal(
@@ -121,54 +121,54 @@ class TestSplitSubset:
         # A weighted blend needs a count only for the splits that are built.
         config = _config(num_samples=(300, None, None))
         with pytest.raises(ValueError, match="--valid_samples"):
-            index.build_data_plan(config, infos)
-        assert len(index.build_data_plan(config, infos, ["train"]).split("train")) >= 300
+            index.build_data_maps(config, infos)
+        assert len(index.build_data_maps(config, infos, ["train"]).split("train")) >= 300
 
     def test_whole_cached_plan_serves_a_subset(self, infos, tmp_path):
-        whole = index.build_data_plan(_config(cache_dir=str(tmp_path)), infos)
-        only = index.build_data_plan(_config(cache_dir=str(tmp_path)), infos, ("valid",))
+        whole = index.build_data_maps(_config(cache_dir=str(tmp_path)), infos)
+        only = index.build_data_maps(_config(cache_dir=str(tmp_path)), infos, ("valid",))
         assert only.cache_path == whole.cache_path
         assert [p.name for p in tmp_path.iterdir()] == [whole.fingerprint]
 
     def test_unknown_split_names(self, infos):
         with pytest.raises(ValueError, match="non-empty subset"):
-            index.build_data_plan(_config(), infos, ("eval",))
+            index.build_data_maps(_config(), infos, ("eval",))
 
 
 class TestErrors:
     def test_dataset_without_tokens(self, infos):
         bad = dict(infos, **{"/d/z": dataset_info("/d/z", [0, 0])})
         with pytest.raises(ValueError, match="/d/z.*no tokens"):
-            index.build_data_plan(_config(blend=["/d/z"]), bad)
+            index.build_data_maps(_config(blend=["/d/z"]), bad)
 
     def test_samples_from_empty_split(self, infos):
         with pytest.raises(ValueError, match="no tokens"):
-            index.build_data_plan(
+            index.build_data_maps(
                 _config(blend=["/d/c"], split="969,30,1", num_samples=(10, 1, 1)), infos
             )
 
     def test_empty_split_without_count_is_empty(self, infos):
-        plan = index.build_data_plan(
+        plan = index.build_data_maps(
             _config(blend=["/d/c"], split="969,30,1", num_samples=(10, 1, None)), infos
         )
         assert len(plan.split("test")) == 0
 
     def test_missing_info(self, infos):
         with pytest.raises(ValueError, match="/d/q"):
-            index.build_data_plan(_config(blend=["/d/q"]), infos)
+            index.build_data_maps(_config(blend=["/d/q"]), infos)
 
     def test_weights_need_counts(self, infos):
         with pytest.raises(ValueError, match=r"num_samples\[valid\]"):
-            index.build_data_plan(_config(num_samples=(10, None, 3)), infos)
+            index.build_data_maps(_config(num_samples=(10, None, 3)), infos)
 
     def test_callable_infos(self, infos):
-        plan = index.build_data_plan(_config(), infos.__getitem__)
+        plan = index.build_data_maps(_config(), infos.__getitem__)
         assert plan.prefixes == ("/d/a", "/d/b", "/d/c")
 
 
 class TestFingerprint:
     def test_covers_every_output_parameter(self, infos):
-        base = index.build_data_plan(_config(), infos).fingerprint
+        base = index.build_data_maps(_config(), infos).fingerprint
         variants = [
             {"add_extra_token_to_sequence": False},
             {"drop_last_partial_validation_sequence": False},
@@ -179,16 +179,16 @@ class TestFingerprint:
             {"mid_level_dataset_surplus": 0.01},
             {"blend": ["31", "/d/a", "60", "/d/b", "10", "/d/c"]},
         ]
-        prints = {index.build_data_plan(_config(**v), infos).fingerprint for v in variants}
+        prints = {index.build_data_maps(_config(**v), infos).fingerprint for v in variants}
         assert base not in prints and len(prints) == len(variants)
         changed = dict(infos, **{"/d/c": dataset_info("/d/c", infos["/d/c"].sequence_lengths + 1)})
-        assert index.build_data_plan(_config(), changed).fingerprint != base
+        assert index.build_data_maps(_config(), changed).fingerprint != base
 
     def test_ignores_paths(self, infos):
-        base = index.build_data_plan(_config(), infos).fingerprint
+        base = index.build_data_maps(_config(), infos).fingerprint
         moved = {k.replace("/d/", "/elsewhere/"): v for k, v in infos.items()}
         blend = ["30", "/elsewhere/a", "60", "/elsewhere/b", "10", "/elsewhere/c"]
-        assert index.build_data_plan(_config(blend=blend), moved).fingerprint == base
+        assert index.build_data_maps(_config(blend=blend), moved).fingerprint == base
 
 
 def _arrays_digest(plan) -> str:
@@ -206,24 +206,24 @@ def _arrays_digest(plan) -> str:
 def _build_in_child(args):
     cache_dir, lengths = args
     infos = {k: dataset_info(k, v) for k, v in lengths.items()}
-    plan = index.build_data_plan(_config(cache_dir=cache_dir), infos)
+    plan = index.build_data_maps(_config(cache_dir=cache_dir), infos)
     return plan.fingerprint, _arrays_digest(plan)
 
 
 class TestCache:
     def test_roundtrip_is_memory_mapped(self, infos, tmp_path):
-        built = index.build_data_plan(_config(cache_dir=str(tmp_path)), infos)
+        built = index.build_data_maps(_config(cache_dir=str(tmp_path)), infos)
         entry = tmp_path / built.fingerprint
         assert (entry / cache.MANIFEST).is_file()
-        loaded = index.build_data_plan(_config(cache_dir=str(tmp_path)), infos)
+        loaded = index.build_data_maps(_config(cache_dir=str(tmp_path)), infos)
         assert isinstance(loaded.split("train").dataset_index, np.memmap)
-        assert _arrays_digest(loaded) == _arrays_digest(index.build_data_plan(_config(), infos))
+        assert _arrays_digest(loaded) == _arrays_digest(index.build_data_maps(_config(), infos))
         assert [p.name for p in tmp_path.iterdir()] == [built.fingerprint]
 
     @pytest.mark.parametrize("damage", ["missing", "truncated", "manifest", "shape"])
     def test_corrupt_entry_is_rebuilt(self, infos, tmp_path, caplog, damage):
         config = _config(cache_dir=str(tmp_path))
-        plan = index.build_data_plan(config, infos)
+        plan = index.build_data_maps(config, infos)
         expected = _arrays_digest(plan)
         entry = tmp_path / plan.fingerprint
         target = entry / "train.dataset_index.npy"
@@ -236,7 +236,7 @@ class TestCache:
         else:
             np.save(target, np.zeros(3, dtype=np.int16))
         with caplog.at_level(logging.WARNING):
-            rebuilt = index.build_data_plan(config, infos)
+            rebuilt = index.build_data_maps(config, infos)
         assert "corrupt" in caplog.text
         assert _arrays_digest(rebuilt) == expected
         assert sorted(p.name for p in tmp_path.iterdir()) == [plan.fingerprint]
@@ -249,5 +249,5 @@ class TestCache:
             results = pool.map(_build_in_child, [(str(tmp_path), lengths)] * 3)
         assert len(set(results)) == 1
         assert sorted(os.listdir(tmp_path)) == [results[0][0]]
-        plan = index.build_data_plan(_config(cache_dir=str(tmp_path)), infos)
+        plan = index.build_data_maps(_config(cache_dir=str(tmp_path)), infos)
         assert _arrays_digest(plan) == results[0][1]

@@ -1,7 +1,7 @@
-"""plan_buckets: the token-budget batch plan, computed once from the samples' lengths.
+"""plan_token_budget: the token-budget batch plan, computed once from the samples' lengths.
 
 See docs/design.md, "Token-budget batching". The plan is a pure function of the lengths and the
-`BucketConfig`, in an order fixed by the seed, so it is the same on every host and a run resumes
+`TokenBudgetConfig`, in an order fixed by the seed, so it is the same on every host and a run resumes
 from a step number; no host reads data to decide batches. Visiting samples in order, bucket b
 emits a batch as soon as it holds `R_b` samples (one more would exceed the budget at `U_b`);
 batches are numbered by emission. At the end of an epoch the buckets keep their partial contents
@@ -19,11 +19,11 @@ import hashlib
 
 import numpy as np
 
-from jaxblend.sampling.bucket_config import BucketConfig
-from jaxblend.sampling.bucket_plan import PLAN_VERSION, BucketPlan
+from jaxblend.sampling.token_budget_config import TokenBudgetConfig
+from jaxblend.sampling.token_budget_plan import PLAN_VERSION, TokenBudgetPlan
 
 
-def _visiting_order(n: int, config: BucketConfig) -> np.ndarray:
+def _visiting_order(n: int, config: TokenBudgetConfig) -> np.ndarray:
     """Sample ids in visiting order over every epoch (index order, or a seeded permutation)."""
     orders = []
     for epoch in range(config.num_epochs):
@@ -36,7 +36,7 @@ def _visiting_order(n: int, config: BucketConfig) -> np.ndarray:
     return np.concatenate(orders) if orders else np.zeros(0, np.int64)
 
 
-def plan_buckets(lengths: np.ndarray, config: BucketConfig) -> BucketPlan:
+def plan_token_budget(lengths: np.ndarray, config: TokenBudgetConfig) -> TokenBudgetPlan:
     """Computes the token-budget batch plan (see the module docstring). Vectorized numpy.
 
     Args:
@@ -44,7 +44,7 @@ def plan_buckets(lengths: np.ndarray, config: BucketConfig) -> BucketPlan:
       config: the bucketing rules.
 
     Returns:
-      A `BucketPlan`.
+      A `TokenBudgetPlan`.
 
     Raises:
       ValueError: if a length is negative.
@@ -100,7 +100,7 @@ def plan_buckets(lengths: np.ndarray, config: BucketConfig) -> BucketPlan:
     digest = hashlib.sha256()
     digest.update(repr(config).encode())
     digest.update(np.ascontiguousarray(lengths).tobytes())
-    return BucketPlan(
+    return TokenBudgetPlan(
         step_bucket=step_bucket,
         step_offsets=offsets,
         row_ids=row_ids,

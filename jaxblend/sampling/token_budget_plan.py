@@ -1,4 +1,4 @@
-"""BucketPlan: the step plan of token-budget batches (computed by `plan_buckets`)."""
+"""TokenBudgetPlan: the step plan of token-budget batches (computed by `plan_token_budget`)."""
 
 from __future__ import annotations
 
@@ -7,13 +7,13 @@ import functools
 
 import numpy as np
 
-from jaxblend.sampling.plan import BatchShape, check_step
+from jaxblend.sampling.step_plan import BatchShape, check_step
 
 PLAN_VERSION = 1
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class BucketPlan:
+class TokenBudgetPlan:
     """Planned batches: step k has bucket `step_bucket[k]` and samples
     `row_ids[step_offsets[k]:step_offsets[k + 1]]` (`bucket_rows[step_bucket[k]]` of them, -1 =
     empty row), padded to `bucket_lengths[step_bucket[k]]` tokens. A `StepPlan`.

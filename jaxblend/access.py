@@ -1,0 +1,176 @@
+"""`DataAccess`: everything that says *where and how* data is reached, in one passed object.
+
+What the data *is* (blend, split, sequence length, seed, sample counts) is a `GPTDataConfig`;
+how it is reached is a `DataAccess`: object-store options (endpoint, region, concurrency,
+retries, timeout), where index maps are cached and how processes share that cache, where
+dataset identities are remembered, and which storage backend reads tokens. It is frozen,
+validated and picklable: it is built once (from flags by `jaxblend.cli`, or in Python), passed
+explicitly to every function that opens data, and travels with pickled sources into Grain
+worker processes, so a worker reaches the data exactly as its parent did. Nothing in the package
+keeps these settings in module state.
+
+The environment is read once, by `DataAccess.from_env()`, never at the point of use.
+
+Where does a new option belong? If changing it can change the bytes of a batch, it belongs to the
+data configuration (and its fingerprint); if it only changes where or how fast the same bytes are
+reached, it belongs here (and never enters a fingerprint).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any
+
+from jaxblend.storage.object_store import ObjectStoreOptions
+
+IDENTITY_ENV = "JAXBLEND_IDENTITY_CACHE"
+MIRROR_ENV = "JAXBLEND_INDEX_MIRROR"
+BACKENDS = ("auto", "mmap", "tensorstore")
+VERIFY_LEVELS = ("summary", "full")
+
+
+def _positive(label: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(f"{label} must be a number > 0, got {value!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class MapStoreOptions:
+    """Where index maps (GPT and BERT/T5) are cached, and how processes share the cache.
+
+    Attributes:
+      location: a local directory, a bucket URL (`gs://b/maps`, `s3://...`) shared by every host,
+        or None to build maps in memory without caching.
+      mirror: local directory holding maps downloaded from a bucket `location` (None: a directory
+        under the system's temporary directory).
+      wait_seconds: longest wait for the building process to publish maps to a bucket before
+        failing with an error naming the entry.
+      poll_seconds: time between looks for a published entry.
+      builder: whether this process builds and publishes missing entries (None: JAX process 0).
+      verify: how a cached entry is checked before use: "summary" (every start) or "full" (every
+        byte against its SHA-256).
+      read_megatron_cache: also reuse Megatron-Core's own index-map cache files found in a local
+        `location`.
+    """
+
+    location: str | None = None
+    mirror: str | None = None
+    wait_seconds: float = 900.0
+    poll_seconds: float = 1.0
+    builder: bool | None = None
+    verify: str = "summary"
+    read_megatron_cache: bool = True
+
+    def __post_init__(self) -> None:
+        if self.location is not None:
+            if not isinstance(self.location, (str, os.PathLike)) or not str(self.location):
+                raise ValueError(
+                    f"MapStoreOptions.location must be a directory or URL, got {self.location!r}"
+                )
+            object.__setattr__(self, "location", os.fspath(self.location))
+        if self.mirror is not None:
+            object.__setattr__(self, "mirror", os.fspath(self.mirror))
+        _positive("MapStoreOptions.wait_seconds", self.wait_seconds)
+        _positive("MapStoreOptions.poll_seconds", self.poll_seconds)
+        if self.builder is not None and not isinstance(self.builder, bool):
+            raise ValueError(f"MapStoreOptions.builder must be None or a bool, got {self.builder!r}")
+        if self.verify not in VERIFY_LEVELS:
+            raise ValueError(
+                f"MapStoreOptions.verify must be one of {VERIFY_LEVELS}, got {self.verify!r}"
+            )
+
+
+@dataclasses.dataclass(frozen=True)
+class IdentityStoreOptions:
+    """Where the content fingerprints of dataset versions are remembered (a cache: a lost entry
+    costs one re-hash of that dataset, never a wrong answer).
+
+    Attributes:
+      enabled: False hashes every dataset at every open.
+      local_dir: directory for entries of local datasets, and of bucket datasets without a
+        `shared_url` (None: `$XDG_CACHE_HOME/jaxblend/identity`, default `~/.cache/...`).
+      shared_url: bucket URL for entries of bucket datasets, shared by every host of a pod (None:
+        `<map location>/identity/` when the map store is a bucket, else `local_dir`).
+    """
+
+    enabled: bool = True
+    local_dir: str | None = None
+    shared_url: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.local_dir is not None:
+            object.__setattr__(self, "local_dir", os.fspath(self.local_dir))
+        if self.shared_url is not None:
+            from jaxblend.urls import is_url
+
+            if not is_url(self.shared_url):
+                raise ValueError(
+                    f"IdentityStoreOptions.shared_url must be a bucket URL, got {self.shared_url!r}"
+                )
+            object.__setattr__(self, "shared_url", self.shared_url.rstrip("/") + "/")
+
+    @classmethod
+    def from_env(cls) -> IdentityStoreOptions:
+        """From `$JAXBLEND_IDENTITY_CACHE`: unset = defaults, "" or "off" = disabled, a bucket URL
+        = `shared_url`, anything else = `local_dir`."""
+        from jaxblend.urls import is_url, local_path
+
+        value = os.environ.get(IDENTITY_ENV)
+        if value is None:
+            return cls()
+        value = value.strip()
+        if value in ("", "off"):
+            return cls(enabled=False)
+        if is_url(value):
+            return cls(shared_url=value)
+        return cls(local_dir=local_path(value))
+
+
+@dataclasses.dataclass(frozen=True)
+class DataAccess:
+    """Where and how data is reached: storage, map cache, identity memo, backend.
+
+    Attributes:
+      object_store: endpoints, retries, concurrency and timeouts of gs:// and s3:// reads.
+      maps: where index maps are cached and how processes share them.
+      identity: where dataset identities (content fingerprints by file version) are remembered.
+      backend: how `.bin` tokens are read: "auto" (memory maps for local files, TensorStore for
+        URLs), "mmap" (local only) or "tensorstore".
+    """
+
+    object_store: ObjectStoreOptions = dataclasses.field(default_factory=ObjectStoreOptions)
+    maps: MapStoreOptions = dataclasses.field(default_factory=MapStoreOptions)
+    identity: IdentityStoreOptions = dataclasses.field(default_factory=IdentityStoreOptions)
+    backend: str = "auto"
+
+    def __post_init__(self) -> None:
+        for name, cls in (
+            ("object_store", ObjectStoreOptions),
+            ("maps", MapStoreOptions),
+            ("identity", IdentityStoreOptions),
+        ):
+            if not isinstance(getattr(self, name), cls):
+                raise ValueError(
+                    f"DataAccess.{name} must be a {cls.__name__}, got {getattr(self, name)!r}"
+                )
+        if self.backend not in BACKENDS:
+            raise ValueError(f"DataAccess.backend must be one of {BACKENDS}, got {self.backend!r}")
+
+    @classmethod
+    def from_env(cls, **overrides: Any) -> DataAccess:
+        """Defaults completed from the environment (S3 endpoint and region, the identity memo's
+        and the map mirror's directories), with explicit `overrides` on top."""
+        values: dict[str, Any] = {
+            "object_store": ObjectStoreOptions.from_env(),
+            "identity": IdentityStoreOptions.from_env(),
+        }
+        mirror = os.environ.get(MIRROR_ENV, "").strip()
+        if mirror:
+            values["maps"] = MapStoreOptions(mirror=mirror)
+        values.update(overrides)
+        return cls(**values)
+
+    def with_maps(self, **changes: Any) -> DataAccess:
+        """A copy with some map-store options changed."""
+        return dataclasses.replace(self, maps=dataclasses.replace(self.maps, **changes))
