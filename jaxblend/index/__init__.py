@@ -9,10 +9,10 @@ from __future__ import annotations
 from jaxblend.index.blend_index import build_blending_indices, build_exhaustive_blending_indices
 from jaxblend.index.blend_spec import Blend, blend_prefixes, normalize, parse_blend
 from jaxblend.index.config import DatasetInfo, GPTDataConfig
+from jaxblend.index.data_maps import DataMaps, build_data_maps, config_prefixes
 from jaxblend.index.document_index import build_document_index
 from jaxblend.index.gpt import GPTIndexMaps, build_gpt_index_maps
 from jaxblend.index.masked_maps import MaskedIndexConfig, MaskedSampleIndex, build_masked_index
-from jaxblend.index.data_maps import DataMaps, build_data_maps, config_prefixes
 from jaxblend.index.sample_index import build_sample_index
 from jaxblend.index.shuffle_index import build_shuffle_index
 from jaxblend.index.split import parse_split, split_matrix

@@ -7,26 +7,26 @@ steps. Everything here is pure: the same answers on every host, for any topology
 a resume (docs/design.md, "Global batch k").
 """
 
-from jaxblend.sampling.token_budget_config import TokenBudgetConfig
-from jaxblend.sampling.token_budget_plan import TokenBudgetPlan
-from jaxblend.sampling.token_budget_planning import plan_token_budget
-from jaxblend.sampling.token_budget_store import load_token_budget_plan, save_token_budget_plan
-from jaxblend.sampling.step_plan import BatchShape, FixedStepPlan, StepPlan
 from jaxblend.sampling.process_rows import ProcessRows
 from jaxblend.sampling.rampup import Rampup, RampupStepPlan
 from jaxblend.sampling.sampler import StepSampler
 from jaxblend.sampling.sharding import batch_rows_for_process, rows_by_process
+from jaxblend.sampling.step_plan import BatchShape, FixedStepPlan, StepPlan
+from jaxblend.sampling.token_budget_config import TokenBudgetConfig
+from jaxblend.sampling.token_budget_plan import TokenBudgetPlan
+from jaxblend.sampling.token_budget_planning import plan_token_budget
+from jaxblend.sampling.token_budget_store import load_token_budget_plan, save_token_budget_plan
 
 __all__ = [
     "BatchShape",
-    "TokenBudgetConfig",
-    "TokenBudgetPlan",
     "FixedStepPlan",
     "ProcessRows",
     "Rampup",
     "RampupStepPlan",
     "StepPlan",
     "StepSampler",
+    "TokenBudgetConfig",
+    "TokenBudgetPlan",
     "batch_rows_for_process",
     "load_token_budget_plan",
     "plan_token_budget",

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from jaxblend.sampling.step_plan import StepPlan
 from jaxblend.sampling.sharding import batch_rows_for_process
+from jaxblend.sampling.step_plan import StepPlan
 
 if TYPE_CHECKING:
     from jax.sharding import Sharding

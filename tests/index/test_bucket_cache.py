@@ -60,7 +60,7 @@ def test_builder_publishes_and_another_host_reads_the_same_maps(url, infos, host
     assert bucket_cache.committed(url, key)
 
     host("reader", builder=False)
-    monkeypatch.setattr(plan, "_build_arrays", _no_build)
+    monkeypatch.setattr(data_maps, "_build_arrays", _no_build)
     read = index.build_data_maps(_config(url), infos)
     assert read.fingerprint == built.fingerprint
     assert "reader" in read.cache_path and "builder" in built.cache_path
@@ -104,7 +104,7 @@ def test_entry_without_commit_marker_is_never_read(url, infos, host, object_stor
     object_store.write(f"{prefix}/{key}/{bucket_cache.MARKER}", None)  # as if it died before it
 
     host("reader", builder=False, wait=0.3)
-    monkeypatch.setattr(plan, "_build_arrays", _no_build)
+    monkeypatch.setattr(data_maps, "_build_arrays", _no_build)
     with pytest.raises(TimeoutError) as err:
         index.build_data_maps(_config(url), infos)
     message = str(err.value)
