@@ -151,7 +151,7 @@ class DataAccess:
             ("identity", IdentityStoreOptions),
         ):
             if not isinstance(getattr(self, name), cls):
-                raise ValueError(
+                raise TypeError(
                     f"DataAccess.{name} must be a {cls.__name__}, got {getattr(self, name)!r}"
                 )
         if self.backend not in BACKENDS:
