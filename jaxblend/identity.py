@@ -29,13 +29,6 @@ DIGITS = 32
 class _Omit:
     """Marker of a field left out of a fingerprint (its value is the data-neutral default)."""
 
-    _instance: _Omit | None = None
-
-    def __new__(cls) -> _Omit:
-        if cls._instance is None:
-            cls._instance = super().__new__(cls)
-        return cls._instance
-
     def __repr__(self) -> str:
         return "OMIT"
 
