@@ -1,8 +1,9 @@
 """jaxblend: a JAX/TPU-first data pipeline for large-scale LM pretraining.
 
-Public facade (re-exports only). Storage and index maps import eagerly (numpy, numba,
-tensorstore); the loading names pull in JAX and Grain, so they are resolved on first use: a
-preprocessing worker that only writes `.bin`/`.idx` files never imports JAX.
+Public facade (re-exports only). Every name resolves on first use (`__getattr__`), so
+`import jaxblend` loads nothing heavy: the pure index layer (`jaxblend.index`) and sampling never
+pull in TensorStore, JAX or Grain, and a preprocessing worker that only writes `.bin`/`.idx` files
+never imports JAX.
 """
 
 from __future__ import annotations
@@ -10,15 +11,13 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from jaxblend import index
-from jaxblend.storage import (
-    IndexedDataset,
-    IndexedDatasetBuilder,
-    IndexFormatError,
-    token_dtype_for_vocab,
-)
-
 _LAZY = {
+    "index": None,  # the subpackage itself
+    "DataAccess": "jaxblend.access",
+    "IndexedDataset": "jaxblend.storage",
+    "IndexedDatasetBuilder": "jaxblend.storage",
+    "IndexFormatError": "jaxblend.storage",
+    "token_dtype_for_vocab": "jaxblend.storage",
     "make_loader": "jaxblend.loading",
     "StepLoader": "jaxblend.loading",
     "open_gpt_sources": "jaxblend.sources",
@@ -30,6 +29,7 @@ _LAZY = {
 
 __all__ = [
     "BlendedSource",
+    "DataAccess",
     "GPTSchemaOptions",
     "GPTSource",
     "IndexFormatError",
@@ -46,5 +46,12 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
+        module = _LAZY[name]
+        if module is None:
+            return importlib.import_module(f"jaxblend.{name}")
+        return getattr(importlib.import_module(module), name)
     raise AttributeError(f"module 'jaxblend' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])

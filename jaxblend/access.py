@@ -171,6 +171,17 @@ class DataAccess:
         values.update(overrides)
         return cls(**values)
 
+    def identity_store(self) -> IdentityStoreOptions:
+        """The identity memo's options with `shared_url` resolved: the given one, else
+        `<maps.location>/identity/` when the map store is a bucket (so a pod that shares its index
+        maps also shares its dataset identities), else None (entries stay in `local_dir`)."""
+        from jaxblend.urls import is_url
+
+        if self.identity.shared_url is not None or not is_url(self.maps.location):
+            return self.identity
+        shared = f"{self.maps.location.rstrip('/')}/identity/"
+        return dataclasses.replace(self.identity, shared_url=shared)
+
     def with_maps(self, **changes: Any) -> DataAccess:
         """A copy with some map-store options changed."""
         return dataclasses.replace(self, maps=dataclasses.replace(self.maps, **changes))

@@ -17,8 +17,9 @@
   --s3_endpoint, --s3_region, --storage_concurrency, --storage_retries, --storage_timeout
                              object-store access (`jaxblend.storage.ObjectStoreOptions`)
 
-`data_config_from_flags()` turns them into a validated `jaxblend.index.GPTDataConfig` and makes the
-object-store flags the process default of every reader (`object_store_from_flags()`).
+`data_config_from_flags()` turns them into a validated `jaxblend.index.GPTDataConfig` (what the data
+is); `data_access_from_flags()` turns the storage and cache flags into a `jaxblend.access.DataAccess`
+(how it is reached), to pass to every function that opens data. Neither sets any process state.
 """
 
 from __future__ import annotations
@@ -26,9 +27,9 @@ from __future__ import annotations
 from absl import flags
 
 from jaxblend import data_args, index
+from jaxblend.access import DataAccess, MapStoreOptions
 from jaxblend.define_once import define_once
-from jaxblend.index import bucket_cache
-from jaxblend.storage import identity_memo, object_store
+from jaxblend.storage import object_store
 
 _BLEND_FLAGS = ("train_data_path", "valid_data_path", "test_data_path")
 # Megatron-LM spells these as space-separated lists (`--data-path 0.3 /d/a 0.7 /d/b`).
@@ -184,14 +185,6 @@ def data_config_from_flags() -> index.GPTDataConfig:
         unreadable data-args file.
     """
     fl = flags.FLAGS
-    object_store.set_process_default(object_store_from_flags())
-    bucket_cache.set_process_default(
-        bucket_cache.BucketCacheOptions(
-            wait_seconds=fl.data_cache_wait, mirror_root=fl.data_cache_mirror
-        )
-    )
-    shared = bucket_cache.is_url(fl.data_cache_path)
-    identity_memo.set_shared_url(f"{fl.data_cache_path.rstrip('/')}/identity/" if shared else None)
     if fl.seq_length is None:
         raise ValueError("--seq_length is required")
     blend, per_split = _blends_from_flags()
@@ -205,5 +198,28 @@ def data_config_from_flags() -> index.GPTDataConfig:
         add_extra_token_to_sequence=fl.add_extra_token_to_sequence,
         drop_last_partial_validation_sequence=fl.drop_last_partial_validation_sequence,
         mid_level_dataset_surplus=fl.mid_level_dataset_surplus,
-        cache_dir=fl.data_cache_path,
     )
+
+
+def data_access_from_flags() -> DataAccess:
+    """How data is reached, from the storage and cache flags over the environment
+    (`DataAccess.from_env()`): object-store options, the map store (--data_cache_path,
+    --data_cache_mirror, --data_cache_wait) and the identity memo (bucket datasets' entries under
+    `<--data_cache_path>/identity/` when it is a bucket) and, where a CLI defines it,
+    --storage_backend.
+
+    Raises:
+      ValueError: naming the bad flag.
+    """
+    fl = flags.FLAGS
+    access = DataAccess.from_env(object_store=object_store_from_flags())
+    try:
+        maps = MapStoreOptions(
+            location=fl.data_cache_path,
+            mirror=fl.data_cache_mirror or access.maps.mirror,
+            wait_seconds=fl.data_cache_wait,
+        )
+    except ValueError as e:
+        raise ValueError(f"--data_cache_path/--data_cache_mirror/--data_cache_wait: {e}") from None
+    backend = fl["storage_backend"].value if "storage_backend" in fl else access.backend
+    return DataAccess(access.object_store, maps, access.identity, backend)

@@ -1,7 +1,10 @@
 """Index maps: splits, GPT document/sample/shuffle indices, weighted blends, BERT/T5 sample
-indices, caching.
+indices, and their cache keys.
 
-numpy + numba only (no grain, jax or tensorstore). Bit-exact with Megatron-Core 0.16.1.
+Pure computation: arrays from sequence lengths, content identities and a configuration, no I/O.
+numpy + numba only (no grain, jax or tensorstore). Bit-exact with Megatron-Core 0.16.1. Caching
+the maps (local directory, bucket, Megatron's cache) is `jaxblend.map_store`'s job; it offers
+Megatron-cached per-dataset maps to a build through `PerDatasetMapsProvider`.
 """
 
 from __future__ import annotations
@@ -9,10 +12,11 @@ from __future__ import annotations
 from jaxblend.index.blend_index import build_blending_indices, build_exhaustive_blending_indices
 from jaxblend.index.blend_spec import Blend, blend_prefixes, normalize, parse_blend
 from jaxblend.index.config import DatasetInfo, GPTDataConfig
-from jaxblend.index.data_maps import DataMaps, build_data_maps, config_prefixes
+from jaxblend.index.data_maps import DataMaps, DataMapsSpec, build_data_maps, config_prefixes
 from jaxblend.index.document_index import build_document_index
 from jaxblend.index.gpt import GPTIndexMaps, build_gpt_index_maps
 from jaxblend.index.masked_maps import MaskedIndexConfig, MaskedSampleIndex, build_masked_index
+from jaxblend.index.per_dataset_maps import DatasetMapsRequest, PerDatasetMapsProvider
 from jaxblend.index.sample_index import build_sample_index
 from jaxblend.index.shuffle_index import build_shuffle_index
 from jaxblend.index.split import parse_split, split_matrix
@@ -21,11 +25,14 @@ from jaxblend.index.split_maps import Piece, Spans, SplitMaps
 __all__ = [
     "Blend",
     "DataMaps",
+    "DataMapsSpec",
     "DatasetInfo",
+    "DatasetMapsRequest",
     "GPTDataConfig",
     "GPTIndexMaps",
     "MaskedIndexConfig",
     "MaskedSampleIndex",
+    "PerDatasetMapsProvider",
     "Piece",
     "Spans",
     "SplitMaps",

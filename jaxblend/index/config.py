@@ -122,7 +122,6 @@ class GPTDataConfig:
       add_extra_token_to_sequence: samples hold S + 1 tokens (inputs/targets shifted by one).
       drop_last_partial_validation_sequence: False keeps the valid split's last partial sample.
       mid_level_dataset_surplus: extra fraction of samples built per blended dataset.
-      cache_dir: directory for cached index maps, or None to build in memory only.
     """
 
     blend: Sequence[str] | None = None
@@ -136,7 +135,6 @@ class GPTDataConfig:
     add_extra_token_to_sequence: bool = True
     drop_last_partial_validation_sequence: bool = True
     mid_level_dataset_surplus: float = 0.005
-    cache_dir: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.blend, str):

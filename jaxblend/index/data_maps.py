@@ -1,8 +1,12 @@
 """The dataset-level entry point: a `GPTDataConfig` + dataset facts -> every split's index maps.
 
 `build_data_maps` reproduces Megatron-Core's `BlendedMegatronDatasetBuilder` decisions for GPT
-data and caches the result. Which datasets each split blends, and how many samples it asks of
-each, is decided in `split_resolution` (shared with `estimate`):
+data, in memory and without I/O: `DataMapsSpec` resolves the splits and computes the cache key,
+`build_arrays` builds the arrays (asking an optional `PerDatasetMapsProvider` for ready-made
+per-dataset maps first) and `data_maps_from_arrays` turns arrays and metadata, built or loaded,
+into `DataMaps`. Caching them is the map store's job (`jaxblend.map_store.load_or_build_data_maps`).
+Which datasets each split blends, and how many samples it asks of each, is decided in
+`split_resolution` (shared with `estimate`):
 
 * `blend` + `split`: one split matrix for every prefix. A single prefix without weights is a plain
   GPT dataset per split; otherwise every split is a blend of one GPT dataset per prefix.
@@ -19,6 +23,7 @@ each, is decided in `split_resolution` (shared with `estimate`):
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -26,20 +31,15 @@ import numpy as np
 import tqdm
 from absl import logging
 
-from jaxblend.index import (
-    blend_index,
-    blend_spec,
-    bucket_cache,
-    cache,
-    gpt,
-    megatron_cache,
-    split_resolution,
-)
+from jaxblend import identity
+from jaxblend.index import blend_index, blend_spec, gpt, maps_key, split_resolution
 from jaxblend.index import split as split_lib
 from jaxblend.index.config import DatasetInfo, GPTDataConfig
+from jaxblend.index.per_dataset_maps import DatasetMapsRequest, PerDatasetMapsProvider
 from jaxblend.index.split_maps import SplitMaps
 
-PLAN_FORMAT = "gpt-plan-1"
+PLAN_FORMAT = "gpt-plan"
+PLAN_FORMAT_VERSION = 2
 
 InfoSource = split_resolution.InfoSource
 
@@ -60,24 +60,24 @@ def plan_fingerprint(
             "weights": None if b.weights is None else [repr(float(w)) for w in b.weights],
         }
 
-    payload = {
-        "format": PLAN_FORMAT,
-        "index_cache_format": cache.FORMAT_VERSION,
-        "index_code": cache.code_digest(),
-        "blend": encode(config.blend),
-        "blend_per_split": None
+    return identity.fingerprint(
+        PLAN_FORMAT,
+        PLAN_FORMAT_VERSION,
+        maps_layout=maps_key.MAPS_LAYOUT,
+        index_code=maps_key.code_digest(),
+        blend=encode(config.blend),
+        blend_per_split=None
         if config.blend_per_split is None
         else [encode(b) for b in config.blend_per_split],
-        "split": config.split if config.blend is not None else None,
-        "seq_length": int(config.seq_length),
-        "seed": int(config.seed),
-        "num_samples": list(config.num_samples),
-        "add_extra_token_to_sequence": bool(config.add_extra_token_to_sequence),
-        "drop_last_partial_validation_sequence": bool(config.drop_last_partial_validation_sequence),
-        "mid_level_dataset_surplus": repr(float(config.mid_level_dataset_surplus)),
-        "datasets": [infos[p].fingerprint for p in prefixes],
-    }
-    return cache.fingerprint(payload)
+        split=config.split if config.blend is not None else None,
+        seq_length=int(config.seq_length),
+        seed=int(config.seed),
+        num_samples=list(config.num_samples),
+        add_extra_token_to_sequence=bool(config.add_extra_token_to_sequence),
+        drop_last_partial_validation_sequence=bool(config.drop_last_partial_validation_sequence),
+        mid_level_dataset_surplus=float(config.mid_level_dataset_surplus),
+        datasets=[infos[p].fingerprint for p in prefixes],
+    )
 
 
 class DataMaps:
@@ -87,7 +87,7 @@ class DataMaps:
       config: the `GPTDataConfig`.
       prefixes: the distinct dataset prefixes, in order of first appearance.
       fingerprint: stable identity of config + dataset contents (cache key, resume check).
-      cache_path: the cache entry directory, or None.
+      cache_path: the map-store entry directory the arrays are memory-mapped from, or None.
     """
 
     def __init__(
@@ -147,26 +147,74 @@ def cache_entries(key: str, splits: Sequence[str] | None = None) -> list[str]:
     return [key, f"{key}-{'-'.join(wanted)}"]
 
 
+@dataclasses.dataclass(frozen=True)
+class DataMapsSpec:
+    """What to build for a data configuration: its resolved splits, datasets and cache key.
+
+    Attributes:
+      config: the data configuration.
+      wanted: the split names asked for, in canonical order.
+      specs: the resolution of every wanted split (None for a split with no datasets).
+      prefixes: the distinct dataset prefixes, in order of first appearance.
+      infos: prefix -> DatasetInfo.
+      key: the maps' fingerprint (`plan_fingerprint`), the map store's key.
+    """
+
+    config: GPTDataConfig
+    wanted: tuple[str, ...]
+    specs: list[split_resolution.SplitSpec | None]
+    prefixes: list[str]
+    infos: dict[str, DatasetInfo]
+    key: str
+
+    @classmethod
+    def resolve(
+        cls, config: GPTDataConfig, infos: InfoSource, splits: Sequence[str] | None = None
+    ) -> DataMapsSpec:
+        """Resolves `splits` (default: all) of `config` over `infos` (a mapping or callable).
+
+        Raises:
+          ValueError: unknown splits, no non-empty split, or missing dataset info.
+        """
+        wanted = _wanted_splits(splits)
+        specs = split_resolution.resolve_splits(config, wanted)
+        prefixes = config_prefixes(config)
+        if not prefixes:
+            raise ValueError("the configuration has no non-empty split")
+        info_by_prefix = {p: split_resolution.dataset_info(infos, p) for p in prefixes}
+        key = plan_fingerprint(config, prefixes, info_by_prefix)
+        return cls(config, wanted, specs, prefixes, info_by_prefix, key)
+
+    @property
+    def entries(self) -> list[str]:
+        """The entry names that can serve these splits, best first (whole plan first)."""
+        return cache_entries(self.key, self.wanted)
+
+    @property
+    def entry(self) -> str:
+        """The entry name these splits are saved under."""
+        return self.entries[-1]
+
+
 def build_data_maps(
     config: GPTDataConfig,
     infos: InfoSource,
     splits: Sequence[str] | None = None,
     *,
-    verify: str = "summary",
+    provider: PerDatasetMapsProvider | None = None,
 ) -> DataMaps:
-    """Builds (or loads from `config.cache_dir`) the index maps of every split, or of `splits`.
+    """Builds the index maps of every split, or of `splits`, in memory (no cache; for a cached
+    build use `jaxblend.map_store.load_or_build_data_maps`).
 
     Each split's maps depend only on its own settings, so building a subset gives the same maps
-    (and the same plan fingerprint) as building everything; a subset only skips the others (and
-    their checks, e.g. a weighted blend's sample count). A cached entry of every split serves a
-    subset; a subset is cached under its own key.
+    (and the same fingerprint) as building everything; a subset only skips the others (and their
+    checks, e.g. a weighted blend's sample count).
 
     Args:
       config: the data configuration.
       infos: prefix -> DatasetInfo, as a mapping or a callable.
       splits: the split names to build (default: all).
-      verify: how a cached entry is checked before use: "summary" (cheap, every start) or
-        "full" (every byte against its SHA-256; see `jaxblend.index.cache`).
+      provider: offers ready-made per-dataset maps (e.g. Megatron's cache), or None.
 
     Returns:
       The `DataMaps`.
@@ -175,72 +223,43 @@ def build_data_maps(
       ValueError: missing dataset info, a dataset without tokens, samples requested from an empty
         split, a blend that oversamples a dataset, or counts overflowing the index dtypes.
     """
-    wanted = _wanted_splits(splits)
-    specs = split_resolution.resolve_splits(config, wanted)
-    prefixes = config_prefixes(config)
-    if not prefixes:
-        raise ValueError("the configuration has no non-empty split")
-    info_by_prefix = {p: split_resolution.dataset_info(infos, p) for p in prefixes}
-    key = plan_fingerprint(config, prefixes, info_by_prefix)
-    entries = cache_entries(key, wanted)
-    entry = entries[-1]
+    spec = DataMapsSpec.resolve(config, infos, splits)
+    arrays, meta = build_arrays(spec, provider)
+    return data_maps_from_arrays(spec, arrays, meta)
 
-    # A bucket cache is used through a local mirror (see `bucket_cache`).
-    remote = bucket_cache.is_url(config.cache_dir)
-    cache_dir = bucket_cache.mirror_dir(config.cache_dir) if remote else config.cache_dir
-    if cache_dir:
-        if remote:
-            for name in entries:
-                if bucket_cache.fetch(config.cache_dir, name, cache_dir):
-                    break
-            else:
-                if not bucket_cache.is_builder():
-                    bucket_cache.wait_for(config.cache_dir, entry, cache_dir)
-        cached = _load_cached(config, cache_dir, entries, verify, prefixes, wanted)
-        if cached is not None:
-            return DataMaps(config, tuple(prefixes), key, cached[0], cached[1], wanted)
-    # Megatron-Core's own cache is a local directory; a bucket cache holds only jaxblend's entries.
-    megatron = megatron_cache.MegatronCache(cache_dir) if cache_dir and not remote else None
-    arrays, meta = _build_arrays(config, specs, prefixes, info_by_prefix, megatron or None)
-    path = None
-    if cache_dir:
-        path = cache.save(cache_dir, entry, arrays, meta)
-        if remote:
-            bucket_cache.publish(config.cache_dir, entry, cache_dir)
-        reloaded = cache.load(cache_dir, entry)
-        if reloaded is not None:
-            arrays, meta = reloaded
-    summary = {s.name: len(arrays.get(f"{s.name}.dataset_index", ())) for s in specs if s}
-    logging.info("built index maps %s for %d datasets (blend sizes %s)", entry, len(prefixes), summary)
-    return DataMaps(
-        config, tuple(prefixes), key, _make_split_plans(config, arrays, meta, prefixes, wanted), path,
-        wanted,
+
+def build_arrays(
+    spec: DataMapsSpec, provider: PerDatasetMapsProvider | None = None
+) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """The arrays and JSON metadata of `spec`'s maps (what a map store saves).
+
+    Raises:
+      ValueError: as `build_data_maps`.
+    """
+    arrays, meta = _build_arrays(spec.config, spec.specs, spec.prefixes, spec.infos, provider)
+    summary = {s.name: len(arrays.get(f"{s.name}.dataset_index", ())) for s in spec.specs if s}
+    logging.info(
+        "built index maps %s for %d datasets (blend sizes %s)", spec.entry, len(spec.prefixes),
+        summary,
     )
+    return arrays, meta
 
 
-def _load_cached(
-    config: GPTDataConfig,
-    cache_dir: str,
-    entries: list[str],
-    verify: str,
-    prefixes: list[str],
-    wanted: tuple[str, ...],
-) -> tuple[dict[str, SplitMaps | None], str] | None:
-    """The split plans and entry path of the first usable cache entry of `entries`, or None."""
-    for name in entries:
-        loaded = cache.load(cache_dir, name, verify)
-        if loaded is None:
-            continue
-        try:
-            plans = _make_split_plans(config, *loaded, prefixes, wanted)
-        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as err:
-            # Checksummed but not what this code wrote (e.g. a hand-edited manifest): rebuild.
-            path = cache.entry_path(cache_dir, name)
-            logging.warning("index cache entry %s is unusable (%r); rebuilding it", path, err)
-            cache.discard(cache_dir, name)
-            continue
-        return plans, cache.entry_path(cache_dir, name)
-    return None
+def data_maps_from_arrays(
+    spec: DataMapsSpec,
+    arrays: dict[str, np.ndarray],
+    meta: dict[str, Any],
+    cache_path: str | None = None,
+) -> DataMaps:
+    """`DataMaps` over arrays and metadata written by `build_arrays` (built, or loaded from a map
+    store entry at `cache_path`).
+
+    Raises:
+      KeyError, TypeError, ValueError, IndexError, AttributeError: the arrays or metadata are not
+        what `build_arrays` writes (e.g. a hand-edited entry); the map store rebuilds such an entry.
+    """
+    splits = _make_split_plans(spec.config, arrays, meta, spec.prefixes, spec.wanted)
+    return DataMaps(spec.config, tuple(spec.prefixes), spec.key, splits, cache_path, spec.wanted)
 
 
 def _make_split_plans(
@@ -287,7 +306,7 @@ def _build_arrays(
     specs: list[split_resolution.SplitSpec | None],
     prefixes: list[str],
     infos: dict[str, DatasetInfo],
-    megatron: megatron_cache.MegatronCache | None = None,
+    provider: PerDatasetMapsProvider | None = None,
 ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     for p in prefixes:
         split_resolution.check_has_tokens(p, infos[p])
@@ -304,7 +323,7 @@ def _build_arrays(
         if spec is None:
             continue
         arrays.update(
-            _build_split(config, spec, infos, max_lengths, position, meta["splits"], megatron)
+            _build_split(config, spec, infos, max_lengths, position, meta["splits"], provider)
         )
     return arrays, meta
 
@@ -316,10 +335,10 @@ def _build_split(
     max_lengths: dict[str, int],
     position: dict[str, int],
     meta_out: dict[str, Any],
-    megatron: megatron_cache.MegatronCache | None = None,
+    provider: PerDatasetMapsProvider | None = None,
 ) -> dict[str, np.ndarray]:
     """The arrays of one split (named `<split>.<array>`); records its metadata in `meta_out`."""
-    maps = _dataset_maps(config, spec, infos, max_lengths, megatron)
+    maps = _dataset_maps(config, spec, infos, max_lengths, provider)
     out = _blend_arrays(spec, [len(m) for m in maps]) if spec.kind != "single" else {}
     out.update(_concatenated_maps(spec, maps, position))
     meta_out[spec.name] = {
@@ -335,9 +354,9 @@ def _dataset_maps(
     spec: split_resolution.SplitSpec,
     infos: dict[str, DatasetInfo],
     max_lengths: dict[str, int],
-    megatron: megatron_cache.MegatronCache | None,
+    provider: PerDatasetMapsProvider | None,
 ) -> list[gpt.GPTIndexMaps]:
-    """The GPT maps of every dataset of the split: from Megatron's cache if it holds them, else
+    """The GPT maps of every dataset of the split: from `provider` if it offers them, else
     built."""
     maps: list[gpt.GPTIndexMaps] = []
     progress = tqdm.tqdm(
@@ -350,8 +369,14 @@ def _dataset_maps(
         info = infos[prefix]
         documents = split_lib.split_indices(spec.bookend, info.num_sequences)
         found = None
-        if megatron is not None:
-            found = _megatron_maps(config, spec, prefix, request, documents, info, megatron)
+        if provider is not None:
+            found = provider.gpt_maps(
+                DatasetMapsRequest(
+                    prefix, spec.name, request, config.seq_length, config.seed, spec.bookend,
+                    documents, info.sequence_lengths, config.add_extra_token_to_sequence,
+                    spec.drop_last_partial,
+                )
+            )
         if found is None:
             found = gpt.build_gpt_index_maps(
                 info.sequence_lengths,
@@ -368,30 +393,6 @@ def _dataset_maps(
         progress.update(1)
     progress.close()
     return maps
-
-
-def _megatron_maps(
-    config: GPTDataConfig,
-    spec: split_resolution.SplitSpec,
-    prefix: str,
-    request: int | None,
-    documents: np.ndarray,
-    info: DatasetInfo,
-    megatron: megatron_cache.MegatronCache,
-) -> gpt.GPTIndexMaps | None:
-    """One dataset's maps from Megatron-Core's own cache, or None (with a warning if unusable)."""
-    found, why = megatron.load_gpt_maps(
-        megatron_cache.Request(
-            prefix, spec.name, request, config.seq_length, config.seed, spec.bookend,
-            documents, info.sequence_lengths, config.add_extra_token_to_sequence,
-            spec.drop_last_partial,
-        )
-    )
-    if why:
-        logging.warning("%s; building them instead", why)
-    if found is not None:
-        logging.info("using Megatron's cached %s maps of %s", spec.name, prefix)
-    return found
 
 
 def _blend_arrays(spec: split_resolution.SplitSpec, lengths: list[int]) -> dict[str, np.ndarray]:

@@ -2,22 +2,20 @@
 
 `estimate_plan(config, infos)` resolves the splits and blends with the same code as
 `build_data_maps` (`split_resolution`), computes for every (split, dataset) the tokens, epochs
-and sample count the maps will have, their dtypes and sizes in bytes, whether the cache already
-holds them, and lists problems (a split with no tokens asked for samples, counts overflowing the
-index dtypes). Cost: O(datasets + sequences) sums, no shuffles.
+and sample count the maps will have, their dtypes and sizes in bytes, and lists problems (a split
+with no tokens asked for samples, counts overflowing the index dtypes). Cost: O(datasets +
+sequences) sums, no shuffles. Pure: whether the maps are already cached is the map store's answer
+(`jaxblend.map_store.data_maps_status`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
 
 import numpy as np
 
 from jaxblend.index import (
     blend_index,
-    bucket_cache,
-    cache,
     data_maps,
     gpt,
     sample_index,
@@ -44,11 +42,19 @@ class DatasetEstimate:
 
 @dataclasses.dataclass(frozen=True)
 class PlanEstimate:
-    """Every split's estimate plus the cache status."""
+    """Every split's estimate.
+
+    Attributes:
+      fingerprint: the maps' fingerprint (the map store's key).
+      specs: the resolved splits (what a map store checks for cached entries).
+      datasets: one estimate per (split, dataset).
+      blend_sizes: samples of each blended split.
+      total_bytes: every map's size.
+      problems: what would fail at build time.
+    """
 
     fingerprint: str
-    cached: bool
-    cache_path: str | None
+    specs: list[split_resolution.SplitSpec | None]
     datasets: list[DatasetEstimate]
     blend_sizes: dict[str, int]
     total_bytes: int
@@ -66,7 +72,6 @@ def estimate_plan(config: GPTDataConfig, infos: data_maps.InfoSource) -> PlanEst
     info_by_prefix = {p: split_resolution.dataset_info(infos, p) for p in prefixes}
     key = data_maps.plan_fingerprint(config, prefixes, info_by_prefix)
     problems: list[str] = []
-    path, cached = _cache_status(config, key, specs, problems)
     extra = int(config.add_extra_token_to_sequence)
     s = int(config.seq_length)
     estimates: list[DatasetEstimate] = []
@@ -109,47 +114,4 @@ def estimate_plan(config: GPTDataConfig, infos: data_maps.InfoSource) -> PlanEst
         if spec.name in blend_sizes:
             id_dtype = blend_index.dataset_index_dtype(len(spec.prefixes))
             total += blend_sizes[spec.name] * (id_dtype.itemsize + 8)
-    return PlanEstimate(key, cached, path, estimates, blend_sizes, total, problems)
-
-
-def _cache_status(
-    config: GPTDataConfig,
-    key: str,
-    specs: list[split_resolution.SplitSpec | None],
-    problems: list[str],
-) -> tuple[str | None, bool]:
-    """Where the plan's cache entries are and whether they hold every split, every byte checked
-    against its manifest; a corrupt entry is reported in `problems`.
-
-    Cached means the whole plan, or each existing split on its own (as single-split tools build).
-
-    Returns:
-      (the entry path or URL(s), or None without a cache; whether every split is cached intact).
-    """
-    if not config.cache_dir:
-        return None, False
-    remote = bucket_cache.is_url(config.cache_dir)
-    where = bucket_cache.entry_url if remote else cache.entry_path
-
-    def found(names: list[str]) -> str | None:
-        if remote:
-            exists = (bucket_cache.committed(config.cache_dir, n) for n in names)
-        else:
-            exists = (os.path.exists(os.path.join(config.cache_dir, n, cache.MANIFEST)) for n in names)
-        return next((n for n, e in zip(names, exists) if e), None)
-
-    path = where(config.cache_dir, key)
-    entries = [key] if found([key]) else [
-        found(data_maps.cache_entries(key, (s.name,))) for s in specs if s is not None
-    ]
-    if not entries or not all(entries):
-        return path, False
-    entries = list(dict.fromkeys(entries))
-    cached = True
-    for name in entries:  # every byte against the manifest's SHA-256
-        check = bucket_cache.check if remote else cache.check
-        problem = check(config.cache_dir, name)
-        if problem is not None:
-            cached = False
-            problems.append(f"index cache entry is corrupt ({problem}); it will be rebuilt")
-    return ", ".join(where(config.cache_dir, n) for n in entries), cached
+    return PlanEstimate(key, specs, estimates, blend_sizes, total, problems)

@@ -1,30 +1,32 @@
-"""The BERT/T5 sample index of one split: configuration, fingerprint, cache.
+"""The BERT/T5 sample index of one split: configuration, key, rows. Pure: no I/O.
 
 `build_masked_index(config, info, split)` splits a dataset's *documents* with the split string
-(docs/format.md, 'Splits'), packs their sentences into samples
-(`masked_sample_index.build_masked_sample_index`) and, when `config.cache_dir` is set, stores the
-rows in the index cache (`jaxblend.index.cache`) exactly as the GPT maps are: the entry key is the
-SHA-256 of the fields that change the rows, the cache format, the index code digest and the
-dataset's *content* fingerprint (never its path); writes are atomic; every load is verified and a
-corrupt entry is moved aside and rebuilt (docs/format.md, 'Cache' and 'BERT/T5 sample index').
+(docs/format.md, 'Splits') and packs their sentences into samples
+(`masked_sample_index.build_masked_sample_index`), in memory. The map store caches the rows exactly
+as it caches the GPT maps (`jaxblend.map_store.load_or_build_masked_index`: a local directory or a
+bucket): the entry key (`masked_index_key`) is the fingerprint of the fields that change the rows,
+the maps layout, the index code digest and the dataset's *content* fingerprint (never its path);
+`masked_index_from_arrays` checks a loaded entry (docs/format.md, 'Cache' and 'BERT/T5 sample
+index').
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from absl import logging
 
-from jaxblend.index import bucket_cache, cache
+from jaxblend import identity
+from jaxblend.index import maps_key
 from jaxblend.index import split as split_lib
 from jaxblend.index.config import DatasetInfo
 from jaxblend.index.masked_sample_index import build_masked_sample_index
 from jaxblend.validation import require_int
 
-MASKED_FORMAT = "masked-index-1"
+MASKED_FORMAT = "masked-index"
+MASKED_FORMAT_VERSION = 2
 ROWS = "sample_index"
 
 
@@ -41,7 +43,6 @@ class MaskedIndexConfig:
         many (2 for BERT's sentence-order prediction, else 1).
       num_samples: None = one pass over the split's documents; else whole passes until at least
         this many samples exist.
-      cache_dir: local directory of the index cache, or None to build in memory only.
     """
 
     split: str
@@ -50,7 +51,6 @@ class MaskedIndexConfig:
     short_sequence_probability: float
     min_sentences: int = 1
     num_samples: int | None = None
-    cache_dir: str | None = None
 
     def __post_init__(self) -> None:
         split_lib.parse_split(self.split)
@@ -64,19 +64,14 @@ class MaskedIndexConfig:
             raise ValueError(
                 f"MaskedIndexConfig.short_sequence_probability must be in [0, 1], got {p!r}"
             )
-        if bucket_cache.is_url(self.cache_dir):
-            raise ValueError(
-                f"MaskedIndexConfig.cache_dir={self.cache_dir!r}: masked sample indices are cached "
-                "in a local directory only; give a local path (or None)"
-            )
 
     def payload(self) -> dict[str, Any]:
-        """The fields that change the rows, JSON-ready (part of the cache key)."""
+        """The fields that change the rows (part of the cache key)."""
         return {
             "split": self.split,
             "seed": int(self.seed),
             "max_length": int(self.max_length),
-            "short_sequence_probability": repr(float(self.short_sequence_probability)),
+            "short_sequence_probability": float(self.short_sequence_probability),
             "min_sentences": int(self.min_sentences),
             "num_samples": None if self.num_samples is None else int(self.num_samples),
         }
@@ -91,13 +86,17 @@ class MaskedSampleIndex:
         sample order (read-only; memory-mapped when loaded from the cache).
       fingerprint: identity of configuration + dataset content + index code (the cache key).
       split: "train", "valid" or "test".
-      cache_path: the cache entry directory, or None.
+      cache_path: the map-store entry directory the rows are memory-mapped from, or None.
+      reopen: a picklable zero-argument callable returning the rows again (the map store's
+        recipe for a cached entry), so a pickled index reloads them memory-mapped (e.g. in Grain
+        workers) instead of carrying a copy; None pickles the rows.
     """
 
     rows: np.ndarray
     fingerprint: str
     split: str
     cache_path: str | None = None
+    reopen: Callable[[], np.ndarray] | None = dataclasses.field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         self.rows.setflags(write=False)
@@ -106,34 +105,29 @@ class MaskedSampleIndex:
         return int(self.rows.shape[0])
 
     def __reduce__(self):
-        """Pickles a cached index as its entry (reloaded memory-mapped, e.g. in Grain workers)."""
-        if self.cache_path is None:
+        """Pickles a cached index as its `reopen` recipe, else as its rows."""
+        if self.reopen is None:
             return (MaskedSampleIndex, (np.asarray(self.rows), self.fingerprint, self.split))
-        return (_reopen, (self.cache_path, self.fingerprint, self.split))
+        return (_reopened, (self.reopen, self.fingerprint, self.split, self.cache_path))
 
 
-def _reopen(cache_path: str, key: str, split: str) -> MaskedSampleIndex:
-    """The cached index of a pickled `MaskedSampleIndex`, checked like any cache load."""
-    rows = _load_rows(os.path.dirname(cache_path), key, "summary")
-    if rows is None:
-        raise ValueError(
-            f"masked sample index entry {cache_path} vanished or is corrupt in this process; "
-            "rebuild it by constructing the source again"
-        )
-    return MaskedSampleIndex(rows, key, split, cache_path)
+def _reopened(
+    reopen: Callable[[], np.ndarray], key: str, split: str, cache_path: str | None
+) -> MaskedSampleIndex:
+    """The index of a pickled `MaskedSampleIndex`, its rows from `reopen`."""
+    return MaskedSampleIndex(reopen(), key, split, cache_path, reopen)
 
 
 def masked_index_key(config: MaskedIndexConfig, info: DatasetInfo, split: str) -> str:
     """The cache key (and identity) of a split's masked sample index."""
-    return cache.fingerprint(
-        {
-            "format": MASKED_FORMAT,
-            "index_cache_format": cache.FORMAT_VERSION,
-            "index_code": cache.code_digest(),
-            "config": config.payload(),
-            "split_name": split,
-            "dataset": info.fingerprint,
-        }
+    return identity.fingerprint(
+        MASKED_FORMAT,
+        MASKED_FORMAT_VERSION,
+        maps_layout=maps_key.MAPS_LAYOUT,
+        index_code=maps_key.code_digest(),
+        config=config.payload(),
+        split_name=split,
+        dataset=info.fingerprint,
     )
 
 
@@ -173,13 +167,21 @@ def _build_rows(config: MaskedIndexConfig, info: DatasetInfo, split: str) -> np.
     return rows
 
 
-def _load_rows(cache_dir: str, key: str, verify: str) -> np.ndarray | None:
-    """The cached rows of entry `key`, or None (absent, corrupt or not rows: moved aside)."""
-    loaded = cache.load(cache_dir, key, verify)
-    if loaded is None:
-        return None
-    rows = loaded[0].get(ROWS)
-    meta = loaded[1]
+def masked_index_from_arrays(
+    arrays: dict[str, np.ndarray],
+    meta: dict[str, Any],
+    key: str,
+    split: str,
+    cache_path: str | None = None,
+    reopen: Callable[[], np.ndarray] | None = None,
+) -> MaskedSampleIndex:
+    """The index over arrays and metadata written by `masked_index_arrays` (built, or loaded from
+    a map store entry at `cache_path`).
+
+    Raises:
+      ValueError: they are not a masked sample index (the map store rebuilds such an entry).
+    """
+    rows = arrays.get(ROWS)
     usable = (
         rows is not None
         and meta.get("format") == MASKED_FORMAT
@@ -189,25 +191,35 @@ def _load_rows(cache_dir: str, key: str, verify: str) -> np.ndarray | None:
         and rows.shape[0] > 0
     )
     if not usable:
-        logging.warning(
-            "masked index cache entry %s is not a sample index; rebuilding it",
-            cache.entry_path(cache_dir, key),
-        )
-        cache.discard(cache_dir, key)
-        return None
-    return rows
+        raise ValueError(f"masked sample index {key}: the entry is not a sample index")
+    return MaskedSampleIndex(rows, key, split, cache_path, reopen)
 
 
-def build_masked_index(
-    config: MaskedIndexConfig, info: DatasetInfo, split: str, *, verify: str = "summary"
-) -> MaskedSampleIndex:
-    """Builds (or loads from `config.cache_dir`) the masked sample index of one split.
+def masked_index_arrays(
+    config: MaskedIndexConfig, info: DatasetInfo, split: str
+) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """The arrays and JSON metadata of a split's index (what a map store saves).
+
+    Raises:
+      ValueError: as `build_masked_index`.
+    """
+    _check_split(split)
+    return {ROWS: _build_rows(config, info, split)}, {"format": MASKED_FORMAT, "split": split}
+
+
+def _check_split(split: str) -> None:
+    if split not in split_lib.SPLIT_NAMES:
+        raise ValueError(f"split must be one of {split_lib.SPLIT_NAMES}, got {split!r}")
+
+
+def build_masked_index(config: MaskedIndexConfig, info: DatasetInfo, split: str) -> MaskedSampleIndex:
+    """Builds the masked sample index of one split in memory (no cache; for a cached build use
+    `jaxblend.map_store.load_or_build_masked_index`).
 
     Args:
       config: the index configuration.
       info: the dataset's sequence lengths, document boundaries and content fingerprint.
       split: "train", "valid" or "test".
-      verify: how a cached entry is checked: "summary" (every start) or "full" (every byte).
 
     Returns:
       The `MaskedSampleIndex`.
@@ -215,18 +227,5 @@ def build_masked_index(
     Raises:
       ValueError: an unknown or empty split, a split without documents, or one without samples.
     """
-    if split not in split_lib.SPLIT_NAMES:
-        raise ValueError(f"split must be one of {split_lib.SPLIT_NAMES}, got {split!r}")
-    key = masked_index_key(config, info, split)
-    if config.cache_dir:
-        rows = _load_rows(config.cache_dir, key, verify)
-        if rows is not None:
-            return MaskedSampleIndex(rows, key, split, cache.entry_path(config.cache_dir, key))
-    rows = _build_rows(config, info, split)
-    if not config.cache_dir:
-        return MaskedSampleIndex(rows, key, split)
-    meta = {"format": MASKED_FORMAT, "split": split}
-    path = cache.save(config.cache_dir, key, {ROWS: rows}, meta)
-    logging.info("built masked sample index %s (%d samples of %s)", key, len(rows), info.name)
-    reloaded = _load_rows(config.cache_dir, key, verify)  # memory-mapped, as later starts see it
-    return MaskedSampleIndex(rows if reloaded is None else reloaded, key, split, path)
+    _check_split(split)
+    return MaskedSampleIndex(_build_rows(config, info, split), masked_index_key(config, info, split), split)

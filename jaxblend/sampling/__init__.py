@@ -7,15 +7,27 @@ steps. Everything here is pure: the same answers on every host, for any topology
 a resume (docs/design.md, "Global batch k").
 """
 
-from jaxblend.sampling.process_rows import ProcessRows
-from jaxblend.sampling.rampup import Rampup, RampupStepPlan
-from jaxblend.sampling.sampler import StepSampler
-from jaxblend.sampling.sharding import batch_rows_for_process, rows_by_process
-from jaxblend.sampling.step_plan import BatchShape, FixedStepPlan, StepPlan
-from jaxblend.sampling.token_budget_config import TokenBudgetConfig
-from jaxblend.sampling.token_budget_plan import TokenBudgetPlan
-from jaxblend.sampling.token_budget_planning import plan_token_budget
-from jaxblend.sampling.token_budget_store import load_token_budget_plan, save_token_budget_plan
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_NAMES = {
+    "ProcessRows": "jaxblend.sampling.process_rows",
+    "Rampup": "jaxblend.sampling.rampup",
+    "RampupStepPlan": "jaxblend.sampling.rampup",
+    "StepSampler": "jaxblend.sampling.sampler",
+    "batch_rows_for_process": "jaxblend.sampling.sharding",
+    "rows_by_process": "jaxblend.sampling.sharding",
+    "BatchShape": "jaxblend.sampling.step_plan",
+    "FixedStepPlan": "jaxblend.sampling.step_plan",
+    "StepPlan": "jaxblend.sampling.step_plan",
+    "TokenBudgetConfig": "jaxblend.sampling.token_budget_config",
+    "TokenBudgetPlan": "jaxblend.sampling.token_budget_plan",
+    "plan_token_budget": "jaxblend.sampling.token_budget_planning",
+    "load_token_budget_plan": "jaxblend.sampling.token_budget_store",
+    "save_token_budget_plan": "jaxblend.sampling.token_budget_store",
+}
 
 __all__ = [
     "BatchShape",
@@ -33,3 +45,14 @@ __all__ = [
     "rows_by_process",
     "save_token_budget_plan",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """Resolves a public name on first use (the Grain sampler loads Grain; the plans do not)."""
+    if name in _NAMES:
+        return getattr(importlib.import_module(_NAMES[name]), name)
+    raise AttributeError(f"module 'jaxblend.sampling' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_NAMES])

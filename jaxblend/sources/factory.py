@@ -1,17 +1,21 @@
 """Opening the sources of every split of a GPT data configuration.
 
-`open_gpt_sources(config, options)` opens each prefix once (`IndexedDataset`), builds (or loads
-from the cache) all index maps with `jaxblend.index.build_data_maps`, and returns a `GPTSource`
-(one prefix) or `BlendedSource` (several) per split, `None` for a split with no samples.
+`open_gpt_sources(config, options, access=...)` opens each prefix once (`IndexedDataset`), loads
+(or builds and caches) all index maps with `jaxblend.map_store.load_or_build_data_maps`, and
+returns a `GPTSource` (one prefix) or `BlendedSource` (several) per split, `None` for a split with
+no samples. The `DataAccess` travels with each source's re-open recipe into Grain workers, so a
+worker reaches storage, the map store and the identity memo exactly as its parent did.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-from jaxblend import index, index_io
+from jaxblend import index, opening
+from jaxblend.access import DataAccess
+from jaxblend.map_store import load_or_build_data_maps
 from jaxblend.sources import planned, schema
-from jaxblend.storage import IndexedDataset, ObjectStoreOptions
+from jaxblend.storage.reader import IndexedDataset
 
 SPLITS = ("train", "valid", "test")
 
@@ -26,17 +30,16 @@ class _SplitOpener:
 
     config: index.GPTDataConfig
     split: str
-    backend: str
     fingerprint: str
-    object_store: ObjectStoreOptions | None = None
+    access: DataAccess
 
     def __call__(self) -> tuple[list[IndexedDataset], index.SplitMaps]:
-        datasets, plan = _open(self.config, self.backend, (self.split,), self.object_store)
+        datasets, plan = _open(self.config, self.access, (self.split,))
         if plan.fingerprint != self.fingerprint:
             raise ValueError(
                 f"the {self.split} split rebuilt in this worker has fingerprint {plan.fingerprint}, "
                 f"the parent process had {self.fingerprint}: a dataset of "
-                f"{index_io.config_prefixes(self.config)} changed while the job was running"
+                f"{opening.config_prefixes(self.config)} changed while the job was running"
             )
         split_maps = plan.split(self.split)
         return [datasets[n] for n in split_maps.dataset_names], split_maps
@@ -44,36 +47,33 @@ class _SplitOpener:
 
 def _open(
     config: index.GPTDataConfig,
-    backend: str,
+    access: DataAccess,
     splits: tuple[str, ...] | None = None,
-    object_store: ObjectStoreOptions | None = None,
 ) -> tuple[dict[str, IndexedDataset], index.DataMaps]:
-    """Opens every prefix the configuration names (once each, concurrently) and builds its plan."""
-    datasets, infos = index_io.open_datasets(
-        index_io.config_prefixes(config), backend, object_store
-    )
-    return datasets, index.build_data_maps(config, infos, splits)
+    """Opens every prefix the configuration names (once each, concurrently) and loads or builds
+    its maps."""
+    datasets, infos = opening.open_datasets(opening.config_prefixes(config), access)
+    return datasets, load_or_build_data_maps(config, infos, access, splits)
 
 
 def open_gpt_sources(
     config: index.GPTDataConfig,
     options: schema.GPTSchemaOptions,
     *,
-    backend: str = "auto",
+    access: DataAccess | None = None,
     splits: tuple[str, ...] | None = None,
-    object_store: ObjectStoreOptions | None = None,
 ) -> dict[str, planned.PlannedSource | None]:
     """Sources for the train, valid and test splits of `config` (a `GPTDataConfig`).
 
     Args:
-      config: the data configuration (blend, split, sequence length, seed, sample counts, cache).
+      config: the data configuration (blend, split, sequence length, seed, sample counts).
       options: schema options; `seq_length` and `add_extra_token_to_sequence` must equal the
         configuration's.
-      backend: storage backend for the `.bin` files ("auto", "mmap", "tensorstore").
+      access: how data is reached: storage backend, object-store options, the map store and the
+        identity memo (default: `DataAccess.from_env()`, evaluated once here); carried into Grain
+        workers by the sources.
       splits: build only these splits' maps (default: all three); the others are left out of
         the result.
-      object_store: endpoints, retries, concurrency and timeouts for gs:// and s3:// prefixes
-        (default: the process default, from the CLI flags or the environment).
 
     Returns:
       `{"train": source | None, "valid": ..., "test": ...}` (only `splits` when given).
@@ -92,7 +92,8 @@ def open_gpt_sources(
             f"{options.add_extra_token_to_sequence} differs from the data configuration's "
             f"{config.add_extra_token_to_sequence}"
         )
-    datasets, plan = _open(config, backend, splits, object_store)
+    access = DataAccess.from_env() if access is None else access
+    datasets, plan = _open(config, access, splits)
     sources: dict[str, planned.PlannedSource | None] = {}
     for split in plan.built:
         split_maps = plan.split(split)
@@ -103,7 +104,7 @@ def open_gpt_sources(
         cls = planned.GPTSource if len(members) == 1 else planned.BlendedSource
         sources[split] = cls(
             members, split_maps, options, fingerprint=plan.fingerprint, split=split,
-            reopen=_SplitOpener(config, split, backend, plan.fingerprint, object_store),
+            reopen=_SplitOpener(config, split, plan.fingerprint, access),
         )
     return sources
 
@@ -112,7 +113,7 @@ def open_validation_sets(
     config: index.GPTDataConfig,
     options: schema.GPTSchemaOptions,
     *,
-    backend: str = "auto",
+    access: DataAccess | None = None,
     full_validation: bool = False,
 ) -> dict[str, planned.PlannedSource]:
     """Megatron's multiple validation sets: each prefix of the valid blend as its own source.
@@ -124,7 +125,8 @@ def open_validation_sets(
     Args:
       config: a `GPTDataConfig` with `blend_per_split` naming a validation blend.
       options: schema options (as for `open_gpt_sources`).
-      backend: storage backend for the `.bin` files.
+      access: how data is reached (as for `open_gpt_sources`; default `DataAccess.from_env()`,
+        evaluated once here).
       full_validation: one whole epoch of every set instead of the validation sample count.
 
     Returns:
@@ -139,6 +141,7 @@ def open_validation_sets(
             "multiple validation sets need per-split blends with a validation blend "
             "(--valid_data_path or --per_split_data_args_path), as in Megatron-LM"
         )
+    access = DataAccess.from_env() if access is None else access
     blend = index.parse_blend(per_split[1], "blend_per_split[valid]")
     samples = None if full_validation else config.num_samples[1]
     out: dict[str, planned.PlannedSource] = {}
@@ -146,7 +149,7 @@ def open_validation_sets(
         one = dataclasses.replace(
             config, blend_per_split=(None, (prefix,), None), num_samples=(None, samples, None)
         )
-        source = open_gpt_sources(one, options, backend=backend)["valid"]
+        source = open_gpt_sources(one, options, access=access)["valid"]
         if source is None:
             raise ValueError(f"validation set {prefix!r} has no samples")
         out[prefix] = source

@@ -3,8 +3,8 @@
 Built, as Megatron-Core's masked WordPiece datasets are, from a dataset whose documents are
 several sequences (sentences), split by *documents* (`split="969,30,1"`, the split rule of
 docs/format.md, 'Splits', applied to the document count). Which sentences make sample i, and its
-target length, is row i of the split's sample index, built and cached by the index layer
-(`jaxblend.index.build_masked_index`; docs/format.md, 'BERT/T5 sample index'). The source only
+target length, is row i of the split's sample index, built by the index layer and cached by the
+map store of the source's `DataAccess` (`jaxblend.map_store.load_or_build_masked_index`; docs/format.md, 'BERT/T5 sample index'). The source only
 reads those sentences and masks them (`_masking.mask_ngrams`).
 
 Determinism: sample i uses `np.random.default_rng([random_seed, i])` alone (NumPy PCG64 seeded by
@@ -27,8 +27,10 @@ from typing import ClassVar
 
 import numpy as np
 
-from jaxblend import index, index_io
+from jaxblend import opening
+from jaxblend.access import DataAccess
 from jaxblend.index import split as split_lib
+from jaxblend.map_store import load_or_build_masked_index
 from jaxblend.sources import base
 from jaxblend.sources.masked_config import MaskedConfig, MaskedTokenizerInfo
 from jaxblend.storage import IndexedDataset
@@ -44,6 +46,8 @@ class MaskedSource(base.BatchSource):
       config: the subclass's config type (`config_type`).
       tokenizer: the special token ids.
       split: "train", "valid" or "test".
+      access: how data is reached: the dataset (when a prefix is given) and the map store caching
+        the sample index (default: `DataAccess.from_env()`, evaluated once here).
 
     Raises:
       TypeError: if `config` is not a `config_type`.
@@ -58,6 +62,8 @@ class MaskedSource(base.BatchSource):
         config: MaskedConfig,
         tokenizer: MaskedTokenizerInfo,
         split: str = "train",
+        *,
+        access: DataAccess | None = None,
     ):
         if not isinstance(config, self.config_type):
             raise TypeError(
@@ -66,15 +72,16 @@ class MaskedSource(base.BatchSource):
             )
         if split not in split_lib.SPLIT_NAMES:
             raise ValueError(f"split must be one of {split_lib.SPLIT_NAMES}, got {split!r}")
+        access = DataAccess.from_env() if access is None else access
         if isinstance(dataset, (str, os.PathLike)):
-            dataset = IndexedDataset(dataset)
+            dataset = IndexedDataset(dataset, backend=access.backend, access=access)
         self.dataset = dataset
         self.config = config
         self.tokenizer = tokenizer
         self.split = split
         self._check_tokenizer()
-        self.index = index.build_masked_index(
-            config.index_config(), index_io.dataset_info(dataset, dataset.prefix), split
+        self.index = load_or_build_masked_index(
+            config.index_config(), opening.dataset_info(dataset, dataset.prefix), split, access
         )
         self._options = config.masking_options()
         identity = (

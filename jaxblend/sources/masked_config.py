@@ -127,8 +127,9 @@ class MaskedConfig:
         (SpanBERT); overrides masking_use_longer_ngrams.
       num_samples: None = one pass over the split's documents; else whole passes until at least
         this many samples exist.
-      cache_dir: local directory where the sample index is cached (`jaxblend.index.cache`), or
-        None to build it in memory at every start. Not part of any identity.
+
+    Where the sample index is cached is not configuration: it is the `DataAccess` given to the
+    source (`access.maps`).
     """
 
     special_tokens: ClassVar[int] = 0  # tokens added around the text (not in the target length)
@@ -144,7 +145,6 @@ class MaskedConfig:
     masking_use_longer_ngrams: bool = False
     masking_use_geometric_distribution: bool = False
     num_samples: int | None = None
-    cache_dir: str | None = None
 
     def __post_init__(self):
         owner = type(self).__name__
@@ -169,7 +169,6 @@ class MaskedConfig:
         if self.num_samples is not None:
             require_int(f"{owner}.num_samples", self.num_samples, 1)
         split_lib.parse_split(self.split)
-        self.index_config()  # refuses a bad cache_dir now, not at the first source
 
     @property
     def min_sentences(self) -> int:
@@ -185,12 +184,11 @@ class MaskedConfig:
             short_sequence_probability=float(self.short_sequence_probability),
             min_sentences=self.min_sentences,
             num_samples=self.num_samples,
-            cache_dir=self.cache_dir,
         )
 
     def identity(self) -> str:
-        """A stable text identity of every field that changes samples (not `cache_dir`)."""
-        return repr(dataclasses.replace(self, cache_dir=None))
+        """A stable text identity of every field that changes samples."""
+        return repr(self)
 
     def masking_options(self) -> _masking.MaskingOptions:
         """The masking knobs as `_masking.MaskingOptions`."""

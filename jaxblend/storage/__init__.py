@@ -3,15 +3,26 @@
 Writers (`IndexedDatasetBuilder`) produce local files byte-identical to Megatron-Core's; readers
 (`IndexedDataset`) read them from a local mmap or any TensorStore kvstore (file, gs://, s3://,
 memory://) with batched byte-range reads.
+
+Names resolve on first use, so importing one module of the package loads only what it needs.
 """
 
 from __future__ import annotations
 
-from jaxblend.storage._location import open_kvstore, shared_context
-from jaxblend.storage.builder import IndexedDatasetBuilder
-from jaxblend.storage.idx_format import IndexFormatError, token_dtype_for_vocab
-from jaxblend.storage.object_store import ObjectStoreError, ObjectStoreOptions
-from jaxblend.storage.reader import IndexedDataset, exists
+import importlib
+from typing import Any
+
+_NAMES = {
+    "open_kvstore": "jaxblend.storage._location",
+    "shared_context": "jaxblend.storage._location",
+    "IndexedDatasetBuilder": "jaxblend.storage.builder",
+    "IndexFormatError": "jaxblend.storage.idx_format",
+    "token_dtype_for_vocab": "jaxblend.storage.idx_format",
+    "ObjectStoreError": "jaxblend.storage.object_store",
+    "ObjectStoreOptions": "jaxblend.storage.object_store",
+    "IndexedDataset": "jaxblend.storage.reader",
+    "exists": "jaxblend.storage.reader",
+}
 
 __all__ = [
     "IndexFormatError",
@@ -24,3 +35,15 @@ __all__ = [
     "shared_context",
     "token_dtype_for_vocab",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """Resolves a public name on first use (importing `jaxblend.storage.object_store` alone, as
+    `jaxblend.access` does, must not load TensorStore)."""
+    if name in _NAMES:
+        return getattr(importlib.import_module(_NAMES[name]), name)
+    raise AttributeError(f"module 'jaxblend.storage' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_NAMES])

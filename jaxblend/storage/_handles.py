@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import tensorstore as ts
 
+from jaxblend.access import IdentityStoreOptions
 from jaxblend.storage import _location, idx_format
 from jaxblend.storage.idx_format import IndexArrays, IndexFormatError
 from jaxblend.storage.object_store import ObjectStoreOptions
@@ -56,6 +57,7 @@ class OpenSettings:
       io_concurrency: TensorStore request concurrency limit, or None.
       context_spec: extra TensorStore context spec layered on jaxblend's shared context.
       store: object-store settings.
+      identity: where dataset identities are remembered (`shared_url` resolved).
     """
 
     backend: str
@@ -64,6 +66,7 @@ class OpenSettings:
     io_concurrency: int | None
     context_spec: dict[str, Any] | None
     store: ObjectStoreOptions
+    identity: IdentityStoreOptions = dataclasses.field(default_factory=IdentityStoreOptions)
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:

@@ -12,6 +12,7 @@ import os
 import time
 from typing import Any
 
+from jaxblend.access import IdentityStoreOptions
 from jaxblend.storage import _location, _remote, content_digest, identity_memo
 from jaxblend.storage._handles import Handles
 from jaxblend.storage.idx_format import IndexFormatError
@@ -32,7 +33,12 @@ def local_versions(prefix: str) -> tuple[bytes, bytes, float]:
     return idx_version, bin_version, max(idx_changed, bin_changed)
 
 
-def fingerprint(loc: _location.Location, h: Handles, store: ObjectStoreOptions) -> str:
+def fingerprint(
+    loc: _location.Location,
+    h: Handles,
+    store: ObjectStoreOptions,
+    memo: IdentityStoreOptions,
+) -> str:
     """Computes the fingerprint of an opened dataset (whose `.idx` is loaded) and remembers it.
 
     Raises:
@@ -50,7 +56,10 @@ def fingerprint(loc: _location.Location, h: Handles, store: ObjectStoreOptions) 
     value = digest.hexdigest()
     if loc.local_prefix is None or began - h.changed_at >= identity_memo.SETTLE_SECONDS:
         identity = identity_memo.Identity(value, h.arrays.num_tokens, h.bin_size)
-        identity_memo.record(memo_url(loc), h.idx_generation, h.bin_generation, identity)
+        identity_memo.record(
+            memo_url(loc), h.idx_generation, h.bin_generation, identity,
+            options=memo, object_store=store,
+        )
     return value
 
 

@@ -47,7 +47,10 @@ def open_local(loc: _location.Location, settings: OpenSettings) -> tuple[Handles
         arrays=arrays,
         idx_buffer=idx_buffer,
     )
-    known = identity_memo.lookup(_identity.memo_url(loc), idx_version, bin_version)
+    known = identity_memo.lookup(
+        _identity.memo_url(loc), idx_version, bin_version,
+        options=settings.identity, object_store=settings.store,
+    )
     if known is None or (known.num_tokens, known.bin_size) != (h.num_tokens, bin_size):
         known = None
     if settings.backend == "tensorstore":

@@ -49,7 +49,10 @@ def open_remote(
     bin_generation = bytes(bin_head.stamp.generation)
     if head is not None:
         header = idx_format.parse_header(head.value, idx_name)
-        known = identity_memo.lookup(_identity.memo_url(loc), idx_generation, bin_generation)
+        known = identity_memo.lookup(
+            _identity.memo_url(loc), idx_generation, bin_generation,
+            options=settings.identity, object_store=settings.store,
+        )
         if known is not None and known.num_tokens * header.dtype.itemsize == known.bin_size:
             handles = Handles(
                 header, known.num_tokens, known.bin_size, kv, idx_generation, bin_generation

@@ -16,17 +16,20 @@ hashed could keep its stamps, so (like git's "racy" index entries) a version is 
 both files were last changed at least `SETTLE_SECONDS` before hashing began; a fresher file is
 simply hashed again at its next open.
 
-Entries are small JSON files in a local directory: `$JAXBLEND_IDENTITY_CACHE` if set (an empty
-value or "off" disables the memo), else `$XDG_CACHE_HOME/jaxblend/identity` (default
-`~/.cache/jaxblend/identity`). A missing, unreadable or malformed entry is simply a miss.
+Where entries live is an `IdentityStoreOptions` (part of the `DataAccess` passed to every open;
+`DataAccess.identity_store()` resolves it), handed to every call here: nothing is kept in module
+state and the environment is not read (`IdentityStoreOptions.from_env` reads
+`$JAXBLEND_IDENTITY_CACHE` once). Entries are small JSON files in `local_dir` (default
+`$XDG_CACHE_HOME/jaxblend/identity`, i.e. `~/.cache/jaxblend/identity`); `enabled=False` disables
+the memo. A missing, unreadable or malformed entry is simply a miss.
 
-`$JAXBLEND_IDENTITY_CACHE` may also be a bucket URL (`gs://b/identity/`): the entries of bucket
-datasets then live there, shared by every host of a pod, so a new object version is read and
-hashed once by whichever host (or `build_index` run) sees it first, not once per host. Entries of
-local datasets stay in the local default directory (their versions are per machine). A bucket
-entry is trusted for the same reason a local one is: it is keyed by generations, which the store
-changes on every write. When the index-map cache is a bucket (`--data_cache_path=gs://...`), the
-memo of bucket datasets defaults to `<data_cache_path>/identity/` (`set_shared_url`).
+With a `shared_url` (a bucket URL such as `gs://b/identity/`) the entries of bucket datasets live
+there, shared by every host of a pod, so a new object version is read and hashed once by whichever
+host (or `build_index` run) sees it first, not once per host. Entries of local datasets stay in the
+local directory (their versions are per machine). A bucket entry is trusted for the same reason a
+local one is: it is keyed by generations, which the store changes on every write. When the
+index-map store is a bucket (`--data_cache_path=gs://...`), `shared_url` defaults to
+`<data_cache_path>/identity/`.
 """
 
 from __future__ import annotations
@@ -40,8 +43,10 @@ from pathlib import Path
 import tensorstore as ts
 
 from jaxblend import atomic_write
+from jaxblend.access import IdentityStoreOptions
+from jaxblend.storage.object_store import ObjectStoreOptions
+from jaxblend.urls import is_url
 
-ENV = "JAXBLEND_IDENTITY_CACHE"
 FORMAT = b"v2"  # v2: fingerprints cover the `.bin` content digest (storage/content_digest.py)
 SETTLE_SECONDS = 2.0
 
@@ -51,65 +56,36 @@ def _default_directory() -> Path:
     return Path(base) / "jaxblend" / "identity"
 
 
-def _is_bucket_url(value: str) -> bool:
-    return "://" in value and not value.startswith("file://")
-
-
-_shared_url: str | None = None
-
-
-def set_shared_url(url: str | None) -> None:
-    """Makes `url` (a bucket URL) the memo of bucket datasets in this process, unless
-    `$JAXBLEND_IDENTITY_CACHE` says otherwise; None restores the local default.
-
-    The data flags call it with `<--data_cache_path>/identity/` when the index cache is a bucket,
-    so a pod that shares its index maps also shares its dataset identities.
-    """
-    global _shared_url
-    _shared_url = None if url is None else url.rstrip("/") + "/"
-
-
-def _store(remote_dataset: bool) -> Path | str | None:
+def _store(options: IdentityStoreOptions, remote_dataset: bool) -> Path | str | None:
     """Where entries live: a local directory, a bucket URL (remote datasets only), or None (off)."""
-    value = os.environ.get(ENV)
-    if value is None:
-        return _shared_url if remote_dataset and _shared_url else _default_directory()
-    value = value.strip()
-    if value in ("", "off"):
+    if not options.enabled:
         return None
-    if _is_bucket_url(value):
-        return value.rstrip("/") + "/" if remote_dataset else _default_directory()
-    return Path(value.removeprefix("file://"))
+    if remote_dataset and options.shared_url:
+        return options.shared_url
+    return Path(options.local_dir) if options.local_dir else _default_directory()
 
 
-def _bucket(url: str) -> ts.KvStore:
-    """The memo's kvstore (opened per use: the endpoint may change with the environment)."""
-    from jaxblend.storage import object_store, open_kvstore
+def _bucket(url: str, store: ObjectStoreOptions) -> ts.KvStore:
+    """The memo's kvstore, reached with `store`'s endpoint and region."""
+    from jaxblend.storage._location import open_kvstore
 
-    spec = ts.KvStore.Spec(url).to_json()
-    return open_kvstore(object_store.process_default().complete_spec(spec))
-
-
-def _timeout() -> float:
-    from jaxblend.storage import object_store
-
-    return object_store.process_default().request_timeout
+    return open_kvstore(store.complete_spec(ts.KvStore.Spec(url).to_json()))
 
 
-def _read(store: Path | str, name: str) -> str | None:
+def _read(store: Path | str, name: str, access: ObjectStoreOptions) -> str | None:
     if isinstance(store, Path):
         try:
             return (store / name).read_text()
         except OSError:
             return None
     try:
-        res = _bucket(store).read(name).result(timeout=_timeout())
+        res = _bucket(store, access).read(name).result(timeout=access.request_timeout)
     except (ValueError, TimeoutError):
         return None
     return bytes(res.value).decode(errors="replace") if res.state == "value" else None
 
 
-def _write(store: Path | str, name: str, text: str) -> None:
+def _write(store: Path | str, name: str, text: str, access: ObjectStoreOptions) -> None:
     if isinstance(store, Path):
         try:
             store.mkdir(parents=True, exist_ok=True)
@@ -119,7 +95,7 @@ def _write(store: Path | str, name: str, text: str) -> None:
             pass
         return
     try:  # an object-store write is atomic: readers see the old object or the new one
-        _bucket(store).write(name, text.encode()).result(timeout=_timeout())
+        _bucket(store, access).write(name, text.encode()).result(timeout=access.request_timeout)
     except (ValueError, TimeoutError):
         pass
 
@@ -152,12 +128,27 @@ def local_version(path: str) -> tuple[bytes, float]:
     return stamp, max(st.st_mtime_ns, st.st_ctime_ns) / 1e9
 
 
-def lookup(url: str, idx_generation: bytes, bin_generation: bytes) -> Identity | None:
-    """The recorded identity of this (`.idx`, `.bin`) version pair at `url`, or None."""
-    store = _store(remote_dataset=_is_bucket_url(url))
+def lookup(
+    url: str,
+    idx_generation: bytes,
+    bin_generation: bytes,
+    *,
+    options: IdentityStoreOptions,
+    object_store: ObjectStoreOptions,
+) -> Identity | None:
+    """The recorded identity of this (`.idx`, `.bin`) version pair at `url`, or None.
+
+    Args:
+      url: the dataset's URL, or its real local path.
+      idx_generation: the `.idx` version (object generation or `local_version` stamp).
+      bin_generation: the `.bin` version.
+      options: where entries live (`DataAccess.identity_store()`).
+      object_store: how a bucket `shared_url` is reached.
+    """
+    store = _store(options, remote_dataset=is_url(url))
     if store is None or not idx_generation or not bin_generation:
         return None
-    text = _read(store, _entry(url, idx_generation, bin_generation))
+    text = _read(store, _entry(url, idx_generation, bin_generation), object_store)
     if text is None:
         return None
     try:
@@ -174,10 +165,21 @@ def lookup(url: str, idx_generation: bytes, bin_generation: bytes) -> Identity |
     return identity
 
 
-def record(url: str, idx_generation: bytes, bin_generation: bytes, identity: Identity) -> None:
-    """Records an identity (atomically; failures to write are ignored: the memo is a cache)."""
-    store = _store(remote_dataset=_is_bucket_url(url))
+def record(
+    url: str,
+    idx_generation: bytes,
+    bin_generation: bytes,
+    identity: Identity,
+    *,
+    options: IdentityStoreOptions,
+    object_store: ObjectStoreOptions,
+) -> None:
+    """Records an identity (atomically; failures to write are ignored: the memo is a cache).
+
+    Args: as `lookup`, plus the `identity` to record.
+    """
+    store = _store(options, remote_dataset=is_url(url))
     if store is None or not idx_generation or not bin_generation:
         return
     text = json.dumps({"url": url, **dataclasses.asdict(identity)})
-    _write(store, _entry(url, idx_generation, bin_generation), text)
+    _write(store, _entry(url, idx_generation, bin_generation), text, object_store)

@@ -1,14 +1,15 @@
 """How jaxblend talks to object stores (gs://, s3://): endpoints, concurrency, retries, timeouts.
 
-`ObjectStoreOptions` is the one place these settings live. Every reader takes one (default:
-`ObjectStoreOptions.from_env()`), every CLI fills one from its flags (`jaxblend.flags`), and it
-travels with a pickled `IndexedDataset` into Grain worker processes.
+`ObjectStoreOptions` is the one place these settings live. It is part of the `DataAccess` passed
+to every function that opens data (`jaxblend.access`), every CLI fills one from its flags
+(`jaxblend.flags`), and it travels with a pickled `IndexedDataset` into Grain worker processes.
+Nothing here keeps options in module state, and only `from_env()` reads the environment.
 
-S3-compatible stores. An `s3://bucket/key` URL names no server, so the endpoint comes from, in
-order: the `s3_endpoint` option (`--s3_endpoint`), `JAXBLEND_S3_ENDPOINT`, and the AWS SDKs'
-standard `AWS_ENDPOINT_URL_S3` / `AWS_ENDPOINT_URL`. With none set, TensorStore talks to AWS.
-The region comes from `s3_region`, `AWS_REGION` or `AWS_DEFAULT_REGION` (with a custom endpoint
-and no region, "us-east-1", which MinIO, R2, Ceph and moto accept). Credentials follow the AWS
+S3-compatible stores. An `s3://bucket/key` URL names no server, so the endpoint is the
+`s3_endpoint` option (`--s3_endpoint`); `from_env()` fills it from `JAXBLEND_S3_ENDPOINT`, else the
+AWS SDKs' standard `AWS_ENDPOINT_URL_S3` / `AWS_ENDPOINT_URL`. With none, TensorStore talks to AWS.
+The region is `s3_region` (`from_env()`: `AWS_REGION` or `AWS_DEFAULT_REGION`; with a custom
+endpoint and no region, "us-east-1", which MinIO, R2, Ceph and moto accept). Credentials follow the AWS
 chain TensorStore implements (`AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY`, profiles, metadata).
 
 Google Cloud Storage uses application default credentials; `TENSORSTORE_GCS_HTTP_URL` points
@@ -44,8 +45,8 @@ class ObjectStoreOptions:
     """Settings for reads from gs:// and s3:// (and TensorStore's other remote kvstores).
 
     Attributes:
-      s3_endpoint: URL of an S3-compatible server (None: the environment's, else AWS).
-      s3_region: S3 region (None: the environment's; "us-east-1" with a custom endpoint).
+      s3_endpoint: URL of an S3-compatible server (None: AWS).
+      s3_region: S3 region (None: "us-east-1" with a custom endpoint, else TensorStore's default).
       request_concurrency: requests in flight at once per process (GCS and S3 each).
       max_retries: retries of a request that failed with a retryable status (429, 5xx).
       initial_retry_delay: seconds before the first retry (doubling up to `max_retry_delay`).
@@ -91,19 +92,15 @@ class ObjectStoreOptions:
         return cls(**values)
 
     def complete_spec(self, spec: dict[str, Any]) -> dict[str, Any]:
-        """Fills an s3 kvstore spec's endpoint and region (copy; other drivers as they are).
-
-        Options left None fall back to the environment (see the module docstring).
-        """
+        """Fills an s3 kvstore spec's endpoint and region from these options (copy; other drivers
+        as they are). The environment is not consulted (see `from_env`)."""
         if spec.get("driver") != "s3":
             return spec
         spec = copy.deepcopy(spec)
-        endpoint = self.s3_endpoint or _first_env((ENDPOINT_ENV, *_AWS_ENDPOINT_ENVS))
-        if endpoint and "endpoint" not in spec:
-            spec["endpoint"] = endpoint
+        if self.s3_endpoint and "endpoint" not in spec:
+            spec["endpoint"] = self.s3_endpoint
         if "aws_region" not in spec:
-            region = self.s3_region or _first_env(_AWS_REGION_ENVS)
-            region = region or (_DEFAULT_CUSTOM_REGION if "endpoint" in spec else None)
+            region = self.s3_region or (_DEFAULT_CUSTOM_REGION if "endpoint" in spec else None)
             if region:
                 spec["aws_region"] = region
         return spec
@@ -122,20 +119,6 @@ class ObjectStoreOptions:
             "gcs_request_retries": retries,
             "s3_request_retries": retries,
         }
-
-
-_process_default: ObjectStoreOptions | None = None
-
-
-def set_process_default(options: ObjectStoreOptions | None) -> None:
-    """Makes `options` what readers use when given none (CLIs set it from their flags)."""
-    global _process_default
-    _process_default = options
-
-
-def process_default() -> ObjectStoreOptions:
-    """The options readers use when given none: `set_process_default`'s, else `from_env()`."""
-    return _process_default if _process_default is not None else ObjectStoreOptions.from_env()
 
 
 def _first_env(names: tuple[str, ...]) -> str | None:

@@ -44,8 +44,8 @@ from typing import Any
 import numpy as np
 import tensorstore as ts
 
+from jaxblend import access as access_lib
 from jaxblend.storage import _gather, _identity, _local_open, _location, _remote, _remote_open
-from jaxblend.storage import object_store as object_store_lib
 from jaxblend.storage._handles import Handles, OpenSettings, open_kvstore, release
 from jaxblend.storage.idx_format import IndexArrays, IndexFormatError
 from jaxblend.storage.object_store import ObjectStoreOptions
@@ -69,8 +69,10 @@ class IndexedDataset:
             `object_store` setting (GCS, S3) and TensorStore's default (file).
         context: extra TensorStore context spec (JSON dict) layered on jaxblend's shared context.
         coalesce_gap: TensorStore backend: byte ranges separated by fewer bytes are read as one.
-        object_store: endpoints, retries, concurrency and timeouts for remote stores (default:
-            `object_store.process_default()`: the CLI flags, else the environment).
+        access: how data is reached (`jaxblend.access.DataAccess`): its object-store options
+            (endpoints, retries, concurrency, timeouts) and identity memo are used for this dataset
+            and kept when it is pickled (default: `DataAccess.from_env()`, evaluated once here).
+            Its `backend` is not used: `backend` above says how this dataset is read.
 
     Raises:
         ValueError: on an invalid option or prefix.
@@ -88,19 +90,20 @@ class IndexedDataset:
         io_concurrency: int | None = None,
         context: dict[str, Any] | None = None,
         coalesce_gap: int = 4096,
-        object_store: ObjectStoreOptions | None = None,
+        access: access_lib.DataAccess | None = None,
     ) -> None:
-        if object_store is not None and not isinstance(object_store, ObjectStoreOptions):
-            raise ValueError(
-                f"object_store must be an ObjectStoreOptions, got {type(object_store).__name__}"
-            )
+        if access is None:
+            access = access_lib.DataAccess.from_env()
+        elif not isinstance(access, access_lib.DataAccess):
+            raise TypeError(f"access must be a DataAccess, got {type(access).__name__}")
         settings = OpenSettings(  # validates the options
             backend=backend,
             multimodal=multimodal,
             file_io_mode=file_io_mode,
             io_concurrency=io_concurrency,
             context_spec=copy.deepcopy(context),
-            store=object_store or object_store_lib.process_default(),
+            store=access.object_store,
+            identity=access.identity_store(),
         )
         if isinstance(coalesce_gap, bool) or int(coalesce_gap) < 0:
             raise ValueError(f"coalesce_gap must be an integer >= 0, got {coalesce_gap!r}")
@@ -201,7 +204,7 @@ class IndexedDataset:
         if self._fingerprint is None:
             self._arrays()
             self._fingerprint = _identity.fingerprint(
-                self._location, self._handles(), self._settings.store
+                self._location, self._handles(), self._settings.store, self._settings.identity
             )
         return self._fingerprint
 
@@ -453,16 +456,17 @@ class IndexedDataset:
         return h
 
 
-def exists(prefix: str | os.PathLike | dict) -> bool:
+def exists(prefix: str | os.PathLike | dict, object_store: ObjectStoreOptions | None = None) -> bool:
     """Returns whether both `prefix.idx` and `prefix.bin` exist (any accepted prefix form).
 
     Args:
         prefix: dataset prefix.
+        object_store: how a remote prefix is reached (default: `ObjectStoreOptions.from_env()`).
 
     Returns:
         True if both files exist.
     """
-    store = object_store_lib.process_default()
+    store = object_store if object_store is not None else ObjectStoreOptions.from_env()
     loc = _resolve(prefix, store)
     if loc.local_prefix is not None:
         return os.path.isfile(loc.local_prefix + ".idx") and os.path.isfile(

@@ -81,7 +81,8 @@ def source_from_flags(split: str):
     if fl.mock_data:
         return MockSource(fl.mock_num_samples, options, vocab_size=fl.mock_vocab_size, seed=fl.seed)
     sources = open_gpt_sources(
-        data_flags.data_config_from_flags(), options, backend=fl.storage_backend, splits=(split,)
+        data_flags.data_config_from_flags(), options,
+        access=data_flags.data_access_from_flags(), splits=(split,),
     )
     if sources.get(split) is None:
         raise ValueError(
@@ -104,7 +105,7 @@ def validation_sources_from_flags() -> dict:
 
     sets = open_validation_sets(
         data_flags.data_config_from_flags(), schema_options_from_flags(),
-        backend=fl.storage_backend, full_validation=fl.full_validation,
+        access=data_flags.data_access_from_flags(), full_validation=fl.full_validation,
     )
     return {f"valid_{k}": source for k, source in enumerate(sets.values())}
 

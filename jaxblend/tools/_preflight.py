@@ -14,7 +14,6 @@ import dataclasses
 import os
 
 import numpy as np
-from absl import flags
 
 from jaxblend import flags as data_flags
 from jaxblend.sampling import StepPlan
@@ -46,19 +45,20 @@ def run(plan: StepPlan, steps_given: bool, vocab_size: int | None, max_gb: float
       max_gb: index-map size above which the preflight fails.
     """
     from jaxblend.index.estimate import estimate_plan
-    from jaxblend.index_io import dataset_info
+    from jaxblend.map_store import data_maps_status
+    from jaxblend.opening import dataset_info
     from jaxblend.storage import IndexedDataset
 
-    fl = flags.FLAGS
     problems: list[str] = []
     config = data_flags.data_config_from_flags()
+    access = data_flags.data_access_from_flags()
     if steps_given and config.num_samples[0] is None:
         config = dataclasses.replace(config, num_samples=(plan.num_samples, *config.num_samples[1:]))
     datasets: dict[str, IndexedDataset] = {}
 
     def info(prefix: str):
         if prefix not in datasets:
-            datasets[prefix] = IndexedDataset(prefix, backend=fl.storage_backend)
+            datasets[prefix] = IndexedDataset(prefix, backend=access.backend, access=access)
         return dataset_info(datasets[prefix], prefix)
 
     try:
@@ -67,9 +67,11 @@ def run(plan: StepPlan, steps_given: bool, vocab_size: int | None, max_gb: float
         print(f"PROBLEM: {err}")
         return {"problems": [str(err)]}
     problems += estimate.problems
+    status = data_maps_status(estimate.fingerprint, estimate.specs, access)
+    problems += status.problems
 
     print(f"index maps {estimate.fingerprint}: "
-          f"{'cached at ' + estimate.cache_path if estimate.cached else 'not cached (will be built)'}")
+          f"{'cached at ' + str(status.where) if status.cached else 'not cached (will be built)'}")
     print(f"{'split':<6} {'dataset':<34} {'tokens':>14} {'requested':>11} {'epochs':>6} {'samples':>12} {'maps':>10}")
     for e in estimate.datasets:
         print(f"{e.split:<6} {os.path.basename(e.prefix)[-34:]:<34} {e.tokens:>14,} "
@@ -78,10 +80,10 @@ def run(plan: StepPlan, steps_given: bool, vocab_size: int | None, max_gb: float
     for split, size in estimate.blend_sizes.items():
         print(f"blend {split}: {size:,} samples")
     print(f"index maps in total: {_human(estimate.total_bytes)} (memory-mapped from "
-          f"{config.cache_dir or 'memory: no --data_cache_path'})")
+          f"{access.maps.location or 'memory: no --data_cache_path'})")
     if estimate.total_bytes > max_gb * 2**30:
         problems.append(f"index maps need {_human(estimate.total_bytes)} > --max_index_gb={max_gb}")
-    if config.cache_dir is None:
+    if access.maps.location is None:
         print("note: no --data_cache_path: every process rebuilds the maps at start")
     for prefix, ds in datasets.items():
         limit = np.iinfo(ds.dtype).max if ds.dtype.kind in "iu" else None
@@ -102,7 +104,7 @@ def run(plan: StepPlan, steps_given: bool, vocab_size: int | None, max_gb: float
         print(f"PROBLEM: {p}")
     print("preflight: " + ("FAILED" if problems else "ok"))
     return {
-        "fingerprint": estimate.fingerprint, "cached": estimate.cached,
+        "fingerprint": estimate.fingerprint, "cached": status.cached,
         "total_bytes": estimate.total_bytes, "blend_sizes": estimate.blend_sizes,
         "datasets": [dataclasses.asdict(e) for e in estimate.datasets], "problems": problems,
         "batch_shapes": len(shapes),

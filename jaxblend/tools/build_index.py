@@ -19,7 +19,8 @@ from collections.abc import Sequence
 from absl import app
 
 from jaxblend import flags as data_flags
-from jaxblend import index, index_io
+from jaxblend import opening
+from jaxblend.map_store import load_or_build_data_maps
 from jaxblend.tools import _entry
 
 data_flags.define_data_flags()
@@ -29,12 +30,13 @@ def main(argv: Sequence[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     config = data_flags.data_config_from_flags()
-    if config.cache_dir is None:
+    # A cached entry is checked byte for byte here (training starts check only a summary).
+    access = data_flags.data_access_from_flags().with_maps(verify="full")
+    if access.maps.location is None:
         raise app.UsageError("--data_cache_path is required: build_index fills a cache")
     began = time.perf_counter()
-    _, infos = index_io.open_datasets(index_io.config_prefixes(config))
-    # A cached entry is checked byte for byte here (training starts check only a summary).
-    plan = index.build_data_maps(config, infos, verify="full")
+    _, infos = opening.open_datasets(opening.config_prefixes(config), access)
+    plan = load_or_build_data_maps(config, infos, access)
     seconds = time.perf_counter() - began
     print(f"index maps {plan.fingerprint} at {plan.cache_path} ({seconds:.2f} s)")
     for name in ("train", "valid", "test"):

@@ -20,8 +20,10 @@ from collections.abc import Sequence
 import numpy as np
 from absl import app, flags, logging
 
-from jaxblend import atomic_write, index, index_io
+from jaxblend import atomic_write, index, opening
 from jaxblend import flags as data_flags
+from jaxblend.access import DataAccess
+from jaxblend.map_store import load_or_build_data_maps
 from jaxblend.tools import _entry
 
 data_flags.define_data_flags()
@@ -54,10 +56,16 @@ def split_arrays(split_maps: index.SplitMaps, datasets: dict, num: int) -> dict[
     return out
 
 
-def dump(config: index.GPTDataConfig, out_dir: str, num: int) -> list[str]:
-    """Builds the plan of `config` and writes one .npz per existing split; returns the paths."""
-    datasets, infos = index_io.open_datasets(index_io.config_prefixes(config))
-    plan = index.build_data_maps(config, infos)
+def dump(
+    config: index.GPTDataConfig, out_dir: str, num: int, access: DataAccess | None = None
+) -> list[str]:
+    """Builds the plan of `config` and writes one .npz per existing split; returns the paths.
+
+    `access` says how data and the map store are reached (default: `DataAccess.from_env()`).
+    """
+    access = DataAccess.from_env() if access is None else access
+    datasets, infos = opening.open_datasets(opening.config_prefixes(config), access)
+    plan = load_or_build_data_maps(config, infos, access)
     os.makedirs(out_dir, exist_ok=True)
     written = []
     for name in ("train", "valid", "test"):
@@ -83,7 +91,10 @@ def main(argv: Sequence[str]) -> None:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     if not _OUT.value:
         raise app.UsageError("--out is required")
-    dump(data_flags.data_config_from_flags(), _OUT.value, _NUM.value)
+    dump(
+        data_flags.data_config_from_flags(), _OUT.value, _NUM.value,
+        data_flags.data_access_from_flags(),
+    )
 
 
 if __name__ == "__main__":

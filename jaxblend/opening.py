@@ -1,7 +1,8 @@
 """Opening datasets for the index layer: prefixes -> `IndexedDataset` and `DatasetInfo`.
 
-The index package never opens files; tools and tests use these helpers to hand it the sequence
-lengths, document boundaries and content fingerprint of each dataset.
+The glue between storage and index maps: the index package never opens files; sources, tools and
+tests use these helpers, with the `DataAccess` that says how data is reached, to hand it the
+sequence lengths, document boundaries and content fingerprint of each dataset.
 """
 
 from __future__ import annotations
@@ -10,8 +11,10 @@ import concurrent.futures
 from collections.abc import Iterable
 
 from jaxblend import index
-from jaxblend.storage import IndexedDataset, ObjectStoreOptions
+from jaxblend.access import DataAccess
 from jaxblend.storage.protocols import SequenceDataset
+from jaxblend.storage.reader import IndexedDataset
+from jaxblend.urls import is_url
 
 
 def dataset_info(dataset: SequenceDataset, name: str) -> index.DatasetInfo:
@@ -26,24 +29,27 @@ def dataset_info(dataset: SequenceDataset, name: str) -> index.DatasetInfo:
 
 def open_datasets(
     prefixes: Iterable[str],
-    backend: str = "auto",
-    object_store: ObjectStoreOptions | None = None,
+    access: DataAccess | None = None,
     max_concurrency: int = 64,
 ) -> tuple[dict[str, IndexedDataset], dict[str, index.DatasetInfo]]:
     """Opens each distinct prefix once, many at a time; returns the datasets and their infos.
+
+    Every dataset is opened with `access` (its backend, object-store options and identity memo;
+    default `DataAccess.from_env()`, evaluated once here) and keeps it when pickled.
 
     Opening a bucket-hosted dataset is a few round trips of small requests (the whole `.idx` the
     first time a version is seen), so prefixes are opened concurrently on `max_concurrency`
     threads; errors surface for the first failing prefix in order.
     """
     names = list(dict.fromkeys(prefixes))
+    access = DataAccess.from_env() if access is None else access
 
     def open_one(prefix: str) -> tuple[IndexedDataset, index.DatasetInfo]:
-        dataset = IndexedDataset(prefix, backend=backend, object_store=object_store)
+        dataset = IndexedDataset(prefix, backend=access.backend, access=access)
         return dataset, dataset_info(dataset, prefix)
 
     # Local opens are CPU-bound (threads would only contend for the GIL); remote ones wait.
-    remote = [p for p in names if "://" in p and not p.startswith("file://")]
+    remote = [p for p in names if is_url(p)]
     opened_by_name: dict[str, tuple[IndexedDataset, index.DatasetInfo]] = {}
     if len(remote) > 1:
         workers = min(max_concurrency, len(remote))
@@ -54,10 +60,10 @@ def open_datasets(
 
 
 def open_dataset_infos(
-    prefixes: Iterable[str], backend: str = "auto", object_store: ObjectStoreOptions | None = None
+    prefixes: Iterable[str], access: DataAccess | None = None
 ) -> dict[str, index.DatasetInfo]:
     """`DatasetInfo` of each distinct prefix."""
-    return open_datasets(prefixes, backend, object_store)[1]
+    return open_datasets(prefixes, access)[1]
 
 
 def config_prefixes(config: index.GPTDataConfig) -> list[str]:

@@ -1,8 +1,9 @@
-"""On-disk cache of index maps: `.npy` arrays + a JSON manifest under `<cache_dir>/<fingerprint>/`.
+"""Entries of a local map store: `.npy` arrays + a JSON manifest under `<cache_dir>/<key>/`.
 
-* The fingerprint (computed by the caller) covers every parameter that changes the arrays, the
-  source code of the index package (`code_digest`) and identifies datasets by content, never by
-  path.
+* The key (computed by the pure index layer: `jaxblend.index.data_maps.plan_fingerprint`,
+  `masked_maps.masked_index_key`) covers every parameter that changes the arrays, the source code
+  of the index package (`jaxblend.index.maps_key.code_digest`) and identifies datasets by content,
+  never by path.
 * Writes are atomic and durable (`jaxblend.atomic_write.atomic_directory`, `exists="keep"`):
   arrays and manifest are written into a private temporary directory next to the target, each
   file and that directory are fsynced, the directory is renamed into place and the cache
@@ -19,7 +20,6 @@
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import os
@@ -43,30 +43,6 @@ _CHUNK = 8 << 20
 
 class CorruptEntry(ValueError):
     """A cache entry whose manifest or arrays fail their checks."""
-
-
-def fingerprint(payload: dict[str, Any]) -> str:
-    """A stable hex digest of a JSON-serializable payload (sorted keys, no spaces)."""
-    text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
-
-
-def sources_digest(directory: str) -> str:
-    """SHA-256 (hex, 32 digits) of the names and bytes of the `.py` files in `directory`."""
-    h = hashlib.sha256()
-    names = sorted(n for n in os.listdir(directory) if n.endswith(".py"))
-    if not names:
-        raise RuntimeError(f"{directory}: no Python sources to fingerprint the index kernels")
-    for name in names:
-        with open(os.path.join(directory, name), "rb") as f:
-            h.update(name.encode() + b"\0" + f.read() + b"\0")
-    return h.hexdigest()[:32]
-
-
-@functools.cache
-def code_digest() -> str:
-    """`sources_digest` of the index package: any change to its code yields new cache keys."""
-    return sources_digest(os.path.dirname(os.path.abspath(__file__)))
 
 
 def entry_path(cache_dir: str, key: str) -> str:

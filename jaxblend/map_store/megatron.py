@@ -17,53 +17,26 @@ A candidate is used only when it is the maps of this configuration:
    ``drop_last_partial_validation_sequence``, also left out) and is monotone, and the shuffle index
    is a permutation (with the separate final epoch, of each part).
 
-Otherwise :func:`load_gpt_maps` returns the reason, for the caller to log before building the maps
-itself. Blended-dataset caches (``BlendedDataset``) are not read: jaxblend builds those exactly
-and quickly.
+Otherwise :func:`load_gpt_maps` returns the reason. `MegatronCache` is a
+`jaxblend.index.PerDatasetMapsProvider`: during a build, `gpt_maps` hands verified maps to the
+index layer, or logs why not and lets it build them. Blended-dataset caches (``BlendedDataset``)
+are not read: jaxblend builds those exactly and quickly.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import glob
 import json
 import os
 from typing import Any
 
 import numpy as np
+from absl import logging
 
 from jaxblend.index import gpt
+from jaxblend.index.per_dataset_maps import DatasetMapsRequest as Request
 
 _FIELDS = ("document_index", "sample_index", "shuffle_index")
-
-
-@dataclasses.dataclass(frozen=True)
-class Request:
-    """What the maps of one dataset split must be.
-
-    Attributes:
-      prefix: the dataset prefix.
-      split: ``train``, ``valid`` or ``test``.
-      num_samples: samples requested from this dataset (None: one epoch).
-      seq_length: S.
-      seed: the random seed.
-      bookend: the split's ``(begin, end)`` fractions.
-      documents: the split's sequence ids.
-      sequence_lengths: every sequence length of the dataset.
-      add_extra_token: samples of S + 1 tokens.
-      drop_last_partial_sequence: whether a last partial sample is dropped.
-    """
-
-    prefix: str
-    split: str
-    num_samples: int | None
-    seq_length: int
-    seed: int
-    bookend: tuple[float, float]
-    documents: np.ndarray
-    sequence_lengths: np.ndarray
-    add_extra_token: bool
-    drop_last_partial_sequence: bool
 
 
 class MegatronCache:
@@ -84,6 +57,16 @@ class MegatronCache:
 
     def __bool__(self) -> bool:
         return bool(self.entries)
+
+    def gpt_maps(self, request: Request) -> gpt.GPTIndexMaps | None:
+        """`PerDatasetMapsProvider`: Megatron's verified maps for `request`, or None (with a
+        warning naming why when this cache has maps of the dataset split but not these)."""
+        found, why = self.load_gpt_maps(request)
+        if why:
+            logging.warning("%s; building them instead", why)
+        if found is not None:
+            logging.info("using Megatron's cached %s maps of %s", request.split, request.prefix)
+        return found
 
     def load_gpt_maps(self, request: Request) -> tuple[gpt.GPTIndexMaps | None, str | None]:
         """Megatron's maps for `request`, verified.

@@ -1,0 +1,47 @@
+"""The map store: caching of every kind of index map (GPT data maps, BERT/T5 sample indices).
+
+Maps are cached in a local directory, at a bucket URL shared by every host (through a local
+mirror, published once by one builder with a commit marker), and Megatron-Core's own cache files
+are reused. Where is `DataAccess.maps` (`jaxblend.access.MapStoreOptions`). The index layer
+(`jaxblend.index`) computes keys and arrays without I/O; this package saves, fetches, verifies and
+publishes them:
+
+* `load_or_build_data_maps(config, infos, access, splits=None)` -> `DataMaps`;
+* `load_or_build_masked_index(config, info, split, access)` -> `MaskedSampleIndex`;
+* `data_maps_status(key, specs, access)` -> whether a plan is cached (preflight).
+
+Modules: `entries` (local entry format, manifest checksums, atomic save, verify), `bucket`
+(publish/fetch/wait at a bucket URL), `megatron` (reading Megatron-Core's cache), `store` (the
+composition). Names resolve on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_NAMES = {
+    "CacheStatus": "jaxblend.map_store.store",
+    "MapStore": "jaxblend.map_store.store",
+    "data_maps_status": "jaxblend.map_store.store",
+    "load_or_build_data_maps": "jaxblend.map_store.store",
+    "load_or_build_masked_index": "jaxblend.map_store.store",
+}
+
+__all__ = [
+    "CacheStatus",
+    "MapStore",
+    "data_maps_status",
+    "load_or_build_data_maps",
+    "load_or_build_masked_index",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _NAMES:
+        return getattr(importlib.import_module(_NAMES[name]), name)
+    raise AttributeError(f"module 'jaxblend.map_store' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_NAMES])

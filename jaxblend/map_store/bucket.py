@@ -1,0 +1,219 @@
+"""The map store at a bucket URL (`--data_cache_path=gs://bucket/dir`, `s3://...`).
+
+Hosts of a TPU pod share a bucket, not a filesystem. A bucket entry is a copy of a local
+entry (`jaxblend.map_store.entries`: `<name>.npy` files + `manifest.json` with their SHA-256s)
+under `<url>/<key>/`, plus a commit marker `<url>/<key>/COMMITTED` written last, holding the
+manifest's checksum. Object stores have no rename, so the marker is what makes publishing atomic:
+an entry without it (a publisher that died half-way) is never read, and is overwritten by the next
+publisher.
+
+* One process builds (`is_builder`: `MapStoreOptions.builder`, else JAX process 0; every
+  process of a single-process run): it writes the entry into its local mirror, then uploads the
+  files, manifest, marker last.
+* The others wait for the marker (`MapStoreOptions.wait_seconds`, then an error naming the
+  entry's URL and `--data_cache_wait`) and download the entry into their local mirror.
+* Every process reads the maps from its local mirror (memory-mapped, checked like any local cache
+  entry); a download (in `DOWNLOAD_CHUNK` pieces, `DOWNLOAD_WINDOW` in flight) is checked in full
+  against the manifest's SHA-256s before use.
+
+The local mirror is `<MapStoreOptions.mirror>/<hash of the url>/` (`mirror` None:
+`<tmp>/jaxblend-index-mirror`; `DataAccess.from_env()` fills it from `$JAXBLEND_INDEX_MIRROR`). An
+entry already in the mirror is not fetched again (its name is a fingerprint of the configuration
+and the datasets' content). The bucket is reached with the `ObjectStoreOptions` given to `Bucket`.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import tensorstore as ts
+from absl import logging
+
+from jaxblend import atomic_write
+from jaxblend.access import MapStoreOptions
+from jaxblend.map_store import entries as cache
+from jaxblend.storage import _remote
+from jaxblend.storage._location import open_kvstore
+from jaxblend.storage.object_store import ObjectStoreOptions
+
+MARKER = "COMMITTED"
+DOWNLOAD_CHUNK = 64 << 20
+DOWNLOAD_WINDOW = 8
+
+
+def is_builder(options: MapStoreOptions) -> bool:
+    """Whether this process builds missing entries: the option, else whether it is JAX process 0."""
+    if options.builder is not None:
+        return options.builder
+    if "jax" not in sys.modules:
+        return True
+    import jax
+
+    return jax.process_index() == 0
+
+
+def mirror_dir(url: str, options: MapStoreOptions) -> str:
+    """The local directory mirroring the bucket map store at `url`."""
+    root = options.mirror or os.path.join(tempfile.gettempdir(), "jaxblend-index-mirror")
+    return os.path.join(root, hashlib.sha256(url.rstrip("/").encode()).hexdigest()[:16])
+
+
+def entry_url(url: str, key: str) -> str:
+    """URL of one entry's directory."""
+    return f"{url.rstrip('/')}/{key}/"
+
+
+class Bucket:
+    """The entries of the map store at bucket `url`, reached with `object_store`'s options."""
+
+    def __init__(self, url: str, object_store: ObjectStoreOptions) -> None:
+        self.url = url.rstrip("/") + "/"
+        self.object_store = object_store
+        spec = ts.KvStore.Spec(self.url).to_json()
+        self._kv = open_kvstore(object_store.complete_spec(spec))
+
+    def _wait(self, future: Any, url: str, what: str) -> Any:
+        return _remote.wait(future, url, what, self.object_store.request_timeout)
+
+    def _read(self, key: str, url: str) -> bytes | None:
+        res = self._wait(self._kv.read(key), url + key, "reading the map store")
+        return bytes(res.value) if res.state == "value" else None
+
+    def committed(self, key: str) -> bool:
+        """Whether entry `key` has its commit marker in the bucket."""
+        return self._read(f"{key}/{MARKER}", self.url) is not None
+
+    def fetch(self, key: str, local_dir: str) -> bool:
+        """Downloads committed entry `key` into `local_dir` (if not there yet); whether it is there.
+
+        The download goes to a private temporary directory, is checked in full (manifest checksum,
+        every array's SHA-256) and renamed into place.
+
+        Raises:
+          ObjectStoreError: the bucket failed or timed out.
+          ValueError: the committed entry fails its checks (names the entry's URL).
+        """
+        if cache.load(local_dir, key) is not None:
+            return True
+        where = entry_url(self.url, key)
+        marker = self._read(f"{key}/{MARKER}", where)
+        if marker is None:
+            return False
+        manifest_bytes = self._read(f"{key}/{cache.MANIFEST}", where)
+        if manifest_bytes is None:
+            raise ValueError(f"index cache {where}: committed but {cache.MANIFEST} is missing")
+        manifest = json.loads(manifest_bytes)
+        if manifest.get("checksum") != marker.decode().strip():
+            raise ValueError(f"index cache {where}: {cache.MANIFEST} does not match its {MARKER} marker")
+        final = cache.entry_path(local_dir, key)
+        with atomic_write.atomic_directory(final, exists="keep", prefix=f".fetch-{key}-") as out:
+            arrays = manifest.get("arrays")
+            if not isinstance(arrays, dict):
+                raise ValueError(f"index cache {where}: malformed {cache.MANIFEST}")  # noqa: TRY004
+            for name, desc in arrays.items():
+                size = desc.get("bytes") if isinstance(desc, dict) else None
+                if not isinstance(size, int) or "/" in name:
+                    raise ValueError(f"index cache {where}: malformed {cache.MANIFEST} record {name!r}")
+                self._download(f"{key}/{name}.npy", size, out, f"{name}.npy", where)
+            with out.open(cache.MANIFEST) as f:
+                f.write(manifest_bytes)
+            problem = cache.check_dir(out.path, key)
+            if problem is not None:
+                raise ValueError(f"index cache {where}: downloaded entry fails its checks: {problem}")
+        logging.info("fetched index cache entry %s into %s", where, local_dir)
+        return True
+
+    def _download(
+        self,
+        key: str,
+        size: int,
+        out: atomic_write.DirectoryWriter,
+        filename: str,
+        where: str,
+    ) -> None:
+        """Downloads the first `size` bytes of object `key` to file `filename` of `out` in
+        `DOWNLOAD_CHUNK`-byte pieces, at most `DOWNLOAD_WINDOW` in flight (memory stays bounded
+        whatever the array's size)."""
+        name = where + key.rsplit("/", 1)[1]
+
+        def take(r: slice, fut: Any) -> bytes:
+            try:
+                res = self._wait(fut, name, "downloading the map store")
+            except ValueError:  # OUT_OF_RANGE: the object is shorter
+                res = None
+            data = bytes(res.value) if res is not None and res.state == "value" else b""
+            if len(data) != r.stop - r.start:
+                raise ValueError(
+                    f"index cache {name}: missing, or shorter than the {size} bytes its manifest records"
+                )
+            return data
+
+        def pieces() -> Iterator[bytes]:
+            pending: collections.deque = collections.deque()
+            for offset in range(0, size, DOWNLOAD_CHUNK):
+                r = slice(offset, min(offset + DOWNLOAD_CHUNK, size))
+                pending.append((r, self._kv.read(key, byte_range=r)))
+                if len(pending) == DOWNLOAD_WINDOW:
+                    yield take(*pending.popleft())
+            while pending:
+                yield take(*pending.popleft())
+
+        with out.open(filename) as f:
+            f.writelines(pieces())
+
+    def publish(self, key: str, local_dir: str) -> str:
+        """Uploads local entry `key` of `local_dir` to the bucket, commit marker last; its URL."""
+        kv = self._kv
+        where = entry_url(self.url, key)
+        entry = cache.entry_path(local_dir, key)
+        with open(os.path.join(entry, cache.MANIFEST), "rb") as f:
+            manifest_bytes = f.read()
+        checksum = json.loads(manifest_bytes)["checksum"]
+        self._wait(kv.write(f"{key}/{MARKER}", None), where, "removing a stale commit marker")
+        futures = []
+        for name in sorted(os.listdir(entry)):
+            if name.endswith(".npy"):
+                with open(os.path.join(entry, name), "rb") as f:
+                    futures.append((name, kv.write(f"{key}/{name}", f.read())))
+        futures.append((cache.MANIFEST, kv.write(f"{key}/{cache.MANIFEST}", manifest_bytes)))
+        for name, fut in futures:
+            self._wait(fut, where + name, "uploading the map store")
+        self._wait(kv.write(f"{key}/{MARKER}", checksum.encode()), where, "writing the commit marker")
+        logging.info("published index cache entry %s", where)
+        return where
+
+    def wait_for(self, key: str, local_dir: str, options: MapStoreOptions) -> None:
+        """Waits for another process to publish entry `key`, then downloads it.
+
+        Raises:
+          TimeoutError: no commit marker within `wait_seconds` (names the entry's URL).
+        """
+        deadline = time.monotonic() + options.wait_seconds
+        logging.info("waiting for the builder to publish index maps %s", entry_url(self.url, key))
+        while not self.fetch(key, local_dir):
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"index maps {entry_url(self.url, key)}: not published within "
+                    f"{options.wait_seconds:g} s (--data_cache_wait); the building process (0) is "
+                    f"slow or failed: check its log, or raise --data_cache_wait"
+                )
+            time.sleep(options.poll_seconds)
+
+    def check(self, key: str, options: MapStoreOptions) -> str | None:
+        """Downloads committed entry `key` (if not mirrored yet) and verifies every byte; problem
+        or None."""
+        mirror = mirror_dir(self.url, options)
+        try:
+            if not self.fetch(key, mirror):
+                return f"{entry_url(self.url, key)} has no {MARKER} marker"
+        except (OSError, ValueError) as err:
+            return str(err)
+        return cache.check(mirror, key)
