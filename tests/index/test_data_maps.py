@@ -1,18 +1,14 @@
-"""DataMaps / SplitMaps behaviour, errors and the on-disk cache."""
+"""DataMaps / SplitMaps behaviour, errors and fingerprints (pure, in memory; caching is in
+tests/map_store/test_store.py)."""
 
 from __future__ import annotations
-
-import hashlib
-import logging
-import multiprocessing
-import os
 
 import numpy as np
 import pytest
 from helpers_data import dataset_info, random_infos
 
 from jaxblend import index
-from jaxblend.index import cache, reference
+from jaxblend.index import reference
 
 
 @pytest.fixture(scope="module")
@@ -105,30 +101,12 @@ class TestSplitPlan:
 
 
 class TestSplitSubset:
-    def test_subset_equals_the_whole_plan(self, infos, tmp_path):
-        whole = index.build_data_maps(_config(), infos)
-        only = index.build_data_maps(_config(cache_dir=str(tmp_path)), infos, ("train",))
-        assert only.fingerprint == whole.fingerprint and only.built == ("train",)
-        for field in ("dataset_index", "dataset_sample_index"):
-            np.testing.assert_array_equal(
-                getattr(only.split("train"), field), getattr(whole.split("train"), field)
-            )
-        with pytest.raises(ValueError, match="valid split was not built"):
-            only.split("valid")
-        assert sorted(p.name for p in tmp_path.iterdir()) == [f"{whole.fingerprint}-train"]
-
     def test_subset_skips_the_other_splits_checks(self, infos):
         # A weighted blend needs a count only for the splits that are built.
         config = _config(num_samples=(300, None, None))
         with pytest.raises(ValueError, match="--valid_samples"):
             index.build_data_maps(config, infos)
         assert len(index.build_data_maps(config, infos, ["train"]).split("train")) >= 300
-
-    def test_whole_cached_plan_serves_a_subset(self, infos, tmp_path):
-        whole = index.build_data_maps(_config(cache_dir=str(tmp_path)), infos)
-        only = index.build_data_maps(_config(cache_dir=str(tmp_path)), infos, ("valid",))
-        assert only.cache_path == whole.cache_path
-        assert [p.name for p in tmp_path.iterdir()] == [whole.fingerprint]
 
     def test_unknown_split_names(self, infos):
         with pytest.raises(ValueError, match="non-empty subset"):
@@ -189,65 +167,3 @@ class TestFingerprint:
         moved = {k.replace("/d/", "/elsewhere/"): v for k, v in infos.items()}
         blend = ["30", "/elsewhere/a", "60", "/elsewhere/b", "10", "/elsewhere/c"]
         assert index.build_data_maps(_config(blend=blend), moved).fingerprint == base
-
-
-def _arrays_digest(plan) -> str:
-    h = hashlib.sha256()
-    for name in ("train", "valid", "test"):
-        s = plan.split(name)
-        h.update(np.ascontiguousarray(s.dataset_index).tobytes())
-        for j in range(s.num_datasets):
-            maps = s.constituent(j)
-            for a in (maps.document_index, maps.sample_index, maps.shuffle_index):
-                h.update(np.ascontiguousarray(a).tobytes())
-    return h.hexdigest()
-
-
-def _build_in_child(args):
-    cache_dir, lengths = args
-    infos = {k: dataset_info(k, v) for k, v in lengths.items()}
-    plan = index.build_data_maps(_config(cache_dir=cache_dir), infos)
-    return plan.fingerprint, _arrays_digest(plan)
-
-
-class TestCache:
-    def test_roundtrip_is_memory_mapped(self, infos, tmp_path):
-        built = index.build_data_maps(_config(cache_dir=str(tmp_path)), infos)
-        entry = tmp_path / built.fingerprint
-        assert (entry / cache.MANIFEST).is_file()
-        loaded = index.build_data_maps(_config(cache_dir=str(tmp_path)), infos)
-        assert isinstance(loaded.split("train").dataset_index, np.memmap)
-        assert _arrays_digest(loaded) == _arrays_digest(index.build_data_maps(_config(), infos))
-        assert [p.name for p in tmp_path.iterdir()] == [built.fingerprint]
-
-    @pytest.mark.parametrize("damage", ["missing", "truncated", "manifest", "shape"])
-    def test_corrupt_entry_is_rebuilt(self, infos, tmp_path, caplog, damage):
-        config = _config(cache_dir=str(tmp_path))
-        plan = index.build_data_maps(config, infos)
-        expected = _arrays_digest(plan)
-        entry = tmp_path / plan.fingerprint
-        target = entry / "train.dataset_index.npy"
-        if damage == "missing":
-            target.unlink()
-        elif damage == "truncated":
-            target.write_bytes(target.read_bytes()[:-7])
-        elif damage == "manifest":
-            (entry / cache.MANIFEST).write_text("{not json")
-        else:
-            np.save(target, np.zeros(3, dtype=np.int16))
-        with caplog.at_level(logging.WARNING):
-            rebuilt = index.build_data_maps(config, infos)
-        assert "corrupt" in caplog.text
-        assert _arrays_digest(rebuilt) == expected
-        assert sorted(p.name for p in tmp_path.iterdir()) == [plan.fingerprint]
-
-    @pytest.mark.multiprocess
-    def test_concurrent_builders(self, infos, tmp_path):
-        lengths = {k: np.asarray(v.sequence_lengths) for k, v in infos.items()}
-        ctx = multiprocessing.get_context("fork")
-        with ctx.Pool(3) as pool:
-            results = pool.map(_build_in_child, [(str(tmp_path), lengths)] * 3)
-        assert len(set(results)) == 1
-        assert sorted(os.listdir(tmp_path)) == [results[0][0]]
-        plan = index.build_data_maps(_config(cache_dir=str(tmp_path)), infos)
-        assert _arrays_digest(plan) == results[0][1]

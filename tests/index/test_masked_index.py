@@ -1,17 +1,16 @@
-"""The BERT/T5 sample index in the index layer: packing, SplitMix64, key, cache hit/miss/corruption."""
+"""The BERT/T5 sample index in the index layer: packing, SplitMix64, key (pure; caching is in
+tests/map_store/test_masked_store.py)."""
 
 from __future__ import annotations
 
 import dataclasses
-import logging
 import pickle
-import shutil
 
 import numpy as np
 import pytest
 
 from jaxblend import index
-from jaxblend.index import cache, masked_maps
+from jaxblend.index import maps_key, masked_maps
 from jaxblend.index.masked_sample_index import build_masked_sample_index
 from jaxblend.index.splitmix import MASK64, splitmix64
 
@@ -129,77 +128,14 @@ def test_key_covers_what_changes_the_rows_and_nothing_else():
     changed.append(masked_maps.masked_index_key(_config(), _info("content-b"), "train"))
     changed.append(masked_maps.masked_index_key(_config(), _info(), "valid"))
     assert len({base, *changed}) == len(changed) + 1
-    # paths never enter the key: another cache directory or dataset location shares the entry
-    assert masked_maps.masked_index_key(_config(cache_dir="/x"), _info(name="/y"), "train") == base
+    # paths never enter the key: another dataset location shares the entry
+    assert masked_maps.masked_index_key(_config(), _info(name="/y"), "train") == base
 
 
 def test_key_covers_the_index_code(monkeypatch):
     base = masked_maps.masked_index_key(_config(), _info(), "train")
-    monkeypatch.setattr(cache, "code_digest", lambda: "0" * 32)
+    monkeypatch.setattr(maps_key, "code_digest", lambda: "0" * 32)
     assert masked_maps.masked_index_key(_config(), _info(), "train") != base
-
-
-def _count_builds(monkeypatch):
-    calls = []
-    real = masked_maps.build_masked_sample_index
-
-    def counting(*args):
-        calls.append(args)
-        return real(*args)
-
-    monkeypatch.setattr(masked_maps, "build_masked_sample_index", counting)
-    return calls
-
-
-def test_cache_miss_then_hit(tmp_path, monkeypatch):
-    calls = _count_builds(monkeypatch)
-    config = _config(cache_dir=str(tmp_path))
-    first = index.build_masked_index(config, _info(), "train")
-    assert len(calls) == 1
-    assert first.cache_path == str(tmp_path / first.fingerprint)
-    assert cache.check(str(tmp_path), first.fingerprint) is None
-    # a later start (the arrays of the dataset are never needed) loads the entry memory-mapped
-    lazy = index.DatasetInfo("/elsewhere/docs", _fail, _fail, "content-a")
-    second = index.build_masked_index(config, lazy, "train", verify="full")
-    assert len(calls) == 1
-    assert isinstance(second.rows, np.memmap)
-    np.testing.assert_array_equal(second.rows, first.rows)
-    assert second.fingerprint == first.fingerprint and second.cache_path == first.cache_path
-    # changed content misses
-    index.build_masked_index(config, _info("content-b"), "train")
-    assert len(calls) == 2
-
-
-def _fail():
-    raise AssertionError("the dataset's arrays were read although the cache holds the index")
-
-
-def test_corrupt_entry_is_moved_aside_and_rebuilt(tmp_path, monkeypatch, caplog):
-    config = _config(cache_dir=str(tmp_path))
-    first = index.build_masked_index(config, _info(), "train")
-    expected = np.array(first.rows)  # the entry is memory-mapped: copy before corrupting it
-    path = tmp_path / first.fingerprint / f"{masked_maps.ROWS}.npy"
-    data = bytearray(path.read_bytes())
-    data[-3] ^= 0x40
-    path.write_bytes(bytes(data))
-    calls = _count_builds(monkeypatch)
-    with caplog.at_level(logging.WARNING):
-        again = index.build_masked_index(config, _info(), "train")
-    assert len(calls) == 1 and "corrupt" in caplog.text
-    np.testing.assert_array_equal(again.rows, expected)
-    assert cache.check(str(tmp_path), first.fingerprint) is None
-
-
-def test_entry_that_is_not_a_sample_index_is_rebuilt(tmp_path, monkeypatch, caplog):
-    config = _config(cache_dir=str(tmp_path))
-    key = masked_maps.masked_index_key(config, _info(), "train")
-    cache.save(str(tmp_path), key, {masked_maps.ROWS: np.zeros((4, 2), np.int32)}, {})
-    calls = _count_builds(monkeypatch)
-    with caplog.at_level(logging.WARNING):
-        built = index.build_masked_index(config, _info(), "train")
-    assert len(calls) == 1 and "not a sample index" in caplog.text
-    assert built.rows.shape[1] == 3 and built.rows.dtype == np.int64
-    assert cache.check(str(tmp_path), key) is None
 
 
 @pytest.mark.parametrize(
@@ -225,7 +161,6 @@ def test_refusals_name_the_problem(kw, split, match):
         ({"num_samples": 0}, "num_samples"),
         ({"short_sequence_probability": 1.5}, "short_sequence_probability"),
         ({"split": "x"}, "split"),
-        ({"cache_dir": "gs://bucket/cache"}, "local directory"),
     ],
 )
 def test_bad_config(kw, match):
@@ -238,16 +173,7 @@ def test_config_is_frozen():
         _config().seed = 1
 
 
-def test_pickled_cached_index_reloads_its_entry(tmp_path):
-    built = index.build_masked_index(_config(cache_dir=str(tmp_path)), _info(), "train")
-    blob = pickle.dumps(built)
-    assert len(blob) < 1000  # the entry's name, not its rows
-    restored = pickle.loads(blob)
-    assert isinstance(restored.rows, np.memmap) and restored.fingerprint == built.fingerprint
-    np.testing.assert_array_equal(restored.rows, built.rows)
-    shutil.rmtree(built.cache_path)
-    with pytest.raises(ValueError, match="vanished or is corrupt"):
-        pickle.loads(blob)
+def test_pickled_in_memory_index_carries_its_rows():
     in_memory = index.build_masked_index(_config(), _info(), "train")
     again = pickle.loads(pickle.dumps(in_memory))
     np.testing.assert_array_equal(again.rows, in_memory.rows)

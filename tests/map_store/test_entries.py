@@ -5,13 +5,11 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 
 import numpy as np
 import pytest
 
-from jaxblend import index
-from jaxblend.index import cache
+from jaxblend.map_store import entries as cache
 
 KEY = "k" * 32
 
@@ -111,23 +109,6 @@ def test_entry_that_is_a_file_is_replaced(tmp_path, caplog):
     (tmp_path / KEY).write_text("junk")
     cache.save(str(tmp_path), KEY, _arrays(), {})
     assert cache.load(str(tmp_path), KEY) is not None
-
-
-def test_kernel_code_changes_change_the_fingerprint(tmp_path, monkeypatch):
-    package = os.path.dirname(cache.__file__)
-    copy = tmp_path / "index"
-    shutil.copytree(package, copy, ignore=shutil.ignore_patterns("__pycache__"))
-    before = cache.sources_digest(str(copy))
-    assert before == cache.code_digest()
-    with open(copy / "sample_index.py", "a") as f:
-        f.write("\n# a kernel edit\n")
-    assert cache.sources_digest(str(copy)) != before
-
-    infos = {"/d/a": index.DatasetInfo("/d/a", np.full(50, 9, np.int32), np.arange(51), "a" * 64)}
-    config = index.GPTDataConfig(blend=("/d/a",), split="1,0,0", seq_length=8)
-    key = index.build_data_maps(config, infos).fingerprint
-    monkeypatch.setattr(cache, "code_digest", lambda: "another kernel")
-    assert index.build_data_maps(config, infos).fingerprint != key
 
 
 def test_files_and_directories_are_fsynced_before_the_rename(tmp_path, monkeypatch):

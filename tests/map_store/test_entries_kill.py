@@ -10,18 +10,20 @@ import sys
 import pytest
 from helpers_kill import ROOT, kill_at
 
-from jaxblend.index import cache
+from jaxblend.map_store import entries as cache
 
 BUILD = """
 import sys
 import numpy as np
 from jaxblend import index
+from jaxblend.access import DataAccess, MapStoreOptions
+from jaxblend.map_store import load_or_build_data_maps
 lengths = np.random.default_rng(4).integers(1, 60, 3000).astype(np.int32)
 infos = {{p: index.DatasetInfo(p, lengths[k::2], np.arange(len(lengths[k::2]) + 1), str(k) * 64)
           for k, p in enumerate(("/d/a", "/d/b"))}}
 config = index.GPTDataConfig(blend=("1", "/d/a", "2", "/d/b"), split="90,10,0", seq_length=16,
-                             num_samples=(500, 40, None), cache_dir={cache_dir!r})
-plan = index.build_data_maps(config, infos)
+                             num_samples=(500, 40, None))
+plan = load_or_build_data_maps(config, infos, DataAccess(maps=MapStoreOptions({cache_dir!r})))
 print(plan.fingerprint)
 """
 

@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 from helpers_data import write_random_dataset
 
-from jaxblend import index, index_io
+from jaxblend import index, opening
+from jaxblend.access import DataAccess, MapStoreOptions
+from jaxblend.map_store import load_or_build_data_maps
 
 pytestmark = pytest.mark.parity
 
@@ -56,19 +58,21 @@ def megatron_cache(tmp_path_factory):
 
 
 def _config(a, b, cache, seed=5):
-    return index.GPTDataConfig(
+    """The configuration, and the map store at `cache` (None: in memory)."""
+    config = index.GPTDataConfig(
         blend=["30", a, "70", b],
         split="90,5,5",
         seq_length=16,
         seed=seed,
         num_samples=(96, 16, 16),
-        cache_dir=cache,
     )
+    return config, DataAccess(maps=MapStoreOptions(location=cache))
 
 
-def _plan(config):
-    _, infos = index_io.open_datasets(index_io.config_prefixes(config))
-    return index.build_data_maps(config, infos)
+def _plan(config_and_access):
+    config, access = config_and_access
+    _, infos = opening.open_datasets(opening.config_prefixes(config), access)
+    return load_or_build_data_maps(config, infos, access)
 
 
 def _maps(plan, split, j):
