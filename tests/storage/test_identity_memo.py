@@ -1,4 +1,5 @@
-"""Where the identity memo keeps its entries, and that a bad entry is only a miss."""
+"""Where the identity memo keeps its entries (from the passed options only), and that a bad entry
+is only a miss."""
 
 from __future__ import annotations
 
@@ -6,49 +7,63 @@ from pathlib import Path
 
 import pytest
 
+from jaxblend.access import DataAccess, IdentityStoreOptions, MapStoreOptions
 from jaxblend.storage import identity_memo
+from jaxblend.storage.object_store import ObjectStoreOptions
 
 IDENTITY = identity_memo.Identity("ab" * 16, num_tokens=10, bin_size=20)
+STORE = ObjectStoreOptions()
 
 
 @pytest.fixture
-def no_env(monkeypatch, tmp_path):
-    monkeypatch.delenv(identity_memo.ENV, raising=False)
+def default_dir(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    monkeypatch.setattr(identity_memo, "_shared_url", None)
     return tmp_path / "xdg" / "jaxblend" / "identity"
 
 
-def test_default_is_a_local_directory(no_env) -> None:
-    assert identity_memo._store(remote_dataset=True) == no_env
-    assert identity_memo._store(remote_dataset=False) == no_env
+def test_default_is_a_local_directory(default_dir) -> None:
+    options = IdentityStoreOptions()
+    assert identity_memo._store(options, remote_dataset=True) == default_dir
+    assert identity_memo._store(options, remote_dataset=False) == default_dir
 
 
-def test_shared_url_holds_bucket_datasets_only(no_env) -> None:
-    identity_memo.set_shared_url("gs://b/run/index_cache/identity")
-    assert identity_memo._store(remote_dataset=True) == "gs://b/run/index_cache/identity/"
-    assert identity_memo._store(remote_dataset=False) == no_env  # local versions are per machine
-    identity_memo.set_shared_url(None)
-    assert identity_memo._store(remote_dataset=True) == no_env
+def test_shared_url_holds_bucket_datasets_only(default_dir) -> None:
+    options = IdentityStoreOptions(shared_url="gs://b/run/index_cache/identity")
+    assert identity_memo._store(options, remote_dataset=True) == "gs://b/run/index_cache/identity/"
+    assert identity_memo._store(options, remote_dataset=False) == default_dir  # per machine
 
 
-def test_environment_wins(no_env, monkeypatch, tmp_path) -> None:
-    identity_memo.set_shared_url("gs://b/identity/")
-    monkeypatch.setenv(identity_memo.ENV, str(tmp_path / "mine"))
-    assert identity_memo._store(remote_dataset=True) == tmp_path / "mine"
-    monkeypatch.setenv(identity_memo.ENV, "off")
-    assert identity_memo._store(remote_dataset=True) is None
-    assert identity_memo.lookup("gs://b/d", b"1", b"2") is None
+def test_bucket_map_store_shares_identities(default_dir) -> None:
+    access = DataAccess(maps=MapStoreOptions(location="gs://b/run/index_cache"))
+    assert access.identity_store().shared_url == "gs://b/run/index_cache/identity/"
+    assert DataAccess(maps=MapStoreOptions(location="/local/cache")).identity_store().shared_url is None
+    mine = DataAccess(
+        maps=MapStoreOptions(location="gs://b/maps"),
+        identity=IdentityStoreOptions(shared_url="s3://other/memo"),
+    )
+    assert mine.identity_store().shared_url == "s3://other/memo/"
 
 
-def test_round_trip_and_bad_entries_are_misses(no_env) -> None:
-    identity_memo.record("/data/d", b"i1", b"b1", IDENTITY)
-    assert identity_memo.lookup("/data/d", b"i1", b"b1") == IDENTITY
-    assert identity_memo.lookup("/data/d", b"i1", b"b2") is None  # another version
-    assert identity_memo.lookup("/data/other", b"i1", b"b1") is None
-    for entry in no_env.iterdir():
+def test_environment_is_read_by_from_env_only(default_dir, monkeypatch, tmp_path) -> None:
+    monkeypatch.setenv("JAXBLEND_IDENTITY_CACHE", str(tmp_path / "mine"))
+    assert identity_memo._store(IdentityStoreOptions(), remote_dataset=True) == default_dir
+    from_env = IdentityStoreOptions.from_env()
+    assert identity_memo._store(from_env, remote_dataset=True) == tmp_path / "mine"
+    monkeypatch.setenv("JAXBLEND_IDENTITY_CACHE", "off")
+    off = IdentityStoreOptions.from_env()
+    assert identity_memo._store(off, remote_dataset=True) is None
+    assert identity_memo.lookup("gs://b/d", b"1", b"2", options=off, object_store=STORE) is None
+
+
+def test_round_trip_and_bad_entries_are_misses(default_dir) -> None:
+    kw = {"options": IdentityStoreOptions(), "object_store": STORE}
+    identity_memo.record("/data/d", b"i1", b"b1", IDENTITY, **kw)
+    assert identity_memo.lookup("/data/d", b"i1", b"b1", **kw) == IDENTITY
+    assert identity_memo.lookup("/data/d", b"i1", b"b2", **kw) is None  # another version
+    assert identity_memo.lookup("/data/other", b"i1", b"b1", **kw) is None
+    for entry in default_dir.iterdir():
         entry.write_text('{"url": "/data/d", "fingerprint": 3}')
-    assert identity_memo.lookup("/data/d", b"i1", b"b1") is None
+    assert identity_memo.lookup("/data/d", b"i1", b"b1", **kw) is None
 
 
 def test_local_version_changes_with_a_rewrite(tmp_path: Path) -> None:

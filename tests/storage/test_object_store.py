@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from helpers_fault_proxy import FaultProxy
 
+from jaxblend.access import DataAccess, IdentityStoreOptions
 from jaxblend.storage import IndexedDataset, IndexFormatError, ObjectStoreError, ObjectStoreOptions
 from jaxblend.storage.span_gather import SpanGather
 
@@ -20,8 +21,13 @@ from .conftest import Corpus, random_docs, write_corpus
 
 _names = itertools.count()
 
-FAST_FAIL = ObjectStoreOptions(max_retries=2, initial_retry_delay=0.05, max_retry_delay=0.1,
-                               request_timeout=5.0)
+FAST_FAIL = {"max_retries": 2, "initial_retry_delay": 0.05, "max_retry_delay": 0.1,
+             "request_timeout": 5.0}
+
+
+def _access(**options) -> DataAccess:
+    """Access with these object-store options over the environment's endpoint (read now)."""
+    return DataAccess.from_env(object_store=ObjectStoreOptions.from_env(**options))
 
 
 def _upload(server, corpus: Corpus) -> str:
@@ -113,17 +119,23 @@ def test_same_size_token_change_is_a_new_identity(object_store, corpus) -> None:
 @pytest.mark.parametrize("how", ["environment", "index cache default"])
 def test_identity_memo_in_a_bucket_is_shared(object_store, corpus, monkeypatch, how) -> None:
     """With the memo at a bucket URL, a version hashed by one host is known to every other host."""
-    from jaxblend.storage import content_digest, identity_memo
+    from jaxblend.storage import content_digest
 
     url = _upload(object_store, corpus)
     memo_url = object_store.prefix_url(f"memo{next(_names)}/")
     if how == "environment":
         monkeypatch.setenv("JAXBLEND_IDENTITY_CACHE", memo_url)
-    else:  # what the data flags do for --data_cache_path=gs://...
+        access = DataAccess.from_env
+    else:  # what the data flags do for --data_cache_path=gs://...: <maps location>/identity/
         monkeypatch.delenv("JAXBLEND_IDENTITY_CACHE")
-        monkeypatch.setattr(identity_memo, "_shared_url", None)
-        identity_memo.set_shared_url(memo_url)
-    fingerprint = IndexedDataset(url).fingerprint  # first sight: hashed, recorded in the bucket
+        location = memo_url.removesuffix("/")
+
+        def access() -> DataAccess:
+            return DataAccess.from_env(identity=IdentityStoreOptions()).with_maps(location=location)
+
+        assert access().identity_store().shared_url == location + "/identity/"
+    fingerprint = IndexedDataset(url, access=access()).fingerprint  # first sight: hashed, recorded
+    assert object_store.kvstore().list().result()  # the entry is an object in the bucket
     assert object_store.kvstore().list().result()  # the entry is an object in the bucket
 
     def no_reads(*args):
@@ -131,7 +143,7 @@ def test_identity_memo_in_a_bucket_is_shared(object_store, corpus, monkeypatch, 
 
     monkeypatch.setattr(content_digest, "streamed_digest", no_reads)
     with FaultProxy(object_store.url) as proxy, object_store.pointed_at(proxy.url):
-        again = IndexedDataset(url)
+        again = IndexedDataset(url, access=access())
         assert again.fingerprint == fingerprint
         assert proxy.requests == 3  # index header, `.bin` generation, the memo entry
 
@@ -184,11 +196,11 @@ def test_no_such_bucket(object_store) -> None:
 def test_transient_errors_are_retried(object_store, corpus) -> None:
     url = _upload(object_store, corpus)
     expected = IndexedDataset(corpus.prefix).get(5)
-    options = ObjectStoreOptions(max_retries=6, initial_retry_delay=0.05, max_retry_delay=0.2)
+    options = {"max_retries": 6, "initial_retry_delay": 0.05, "max_retry_delay": 0.2}
     for status in (503, 429):
         with FaultProxy(object_store.url) as proxy, object_store.pointed_at(proxy.url):
             proxy.fail_next(3, status)
-            ds = IndexedDataset(url, object_store=options)
+            ds = IndexedDataset(url, access=_access(**options))
             np.testing.assert_array_equal(ds.get(5), expected)
             assert proxy.requests > 3
 
@@ -197,38 +209,53 @@ def test_persistent_errors_fail_clearly(object_store, corpus) -> None:
     url = _upload(object_store, corpus)
     with FaultProxy(object_store.url) as proxy, object_store.pointed_at(proxy.url):
         proxy.fail_next(1000, 503)
-        _expect(ObjectStoreError, r"failed: ", url, object_store=FAST_FAIL)
+        _expect(ObjectStoreError, r"failed: ", url, access=_access(**FAST_FAIL))
     with FaultProxy(object_store.url) as proxy, object_store.pointed_at(proxy.url):
         proxy.drop_next(1000)
-        _expect(ObjectStoreError, r"failed: ", url, object_store=FAST_FAIL)
+        _expect(ObjectStoreError, r"failed: ", url, access=_access(**FAST_FAIL))
 
 
 def test_server_that_stops_answering_fails_within_the_timeout(object_store, corpus) -> None:
     url = _upload(object_store, corpus)
-    options = ObjectStoreOptions(request_timeout=1.5, max_retries=1)
+    options = {"request_timeout": 1.5, "max_retries": 1}
     with FaultProxy(object_store.url) as proxy, object_store.pointed_at(proxy.url):
-        ds = IndexedDataset(url, object_store=options)
+        ds = IndexedDataset(url, access=_access(**options))
         ds.sequence_lengths  # noqa: B018 - fetch the index before the server stalls
         proxy.stall()
         with pytest.raises(ObjectStoreError, match=r"no answer within 1.5 s") as info:
             ds.read_token_spans([0], [4])
         assert url.split("://")[1] in str(info.value)
         proxy.stall()
-        _expect(ObjectStoreError, r"no answer within 1.5 s", url, object_store=options)
+        _expect(ObjectStoreError, r"no answer within 1.5 s", url, access=_access(**options))
         proxy.resume()
 
 
-def test_pickled_dataset_keeps_its_endpoint(s3_server, corpus, monkeypatch) -> None:
+def test_pickled_dataset_keeps_its_access(s3_server, corpus, monkeypatch, tmp_path) -> None:
     import pickle
 
     with s3_server.pointed_at():
         url = _upload(s3_server, corpus)
     options = ObjectStoreOptions(s3_endpoint=s3_server.url, s3_region="us-east-1")
+    memo = IdentityStoreOptions(local_dir=str(tmp_path / "memo"))
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
-    monkeypatch.delenv("JAXBLEND_S3_ENDPOINT", raising=False)
-    ds = pickle.loads(pickle.dumps(IndexedDataset(url, object_store=options)))
+    for name in ("JAXBLEND_S3_ENDPOINT", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("JAXBLEND_IDENTITY_CACHE", str(tmp_path / "elsewhere"))
+    access = DataAccess(object_store=options, identity=memo)
+    ds = pickle.loads(pickle.dumps(IndexedDataset(url, access=access)))
+    assert ds.object_store == options
     np.testing.assert_array_equal(ds.get(2), IndexedDataset(corpus.prefix).get(2))
+    ds.fingerprint  # noqa: B018 - hashed in this process: remembered in the pickled memo options
+    assert list((tmp_path / "memo").iterdir()) and not (tmp_path / "elsewhere").exists()
+
+
+def test_no_endpoint_means_no_environment_fallback(s3_server, monkeypatch) -> None:
+    """Only `from_env` reads the environment: explicit options without an endpoint name none."""
+    spec = {"driver": "s3", "bucket": "b", "path": "p"}
+    with s3_server.pointed_at():
+        assert "endpoint" not in ObjectStoreOptions().complete_spec(spec)
+        assert ObjectStoreOptions.from_env().complete_spec(spec)["endpoint"] == s3_server.url
 
 
 def test_endpoint_from_the_environment(s3_server, corpus, monkeypatch) -> None:
