@@ -23,9 +23,11 @@ def test_readme_example_and_grain_protocol(tmp_path):
     seq, batch = 32, 16
     config = jaxblend.index.GPTDataConfig(
         blend=["30", prefixes[0], "70", prefixes[1]], split="969,30,1", seq_length=seq, seed=1234,
-        num_samples=(batch * 10, batch, 0), cache_dir=str(tmp_path / "cache"))
+        num_samples=(batch * 10, batch, 0))
+    access = jaxblend.DataAccess.from_env().with_maps(location=str(tmp_path / "cache"))
     sources = jaxblend.open_gpt_sources(
-        config, jaxblend.GPTSchemaOptions(seq_length=seq, eod_id=50256, eod_mask_loss=True))
+        config, jaxblend.GPTSchemaOptions(seq_length=seq, eod_id=50256, eod_mask_loss=True),
+        access=access)
     mesh = jax.make_mesh((jax.device_count(),), ("data",))
     loader = jaxblend.make_loader(sources["train"], mesh, global_batch_size=batch)
     batches = list(loader)

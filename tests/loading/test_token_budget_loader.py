@@ -19,6 +19,7 @@ import pytest
 from helpers_data import write_random_dataset
 
 from jaxblend import index
+from jaxblend.access import DataAccess
 from jaxblend.loading import make_loader
 from jaxblend.sources import GPTSchemaOptions, open_gpt_sources
 
@@ -39,10 +40,14 @@ def local_prefixes(tmp_path_factory):
     ]
 
 
-def _config(prefixes, cache_dir=None):
+def _config(prefixes):
     blend = [x for k, p in enumerate(prefixes) for x in (str(10 + 7 * k), p)]
     return index.GPTDataConfig(blend=blend, split="90,10,0", seq_length=SEQ, seed=3,
-                               num_samples=(B * 6, B, None), cache_dir=cache_dir)
+                               num_samples=(B * 6, B, None))
+
+
+def _maps_at(path) -> DataAccess:
+    return DataAccess.from_env().with_maps(location=str(path))
 
 
 def _upload_all(server, prefixes) -> list[str]:
@@ -60,7 +65,7 @@ OPTIONS = GPTSchemaOptions(seq_length=SEQ, eod_id=EOD, eod_mask_loss=True, reset
 def test_blend_batches_equal_local(object_store, local_prefixes, tmp_path):
     urls = _upload_all(object_store, local_prefixes)
     local = open_gpt_sources(_config(local_prefixes), OPTIONS)
-    remote = open_gpt_sources(_config(urls, str(tmp_path / "cache")), OPTIONS)
+    remote = open_gpt_sources(_config(urls), OPTIONS, access=_maps_at(tmp_path / "cache"))
     for split in ("train", "valid"):
         # Identity is content, not location: a run moves its data to a bucket and resumes.
         assert remote[split].fingerprint == local[split].fingerprint
@@ -78,7 +83,7 @@ def test_blend_batches_equal_local(object_store, local_prefixes, tmp_path):
         for key in w:
             np.testing.assert_array_equal(g[key], w[key], err_msg=key)
     # Cached start: the maps come from the cache, reads match again.
-    again = open_gpt_sources(_config(urls, str(tmp_path / "cache")), OPTIONS)["train"]
+    again = open_gpt_sources(_config(urls), OPTIONS, access=_maps_at(tmp_path / "cache"))["train"]
     np.testing.assert_array_equal(again.get_batch(np.arange(B))["inputs"],
                                   local["train"].get_batch(np.arange(B))["inputs"])
 
@@ -92,8 +97,10 @@ def test_worker_process_reads_the_bucket(s3_server, local_prefixes, monkeypatch)
     options = ObjectStoreOptions(s3_endpoint=s3_server.url, s3_region="us-east-1")
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
-    monkeypatch.delenv("JAXBLEND_S3_ENDPOINT", raising=False)
-    remote = open_gpt_sources(_config(urls), OPTIONS, object_store=options)["train"]
+    for name in ("JAXBLEND_S3_ENDPOINT", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"):
+        monkeypatch.delenv(name, raising=False)
+    access = DataAccess.from_env(object_store=options)
+    remote = open_gpt_sources(_config(urls), OPTIONS, access=access)["train"]
     local = open_gpt_sources(_config(local_prefixes), OPTIONS)["train"]
     mesh = jax.make_mesh((8,), ("data",))
     got = [_host(b) for b in make_loader(remote, mesh, global_batch_size=B, num_steps=3,

@@ -9,6 +9,7 @@ import pytest
 from helpers_data import write_random_dataset
 
 from jaxblend import IndexedDataset, index
+from jaxblend.access import DataAccess, MapStoreOptions
 from jaxblend.sources import BlendedSource, GPTSchemaOptions, GPTSource, open_gpt_sources
 
 EOD = 0
@@ -24,10 +25,10 @@ def prefixes(tmp_path_factory):
     ]
 
 
-def config(blend, seq=16, extra=True, samples=(96, 16, 16), cache=None, **kw):
+def config(blend, seq=16, extra=True, samples=(96, 16, 16), **kw):
     return index.GPTDataConfig(
         blend=blend, split="90,5,5", seq_length=seq, seed=5, num_samples=samples,
-        add_extra_token_to_sequence=extra, cache_dir=cache, **kw,
+        add_extra_token_to_sequence=extra, **kw,
     )
 
 
@@ -76,12 +77,14 @@ def test_single_prefix_is_a_gpt_source_and_schema(prefixes):
 
 
 def test_pickled_source_reopens_and_matches(prefixes, tmp_path):
+    access = DataAccess(maps=MapStoreOptions(location=str(tmp_path)))
     src = open_gpt_sources(
-        config(["1", prefixes[0], "1", prefixes[1]], cache=str(tmp_path)), GPTSchemaOptions(seq_length=16)
+        config(["1", prefixes[0], "1", prefixes[1]]), GPTSchemaOptions(seq_length=16), access=access
     )["train"]
     blob = pickle.dumps(src)
     assert len(blob) < 4096, "index maps must not travel with the pickled source"
     clone = pickle.loads(blob)
+    assert clone._reopen.access == access  # the worker reaches the data as the parent did
     assert repr(clone) == repr(src) and clone.fingerprint == src.fingerprint
     ids = np.arange(len(src))
     for key, value in src.get_batch(ids).items():

@@ -10,7 +10,8 @@ import pytest
 from jax.sharding import Mesh
 from masked_testdata import BOS, CLS, EOS, MASK, SENTINELS, SEP, tokenizer_info, write_documents
 
-from jaxblend import IndexedDataset, index_io
+from jaxblend import IndexedDataset, opening
+from jaxblend.access import DataAccess, MapStoreOptions
 from jaxblend.index import MaskedIndexConfig, build_masked_index
 from jaxblend.loading import make_loader
 from jaxblend.sources import (
@@ -41,10 +42,12 @@ def bert(prefix, info, **kw):
     return BERTSource(prefix, BERTMaskedConfig(random_seed=11, split="90,10,0", **kw), info)
 
 
-def t5(prefix, info, **kw):
+def t5(prefix, info, maps=None, **kw):
+    """A T5 source; `maps`: the map store's location (None: in memory)."""
     kw.setdefault("sequence_length", 64)
     kw.setdefault("sequence_length_decoder", 32)
-    return T5Source(prefix, T5MaskedConfig(random_seed=11, split="90,10,0", **kw), info)
+    access = DataAccess(maps=MapStoreOptions(location=maps))
+    return T5Source(prefix, T5MaskedConfig(random_seed=11, split="90,10,0", **kw), info, access=access)
 
 
 def sample_text(source, i):
@@ -355,15 +358,13 @@ class TestSampleIndexFromTheIndexLayer:
         )
         no_sop = BERTMaskedConfig(random_seed=5, sequence_length=64, classification_head=False)
         assert no_sop.index_config().min_sentences == 1
-        t5_cfg = T5MaskedConfig(random_seed=5, sequence_length=64, cache_dir="/c")
-        assert (t5_cfg.index_config().max_length, t5_cfg.index_config().cache_dir) == (62, "/c")
-        with pytest.raises(ValueError, match="local directory"):
-            BERTMaskedConfig(random_seed=5, sequence_length=64, cache_dir="s3://b/c")
+        t5_cfg = T5MaskedConfig(random_seed=5, sequence_length=64)
+        assert t5_cfg.index_config().max_length == 62
 
     def test_source_reads_the_index_layer_rows(self, data, info):
         source = bert(data[0], info)
         built = build_masked_index(
-            source.config.index_config(), index_io.dataset_info(source.dataset, data[0]), "train"
+            source.config.index_config(), opening.dataset_info(source.dataset, data[0]), "train"
         )
         np.testing.assert_array_equal(source.sample_index, built.rows)
         assert source.index.fingerprint == built.fingerprint
@@ -388,9 +389,9 @@ class TestSampleIndexFromTheIndexLayer:
 
     def test_cached_index_serves_the_same_samples(self, data, info, tmp_path):
         plain = t5(data[0], info)
-        first = t5(data[0], info, cache_dir=str(tmp_path / "a"))
-        second = t5(data[0], info, cache_dir=str(tmp_path / "a"))
-        elsewhere = t5(data[0], info, cache_dir=str(tmp_path / "b"))
+        first = t5(data[0], info, maps=str(tmp_path / "a"))
+        second = t5(data[0], info, maps=str(tmp_path / "a"))
+        elsewhere = t5(data[0], info, maps=str(tmp_path / "b"))
         assert first.index.cache_path == second.index.cache_path is not None
         assert isinstance(second.sample_index, np.memmap)
         # the cache location is not part of the stream's identity (a resume state stays valid)
