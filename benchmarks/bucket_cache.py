@@ -32,7 +32,10 @@ sys.path.insert(0, str(ROOT / "tests"))
 from helpers_object_store import GcsServer
 
 from jaxblend import index
-from jaxblend.index import bucket_cache, cache
+from jaxblend.access import DataAccess, MapStoreOptions
+from jaxblend.map_store import bucket as bucket_cache
+from jaxblend.map_store import entries as cache
+from jaxblend.map_store import load_or_build_data_maps
 
 
 def _info(name: str, docs: int, mean: int, seed: int) -> index.DatasetInfo:
@@ -61,30 +64,32 @@ def main() -> None:
                 url = server.prefix_url("bench/index_cache")
                 config = index.GPTDataConfig(
                     blend=("0.5", "/d/0", "0.3", "/d/1", "0.2", "/d/2"), split="100,0,0",
-                    seq_length=seq, num_samples=(samples, None, None), cache_dir=url,
+                    seq_length=seq, num_samples=(samples, None, None),
                 )
                 builder = os.path.join(work, "builder")
-                bucket_cache.set_process_default(
-                    bucket_cache.BucketCacheOptions(builder=True, mirror_root=builder))
+                access = DataAccess.from_env(
+                    maps=MapStoreOptions(location=url, builder=True, mirror=builder)
+                )
+                store = bucket_cache.Bucket(url, access.object_store)
                 t0 = time.perf_counter()
-                built = index.build_data_maps(config, infos)
+                built = load_or_build_data_maps(config, infos, access)
                 build_publish = time.perf_counter() - t0
                 local_dir, key = built.cache_path.rsplit("/", 1)
                 arrays = os.listdir(built.cache_path)
                 total = sum(os.path.getsize(os.path.join(built.cache_path, n)) for n in arrays)
                 t0 = time.perf_counter()
-                bucket_cache.publish(url, key, local_dir)
+                store.publish(key, local_dir)
                 publish = time.perf_counter() - t0
 
                 fetch_times, again_times, local_times = [], [], []
                 for r in range(args.repeats):
                     mirror = os.path.join(work, f"reader{r}")
                     t0 = time.perf_counter()
-                    assert bucket_cache.fetch(url, key, mirror)
+                    assert store.fetch(key, mirror)
                     assert cache.load(mirror, key) is not None
                     fetch_times.append(time.perf_counter() - t0)
                     t0 = time.perf_counter()  # a later start: the entry is in the mirror
-                    assert bucket_cache.fetch(url, key, mirror)
+                    assert store.fetch(key, mirror)
                     assert cache.load(mirror, key) is not None
                     again_times.append(time.perf_counter() - t0)
                     t0 = time.perf_counter()

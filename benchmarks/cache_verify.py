@@ -16,7 +16,6 @@ documents, S=2048, about 4.9e6 samples: the size of BENCHMARKS.md's GPT-map case
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import hashlib
 import itertools
 import os
@@ -27,7 +26,9 @@ import time
 import numpy as np
 
 from jaxblend import index
-from jaxblend.index import cache
+from jaxblend.access import DataAccess, MapStoreOptions
+from jaxblend.map_store import entries as cache
+from jaxblend.map_store import load_or_build_data_maps
 
 
 def _info(name: str, docs: int, mean: int, seed: int) -> index.DatasetInfo:
@@ -61,8 +62,8 @@ def main() -> None:
     )
     with tempfile.TemporaryDirectory(dir=os.environ.get("TMPDIR")) as root:
         t0 = time.perf_counter()
-        plan = index.build_data_maps(
-            dataclasses.replace(config, cache_dir=os.path.join(root, "built")), infos
+        plan = load_or_build_data_maps(
+            config, infos, DataAccess(maps=MapStoreOptions(location=os.path.join(root, "built")))
         )
         build = time.perf_counter() - t0
         built = cache.load(os.path.dirname(plan.cache_path), os.path.basename(plan.cache_path))

@@ -40,8 +40,13 @@ def _config(args):
         seq_length=args.seq_length,
         seed=1234,
         num_samples=(args.samples, None, None),
-        cache_dir=os.path.join(args.data_dir, "cache"),
     )
+
+
+def _access(args):
+    from jaxblend.access import DataAccess
+
+    return DataAccess.from_env().with_maps(location=os.path.join(args.data_dir, "cache"))
 
 
 def prepare(args) -> None:
@@ -65,7 +70,7 @@ def prepare(args) -> None:
                 builder.add_sequence(tokens[pos : pos + n])
                 builder.end_document()
                 pos += n
-    open_gpt_sources(_config(args), GPTSchemaOptions(seq_length=args.seq_length))
+    open_gpt_sources(_config(args), GPTSchemaOptions(seq_length=args.seq_length), access=_access(args))
 
 
 class _KernelTimer:
@@ -122,7 +127,9 @@ def start(args) -> dict:
     phases["import jaxblend.sources (grain)"] = time.perf_counter() - t
     config = _config(args)
     t = time.perf_counter()
-    source = open_gpt_sources(config, GPTSchemaOptions(seq_length=args.seq_length))["train"]
+    source = open_gpt_sources(
+        config, GPTSchemaOptions(seq_length=args.seq_length), access=_access(args)
+    )["train"]
     phases["open datasets + cached plan"] = time.perf_counter() - t
     ids = np.random.default_rng(1).integers(0, len(source), args.batch)
     t = time.perf_counter()

@@ -416,7 +416,7 @@ class CacheCampaign:
         return h.hexdigest()
 
     def corrupt(self, rng: random.Random, entry: str) -> str:
-        from jaxblend.index import cache
+        from jaxblend.map_store import entries as cache
 
         kind = rng.choice(CACHE_KINDS)
         arrays = sorted(n for n in os.listdir(entry) if n.endswith(".npy"))
@@ -478,19 +478,25 @@ class CacheCampaign:
         return kind
 
     def case(self, rng: random.Random) -> tuple[str, str, list[str]]:
-        from jaxblend import index
+        from jaxblend.access import DataAccess, MapStoreOptions
+        from jaxblend.map_store import load_or_build_data_maps
 
         cache_dir = os.path.join(self.workdir, "cache")
         shutil.rmtree(cache_dir, ignore_errors=True)
-        config = dataclasses.replace(self.config, cache_dir=cache_dir)
-        plan = index.build_data_maps(config, self.infos)
+        config = self.config
+
+        def build(verify: str = "summary"):
+            access = DataAccess(maps=MapStoreOptions(location=cache_dir, verify=verify))
+            return load_or_build_data_maps(config, self.infos, access)
+
+        plan = build()
         kind = self.corrupt(rng, plan.cache_path)
         verify = rng.choice(["summary", "full"])
         names = [cache_dir]
-        again = _attempt(kind, names, lambda: index.build_data_maps(config, self.infos, verify=verify))
+        again = _attempt(kind, names, lambda: build(verify))
         ok = self._digest(again) == self.reference
         # The entry left behind must itself be sound (rebuilt or untouched).
-        ok = ok and _attempt(kind, names, lambda: index.build_data_maps(config, self.infos, verify="full")) is not None
+        ok = ok and _attempt(kind, names, lambda: build("full")) is not None
         return kind, CORRECT if ok else FAILURE, names
 
 

@@ -156,6 +156,8 @@ def case_blend(impl: str, size: int, n: int, method: str = "auto", kind: str = "
 
 def case_cached_load(impl: str, sizes: dict) -> dict:
     from jaxblend import index
+    from jaxblend.access import DataAccess, MapStoreOptions
+    from jaxblend.map_store import load_or_build_data_maps
 
     rng = np.random.default_rng(2)
     infos = {
@@ -172,14 +174,14 @@ def case_cached_load(impl: str, sizes: dict) -> dict:
         split="969,30,1",
         seq_length=2048,
         num_samples=(1_000_000, 10_000, 1_000),
-        cache_dir=tempfile.mkdtemp(prefix="jaxblend-bench-"),
     )
-    index.build_data_maps(config, infos)
+    access = DataAccess(maps=MapStoreOptions(location=tempfile.mkdtemp(prefix="jaxblend-bench-")))
+    load_or_build_data_maps(config, infos, access)
     base = _rss_mb()
     times = []
     for _ in range(5):
         t0 = time.perf_counter()
-        plan = index.build_data_maps(config, infos)
+        plan = load_or_build_data_maps(config, infos, access)
         times.append(time.perf_counter() - t0)
     return {"seconds": min(times), "peak_mb": _rss_mb() - base, "digest": len(plan.split("train"))}
 

@@ -104,6 +104,7 @@ def main() -> None:
     from jax.sharding import Mesh
 
     from jaxblend import index
+    from jaxblend.access import DataAccess
     from jaxblend.loading import make_loader
     from jaxblend.sources import GPTSchemaOptions, open_gpt_sources
 
@@ -116,9 +117,10 @@ def main() -> None:
     samples = (num_tokens - 1) // seq
     config = index.GPTDataConfig(
         blend=[prefix], split="100,0,0", seq_length=seq, seed=1234,
-        num_samples=(samples, None, None), cache_dir=os.path.join(args.data_dir, "cache"),
+        num_samples=(samples, None, None),
     )
-    source = open_gpt_sources(config, GPTSchemaOptions(seq_length=seq))["train"]
+    access = DataAccess.from_env().with_maps(location=os.path.join(args.data_dir, "cache"))
+    source = open_gpt_sources(config, GPTSchemaOptions(seq_length=seq), access=access)["train"]
     rng = np.random.default_rng(0)
     rows = []
 
@@ -176,6 +178,7 @@ def blend_width_rows(args) -> None:
     from jax.sharding import Mesh
 
     from jaxblend import index
+    from jaxblend.access import DataAccess
     from jaxblend.loading import make_loader
     from jaxblend.sources import GPTSchemaOptions, open_gpt_sources
 
@@ -194,14 +197,15 @@ def blend_width_rows(args) -> None:
         cache = tempfile.mkdtemp(dir=args.data_dir, prefix="cache-")
         config = index.GPTDataConfig(
             blend=blend, split="100,0,0", seq_length=seq, seed=1234,
-            num_samples=(batch * steps, None, None), cache_dir=cache,
+            num_samples=(batch * steps, None, None),
         )
         options = GPTSchemaOptions(seq_length=seq)
+        access = DataAccess.from_env().with_maps(location=cache)
         start = time.perf_counter()
-        open_gpt_sources(config, options)
+        open_gpt_sources(config, options, access=access)
         uncached = time.perf_counter() - start
         start = time.perf_counter()
-        source = open_gpt_sources(config, options)["train"]
+        source = open_gpt_sources(config, options, access=access)["train"]
         cached = time.perf_counter() - start
         rng = np.random.default_rng(0)
         ids_list = [rng.integers(0, len(source), batch) for _ in range(32)]

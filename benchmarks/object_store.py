@@ -65,14 +65,14 @@ def upload(server, prefixes: list[str]) -> list[str]:
     return [server.prefix_url(f"corpus/{Path(p).name}") for p in prefixes]
 
 
-def config(urls: list[str], cache_dir: str, steps: int):
+def config(urls: list[str], steps: int):
     from jaxblend import index
 
     rng = np.random.default_rng(1)
     weights = rng.permutation(1.0 / np.sqrt(np.arange(1, len(urls) + 1)))  # Zipf-like, s = 0.5
     blend = [x for w, u in zip(weights, urls) for x in (repr(float(w)), u)]
     return index.GPTDataConfig(blend=blend, split="100,0,0", seq_length=SEQ, seed=1234,
-                               num_samples=(B * steps, None, None), cache_dir=cache_dir)
+                               num_samples=(B * steps, None, None))
 
 
 class _Direct:
@@ -90,6 +90,7 @@ class _Direct:
 def measure_jaxblend(urls, proxy, work: Path, args) -> dict:
     import jax
 
+    from jaxblend.access import DataAccess
     from jaxblend.loading import make_loader
     from jaxblend.sources import GPTSchemaOptions, open_gpt_sources
 
@@ -98,13 +99,14 @@ def measure_jaxblend(urls, proxy, work: Path, args) -> dict:
     memo = tempfile.mkdtemp(dir=work, prefix="memo-")
     cache = tempfile.mkdtemp(dir=work, prefix="cache-")
     os.environ["JAXBLEND_IDENTITY_CACHE"] = memo
+    access = DataAccess.from_env().with_maps(location=cache)  # reads the memo directory
     row: dict = {}
     t = time.perf_counter()
-    open_gpt_sources(config(urls, cache, total_steps), options)
+    open_gpt_sources(config(urls, total_steps), options, access=access)
     row["open uncached s"] = time.perf_counter() - t
     proxy.reset()
     t = time.perf_counter()
-    src = open_gpt_sources(config(urls, cache, total_steps), options)["train"]
+    src = open_gpt_sources(config(urls, total_steps), options, access=access)["train"]
     row["open cached s"] = time.perf_counter() - t
     row["cached open requests"] = proxy.requests
     t = time.perf_counter()

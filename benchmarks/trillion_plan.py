@@ -80,7 +80,7 @@ def make_infos(prefixes: int, documents: int, mean_length: float, seed: int = 0)
     return infos, lengths
 
 
-def make_config(infos, lengths: np.ndarray, seq_length: int, cache_dir: str | None):
+def make_config(infos, lengths: np.ndarray, seq_length: int):
     from jaxblend import index
 
     blend: list[str] = []
@@ -92,7 +92,6 @@ def make_config(infos, lengths: np.ndarray, seq_length: int, cache_dir: str | No
         split="969,31,0",
         seq_length=seq_length,
         num_samples=(int(0.95 * train_tokens / seq_length), 10_000, None),
-        cache_dir=cache_dir,
     )
 
 
@@ -108,13 +107,15 @@ def _timed_plan(args, rss):
     Returns:
       (plan, sequence lengths, seconds, `rss()` before the build).
     """
-    from jaxblend import index
+    from jaxblend.access import DataAccess, MapStoreOptions
+    from jaxblend.map_store import load_or_build_data_maps
 
     infos, lengths = make_infos(args.prefixes, args.documents, args.mean_length)
-    config = make_config(infos, lengths, args.seq_length, args.cache_dir)
+    config = make_config(infos, lengths, args.seq_length)
+    access = DataAccess(maps=MapStoreOptions(location=args.cache_dir))
     base = rss()
     t0 = time.perf_counter()
-    plan = index.build_data_maps(config, infos)
+    plan = load_or_build_data_maps(config, infos, access)
     return plan, lengths, time.perf_counter() - t0, base
 
 
