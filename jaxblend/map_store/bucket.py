@@ -197,11 +197,13 @@ class Bucket:
           TimeoutError: no commit marker within `wait_seconds` (names the entry's URL).
         """
         deadline = time.monotonic() + options.wait_seconds
-        logging.info("waiting for the builder to publish index maps %s", entry_url(self.url, key))
+        logging.info(
+            "waiting for process 0 to publish index cache entry %s", entry_url(self.url, key)
+        )
         while not self.fetch(key, local_dir):
             if time.monotonic() > deadline:
                 raise TimeoutError(
-                    f"index maps {entry_url(self.url, key)}: not published within "
+                    f"index cache {entry_url(self.url, key)}: not published within "
                     f"{options.wait_seconds:g} s (--data_cache_wait); the building process (0) is "
                     f"slow or failed: check its log, or raise --data_cache_wait"
                 )
