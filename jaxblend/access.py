@@ -89,7 +89,7 @@ class IdentityStoreOptions:
     Attributes:
       enabled: False hashes every dataset at every open.
       local_dir: directory for entries of local datasets, and of bucket datasets without a
-        `shared_url` (None: `$XDG_CACHE_HOME/jaxblend/identity`, default `~/.cache/...`).
+        `shared_url` (None: `~/.cache/jaxblend/identity`; `from_env` honours `$XDG_CACHE_HOME`).
       shared_url: bucket URL for entries of bucket datasets, shared by every host of a pod (None:
         `<map location>/identity/` when the map store is a bucket, else `local_dir`).
     """
@@ -113,17 +113,20 @@ class IdentityStoreOptions:
     @classmethod
     def from_env(cls) -> IdentityStoreOptions:
         """From `$JAXBLEND_IDENTITY_CACHE`: unset = defaults, "" or "off" = disabled, a bucket URL
-        = `shared_url`, anything else = `local_dir`."""
+        = `shared_url`, anything else = `local_dir`. A `local_dir` left unset is
+        `$XDG_CACHE_HOME/jaxblend/identity` when `$XDG_CACHE_HOME` is set."""
         from jaxblend.urls import is_url, local_path
 
         value = os.environ.get(IDENTITY_ENV)
+        xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
+        default_dir = os.path.join(xdg, "jaxblend", "identity") if xdg else None
         if value is None:
-            return cls()
+            return cls(local_dir=default_dir)
         value = value.strip()
         if value in ("", "off"):
             return cls(enabled=False)
         if is_url(value):
-            return cls(shared_url=value)
+            return cls(local_dir=default_dir, shared_url=value)
         return cls(local_dir=local_path(value))
 
 

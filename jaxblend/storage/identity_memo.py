@@ -19,8 +19,8 @@ simply hashed again at its next open.
 Where entries live is an `IdentityStoreOptions` (part of the `DataAccess` passed to every open;
 `DataAccess.identity_store()` resolves it), handed to every call here: nothing is kept in module
 state and the environment is not read (`IdentityStoreOptions.from_env` reads
-`$JAXBLEND_IDENTITY_CACHE` once). Entries are small JSON files in `local_dir` (default
-`$XDG_CACHE_HOME/jaxblend/identity`, i.e. `~/.cache/jaxblend/identity`); `enabled=False` disables
+`$JAXBLEND_IDENTITY_CACHE` and `$XDG_CACHE_HOME` once). Entries are small JSON files in
+`local_dir` (default `~/.cache/jaxblend/identity`); `enabled=False` disables
 the memo. A missing, unreadable or malformed entry is simply a miss.
 
 With a `shared_url` (a bucket URL such as `gs://b/identity/`) the entries of bucket datasets live
@@ -52,8 +52,7 @@ SETTLE_SECONDS = 2.0
 
 
 def _default_directory() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "jaxblend" / "identity"
+    return Path(os.path.expanduser("~")) / ".cache" / "jaxblend" / "identity"
 
 
 def _store(options: IdentityStoreOptions, remote_dataset: bool) -> Path | str | None:

@@ -17,18 +17,19 @@ STORE = ObjectStoreOptions()
 
 @pytest.fixture
 def default_dir(monkeypatch, tmp_path):
+    monkeypatch.delenv("JAXBLEND_IDENTITY_CACHE", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     return tmp_path / "xdg" / "jaxblend" / "identity"
 
 
 def test_default_is_a_local_directory(default_dir) -> None:
-    options = IdentityStoreOptions()
+    options = IdentityStoreOptions.from_env()
     assert identity_memo._store(options, remote_dataset=True) == default_dir
     assert identity_memo._store(options, remote_dataset=False) == default_dir
 
 
 def test_shared_url_holds_bucket_datasets_only(default_dir) -> None:
-    options = IdentityStoreOptions(shared_url="gs://b/run/index_cache/identity")
+    options = IdentityStoreOptions(local_dir=str(default_dir), shared_url="gs://b/run/index_cache/identity")
     assert identity_memo._store(options, remote_dataset=True) == "gs://b/run/index_cache/identity/"
     assert identity_memo._store(options, remote_dataset=False) == default_dir  # per machine
 
@@ -46,7 +47,7 @@ def test_bucket_map_store_shares_identities(default_dir) -> None:
 
 def test_environment_is_read_by_from_env_only(default_dir, monkeypatch, tmp_path) -> None:
     monkeypatch.setenv("JAXBLEND_IDENTITY_CACHE", str(tmp_path / "mine"))
-    assert identity_memo._store(IdentityStoreOptions(), remote_dataset=True) == default_dir
+    assert identity_memo._store(IdentityStoreOptions(), remote_dataset=True) != tmp_path / "mine"
     from_env = IdentityStoreOptions.from_env()
     assert identity_memo._store(from_env, remote_dataset=True) == tmp_path / "mine"
     monkeypatch.setenv("JAXBLEND_IDENTITY_CACHE", "off")
@@ -56,7 +57,7 @@ def test_environment_is_read_by_from_env_only(default_dir, monkeypatch, tmp_path
 
 
 def test_round_trip_and_bad_entries_are_misses(default_dir) -> None:
-    kw = {"options": IdentityStoreOptions(), "object_store": STORE}
+    kw = {"options": IdentityStoreOptions.from_env(), "object_store": STORE}
     identity_memo.record("/data/d", b"i1", b"b1", IDENTITY, **kw)
     assert identity_memo.lookup("/data/d", b"i1", b"b1", **kw) == IDENTITY
     assert identity_memo.lookup("/data/d", b"i1", b"b2", **kw) is None  # another version
