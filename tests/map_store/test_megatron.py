@@ -141,3 +141,15 @@ def test_damaged_megatron_maps_are_rebuilt_with_the_reason(megatron_cache, tmp_p
     for j in range(2):
         for got, want in zip(_maps(plan, "valid", j), _maps(fresh, "valid", j)):
             np.testing.assert_array_equal(got, want)
+
+
+def test_reading_megatron_cache_can_be_turned_off(megatron_cache, tmp_path, caplog):
+    a, b, mcache = megatron_cache
+    cache = _copy(mcache, tmp_path)
+    config, access = _config(a, b, cache)
+    caplog.set_level(logging.INFO)
+    plan = _plan((config, access.with_maps(read_megatron_cache=False)))
+    assert not [r for r in caplog.records if "Megatron" in r.getMessage()]
+    fresh = _plan(_config(a, b, None))
+    for got, want in zip(_maps(plan, "train", 0), _maps(fresh, "train", 0)):
+        np.testing.assert_array_equal(got, want)
