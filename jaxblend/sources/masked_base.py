@@ -4,8 +4,9 @@ Built, as Megatron-Core's masked WordPiece datasets are, from a dataset whose do
 several sequences (sentences), split by *documents* (`split="969,30,1"`, the split rule of
 docs/format.md, 'Splits', applied to the document count). Which sentences make sample i, and its
 target length, is row i of the split's sample index, built by the index layer and cached by the
-map store of the source's `DataAccess` (`jaxblend.map_store.load_or_build_masked_index`; docs/format.md, 'BERT/T5 sample index'). The source only
-reads those sentences and masks them (`_masking.mask_ngrams`).
+map store of the source's `DataAccess` (`jaxblend.map_store.load_or_build_masked_index`;
+docs/format.md, 'BERT/T5 sample index'). The source only reads those sentences and masks them
+(`_masking.mask_ngrams`).
 
 Determinism: sample i uses `np.random.default_rng([random_seed, i])` alone (NumPy PCG64 seeded by
 the pair), so any sample can be recomputed in isolation on any host, in any order. Statistics
