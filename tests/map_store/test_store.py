@@ -124,3 +124,20 @@ class TestCache:
         assert sorted(os.listdir(tmp_path)) == [results[0][0]]
         plan = _cached(_config(), infos, tmp_path)
         assert _arrays_digest(plan) == results[0][1]
+
+
+def test_checksummed_entry_with_foreign_meta_is_rebuilt(infos, tmp_path, caplog):
+    spec = index.DataMapsSpec.resolve(_config(), infos)
+    meta = {"splits": {"train": {"prefixes": [0]}}}  # not what build_arrays writes
+    cache.save(str(tmp_path), spec.entry, {"lengths": np.zeros(3, np.int32)}, meta)
+    with caplog.at_level(logging.WARNING):
+        plan = _cached(_config(), infos, tmp_path)
+    assert "unusable" in caplog.text
+    assert _arrays_digest(plan) == _arrays_digest(index.build_data_maps(_config(), infos))
+    assert cache.check(str(tmp_path), spec.entry) is None  # the rebuilt entry is sound
+
+
+def test_no_location_builds_in_memory(infos):
+    plan = load_or_build_data_maps(_config(), infos, DataAccess())
+    assert plan.cache_path is None
+    assert _arrays_digest(plan) == _arrays_digest(index.build_data_maps(_config(), infos))
