@@ -18,11 +18,8 @@ from collections.abc import Sequence
 
 from absl import app
 
-from jaxblend import flags as data_flags
-from jaxblend import index, index_io
-from jaxblend.tools import _entry
-
-data_flags.define_data_flags()
+from jaxblend import cli, index, index_io
+from jaxblend.cli import data_flags
 
 
 def main(argv: Sequence[str]) -> None:
@@ -50,4 +47,4 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == "__main__":
-    _entry.run(main)
+    cli.run(main, define=data_flags.define_data_flags)
