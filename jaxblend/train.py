@@ -408,7 +408,7 @@ def _train(watch, s: cli.TrainSettings) -> None:
         from jaxblend.training import checkpoint
     except ModuleNotFoundError as err:
         raise app.UsageError(
-            f"the training example saves Orbax checkpoints ({err}): pip install 'jaxblend[orbax]'"
+            f"the training example saves Orbax checkpoints ({err}): pip install 'jaxblend[train]'"
         ) from None
 
     watch.phase = "preparing the data"
