@@ -31,14 +31,14 @@ def test_help_lists_the_programs_own_flags(module, own_flags):
     assert out.returncode == 1, out.stderr  # absl exits 1 after printing the help
     for flag in own_flags:
         assert flag in out.stdout, (flag, out.stdout[:2000])
-    assert "--verbose" in out.stdout
-    assert "--logtostderr" not in out.stdout  # absl's own flags are for --helpfull
+    assert "--[no]verbose" in out.stdout
+    assert "logtostderr" not in out.stdout  # absl's own flags are for --helpfull
 
 
 def test_helpfull_lists_every_flag():
     out = _run("jaxblend.tools.dump_samples", "--helpfull")
     assert out.returncode == 1, out.stderr
-    assert "--data_path" in out.stdout and "--logtostderr" in out.stdout
+    assert "--data_path" in out.stdout and "--[no]logtostderr" in out.stdout
 
 
 def test_unknown_flag_is_one_usage_line():
