@@ -14,7 +14,8 @@ _ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
 
 def _run(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", *args], capture_output=True, text=True, env=_ENV, timeout=300
+        [sys.executable, "-m", *args], capture_output=True, text=True, env=_ENV, timeout=300,
+        check=False,
     )
 
 

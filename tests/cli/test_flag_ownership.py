@@ -52,8 +52,8 @@ def test_the_patterns_find_what_they_look_for():
 
 
 def test_train_and_peer_watch_import_no_private_module():
-    private = re.compile(r"^\s*(from|import)\s+jaxblend\S*\._", re.M)
-    private_from = re.compile(r"^\s*from\s+jaxblend\S*\s+import\s+_", re.M)
+    private = re.compile(r"^\s*(from|import)\s+jaxblend\S*\._", re.MULTILINE)
+    private_from = re.compile(r"^\s*from\s+jaxblend\S*\s+import\s+_", re.MULTILINE)
     for rel in ("train.py", "peer_watch.py", *(
         p.relative_to(PACKAGE).as_posix() for p in (PACKAGE / "training").glob("*.py")
     )):
