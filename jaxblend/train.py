@@ -6,6 +6,9 @@ byte tokenizer; its SHA-256 is printed) and trains on a weighted blend of them:
 
   python -m jaxblend.train --flagfile=configs/demo.flags
 
+It needs the `train` extra (`pip install 'jaxblend[train]'`: optax and Orbax) and uses only the
+public API of jaxblend: its flags and their config objects come from `jaxblend.cli`.
+
 With Megatron-LM data flags it trains on your `.bin`/`.idx` files:
 
   python -m jaxblend.train --data_path="30 /d/a 70 /d/b" --split=969,30,1 --seq_length=2048 \
