@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent
 VENV = Path(os.environ.get("JAXBLEND_VENV", ROOT / ".venv"))
 EXTRAS = {
-    "demo": "tokenizers,plot,orbax",
+    "demo": "tokenizers,plot,train",
     "test": "dev",
 }
 

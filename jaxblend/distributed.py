@@ -1,63 +1,76 @@
-"""Multi-process JAX set-up shared by every jaxblend CLI.
+"""Multi-process JAX set-up: `jax.distributed.initialize` from a `DistributedConfig`.
 
-Every JAX command line accepts `--coordinator_address`, `--num_processes` and `--process_id` and
-calls `jax.distributed.initialize` with them when given. On a TPU pod they may all be omitted:
-`--distributed=auto` (the default) then lets JAX detect the cluster, and a single host stays a
-single process.
+A run names its coordinator, process count and process index (all three, or the coordinator and
+count with the index left to JAX), or none of them: on a TPU pod JAX then detects the cluster
+itself, and a single host stays a single process. `jaxblend.cli` builds the config from
+`--coordinator_address`, `--num_processes` and `--process_id`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
-from absl import flags, logging
-
-from jaxblend.define_once import define_once
+from absl import logging
 
 
-@define_once("coordinator_address")
-def define_distributed_flags() -> None:
-    """Defines the distributed flags once (safe to call from several modules)."""
-    flags.DEFINE_string(
-        "coordinator_address", None, "host:port of process 0's coordinator (multi-process runs)."
-    )
-    flags.DEFINE_integer("num_processes", None, "Number of JAX processes in the run.")
-    flags.DEFINE_integer("process_id", None, "This process's index in [0, num_processes).")
-    flags.DEFINE_integer(
-        "distributed_timeout", 300, "Seconds to wait for all processes to join (and heartbeat)."
-    )
-    flags.DEFINE_integer(
-        "num_cpu_devices", None,
-        "Force this many CPU devices in this process (testing multi-device meshes without "
-        "accelerators); must be set before JAX starts.",
-    )
+@dataclasses.dataclass(frozen=True)
+class DistributedConfig:
+    """How this process joins a multi-process run.
 
-
-def initialize_from_flags() -> None:
-    """Initializes JAX (CPU device count, jax.distributed) from the flags.
-
-    Raises:
-      ValueError: if only some of the three distributed flags are given.
+    Attributes:
+      coordinator_address: host:port of process 0's coordinator (None: single process or
+        detected by JAX).
+      num_processes: processes in the run.
+      process_id: this process's index in [0, num_processes) (None with a coordinator: JAX
+        detects it).
+      timeout_seconds: how long to wait for every process to join (and the heartbeat timeout).
+      num_cpu_devices: force this many CPU devices in this process (multi-device meshes without
+        accelerators); applies only before JAX starts its backends.
     """
-    fl = flags.FLAGS
-    if fl.num_cpu_devices:
+
+    coordinator_address: str | None = None
+    num_processes: int | None = None
+    process_id: int | None = None
+    timeout_seconds: int = 300
+    num_cpu_devices: int | None = None
+
+    def __post_init__(self) -> None:
+        given = {
+            "coordinator_address": self.coordinator_address,
+            "num_processes": self.num_processes,
+            "process_id": self.process_id,
+        }
+        if any(v is not None for v in given.values()):
+            missing = [k for k, v in given.items() if v is None]
+            if missing and not (self.coordinator_address and missing == ["process_id"]):
+                raise ValueError(
+                    f"--coordinator_address, --num_processes and --process_id go together; "
+                    f"missing {missing}"
+                )
+        if self.timeout_seconds <= 0:
+            raise ValueError(f"--distributed_timeout must be > 0, got {self.timeout_seconds}")
+        if self.num_cpu_devices is not None and self.num_cpu_devices < 1:
+            raise ValueError(f"--num_cpu_devices must be >= 1, got {self.num_cpu_devices}")
+
+    @property
+    def multi_process(self) -> bool:
+        """Whether the config names a multi-process run to join."""
+        return self.coordinator_address is not None or self.num_processes is not None
+
+
+def setup(config: DistributedConfig) -> None:
+    """Forces the CPU device count (if asked) and joins the run described by `config`."""
+    if config.num_cpu_devices:
         os.environ["XLA_FLAGS"] = (
             os.environ.get("XLA_FLAGS", "")
-            + f" --xla_force_host_platform_device_count={fl.num_cpu_devices}"
+            + f" --xla_force_host_platform_device_count={config.num_cpu_devices}"
         ).strip()
-    given = {
-        "coordinator_address": fl.coordinator_address,
-        "num_processes": fl.num_processes,
-        "process_id": fl.process_id,
-    }
-    if any(v is not None for v in given.values()):
-        missing = [k for k, v in given.items() if v is None]
-        if missing and not (fl.coordinator_address and missing == ["process_id"]):
-            raise ValueError(
-                f"--coordinator_address, --num_processes and --process_id go together; "
-                f"missing {missing}"
-            )
-        initialize(fl.coordinator_address, fl.num_processes, fl.process_id, fl.distributed_timeout)
+    if config.multi_process:
+        initialize(
+            config.coordinator_address, config.num_processes, config.process_id,
+            config.timeout_seconds,
+        )
 
 
 def initialize(

@@ -1,4 +1,9 @@
-"""Building a `jax.sharding.Mesh` from flag-style strings ("4,2" and "data,tensor")."""
+"""Building a `jax.sharding.Mesh` from a shape and axis names ("4,2" and "data,tensor" too).
+
+Meshes come from `jax.make_mesh`, which orders the devices by the hardware topology (a TPU
+slice's torus, hosts' local devices kept together), with `Auto` axes: shardings are propagated
+by the compiler, as with a `Mesh` built by hand.
+"""
 
 from __future__ import annotations
 
@@ -34,13 +39,19 @@ def parse_mesh(shape: str | Sequence[int], axes: str | Sequence[str]) -> tuple[t
 
 
 def make_mesh(shape: str | Sequence[int], axes: str | Sequence[str], devices=None):
-    """A mesh over `devices` (default: all global devices, in `jax.devices()` order).
+    """A mesh of `shape` with axis names `axes` over `devices` (default: all global devices),
+    laid out by `jax.make_mesh` (topology-aware device order).
+
+    Args:
+      shape: sizes per axis ("4,2" or (4, 2)); one may be -1 (the rest of the devices).
+      axes: axis names ("data,tensor" or ("data", "tensor")).
+      devices: the devices of the mesh (default: `jax.devices()`).
 
     Raises:
       ValueError: if the mesh size differs from the number of devices.
     """
     import jax
-    from jax.sharding import Mesh
+    from jax.sharding import AxisType
 
     shape, axes = parse_mesh(shape, axes)
     devices = jax.devices() if devices is None else list(devices)
@@ -53,7 +64,7 @@ def make_mesh(shape: str | Sequence[int], axes: str | Sequence[str], devices=Non
         raise ValueError(
             f"mesh shape {shape} has {int(np.prod(shape))} devices but there are {len(devices)}"
         )
-    return Mesh(np.array(devices).reshape(shape), axes)
+    return jax.make_mesh(shape, axes, axis_types=(AxisType.Auto,) * len(axes), devices=devices)
 
 
 def default_batch_axes(axes: Sequence[str]) -> tuple[str, ...]:

@@ -229,13 +229,13 @@ class PeerWatch:
 
 
 @contextlib.contextmanager
-def failures_reported(watch: PeerWatch, phase: str) -> Iterator[None]:
+def failures_reported(watch: PeerWatch, phase: str, verbose: bool = False) -> Iterator[None]:
     """Runs a block as `phase`; if it raises in a multi-process run, the job stops with its error.
 
     A collective that failed because a peer died first gives the monitor time to name that peer.
     Otherwise the error is told to the peers (they stop with `process K failed while <phase>`),
-    printed like any CLI failure, and this process exits at once: JAX's exit-time shutdown
-    barrier would otherwise wait for peers that are gone.
+    printed like any CLI failure (with its traceback if `verbose`), and this process exits at
+    once: JAX's exit-time shutdown barrier would otherwise wait for peers that are gone.
     """
     watch.phase = phase
     try:
@@ -245,11 +245,8 @@ def failures_reported(watch: PeerWatch, phase: str) -> Iterator[None]:
             raise
         if type(err).__name__ == "JaxRuntimeError":
             watch.wait_for_verdict()
-        from absl import flags
+        from jaxblend import errors
 
-        from jaxblend.tools import _entry
-
-        watch.report_failure(_entry.error_line(err).removeprefix("error: "))
+        watch.report_failure(errors.error_line(err).removeprefix("error: "))
         watch.stop()
-        verbose = "verbose" in flags.FLAGS and flags.FLAGS.verbose
-        os._exit(_entry.print_failure(err, verbose))
+        os._exit(errors.print_failure(err, verbose))

@@ -6,6 +6,9 @@ byte tokenizer; its SHA-256 is printed) and trains on a weighted blend of them:
 
   python -m jaxblend.train --flagfile=configs/demo.flags
 
+It needs the `train` extra (`pip install 'jaxblend[train]'`: optax and Orbax) and uses only the
+public API of jaxblend: its flags and their config objects come from `jaxblend.cli`.
+
 With Megatron-LM data flags it trains on your `.bin`/`.idx` files:
 
   python -m jaxblend.train --data_path="30 /d/a 70 /d/b" --split=969,30,1 --seq_length=2048 \
@@ -35,76 +38,61 @@ from typing import TYPE_CHECKING
 
 from absl import app, flags, logging
 
-from jaxblend import distributed
-from jaxblend.tools import _cli, _entry, _step_plan
+from jaxblend import cli
 
 if TYPE_CHECKING:  # the data layers import JAX, which must wait for the flags
     from jaxblend.loading import LoaderSource
     from jaxblend.sampling import StepPlan
 
-_WORKDIR = flags.DEFINE_string("workdir", "runs/demo", "Where the default corpus, caches and checkpoints go.")
-_MESH_SHAPE = flags.DEFINE_string("mesh_shape", None, "Mesh shape, e.g. 8 or 4,2 (default: all devices on one data axis).")
-_MESH_AXES = flags.DEFINE_string("mesh_axes", "data", "Mesh axis names: data, fsdp, tensor.")
-_BATCH = flags.DEFINE_integer("global_batch_size", 16, "Global batch size.", lower_bound=1)
-_ITERS = flags.DEFINE_integer("train_iters", 300, "Training steps.", lower_bound=1)
-_LR = flags.DEFINE_float("lr", 3e-3, "Peak learning rate.")
-_MIN_LR = flags.DEFINE_float("min_lr", 3e-4, "Final learning rate (cosine decay).")
-_WARMUP = flags.DEFINE_integer("lr_warmup_iters", 30, "Linear warm-up steps.", lower_bound=0)
-_WD = flags.DEFINE_float("weight_decay", 0.01, "AdamW weight decay.")
-_CLIP = flags.DEFINE_float("clip_grad", 1.0, "Global gradient-norm clipping.")
-_VOCAB = flags.DEFINE_integer("vocab_size", None, "Model vocabulary (default: the tokenizer's).")
-_D_MODEL = flags.DEFINE_integer("hidden_size", 128, "Model width.")
-_LAYERS = flags.DEFINE_integer("num_layers", 2, "Transformer blocks.")
-_HEADS = flags.DEFINE_integer("num_attention_heads", 4, "Attention heads.")
-_MLP = flags.DEFINE_integer("ffn_hidden_size", 512, "MLP width.")
-_LOG_INTERVAL = flags.DEFINE_integer("log_interval", 20, "Steps between log lines.", lower_bound=1)
-_EVAL_INTERVAL = flags.DEFINE_integer("eval_interval", 100, "Steps between validations (0 = never).", lower_bound=0)
-_EVAL_ITERS = flags.DEFINE_integer("eval_iters", 4, "Validation batches per evaluation.", lower_bound=1)
-_CKPT_DIR = flags.DEFINE_string(
-    "checkpoint_dir", None,
-    "Orbax checkpoint directory: local path or bucket URL, e.g. gs://b/run1 "
-    "(default: <workdir>/checkpoints).",
-)
-_SAVE_INTERVAL = flags.DEFINE_integer("save_interval", 100, "Steps between checkpoints (0 = never).", lower_bound=0)
-_KEEP = flags.DEFINE_integer("keep_checkpoints", 2, "Newest checkpoints kept.", lower_bound=1)
-_PEER_TIMEOUT = flags.DEFINE_float(
-    "peer_timeout", 20.0,
-    "Multi-process runs: seconds without a heartbeat after which a peer counts as lost and every "
-    "process stops (keep it below --distributed_timeout).", lower_bound=0.5,
-)
-_WORKERS = flags.DEFINE_integer("worker_count", 0, "Grain worker processes.", lower_bound=0)
-_READ_AHEAD = flags.DEFINE_integer(
-    "read_ahead", 0, "Steps read concurrently ahead of use (0: 8 from a bucket, else 1).",
-    lower_bound=0,
-)
-_CORPUS_MB = flags.DEFINE_float("default_corpus_mb", 6.0, "Size cap of each built-in corpus dataset (MB).")
-_CORPUS_WEIGHTS = flags.DEFINE_list("default_corpus_weights", ["50", "30", "20"], "Blend weights of code, prose, legal.")
+_OPTAX_MISSING = "the training example needs optax: pip install 'jaxblend[train]'"
 
-_cli.define_source_flags()
-distributed.define_distributed_flags()
+
+def define_flags() -> None:
+    """Every flag of the training example (called by the entry point before parsing)."""
+    cli.define_data_flags()
+    cli.define_schema_flags()
+    cli.define_source_flags()
+    cli.define_step_plan_flags(default_global_batch_size=16)
+    cli.define_mesh_flags()
+    cli.define_loader_flags()
+    cli.define_distributed_flags()
+    cli.define_train_flags()
 
 
 def _has_data_flags() -> bool:
     fl = flags.FLAGS
-    return bool(fl.data_path or fl.train_data_path or fl.mock_data)
+    return bool(
+        fl.data_path or fl.train_data_path or fl.valid_data_path or fl.test_data_path
+        or fl.data_args_path or fl.per_split_data_args_path or fl.mock_data
+    )
 
 
-def build_default_corpus(workdir: str) -> tuple[str, int, int]:
-    """Builds (or reuses) the default corpus; returns (blend string, vocab size, eod id)."""
+def build_default_corpus(
+    workdir: str, corpus_mb: float, weights: Sequence[str]
+) -> tuple[str, int, int]:
+    """Builds (or reuses) the default corpus; returns (blend string, vocab size, eod id).
+
+    Args:
+      workdir: the corpus goes under it.
+      corpus_mb: size cap of each dataset (MB).
+      weights: blend weights of the datasets, in `corpus.DATASETS` order.
+    """
     import jax
     from jax.experimental import multihost_utils
 
+    from jaxblend import IndexedDataset
     from jaxblend.preprocess import tokenizers
-    from jaxblend.storage import IndexedDataset
     from jaxblend.training import corpus
 
+    if len(weights) != len(corpus.DATASETS):
+        raise app.UsageError(f"--default_corpus_weights needs {len(corpus.DATASETS)} values")
     tok = tokenizers.ByteTokenizer()
-    out = corpus.corpus_dir(workdir, int(_CORPUS_MB.value * 1e6))
+    out = corpus.corpus_dir(workdir, int(corpus_mb * 1e6))
     prefixes = {name: os.path.join(out, f"{name}_text_document") for name in corpus.DATASETS}
     if jax.process_index() == 0:
-        raw = corpus.write_raw(os.path.join(out, "raw"), int(_CORPUS_MB.value * 1e6))
+        raw = corpus.write_raw(os.path.join(out, "raw"), int(corpus_mb * 1e6))
         print(f"default corpus sha256 {corpus.corpus_digest(raw)} "
-              f"({_CORPUS_MB.value:g} MB per dataset, generated, no downloads)", flush=True)
+              f"({corpus_mb:g} MB per dataset, generated, no downloads)", flush=True)
         for name, prefix in prefixes.items():
             if IndexedDataset.exists(prefix):
                 continue
@@ -117,9 +105,6 @@ def build_default_corpus(workdir: str) -> tuple[str, int, int]:
             logging.info("building the %r dataset: %s", name, " ".join(cmd))
             subprocess.run(cmd, check=True)
     multihost_utils.sync_global_devices("default corpus ready")
-    weights = _CORPUS_WEIGHTS.value
-    if len(weights) != len(corpus.DATASETS):
-        raise app.UsageError(f"--default_corpus_weights needs {len(corpus.DATASETS)} values")
     blend = " ".join(f"{w} {prefixes[n]}" for w, n in zip(weights, corpus.DATASETS, strict=True))
     return blend, tok.vocab_size, tok.eod
 
@@ -127,13 +112,26 @@ def build_default_corpus(workdir: str) -> tuple[str, int, int]:
 def main(argv: Sequence[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    distributed.initialize_from_flags()
+    cli.initialize_from_flags()
+    settings = cli.train_settings_from_flags()
     from jaxblend.peer_watch import PeerWatch, failures_reported
 
-    watch = PeerWatch(_PEER_TIMEOUT.value).start()
-    with failures_reported(watch, "starting"):
-        _train(watch)
+    watch = PeerWatch(settings.peer_timeout).start()
+    with failures_reported(watch, "starting", verbose=flags.FLAGS.verbose):
+        _train(watch, settings)
     watch.stop()
+
+
+@dataclasses.dataclass(frozen=True)
+class _DataSpec:
+    """What the run reads, completed from the flags: the data configuration (None with mock
+    data), the sample schema, how sources are opened, and the model's vocabulary."""
+
+    config: object
+    schema: object
+    sources: cli.SourceSettings
+    vocab_size: int
+    seed: int
 
 
 @dataclasses.dataclass
@@ -144,6 +142,7 @@ class _Data:
     plan: StepPlan
     valid: dict[str, LoaderSource]
     names: list[str]
+    seq_length: int
 
 
 @dataclasses.dataclass
@@ -167,83 +166,98 @@ class _Resume:
     counts: list | None = None
 
 
-def _data_flags_with_defaults() -> int:
-    """Fills the data flags the run needs (default corpus, sample counts); returns the vocabulary."""
+def _data_spec(s: cli.TrainSettings) -> _DataSpec:
+    """The run's data from the flags, completed with the run's defaults: the built-in corpus (and
+    its vocabulary, EOD id and index cache) without data flags, and sample counts from
+    `--train_iters` and the evaluation settings when `--*_samples` are not given."""
     fl = flags.FLAGS
+    default_blend, vocab_size, eod_id, cache = None, s.vocab_size, None, None
     if not _has_data_flags():
-        os.makedirs(_WORKDIR.value, exist_ok=True)
-        blend, vocab, eod = build_default_corpus(_WORKDIR.value)
-        fl.data_path = [blend]
-        if fl.eod_id is None:
-            fl.eod_id = eod
-        if _VOCAB.value is None:
-            fl.vocab_size = vocab
-        if fl.data_cache_path is None:
-            fl.data_cache_path = os.path.join(_WORKDIR.value, "index_cache")
-    vocab_size = fl.vocab_size or (fl.mock_vocab_size if fl.mock_data else None)
+        os.makedirs(s.workdir, exist_ok=True)
+        blend, corpus_vocab, eod_id = build_default_corpus(
+            s.workdir, s.default_corpus_mb, s.default_corpus_weights
+        )
+        default_blend = tuple(blend.split())
+        vocab_size = vocab_size if vocab_size is not None else corpus_vocab
+        cache = os.path.join(s.workdir, "index_cache")
+    sources = cli.source_settings_from_flags(default_map_location=cache)
+    if vocab_size is None and sources.mock is not None:
+        vocab_size = sources.mock.vocab_size
     if vocab_size is None:
         raise app.UsageError("--vocab_size is required with --data_path")
-    b = _BATCH.value
-    if fl.train_samples is None:
-        fl.train_samples = _step_plan.samples_for(b, _ITERS.value)
-    if fl.valid_samples is None:
-        fl.valid_samples = _eval_batches() * b
-    if fl.test_samples is None:
-        fl.test_samples = 0
-    return vocab_size
+    config = None
+    if sources.mock is None:
+        config = cli.data_config_from_flags(default_blend=default_blend)
+        train, valid, test = config.num_samples
+        b = s.global_batch_size
+        config = dataclasses.replace(
+            config,
+            num_samples=(
+                train if train is not None else cli.samples_for(b, s.train_iters),
+                valid if valid is not None else s.eval_batches * b,
+                test if test is not None else 0,
+            ),
+        )
+    schema = cli.schema_options_from_flags(eod_id=eod_id)
+    return _DataSpec(config, schema, sources, vocab_size, fl.seed)
 
 
-def _eval_batches() -> int:
-    return _EVAL_ITERS.value if _EVAL_INTERVAL.value else 0
-
-
-def _open_data() -> _Data:
+def _open_data(spec: _DataSpec, s: cli.TrainSettings) -> _Data:
     """Opens the training and validation sources and the training step plan."""
-    train = _cli.source_from_flags("train")
+    train = cli.open_source("train", spec.config, spec.schema, spec.sources)
     valid = {}
-    if _eval_batches():
+    if s.eval_batches:
         try:
-            valid = _cli.validation_sources_from_flags()
+            valid = cli.open_validation_sources(spec.config, spec.schema, spec.sources)
         except ValueError as err:
             logging.warning("no validation: %s", err)
-    plan = _step_plan.step_plan(len(train), _BATCH.value, _ITERS.value)
-    return _Data(train, plan, valid, getattr(train, "dataset_names", ["mock"]))
+    plan = cli.step_plan(len(train), s.global_batch_size, s.train_iters)
+    names = getattr(train, "dataset_names", ["mock"])
+    return _Data(train, plan, valid, names, spec.schema.seq_length)
 
 
-def _init_model(vocab_size: int, mesh) -> _Model:
+def _import_optax():
+    try:
+        import optax
+    except ModuleNotFoundError:
+        raise app.UsageError(_OPTAX_MISSING) from None
+    return optax
+
+
+def _init_model(s: cli.TrainSettings, vocab_size: int, seed: int, mesh) -> _Model:
     """The model, AdamW with warm-up and cosine decay, initialized sharded on `mesh`."""
     import jax
-    import optax
 
     from jaxblend.training import model
 
+    optax = _import_optax()
     cfg = model.ModelConfig(
-        vocab_size=vocab_size, d_model=_D_MODEL.value, num_layers=_LAYERS.value,
-        num_heads=_HEADS.value, mlp_dim=_MLP.value,
+        vocab_size=vocab_size, d_model=s.hidden_size, num_layers=s.num_layers,
+        num_heads=s.num_attention_heads, mlp_dim=s.ffn_hidden_size,
     )
     shardings = model.param_shardings(cfg, mesh)
-    iters = _ITERS.value
+    iters, warmup = s.train_iters, s.lr_warmup_iters
     schedule = optax.warmup_cosine_decay_schedule(
-        0.0, _LR.value, _WARMUP.value, max(iters, _WARMUP.value + 1), _MIN_LR.value
+        0.0, s.lr, warmup, max(iters, warmup + 1), s.min_lr
     )
     optimizer = optax.chain(
-        optax.clip_by_global_norm(_CLIP.value),
-        optax.adamw(schedule, b1=0.9, b2=0.95, weight_decay=_WD.value),
+        optax.clip_by_global_norm(s.clip_grad),
+        optax.adamw(schedule, b1=0.9, b2=0.95, weight_decay=s.weight_decay),
     )
     params = jax.jit(
         functools.partial(model.init_params, cfg), static_argnums=0, out_shardings=shardings
-    )(flags.FLAGS.seed)
+    )(seed)
     opt_shardings = model.state_shardings(jax.eval_shape(optimizer.init, params), shardings, mesh)
     opt_state = jax.jit(optimizer.init, out_shardings=opt_shardings)(params)
     return _Model(cfg, optimizer, params, opt_state)
 
 
-def _restore(checkpoint, state: _Model) -> _Resume:
+def _restore(checkpoint, state: _Model, s: cli.TrainSettings) -> _Resume:
     """Restores the newest checkpoint into `state`, if there is one."""
     import jax
 
-    directory = _CKPT_DIR.value or os.path.join(_WORKDIR.value, "checkpoints")
-    resume = _Resume(checkpoint.Checkpointer(directory, keep=_KEEP.value), directory)
+    directory = s.checkpoint_dir
+    resume = _Resume(checkpoint.Checkpointer(directory, keep=s.keep_checkpoints), directory)
     last = resume.ckpt.latest_step()
     if last is None:
         return resume
@@ -264,10 +278,10 @@ def _compile_steps(state: _Model, num_datasets: int):
     """The jitted train and eval steps (each traced once per batch shape of the plan)."""
     import jax
     import jax.numpy as jnp
-    import optax
 
     from jaxblend.training import model
 
+    optax = _import_optax()
     cfg, optimizer = state.config, state.optimizer
 
     @functools.partial(jax.jit, donate_argnums=(0, 1))
@@ -308,18 +322,20 @@ class _LogWindow:
         )
 
 
-def _evaluate(done: int, params, eval_step, data: _Data, mesh, batch_axes) -> None:
+def _evaluate(
+    done: int, params, eval_step, data: _Data, mesh, batch_axes, s: cli.TrainSettings
+) -> None:
     """Prints the validation loss of every validation set."""
     import jax
     import numpy as np
 
     from jaxblend.loading import make_loader
 
-    b = _BATCH.value
+    b = s.global_batch_size
     for vname, valid_source in data.valid.items():
         vloader = make_loader(
             valid_source, mesh, global_batch_size=b, batch_axes=batch_axes,
-            num_steps=min(_eval_batches(), len(valid_source) // b),
+            num_steps=min(s.eval_batches, len(valid_source) // b),
         )
         losses = [float(eval_step(params, vb)[0]) for vb in vloader]
         if vname != "valid":  # one of --multiple_validation_sets
@@ -330,7 +346,7 @@ def _evaluate(done: int, params, eval_step, data: _Data, mesh, batch_axes) -> No
 
 
 def _run_steps(watch, loader, state: _Model, resume: _Resume, data: _Data, steps, mesh,
-               batch_axes):
+               batch_axes, s: cli.TrainSettings):
     """Trains from `resume.start` to `--train_iters`; returns (last loss, preempted step)."""
     import jax
     import numpy as np
@@ -343,10 +359,10 @@ def _run_steps(watch, loader, state: _Model, resume: _Resume, data: _Data, steps
         seen += np.asarray(resume.counts, np.int64)
     preemption = PreemptionNotice()
     window = _LogWindow(loader)
-    iters, seq = _ITERS.value, flags.FLAGS.seq_length
+    iters, seq = s.train_iters, data.seq_length
     logging.info(
         "training %d steps from %d: batch %s x %d tokens (%d batch shapes), mesh %s, datasets %s",
-        iters, resume.start, _BATCH.value, seq, len(data.plan.batch_shapes()), dict(mesh.shape),
+        iters, resume.start, s.global_batch_size, seq, len(data.plan.batch_shapes()), dict(mesh.shape),
         data.names,
     )
     watch.phase = "training"
@@ -362,15 +378,15 @@ def _run_steps(watch, loader, state: _Model, resume: _Resume, data: _Data, steps
         window.tokens += size * seq
         done = step + 1
         watch.step = done
-        if done % _LOG_INTERVAL.value == 0 or done == iters or step == resume.start:
+        if done % s.log_interval == 0 or done == iters or step == resume.start:
             line = window.line(done, float(loss), size, data.names, seen)
             if jax.process_index() == 0:
                 print(line, flush=True)
             window.reset()
-        if _EVAL_INTERVAL.value and done % _EVAL_INTERVAL.value == 0:
-            _evaluate(done, state.params, eval_step, data, mesh, batch_axes)
+        if s.eval_interval and done % s.eval_interval == 0:
+            _evaluate(done, state.params, eval_step, data, mesh, batch_axes, s)
         preempt = preemption.reached(done)
-        if preempt or (_SAVE_INTERVAL.value and (done % _SAVE_INTERVAL.value == 0 or done == iters)):
+        if preempt or (s.save_interval and (done % s.save_interval == 0 or done == iters)):
             resume.ckpt.save(
                 done, (state.params, state.opt_state), loader,
                 {"model": dataclasses.asdict(state.config), "samples_per_dataset": seen.tolist()},
@@ -382,49 +398,54 @@ def _run_steps(watch, loader, state: _Model, resume: _Resume, data: _Data, steps
     return loss, preempted_at
 
 
-def _train(watch) -> None:
+def _train(watch, s: cli.TrainSettings) -> None:
     import jax
     from jax.experimental import multihost_utils
 
     from jaxblend.loading import make_loader
+    from jaxblend.mesh import default_batch_axes
 
+    _import_optax()
     try:
         from jaxblend.training import checkpoint
     except ModuleNotFoundError as err:
         raise app.UsageError(
-            f"the training example saves Orbax checkpoints ({err}): pip install 'jaxblend[orbax]'"
+            f"the training example saves Orbax checkpoints ({err}): pip install 'jaxblend[train]'"
         ) from None
 
     watch.phase = "preparing the data"
-    vocab_size = _data_flags_with_defaults()
-    mesh = _cli.mesh_from_flags(_MESH_SHAPE.value, _MESH_AXES.value)
-    batch_axes = _cli.batch_axes_of(mesh)
-    data = _open_data()
+    spec = _data_spec(s)
+    mesh = cli.mesh_from_flags()
+    batch_axes = default_batch_axes(mesh.axis_names)
+    data = _open_data(spec, s)
     watch.phase = "initializing the model"
-    state = _init_model(vocab_size, mesh)
+    state = _init_model(s, spec.vocab_size, spec.seed, mesh)
     watch.phase = "restoring the checkpoint"
-    resume = _restore(checkpoint, state)
+    resume = _restore(checkpoint, state, s)
     train_step, eval_step = _compile_steps(state, len(data.names))
 
     watch.phase = "opening the data"
+    prefetch = cli.prefetch_from_flags()
     loader = make_loader(
-        data.train, data.plan, mesh, batch_axes=batch_axes, worker_count=_WORKERS.value,
-        read_ahead=_READ_AHEAD.value, state=resume.loader_state,
+        data.train, data.plan, mesh, batch_axes=batch_axes, worker_count=prefetch.worker_count,
+        read_ahead=prefetch.read_ahead, state=resume.loader_state,
     )
     if loader.step != resume.start:
         raise ValueError(f"checkpoint step {resume.start} but loader state step {loader.step}")
     loss, preempted_at = _run_steps(
-        watch, loader, state, resume, data, (train_step, eval_step), mesh, batch_axes
+        watch, loader, state, resume, data, (train_step, eval_step), mesh, batch_axes, s
     )
     watch.phase = "saving the checkpoint"
     resume.ckpt.close()
     if jax.process_index() == 0:
-        _print_outcome(preempted_at, loss, resume, data)
+        _print_outcome(preempted_at, loss, resume, data, s)
     watch.phase = "finishing"
     multihost_utils.sync_global_devices("train done")
 
 
-def _print_outcome(preempted_at: int | None, loss, resume: _Resume, data: _Data) -> None:
+def _print_outcome(
+    preempted_at: int | None, loss, resume: _Resume, data: _Data, s: cli.TrainSettings
+) -> None:
     """The run's last line: preempted, finished, or nothing left to train."""
     if preempted_at is not None:
         print(
@@ -432,9 +453,9 @@ def _print_outcome(preempted_at: int | None, loss, resume: _Resume, data: _Data)
             "(rerun the same command, on any number of hosts, to resume)", flush=True,
         )
     elif loss is not None:
-        print(f"finished at step {_ITERS.value}: final loss {float(loss):.4f}", flush=True)
+        print(f"finished at step {s.train_iters}: final loss {float(loss):.4f}", flush=True)
     else:
-        available = _step_plan.step_plan(len(data.train), _BATCH.value).num_steps
+        available = cli.step_plan(len(data.train), s.global_batch_size).num_steps
         print(
             f"already trained to step {resume.start} (checkpoint in {resume.directory}); raise "
             f"--train_iters (the data stream holds {available} steps) to continue, or delete the "
@@ -443,4 +464,4 @@ def _print_outcome(preempted_at: int | None, loss, resume: _Resume, data: _Data)
 
 
 if __name__ == "__main__":
-    _entry.run(main, megatron_nargs=_step_plan.MEGATRON_NARGS)
+    cli.run(main, megatron_nargs=cli.MEGATRON_NARGS, define=define_flags)

@@ -16,7 +16,7 @@
 #   PROJECT, REMOTE_DIR (default jaxblend)  optional
 #   SOURCE_DIR        tree to copy (default: the repository holding this script)
 #   GIT_REF           ship this commit/branch/tag of SOURCE_DIR instead of its working tree
-#   JAXBLEND_EXTRAS   extras to install (default tokenizers,orbax)
+#   JAXBLEND_EXTRAS   extras to install (default tokenizers,train)
 #   JAX_SPEC          pip requirement for JAX on TPU (default jax[tpu])
 #   WORKER_PYTHON     interpreters the workers try for the venv (see launch/worker.sh)
 
@@ -26,7 +26,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/pod_env.sh"
 
 SOURCE_DIR=${SOURCE_DIR:-$REPO_ROOT}
 GIT_REF=${GIT_REF:-}
-JAXBLEND_EXTRAS=${JAXBLEND_EXTRAS:-tokenizers,orbax}
+JAXBLEND_EXTRAS=${JAXBLEND_EXTRAS:-tokenizers,train}
 JAX_SPEC=${JAX_SPEC:-jax[tpu]}
 REMOTE_TARBALL=jaxblend-src.tar.gz
 

@@ -11,7 +11,7 @@
 #   WORKER_PYTHON    interpreters to try for the venv, first one that is Python >= 3.11 wins
 #                    (default "python3 python3.13 python3.12 python3.11"); when none is found,
 #                    python3.11 is installed with apt
-#   JAXBLEND_EXTRAS  jaxblend extras to install (default tokenizers,orbax)
+#   JAXBLEND_EXTRAS  jaxblend extras to install (default tokenizers,train)
 #   JAX_SPEC         pip requirement for JAX on TPU (default jax[tpu])
 #   LOG_DIR          log directory, relative to the jaxblend directory (default logs)
 #   RUN_NAME         log file LOG_DIR/RUN_NAME-<hostname>.log, pid file ...pid (default train)
@@ -68,7 +68,7 @@ apt_install() {
 }
 
 do_setup() {
-  local python extras=${JAXBLEND_EXTRAS:-tokenizers,orbax} jax_spec=${JAX_SPEC:-jax[tpu]}
+  local python extras=${JAXBLEND_EXTRAS:-tokenizers,train} jax_spec=${JAX_SPEC:-jax[tpu]}
   if ! python=$(find_python); then
     # TPU VM images based on Ubuntu 22.04 ship Python 3.10; jaxblend needs >= 3.11.
     apt_install python3.11 python3.11-venv

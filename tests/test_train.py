@@ -132,3 +132,23 @@ def test_bad_rampup_is_one_line_naming_the_flag(tmp_path):
     )
     assert out.returncode == 2
     assert out.stderr.strip().splitlines()[-1].startswith("error: --rampup_batch_size='8 10 64'")
+
+
+_WITHOUT_OPTAX = """
+import runpy, sys
+sys.modules["optax"] = None  # as if the 'train' extra were not installed
+sys.argv = ["jaxblend.train", "--mock_data", "--seq_length=16", "--train_iters=1",
+            "--workdir=" + sys.argv[1]]
+runpy.run_module("jaxblend.train", run_name="__main__", alter_sys=True)
+"""
+
+
+def test_missing_optax_is_one_line_naming_the_extra(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_OPTAX, str(tmp_path)],
+        capture_output=True, text=True, timeout=600, check=False,
+    )
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert out.stderr.strip().splitlines()[-1] == (
+        "error: the training example needs optax: pip install 'jaxblend[train]'"
+    )

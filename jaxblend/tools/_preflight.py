@@ -15,7 +15,8 @@ import os
 
 import numpy as np
 
-from jaxblend import flags as data_flags
+from jaxblend import index
+from jaxblend.access import DataAccess
 from jaxblend.sampling import StepPlan
 
 
@@ -34,10 +35,19 @@ def _sizes(sizes: list[int]) -> str:
     return f"{sizes[0]}, {sizes[1]}, ..., {sizes[-1]}"
 
 
-def run(plan: StepPlan, steps_given: bool, vocab_size: int | None, max_gb: float) -> dict:
+def run(
+    config: index.GPTDataConfig,
+    access: DataAccess,
+    plan: StepPlan,
+    steps_given: bool,
+    vocab_size: int | None,
+    max_gb: float,
+) -> dict:
     """Runs the preflight and prints its report; returns it as a dict (with `problems`).
 
     Args:
+      config: the data configuration checked.
+      access: where and how the datasets and their cached maps are reached.
       plan: the training step plan (its batch shapes are reported; with `steps_given`, its
         samples are the training samples when `--train_samples` is not set).
       steps_given: whether `plan.num_steps` is the run's length (`--train_iters`).
@@ -50,15 +60,13 @@ def run(plan: StepPlan, steps_given: bool, vocab_size: int | None, max_gb: float
     from jaxblend.storage import IndexedDataset
 
     problems: list[str] = []
-    config = data_flags.data_config_from_flags()
-    access = data_flags.data_access_from_flags()
     if steps_given and config.num_samples[0] is None:
         config = dataclasses.replace(config, num_samples=(plan.num_samples, *config.num_samples[1:]))
     datasets: dict[str, IndexedDataset] = {}
 
     def info(prefix: str):
         if prefix not in datasets:
-            datasets[prefix] = IndexedDataset(prefix, backend=access.backend, access=access)
+            datasets[prefix] = IndexedDataset(prefix, access=access)
         return dataset_info(datasets[prefix], prefix)
 
     try:

@@ -18,12 +18,9 @@ from collections.abc import Sequence
 
 from absl import app
 
-from jaxblend import flags as data_flags
-from jaxblend import opening
+from jaxblend import cli, opening
+from jaxblend.cli import data_flags
 from jaxblend.map_store import load_or_build_data_maps
-from jaxblend.tools import _entry
-
-data_flags.define_data_flags()
 
 
 def main(argv: Sequence[str]) -> None:
@@ -31,7 +28,7 @@ def main(argv: Sequence[str]) -> None:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     config = data_flags.data_config_from_flags()
     # A cached entry is checked byte for byte here (training starts check only a summary).
-    access = data_flags.data_access_from_flags().with_maps(verify="full")
+    access = cli.data_access_from_flags().with_maps(verify="full")
     if access.maps.location is None:
         raise app.UsageError("--data_cache_path is required: build_index fills a cache")
     began = time.perf_counter()
@@ -52,4 +49,4 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == "__main__":
-    _entry.run(main)
+    cli.run(main, define=data_flags.define_data_flags)

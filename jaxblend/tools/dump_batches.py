@@ -25,28 +25,20 @@ from collections.abc import Sequence
 
 from absl import app, flags, logging
 
-from jaxblend import atomic_write, distributed
-from jaxblend.tools import _cli, _entry, _step_plan
+from jaxblend import atomic_write, cli
+from jaxblend.cli import tool_flags
 
-_BATCH = flags.DEFINE_integer("global_batch_size", 8, "Global batch size B.", lower_bound=1)
-_MESH_SHAPE = flags.DEFINE_string("mesh_shape", None, "Mesh shape, e.g. 8 or 4,2 (default: all devices).")
-_MESH_AXES = flags.DEFINE_string("mesh_axes", "data", "Mesh axis names, e.g. data or data,tensor.")
-_STEPS = flags.DEFINE_integer("steps", 4, "Number of global batches to dump.", lower_bound=1)
-_START = flags.DEFINE_integer("start_step", 0, "First global step.", lower_bound=0)
-_WHICH = flags.DEFINE_string(
-    "which", "train", "Split: train, valid, test, or valid_<k> (--multiple_validation_sets)."
-)
-_OUT = flags.DEFINE_string("out", None, "Output directory.", required=True)
-_WORKERS = flags.DEFINE_integer("worker_count", 0, "Grain worker processes.", lower_bound=0)
-_READ_AHEAD = flags.DEFINE_integer(
-    "read_ahead", 0, "Steps read concurrently ahead of use (0: 8 from a bucket, else 1).",
-    lower_bound=0,
-)
-_STATE_IN = flags.DEFINE_string("state_in", None, "Loader state JSON to resume from.")
-_STATE_OUT = flags.DEFINE_string("state_out", None, "Where process 0 writes the final loader state.")
 
-_cli.define_source_flags()
-distributed.define_distributed_flags()
+def define_flags() -> None:
+    """The data, schema, source, step-plan, mesh, loader and distributed flags, and the tool's."""
+    cli.define_data_flags()
+    cli.define_schema_flags()
+    cli.define_source_flags()
+    cli.define_step_plan_flags(default_global_batch_size=8)
+    cli.define_mesh_flags()
+    cli.define_loader_flags()
+    cli.define_distributed_flags()
+    tool_flags.define_dump_batches_flags()
 
 
 def _stacked(gathered: dict[str, list], first: int) -> dict:
@@ -62,48 +54,53 @@ def _stacked(gathered: dict[str, list], first: int) -> dict:
 def main(argv: Sequence[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    distributed.initialize_from_flags()
+    cli.initialize_from_flags()
     import jax
     import numpy as np
     from jax.experimental import multihost_utils
 
     from jaxblend.loading import make_loader
+    from jaxblend.mesh import default_batch_axes
 
-    mesh = _cli.mesh_from_flags(_MESH_SHAPE.value, _MESH_AXES.value)
-    source = _cli.source_from_flags(_WHICH.value)
+    fl = flags.FLAGS
+    mesh = cli.mesh_from_flags()
+    source = cli.source_from_flags(fl.which)
     state = None
-    if _STATE_IN.value:
-        with open(_STATE_IN.value) as f:
+    if fl.state_in:
+        with open(fl.state_in) as f:
             state = json.load(f)
-    plan = _step_plan.step_plan(len(source), _BATCH.value)
+    plan = cli.step_plan(len(source), fl.global_batch_size)
+    prefetch = cli.prefetch_from_flags()
     loader = make_loader(
-        source, plan, mesh, batch_axes=_cli.batch_axes_of(mesh), worker_count=_WORKERS.value,
-        read_ahead=_READ_AHEAD.value, start_step=_START.value, state=state,
+        source, plan, mesh, batch_axes=default_batch_axes(mesh.axis_names),
+        worker_count=prefetch.worker_count, read_ahead=prefetch.read_ahead,
+        start_step=fl.start_step, state=state,
     )
-    if loader.step + _STEPS.value > loader.num_steps:
+    steps = fl.steps
+    if loader.step + steps > loader.num_steps:
         raise app.UsageError(
-            f"--steps={_STEPS.value} from step {loader.step} (--start_step/--state_in) exceeds the "
+            f"--steps={steps} from step {loader.step} (--start_step/--state_in) exceeds the "
             f"stream's {loader.num_steps} steps ({len(source)} samples, --global_batch_size="
-            f"{_BATCH.value}); pass a smaller --steps or a larger --train_samples"
+            f"{fl.global_batch_size}); pass a smaller --steps or a larger --train_samples"
         )
     gathered: dict[str, list[np.ndarray]] = {}
-    for _ in range(_STEPS.value):
+    for _ in range(steps):
         batch = next(loader)
         host = multihost_utils.process_allgather(batch, tiled=True)
         for key, value in host.items():
             gathered.setdefault(key, []).append(np.asarray(value))
     if jax.process_index() == 0:
-        os.makedirs(_OUT.value, exist_ok=True)
-        path = os.path.join(_OUT.value, "batches.npz")
+        os.makedirs(fl.out, exist_ok=True)
+        path = os.path.join(fl.out, "batches.npz")
         with atomic_write.atomic_path(path, suffix=".npz") as tmp:
-            np.savez(tmp, **_stacked(gathered, loader.step - _STEPS.value))
-        logging.info("wrote %s (%d steps from step %d)", path, _STEPS.value, loader.step - _STEPS.value)
+            np.savez(tmp, **_stacked(gathered, loader.step - steps))
+        logging.info("wrote %s (%d steps from step %d)", path, steps, loader.step - steps)
         print(f"wrote {path}")
-        if _STATE_OUT.value:
-            with atomic_write.atomic_file(_STATE_OUT.value, "w") as f:
+        if fl.state_out:
+            with atomic_write.atomic_file(fl.state_out, "w") as f:
                 json.dump(loader.state(), f)
     multihost_utils.sync_global_devices("dump_batches done")
 
 
 if __name__ == "__main__":
-    _entry.run(main, megatron_nargs=_step_plan.MEGATRON_NARGS)
+    cli.run(main, megatron_nargs=cli.MEGATRON_NARGS, define=define_flags)

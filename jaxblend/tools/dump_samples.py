@@ -20,15 +20,16 @@ from collections.abc import Sequence
 import numpy as np
 from absl import app, flags, logging
 
-from jaxblend import atomic_write, index, opening
-from jaxblend import flags as data_flags
+from jaxblend import atomic_write, cli, index, opening
 from jaxblend.access import DataAccess
+from jaxblend.cli import data_flags, tool_flags
 from jaxblend.map_store import load_or_build_data_maps
-from jaxblend.tools import _entry
 
-data_flags.define_data_flags()
-_NUM = flags.DEFINE_integer("num", 16, "Samples to dump per split.", lower_bound=0)
-_OUT = flags.DEFINE_string("out", None, "Output directory.")
+
+def define_flags() -> None:
+    """The data flags and `--num`, `--out`."""
+    data_flags.define_data_flags()
+    tool_flags.define_dump_samples_flags()
 
 
 def split_arrays(split_maps: index.SplitMaps, datasets: dict, num: int) -> dict[str, np.ndarray]:
@@ -89,14 +90,12 @@ def dump(
 def main(argv: Sequence[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    if not _OUT.value:
+    fl = flags.FLAGS
+    if not fl.out:
         raise app.UsageError("--out is required")
-    dump(
-        data_flags.data_config_from_flags(), _OUT.value, _NUM.value,
-        data_flags.data_access_from_flags(),
-    )
+    dump(data_flags.data_config_from_flags(), fl.out, fl.num, cli.data_access_from_flags())
 
 
 if __name__ == "__main__":
     # Megatron-LM's spellings work too: --data-path 0.3 /d/a 0.7 /d/b --seq-length 4096 ...
-    _entry.run(main, megatron_nargs=data_flags.MEGATRON_NARGS)
+    cli.run(main, megatron_nargs=data_flags.MEGATRON_NARGS, define=define_flags)

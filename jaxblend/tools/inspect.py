@@ -29,31 +29,24 @@ from collections.abc import Sequence
 import numpy as np
 from absl import app, flags
 
-from jaxblend import atomic_write
-from jaxblend import flags as data_flags
-from jaxblend.tools import _cli, _entry, _step_plan
+from jaxblend import atomic_write, cli
+from jaxblend.cli import tool_flags
 
 COMMANDS = ("stats", "explain", "mixture", "preflight")
 
-_STEP = flags.DEFINE_integer("step", 0, "explain: the global step.", lower_bound=0)
-_BATCH = flags.DEFINE_integer("global_batch_size", 8, "Global batch size.", lower_bound=1)
-_WHICH = flags.DEFINE_string(
-    "which", "train", "Split: train, valid, test, or valid_<k> (--multiple_validation_sets)."
-)
-_START = flags.DEFINE_integer("start_step", 0, "mixture: first step.", lower_bound=0)
-_END = flags.DEFINE_integer("end_step", None, "mixture: end step (exclusive; default: all).")
-_PLOT = flags.DEFINE_string("plot", None, "mixture: write a PNG plot here.")
-_JSON = flags.DEFINE_string("json", None, "Also write the result as JSON here.")
-_ITERS = flags.DEFINE_integer("train_iters", None, "preflight: training steps (sets --train_samples).")
-_VOCAB = flags.DEFINE_integer("vocab_size", None, "preflight: the tokenizer's vocabulary size.")
-_MAX_MEMORY_GB = flags.DEFINE_float("max_index_gb", 64.0, "preflight: fail above this index-map size.")
 
-_cli.define_source_flags()
+def define_flags() -> None:
+    """The data, schema, source and step-plan flags, and the commands' options."""
+    cli.define_data_flags()
+    cli.define_schema_flags()
+    cli.define_source_flags()
+    cli.define_step_plan_flags(default_global_batch_size=8)
+    tool_flags.define_inspect_flags()
 
 
 def _write_json(result) -> None:
-    if _JSON.value:
-        with atomic_write.atomic_file(_JSON.value, "w") as f:
+    if flags.FLAGS.json:
+        with atomic_write.atomic_file(flags.FLAGS.json, "w") as f:
             json.dump(result, f, indent=1, default=lambda x: x.item() if hasattr(x, "item") else str(x))
 
 
@@ -62,7 +55,7 @@ def stats() -> dict:
     from jaxblend.storage import IndexedDataset
 
     result = {}
-    for prefix in data_flags.prefixes_from_flags():
+    for prefix in cli.prefixes_from_flags():
         ds = IndexedDataset(prefix)
         seq_lengths = np.asarray(ds.sequence_lengths, np.int64)
         cum = np.concatenate([[0], np.cumsum(seq_lengths)])
@@ -94,7 +87,7 @@ def stats() -> dict:
 
 
 def _plan_and_names():
-    source = _cli.source_from_flags(_WHICH.value)
+    source = cli.source_from_flags(flags.FLAGS.which)
     return source, source.plan, source.dataset_names
 
 
@@ -103,18 +96,18 @@ def explain() -> dict:
     from jaxblend.storage import IndexedDataset
 
     _, plan, names = _plan_and_names()
-    step = _STEP.value
-    steps = _step_plan.step_plan(len(plan), _BATCH.value)
+    step = flags.FLAGS.step
+    steps = cli.step_plan(len(plan), flags.FLAGS.global_batch_size)
     if step >= steps.num_steps:
         raise app.UsageError(
-            f"step {step} exceeds the {_WHICH.value} split's {len(plan)} samples "
-            f"({steps.num_steps} steps of --global_batch_size={_BATCH.value})"
+            f"step {step} exceeds the {flags.FLAGS.which} split's {len(plan)} samples "
+            f"({steps.num_steps} steps of --global_batch_size={flags.FLAGS.global_batch_size})"
         )
     samples = steps.sample_ids(step)
     b = samples.size
     doc_indices = {n: np.asarray(IndexedDataset(n).document_indices) for n in dict.fromkeys(names)}
     rows = []
-    print(f"global batch {step} ({_WHICH.value}, B={b}): row  sample  dataset  pieces (document/sequence [start:stop))")
+    print(f"global batch {step} ({flags.FLAGS.which}, B={b}): row  sample  dataset  pieces (document/sequence [start:stop))")
     for r, sample in enumerate(samples.tolist()):
         dataset_id, local = plan.locate(sample)
         pieces = []
@@ -127,14 +120,14 @@ def explain() -> dict:
                      "dataset": names[dataset_id], "dataset_sample": int(local), "pieces": pieces})
         text = " ".join(f"d{q['document']}/s{q['sequence']}[{q['start']}:{q['stop']})" for q in pieces)
         print(f"{r:4d} {sample:8d}  {os.path.basename(names[dataset_id])}  {text}")
-    return {"step": step, "global_batch_size": b, "split": _WHICH.value, "datasets": names, "rows": rows}
+    return {"step": step, "global_batch_size": b, "split": flags.FLAGS.which, "datasets": names, "rows": rows}
 
 
 def _target_weights(names: Sequence[str], plan) -> np.ndarray:
-    cfg = data_flags.data_config_from_flags()
+    cfg = cli.data_config_from_flags()
     from jaxblend.index import parse_blend
 
-    blend = cfg.blend if cfg.blend is not None else cfg.blend_per_split[("train", "valid", "test").index(_WHICH.value.split("_")[0])]
+    blend = cfg.blend if cfg.blend is not None else cfg.blend_per_split[("train", "valid", "test").index(flags.FLAGS.which.split("_")[0])]
     parsed = parse_blend(blend)
     if parsed.weights is not None and len(parsed.weights) == len(names):
         w = np.asarray(parsed.weights, np.float64)
@@ -146,17 +139,17 @@ def _target_weights(names: Sequence[str], plan) -> np.ndarray:
 def mixture() -> dict:
     """Realized vs target dataset shares over [--start_step, --end_step)."""
     _, plan, names = _plan_and_names()
-    steps = _step_plan.step_plan(len(plan), _BATCH.value)
-    end = _END.value if _END.value is not None else steps.num_steps
-    if not 0 <= _START.value < end <= steps.num_steps:
-        raise app.UsageError(f"step range [{_START.value}, {end}) outside [0, {steps.num_steps})")
-    sizes = np.array([steps.batch_size(k) for k in range(_START.value, end)], np.int64)
-    samples = np.concatenate([steps.sample_ids(k) for k in range(_START.value, end)])
+    steps = cli.step_plan(len(plan), flags.FLAGS.global_batch_size)
+    end = flags.FLAGS.end_step if flags.FLAGS.end_step is not None else steps.num_steps
+    if not 0 <= flags.FLAGS.start_step < end <= steps.num_steps:
+        raise app.UsageError(f"step range [{flags.FLAGS.start_step}, {end}) outside [0, {steps.num_steps})")
+    sizes = np.array([steps.batch_size(k) for k in range(flags.FLAGS.start_step, end)], np.int64)
+    samples = np.concatenate([steps.sample_ids(k) for k in range(flags.FLAGS.start_step, end)])
     ids = plan.dataset_ids(samples).astype(np.int64)
     counts = np.bincount(ids, minlength=len(names))
     realized = counts / counts.sum()
     target = _target_weights(names, plan)
-    print(f"steps [{_START.value}, {end}) = {ids.size} samples ({_WHICH.value})")
+    print(f"steps [{flags.FLAGS.start_step}, {end}) = {ids.size} samples ({flags.FLAGS.which})")
     print(f"{'dataset':<40} {'samples':>10} {'realized':>9} {'target':>9} {'diff':>9}")
     rows = []
     for j, name in enumerate(names):
@@ -164,7 +157,7 @@ def mixture() -> dict:
               f"{realized[j] - target[j]:>+9.4f}")
         rows.append({"dataset": name, "samples": int(counts[j]), "realized": float(realized[j]),
                      "target": float(target[j])})
-    if _PLOT.value:
+    if flags.FLAGS.plot:
         import matplotlib
 
         matplotlib.use("Agg")
@@ -175,20 +168,20 @@ def mixture() -> dict:
             np.stack([np.add.reduceat(ids == j, bounds) for j in range(len(names))], 1), 0
         )
         share = cum / cum.sum(1, keepdims=True)
-        steps = np.arange(_START.value + 1, end + 1)
+        steps = np.arange(flags.FLAGS.start_step + 1, end + 1)
         fig, ax = plt.subplots(figsize=(8, 4.5))
         for j, name in enumerate(names):
             line, = ax.plot(steps, share[:, j], label=f"{os.path.basename(name)} (realized)")
             ax.axhline(target[j], color=line.get_color(), linestyle="--", linewidth=0.8)
         ax.set_xlabel("step")
         ax.set_ylabel("cumulative share of samples")
-        ax.set_title(f"Blend mixture, {_WHICH.value} split (dashed: target)")
+        ax.set_title(f"Blend mixture, {flags.FLAGS.which} split (dashed: target)")
         ax.legend(fontsize=8)
         fig.tight_layout()
-        with atomic_write.atomic_path(_PLOT.value, suffix=".png") as tmp:
+        with atomic_write.atomic_path(flags.FLAGS.plot, suffix=".png") as tmp:
             fig.savefig(tmp, dpi=100)
-        print(f"wrote {_PLOT.value}")
-    return {"start_step": _START.value, "end_step": end, "rows": rows}
+        print(f"wrote {flags.FLAGS.plot}")
+    return {"start_step": flags.FLAGS.start_step, "end_step": end, "rows": rows}
 
 
 def main(argv: Sequence[str]) -> None:
@@ -198,9 +191,11 @@ def main(argv: Sequence[str]) -> None:
     if command == "preflight":
         from jaxblend.tools import _preflight
 
+        fl = flags.FLAGS
         result = _preflight.run(
-            _step_plan.planned_steps(_BATCH.value, _ITERS.value), _ITERS.value is not None,
-            _VOCAB.value, _MAX_MEMORY_GB.value,
+            cli.data_config_from_flags(), cli.data_access_from_flags(),
+            cli.planned_steps(fl.global_batch_size, fl.train_iters), fl.train_iters is not None,
+            fl.vocab_size, fl.max_index_gb,
         )
         _write_json(result)
         if result["problems"]:
@@ -211,4 +206,4 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == "__main__":
-    _entry.run(main, megatron_nargs=_step_plan.MEGATRON_NARGS)
+    cli.run(main, megatron_nargs=cli.MEGATRON_NARGS, define=define_flags)

@@ -24,16 +24,8 @@ from collections.abc import Sequence
 
 from absl import app, flags
 
-from jaxblend.tools import _entry
-
-
-def define_flags() -> None:
-    """The launcher's own flags, defined only when it runs as a program: importing this module
-    for `run_processes` must not claim `--num_processes`, which every JAX CLI defines
-    (`jaxblend.distributed`) with the meaning "processes in this run"."""
-    flags.DEFINE_integer("num_processes", 2, "Processes to start.", lower_bound=1)
-    flags.DEFINE_integer("devices_per_process", 4, "CPU devices per process.", lower_bound=1)
-    flags.DEFINE_float("timeout", 3600, "Seconds before all processes are killed.")
+from jaxblend import cli
+from jaxblend.cli import tool_flags
 
 
 def free_port() -> int:
@@ -132,5 +124,4 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == "__main__":
-    define_flags()
-    _entry.run(main)
+    cli.run(main, define=tool_flags.define_launch_local_flags)

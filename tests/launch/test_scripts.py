@@ -322,7 +322,7 @@ class TestPodSetup:
         assert _remote_command(ssh) == (
             "mkdir -p jaxblend && tar -xzf jaxblend-src.tar.gz -C jaxblend && "
             "rm -f jaxblend-src.tar.gz && cd jaxblend && env LOG_DIR=logs RUN_NAME=train "
-            "JAXBLEND_EXTRAS=tokenizers,orbax 'JAX_SPEC=jax[tpu]' bash launch/worker.sh setup"
+            "JAXBLEND_EXTRAS=tokenizers,train 'JAX_SPEC=jax[tpu]' bash launch/worker.sh setup"
         )
         assert _tar_members(pod.files / "jaxblend-src.tar.gz") == {
             ".gitignore",

@@ -17,7 +17,7 @@ import tempfile
 
 from absl import app, flags
 
-from jaxblend import distributed
+from jaxblend import cli
 
 _DATA = flags.DEFINE_string("data", None, "IndexedDataset prefix.", required=True)
 _PLAN = flags.DEFINE_string("plan", None, "Saved TokenBudgetPlan directory.", required=True)
@@ -28,12 +28,12 @@ _START = flags.DEFINE_integer("start_step", 0, "First step.")
 _STEPS = flags.DEFINE_integer("steps", None, "Steps to run (default: to the end).")
 _STATE_IN = flags.DEFINE_string("state_in", None, "Resume from this state JSON.")
 _WORKERS = flags.DEFINE_integer("worker_count", 0, "Grain workers.")
-distributed.define_distributed_flags()
+cli.define_distributed_flags()
 
 
 def main(argv):
     del argv
-    distributed.initialize_from_flags()
+    cli.initialize_from_flags()
     import jax
     import numpy as np
     from jax.experimental import multihost_utils

@@ -64,25 +64,3 @@ def test_dump_samples_matches_megatron(tmp_path):
             np.testing.assert_array_equal(text[i], H.megatron_window(dataset, i))
     assert sorted(os.listdir(out)) == ["test.npz", "train.npz", "valid.npz"]
 
-
-def test_flags_accept_list_and_string():
-    from absl import flags
-
-    from jaxblend import flags as data_flags
-
-    data_flags.define_data_flags()
-    data_flags.define_data_flags()
-    fl = flags.FLAGS
-    saved = {k: fl[k].value for k in ("data_path", "seq_length", "train_samples")}
-    try:
-        fl.data_path = ["30 /d/a 70 /d/b"]
-        fl.seq_length = 16
-        fl.train_samples = 10
-        config = data_flags.data_config_from_flags()
-        assert config.blend == ("30", "/d/a", "70", "/d/b")
-        assert config.num_samples == (10, None, None)
-        fl.data_path = ["30", "/d/a", "70", "/d/b"]
-        assert data_flags.data_config_from_flags().blend == ("30", "/d/a", "70", "/d/b")
-    finally:
-        for k, v in saved.items():
-            fl[k].value = v

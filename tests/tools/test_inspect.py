@@ -138,7 +138,7 @@ def test_config_flagfiles_are_found():
 @pytest.mark.parametrize("flagfile", CONFIGS, ids=os.path.basename)
 def test_configs_parse_with_the_training_flags(flagfile):
     code = (
-        "import sys; from absl import flags; import jaxblend.train; "
+        "import sys; from absl import flags; import jaxblend.train; jaxblend.train.define_flags(); "
         f"flags.FLAGS(['train', '--flagfile={flagfile}']); print(flags.FLAGS.seq_length)"
     )
     # Flagfiles name each other relative to the repository root, where the README runs them.

@@ -5,32 +5,16 @@ from __future__ import annotations
 import json
 
 import pytest
-from absl import flags
 
 from jaxblend import data_args
-from jaxblend import flags as data_flags
+from jaxblend.cli import data_flags
 
 
 @pytest.fixture
-def fl():
-    data_flags.define_data_flags()
-    fl = flags.FLAGS
-    names = (
-        "data_path",
-        "data_args_path",
-        "per_split_data_args_path",
-        "train_data_path",
-        "seq_length",
-        "train_samples",
-    )
-    if not fl.is_parsed():
-        fl(["test"])
-    saved = {k: fl[k].value for k in names}
+def fl(fl):
     fl.seq_length = 16
     fl.train_samples = 10
-    yield fl
-    for k, v in saved.items():
-        fl[k].value = v
+    return fl
 
 
 def test_data_args_file_equals_data_path(fl, tmp_path):

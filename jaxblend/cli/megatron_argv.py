@@ -8,9 +8,7 @@ does not recognize is left alone for absl to report.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
-
-from absl import app, flags
+from collections.abc import Collection, Sequence
 
 
 def normalize_argv(
@@ -59,16 +57,3 @@ def normalize_argv(
         out.append(f"--{canonical}{eq}{value}")
     return out
 
-
-def flags_parser(nargs: Collection[str] = ()) -> Callable[[list[str]], list[str]]:
-    """An ``app.run(..., flags_parser=...)`` that accepts Megatron spellings.
-
-    Args:
-      nargs: Flags given as space-separated lists in Megatron-LM.
-    """
-
-    def parse(argv: list[str]) -> list[str]:
-        defined = set(flags.FLAGS)
-        return app.parse_flags_with_usage(normalize_argv(argv, defined, nargs))
-
-    return parse

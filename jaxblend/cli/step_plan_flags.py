@@ -1,7 +1,7 @@
-"""`--rampup_batch_size` and the step plan of the tools that form global batches.
+"""`--global_batch_size`, `--rampup_batch_size` and the step plan they describe.
 
-Imported by `jaxblend.train`, `jaxblend.tools.dump_batches` and `jaxblend.tools.inspect`; the flag
-is defined when this module is first imported. With the flag, global batches follow Megatron-LM's
+Used by the programs that form global batches (`jaxblend.train`, `jaxblend.tools.dump_batches`,
+`jaxblend.tools.inspect`). With `--rampup_batch_size`, global batches follow Megatron-LM's
 `--rampup-batch-size` (`jaxblend.sampling.RampupStepPlan`); without it, every step has
 `--global_batch_size` samples.
 """
@@ -9,22 +9,32 @@ is defined when this module is first imported. With the flag, global batches fol
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 from absl import app, flags
 
-from jaxblend import flags as data_flags
-from jaxblend.sampling import FixedStepPlan, Rampup, RampupStepPlan, StepPlan
+from jaxblend.cli import data_flags
 
-RAMPUP = flags.DEFINE_string(
-    "rampup_batch_size", None,
-    "Megatron-LM's --rampup-batch-size: 'START INCREMENT RAMP_SAMPLES'. The global batch size "
-    "starts at START and grows by INCREMENT over RAMP_SAMPLES samples up to --global_batch_size, "
-    "computed from the samples consumed so far, exactly as Megatron does; step k holds the next "
-    "batch-size samples of the split.",
-)
+if TYPE_CHECKING:  # the sampling layer imports JAX: deferred to the functions that plan steps
+    from jaxblend.sampling import Rampup, StepPlan
 
-# Flags given as space-separated lists in Megatron-LM's spelling (see `_megatron_argv`).
+# Flags given as space-separated lists in Megatron-LM's spelling (see `megatron_argv`).
 MEGATRON_NARGS = (*data_flags.MEGATRON_NARGS, "rampup_batch_size")
+
+
+def define_step_plan_flags(default_global_batch_size: int = 8) -> None:
+    """Defines `--global_batch_size` and `--rampup_batch_size`."""
+    flags.DEFINE_integer(
+        "global_batch_size", default_global_batch_size,
+        "Global batch size (the size after a --rampup_batch_size ramp).", lower_bound=1,
+    )
+    flags.DEFINE_string(
+        "rampup_batch_size", None,
+        "Megatron-LM's --rampup-batch-size: 'START INCREMENT RAMP_SAMPLES'. The global batch "
+        "size starts at START and grows by INCREMENT over RAMP_SAMPLES samples up to "
+        "--global_batch_size, computed from the samples consumed so far, exactly as Megatron "
+        "does; step k holds the next batch-size samples of the split.",
+    )
 
 
 def rampup_from_flags() -> Rampup | None:
@@ -33,10 +43,13 @@ def rampup_from_flags() -> Rampup | None:
     Raises:
       app.UsageError: one line naming the flag.
     """
-    if not RAMPUP.value:
+    from jaxblend.sampling import Rampup
+
+    value = flags.FLAGS.rampup_batch_size
+    if not value:
         return None
     try:
-        return Rampup.parse(RAMPUP.value)
+        return Rampup.parse(value)
     except ValueError as err:
         raise app.UsageError(str(err)) from None
 
@@ -53,6 +66,8 @@ def step_plan(num_samples: int, global_batch_size: int, num_steps: int | None = 
       app.UsageError: if the ramp does not fit `--global_batch_size`, or the steps need more
         samples than the source has.
     """
+    from jaxblend.sampling import FixedStepPlan, RampupStepPlan
+
     rampup = rampup_from_flags()
     try:
         if rampup is None:
@@ -74,6 +89,8 @@ def planned_steps(global_batch_size: int, num_steps: int | None = None) -> StepP
     Raises:
       app.UsageError: if the ramp does not fit `--global_batch_size`.
     """
+    from jaxblend.sampling import FixedStepPlan, RampupStepPlan
+
     rampup = rampup_from_flags()
     if rampup is None:
         return FixedStepPlan(global_batch_size, 1 if num_steps is None else num_steps)

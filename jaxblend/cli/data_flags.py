@@ -1,6 +1,6 @@
 """absl data flags named after Megatron-LM's, shared by every CLI, and their `GPTDataConfig`.
 
-`define_data_flags()` (idempotent) defines:
+`define_data_flags()` (called once, by an entry point before absl parses) defines:
 
   --data_path                blend: "30 /d/a 70 /d/b", "/d/a", or an absl list 30,/d/a,70,/d/b
   --train_data_path, --valid_data_path, --test_data_path   per-split blends (instead of data_path)
@@ -18,7 +18,7 @@
                              object-store access (`jaxblend.storage.ObjectStoreOptions`)
 
 `data_config_from_flags()` turns them into a validated `jaxblend.index.GPTDataConfig` (what the data
-is); `data_access_from_flags()` turns the storage and cache flags into a `jaxblend.access.DataAccess`
+is); `jaxblend.cli.access_flags.data_access_from_flags()` turns the storage and cache flags into a `jaxblend.access.DataAccess`
 (how it is reached), to pass to every function that opens data. Neither sets any process state.
 """
 
@@ -27,8 +27,6 @@ from __future__ import annotations
 from absl import flags
 
 from jaxblend import data_args, index
-from jaxblend.access import DataAccess, MapStoreOptions
-from jaxblend.define_once import define_once
 from jaxblend.storage import object_store
 
 _BLEND_FLAGS = ("train_data_path", "valid_data_path", "test_data_path")
@@ -36,9 +34,8 @@ _BLEND_FLAGS = ("train_data_path", "valid_data_path", "test_data_path")
 MEGATRON_NARGS = ("data_path", *_BLEND_FLAGS)
 
 
-@define_once("data_path")
 def define_data_flags() -> None:
-    """Defines the data flags once (later calls do nothing)."""
+    """Defines the data flags (absl refuses a second definition: call it once per program)."""
     flags.DEFINE_list(
         "data_path",
         None,
@@ -138,11 +135,13 @@ def _blend(value: list[str] | None) -> tuple[str, ...] | None:
     return tuple(" ".join(value).split())
 
 
-def _blends_from_flags() -> tuple[tuple[str, ...] | None, tuple[tuple[str, ...] | None, ...]]:
+def _blends_from_flags(
+    default_blend: tuple[str, ...] | None = None,
+) -> tuple[tuple[str, ...] | None, tuple[tuple[str, ...] | None, ...]]:
     """(--data_path blend, per-split blends), checked to be exactly one of the two forms.
 
     Megatron's data-args files (`--data_args_path`, `--per_split_data_args_path`) stand in for
-    `--data_path` and the per-split paths.
+    `--data_path` and the per-split paths; `default_blend` stands in when no data path is given.
     """
     fl = flags.FLAGS
     per_split = tuple(_blend(getattr(fl, name)) for name in _BLEND_FLAGS)
@@ -162,6 +161,8 @@ def _blends_from_flags() -> tuple[tuple[str, ...] | None, tuple[tuple[str, ...] 
         raise ValueError(
             "--data_path excludes --train_data_path/--valid_data_path/--test_data_path"
         )
+    if blend is None and all(b is None for b in per_split) and default_blend:
+        blend = tuple(default_blend)
     if blend is None and all(b is None for b in per_split):
         raise ValueError("give --data_path or --train_data_path/--valid_data_path/--test_data_path")
     return blend, per_split
@@ -177,8 +178,11 @@ def prefixes_from_flags() -> list[str]:
     return index.blend_prefixes([blend] if blend is not None else per_split)
 
 
-def data_config_from_flags() -> index.GPTDataConfig:
+def data_config_from_flags(default_blend: tuple[str, ...] | None = None) -> index.GPTDataConfig:
     """The `GPTDataConfig` described by the data flags.
+
+    Args:
+      default_blend: the blend used when no data path flag is given (e.g. a built-in corpus).
 
     Raises:
       ValueError: missing --seq_length, no data path, both --data_path and per-split paths, or an
@@ -187,7 +191,7 @@ def data_config_from_flags() -> index.GPTDataConfig:
     fl = flags.FLAGS
     if fl.seq_length is None:
         raise ValueError("--seq_length is required")
-    blend, per_split = _blends_from_flags()
+    blend, per_split = _blends_from_flags(default_blend)
     return index.GPTDataConfig(
         blend=blend,
         blend_per_split=None if blend is not None else per_split,
@@ -199,27 +203,3 @@ def data_config_from_flags() -> index.GPTDataConfig:
         drop_last_partial_validation_sequence=fl.drop_last_partial_validation_sequence,
         mid_level_dataset_surplus=fl.mid_level_dataset_surplus,
     )
-
-
-def data_access_from_flags() -> DataAccess:
-    """How data is reached, from the storage and cache flags over the environment
-    (`DataAccess.from_env()`): object-store options, the map store (--data_cache_path,
-    --data_cache_mirror, --data_cache_wait) and the identity memo (bucket datasets' entries under
-    `<--data_cache_path>/identity/` when it is a bucket) and, where a CLI defines it,
-    --storage_backend.
-
-    Raises:
-      ValueError: naming the bad flag.
-    """
-    fl = flags.FLAGS
-    access = DataAccess.from_env(object_store=object_store_from_flags())
-    try:
-        maps = MapStoreOptions(
-            location=fl.data_cache_path,
-            mirror=fl.data_cache_mirror or access.maps.mirror,
-            wait_seconds=fl.data_cache_wait,
-        )
-    except ValueError as e:
-        raise ValueError(f"--data_cache_path/--data_cache_mirror/--data_cache_wait: {e}") from None
-    backend = fl["storage_backend"].value if "storage_backend" in fl else access.backend
-    return DataAccess(access.object_store, maps, access.identity, backend)

@@ -4,43 +4,33 @@ identity memo); neither sets process state."""
 from __future__ import annotations
 
 import pytest
-from absl import flags
 
-from jaxblend import flags as data_flags
 from jaxblend.access import DataAccess
-
-NAMES = ("data_path", "seq_length", "train_samples", "data_cache_path", "data_cache_mirror",
-         "data_cache_wait", "s3_endpoint", "storage_retries", "storage_timeout")
+from jaxblend.cli import data_flags
+from jaxblend.cli.access_flags import data_access_from_flags
 
 
 @pytest.fixture
-def fl(monkeypatch):
-    data_flags.define_data_flags()
-    fl = flags.FLAGS
-    if not fl.is_parsed():
-        fl(["test"])
-    saved = {k: fl[k].value for k in NAMES}
+def fl(fl, monkeypatch):
     fl.data_path, fl.seq_length, fl.train_samples = ["1 /d/a"], 16, 10
     for name in ("JAXBLEND_S3_ENDPOINT", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL",
                  "JAXBLEND_IDENTITY_CACHE", "JAXBLEND_INDEX_MIRROR"):
         monkeypatch.delenv(name, raising=False)
-    yield fl
-    for k, v in saved.items():
-        fl[k].value = v
+    return fl
 
 
 def test_bucket_index_cache_shares_the_identity_memo(fl):
     fl.data_cache_path = "gs://b/run1/index_cache/"
-    access = data_flags.data_access_from_flags()
+    access = data_access_from_flags()
     assert access.identity_store().shared_url == "gs://b/run1/index_cache/identity/"
     fl.data_cache_path = "/local/cache"
-    assert data_flags.data_access_from_flags().identity_store().shared_url is None
+    assert data_access_from_flags().identity_store().shared_url is None
 
 
 def test_every_storage_and_cache_flag_is_in_the_access(fl, monkeypatch):
     fl.data_cache_path, fl.data_cache_mirror, fl.data_cache_wait = "s3://b/maps", "/mirror", 7.5
     fl.s3_endpoint, fl.storage_retries, fl.storage_timeout = "http://127.0.0.1:9000", 1, 12.0
-    access = data_flags.data_access_from_flags()
+    access = data_access_from_flags()
     assert isinstance(access, DataAccess)
     assert (access.maps.location, access.maps.mirror, access.maps.wait_seconds) == (
         "s3://b/maps", "/mirror", 7.5)
@@ -55,6 +45,6 @@ def test_every_storage_and_cache_flag_is_in_the_access(fl, monkeypatch):
 def test_mirror_flag_over_the_environment(fl, monkeypatch):
     fl.data_cache_path, fl.data_cache_mirror = "gs://b/maps", None
     monkeypatch.setenv("JAXBLEND_INDEX_MIRROR", "/env-mirror")
-    assert data_flags.data_access_from_flags().maps.mirror == "/env-mirror"
+    assert data_access_from_flags().maps.mirror == "/env-mirror"
     fl.data_cache_mirror = "/flag-mirror"
-    assert data_flags.data_access_from_flags().maps.mirror == "/flag-mirror"
+    assert data_access_from_flags().maps.mirror == "/flag-mirror"

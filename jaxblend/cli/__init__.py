@@ -1,0 +1,91 @@
+"""The command-line layer: every absl flag of jaxblend, and the config objects they describe.
+
+Flags are grouped by what they configure; each group has a `define_*()` function, called by an
+entry point (a tool's or the training example's) before absl parses the command line. Importing
+any jaxblend module defines no flag, and nothing outside this package reads `absl.flags.FLAGS`
+(the entry-point modules excepted): the library takes plain arguments and config objects.
+
+  data_flags         Megatron-LM data flags -> `GPTDataConfig` (`data_config_from_flags`)
+  access_flags       storage and cache flags -> `DataAccess` (`data_access_from_flags`)
+  schema_flags       sample-schema flags -> `GPTSchemaOptions`
+  source_flags       mock data, storage backend -> `SourceSettings`; opens a split's source
+  step_plan_flags    --global_batch_size, --rampup_batch_size -> `StepPlan`
+  mesh_flags         --mesh_shape, --mesh_axes -> `jax.sharding.Mesh`
+  distributed_flags  --coordinator_address, ... -> `DistributedConfig`
+  loader_flags       --worker_count, --read_ahead -> `PrefetchOptions`
+  train_flags        the training example's flags -> `TrainSettings`
+  tool_flags         each tool's own flags; preprocess_flags: the preprocessing CLI's
+  entry              `run(main, define=...)`: defines the flags, parses, one-line failures
+  megatron_argv      Megatron-LM's spellings (dashes, space-separated lists)
+"""
+
+from jaxblend.cli.access_flags import data_access_from_flags
+from jaxblend.cli.data_flags import (
+    data_config_from_flags,
+    define_data_flags,
+    object_store_from_flags,
+    prefixes_from_flags,
+)
+from jaxblend.cli.distributed_flags import (
+    define_distributed_flags,
+    distributed_config_from_flags,
+    initialize_from_flags,
+)
+from jaxblend.cli.entry import run
+from jaxblend.cli.loader_flags import define_loader_flags, prefetch_from_flags
+from jaxblend.cli.mesh_flags import define_mesh_flags, mesh_from_flags
+from jaxblend.cli.schema_flags import define_schema_flags, schema_options_from_flags
+from jaxblend.cli.source_flags import (
+    MockSettings,
+    SourceSettings,
+    define_source_flags,
+    open_source,
+    open_validation_sources,
+    source_from_flags,
+    source_settings_from_flags,
+    validation_sources_from_flags,
+)
+from jaxblend.cli.step_plan_flags import (
+    MEGATRON_NARGS,
+    define_step_plan_flags,
+    planned_steps,
+    rampup_from_flags,
+    samples_for,
+    step_plan,
+)
+from jaxblend.cli.train_flags import TrainSettings, define_train_flags, train_settings_from_flags
+
+__all__ = [
+    "MEGATRON_NARGS",
+    "MockSettings",
+    "SourceSettings",
+    "TrainSettings",
+    "data_access_from_flags",
+    "data_config_from_flags",
+    "define_data_flags",
+    "define_distributed_flags",
+    "define_loader_flags",
+    "define_mesh_flags",
+    "define_schema_flags",
+    "define_source_flags",
+    "define_step_plan_flags",
+    "define_train_flags",
+    "distributed_config_from_flags",
+    "initialize_from_flags",
+    "mesh_from_flags",
+    "object_store_from_flags",
+    "open_source",
+    "open_validation_sources",
+    "planned_steps",
+    "prefetch_from_flags",
+    "prefixes_from_flags",
+    "rampup_from_flags",
+    "run",
+    "samples_for",
+    "schema_options_from_flags",
+    "source_from_flags",
+    "source_settings_from_flags",
+    "step_plan",
+    "train_settings_from_flags",
+    "validation_sources_from_flags",
+]

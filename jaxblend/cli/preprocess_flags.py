@@ -1,0 +1,295 @@
+"""Flags of the preprocessing CLI (`jaxblend.tools.preprocess`) and their `PreprocessConfig`.
+
+Named after Megatron-LM's `tools/preprocess_data.py` (whose dashed, space-separated spellings
+`jaxblend.cli.run` accepts for `MEGATRON_NARGS`), plus the cleaning flags (docs/cleaning.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+from absl import flags
+
+from jaxblend.preprocess import pipeline, readers, sentences, worker
+from jaxblend.preprocess import tokenizers as tok_lib
+from jaxblend.preprocess.cleaning import FILTER_NAMES, CleaningConfig
+
+# Megatron-LM's argparse flags that take several space-separated values.
+MEGATRON_NARGS = ("json_keys", "tokenizer_special_tokens", "tiktoken_special_tokens", "input")
+
+
+def define_preprocess_flags() -> None:
+    """Defines the preprocessing flags (Megatron-LM's `preprocess_data.py` names, and cleaning)."""
+    flags.DEFINE_multi_string(
+        "input", None, "Input files or globs; comma-separated and/or repeated.", required=True
+    )
+    flags.DEFINE_string(
+        "output_prefix", None, "Output prefix: writes {prefix}_{key}_{level}.bin/.idx.", required=True
+    )
+    flags.DEFINE_list(
+        "json_keys", ["text"], "Fields to tokenize, one dataset per key (comma- or space-separated)."
+    )
+    flags.DEFINE_string(
+        "tokenizer_type",
+        "ByteTokenizer",
+        "One of "
+        + ", ".join(tok_lib.TOKENIZER_TYPES)
+        + " (aliases byte, hf, gpt2, sentencepiece, tiktoken).",
+    )
+    flags.DEFINE_string(
+        "tokenizer_model",
+        None,
+        "Tokenizer file or a directory holding it (tokenizer.json, tokenizer.model, ...).",
+    )
+    flags.DEFINE_string("vocab_file", None, "HF tokenizer.json or GPT-2 vocab.json.")
+    flags.DEFINE_string("merge_file", None, "GPT-2 merges.txt.")
+    flags.DEFINE_string(
+        "tiktoken_pattern",
+        None,
+        "TikTokenizer regex: v1/v2 (Megatron's, with a tiktoken JSON vocabulary), or gpt2/cl100k/"
+        "a literal regex (with a base64 ranks file).",
+    )
+    flags.DEFINE_integer(
+        "tiktoken_num_special_tokens", 1000, "TikTokenizer: ids reserved for special tokens."
+    )
+    flags.DEFINE_list(
+        "tokenizer_special_tokens",
+        None,
+        "TikTokenizer: its first special tokens (space-separated; must include Megatron's seven).",
+    )
+    flags.DEFINE_list(
+        "tiktoken_special_tokens", None, "Accepted for Megatron command lines; unused by Megatron too."
+    )
+    flags.DEFINE_integer("vocab_size", None, "NullTokenizer: vocabulary size.")
+    flags.DEFINE_bool(
+        "legacy_tokenizer",
+        False,
+        "Megatron's legacy tokenizer classes: not supported (the ids are megatron-core's).",
+    )
+    flags.DEFINE_bool("append_eod", False, "Append the EOD token to every document.")
+    flags.DEFINE_bool(
+        "split_sentences", False, "One sequence per sentence; level 'sentence'."
+    )
+    flags.DEFINE_enum(
+        "sentence_splitter",
+        sentences.PUNKT,
+        list(sentences.SPLITTERS),
+        "punkt: NLTK Punkt, as Megatron (needs its punkt_tab data); builtin: no data files.",
+    )
+    flags.DEFINE_string("lang", "english", "Punkt language for --split_sentences.")
+    flags.DEFINE_bool(
+        "keep_newlines", False, "Keep newlines between sentences when splitting (Punkt)."
+    )
+    flags.DEFINE_bool(
+        "keep_sequential_samples",
+        True,
+        "Accepted for Megatron command lines: the output always keeps the input order.",
+    )
+    flags.DEFINE_bool(
+        "drop_empty_documents",
+        False,
+        "Drop records whose text has no tokens (counted as 'empty'); by default they are kept as "
+        "documents with zero sequences, as Megatron does.",
+    )
+    flags.DEFINE_enum(
+        "text_mode", "line", list(readers.TEXT_MODES), ".txt inputs: one document per line or per file."
+    )
+    flags.DEFINE_integer("workers", 0, "Worker processes (0 = all cores).", lower_bound=0)
+    flags.DEFINE_integer(
+        "partitions", 0, "Partitions (0 = one per 32 MiB of input, at least 8).", lower_bound=0
+    )
+    flags.DEFINE_bool("keep_parts", False, "Keep partial datasets instead of merging.")
+    flags.DEFINE_integer(
+        "log_interval", 100_000, "Log progress every this many documents (0 = never).", lower_bound=0
+    )
+    flags.DEFINE_enum(
+        "on_error", "skip", list(worker.ON_ERROR), "Bad records: skip (count, report) or fail."
+    )
+    flags.DEFINE_integer(
+        "max_document_chars",
+        0,
+        "Drop documents longer than this (characters; 0 = no limit).",
+        lower_bound=0,
+    )
+    flags.DEFINE_bool("overwrite", False, "Discard a run with different settings.")
+    flags.DEFINE_bool("progress", True, "Show a progress bar.")
+    flags.DEFINE_enum("engine", "local", ["local", "beam"], "Where partitions run.")
+    flags.DEFINE_multi_string(
+        "beam_options",
+        [],
+        "Beam pipeline options passed through, e.g. --beam_options=--runner=DirectRunner.",
+    )
+    flags.DEFINE_string("summary_json", None, "Also write the result as JSON here.")
+
+    # Cleaning before tokenization (docs/cleaning.md); every step is off unless asked for.
+    flags.DEFINE_string(
+        "clean_config",
+        None,
+        'JSON file of cleaning settings (the fields of CleaningConfig, e.g. {"pii": true, '
+        '"quality": ["all"]}); --clean_* flags given on the command line override it.',
+    )
+    flags.DEFINE_bool("clean_pii", False, "Replace e-mail and IP addresses.")
+    flags.DEFINE_bool(
+        "clean_pii_all_ips", False, "Also replace private/loopback IPs (default: global ones only)."
+    )
+    flags.DEFINE_list(
+        "clean_quality", [], "Gopher quality filters: all or some of " + ",".join(FILTER_NAMES) + "."
+    )
+    flags.DEFINE_list(
+        "clean_quality_thresholds",
+        [],
+        "Bound overrides, e.g. word_count.min=20,dup_lines.max=0.5.",
+    )
+    flags.DEFINE_string(
+        "clean_lang_model", None, "fastText language-ID model file (e.g. lid.176.bin); not downloaded."
+    )
+    flags.DEFINE_list("clean_languages", [], "Languages to keep, e.g. en,fr.")
+    flags.DEFINE_float(
+        "clean_lang_min_score", 0.65, "Minimum language-ID probability."
+    )
+    flags.DEFINE_list(
+        "clean_decontaminate", [], "Evaluation files: drop documents sharing an n-gram with them."
+    )
+    flags.DEFINE_integer(
+        "clean_decontam_ngram", 13, "Decontamination n-gram length (words).", lower_bound=1
+    )
+    flags.DEFINE_string(
+        "clean_decontam_key", "text", "Field of JSON-lines evaluation files."
+    )
+    flags.DEFINE_bool("clean_exact_dedup", False, "Drop exact (normalized) duplicates.")
+    flags.DEFINE_bool("clean_near_dedup", False, "Drop MinHash/LSH near-duplicates.")
+    flags.DEFINE_integer("clean_shingle", 5, "MinHash shingle: words per n-gram.")
+    flags.DEFINE_integer("clean_num_perm", 112, "MinHash permutations.")
+    flags.DEFINE_integer("clean_bands", 14, "LSH bands (num_perm / bands rows each).")
+    flags.DEFINE_float(
+        "clean_near_threshold", 0.8, "Estimated Jaccard similarity of a near-duplicate."
+    )
+    flags.DEFINE_integer("clean_seed", 1, "MinHash seed.")
+    flags.DEFINE_integer(
+        "clean_join_memory_mb", 1024, "Memory budget of the duplicate join (MB).", lower_bound=1
+    )
+    flags.DEFINE_bool("clean_plot", True, "Write the quality-score PNG (matplotlib).")
+
+
+# flag -> CleaningConfig field, and how to read the flag's value.
+_CLEAN_FLAGS = (
+    ("clean_pii", "pii", bool),
+    ("clean_pii_all_ips", "pii_public_ips_only", lambda v: not v),
+    ("clean_quality", "quality", tuple),
+    ("clean_quality_thresholds", "quality_thresholds", None),
+    ("clean_lang_model", "lang_model", None),
+    ("clean_languages", "languages", tuple),
+    ("clean_lang_min_score", "lang_min_score", float),
+    ("clean_decontaminate", "decontaminate", tuple),
+    ("clean_decontam_ngram", "decontam_ngram", int),
+    ("clean_decontam_key", "decontam_key", str),
+    ("clean_exact_dedup", "exact_dedup", bool),
+    ("clean_near_dedup", "near_dedup", bool),
+    ("clean_shingle", "shingle", int),
+    ("clean_num_perm", "num_perm", int),
+    ("clean_bands", "bands", int),
+    ("clean_near_threshold", "near_threshold", float),
+    ("clean_seed", "seed", int),
+    ("clean_join_memory_mb", "join_memory_mb", int),
+    ("clean_plot", "plot", bool),
+)
+
+
+def _thresholds(items: list[str]) -> tuple[tuple[str, float], ...]:
+    out = []
+    for item in items:
+        name, sep, value = item.partition("=")
+        try:
+            out.append((name.strip(), float(value)))
+        except ValueError:
+            sep = ""
+        if not sep:
+            raise ValueError(
+                f"--clean_quality_thresholds entry {item!r} must be <filter>.min=<number> or "
+                "<filter>.max=<number>"
+            )
+    return tuple(sorted(out))
+
+
+def cleaning_from_flags() -> CleaningConfig | None:
+    """The cleaning settings: ``--clean_config``'s file, then the ``--clean_*`` flags given."""
+    fl = flags.FLAGS
+    values: dict = {}
+    path = fl.clean_config
+    if path:
+        try:
+            with open(path, encoding="utf-8") as f:
+                values = json.load(f)
+        except (OSError, ValueError) as e:
+            raise ValueError(f"--clean_config={path}: cannot read a JSON object ({e})") from None
+        known = {f.name for f in dataclasses.fields(CleaningConfig)}
+        unknown = sorted(set(values) - known) if isinstance(values, dict) else ["(not an object)"]
+        if unknown:
+            raise ValueError(
+                f"--clean_config={os.path.abspath(path)}: unknown setting(s) {unknown}; "
+                f"known: {', '.join(sorted(known))}"
+            )
+        if isinstance(values.get("quality_thresholds"), dict):
+            values["quality_thresholds"] = tuple(sorted(values["quality_thresholds"].items()))
+    for name, field, convert in _CLEAN_FLAGS:
+        if fl[name].present or field not in values:
+            v = fl[name].value
+            if field == "quality_thresholds":
+                v = _thresholds(v or [])
+            elif convert is not None:
+                v = convert(v if v is not None else ())
+            values[field] = v
+    config = CleaningConfig(**values)
+    return config if config.enabled else None
+
+
+def preprocess_config_from_flags() -> pipeline.PreprocessConfig:
+    """The `PreprocessConfig` of the parsed flags.
+
+    Raises:
+      ValueError: an unsupported or inconsistent flag (named in the message).
+    """
+    fl = flags.FLAGS
+    inputs = tuple(p.strip() for value in fl.input for p in value.split(",") if p.strip())
+    if fl.legacy_tokenizer:
+        raise ValueError(
+            "--legacy_tokenizer is not supported: jaxblend produces the ids of megatron-core's "
+            "tokenizers (preprocess_data.py's default); drop the flag"
+        )
+    specials = tuple(fl.tokenizer_special_tokens or ())
+    if specials and tok_lib.canonical_type(fl.tokenizer_type) != tok_lib.TIKTOKEN:
+        raise ValueError("--tokenizer_special_tokens is supported with TikTokenizer only")
+    spec = tok_lib.TokenizerSpec(
+        type=fl.tokenizer_type,
+        model=fl.tokenizer_model,
+        vocab_file=fl.vocab_file,
+        merge_file=fl.merge_file,
+        tiktoken_pattern=fl.tiktoken_pattern,
+        tiktoken_num_special_tokens=fl.tiktoken_num_special_tokens,
+        tiktoken_special_tokens=specials,
+        vocab_size=fl.vocab_size,
+    )
+    return pipeline.PreprocessConfig(
+        input=inputs,
+        output_prefix=fl.output_prefix,
+        json_keys=tuple(fl.json_keys),
+        tokenizer=spec,
+        append_eod=fl.append_eod,
+        split_sentences=fl.split_sentences,
+        text_mode=fl.text_mode,
+        workers=fl.workers,
+        partitions=fl.partitions,
+        keep_parts=fl.keep_parts,
+        log_interval=fl.log_interval,
+        on_error=fl.on_error,
+        max_document_chars=fl.max_document_chars,
+        overwrite=fl.overwrite,
+        progress=fl.progress,
+        drop_empty=fl.drop_empty_documents,
+        sentence_splitter=fl.sentence_splitter,
+        lang=fl.lang,
+        keep_newlines=fl.keep_newlines,
+        cleaning=cleaning_from_flags(),
+    )

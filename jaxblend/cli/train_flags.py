@@ -1,0 +1,108 @@
+"""Flags of the training example (`jaxblend.train`) and its `TrainSettings`.
+
+The model, optimizer, schedule, logging, evaluation, checkpointing and built-in corpus settings;
+the data, schema, source, mesh, step-plan, loader and distributed flags come from their groups.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from absl import flags
+
+
+def define_train_flags() -> None:
+    """Defines the training example's own flags."""
+    flags.DEFINE_string(
+        "workdir", "runs/demo", "Where the default corpus, caches and checkpoints go."
+    )
+    flags.DEFINE_integer("train_iters", 300, "Training steps.", lower_bound=1)
+    flags.DEFINE_float("lr", 3e-3, "Peak learning rate.")
+    flags.DEFINE_float("min_lr", 3e-4, "Final learning rate (cosine decay).")
+    flags.DEFINE_integer("lr_warmup_iters", 30, "Linear warm-up steps.", lower_bound=0)
+    flags.DEFINE_float("weight_decay", 0.01, "AdamW weight decay.")
+    flags.DEFINE_float("clip_grad", 1.0, "Global gradient-norm clipping.")
+    flags.DEFINE_integer("vocab_size", None, "Model vocabulary (default: the tokenizer's).")
+    flags.DEFINE_integer("hidden_size", 128, "Model width.")
+    flags.DEFINE_integer("num_layers", 2, "Transformer blocks.")
+    flags.DEFINE_integer("num_attention_heads", 4, "Attention heads.")
+    flags.DEFINE_integer("ffn_hidden_size", 512, "MLP width.")
+    flags.DEFINE_integer("log_interval", 20, "Steps between log lines.", lower_bound=1)
+    flags.DEFINE_integer(
+        "eval_interval", 100, "Steps between validations (0 = never).", lower_bound=0
+    )
+    flags.DEFINE_integer("eval_iters", 4, "Validation batches per evaluation.", lower_bound=1)
+    flags.DEFINE_string(
+        "checkpoint_dir", None,
+        "Orbax checkpoint directory: local path or bucket URL, e.g. gs://b/run1 "
+        "(default: <workdir>/checkpoints).",
+    )
+    flags.DEFINE_integer(
+        "save_interval", 100, "Steps between checkpoints (0 = never).", lower_bound=0
+    )
+    flags.DEFINE_integer("keep_checkpoints", 2, "Newest checkpoints kept.", lower_bound=1)
+    flags.DEFINE_float(
+        "peer_timeout", 20.0,
+        "Multi-process runs: seconds without a heartbeat after which a peer counts as lost and "
+        "every process stops (keep it below --distributed_timeout).", lower_bound=0.5,
+    )
+    flags.DEFINE_float(
+        "default_corpus_mb", 6.0, "Size cap of each built-in corpus dataset (MB).",
+        lower_bound=0.001,
+    )
+    flags.DEFINE_list(
+        "default_corpus_weights", ["50", "30", "20"], "Blend weights of code, prose, legal."
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainSettings:
+    """The training example's settings (one field per flag of `define_train_flags`, plus the
+    global batch size of the step-plan flags)."""
+
+    workdir: str
+    global_batch_size: int
+    train_iters: int
+    lr: float
+    min_lr: float
+    lr_warmup_iters: int
+    weight_decay: float
+    clip_grad: float
+    vocab_size: int | None
+    hidden_size: int
+    num_layers: int
+    num_attention_heads: int
+    ffn_hidden_size: int
+    log_interval: int
+    eval_interval: int
+    eval_iters: int
+    checkpoint_dir: str
+    save_interval: int
+    keep_checkpoints: int
+    peer_timeout: float
+    default_corpus_mb: float
+    default_corpus_weights: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        if self.global_batch_size < 1 or self.train_iters < 1:
+            raise ValueError(
+                f"--global_batch_size and --train_iters must be >= 1, got "
+                f"{self.global_batch_size} and {self.train_iters}"
+            )
+
+    @property
+    def eval_batches(self) -> int:
+        """Validation batches per evaluation (0 when evaluation is off)."""
+        return self.eval_iters if self.eval_interval else 0
+
+
+def train_settings_from_flags() -> TrainSettings:
+    """The `TrainSettings` of the flags (`--checkpoint_dir` defaults to <workdir>/checkpoints)."""
+    fl = flags.FLAGS
+    names = {f.name for f in dataclasses.fields(TrainSettings)}
+    values = {name: fl[name].value for name in names}
+    values["default_corpus_weights"] = tuple(values["default_corpus_weights"])
+    if values["checkpoint_dir"] is None:
+        values["checkpoint_dir"] = os.path.join(values["workdir"], "checkpoints")
+    return TrainSettings(**values)
