@@ -7,6 +7,7 @@ import pytest
 from absl import app, flags
 
 from jaxblend import cli
+from jaxblend.access import DataAccess
 from jaxblend.distributed import DistributedConfig
 from jaxblend.loading import PrefetchOptions
 from jaxblend.sampling import FixedStepPlan, RampupStepPlan
@@ -39,9 +40,11 @@ def test_mock_source_settings_and_source(fl):
     assert set(cli.validation_sources_from_flags()) == {"valid"}
 
 
-def test_source_settings_are_validated():
-    with pytest.raises(ValueError, match="--storage_backend"):
-        cli.SourceSettings(backend="disk")
+def test_source_settings_are_validated(fl):
+    fl.storage_backend = "tensorstore"
+    assert cli.source_settings_from_flags().access.backend == "tensorstore"
+    with pytest.raises(ValueError, match="DataAccess.backend"):
+        DataAccess(backend="disk")
     with pytest.raises(ValueError, match="--mock_num_samples"):
         cli.MockSettings(0, 10, 1)
 
