@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import hashlib
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Self, TypedDict
@@ -30,6 +29,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh
 
+from jaxblend import identity
 from jaxblend.loading import global_batch
 from jaxblend.loading.host_source import HostStepSource
 from jaxblend.loading.protocols import LoaderSource
@@ -92,14 +92,13 @@ class PrefetchOptions:
 def loader_fingerprint(source: LoaderSource, plan: StepPlan) -> str | None:
     """What a resume state must match: the source's identity and the plan's.
 
-    None when the source has no fingerprint: such a loader cannot resume from a state. A fixed
-    plan's part is `B=<global batch size>`, so states of fixed-size loaders keep their value.
+    None when the source has no fingerprint: such a loader cannot resume from a state.
     """
-    identity = source.fingerprint
-    if not identity:
+    if not source.fingerprint:
         return None
-    text = f"v{STATE_VERSION}|{identity}|{plan.fingerprint}"
-    return hashlib.sha256(text.encode()).hexdigest()[:32]
+    return identity.fingerprint(
+        "loader_state", STATE_VERSION, source=source.fingerprint, plan=plan.fingerprint
+    )
 
 
 class StepLoader(Iterator[dict[str, jax.Array]]):

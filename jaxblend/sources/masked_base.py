@@ -20,14 +20,13 @@ the permutation pass draws from the sample's generator (Megatron uses the global
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import os
 from typing import ClassVar
 
 import numpy as np
 
-from jaxblend import index, index_io
+from jaxblend import identity, index, index_io
 from jaxblend.index import split as split_lib
 from jaxblend.sources import base
 from jaxblend.sources.masked_config import MaskedConfig, MaskedTokenizerInfo
@@ -77,11 +76,10 @@ class MaskedSource(base.BatchSource):
             config.index_config(), index_io.dataset_info(dataset, dataset.prefix), split
         )
         self._options = config.masking_options()
-        identity = (
-            f"{type(self).__name__}|{self.index.fingerprint}|{config.identity()}|"
-            f"{tokenizer.identity()}"
+        self._fingerprint = identity.fingerprint(
+            "masked_source", 1, source=type(self).__name__, sample_index=self.index.fingerprint,
+            config=config.identity_fields(), tokenizer=tokenizer.identity_fields(),
         )
-        self._fingerprint = hashlib.sha256(identity.encode()).hexdigest()[:32]
 
     @property
     def sample_index(self) -> np.ndarray:

@@ -18,11 +18,11 @@ Batch keys (k rows, L tokens):
 
 from __future__ import annotations
 
-import hashlib
 import os
 
 import numpy as np
 
+from jaxblend import identity
 from jaxblend.sources import base
 from jaxblend.storage import IndexedDataset
 from jaxblend.storage.protocols import SequenceDataset
@@ -66,8 +66,10 @@ class SequenceSource(base.BatchSource):
     @property
     def fingerprint(self) -> str:
         if self._fingerprint is None:
-            text = f"SequenceSource|{self.dataset.fingerprint}|{self.max_length}|{self.pad_id}"
-            self._fingerprint = hashlib.sha256(text.encode()).hexdigest()[:32]
+            self._fingerprint = identity.fingerprint(
+                "sequence_source", 1, dataset=self.dataset.fingerprint,
+                max_length=self.max_length, pad_id=self.pad_id,
+            )
         return self._fingerprint
 
     def get_batch(self, sample_ids) -> dict[str, np.ndarray]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import multiprocessing
 
@@ -236,3 +237,55 @@ class TestRampupLoader:
         fixed_state = make_loader(source, mesh((8,), ("data",)), global_batch_size=32).state()
         with pytest.raises(ValueError, match="different source or plan"):
             make_loader(source, self.plan, mesh((8,), ("data",)), state=fixed_state)
+
+
+class TestResumeIdentity:
+    OPTIONS = GPTSchemaOptions(seq_length=32, eod_id=99, reset_position_ids=True)
+
+    def make_source(self, options=OPTIONS, seed=3):
+        return MockSource(B * 6, options, vocab_size=100, seed=seed, mean_doc_length=9)
+
+    def test_state_resumes_with_equal_settings(self):
+        m = mesh((8,), ("data",))
+        first = make_loader(self.make_source(), m, global_batch_size=B)
+        next(first), next(first)
+        state = json.loads(json.dumps(first.state()))
+        want = host(next(first))
+        resumed = make_loader(self.make_source(), m, global_batch_size=B, state=state)
+        assert resumed.step == 2
+        got = host(next(resumed))
+        for key in want:
+            np.testing.assert_array_equal(got[key], want[key])
+
+    def test_a_new_defaulted_data_neutral_option_still_resumes(self):
+        @dataclasses.dataclass(frozen=True)
+        class WithNeutralOption(GPTSchemaOptions):
+            read_hint: int = 4  # an option added later that leaves every batch unchanged
+
+        m = mesh((8,), ("data",))
+        state = make_loader(self.make_source(), m, global_batch_size=B, start_step=3).state()
+        extended = self.make_source(WithNeutralOption(seq_length=32, eod_id=99, reset_position_ids=True))
+        assert make_loader(extended, m, global_batch_size=B, state=state).step == 3
+
+    @pytest.mark.parametrize(
+        "source_kw, batch_size",
+        [({"options": GPTSchemaOptions(seq_length=32, eod_id=98, reset_position_ids=True)}, B),
+         ({"options": GPTSchemaOptions(seq_length=32, eod_id=99)}, B),
+         ({"options": GPTSchemaOptions(seq_length=31, eod_id=99, reset_position_ids=True)}, B),
+         ({"seed": 4}, B), ({}, B // 2)],
+    )
+    def test_a_data_changing_setting_refuses_the_state(self, source_kw, batch_size):
+        m = mesh((8,), ("data",))
+        state = make_loader(self.make_source(), m, global_batch_size=B).state()
+        with pytest.raises(ValueError, match="different data configuration"):
+            make_loader(self.make_source(**source_kw), m, global_batch_size=batch_size, state=state)
+
+    def test_a_different_ramp_refuses_the_state(self):
+        m = mesh((8,), ("data",))
+        source = self.make_source()
+        plan = RampupStepPlan.covering(len(source), Rampup(8, 8, 32), B)
+        state = make_loader(source, plan, m).state()
+        other = RampupStepPlan.covering(len(source), Rampup(8, 8, 48), B)
+        assert make_loader(source, plan, m, state=state).step == 0
+        with pytest.raises(ValueError, match="different data configuration"):
+            make_loader(source, other, m, state=state)
