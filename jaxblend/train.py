@@ -386,7 +386,7 @@ def _train(watch) -> None:
     import jax
     from jax.experimental import multihost_utils
 
-    from jaxblend.loading import make_loader
+    from jaxblend.loading import PrefetchOptions, make_loader
 
     try:
         from jaxblend.training import checkpoint
@@ -408,8 +408,9 @@ def _train(watch) -> None:
 
     watch.phase = "opening the data"
     loader = make_loader(
-        data.train, data.plan, mesh, batch_axes=batch_axes, worker_count=_WORKERS.value,
-        read_ahead=_READ_AHEAD.value, state=resume.loader_state,
+        data.train, mesh, plan=data.plan, batch_axes=batch_axes,
+        prefetch=PrefetchOptions(worker_count=_WORKERS.value, read_ahead=_READ_AHEAD.value),
+        state=resume.loader_state,
     )
     if loader.step != resume.start:
         raise ValueError(f"checkpoint step {resume.start} but loader state step {loader.step}")

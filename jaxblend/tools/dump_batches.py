@@ -67,7 +67,7 @@ def main(argv: Sequence[str]) -> None:
     import numpy as np
     from jax.experimental import multihost_utils
 
-    from jaxblend.loading import make_loader
+    from jaxblend.loading import PrefetchOptions, make_loader
 
     mesh = _cli.mesh_from_flags(_MESH_SHAPE.value, _MESH_AXES.value)
     source = _cli.source_from_flags(_WHICH.value)
@@ -77,8 +77,9 @@ def main(argv: Sequence[str]) -> None:
             state = json.load(f)
     plan = _step_plan.step_plan(len(source), _BATCH.value)
     loader = make_loader(
-        source, plan, mesh, batch_axes=_cli.batch_axes_of(mesh), worker_count=_WORKERS.value,
-        read_ahead=_READ_AHEAD.value, start_step=_START.value, state=state,
+        source, mesh, plan=plan, batch_axes=_cli.batch_axes_of(mesh),
+        prefetch=PrefetchOptions(worker_count=_WORKERS.value, read_ahead=_READ_AHEAD.value),
+        start_step=_START.value, state=state,
     )
     if loader.step + _STEPS.value > loader.num_steps:
         raise app.UsageError(
