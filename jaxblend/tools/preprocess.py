@@ -32,8 +32,10 @@ import os
 
 from absl import app, flags
 
-from jaxblend.preprocess import pipeline, readers, sentences, worker
-from jaxblend.preprocess import tokenizers as tok_lib
+from jaxblend.preprocess import config as config_lib
+from jaxblend.preprocess import partitions as partitions_lib
+from jaxblend.preprocess import pipeline, records, sentences
+from jaxblend.preprocess import tokenizer_spec as tok_spec
 from jaxblend.preprocess.cleaning import FILTER_NAMES, CleaningConfig
 from jaxblend.preprocess.cleaning import report as report_lib
 from jaxblend.tools import _entry
@@ -51,7 +53,7 @@ _TOKENIZER_TYPE = flags.DEFINE_string(
     "tokenizer_type",
     "ByteTokenizer",
     "One of "
-    + ", ".join(tok_lib.TOKENIZER_TYPES)
+    + ", ".join(tok_spec.TOKENIZER_TYPES)
     + " (aliases byte, hf, gpt2, sentencepiece, tiktoken).",
 )
 _TOKENIZER_MODEL = flags.DEFINE_string(
@@ -110,7 +112,7 @@ _DROP_EMPTY = flags.DEFINE_bool(
     "documents with zero sequences, as Megatron does.",
 )
 _TEXT_MODE = flags.DEFINE_enum(
-    "text_mode", "line", list(readers.TEXT_MODES), ".txt inputs: one document per line or per file."
+    "text_mode", "line", list(partitions_lib.TEXT_MODES), ".txt inputs: one document per line or per file."
 )
 _WORKERS = flags.DEFINE_integer("workers", 0, "Worker processes (0 = all cores).", lower_bound=0)
 _PARTITIONS = flags.DEFINE_integer(
@@ -121,7 +123,7 @@ _LOG_INTERVAL = flags.DEFINE_integer(
     "log_interval", 100_000, "Log progress every this many documents (0 = never).", lower_bound=0
 )
 _ON_ERROR = flags.DEFINE_enum(
-    "on_error", "skip", list(worker.ON_ERROR), "Bad records: skip (count, report) or fail."
+    "on_error", "skip", list(records.ON_ERROR), "Bad records: skip (count, report) or fail."
 )
 _MAX_DOCUMENT_CHARS = flags.DEFINE_integer(
     "max_document_chars",
@@ -259,7 +261,7 @@ def cleaning_from_flags() -> CleaningConfig | None:
     return config if config.enabled else None
 
 
-def config_from_flags() -> pipeline.PreprocessConfig:
+def config_from_flags() -> config_lib.PreprocessConfig:
     """Builds the run configuration from the parsed flags."""
     inputs = tuple(p.strip() for value in _INPUT.value for p in value.split(",") if p.strip())
     if _LEGACY_TOKENIZER.value:
@@ -268,9 +270,9 @@ def config_from_flags() -> pipeline.PreprocessConfig:
             "tokenizers (preprocess_data.py's default); drop the flag"
         )
     specials = tuple(_TOKENIZER_SPECIAL.value or ())
-    if specials and tok_lib.canonical_type(_TOKENIZER_TYPE.value) != tok_lib.TIKTOKEN:
+    if specials and tok_spec.canonical_type(_TOKENIZER_TYPE.value) != tok_spec.TIKTOKEN:
         raise ValueError("--tokenizer_special_tokens is supported with TikTokenizer only")
-    spec = tok_lib.TokenizerSpec(
+    spec = tok_spec.TokenizerSpec(
         type=_TOKENIZER_TYPE.value,
         model=_TOKENIZER_MODEL.value,
         vocab_file=_VOCAB_FILE.value,
@@ -280,7 +282,7 @@ def config_from_flags() -> pipeline.PreprocessConfig:
         tiktoken_special_tokens=specials,
         vocab_size=_VOCAB_SIZE.value,
     )
-    return pipeline.PreprocessConfig(
+    return config_lib.PreprocessConfig(
         input=inputs,
         output_prefix=_OUTPUT_PREFIX.value,
         json_keys=tuple(_JSON_KEYS.value),

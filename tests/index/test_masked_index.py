@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from jaxblend import index
-from jaxblend.index import cache, masked_maps
+from jaxblend.index import cache, masked_maps, masked_sample_index
 from jaxblend.index.masked_sample_index import build_masked_sample_index
 from jaxblend.index.splitmix import MASK64, splitmix64
 
@@ -141,7 +141,7 @@ def test_key_covers_the_index_code(monkeypatch):
 
 def _count_builds(monkeypatch):
     calls = []
-    real = masked_maps.build_masked_sample_index
+    real = masked_sample_index.build_masked_sample_index
 
     def counting(*args):
         calls.append(args)
