@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from jaxblend import index
 from jaxblend.storage import IndexedDataset, ObjectStoreOptions
 from jaxblend.storage.protocols import SequenceDataset
+from jaxblend.urls import is_url
 
 
 def dataset_info(dataset: SequenceDataset, name: str) -> index.DatasetInfo:
@@ -43,7 +44,7 @@ def open_datasets(
         return dataset, dataset_info(dataset, prefix)
 
     # Local opens are CPU-bound (threads would only contend for the GIL); remote ones wait.
-    remote = [p for p in names if "://" in p and not p.startswith("file://")]
+    remote = [p for p in names if is_url(p)]
     opened_by_name: dict[str, tuple[IndexedDataset, index.DatasetInfo]] = {}
     if len(remote) > 1:
         workers = min(max_concurrency, len(remote))

@@ -105,7 +105,7 @@ def test_split_sentences_multi_sequence_documents(tmp_path, corpus_docs):
         and seqs_per_doc.max() > 1
         and len(ds) == result.keys["text"]["sequences"]
     )
-    first = ds.get_many(range(int(seqs_per_doc[0])))
+    first = ds[0 : int(seqs_per_doc[0])]
     assert tok_lib.ByteTokenizer().detokenize(first[0]).endswith((".", "!", "?"))
     assert int(first[-1][-1]) == 256 and all(256 not in s for s in first[:-1])
 
