@@ -98,10 +98,20 @@ class SpanGather:
 
         Raises:
           IndexError: if a span leaves its sequence's file.
+          ValueError: if `out` is not a writeable 1-D C-contiguous array or a span does not fit it.
           ObjectStoreError, IndexFormatError: on object-store failures.
         """
         if dataset.size == 0:
             return
+        if out.ndim != 1 or not out.flags.c_contiguous or not out.flags.writeable:
+            raise ValueError("SpanGather.read needs a writeable 1-D C-contiguous `out`")
+        end = out_pos + length
+        if int(out_pos.min()) < 0 or int(end.max()) > out.shape[0]:
+            j = int(np.flatnonzero((out_pos < 0) | (end > out.shape[0]))[0])
+            raise ValueError(
+                f"span {j} goes to out[{int(out_pos[j])}:{int(end[j])}], outside the {out.shape[0]} "
+                "items of `out`"
+            )
         mapped, remote = self._plans()
         for group in mapped:
             bad = _gather.gather(*group.arguments, dataset, sequence, offset, length, out, out_pos)

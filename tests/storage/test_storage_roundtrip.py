@@ -10,6 +10,7 @@ import pytest
 
 import jaxblend
 from jaxblend.storage import IndexedDataset, IndexedDatasetBuilder, exists, token_dtype_for_vocab
+from jaxblend.storage.span_gather import SpanGather
 
 from .conftest import ALL_DTYPES, Corpus, copy_to_memory, random_docs, read_spans, write_corpus
 
@@ -315,3 +316,17 @@ def test_open_datasets_hold_no_file_descriptors(corpus) -> None:
     np.testing.assert_array_equal(view[: first.size], IndexedDataset(corpus.prefix)._token_view()[: first.size])
     with pytest.raises(ValueError, match="read-only"):
         view[0] = 1
+
+
+def test_span_reads_refuse_a_destination_they_do_not_fit(corpus: Corpus) -> None:
+    ds = IndexedDataset(corpus.prefix)
+    reader = SpanGather([ds])
+    seq = np.flatnonzero(ds.sequence_lengths >= 2)[:1].astype(np.int64)
+    zero, two = np.zeros(1, np.int64), np.full(1, 2, np.int64)
+    with pytest.raises(ValueError, match=r"span 0 goes to out\[3:5\], outside the 4 items"):
+        reader.read(zero, seq, zero, two, np.empty(4, ds.dtype), two + 1)
+    with pytest.raises(ValueError, match="1-D C-contiguous"):
+        reader.read(zero, seq, zero, two, np.empty((4, 2), ds.dtype)[:, 0], zero)
+    out = np.empty(4, ds.dtype)
+    reader.read(zero, seq, zero, two, out, two)
+    np.testing.assert_array_equal(out[2:], ds.get(int(seq[0]), 0, 2))
