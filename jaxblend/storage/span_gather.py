@@ -141,12 +141,20 @@ class SpanGather:
                 starts = pointers[seq] // ds.dtype.itemsize + offset[sel]
                 counts = length[sel]
                 ds._check_spans(starts, counts)
-                flat = np.empty(int(counts.sum()), dtype=ds.dtype)
-                read = ds._begin_read(starts, counts, np.cumsum(counts) - counts, batch)
+                if out.dtype == ds.dtype:  # the bytes go straight to their places
+                    flat, dst = None, out_pos[sel]
+                else:  # read, then convert while placing
+                    flat = np.empty(int(counts.sum()), dtype=ds.dtype)
+                    dst = np.cumsum(counts) - counts
+                read = ds._begin_read(starts, counts, dst, batch)
                 pending.append((ds, sel, flat, read))
         for ds, sel, flat, read in pending:
-            read.finish(flat.view(np.uint8), timeout or ds.object_store.request_timeout)
-            _place(flat, sel, length, out, out_pos)
+            wait = timeout or ds.object_store.request_timeout
+            if flat is None:
+                read.finish(out.view(np.uint8), wait)
+            else:
+                read.finish(flat.view(np.uint8), wait)
+                _place(flat, sel, length, out, out_pos)
         with self._lock:
             self.requests += sum(read.requests for *_, read in pending)
 
