@@ -278,24 +278,28 @@ class IndexedDataset:
                 f"token range offset={offset}, length={length} (end {offset + length}) outside sequence {i} "
                 f"of length {seq_len} in {self._location.display}"
             )
-        return self._read(
-            np.array([i], np.int64), np.array([offset], np.int64), np.array([length], np.int64)
-        )
+        span = np.array([i, offset, length], np.int64)
+        return self._read(span[0:1], span[1:2], span[2:3], length)
 
-    def _read(self, sequences: np.ndarray, offsets: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-        """Token spans of this dataset's sequences (checked by the caller), concatenated, read
-        through this dataset's `SpanGather`."""
+    def _read(
+        self, sequences: np.ndarray, offsets: np.ndarray, lengths: np.ndarray, total: int | None = None
+    ) -> np.ndarray:
+        """Token spans of this dataset's sequences (checked by the caller; `total` tokens),
+        concatenated, read through this dataset's `SpanGather`."""
         reader = self._reader
         if reader is None:
             with self._lock:
                 if self._reader is None:
                     self._reader = SpanGather([self])
                 reader = self._reader
-        out = np.empty(int(lengths.sum()), dtype=self.dtype)
-        reader.read(
-            np.zeros(sequences.shape[0], np.int64), sequences, offsets, lengths, out,
-            np.cumsum(lengths) - lengths,
-        )
+        out = np.empty(int(lengths.sum()) if total is None else total, dtype=self._handles().header.dtype)
+        if sequences.shape[0] == 1:
+            reader.read(_ZERO, sequences, offsets, lengths, out, _ZERO)
+        else:
+            reader.read(
+                np.zeros(sequences.shape[0], np.int64), sequences, offsets, lengths, out,
+                np.cumsum(lengths) - lengths,
+            )
         return out
 
     def _check_spans(self, starts: np.ndarray, counts: np.ndarray) -> None:
@@ -458,6 +462,10 @@ def exists(prefix: str | os.PathLike | dict) -> bool:
 
 
 # ----------------------------------------------------------------------------------- helpers
+
+
+_ZERO = np.zeros(1, np.int64)
+_ZERO.setflags(write=False)
 
 
 def _resolve(prefix: str | dict, store: ObjectStoreOptions) -> _location.Location:

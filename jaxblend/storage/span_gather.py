@@ -105,8 +105,12 @@ class SpanGather:
             return
         if out.ndim != 1 or not out.flags.c_contiguous or not out.flags.writeable:
             raise ValueError("SpanGather.read needs a writeable 1-D C-contiguous `out`")
-        end = out_pos + length
-        if int(out_pos.min()) < 0 or int(end.max()) > out.shape[0]:
+        if dataset.size == 1:  # `get` and `dataset[i]`: plain integers are cheaper
+            first, last = int(out_pos[0]), int(out_pos[0]) + int(length[0])
+        else:
+            first, last = int(out_pos.min()), int((out_pos + length).max())
+        if first < 0 or last > out.shape[0]:
+            end = out_pos + length
             j = int(np.flatnonzero((out_pos < 0) | (end > out.shape[0]))[0])
             raise ValueError(
                 f"span {j} goes to out[{int(out_pos[j])}:{int(end[j])}], outside the {out.shape[0]} "
