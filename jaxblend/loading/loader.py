@@ -36,7 +36,8 @@ from jaxblend.loading.protocols import LoaderSource
 from jaxblend.sampling import FixedStepPlan, ProcessRows, StepPlan, StepSampler
 from jaxblend.validation import require_int
 
-STATE_VERSION = 1
+# 2: fingerprints built by `jaxblend.identity.fingerprint` from named fields (1 hashed reprs).
+STATE_VERSION = 2
 DEFAULT_REMOTE_READ_AHEAD = 8
 
 
