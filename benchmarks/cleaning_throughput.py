@@ -38,6 +38,8 @@ import time
 
 from absl import app, flags
 
+from jaxblend.preprocess import config as config_lib
+
 _DOCS = flags.DEFINE_integer("docs", 20000, "Documents in the generated corpus.")
 _WRITE_CORPUS = flags.DEFINE_string(
     "write_corpus", None, "Only write corpus.jsonl and eval.jsonl into this directory, then exit."
@@ -102,7 +104,7 @@ def _jaxblend(corpus: str, ev: str, out: str, clean: bool) -> tuple[float, int]:
             near_dedup=True,
             plot=False,
         )
-    cfg = pipeline.PreprocessConfig(
+    cfg = config_lib.PreprocessConfig(
         input=(corpus,),
         output_prefix=out,
         workers=1,

@@ -35,6 +35,9 @@ from collections.abc import Callable
 
 import numpy as np
 
+from jaxblend.preprocess import config as config_lib
+from jaxblend.preprocess import tokenizer_spec as tok_spec
+
 CORRECT, CLEAN, FAILURE = "correct", "clean_error", "FAILURE"
 FULL_COUNTS = {"idx": 10_000, "preprocess": 10_000, "cache": 1_000}
 
@@ -213,11 +216,10 @@ class PreprocessCampaign:
     """
 
     def __init__(self, workdir: str) -> None:
-        from jaxblend.preprocess import tokenizers as tok_lib
         from jaxblend.preprocess import worker
 
         self.workdir = workdir
-        self.tokenizer = worker.tokenizer_for(tok_lib.TokenizerSpec("ByteTokenizer"))
+        self.tokenizer = worker.tokenizer_for(tok_spec.TokenizerSpec("ByteTokenizer"))
         words = ["alpha", "beta", "gamma", "délta", "ε", "東京", "naïve", "café", "\t", "tab", "\\", "back", '"quote"']
         rng = random.Random(0)
         self.texts = [" ".join(rng.choice(words) for _ in range(rng.randint(1, 12))) for _ in range(30)]
@@ -327,7 +329,6 @@ class PreprocessCampaign:
 
     def case(self, rng: random.Random) -> tuple[str, str, list[str]]:
         from jaxblend.preprocess import pipeline
-        from jaxblend.preprocess import tokenizers as tok_lib
         from jaxblend.storage import IndexedDataset
 
         kind = rng.choice(INPUT_KINDS)
@@ -359,8 +360,8 @@ class PreprocessCampaign:
             texts = self._parquet(rng, path, kind)
             expected = None if texts is None else self._expected(texts)
         prefix = os.path.join(case_dir, "out")
-        config = pipeline.PreprocessConfig(
-            input=(path,), output_prefix=prefix, tokenizer=tok_lib.TokenizerSpec("ByteTokenizer"),
+        config = config_lib.PreprocessConfig(
+            input=(path,), output_prefix=prefix, tokenizer=tok_spec.TokenizerSpec("ByteTokenizer"),
             append_eod=True, partitions=2, workers=1, progress=False, log_interval=0,
         )
         names = [path]

@@ -105,7 +105,7 @@ def main() -> None:
 
     from jaxblend import index
     from jaxblend.access import DataAccess
-    from jaxblend.loading import make_loader
+    from jaxblend.loading import PrefetchOptions, make_loader
     from jaxblend.sources import GPTSchemaOptions, open_gpt_sources
 
     seq, batch = (512, 64) if args.quick else (2048, 256)
@@ -152,8 +152,8 @@ def main() -> None:
     mesh = Mesh(np.array(jax.devices()).reshape(-1), ("data",))
     for workers in (0, 1, 2):
         steps = 12 if args.quick else 24
-        with make_loader(source, mesh, global_batch_size=batch, worker_count=workers,
-                         num_steps=steps + 8) as loader:  # end of stream not timed
+        with make_loader(source, mesh, global_batch_size=batch, num_steps=steps + 8,
+                         prefetch=PrefetchOptions(worker_count=workers)) as loader:  # end of stream not timed
             for _ in range(4):  # warm-up: worker start, compilation
                 jax.block_until_ready(next(loader))
             start = time.perf_counter()

@@ -91,7 +91,7 @@ def measure_jaxblend(urls, proxy, work: Path, args) -> dict:
     import jax
 
     from jaxblend.access import DataAccess
-    from jaxblend.loading import make_loader
+    from jaxblend.loading import PrefetchOptions, make_loader
     from jaxblend.sources import GPTSchemaOptions, open_gpt_sources
 
     total_steps = args.warmup + args.steps
@@ -113,8 +113,8 @@ def measure_jaxblend(urls, proxy, work: Path, args) -> dict:
     src.get_batch(np.arange(B))
     row["first batch s"] = time.perf_counter() - t
     mesh = jax.make_mesh((1,), ("data",))
-    loader = make_loader(src, mesh, global_batch_size=B, read_ahead=args.read_ahead,
-                         num_steps=total_steps)
+    loader = make_loader(src, mesh, global_batch_size=B, num_steps=total_steps,
+                         prefetch=PrefetchOptions(read_ahead=args.read_ahead))
     for _ in range(args.warmup):
         jax.block_until_ready(next(loader))
     proxy.reset()

@@ -35,7 +35,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # one thread per worke
 from absl import app, flags
 
 from jaxblend import storage
+from jaxblend.preprocess import config as config_lib
 from jaxblend.preprocess import pipeline
+from jaxblend.preprocess import tokenizer_spec as tok_spec
 from jaxblend.preprocess import tokenizers as tok_lib
 
 _MB = flags.DEFINE_integer("mb", 20, "Corpus size in MB.")
@@ -92,12 +94,12 @@ def _train_bpe(docs: list[str], path: str) -> None:
     tok.save(path)
 
 
-def _raw_tokens_per_s(tok: tok_lib.Tokenizer, docs: list[str]) -> tuple[float, int]:
+def _raw_tokens_per_s(tok: tok_spec.Tokenizer, docs: list[str]) -> tuple[float, int]:
     rate, total, _ = _raw_loop(tok, docs)
     return rate, total
 
 
-def _raw_loop(tok: tok_lib.Tokenizer, docs: list[str]) -> tuple[float, int, float]:
+def _raw_loop(tok: tok_spec.Tokenizer, docs: list[str]) -> tuple[float, int, float]:
     """Returns (tokens per wall second, tokens, CPU seconds) of the pure tokenizer loop."""
     batch = 4096
     c = time.process_time()
@@ -119,7 +121,7 @@ def _raw_loop(tok: tok_lib.Tokenizer, docs: list[str]) -> tuple[float, int, floa
 
 
 def _raw_worker(
-    args: tuple[tok_lib.TokenizerSpec, list[str], object],
+    args: tuple[tok_spec.TokenizerSpec, list[str], object],
 ) -> tuple[int, float, float, float]:
     spec, docs, barrier = args
     tok = tok_lib.load_tokenizer(spec)
@@ -129,7 +131,7 @@ def _raw_worker(
     return total, t, time.perf_counter(), cpu
 
 
-def _raw_concurrent(spec: tok_lib.TokenizerSpec, docs: list[str], n: int) -> tuple[float, float]:
+def _raw_concurrent(spec: tok_spec.TokenizerSpec, docs: list[str], n: int) -> tuple[float, float]:
     """n raw tokenizer loops at once in n processes (disjoint shares of docs).
 
     Returns:
@@ -148,7 +150,7 @@ def _raw_concurrent(spec: tok_lib.TokenizerSpec, docs: list[str], n: int) -> tup
 
 
 def _megatron_style(
-    path: str, spec: tok_lib.TokenizerSpec, prefix: str, dtype: object
+    path: str, spec: tok_spec.TokenizerSpec, prefix: str, dtype: object
 ) -> tuple[float, int] | None:
     """Megatron-LM ``preprocess_data.py``'s per-document loop on one process, megatron-core's builder.
 
@@ -182,10 +184,10 @@ def main(argv: list[str]) -> None:
         with open(path, "w", encoding="utf-8") as f:
             f.writelines(json.dumps({"text": doc}) + "\n" for doc in docs)
         mb = os.path.getsize(path) / 1e6
-        specs = {"byte": tok_lib.TokenizerSpec("byte")}
+        specs = {"byte": tok_spec.TokenizerSpec("byte")}
         if "hf_bpe" in _TOKENIZERS.value:
             _train_bpe(docs, os.path.join(d, "bpe.json"))
-            specs["hf_bpe"] = tok_lib.TokenizerSpec("hf", model=os.path.join(d, "bpe.json"))
+            specs["hf_bpe"] = tok_spec.TokenizerSpec("hf", model=os.path.join(d, "bpe.json"))
         rows = []
         megatron_rows: list[tuple[str, float, float, float]] = []
         for name in _TOKENIZERS.value:
@@ -201,7 +203,7 @@ def main(argv: list[str]) -> None:
                 best["raw2"] = max(best.get("raw2", 0.0), raw2)
                 best["raw_cpu2"] = max(best.get("raw_cpu2", 0.0), raw2_cpu)
                 for workers in (1, 2):
-                    cfg = pipeline.PreprocessConfig(
+                    cfg = config_lib.PreprocessConfig(
                         input=(path,),
                         output_prefix=os.path.join(d, f"out_{name}_{workers}_{rep}", "c"),
                         tokenizer=spec,
@@ -238,7 +240,7 @@ def main(argv: list[str]) -> None:
                 megatron_rows.append((name, mega[0], best["pipe1"], best["pipe2"]))
                 mine = os.path.join(d, f"mine_{name}")
                 pipeline.preprocess(
-                    pipeline.PreprocessConfig(
+                    config_lib.PreprocessConfig(
                         input=(path,),
                         output_prefix=mine,
                         tokenizer=spec,

@@ -4,8 +4,9 @@ Builds (once, reused across runs) a uint16 IndexedDataset of `--size_gb` GB with
 lengths under `--data_dir`, warms the page cache, then reads the same random windows (inside
 sequences, so every method can serve them) with:
 
-* jaxblend mmap: `read_token_spans` on batches of `--batch` windows, and `get` one by one;
-* jaxblend TensorStore file:// backend: batched `read_token_spans` with file_io_mode memmap and
+* jaxblend mmap: `SpanGather.read` (the storage layer's one read path, what every source uses)
+  on batches of `--batch` windows, and `get` one by one;
+* jaxblend TensorStore file:// backend: batched `SpanGather.read` with file_io_mode memmap and
   default;
 * megatron-core `IndexedDataset.get(i, offset, length)` in a loop (when installed), both as is
   (it returns views into its mmap and copies nothing) and copying each window into a batch array
@@ -26,6 +27,7 @@ import numpy as np
 from absl import app, flags, logging
 
 from jaxblend.storage import IndexedDataset, IndexedDatasetBuilder
+from jaxblend.storage.span_gather import SpanGather
 
 _DATA_DIR = flags.DEFINE_string(
     "data_dir", "/tmp/jaxblend_bench", "Directory for the generated dataset."
@@ -115,7 +117,7 @@ def main(argv: list[str]) -> None:
         methods = _methods(mm, ts_variants, megatron, seq, off, window)
         results = {name: measure(fn, n_batches, _SECONDS.value) for name, fn in methods.items()}
         base = results.get(MEGATRON_BATCH)
-        ours = results["jaxblend mmap read_token_spans"]
+        ours = results["jaxblend mmap SpanGather.read"]
         for name, rate in results.items():
             rows.append((window, name, rate, rate / base if base else float("nan"), rate / ours))
 
@@ -140,23 +142,37 @@ def _methods(
     """Returns name -> fn(k) reading batch k of the windows (sequence seq[k], offset off[k]);
     checks first that every method returns the same tokens."""
     batch = seq.shape[1]
-    starts = mm.sequence_pointers[seq] // mm.dtype.itemsize + off
     counts = np.full(batch, window, dtype=np.int64)
-    expected = mm.read_token_spans(starts[0], counts)
+    zeros = np.zeros(batch, dtype=np.int64)
+    positions = np.arange(batch, dtype=np.int64) * window
+
+    def windows(ds: IndexedDataset) -> Callable[[int], np.ndarray]:
+        """Batch k's windows of `ds`, read with one `SpanGather.read`."""
+        reader = SpanGather([ds])
+
+        def read(k: int) -> np.ndarray:
+            out = np.empty(batch * window, dtype=ds.dtype)
+            reader.read(zeros, seq[k], off[k], counts, out, positions)
+            return out
+
+        return read
 
     def spans(ds: IndexedDataset) -> Callable[[int], int]:
-        return lambda k: ds.read_token_spans(starts[k], counts).shape[0]
+        read = windows(ds)
+        return lambda k: read(k).shape[0]
+
+    expected = windows(mm)(0)
 
     def gets(k: int) -> int:
         return sum(mm.get(i, o, window).shape[0] for i, o in zip(seq[k].tolist(), off[k].tolist()))
 
     methods: dict[str, Callable[[int], int]] = {
-        "jaxblend mmap read_token_spans": spans(mm),
+        "jaxblend mmap SpanGather.read": spans(mm),
         "jaxblend mmap get loop": gets,
     }
     for mode, ds in ts_variants.items():
-        np.testing.assert_array_equal(ds.read_token_spans(starts[0], counts), expected)
-        methods[f"jaxblend tensorstore ({mode}) read_token_spans"] = spans(ds)
+        np.testing.assert_array_equal(windows(ds)(0), expected)
+        methods[f"jaxblend tensorstore ({mode}) SpanGather.read"] = spans(ds)
     if megatron is None:
         return methods
 

@@ -427,8 +427,9 @@ def _train(watch, s: cli.TrainSettings) -> None:
     watch.phase = "opening the data"
     prefetch = cli.prefetch_from_flags()
     loader = make_loader(
-        data.train, data.plan, mesh, batch_axes=batch_axes, worker_count=prefetch.worker_count,
-        read_ahead=prefetch.read_ahead, state=resume.loader_state,
+        data.train, mesh, plan=data.plan, batch_axes=batch_axes,
+        prefetch=prefetch,
+        state=resume.loader_state,
     )
     if loader.step != resume.start:
         raise ValueError(f"checkpoint step {resume.start} but loader state step {loader.step}")

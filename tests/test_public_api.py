@@ -61,3 +61,53 @@ def test_every_sample_of_an_epoch_exactly_once(tmp_path):
     # ...and the split's order is a permutation of all of the epoch's sample-index rows.
     maps = src.plan.constituent(0)
     assert sorted(np.asarray(maps.shuffle_index).tolist()) == list(range(len(src)))
+
+
+def _top_level_names(tree):
+    """(names a module defines, names it imports) at its top level."""
+    import ast
+
+    defined, imported = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and node.col_offset == 0:
+            imported.update((a.asname or a.name).split(".")[0] for a in node.names)
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            defined.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            defined.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
+    return defined, imported
+
+
+def test_modules_export_only_their_own_names():
+    # A module's `__all__` lists what it defines; other modules' names are imported from where
+    # they are defined (package `__init__.py` facades excepted: they are the public API).
+    import ast
+    import pathlib
+
+    offenders = []
+    for path in pathlib.Path(jaxblend.__file__).parent.rglob("*.py"):
+        if path.name == "__init__.py":
+            continue
+        tree = ast.parse(path.read_text())
+        defined, imported = _top_level_names(tree)
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets
+            ):
+                names = [e.value for e in node.value.elts]
+                offenders += [f"{path.name}: {n}" for n in names if n in imported and n not in defined]
+    assert not offenders, f"modules re-exporting other modules' names: {offenders}"
+
+
+def test_each_public_name_has_one_package_facade():
+    import collections
+    import importlib
+
+    facades = ["index", "loading", "preprocess", "sampling", "sources", "storage"]
+    where = collections.defaultdict(list)
+    for name in facades:
+        for public in importlib.import_module(f"jaxblend.{name}").__all__:
+            where[public].append(name)
+    assert {k: v for k, v in where.items() if len(v) > 1} == {}

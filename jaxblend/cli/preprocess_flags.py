@@ -12,8 +12,9 @@ import os
 
 from absl import flags
 
-from jaxblend.preprocess import pipeline, readers, sentences, worker
-from jaxblend.preprocess import tokenizers as tok_lib
+from jaxblend.preprocess import config as config_lib
+from jaxblend.preprocess import partitions, records, sentences
+from jaxblend.preprocess import tokenizer_spec as tok_lib
 from jaxblend.preprocess.cleaning import FILTER_NAMES, CleaningConfig
 
 # Megatron-LM's argparse flags that take several space-separated values.
@@ -94,7 +95,7 @@ def define_preprocess_flags() -> None:
         "documents with zero sequences, as Megatron does.",
     )
     flags.DEFINE_enum(
-        "text_mode", "line", list(readers.TEXT_MODES), ".txt inputs: one document per line or per file."
+        "text_mode", "line", list(partitions.TEXT_MODES), ".txt inputs: one document per line or per file."
     )
     flags.DEFINE_integer("workers", 0, "Worker processes (0 = all cores).", lower_bound=0)
     flags.DEFINE_integer(
@@ -105,7 +106,7 @@ def define_preprocess_flags() -> None:
         "log_interval", 100_000, "Log progress every this many documents (0 = never).", lower_bound=0
     )
     flags.DEFINE_enum(
-        "on_error", "skip", list(worker.ON_ERROR), "Bad records: skip (count, report) or fail."
+        "on_error", "skip", list(records.ON_ERROR), "Bad records: skip (count, report) or fail."
     )
     flags.DEFINE_integer(
         "max_document_chars",
@@ -245,7 +246,7 @@ def cleaning_from_flags() -> CleaningConfig | None:
     return config if config.enabled else None
 
 
-def preprocess_config_from_flags() -> pipeline.PreprocessConfig:
+def preprocess_config_from_flags() -> config_lib.PreprocessConfig:
     """The `PreprocessConfig` of the parsed flags.
 
     Raises:
@@ -271,7 +272,7 @@ def preprocess_config_from_flags() -> pipeline.PreprocessConfig:
         tiktoken_special_tokens=specials,
         vocab_size=fl.vocab_size,
     )
-    return pipeline.PreprocessConfig(
+    return config_lib.PreprocessConfig(
         input=inputs,
         output_prefix=fl.output_prefix,
         json_keys=tuple(fl.json_keys),

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import hashlib
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Self, TypedDict
@@ -30,13 +29,15 @@ import jax
 import numpy as np
 from jax.sharding import Mesh
 
+from jaxblend import identity
 from jaxblend.loading import global_batch
 from jaxblend.loading.host_source import HostStepSource
 from jaxblend.loading.protocols import LoaderSource
 from jaxblend.sampling import FixedStepPlan, ProcessRows, StepPlan, StepSampler
 from jaxblend.validation import require_int
 
-STATE_VERSION = 1
+# 2: fingerprints built by `jaxblend.identity.fingerprint` from named fields (1 hashed reprs).
+STATE_VERSION = 2
 DEFAULT_REMOTE_READ_AHEAD = 8
 
 
@@ -77,7 +78,7 @@ class PrefetchOptions:
             value, low = getattr(self, field.name), 1
             if field.name in ("worker_count", "device_prefetch", "read_ahead"):
                 low = 0
-            require_int(field.name, value, low)
+            require_int(f"PrefetchOptions.{field.name}", value, low)
 
 
     def grain_read_options(self, reads_remote: bool) -> grain.ReadOptions:
@@ -92,14 +93,13 @@ class PrefetchOptions:
 def loader_fingerprint(source: LoaderSource, plan: StepPlan) -> str | None:
     """What a resume state must match: the source's identity and the plan's.
 
-    None when the source has no fingerprint: such a loader cannot resume from a state. A fixed
-    plan's part is `B=<global batch size>`, so states of fixed-size loaders keep their value.
+    None when the source has no fingerprint: such a loader cannot resume from a state.
     """
-    identity = source.fingerprint
-    if not identity:
+    if not source.fingerprint:
         return None
-    text = f"v{STATE_VERSION}|{identity}|{plan.fingerprint}"
-    return hashlib.sha256(text.encode()).hexdigest()[:32]
+    return identity.fingerprint(
+        "loader_state", STATE_VERSION, source=source.fingerprint, plan=plan.fingerprint
+    )
 
 
 class StepLoader(Iterator[dict[str, jax.Array]]):
@@ -259,41 +259,31 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
 
 def make_loader(
     source: LoaderSource,
-    plan_or_mesh: StepPlan | Mesh,
-    mesh: Mesh | None = None,
+    mesh: Mesh,
     *,
+    plan: StepPlan | None = None,
     global_batch_size: int | None = None,
     num_steps: int | None = None,
     batch_axes: Sequence[str] = ("data",),
-    worker_count: int = 0,
-    worker_buffer_size: int = 2,
-    read_threads: int = 1,
-    device_prefetch: int = 1,
-    read_ahead: int = 0,
+    prefetch: PrefetchOptions = PrefetchOptions(),
     start_step: int = 0,
     state: Mapping[str, object] | None = None,
     process_index: int | None = None,
 ) -> StepLoader:
     """Builds an iterator of global batches over `source` laid out on `mesh`.
 
-    Two spellings:
-
-      make_loader(source, plan, mesh, ...)            # any StepPlan (fixed, ramp-up, buckets)
       make_loader(source, mesh, global_batch_size=B)  # FixedStepPlan over the source
+      make_loader(source, mesh, plan=plan)            # any StepPlan (fixed, ramp-up, buckets)
 
     Args:
       source: a jaxblend source (GPTSource, BlendedSource, MockSource, masked sources,
         SequenceSource) or a plain Grain source wrapped in `GrainSourceAdapter`.
-      plan_or_mesh: the step plan (then `mesh` follows), or the mesh (then `global_batch_size`).
       mesh: the training mesh (every process passes the same global mesh).
-      global_batch_size: B of a fixed-size plan (only without a plan).
-      num_steps: steps of a fixed-size plan; None = every full batch of the source.
+      plan: the step plan; exactly one of `plan` and `global_batch_size`.
+      global_batch_size: B of a fixed-size plan over the source.
+      num_steps: steps of the fixed-size plan; None = every full batch of the source.
       batch_axes: mesh axes that split the batch dimension.
-      worker_count: Grain worker processes.
-      worker_buffer_size: batches prepared ahead per worker.
-      read_threads: Grain reader threads.
-      device_prefetch: batches put on the devices ahead of the one consumed.
-      read_ahead: steps read concurrently ahead of use (0 = auto; see `PrefetchOptions`).
+      prefetch: Grain workers, reader threads, buffers, read-ahead and device prefetch.
       start_step: first step (ignored when `state` is given).
       state: a dict from `StepLoader.state()` to resume from.
       process_index: this process (defaults to `jax.process_index()`).
@@ -302,29 +292,24 @@ def make_loader(
       A `StepLoader`.
 
     Raises:
-      ValueError: on a plan and a batch size both given (or neither), or any `StepLoader` error.
+      TypeError: if `mesh` is not a `Mesh` or `prefetch` not a `PrefetchOptions`.
+      ValueError: unless exactly one of `plan` and `global_batch_size` is given (`num_steps` only
+        with `global_batch_size`), or on any `StepLoader` error.
     """
-    if isinstance(plan_or_mesh, Mesh):
-        if mesh is not None or global_batch_size is None:
-            raise ValueError(
-                "make_loader(source, mesh, global_batch_size=B) or make_loader(source, plan, mesh)"
-            )
-        mesh = plan_or_mesh
-        plan: StepPlan = FixedStepPlan.covering(len(source), global_batch_size, num_steps)
-    else:
-        if mesh is None or global_batch_size is not None or num_steps is not None:
-            raise ValueError(
-                "make_loader(source, plan, mesh): the plan fixes the batch sizes and the number "
-                "of steps (no global_batch_size or num_steps)"
-            )
-        plan = plan_or_mesh
-    prefetch = PrefetchOptions(
-        worker_count=worker_count,
-        worker_buffer_size=worker_buffer_size,
-        read_threads=read_threads,
-        device_prefetch=device_prefetch,
-        read_ahead=read_ahead,
-    )
+    if not isinstance(mesh, Mesh):
+        raise TypeError(
+            f"make_loader(source, mesh, *, plan=... or global_batch_size=...): the second argument "
+            f"must be a jax.sharding.Mesh, got {type(mesh).__name__}"
+        )
+    if not isinstance(prefetch, PrefetchOptions):
+        raise TypeError(f"make_loader: prefetch must be a PrefetchOptions, got {type(prefetch).__name__}")
+    if (plan is None) == (global_batch_size is None) or (plan is not None and num_steps is not None):
+        raise ValueError(
+            "make_loader needs exactly one of plan= (which fixes the batch sizes and the number of "
+            "steps) or global_batch_size= (with optional num_steps=)"
+        )
+    if plan is None:
+        plan = FixedStepPlan.covering(len(source), global_batch_size, num_steps)
     loader = StepLoader(
         source, plan, mesh, batch_axes=batch_axes, prefetch=prefetch, start_step=start_step,
         process_index=process_index,

@@ -15,26 +15,23 @@ Public API::
 from __future__ import annotations
 
 from jaxblend.preprocess.cleaning import CleaningConfig
-from jaxblend.preprocess.pipeline import (
-    Engine,
-    LocalEngine,
-    PreprocessConfig,
-    PreprocessResult,
-    SettingsMismatchError,
-    merge_parts,
-    preprocess,
-)
-from jaxblend.preprocess.readers import InputError, plan_partitions, resolve_inputs
+from jaxblend.preprocess.config import PreprocessConfig, PreprocessResult
+from jaxblend.preprocess.engines import Engine, LocalEngine
+from jaxblend.preprocess.manifest import SettingsMismatchError
+from jaxblend.preprocess.merge import merge_parts
+from jaxblend.preprocess.partitions import InputError, plan_partitions, resolve_inputs
+from jaxblend.preprocess.pipeline import preprocess
+from jaxblend.preprocess.records import PreprocessDataError
 from jaxblend.preprocess.sentences import split_sentences
-from jaxblend.preprocess.tokenizers import (
+from jaxblend.preprocess.tokenizer_spec import (
     TOKENIZER_TYPES,
     Tokenizer,
     TokenizerError,
     TokenizerSpec,
-    load_tokenizer,
     special_ids,
 )
-from jaxblend.preprocess.worker import PreprocessDataError, WorkerConfig, process_partition
+from jaxblend.preprocess.tokenizers import load_tokenizer
+from jaxblend.preprocess.worker import WorkerConfig, process_partition
 
 __all__ = [
     "TOKENIZER_TYPES",

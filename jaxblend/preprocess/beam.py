@@ -36,7 +36,8 @@ from apache_beam.metrics import Metrics
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from jaxblend.preprocess import readers, worker
+from jaxblend.preprocess import partitions as partitions_lib
+from jaxblend.preprocess import worker
 from jaxblend.preprocess.cleaning import join as join_lib
 from jaxblend.preprocess.cleaning import signatures as sig_lib
 from jaxblend.preprocess.cleaning.config import CleaningConfig
@@ -140,7 +141,7 @@ class _TokenizePartition(beam.DoFn):
     def setup(self) -> None:
         worker.tokenizer_for(self._config.tokenizer)
 
-    def process(self, partition: readers.Partition) -> Any:
+    def process(self, partition: partitions_lib.Partition) -> Any:
         worker.process_partition(self._config, partition)
         yield partition.index
 
@@ -159,7 +160,7 @@ class BeamEngine:
     def run(
         self,
         config: worker.WorkerConfig,
-        partitions: Sequence[readers.Partition],
+        partitions: Sequence[partitions_lib.Partition],
         progress: Any,
     ) -> None:
         """Processes ``partitions`` on Beam; reports each finished partition's bytes to ``progress``.

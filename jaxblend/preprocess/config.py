@@ -8,7 +8,7 @@ from typing import Any
 
 from jaxblend.preprocess import layout, partitions, sentences
 from jaxblend.preprocess import records as records_lib
-from jaxblend.preprocess import tokenizers as tok_lib
+from jaxblend.preprocess import tokenizer_spec as tok_spec
 from jaxblend.preprocess.cleaning import report as report_lib
 from jaxblend.preprocess.cleaning.config import CleaningConfig
 
@@ -46,7 +46,7 @@ class PreprocessConfig:
     input: tuple[str, ...]
     output_prefix: str
     json_keys: tuple[str, ...] = ("text",)
-    tokenizer: tok_lib.TokenizerSpec = dataclasses.field(default_factory=tok_lib.TokenizerSpec)
+    tokenizer: tok_spec.TokenizerSpec = dataclasses.field(default_factory=tok_spec.TokenizerSpec)
     append_eod: bool = False
     split_sentences: bool = False
     text_mode: str = "line"

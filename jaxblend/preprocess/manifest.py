@@ -15,14 +15,14 @@ from typing import Any
 import numpy as np
 
 from jaxblend.preprocess import layout, partitions
-from jaxblend.preprocess import tokenizers as tok_lib
+from jaxblend.preprocess import tokenizer_spec as tok_spec
 from jaxblend.preprocess.config import PreprocessConfig, PreprocessResult
 
 
 def run_settings(
     config: PreprocessConfig,
     files: Sequence[partitions.InputFile],
-    tokenizer: tok_lib.Tokenizer,
+    tokenizer: tok_spec.Tokenizer,
     dtype: np.dtype,
     plan: Sequence[partitions.Partition],
 ) -> dict[str, Any]:

@@ -39,26 +39,14 @@ from absl import logging
 from jaxblend import storage
 from jaxblend.preprocess import layout, partitions, worker
 from jaxblend.preprocess import manifest as manifest_lib
-from jaxblend.preprocess import tokenizers as tok_lib
+from jaxblend.preprocess import tokenizer_spec as tok_spec
 from jaxblend.preprocess.cleaning import join as join_lib
 from jaxblend.preprocess.cleaning import report as report_lib
 from jaxblend.preprocess.cleaning import signatures as sig_lib
 from jaxblend.preprocess.config import PreprocessConfig, PreprocessResult
-from jaxblend.preprocess.engines import Engine, LocalEngine, Progress
-from jaxblend.preprocess.manifest import SettingsMismatchError
+from jaxblend.preprocess.engines import Engine, LocalEngine
 from jaxblend.preprocess.merge import aggregate, merge_parts
 from jaxblend.preprocess.progress import ProgressBar
-
-__all__ = [
-    "Engine",
-    "LocalEngine",
-    "PreprocessConfig",
-    "PreprocessResult",
-    "Progress",
-    "SettingsMismatchError",
-    "merge_parts",
-    "preprocess",
-]
 
 
 def preprocess(config: PreprocessConfig, engine: Engine | None = None) -> PreprocessResult:
@@ -143,7 +131,7 @@ def preprocess(config: PreprocessConfig, engine: Engine | None = None) -> Prepro
 
 def _open_inputs(
     config: PreprocessConfig,
-) -> tuple[list[partitions.InputFile], tok_lib.Tokenizer, np.dtype]:
+) -> tuple[list[partitions.InputFile], tok_spec.Tokenizer, np.dtype]:
     """Resolves the inputs, loads the tokenizer (and sentence splitter) and picks the token dtype,
     failing before any work on a missing input, tokenizer file or end-of-document token."""
     files = partitions.resolve_inputs(config.input)
@@ -152,7 +140,7 @@ def _open_inputs(
         worker.splitter_for(config.sentence_splitter, config.lang, config.keep_newlines)
     tokenizer = worker.tokenizer_for(config.tokenizer)  # loaded once; reused by in-process workers
     if config.append_eod and tokenizer.eod is None:
-        raise tok_lib.TokenizerError(
+        raise tok_spec.TokenizerError(
             f"append_eod=True but tokenizer {config.tokenizer.type} has no end-of-document token"
         )
     return files, tokenizer, np.dtype(storage.token_dtype_for_vocab(tokenizer.vocab_size))

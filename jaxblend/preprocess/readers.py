@@ -2,8 +2,7 @@
 
 Readers yield raw records (line bytes, whole-file bytes or Parquet field dicts) in batches together
 with the input bytes consumed; decoding and validation happen in :mod:`jaxblend.preprocess.records`.
-The inputs and their partitioning are :mod:`jaxblend.preprocess.partitions` (its names are
-re-exported here).
+The inputs and their partitioning are :mod:`jaxblend.preprocess.partitions`.
 """
 
 from __future__ import annotations
@@ -16,36 +15,11 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from jaxblend.preprocess.partitions import (
-    FORMATS,
-    TEXT_MODES,
     InputError,
-    InputFile,
-    Partition,
     Piece,
-    auto_partitions,
-    detect_format,
-    plan_partitions,
-    resolve_inputs,
 )
 
 _BUFFER = 1 << 20
-
-__all__ = [
-    "FORMATS",
-    "TEXT_MODES",
-    "InputError",
-    "InputFile",
-    "Locator",
-    "Partition",
-    "Piece",
-    "RawBatch",
-    "auto_partitions",
-    "count_lines_before",
-    "detect_format",
-    "iter_piece",
-    "plan_partitions",
-    "resolve_inputs",
-]
 
 @dataclasses.dataclass
 class RawBatch:

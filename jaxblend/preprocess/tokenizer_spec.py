@@ -2,7 +2,7 @@
 
 A `TokenizerSpec` is cheap and imports no tokenizer library: it validates the type and files,
 and `identity()` describes them for run manifests. The adapters that load a spec are in
-:mod:`jaxblend.preprocess.tokenizers` (which re-exports these names).
+:mod:`jaxblend.preprocess.tokenizers`.
 """
 
 from __future__ import annotations

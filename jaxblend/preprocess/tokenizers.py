@@ -7,7 +7,7 @@ texts concatenated plus each text's token count — which is the hot path of the
 Hugging Face adapter uses the library's batched encoder).
 
 Tokenizers are described by a picklable :class:`TokenizerSpec`
-(:mod:`jaxblend.preprocess.tokenizer_spec`, re-exported here) so worker processes can each load
+(:mod:`jaxblend.preprocess.tokenizer_spec`) so worker processes can each load
 their own copy once (:func:`load_tokenizer`). Type names follow Megatron-LM's ``--tokenizer_type``
 where one exists:
 
@@ -36,53 +36,16 @@ import numpy as np
 from jaxblend.preprocess.tokenizer_spec import (
     BYTE,
     GPT2BPE,
-    GPT_SENTENCEPIECE,
     HF_CONFIG_FILES,
     HUGGINGFACE,
-    LLAMA2,
     NULL,
     SENTENCEPIECE,
     SENTENCEPIECE_TYPES,
-    SPECIAL_NAMES,
     TIKTOKEN,
-    TOKENIZER_TYPES,
     Tokenizer,
     TokenizerError,
     TokenizerSpec,
-    canonical_type,
-    special_ids,
 )
-
-__all__ = [
-    "BYTE",
-    "GPT2BPE",
-    "GPT_SENTENCEPIECE",
-    "HUGGINGFACE",
-    "LLAMA2",
-    "NULL",
-    "SENTENCEPIECE",
-    "SENTENCEPIECE_TYPES",
-    "SPECIAL_NAMES",
-    "TIKTOKEN",
-    "TIKTOKEN_PATTERNS",
-    "TOKENIZER_TYPES",
-    "ByteTokenizer",
-    "GPT2BPETokenizer",
-    "HuggingFaceTokenizer",
-    "MegatronTikTokenizer",
-    "NullTokenizer",
-    "SentencePieceTokenizer",
-    "TikTokenizer",
-    "Tokenizer",
-    "TokenizerError",
-    "TokenizerSpec",
-    "canonical_type",
-    "configured_special_tokens",
-    "load_tokenizer",
-    "read_tiktoken_json",
-    "read_tiktoken_ranks",
-    "special_ids",
-]
 
 # Pre-tokenization regexes for tiktoken BPE files (the file holds only the merge ranks).
 TIKTOKEN_PATTERNS = {

@@ -25,33 +25,19 @@ from absl import logging
 
 from jaxblend import storage
 from jaxblend.preprocess import layout, readers, records, sentences
+from jaxblend.preprocess import partitions as partitions_lib
+from jaxblend.preprocess import tokenizer_spec as tok_spec
 from jaxblend.preprocess import tokenizers as tok_lib
 from jaxblend.preprocess.cleaning import cleaner as cleaner_lib
 from jaxblend.preprocess.cleaning import join as join_lib
 from jaxblend.preprocess.cleaning import signatures as sig_lib
+from jaxblend.preprocess.cleaning import text as text_lib
 from jaxblend.preprocess.cleaning.config import CleaningConfig
 from jaxblend.preprocess.records import (
     EMPTY,
     INVALID_UTF8,
-    MAX_EXAMPLES,
-    ON_ERROR,
-    REASONS,
     TOKENIZER_ERROR,
-    PreprocessDataError,
 )
-
-__all__ = [  # the record rules (`records`) are re-exported for the worker's users
-    "MAX_EXAMPLES",
-    "ON_ERROR",
-    "REASONS",
-    "SIGNATURES",
-    "TOKENIZE",
-    "PreprocessDataError",
-    "WorkerConfig",
-    "process_partition",
-    "splitter_for",
-    "tokenizer_for",
-]
 
 TOKENIZE = "tokenize"
 SIGNATURES = "signatures"
@@ -82,7 +68,7 @@ class WorkerConfig:
         the partition's hashes and MinHash signatures, :mod:`jaxblend.preprocess.cleaning.signatures`).
     """
 
-    tokenizer: tok_lib.TokenizerSpec
+    tokenizer: tok_spec.TokenizerSpec
     json_keys: tuple[str, ...]
     text_mode: str
     append_eod: bool
@@ -132,8 +118,8 @@ class _PartitionWriter:
     def __init__(
         self,
         config: WorkerConfig,
-        tokenizer: tok_lib.Tokenizer,
-        partition: readers.Partition,
+        tokenizer: tok_spec.Tokenizer,
+        partition: partitions_lib.Partition,
         progress: Callable[[int, int, int], None] | None,
     ) -> None:
         self.config = config
@@ -184,7 +170,7 @@ class _PartitionWriter:
                     continue
                 per_key = cleaned
             if self.signer is not None:
-                self.signer.add(position, cleaner_lib.text_lib.record_text(per_key))
+                self.signer.add(position, text_lib.record_text(per_key))
                 continue
             out.ordinals.append(ordinal)
             out.sizes.append(self.check.nbytes)
@@ -369,7 +355,7 @@ def _append_eod(
     return out, new_lengths
 
 
-_TOKENIZER_CACHE: dict[tok_lib.TokenizerSpec, tok_lib.Tokenizer] = {}
+_TOKENIZER_CACHE: dict[tok_spec.TokenizerSpec, tok_spec.Tokenizer] = {}
 
 
 _SPLITTER_CACHE: dict[tuple[str, str, bool], sentences.Splitter] = {}
@@ -384,7 +370,7 @@ def splitter_for(kind: str, lang: str, keep_newlines: bool) -> sentences.Splitte
     return splitter
 
 
-def tokenizer_for(spec: tok_lib.TokenizerSpec) -> tok_lib.Tokenizer:
+def tokenizer_for(spec: tok_spec.TokenizerSpec) -> tok_spec.Tokenizer:
     """Returns this process's tokenizer for ``spec``, loading it once."""
     tok = _TOKENIZER_CACHE.get(spec)
     if tok is None:
@@ -394,7 +380,7 @@ def tokenizer_for(spec: tok_lib.TokenizerSpec) -> tok_lib.Tokenizer:
 
 def process_partition(
     config: WorkerConfig,
-    partition: readers.Partition,
+    partition: partitions_lib.Partition,
     progress: Callable[[int, int, int], None] | None = None,
 ) -> dict[str, object]:
     """Tokenizes one partition into its partial datasets and writes its done marker.

@@ -19,6 +19,7 @@ import math
 
 import numpy as np
 
+from jaxblend import identity
 from jaxblend.sampling.step_plan import BatchShape, check_step
 from jaxblend.validation import require_int
 
@@ -213,11 +214,13 @@ class RampupStepPlan:
 
     @property
     def fingerprint(self) -> str:
-        text = f"rampup={self.rampup.start},{self.rampup.increment},{self.rampup.ramp_samples}"
-        text += f"|B={self.global_batch_size}"
-        if self.decrease_batch_size_if_needed:
-            text += f"|round={self._unit}"
-        return text
+        return identity.fingerprint(
+            "rampup_step_plan", 1,
+            start=self.rampup.start, increment=self.rampup.increment,
+            ramp_samples=self.rampup.ramp_samples, global_batch_size=self.global_batch_size,
+            # batch sizes round down to this unit only when decreasing is allowed
+            round_to=self._unit if self.decrease_batch_size_if_needed else identity.OMIT,
+        )
 
     def batch_size(self, step: int) -> int:
         return int(self._segment_size[self._segment(check_step(step, self.num_steps))])

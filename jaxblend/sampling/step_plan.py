@@ -17,6 +17,7 @@ from typing import NamedTuple, Protocol
 
 import numpy as np
 
+from jaxblend import identity
 from jaxblend.validation import require_int
 
 
@@ -112,7 +113,7 @@ class FixedStepPlan:
 
     @property
     def fingerprint(self) -> str:
-        return f"B={self.global_batch_size}"
+        return identity.fingerprint("fixed_step_plan", 1, global_batch_size=self.global_batch_size)
 
     def batch_size(self, step: int) -> int:
         check_step(step, self.num_steps)

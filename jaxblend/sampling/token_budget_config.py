@@ -64,6 +64,15 @@ class TokenBudgetConfig:
                 "at least row_multiple rows)"
             )
 
+    def identity_fields(self) -> dict[str, object]:
+        """Every field (each changes the plan), as named fingerprint fields (`jaxblend.identity`)."""
+        return {
+            "bucket_width": self.bucket_width, "max_length": self.max_length,
+            "token_budget": self.token_budget, "over_length": self.over_length,
+            "row_multiple": self.row_multiple, "leftover": self.leftover, "seed": self.seed,
+            "num_epochs": self.num_epochs,
+        }
+
     @property
     def num_buckets(self) -> int:
         """Number of buckets, `ceil(max_length / bucket_width)`."""

@@ -19,6 +19,7 @@ import hashlib
 
 import numpy as np
 
+from jaxblend import identity
 from jaxblend.sampling.token_budget_config import TokenBudgetConfig
 from jaxblend.sampling.token_budget_plan import PLAN_VERSION, TokenBudgetPlan
 
@@ -97,14 +98,15 @@ def plan_token_budget(lengths: np.ndarray, config: TokenBudgetConfig) -> TokenBu
     offsets = np.concatenate([[0], np.cumsum(b_rows[step_bucket].astype(np.int64))]).astype(
         np.int64
     )
-    digest = hashlib.sha256()
-    digest.update(repr(config).encode())
-    digest.update(np.ascontiguousarray(lengths).tobytes())
     return TokenBudgetPlan(
         step_bucket=step_bucket,
         step_offsets=offsets,
         row_ids=row_ids,
         bucket_lengths=b_len,
         bucket_rows=b_rows,
-        fingerprint=f"v{PLAN_VERSION}-{digest.hexdigest()[:32]}",
+        fingerprint=identity.fingerprint(
+            "token_budget_plan", PLAN_VERSION, config=config.identity_fields(),
+            # the lengths' content digest: the plan is a function of every length
+            lengths_sha256=hashlib.sha256(np.ascontiguousarray(lengths, np.int64).tobytes()).hexdigest(),
+        ),
     )

@@ -21,29 +21,28 @@ the permutation pass draws from the sample's generator (Megatron uses the global
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import os
 from typing import ClassVar
 
 import numpy as np
 
-from jaxblend import opening
+from jaxblend import identity, opening
 from jaxblend.access import DataAccess
 from jaxblend.index import split as split_lib
 from jaxblend.map_store import load_or_build_masked_index
 from jaxblend.sources import base
 from jaxblend.sources.masked_config import MaskedConfig, MaskedTokenizerInfo
 from jaxblend.storage import IndexedDataset
-from jaxblend.storage.protocols import SequenceDataset
+from jaxblend.storage.span_gather import SpanGather
 
 
 class MaskedSource(base.BatchSource):
     """Base of `BERTSource` and `T5Source`: split, sample index, one batched read per batch.
 
     Args:
-      dataset: a `SequenceDataset` (e.g. an `IndexedDataset`) of sentence-split documents, or the
-        prefix of one.
+      dataset: an `IndexedDataset` of sentence-split documents, or the prefix of one (read through
+        `SpanGather`, the storage layer's read path, one call per batch).
       config: the subclass's config type (`config_type`).
       tokenizer: the special token ids.
       split: "train", "valid" or "test".
@@ -59,7 +58,7 @@ class MaskedSource(base.BatchSource):
 
     def __init__(
         self,
-        dataset: SequenceDataset | str | os.PathLike,
+        dataset: IndexedDataset | str | os.PathLike,
         config: MaskedConfig,
         tokenizer: MaskedTokenizerInfo,
         split: str = "train",
@@ -77,6 +76,7 @@ class MaskedSource(base.BatchSource):
         if isinstance(dataset, (str, os.PathLike)):
             dataset = IndexedDataset(dataset, backend=access.backend, access=access)
         self.dataset = dataset
+        self._reader = SpanGather([dataset])
         self.config = config
         self.tokenizer = tokenizer
         self.split = split
@@ -85,11 +85,10 @@ class MaskedSource(base.BatchSource):
             config.index_config(), opening.dataset_info(dataset, dataset.prefix), split, access
         )
         self._options = config.masking_options()
-        identity = (
-            f"{type(self).__name__}|{self.index.fingerprint}|{config.identity()}|"
-            f"{tokenizer.identity()}"
+        self._fingerprint = identity.fingerprint(
+            "masked_source", 1, source=type(self).__name__, sample_index=self.index.fingerprint,
+            config=config.identity_fields(), tokenizer=tokenizer.identity_fields(),
         )
-        self._fingerprint = hashlib.sha256(identity.encode()).hexdigest()[:32]
 
     @property
     def sample_index(self) -> np.ndarray:
@@ -122,10 +121,12 @@ class MaskedSource(base.BatchSource):
             if ids.size
             else np.zeros(0, np.int64)
         )
-        pieces = self.dataset.get_many(sentence_ids)
-        if pieces:
-            flat = np.concatenate(pieces).astype(np.int64)
-            pieces = np.split(flat, np.cumsum([p.size for p in pieces])[:-1])
+        lengths = np.asarray(self.dataset.sequence_lengths[sentence_ids], np.int64)
+        ends = np.cumsum(lengths)
+        flat = np.empty(int(ends[-1]) if ends.size else 0, np.int64)
+        zeros = np.zeros(sentence_ids.size, np.int64)
+        self._reader.read(zeros, sentence_ids, zeros, lengths, flat, ends - lengths)
+        pieces = np.split(flat, ends[:-1]) if sentence_ids.size else []
         bounds = np.concatenate([[0], np.cumsum(counts)]).tolist()
         return [pieces[b:e] for b, e in itertools.pairwise(bounds)]
 

@@ -8,7 +8,6 @@ the sample-index configuration (`jaxblend.index.MaskedIndexConfig`) from them.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -96,17 +95,16 @@ class MaskedTokenizerInfo:
         cont = np.fromiter((t.startswith("##") for t in vocab), dtype=bool, count=len(vocab))
         return MaskedTokenizerInfo(vocab_size=len(vocab), is_continuation=cont, **special)
 
-    def identity(self) -> str:
-        """A stable text identity (part of a source's fingerprint)."""
+    def identity_fields(self) -> dict[str, object]:
+        """The token ids as named fingerprint fields (`jaxblend.identity`) of a source."""
         cont = (
-            "none"
-            if self.is_continuation is None
-            else hashlib.sha256(np.packbits(self.is_continuation).tobytes()).hexdigest()[:16]
+            None if self.is_continuation is None else np.packbits(self.is_continuation).tobytes().hex()
         )
-        return (
-            f"V={self.vocab_size},cls={self.cls},sep={self.sep},mask={self.mask},pad={self.pad},"
-            f"bos={self.bos},eos={self.eos},sentinels={self.sentinel_ids},cont={cont}"
-        )
+        return {
+            "vocab_size": self.vocab_size, "cls": self.cls, "sep": self.sep, "mask": self.mask,
+            "pad": self.pad, "bos": self.bos, "eos": self.eos, "sentinel_ids": self.sentinel_ids,
+            "is_continuation": cont,
+        }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -186,9 +184,25 @@ class MaskedConfig:
             num_samples=self.num_samples,
         )
 
-    def identity(self) -> str:
-        """A stable text identity of every field that changes samples."""
-        return repr(self)
+    def identity_fields(self) -> dict[str, object]:
+        """The fields that change samples, as named fingerprint fields (`jaxblend.identity`).
+
+        Listed explicitly (not `cache_dir`, nor any later option that leaves samples unchanged),
+        so adding such an option keeps every source fingerprint.
+        """
+        return {
+            "random_seed": self.random_seed,
+            "sequence_length": self.sequence_length,
+            "split": self.split,
+            "masking_probability": self.masking_probability,
+            "short_sequence_probability": self.short_sequence_probability,
+            "masking_max_ngram": self.masking_max_ngram,
+            "masking_do_full_word": self.masking_do_full_word,
+            "masking_do_permutation": self.masking_do_permutation,
+            "masking_use_longer_ngrams": self.masking_use_longer_ngrams,
+            "masking_use_geometric_distribution": self.masking_use_geometric_distribution,
+            "num_samples": self.num_samples,
+        }
 
     def masking_options(self) -> _masking.MaskingOptions:
         """The masking knobs as `_masking.MaskingOptions`."""
@@ -214,6 +228,9 @@ class BERTMaskedConfig(MaskedConfig):
         """2 with sentence-order prediction (two segments), else 1."""
         return 2 if self.classification_head else 1
 
+    def identity_fields(self) -> dict[str, object]:
+        return {**super().identity_fields(), "classification_head": self.classification_head}
+
 
 @dataclasses.dataclass(frozen=True)
 class T5MaskedConfig(MaskedConfig):
@@ -230,3 +247,6 @@ class T5MaskedConfig(MaskedConfig):
     def sequence_length_encoder(self) -> int:
         """Alias of `sequence_length`, as in Megatron-Core."""
         return self.sequence_length
+
+    def identity_fields(self) -> dict[str, object]:
+        return {**super().identity_fields(), "sequence_length_decoder": self.sequence_length_decoder}

@@ -8,11 +8,12 @@ Useful for loader benchmarks, smoke tests and dry runs of a training loop.
 
 from __future__ import annotations
 
-import hashlib
+import dataclasses
 
 import numba
 import numpy as np
 
+from jaxblend import identity
 from jaxblend.index.splitmix import splitmix64
 from jaxblend.sources import base, schema
 
@@ -70,7 +71,7 @@ class MockSource(base.BatchSource):
         eod = vocab_size - 1 if options.eod_id is None else options.eod_id
         if not 0 <= eod < vocab_size:
             raise ValueError(f"eod_id must be in [0, {vocab_size}), got {eod}")
-        self.options = schema.GPTSchemaOptions(**{**vars(options), "eod_id": eod})
+        self.options = dataclasses.replace(options, eod_id=eod)
 
     def __len__(self) -> int:
         return self.num_samples
@@ -83,7 +84,11 @@ class MockSource(base.BatchSource):
 
     @property
     def fingerprint(self) -> str:
-        return hashlib.sha256(repr(self).encode()).hexdigest()[:32]
+        return identity.fingerprint(
+            "mock_source", 1, num_samples=self.num_samples, vocab_size=self.vocab_size,
+            seed=self.seed, mean_doc_length=self.mean_doc_length,
+            schema=self.options.identity_fields(),
+        )
 
     def windows(self, sample_ids: np.ndarray) -> np.ndarray:
         """Raw int32 token windows `[k, seq_length + extra]` of `sample_ids`."""

@@ -14,7 +14,6 @@ cache) instead of receiving copies.
 
 from __future__ import annotations
 
-import hashlib
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -22,6 +21,7 @@ from typing import Any
 import numba
 import numpy as np
 
+from jaxblend import identity
 from jaxblend.index.split_maps import SplitMaps
 from jaxblend.sources import base, schema
 from jaxblend.storage import IndexedDataset
@@ -76,8 +76,9 @@ class PlannedSource(base.BatchSource):
         self._names = [str(n) for n in plan.dataset_names]
         self.options = options
         self.split = split
-        identity = f"{fingerprint}|{split}|{options}"
-        self._fingerprint = hashlib.sha256(identity.encode()).hexdigest()[:32]
+        self._fingerprint = identity.fingerprint(
+            "gpt_source", 1, data_maps=fingerprint, split=split, schema=options.identity_fields()
+        )
         self._reopen = reopen
         self._lock = threading.Lock()
         self._span_gather: SequenceReader | None = None  # built on first read, per process

@@ -38,6 +38,8 @@ import dataclasses
 import numba
 import numpy as np
 
+from jaxblend import identity
+
 GPT_KEYS = ("inputs", "targets", "loss_mask", "positions", "segment_ids", "dataset_ids", "sample_ids")
 
 
@@ -80,6 +82,25 @@ class GPTSchemaOptions:
             )
         if self.pad_id is not None and not self.megatron_compat:
             raise ValueError("pad_id applies only with megatron_compat (Megatron's padding)")
+
+    def identity_fields(self) -> dict[str, object]:
+        """The options that change the batch, as named fingerprint fields (`jaxblend.identity`).
+
+        Listed explicitly: an option added later that does not change the data is left out (or
+        passed through `identity.unless_default`), so existing fingerprints and saved loader
+        states stay valid. Options added after the first release enter only when not default.
+        """
+        return {
+            "seq_length": self.seq_length,
+            "add_extra_token_to_sequence": self.add_extra_token_to_sequence,
+            "eod_id": self.eod_id,
+            "eod_mask_loss": self.eod_mask_loss,
+            "reset_position_ids": self.reset_position_ids,
+            "reset_attention_mask": self.reset_attention_mask,
+            "megatron_compat": identity.unless_default(self.megatron_compat, False),
+            "pad_id": identity.unless_default(self.pad_id, None),
+            "inter_document_masking": identity.unless_default(self.inter_document_masking, False),
+        }
 
     @property
     def window_length(self) -> int:

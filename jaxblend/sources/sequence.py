@@ -3,8 +3,9 @@
 The source for token-budget bucketed batching (`jaxblend.sampling.token_budget_planning`): sample i is sequence
 i of the dataset (e.g. one tokenized instruction/response example or one sentence), its length
 `lengths[i]` feeds `plan_token_budget`, and `get_padded_batch(ids, L)` returns the rows padded (or
-truncated) to the bucket length L. Reads go through one `get_many` call per batch (sequence ids
-and token counts; byte offsets stay inside `jaxblend.storage`).
+truncated) to the bucket length L. Each batch is one `SpanGather.read` (the storage layer's read
+path) straight into the padded rows (sequence ids and token counts; byte offsets stay inside
+`jaxblend.storage`).
 
 Batch keys (k rows, L tokens):
 
@@ -18,14 +19,14 @@ Batch keys (k rows, L tokens):
 
 from __future__ import annotations
 
-import hashlib
 import os
 
 import numpy as np
 
+from jaxblend import identity
 from jaxblend.sources import base
 from jaxblend.storage import IndexedDataset
-from jaxblend.storage.protocols import SequenceDataset
+from jaxblend.storage.span_gather import SpanGather
 from jaxblend.validation import require_int
 
 
@@ -33,7 +34,7 @@ class SequenceSource(base.BatchSource):
     """Each sequence of an IndexedDataset as one variable-length sample.
 
     Args:
-      dataset: a `SequenceDataset` (e.g. an `IndexedDataset`) or the prefix of one.
+      dataset: an `IndexedDataset` or the prefix of one.
       max_length: `get_batch` pads/truncates to this length (fixed-shape use with `make_loader`).
       pad_id: token id written in padding positions.
 
@@ -42,12 +43,13 @@ class SequenceSource(base.BatchSource):
     """
 
     def __init__(
-        self, dataset: SequenceDataset | str | os.PathLike, max_length: int, pad_id: int = 0
+        self, dataset: IndexedDataset | str | os.PathLike, max_length: int, pad_id: int = 0
     ):
         require_int("SequenceSource.max_length", max_length, 1)
         if isinstance(dataset, (str, os.PathLike)):
             dataset = IndexedDataset(dataset)
         self.dataset = dataset
+        self._reader = SpanGather([dataset])
         self.max_length = int(max_length)
         self.pad_id = int(pad_id)
         self._fingerprint: str | None = None
@@ -66,8 +68,10 @@ class SequenceSource(base.BatchSource):
     @property
     def fingerprint(self) -> str:
         if self._fingerprint is None:
-            text = f"SequenceSource|{self.dataset.fingerprint}|{self.max_length}|{self.pad_id}"
-            self._fingerprint = hashlib.sha256(text.encode()).hexdigest()[:32]
+            self._fingerprint = identity.fingerprint(
+                "sequence_source", 1, dataset=self.dataset.fingerprint,
+                max_length=self.max_length, pad_id=self.pad_id,
+            )
         return self._fingerprint
 
     def get_batch(self, sample_ids) -> dict[str, np.ndarray]:
@@ -88,12 +92,13 @@ class SequenceSource(base.BatchSource):
         take = np.zeros(k, np.int64)
         seq = ids[real]
         take[real] = np.minimum(np.asarray(self.dataset.sequence_lengths[seq], np.int64), length)
-        pieces = self.dataset.get_many(seq, None, take[real])
         tokens = np.full((k, length), self.pad_id, np.int32)
-        positions = np.arange(length)[None, :]
-        mask = positions < take[:, None]
-        if pieces:
-            tokens[mask] = np.concatenate(pieces)  # row-major order matches the pieces' order
+        rows = np.flatnonzero(real)
+        self._reader.read(
+            np.zeros(rows.size, np.int64), seq, np.zeros(rows.size, np.int64), take[real],
+            tokens.reshape(-1), rows * np.int64(length),
+        )
+        mask = np.arange(length)[None, :] < take[:, None]
         return {
             "tokens": tokens,
             "padding_mask": mask.astype(np.int32),

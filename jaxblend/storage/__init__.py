@@ -1,8 +1,9 @@
 """Storage layer: Megatron-Core compatible IndexedDataset files (`.bin` + `.idx`).
 
 Writers (`IndexedDatasetBuilder`) produce local files byte-identical to Megatron-Core's; readers
-(`IndexedDataset`) read them from a local mmap or any TensorStore kvstore (file, gs://, s3://,
-memory://) with batched byte-range reads.
+(`IndexedDataset`: Megatron-Core's `dataset[i]`, `dataset[i:j]`, `get`) read them from a local mmap
+or any TensorStore kvstore (file, gs://, s3://, memory://). Every read goes through one path,
+`SpanGather`: the token spans of a whole batch, across datasets, in one call.
 
 Names resolve on first use, so importing one module of the package loads only what it needs.
 """
@@ -22,6 +23,7 @@ _NAMES = {
     "ObjectStoreOptions": "jaxblend.storage.object_store",
     "IndexedDataset": "jaxblend.storage.reader",
     "exists": "jaxblend.storage.reader",
+    "SpanGather": "jaxblend.storage.span_gather",
 }
 
 __all__ = [
@@ -30,6 +32,7 @@ __all__ = [
     "IndexedDatasetBuilder",
     "ObjectStoreError",
     "ObjectStoreOptions",
+    "SpanGather",
     "exists",
     "open_kvstore",
     "shared_context",

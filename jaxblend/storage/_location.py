@@ -27,6 +27,8 @@ from typing import Any
 
 import tensorstore as ts
 
+from jaxblend.urls import is_url
+
 Prefix = str | os.PathLike | dict
 
 _CONTEXT_LOCK = threading.Lock()
@@ -136,10 +138,10 @@ def resolve(prefix: Prefix) -> Location:
             raise TypeError(f"prefix must be a str path, got bytes {text!r}")
         if not text:
             raise ValueError("prefix is empty")
-        if "://" not in text:
+        if not is_url(text):
+            if text.lower().startswith("file://"):
+                return _local(_file_url_path(text), display=text)
             return _local(text)
-        if text.startswith("file://"):
-            return _local(_file_url_path(text), display=text)
         try:
             spec = ts.KvStore.Spec(text).to_json()
         except ValueError as e:

@@ -210,4 +210,4 @@ class RangeRead:
                     "since it was opened"
                 )
             buffers.append(res.value)
-        _gather.scatter_from_buffers(buffers, self._group, self._rel, self._nbytes, self._dst, out)
+        _gather.place_buffers(buffers, self._group, self._rel, self._nbytes, self._dst, out)

@@ -2,8 +2,9 @@
 
 Sources read in *sequence units*: sequence ids, token offsets within a sequence, token counts.
 Byte pointers of the `.idx` (`sequence_pointers`) and the token dtype's width stay inside
-`jaxblend.storage`; `IndexedDataset` satisfies `SequenceDataset` and `SpanGather` satisfies
-`SequenceReader`.
+`jaxblend.storage`. A source learns what a dataset holds from `SequenceDataset` (which
+`IndexedDataset` satisfies) and reads it through a `SequenceReader`: `SpanGather`, the storage
+layer's one read path, one call per batch.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from __future__ import annotations
 from typing import Protocol
 
 import numpy as np
-from numpy.typing import ArrayLike
 
 
 class SequenceDataset(Protocol):
@@ -39,13 +39,6 @@ class SequenceDataset(Protocol):
 
     def __len__(self) -> int:
         """N, the number of sequences."""
-
-    def get_many(
-        self, indices: ArrayLike, offsets: ArrayLike | None = None, lengths: ArrayLike | None = None
-    ) -> list[np.ndarray]:
-        """Tokens `[offsets[j], offsets[j] + lengths[j])` of sequence `indices[j]`, for every j,
-        read with one batched storage call (offsets default to 0, lengths to the sequence's end).
-        """
 
 
 class SequenceReader(Protocol):

@@ -8,7 +8,7 @@ Backends:
   compiled kernel. Fastest on a local disk.
 * `"tensorstore"`: any kvstore TensorStore supports (file, gs://, s3://, memory://); the spans of
   one call are sorted, coalesced (ranges closer than `coalesce_gap` bytes merge) and issued
-  together on one `ts.Batch` (`begin_read` lets several datasets share one batch).
+  together on one `ts.Batch` (`SpanGather` puts several datasets' reads on one batch).
 * `"auto"` (default): `"mmap"` for local prefixes, `"tensorstore"` otherwise.
 
 Opening a remote dataset costs three rounds of small concurrent requests (the `.idx` header, its
@@ -21,15 +21,17 @@ Accepted prefix forms are listed in `jaxblend.storage._location` (local path, `f
 kvstore spec dict). Objects pickle as their prefix and options; file handles reopen lazily (under a
 lock) in each process, and a dataset whose files changed in between is refused.
 
-This module holds the reader's public face (metadata, bounds-checked reads, pickling). Opening
-lives in modules with one job each: `_handles` (the per-process open state and the settings),
-`_local_open` (memory-mapped local files), `_remote_open` (object-store opens and the lazy `.idx`
-download), `_remote` (TensorStore requests and coalesced range reads), `_gather` (the mmap span
-kernel).
+This module holds the reader's public face: Megatron-Core's (`dataset[i]`, `dataset[i:j]`,
+`get(i, offset, length)`, `len`, `sequence_lengths`, `document_indices`, `sequence_modes`), the
+metadata and pickling. Every read goes through the storage layer's one read path, `SpanGather`
+(`span_gather`; its kernel is `_gather.gather`). Opening lives in modules with one job each:
+`_handles` (the per-process open state and the settings), `_local_open` (memory-mapped local
+files), `_remote_open` (object-store opens and the lazy `.idx` download), `_remote` (TensorStore
+requests and coalesced range reads).
 
 Cost contract: opening a local dataset costs O(N) to validate the index (vectorized, blockwise);
-`get` and friends cost one bounds check plus the bytes read; `read_token_spans` is the batch hot
-path: use it (or `get_many`) rather than `get` in a loop.
+`get` and `dataset[i]` cost one bounds check plus the bytes read. Batches of spans (a loader's
+hot path) are read with one `SpanGather.read` call, not `get` in a loop.
 """
 
 from __future__ import annotations
@@ -42,13 +44,13 @@ import threading
 from typing import Any
 
 import numpy as np
-import tensorstore as ts
 
 from jaxblend import access as access_lib
-from jaxblend.storage import _gather, _identity, _local_open, _location, _remote, _remote_open
+from jaxblend.storage import _identity, _local_open, _location, _remote, _remote_open
 from jaxblend.storage._handles import Handles, OpenSettings, open_kvstore, release
 from jaxblend.storage.idx_format import IndexArrays, IndexFormatError
 from jaxblend.storage.object_store import ObjectStoreOptions
+from jaxblend.storage.span_gather import SpanGather
 
 
 class IndexedDataset:
@@ -123,6 +125,7 @@ class IndexedDataset:
         self._meta: tuple[str, int, int, int] | None = None
         self._versions: tuple[bytes, bytes] | None = None  # file versions seen at the first open
         self._fingerprint: str | None = None
+        self._reader: SpanGather | None = None  # this dataset's read path, built on first read
         self._handles()  # open eagerly so that bad files fail at construction
 
     # ---------------------------------------------------------------------------------- metadata
@@ -143,7 +146,7 @@ class IndexedDataset:
         return self._location.local_prefix is None
 
     @property
-    def index_loaded(self) -> bool:
+    def _index_loaded(self) -> bool:
         """Whether the `.idx` arrays are in memory (always for local files; remote: on first use)."""
         state = self._state
         return state is not None and state.arrays is not None
@@ -220,8 +223,36 @@ class IndexedDataset:
 
     # -------------------------------------------------------------------------------------- reads
 
+    def __getitem__(self, idx: int | np.integer | slice) -> Any:
+        """Megatron-Core's `IndexedDataset.__getitem__`.
+
+        `dataset[i]` is sequence i (negative i counts from the end); `dataset[i:j]` the list of
+        sequences i..j-1, read with one call (Megatron's quirk kept: an empty slice gives one
+        empty array). With sequence modes (multimodal data) the result is `(tokens, mode)`, or
+        `(sequences, modes)` for a slice.
+
+        Raises:
+            IndexError: if `i` is out of range.
+            ValueError: on a slice with a step other than 1.
+            TypeError: on any other index type.
+        """
+        modes = self.sequence_modes
+        if isinstance(idx, (int, np.integer)) and not isinstance(idx, bool):
+            tokens = self.get(idx)
+            return tokens if modes is None else (tokens, modes[idx])
+        if isinstance(idx, slice):
+            start, stop, step = idx.indices(len(self))
+            if step != 1:
+                raise ValueError("Slices into indexed_dataset must be contiguous")
+            ids = np.arange(start, max(start, stop), dtype=np.int64)
+            lengths = self.sequence_lengths[ids].astype(np.int64)
+            sequences = np.split(self._read(ids, np.zeros_like(ids), lengths), np.cumsum(lengths)[:-1])
+            return sequences if modes is None else (sequences, modes[idx])
+        raise TypeError(f"Unexpected type received for idx: {type(idx)}")
+
     def get(self, i: int, offset: int = 0, length: int | None = None) -> np.ndarray:
-        """Returns tokens `[offset, offset + length)` of sequence `i` (a fresh array).
+        """Returns tokens `[offset, offset + length)` of sequence `i` (a fresh array); Megatron's
+        signature, without the sequence mode (`dataset[i]` has it).
 
         Args:
             i: sequence index; negative values count from the end.
@@ -250,82 +281,31 @@ class IndexedDataset:
                 f"token range offset={offset}, length={length} (end {offset + length}) outside sequence {i} "
                 f"of length {seq_len} in {self._location.display}"
             )
-        start = int(arrays.sequence_pointers[i]) // arrays.dtype.itemsize + offset
-        return self.read_token_spans(np.array([start], np.int64), np.array([length], np.int64))
+        span = np.array([i, offset, length], np.int64)
+        return self._read(span[0:1], span[1:2], span[2:3], length)
 
-    def get_many(
-        self,
-        indices: Any,
-        offsets: Any = None,
-        lengths: Any = None,
-    ) -> list[np.ndarray]:
-        """Reads several sequences (or token ranges of them) in one batched storage call.
-
-        Args:
-            indices: k sequence indices (negative values count from the end).
-            offsets: k token offsets within the sequences (default 0).
-            lengths: k token counts (default: to the end of each sequence).
-
-        Returns:
-            k arrays (views into one freshly allocated buffer), in the order requested.
-
-        Raises:
-            IndexError: if an index or token range is out of bounds.
-            ValueError: if the argument shapes disagree.
-        """
-        arrays = self._arrays()
-        n = arrays.sequence_lengths.shape[0]
-        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
-        k = idx.shape[0]
-        bad = np.flatnonzero((idx < -n) | (idx >= n))
-        if bad.size:
-            raise IndexError(
-                f"sequence index {int(idx[bad[0]])} (position {int(bad[0])}) out of range for {n} "
-                f"sequences in {self._location.display}"
-            )
-        idx = np.where(idx < 0, idx + n, idx)
-        seq_len = arrays.sequence_lengths[idx].astype(np.int64)
-        offs = _vector(offsets, k, "offsets", 0)
-        lens = seq_len - offs if lengths is None else _vector(lengths, k, "lengths", 0)
-        bad = np.flatnonzero((offs < 0) | (lens < 0) | (offs + lens > seq_len))
-        if bad.size:
-            j = int(bad[0])
-            raise IndexError(
-                f"token range offset={int(offs[j])}, length={int(lens[j])} (position {j}) outside sequence "
-                f"{int(idx[j])} of length {int(seq_len[j])} in {self._location.display}"
-            )
-        starts = arrays.sequence_pointers[idx] // arrays.dtype.itemsize + offs
-        flat = self.read_token_spans(starts, lens)
-        return np.split(flat, np.cumsum(lens)[:-1]) if k else []
-
-    def read_token_spans(self, starts: Any, counts: Any) -> np.ndarray:
-        """Reads k token spans of the `.bin` with one batched storage call (the loader hot path).
-
-        Args:
-            starts: int64[k] token offsets into the `.bin` (any order; may overlap or repeat).
-            counts: int64[k] token counts.
-
-        Returns:
-            1-D array of `dtype`: the k spans concatenated in the order given.
-
-        Raises:
-            IndexError: if a span leaves the `.bin`.
-            ValueError: if the shapes disagree.
-        """
-        h = self._handles()
-        s = np.ascontiguousarray(starts, dtype=np.int64).reshape(-1)
-        c = np.ascontiguousarray(counts, dtype=np.int64).reshape(-1)
-        self.check_spans(s, c)
-        out = np.empty(int(c.sum()), dtype=h.header.dtype)
-        if h.bin_tokens is not None:
-            _gather.gather_spans(h.bin_tokens, s, c, out)
+    def _read(
+        self, sequences: np.ndarray, offsets: np.ndarray, lengths: np.ndarray, total: int | None = None
+    ) -> np.ndarray:
+        """Token spans of this dataset's sequences (checked by the caller; `total` tokens),
+        concatenated, read through this dataset's `SpanGather`."""
+        reader = self._reader
+        if reader is None:
+            with self._lock:
+                if self._reader is None:
+                    self._reader = SpanGather([self])
+                reader = self._reader
+        out = np.empty(int(lengths.sum()) if total is None else total, dtype=self._handles().header.dtype)
+        if sequences.shape[0] == 1:
+            reader.read(_ZERO, sequences, offsets, lengths, out, _ZERO)
         else:
-            with ts.Batch() as batch:
-                pending = self.begin_read(s, c, np.cumsum(c) - c, batch)
-            pending.finish(out.view(np.uint8), self._settings.store.request_timeout)
+            reader.read(
+                np.zeros(sequences.shape[0], np.int64), sequences, offsets, lengths, out,
+                np.cumsum(lengths) - lengths,
+            )
         return out
 
-    def check_spans(self, starts: np.ndarray, counts: np.ndarray) -> None:
+    def _check_spans(self, starts: np.ndarray, counts: np.ndarray) -> None:
         """Checks token spans lie inside the `.bin` (int64 arrays of equal length).
 
         Raises:
@@ -345,17 +325,19 @@ class IndexedDataset:
                 f"{total_tokens} tokens of {self._location.file_name('.bin')}"
             )
 
-    def token_view(self) -> np.ndarray | None:
-        """The whole `.bin` as a read-only token array (mmap backend), else None."""
+    def _token_view(self) -> np.ndarray | None:
+        """The whole `.bin` as a read-only token array (mmap backend), else None (for
+        `SpanGather`)."""
         return self._handles().bin_tokens
 
-    def begin_read(
+    def _begin_read(
         self, starts: np.ndarray, counts: np.ndarray, dst: np.ndarray, batch: Any
     ) -> _remote.RangeRead:
-        """Issues the reads of checked token spans on `batch` (tensorstore backend).
+        """Issues the reads of checked token spans on `batch` (tensorstore backend; for
+        `SpanGather`).
 
         Args:
-            starts: int64[k] token offsets into the `.bin` (checked with `check_spans`).
+            starts: int64[k] token offsets into the `.bin` (checked with `_check_spans`).
             counts: int64[k] token counts.
             dst: int64[k] token offsets of the spans in the destination buffer.
             batch: a `ts.Batch`; the requests go out when its `with` block ends.
@@ -365,7 +347,7 @@ class IndexedDataset:
         """
         h = self._handles()
         if h.kvstore is None:
-            raise ValueError(f"{self._location.display}: begin_read needs the tensorstore backend")
+            raise ValueError(f"{self._location.display}: reads by range need the tensorstore backend")
         itemsize = h.header.dtype.itemsize
         return _remote.RangeRead(
             h.kvstore, self._location.bin_key, self._location.file_name(".bin"),
@@ -384,6 +366,7 @@ class IndexedDataset:
         index properties must not be used after closing."""
         with self._lock:
             state, self._state = self._state, None
+            self._reader = None  # its kernel arguments hold the maps
         if state is not None:
             release(state)
 
@@ -407,6 +390,7 @@ class IndexedDataset:
         self._fingerprint = state["fingerprint"]
         self._lock = threading.Lock()
         self._state = None
+        self._reader = None
 
     # ------------------------------------------------------------------------------ internals
 
@@ -484,13 +468,8 @@ def exists(prefix: str | os.PathLike | dict, object_store: ObjectStoreOptions | 
 # ----------------------------------------------------------------------------------- helpers
 
 
-def _vector(values: Any, k: int, name: str, default: int) -> np.ndarray:
-    if values is None:
-        return np.full(k, default, dtype=np.int64)
-    arr = np.asarray(values, dtype=np.int64).reshape(-1)
-    if arr.shape[0] != k:
-        raise ValueError(f"{name} has {arr.shape[0]} entries, expected {k} (one per index)")
-    return arr
+_ZERO = np.zeros(1, np.int64)
+_ZERO.setflags(write=False)
 
 
 def _resolve(prefix: str | dict, store: ObjectStoreOptions) -> _location.Location:

@@ -5,13 +5,15 @@ them one storage call at a time costs a Python round per dataset locally and, fr
 round trip per dataset one after another. `SpanGather.read` takes every span of the step at once,
 as (dataset, sequence, token offset, length), and
 
-* for memory-mapped datasets, copies all of them with one compiled kernel (one call per token
-  dtype present, usually one), whatever the number of datasets (the kernel takes the datasets'
-  array addresses, so it stays in Numba's on-disk cache);
+* for memory-mapped datasets, copies all of them with the storage layer's one compiled kernel
+  (`_gather.gather`; one call per token dtype present, usually one), whatever the number of
+  datasets (the kernel takes the datasets' array addresses, so it stays in Numba's on-disk cache);
 * for object-store datasets, issues every byte range of every dataset on one `ts.Batch`, so all
-  requests of the step are in flight together, then places the bytes as they arrive.
+  requests of the step are in flight together, then places the bytes with the same kernel.
 
-Byte pointers stay inside the storage layer: callers speak in sequences and tokens.
+It is the one read path: sources read through it, and so do `IndexedDataset.get` and
+`dataset[i]` / `dataset[i:j]` (a `SpanGather` over the one dataset). Byte pointers stay inside the
+storage layer: callers speak in sequences and tokens.
 """
 
 from __future__ import annotations
@@ -19,68 +21,15 @@ from __future__ import annotations
 import concurrent.futures
 import threading
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-import numba
 import numpy as np
 import tensorstore as ts
-from numba import types
-from numba.extending import intrinsic
 
-from jaxblend.storage.reader import IndexedDataset
+from jaxblend.storage import _gather
 
-
-@intrinsic
-def _typed_pointer(typingctx, address, like):  # pragma: no cover - compiled
-    """`address` (an int64) as a pointer to `like`'s dtype, for `numba.carray`."""
-    sig = types.CPointer(like.dtype)(types.int64, like)
-
-    def codegen(context, builder, signature, args):
-        return builder.inttoptr(args[0], context.get_data_type(like.dtype).as_pointer())
-
-    return sig, codegen
-
-
-@numba.njit(nogil=True, cache=True)
-def _gather_mapped(
-    member, token_addr, token_count, pointer_addr, sequence_count, like,
-    span_dataset, span_sequence, span_offset, span_length, out, out_pos,
-):  # pragma: no cover - compiled
-    """Copies the spans whose dataset is a member (member[d] >= 0); returns a bad span or -1.
-
-    Member m's tokens are `token_count[m]` items of `like.dtype` at `token_addr[m]`, its sequence
-    pointers `sequence_count[m]` int64 at `pointer_addr[m]` (addresses of arrays the caller keeps
-    alive). Plain address arrays keep this kernel in Numba's on-disk cache, where typed lists of
-    arrays would compile list helpers in every process.
-    """
-    pointer_like = np.zeros(0, np.int64)
-    for j in range(span_dataset.shape[0]):
-        m = member[span_dataset[j]]
-        if m < 0:
-            continue
-        s = span_sequence[j]
-        n = span_length[j]
-        if s < 0 or s >= sequence_count[m]:
-            return j
-        ptrs = numba.carray(_typed_pointer(pointer_addr[m], pointer_like), (sequence_count[m],))
-        src = numba.carray(_typed_pointer(token_addr[m], like), (token_count[m],))
-        start = ptrs[s] // src.itemsize + span_offset[j]
-        if span_offset[j] < 0 or n < 0 or start + n > src.shape[0]:
-            return j
-        p = out_pos[j]
-        out[p : p + n] = src[start : start + n]
-    return -1
-
-
-@numba.njit(nogil=True, cache=True)
-def _place(flat, span_index, span_length, out, out_pos):  # pragma: no cover - compiled
-    """Copies consecutive runs of `flat` to `out[out_pos[span_index[i]]:...]`."""
-    src = 0
-    for i in range(span_index.shape[0]):
-        j = span_index[i]
-        p = out_pos[j]
-        n = span_length[j]
-        out[p : p + n] = flat[src : src + n]
-        src += n
+if TYPE_CHECKING:
+    from jaxblend.storage.reader import IndexedDataset
 
 
 class _MappedGroup:
@@ -90,7 +39,7 @@ class _MappedGroup:
     """
 
     def __init__(self, datasets: list[IndexedDataset], members: list[int], num_datasets: int):
-        tokens = [ds.token_view() for ds in datasets]
+        tokens = [ds._token_view() for ds in datasets]
         pointers = [np.ascontiguousarray(ds.sequence_pointers, dtype=np.int64) for ds in datasets]
         self._keep = (tokens, pointers)
         member = np.full(num_datasets, -1, np.int64)
@@ -149,13 +98,27 @@ class SpanGather:
 
         Raises:
           IndexError: if a span leaves its sequence's file.
+          ValueError: if `out` is not a writeable 1-D C-contiguous array or a span does not fit it.
           ObjectStoreError, IndexFormatError: on object-store failures.
         """
         if dataset.size == 0:
             return
+        if out.ndim != 1 or not out.flags.c_contiguous or not out.flags.writeable:
+            raise ValueError("SpanGather.read needs a writeable 1-D C-contiguous `out`")
+        if dataset.size == 1:  # `get` and `dataset[i]`: plain integers are cheaper
+            first, last = int(out_pos[0]), int(out_pos[0]) + int(length[0])
+        else:
+            first, last = int(out_pos.min()), int((out_pos + length).max())
+        if first < 0 or last > out.shape[0]:
+            end = out_pos + length
+            j = int(np.flatnonzero((out_pos < 0) | (end > out.shape[0]))[0])
+            raise ValueError(
+                f"span {j} goes to out[{int(out_pos[j])}:{int(end[j])}], outside the {out.shape[0]} "
+                "items of `out`"
+            )
         mapped, remote = self._plans()
         for group in mapped:
-            bad = _gather_mapped(*group.arguments, dataset, sequence, offset, length, out, out_pos)
+            bad = _gather.gather(*group.arguments, dataset, sequence, offset, length, out, out_pos)
             if bad >= 0:
                 ds = self.datasets[int(dataset[bad])]
                 raise IndexError(
@@ -181,20 +144,28 @@ class SpanGather:
                     raise IndexError(f"a span names a sequence outside {ds.prefix}")
                 starts = pointers[seq] // ds.dtype.itemsize + offset[sel]
                 counts = length[sel]
-                ds.check_spans(starts, counts)
-                flat = np.empty(int(counts.sum()), dtype=ds.dtype)
-                read = ds.begin_read(starts, counts, np.cumsum(counts) - counts, batch)
+                ds._check_spans(starts, counts)
+                if out.dtype == ds.dtype:  # the bytes go straight to their places
+                    flat, dst = None, out_pos[sel]
+                else:  # read, then convert while placing
+                    flat = np.empty(int(counts.sum()), dtype=ds.dtype)
+                    dst = np.cumsum(counts) - counts
+                read = ds._begin_read(starts, counts, dst, batch)
                 pending.append((ds, sel, flat, read))
         for ds, sel, flat, read in pending:
-            read.finish(flat.view(np.uint8), timeout or ds.object_store.request_timeout)
-            _place(flat, sel, length, out, out_pos)
+            wait = timeout or ds.object_store.request_timeout
+            if flat is None:
+                read.finish(out.view(np.uint8), wait)
+            else:
+                read.finish(flat.view(np.uint8), wait)
+                _place(flat, sel, length, out, out_pos)
         with self._lock:
             self.requests += sum(read.requests for *_, read in pending)
 
     @staticmethod
     def _load_indexes(datasets: list[IndexedDataset]) -> None:
         """Fetches the `.idx` of every dataset not loaded yet, concurrently (one round trip)."""
-        missing = [ds for ds in datasets if not ds.index_loaded]
+        missing = [ds for ds in datasets if not ds._index_loaded]
         if len(missing) == 1:
             missing[0].sequence_pointers  # noqa: B018 - loads it
         elif missing:
@@ -214,10 +185,25 @@ class SpanGather:
         by_dtype: dict[np.dtype, list[int]] = {}
         remote: list[int] = []
         for d, ds in enumerate(self.datasets):
-            if ds.token_view() is None:
+            if ds._token_view() is None:
                 remote.append(d)
             else:
                 by_dtype.setdefault(ds.dtype, []).append(d)
         mapped = [_MappedGroup([self.datasets[d] for d in members], members, len(self.datasets))
                   for members in by_dtype.values()]
         return mapped, remote
+
+
+def _place(flat: np.ndarray, sel: np.ndarray, length: np.ndarray, out: np.ndarray, out_pos: np.ndarray) -> None:
+    """Copies the consecutive runs of `flat` (spans `sel`, in order) to their places in `out`,
+    with the one gather kernel (`flat` as a source of one sequence)."""
+    counts = length[sel]
+    _gather.gather(
+        np.zeros(1, np.int64), np.array([flat.ctypes.data], np.int64), np.array([flat.size], np.int64),
+        np.array([_ZERO.ctypes.data], np.int64), np.ones(1, np.int64), flat[:0],
+        np.zeros(sel.size, np.int64), np.zeros(sel.size, np.int64), np.cumsum(counts) - counts,
+        counts, out, out_pos[sel],
+    )
+
+
+_ZERO = np.zeros(1, np.int64)

@@ -72,8 +72,8 @@ def main(argv: Sequence[str]) -> None:
     plan = cli.step_plan(len(source), fl.global_batch_size)
     prefetch = cli.prefetch_from_flags()
     loader = make_loader(
-        source, plan, mesh, batch_axes=default_batch_axes(mesh.axis_names),
-        worker_count=prefetch.worker_count, read_ahead=prefetch.read_ahead,
+        source, mesh, plan=plan, batch_axes=default_batch_axes(mesh.axis_names),
+        prefetch=prefetch,
         start_step=fl.start_step, state=state,
     )
     steps = fl.steps

@@ -29,21 +29,22 @@ from absl import logging
 from etils import epath
 
 from jaxblend.loading.checkpointing import LoaderStateRestore, LoaderStateSave
+from jaxblend.urls import is_url, local_path
 
 _OLD_STEP_DIR = re.compile(r"^step_\d{8}$")
-_URL = re.compile(r"^[a-z][a-z0-9+.-]*://")
 
 
 def checkpoint_path(directory: str) -> epath.Path:
-    """`directory` as an Orbax path: URLs as given, local paths made absolute."""
-    if _URL.match(directory):
+    """`directory` as an Orbax path: URLs as given, local paths (and `file://` URLs) absolute."""
+    if is_url(directory):
         return epath.Path(directory)
-    return epath.Path(os.path.abspath(directory))
+    return epath.Path(os.path.abspath(local_path(directory)))
 
 
 def _refuse_npz_layout(directory: str) -> None:
-    if _URL.match(directory) or not os.path.isdir(directory):
+    if is_url(directory) or not os.path.isdir(local_path(directory)):
         return
+    directory = local_path(directory)
     old = sorted(n for n in os.listdir(directory) if _OLD_STEP_DIR.match(n))
     if old:
         raise ValueError(

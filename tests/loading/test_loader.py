@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import multiprocessing
 
@@ -64,7 +65,7 @@ class TestMakeLoader:
     def test_resume_from_state_continues_the_stream(self, source):
         m = mesh((8,), ("data",))
         full = [host(b) for b in make_loader(source, m, global_batch_size=B)]
-        loader = make_loader(source, m, global_batch_size=B, device_prefetch=2)
+        loader = make_loader(source, m, global_batch_size=B, prefetch=PrefetchOptions(device_prefetch=2))
         next(loader), next(loader)
         state = json.loads(json.dumps(loader.state()))
         assert state["step"] == 2
@@ -91,7 +92,7 @@ class TestMakeLoader:
     def test_worker_process(self, source):
         m = mesh((8,), ("data",))
         ref = [host(b) for b in make_loader(source, m, global_batch_size=B, num_steps=3)]
-        got = [host(b) for b in make_loader(source, m, global_batch_size=B, num_steps=3, worker_count=1)]
+        got = [host(b) for b in make_loader(source, m, global_batch_size=B, num_steps=3, prefetch=PrefetchOptions(worker_count=1))]
         assert len(got) == 3
         for x, y in zip(got, ref, strict=True):
             for key in x:
@@ -106,9 +107,19 @@ class TestMakeLoader:
         with pytest.raises(ValueError, match="global_batch_size"):
             FixedStepPlan(global_batch_size=0, num_steps=1)
         with pytest.raises(ValueError, match="needs 112 samples but the source has 96"):
-            make_loader(source, FixedStepPlan(B, 7), m)
-        with pytest.raises(ValueError, match="plan fixes the batch sizes"):
-            make_loader(source, FixedStepPlan(B, 2), m, global_batch_size=B)
+            make_loader(source, m, plan=FixedStepPlan(B, 7))
+        with pytest.raises(ValueError, match="exactly one of plan= .* or global_batch_size="):
+            make_loader(source, m, plan=FixedStepPlan(B, 2), global_batch_size=B)
+        with pytest.raises(ValueError, match="exactly one of plan="):
+            make_loader(source, m)
+        with pytest.raises(ValueError, match="exactly one of plan="):
+            make_loader(source, m, plan=FixedStepPlan(B, 2), num_steps=2)
+        with pytest.raises(TypeError, match="must be a jax.sharding.Mesh, got FixedStepPlan"):
+            make_loader(source, FixedStepPlan(B, 2), plan=FixedStepPlan(B, 2))
+        with pytest.raises(TypeError, match="prefetch must be a PrefetchOptions"):
+            make_loader(source, m, global_batch_size=B, prefetch={"worker_count": 1})
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            PrefetchOptions().worker_count = 2  # type: ignore[misc]
         with pytest.raises(ValueError, match="not mesh axes"):
             make_loader(source, m, global_batch_size=B, batch_axes=("fsdp",))
         with pytest.raises(ValueError, match="cannot be laid out"):
@@ -167,7 +178,7 @@ class TestPlans:
     def test_fixed_plan_equals_the_batch_size_spelling(self, source):
         m = mesh((4, 2), ("data", "tensor"))
         a = make_loader(source, m, global_batch_size=B, num_steps=4)
-        b = make_loader(source, FixedStepPlan(B, 4), m)
+        b = make_loader(source, m, plan=FixedStepPlan(B, 4))
         assert a.state() == b.state()
         for x, y in zip(a, b, strict=True):
             for key in x:
@@ -195,7 +206,7 @@ class TestPlans:
 
     def test_close_stops_the_grain_workers(self, source):
         before = set(multiprocessing.active_children())
-        loader = make_loader(source, mesh((8,), ("data",)), global_batch_size=B, worker_count=2)
+        loader = make_loader(source, mesh((8,), ("data",)), global_batch_size=B, prefetch=PrefetchOptions(worker_count=2))
         next(loader)
         workers = set(multiprocessing.active_children()) - before
         assert len(workers) == 2
@@ -212,7 +223,7 @@ class TestRampupLoader:
 
     def test_batches_grow_in_megatron_order(self, source):
         m = mesh((8,), ("data",))
-        got = [host(b) for b in make_loader(source, self.plan, m)]
+        got = [host(b) for b in make_loader(source, m, plan=self.plan)]
         assert [b["inputs"].shape[0] for b in got] == [8, 8, 16, 24, 32]
         assert len({b["inputs"].shape[0] for b in got}) == len(self.plan.batch_shapes()) > 1
         for k, batch in enumerate(got):
@@ -221,13 +232,13 @@ class TestRampupLoader:
                 np.testing.assert_array_equal(batch[key], expected[key], err_msg=key)
 
     def test_resume_mid_ramp_on_another_mesh(self, source):
-        full = [host(b) for b in make_loader(source, self.plan, mesh((8,), ("data",)))]
-        loader = make_loader(source, self.plan, mesh((8,), ("data",)))
+        full = [host(b) for b in make_loader(source, mesh((8,), ("data",)), plan=self.plan)]
+        loader = make_loader(source, mesh((8,), ("data",)), plan=self.plan)
         next(loader), next(loader)
         state = json.loads(json.dumps(loader.state()))
         assert state["step"] == 2 and self.plan.batch_size(2) < 32
         rest = [host(b) for b in make_loader(
-            source, self.plan, mesh((2, 4), ("data", "fsdp")), batch_axes=("data", "fsdp"),
+            source, mesh((2, 4), ("data", "fsdp")), plan=self.plan, batch_axes=("data", "fsdp"),
             state=state,
         )]
         for x, y in zip(full[2:], rest, strict=True):
@@ -235,4 +246,56 @@ class TestRampupLoader:
                 assert x[key].tobytes() == y[key].tobytes(), key
         fixed_state = make_loader(source, mesh((8,), ("data",)), global_batch_size=32).state()
         with pytest.raises(ValueError, match="different source or plan"):
-            make_loader(source, self.plan, mesh((8,), ("data",)), state=fixed_state)
+            make_loader(source, mesh((8,), ("data",)), plan=self.plan, state=fixed_state)
+
+
+class TestResumeIdentity:
+    OPTIONS = GPTSchemaOptions(seq_length=32, eod_id=99, reset_position_ids=True)
+
+    def make_source(self, options=OPTIONS, seed=3):
+        return MockSource(B * 6, options, vocab_size=100, seed=seed, mean_doc_length=9)
+
+    def test_state_resumes_with_equal_settings(self):
+        m = mesh((8,), ("data",))
+        first = make_loader(self.make_source(), m, global_batch_size=B)
+        next(first), next(first)
+        state = json.loads(json.dumps(first.state()))
+        want = host(next(first))
+        resumed = make_loader(self.make_source(), m, global_batch_size=B, state=state)
+        assert resumed.step == 2
+        got = host(next(resumed))
+        for key in want:
+            np.testing.assert_array_equal(got[key], want[key])
+
+    def test_a_new_defaulted_data_neutral_option_still_resumes(self):
+        @dataclasses.dataclass(frozen=True)
+        class WithNeutralOption(GPTSchemaOptions):
+            read_hint: int = 4  # an option added later that leaves every batch unchanged
+
+        m = mesh((8,), ("data",))
+        state = make_loader(self.make_source(), m, global_batch_size=B, start_step=3).state()
+        extended = self.make_source(WithNeutralOption(seq_length=32, eod_id=99, reset_position_ids=True))
+        assert make_loader(extended, m, global_batch_size=B, state=state).step == 3
+
+    @pytest.mark.parametrize(
+        "source_kw, batch_size",
+        [({"options": GPTSchemaOptions(seq_length=32, eod_id=98, reset_position_ids=True)}, B),
+         ({"options": GPTSchemaOptions(seq_length=32, eod_id=99)}, B),
+         ({"options": GPTSchemaOptions(seq_length=31, eod_id=99, reset_position_ids=True)}, B),
+         ({"seed": 4}, B), ({}, B // 2)],
+    )
+    def test_a_data_changing_setting_refuses_the_state(self, source_kw, batch_size):
+        m = mesh((8,), ("data",))
+        state = make_loader(self.make_source(), m, global_batch_size=B).state()
+        with pytest.raises(ValueError, match="different data configuration"):
+            make_loader(self.make_source(**source_kw), m, global_batch_size=batch_size, state=state)
+
+    def test_a_different_ramp_refuses_the_state(self):
+        m = mesh((8,), ("data",))
+        source = self.make_source()
+        plan = RampupStepPlan.covering(len(source), Rampup(8, 8, 32), B)
+        state = make_loader(source, m, plan=plan).state()
+        other = RampupStepPlan.covering(len(source), Rampup(8, 8, 48), B)
+        assert make_loader(source, m, plan=plan, state=state).step == 0
+        with pytest.raises(ValueError, match="different data configuration"):
+            make_loader(source, m, plan=other, state=state)

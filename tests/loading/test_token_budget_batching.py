@@ -10,7 +10,7 @@ import pytest
 from jax.sharding import Mesh
 
 from jaxblend import IndexedDataset, IndexedDatasetBuilder
-from jaxblend.loading import make_loader
+from jaxblend.loading import PrefetchOptions, make_loader
 from jaxblend.sampling import TokenBudgetConfig, plan_token_budget
 from jaxblend.sources import SequenceSource
 
@@ -73,8 +73,8 @@ class TestBucketedLoader:
     def test_batches_follow_the_plan_on_any_mesh(self, sequences):
         source = SequenceSource(sequences, max_length=192)
         plan = plan_token_budget(source.lengths, self.config)
-        a = [host(b) for b in make_loader(source, plan, mesh8())]
-        b = [host(b) for b in make_loader(source, plan, mesh8((4, 2), ("data", "tensor")))]
+        a = [host(b) for b in make_loader(source, mesh8(), plan=plan)]
+        b = [host(b) for b in make_loader(source, mesh8((4, 2), ("data", "tensor")), plan=plan)]
         assert len(a) == len(plan) == len(b)
         shapes = set()
         for k, (x, y) in enumerate(zip(a, b)):
@@ -88,8 +88,8 @@ class TestBucketedLoader:
     def test_resume_from_state_and_fingerprint_check(self, sequences):
         source = SequenceSource(sequences, max_length=192)
         plan = plan_token_budget(source.lengths, self.config)
-        full = [host(b) for b in make_loader(source, plan, mesh8())]
-        loader = make_loader(source, plan, mesh8())
+        full = [host(b) for b in make_loader(source, mesh8(), plan=plan)]
+        loader = make_loader(source, mesh8(), plan=plan)
         for _ in range(3):
             next(loader)
         state = json.loads(json.dumps(loader.state()))
@@ -98,8 +98,8 @@ class TestBucketedLoader:
             host(b)
             for b in make_loader(
                 source,
-                plan,
                 mesh8((2, 4), ("data", "fsdp")),
+                plan=plan,
                 batch_axes=("data", "fsdp"),
                 state=state,
             )
@@ -115,7 +115,7 @@ class TestBucketedLoader:
             ),
         )
         with pytest.raises(ValueError, match="different source or plan"):
-            make_loader(source, other, mesh8(), state=state)
+            make_loader(source, mesh8(), plan=other, state=state)
 
     def test_rows_not_divisible_by_the_mesh_are_refused(self, sequences):
         source = SequenceSource(sequences, max_length=192)
@@ -123,12 +123,12 @@ class TestBucketedLoader:
             source.lengths, TokenBudgetConfig(bucket_width=32, max_length=192, token_budget=1500)
         )
         with pytest.raises(ValueError, match="row_multiple"):
-            make_loader(source, plan, mesh8())
+            make_loader(source, mesh8(), plan=plan)
 
     def test_grain_worker_process(self, sequences):
         source = SequenceSource(sequences, max_length=192)
         plan = plan_token_budget(source.lengths, self.config)
-        loader = make_loader(source, plan, mesh8(), worker_count=1, start_step=len(plan) - 2)
+        loader = make_loader(source, mesh8(), plan=plan, prefetch=PrefetchOptions(worker_count=1), start_step=len(plan) - 2)
         got = [host(b) for b in loader]
         assert len(got) == 2
         last = len(plan) - 1
@@ -148,4 +148,4 @@ def test_bucketed_plan_needs_a_padded_source(sequences):
     )
     mock = MockSource(1000, GPTSchemaOptions(seq_length=16))
     with pytest.raises(ValueError, match="needs a source with get_padded_batch"):
-        make_loader(mock, plan, mesh8())
+        make_loader(mock, mesh8(), plan=plan)

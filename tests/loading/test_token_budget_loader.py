@@ -20,7 +20,7 @@ from helpers_data import write_random_dataset
 
 from jaxblend import index
 from jaxblend.access import DataAccess
-from jaxblend.loading import make_loader
+from jaxblend.loading import PrefetchOptions, make_loader
 from jaxblend.sources import GPTSchemaOptions, open_gpt_sources
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -77,7 +77,8 @@ def test_blend_batches_equal_local(object_store, local_prefixes, tmp_path):
     assert remote["train"].requests_issued > 0
     mesh = jax.make_mesh((8,), ("data",))
     want = [_host(b) for b in make_loader(local["train"], mesh, global_batch_size=B)]
-    got = [_host(b) for b in make_loader(remote["train"], mesh, global_batch_size=B, read_ahead=4)]
+    got = [_host(b) for b in make_loader(remote["train"], mesh, global_batch_size=B,
+                                      prefetch=PrefetchOptions(read_ahead=4))]
     assert len(got) == len(want) == 6
     for g, w in zip(got, want):
         for key in w:
@@ -104,7 +105,7 @@ def test_worker_process_reads_the_bucket(s3_server, local_prefixes, monkeypatch)
     local = open_gpt_sources(_config(local_prefixes), OPTIONS)["train"]
     mesh = jax.make_mesh((8,), ("data",))
     got = [_host(b) for b in make_loader(remote, mesh, global_batch_size=B, num_steps=3,
-                                         worker_count=1)]
+                                         prefetch=PrefetchOptions(worker_count=1))]
     want = [_host(b) for b in make_loader(local, mesh, global_batch_size=B, num_steps=3)]
     for g, w in zip(got, want, strict=True):
         np.testing.assert_array_equal(g["inputs"], w["inputs"])

@@ -38,7 +38,7 @@ def main(argv):
     import numpy as np
     from jax.experimental import multihost_utils
 
-    from jaxblend.loading import make_loader
+    from jaxblend.loading import PrefetchOptions, make_loader
     from jaxblend.mesh import default_batch_axes, make_mesh
     from jaxblend.sampling import load_token_budget_plan
     from jaxblend.sources import SequenceSource
@@ -52,12 +52,12 @@ def main(argv):
             state = json.load(f)
     loader = make_loader(
         source,
-        plan,
         mesh,
+        plan=plan,
         batch_axes=default_batch_axes(mesh.axis_names),
         start_step=_START.value,
         state=state,
-        worker_count=_WORKERS.value,
+        prefetch=PrefetchOptions(worker_count=_WORKERS.value),
     )
     first = loader.step
     steps = plan.num_steps - first if _STEPS.value is None else _STEPS.value

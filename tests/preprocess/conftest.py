@@ -16,7 +16,7 @@ import pytest
 
 from jaxblend import storage
 from jaxblend.preprocess import sentences
-from jaxblend.preprocess import tokenizers as tok_lib
+from jaxblend.preprocess import tokenizer_spec as tok_spec
 from jaxblend.preprocess.config import PreprocessConfig
 
 _WORDS = [
@@ -98,7 +98,7 @@ def write_jsonl(path: str, docs: list[str], key: str = "text") -> str:
 def reference_dataset(
     prefix: str,
     docs: list[str],
-    tokenizer: tok_lib.Tokenizer,
+    tokenizer: tok_spec.Tokenizer,
     append_eod: bool = True,
     split: bool = False,
 ) -> str:

@@ -7,8 +7,9 @@ import json
 
 import pytest
 
+from jaxblend.preprocess import config as config_lib
 from jaxblend.preprocess import pipeline
-from jaxblend.preprocess import tokenizers as tok_lib
+from jaxblend.preprocess import tokenizer_spec as tok_spec
 from tests.preprocess.conftest import read_bytes, write_jsonl
 
 beam_engine = pytest.importorskip("jaxblend.preprocess.beam", reason="needs the beam extra")
@@ -20,13 +21,13 @@ def test_beam_direct_runner_matches_local(tmp_path, tokenizer_files, corpus_docs
     b.write_bytes(
         gzip.compress("".join(json.dumps({"text": d}) + "\n" for d in corpus_docs[150:]).encode())
     )
-    spec = tok_lib.TokenizerSpec(**tokenizer_files["sentencepiece"])
+    spec = tok_spec.TokenizerSpec(**tokenizer_files["sentencepiece"])
     outs = {}
     for name, engine in (
         ("local", None),
         ("beam", beam_engine.BeamEngine(["--runner=DirectRunner"])),
     ):
-        cfg = pipeline.PreprocessConfig(
+        cfg = config_lib.PreprocessConfig(
             input=(a, str(b)),
             output_prefix=str(tmp_path / name / "c"),
             tokenizer=spec,
@@ -50,7 +51,7 @@ def test_cli_engine_beam(tmp_path, corpus_docs):
 
     src = write_jsonl(str(tmp_path / "a.jsonl"), corpus_docs[:60])
     local = pipeline.preprocess(
-        pipeline.PreprocessConfig(
+        config_lib.PreprocessConfig(
             input=(src,),
             output_prefix=str(tmp_path / "local" / "c"),
             append_eod=True,

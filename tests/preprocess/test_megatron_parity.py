@@ -19,6 +19,7 @@ import pytest
 
 from jaxblend import storage
 from jaxblend.preprocess import pipeline, sentences, worker
+from jaxblend.preprocess import tokenizer_spec as tok_spec
 from jaxblend.preprocess import tokenizers as tok_lib
 from tests.preprocess.conftest import make_documents, read_bytes, small_run_config
 
@@ -96,7 +97,7 @@ def _run(tmp_path, inputs, **kw):
 def test_empty_whitespace_and_list_texts_match_megatron(tmp_path, kind, tokenizer_files):
     records = _corpus()
     path = _write(tmp_path / "in.jsonl", records)
-    spec = tok_lib.TokenizerSpec(**tokenizer_files[kind])
+    spec = tok_spec.TokenizerSpec(**tokenizer_files[kind])
     result = _run(tmp_path, [path], tokenizer=spec, json_keys=("text", "title"))
     tok = tok_lib.load_tokenizer(spec)
     with open(path, encoding="utf-8") as f:
@@ -291,7 +292,7 @@ def test_megatron_documented_command_lines_run_verbatim(tmp_path, tokenizer_file
         cwd=tmp_path,
     )
     assert r.returncode == 0, r.stderr
-    tok = tok_lib.load_tokenizer(tok_lib.TokenizerSpec(**tokenizer_files["hf_bpe"]))
+    tok = tok_lib.load_tokenizer(tok_spec.TokenizerSpec(**tokenizer_files["hf_bpe"]))
     with open(tmp_path / "data.jsonl", encoding="utf-8") as f:
         lines = f.readlines()
     ref = megatron_reference(
@@ -325,7 +326,7 @@ def test_megatron_documented_command_lines_run_verbatim(tmp_path, tokenizer_file
         cwd=tmp_path,
     )
     assert r.returncode == 0, r.stderr
-    tok = tok_lib.load_tokenizer(tok_lib.TokenizerSpec(**g))
+    tok = tok_lib.load_tokenizer(tok_spec.TokenizerSpec(**g))
     ref = megatron_reference(
         lines, ["text"], tok.tokenize, tok.eod, tok.vocab_size, str(tmp_path / "g")
     )

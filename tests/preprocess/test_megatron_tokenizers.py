@@ -15,7 +15,9 @@ import json
 import numpy as np
 import pytest
 
+from jaxblend.preprocess import config as config_lib
 from jaxblend.preprocess import pipeline
+from jaxblend.preprocess import tokenizer_spec as tok_spec
 from jaxblend.preprocess import tokenizers as tok_lib
 from tests.preprocess.conftest import make_documents, read_bytes
 from tests.preprocess.test_megatron_parity import megatron_reference
@@ -80,7 +82,7 @@ def _same(ours, theirs, texts=_TEXTS):
 )
 def test_sentencepiece_types(kind, tokenizer_files):
     model = tokenizer_files["sentencepiece"]["model"]
-    ours = tok_lib.load_tokenizer(tok_lib.TokenizerSpec(type=kind, model=model))
+    ours = tok_lib.load_tokenizer(tok_spec.TokenizerSpec(type=kind, model=model))
     theirs = _megatron_tokenizer(tokenizer_type=kind, tokenizer_model=model)
     _same(ours, theirs)
     assert ours.pad == theirs.pad and ours.bos == theirs.bos
@@ -91,7 +93,7 @@ def test_sentencepiece_types(kind, tokenizer_files):
 def test_tiktokenizer_json_vocabulary(tmp_path, pattern, num_special):
     path = tmp_path / "tokenizer.json"
     n = _tiktoken_json(path)
-    spec = tok_lib.TokenizerSpec(
+    spec = tok_spec.TokenizerSpec(
         type="TikTokenizer",
         model=str(path),
         tiktoken_pattern=pattern,
@@ -110,7 +112,7 @@ def test_tiktokenizer_json_vocabulary(tmp_path, pattern, num_special):
     assert ours.pad == theirs.pad
     assert min(ours.tokenize("the theme")) >= num_special  # ids shifted past the specials
     # a directory holding tokenizer.json works as --tokenizer_model too
-    spec_dir = tok_lib.TokenizerSpec(
+    spec_dir = tok_spec.TokenizerSpec(
         type="TikTokenizer",
         model=str(tmp_path),
         tiktoken_pattern=pattern,
@@ -125,7 +127,7 @@ def test_tiktokenizer_json_vocabulary(tmp_path, pattern, num_special):
 def _assert_preprocessing_matches(tmp_path, src, spec, theirs):
     """A preprocessing run over the jsonl `src` equals Megatron's rules driven by `theirs`."""
     res = pipeline.preprocess(
-        pipeline.PreprocessConfig(
+        config_lib.PreprocessConfig(
             input=(str(src),), output_prefix=str(tmp_path / "jb" / "c"), tokenizer=spec,
             append_eod=True, workers=1, progress=False,
         )
@@ -139,7 +141,7 @@ def _assert_preprocessing_matches(tmp_path, src, spec, theirs):
 
 
 def test_null_tokenizer(tmp_path):
-    ours = tok_lib.load_tokenizer(tok_lib.TokenizerSpec(type="NullTokenizer", vocab_size=100))
+    ours = tok_lib.load_tokenizer(tok_spec.TokenizerSpec(type="NullTokenizer", vocab_size=100))
     theirs = _megatron_tokenizer(tokenizer_type="NullTokenizer", vocab_size=100)
     texts = ["1 2 3", "99", "0 0 7 42"]
     _same(ours, theirs, texts)
@@ -147,7 +149,7 @@ def test_null_tokenizer(tmp_path):
     recs = [{"text": t} for t in texts]
     path = tmp_path / "in.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in recs))
-    spec = tok_lib.TokenizerSpec(type="NullTokenizer", vocab_size=100)
+    spec = tok_spec.TokenizerSpec(type="NullTokenizer", vocab_size=100)
     _assert_preprocessing_matches(tmp_path, path, spec, theirs)
 
 
@@ -160,6 +162,6 @@ def test_tiktoken_corpus_matches_megatron_rules(tmp_path):
     docs = make_documents(60, seed=9) + ["", "\n", " the "]
     src = tmp_path / "in.jsonl"
     src.write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
-    spec = tok_lib.TokenizerSpec(type="TikTokenizer", model=str(path), vocab_size=n + 1000)
+    spec = tok_spec.TokenizerSpec(type="TikTokenizer", model=str(path), vocab_size=n + 1000)
     res = _assert_preprocessing_matches(tmp_path, src, spec, theirs)
     assert np.dtype(res.dtype) == np.uint16

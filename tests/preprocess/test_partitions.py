@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from jaxblend.preprocess import partitions, readers
+from jaxblend.preprocess import partitions
 
 
 def test_input_errors(tmp_path):
@@ -29,6 +29,3 @@ def test_plan_depends_on_inputs_and_count_only(tmp_path):
     assert [p.index for p in plan] == list(range(len(plan)))
 
 
-def test_readers_reexports_the_planning_names():
-    for name in ("InputError", "InputFile", "Partition", "Piece", "plan_partitions", "resolve_inputs"):
-        assert getattr(readers, name) is getattr(partitions, name)

@@ -10,7 +10,10 @@ import numpy as np
 import pytest
 
 from jaxblend import storage
-from jaxblend.preprocess import layout, pipeline, readers, worker
+from jaxblend.preprocess import layout, pipeline, records
+from jaxblend.preprocess import manifest as manifest_lib
+from jaxblend.preprocess import partitions as partitions_lib
+from jaxblend.preprocess import tokenizer_spec as tok_spec
 from jaxblend.preprocess import tokenizers as tok_lib
 from tests.preprocess.conftest import (
     read_bytes,
@@ -57,7 +60,7 @@ def test_each_format_matches_reference(tmp_path, fmt, corpus_docs):
 
 @pytest.mark.parametrize("kind", ["hf_bpe", "hf_wordpiece", "gpt2", "sentencepiece", "tiktoken"])
 def test_each_tokenizer_matches_reference(tmp_path, kind, tokenizer_files, corpus_docs):
-    spec = tok_lib.TokenizerSpec(**tokenizer_files[kind])
+    spec = tok_spec.TokenizerSpec(**tokenizer_files[kind])
     docs = corpus_docs[:120]
     path = write_jsonl(str(tmp_path / "in.jsonl"), docs)
     result = pipeline.preprocess(_config(tmp_path, [path], tokenizer=spec, partitions=4))
@@ -68,7 +71,7 @@ def test_each_tokenizer_matches_reference(tmp_path, kind, tokenizer_files, corpu
 
 
 def test_workers_one_and_two_identical(tmp_path, tokenizer_files, corpus_docs):
-    spec = tok_lib.TokenizerSpec(**tokenizer_files["hf_bpe"])
+    spec = tok_spec.TokenizerSpec(**tokenizer_files["hf_bpe"])
     a = write_jsonl(str(tmp_path / "a.jsonl"), corpus_docs[:100])
     b = write_jsonl(str(tmp_path / "b.jsonl"), corpus_docs[100:])
     outs = []
@@ -102,7 +105,7 @@ def test_split_sentences_multi_sequence_documents(tmp_path, corpus_docs):
         and seqs_per_doc.max() > 1
         and len(ds) == result.keys["text"]["sequences"]
     )
-    first = ds.get_many(range(int(seqs_per_doc[0])))
+    first = ds[0 : int(seqs_per_doc[0])]
     assert tok_lib.ByteTokenizer().detokenize(first[0]).endswith((".", "!", "?"))
     assert int(first[-1][-1]) == 256 and all(256 not in s for s in first[:-1])
 
@@ -139,7 +142,7 @@ def test_changed_settings_refused_unless_overwrite(tmp_path, corpus_docs):
     cfg = _config(tmp_path, [path])
     pipeline.preprocess(cfg)
     with pytest.raises(
-        pipeline.SettingsMismatchError, match=r"append_eod: True -> False.*--overwrite"
+        manifest_lib.SettingsMismatchError, match=r"append_eod: True -> False.*--overwrite"
     ):
         pipeline.preprocess(dataclass_replace(cfg, append_eod=False))
     out = pipeline.preprocess(dataclass_replace(cfg, append_eod=False, overwrite=True))
@@ -191,7 +194,7 @@ def test_bad_input_counted_with_locations(tmp_path):
 
 def test_on_error_fail_names_file_and_line(tmp_path):
     path = _bad_input(tmp_path)
-    with pytest.raises(worker.PreprocessDataError, match=rf"^{path}:2: malformed_json"):
+    with pytest.raises(records.PreprocessDataError, match=rf"^{path}:2: malformed_json"):
         pipeline.preprocess(_config(tmp_path, [path], on_error="fail"))
 
 
@@ -202,10 +205,10 @@ def test_txt_file_mode_and_errors_before_work(tmp_path):
     ds = storage.IndexedDataset(result.outputs["text"])
     assert ds.num_documents == 2
     assert tok_lib.ByteTokenizer().detokenize(ds.get(0)) == "Doc one.\nStill doc one.\n"
-    spec = tok_lib.TokenizerSpec("hf", model=str(tmp_path / "missing.json"))
-    with pytest.raises(tok_lib.TokenizerError, match="missing.json"):
+    spec = tok_spec.TokenizerSpec("hf", model=str(tmp_path / "missing.json"))
+    with pytest.raises(tok_spec.TokenizerError, match="missing.json"):
         pipeline.preprocess(_config(tmp_path / "x", [tmp_path / "a.txt"], tokenizer=spec))
-    with pytest.raises(readers.InputError, match="matches no file"):
+    with pytest.raises(partitions_lib.InputError, match="matches no file"):
         pipeline.preprocess(_config(tmp_path / "x", [tmp_path / "*.jsonl"]))
     assert not os.path.exists(tmp_path / "x")
     with pytest.raises(ValueError, match="on_error='maybe'"):
@@ -217,7 +220,7 @@ def test_existing_output_without_manifest_is_not_clobbered(tmp_path, corpus_docs
     cfg = _config(tmp_path, [path])
     os.makedirs(tmp_path / "out")
     (tmp_path / "out" / "corpus_text_document.bin").write_bytes(b"foreign")
-    with pytest.raises(pipeline.SettingsMismatchError, match="already exists"):
+    with pytest.raises(manifest_lib.SettingsMismatchError, match="already exists"):
         pipeline.preprocess(cfg)
     assert (
         pipeline.preprocess(dataclass_replace(cfg, overwrite=True)).keys["text"]["documents"] == 10

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from jaxblend.preprocess import partitions as partitions_lib
 from jaxblend.preprocess import readers
 
 
@@ -34,19 +35,19 @@ def test_byte_range_partitions_cover_every_line_once(tmp_path, num_partitions):
     a.write_text("\n".join(lines[:70]) + "\n")
     b = tmp_path / "b.jsonl"
     b.write_text("\n".join(lines[70:]))  # no trailing newline
-    files = readers.resolve_inputs([str(a), str(b)])
-    parts = readers.plan_partitions(files, num_partitions)
+    files = partitions_lib.resolve_inputs([str(a), str(b)])
+    parts = partitions_lib.plan_partitions(files, num_partitions)
     assert [p.index for p in parts] == list(range(len(parts)))
     assert len(parts) <= num_partitions
     assert [r.decode() for r in _records(parts)] == lines
     assert _weights(parts) == a.stat().st_size + b.stat().st_size
-    assert parts == readers.plan_partitions(files, num_partitions)
+    assert parts == partitions_lib.plan_partitions(files, num_partitions)
 
 
 def test_line_numbers_of_later_pieces(tmp_path):
     path = tmp_path / "a.txt"
     path.write_text("".join(f"line {i}\n" for i in range(1, 101)))
-    parts = readers.plan_partitions(readers.resolve_inputs([str(path)]), 5)
+    parts = partitions_lib.plan_partitions(partitions_lib.resolve_inputs([str(path)]), 5)
     for part in parts:
         for piece in part.pieces:
             loc = readers.Locator(piece, "line")
@@ -65,9 +66,9 @@ def test_compressed_parquet_and_file_mode(tmp_path):
     (tmp_path / "b.jsonl.zst").write_bytes(zstd.ZstdCompressor().compress(body))
     pq.write_table(pa.table({"text": docs}), tmp_path / "c.parquet", row_group_size=10)
     (tmp_path / "d.txt").write_text("one\ntwo\n")
-    files = readers.resolve_inputs([str(tmp_path / "*.*")])
+    files = partitions_lib.resolve_inputs([str(tmp_path / "*.*")])
     assert [f.format for f in files] == ["jsonl.gz", "jsonl.zst", "parquet", "txt"]
-    parts = readers.plan_partitions(files, 4)
+    parts = partitions_lib.plan_partitions(files, 4)
     recs = _records(parts)
     assert [json.loads(r)["text"] for r in recs[:50]] == docs + docs
     assert [r["text"] for r in recs[50:75]] == docs
@@ -76,14 +77,14 @@ def test_compressed_parquet_and_file_mode(tmp_path):
     # Parquet row groups are separate units: 3 row groups
     pieces = [pc for p in parts for pc in p.pieces if pc.format == "parquet"]
     assert [(pc.start, pc.row_offset) for pc in pieces] == [(0, 0), (1, 10), (2, 20)]
-    whole = readers.plan_partitions(readers.resolve_inputs([str(tmp_path / "d.txt")]), 3, "file")
+    whole = partitions_lib.plan_partitions(partitions_lib.resolve_inputs([str(tmp_path / "d.txt")]), 3, "file")
     assert _records(whole, "file") == [b"one\ntwo\n"]
 
 
 def test_unreadable_compressed_input_names_the_file(tmp_path):
     (tmp_path / "y.jsonl.gz").write_bytes(b"not gzip at all")
-    piece = readers.plan_partitions(readers.resolve_inputs([str(tmp_path / "y.jsonl.gz")]), 1)[
+    piece = partitions_lib.plan_partitions(partitions_lib.resolve_inputs([str(tmp_path / "y.jsonl.gz")]), 1)[
         0
     ].pieces[0]
-    with pytest.raises(readers.InputError, match="y.jsonl.gz"):
+    with pytest.raises(partitions_lib.InputError, match="y.jsonl.gz"):
         list(readers.iter_piece(piece))

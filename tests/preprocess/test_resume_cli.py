@@ -12,8 +12,9 @@ import time
 
 import pytest
 
+from jaxblend.preprocess import config as config_lib
 from jaxblend.preprocess import layout, pipeline
-from jaxblend.preprocess import tokenizers as tok_lib
+from jaxblend.preprocess import tokenizer_spec as tok_spec
 from tests.preprocess.conftest import make_documents, read_bytes
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -70,9 +71,9 @@ def test_kill_9_then_resume_is_byte_identical(tmp_path, tokenizer_files):
     assert summary["partitions_reused"] >= finished and summary["partitions"] == 48
     assert "documents" in out and not os.path.exists(parts)
 
-    spec = tok_lib.TokenizerSpec("hf", model=model)
+    spec = tok_spec.TokenizerSpec("hf", model=model)
     ref = pipeline.preprocess(
-        pipeline.PreprocessConfig(
+        config_lib.PreprocessConfig(
             input=(str(src),),
             output_prefix=str(tmp_path / "ref" / "c"),
             tokenizer=spec,

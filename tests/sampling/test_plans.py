@@ -10,6 +10,7 @@ import pytest
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from jaxblend import identity
 from jaxblend.sampling import (
     BatchShape,
     FixedStepPlan,
@@ -43,7 +44,9 @@ class TestFixedStepPlan:
             np.testing.assert_array_equal(ids, np.arange(8 * k, 8 * k + 8))
             assert plan.padded_length(k) is None
         assert plan.num_samples == 40 and plan.batch_shapes() == {BatchShape(8, None)}
-        assert plan.fingerprint == "B=8"
+        assert plan.fingerprint == identity.fingerprint("fixed_step_plan", 1, global_batch_size=8)
+        assert FixedStepPlan(8, 7).fingerprint == plan.fingerprint  # not the number of steps
+        assert FixedStepPlan(16, 5).fingerprint != plan.fingerprint
         assert FixedStepPlan(8, 0).batch_shapes() == frozenset()
 
     def test_covering_and_bounds(self):
@@ -102,8 +105,20 @@ class TestRampupStepPlan:
                               data_parallel_size=4, decrease_batch_size_if_needed=True)
         sizes = {plan.batch_size(k) for k in range(40)}
         assert all(s % 4 == 0 for s in sizes) and 4 in sizes and 52 in sizes
-        assert plan.fingerprint.endswith("|round=4")
-        assert RampupStepPlan(Rampup(6, 6, 50), 54, 40).fingerprint == "rampup=6,6,50|B=54"
+        plain = RampupStepPlan(Rampup(6, 6, 50), 54, 40)
+        assert plan.fingerprint != plain.fingerprint  # rounding changes the batches
+        assert plain.fingerprint == identity.fingerprint(
+            "rampup_step_plan", 1, start=6, increment=6, ramp_samples=50, global_batch_size=54
+        )
+
+    @pytest.mark.parametrize(
+        "change", [{"rampup": Rampup(6, 12, 50)}, {"rampup": Rampup(6, 6, 60)},
+                   {"global_batch_size": 60}],
+    )
+    def test_fingerprint_changes_with_the_ramp(self, change):
+        base = {"rampup": Rampup(6, 6, 50), "global_batch_size": 54, "num_steps": 10}
+        assert RampupStepPlan(**{**base, **change}).fingerprint != RampupStepPlan(**base).fingerprint
+        assert RampupStepPlan(**{**base, "num_steps": 20}).fingerprint == RampupStepPlan(**base).fingerprint
 
     @pytest.mark.parametrize(
         "kwargs, match",

@@ -12,7 +12,7 @@ from helpers_data import write_random_dataset
 
 from jaxblend import index
 from jaxblend.access import DataAccess, IdentityStoreOptions, MapStoreOptions
-from jaxblend.loading import make_loader
+from jaxblend.loading import PrefetchOptions, make_loader
 from jaxblend.map_store import bucket
 from jaxblend.sources import GPTSchemaOptions, open_gpt_sources
 from jaxblend.storage import ObjectStoreOptions
@@ -41,7 +41,9 @@ def _config(prefixes) -> index.GPTDataConfig:
 
 def _batches(source, workers: int) -> list[dict[str, np.ndarray]]:
     mesh = jax.make_mesh((8,), ("data",))
-    loader = make_loader(source, mesh, global_batch_size=B, num_steps=3, worker_count=workers)
+    loader = make_loader(
+        source, mesh, global_batch_size=B, num_steps=3, prefetch=PrefetchOptions(worker_count=workers)
+    )
     return [{k: np.asarray(v) for k, v in batch.items()} for batch in loader]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 
 import numpy as np
@@ -162,3 +163,35 @@ def test_blend_samples_equal_megatron(prefixes, tmp_path):
         np.testing.assert_array_equal(batch["inputs"][i], sample["tokens"].numpy())
         np.testing.assert_array_equal(batch["targets"][i], sample["labels"].numpy())
         assert torch.equal(torch.as_tensor(batch["positions"][i]), sample["position_ids"])
+
+
+class TestFingerprint:
+    def fingerprint(self, prefixes, options, **kw):
+        blend = ["40", prefixes[0], "60", prefixes[1]]
+        return open_gpt_sources(config(blend, **kw), options)["train"].fingerprint
+
+    def test_a_new_defaulted_data_neutral_option_keeps_it(self, prefixes):
+        @dataclasses.dataclass(frozen=True)
+        class WithNeutralOption(GPTSchemaOptions):
+            read_hint: int = 4  # an option added later that leaves every batch unchanged
+
+        base = GPTSchemaOptions(seq_length=16, eod_id=EOD)
+        extended = WithNeutralOption(seq_length=16, eod_id=EOD, read_hint=2)
+        assert self.fingerprint(prefixes, extended) == self.fingerprint(prefixes, base)
+
+    @pytest.mark.parametrize(
+        "options, kw",
+        [(GPTSchemaOptions(seq_length=16, eod_id=EOD + 1), {}),
+         (GPTSchemaOptions(seq_length=16, eod_id=EOD, reset_position_ids=True), {}),
+         (GPTSchemaOptions(seq_length=17, eod_id=EOD), {"seq": 17})],
+    )
+    def test_a_data_changing_option_changes_it(self, prefixes, options, kw):
+        base = self.fingerprint(prefixes, GPTSchemaOptions(seq_length=16, eod_id=EOD))
+        assert self.fingerprint(prefixes, options, **kw) != base
+
+    def test_the_seed_changes_it(self, prefixes):
+        options = GPTSchemaOptions(seq_length=16, eod_id=EOD)
+        blend = ["40", prefixes[0], "60", prefixes[1]]
+        other = index.GPTDataConfig(blend=blend, split="90,5,5", seq_length=16, seed=6,
+                                    num_samples=(96, 16, 16))
+        assert open_gpt_sources(other, options)["train"].fingerprint != self.fingerprint(prefixes, options)

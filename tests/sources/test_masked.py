@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 
 import jax
@@ -405,3 +406,27 @@ class TestSampleIndexFromTheIndexLayer:
         assert restored.fingerprint == second.fingerprint
         copied = pickle.loads(pickle.dumps(plain))  # no cache: the rows travel in the pickle
         np.testing.assert_array_equal(copied.sample_index, plain.sample_index)
+
+
+class TestFingerprint:
+    def test_a_new_defaulted_data_neutral_option_keeps_it(self, data, info):
+        @dataclasses.dataclass(frozen=True)
+        class WithNeutralOption(BERTMaskedConfig):
+            read_hint: int = 4  # an option added later that leaves every sample unchanged
+
+        fields = {"random_seed": 11, "split": "90,10,0", "sequence_length": 64}
+        extended = BERTSource(data[0], WithNeutralOption(**fields, read_hint=9), info)
+        assert extended.fingerprint == bert(data[0], info).fingerprint
+
+    @pytest.mark.parametrize(
+        "change", [{"masking_probability": 0.2}, {"masking_do_full_word": False},
+                   {"short_sequence_probability": 0.3}],
+    )
+    def test_a_masking_option_changes_it(self, data, info, change):
+        assert bert(data[0], info, **change).fingerprint != bert(data[0], info).fingerprint
+
+    def test_the_tokenizer_ids_change_it(self, data, info):
+        other = dataclasses.replace(info, mask=info.mask + 1)
+        assert bert(data[0], other).fingerprint != bert(data[0], info).fingerprint
+        t5_a = t5(data[0], info)
+        assert t5(data[0], info, sequence_length_decoder=24).fingerprint != t5_a.fingerprint

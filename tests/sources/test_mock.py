@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
+import pytest
 
 from jaxblend.sources import GPTSchemaOptions, MockSource
 
@@ -23,3 +26,35 @@ def test_rows_are_independent_of_the_batch():
     np.testing.assert_array_equal(source.windows(np.array([40, 3])), whole[[40, 3]])
     other = MockSource(64, GPTSchemaOptions(seq_length=16), vocab_size=100, seed=8)
     assert not np.array_equal(other.windows(np.arange(64)), whole)
+
+
+class TestFingerprint:
+    OPTIONS = GPTSchemaOptions(seq_length=16, eod_id=3)
+
+    def make(self, options=OPTIONS, **kwargs):
+        return MockSource(64, options, **{"vocab_size": 100, "seed": 7, **kwargs})
+
+    def test_a_new_defaulted_data_neutral_option_keeps_it(self):
+        @dataclasses.dataclass(frozen=True)
+        class WithNeutralOption(GPTSchemaOptions):
+            read_hint: int = 4  # an option added later that leaves every window unchanged
+
+        extended = self.make(WithNeutralOption(seq_length=16, eod_id=3, read_hint=11))
+        assert isinstance(extended.options, WithNeutralOption)
+        assert extended.fingerprint == self.make().fingerprint
+        np.testing.assert_array_equal(extended.get_batch(np.arange(4))["inputs"],
+                                      self.make().get_batch(np.arange(4))["inputs"])
+
+    @pytest.mark.parametrize(
+        "options, kwargs",
+        [(GPTSchemaOptions(seq_length=16, eod_id=4), {}),
+         (GPTSchemaOptions(seq_length=16, eod_id=3, reset_position_ids=True), {}),
+         (GPTSchemaOptions(seq_length=17, eod_id=3), {}),
+         (OPTIONS, {"seed": 8}), (OPTIONS, {"vocab_size": 101}), (OPTIONS, {"mean_doc_length": 9})],
+    )
+    def test_a_data_changing_setting_changes_it(self, options, kwargs):
+        assert self.make(options, **kwargs).fingerprint != self.make().fingerprint
+
+    def test_equal_settings_give_equal_fingerprints(self):
+        assert self.make().fingerprint == self.make().fingerprint
+        assert len(self.make().fingerprint) == 32

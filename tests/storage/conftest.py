@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from jaxblend.storage import IndexedDatasetBuilder, open_kvstore
+from jaxblend.storage.span_gather import SpanGather
 
 ALL_DTYPES = [np.uint8, np.int8, np.int16, np.int32, np.int64, np.float64, np.float32, np.uint16]
 
@@ -88,6 +89,17 @@ def write_corpus(
                     b.add_sequence(s, mode=doc_modes[j] if doc_modes is not None else 0)
                 b.end_document()
     return Corpus(str(prefix), dt, docs, modes)
+
+
+def read_spans(dataset, sequence, offset, length) -> np.ndarray:
+    """Tokens `[offset[j], offset[j] + length[j])` of sequence `sequence[j]` of `dataset`, for every
+    j, concatenated: one `SpanGather.read`, the storage layer's read path."""
+    sequence, offset, length = (np.asarray(a, np.int64).reshape(-1) for a in (sequence, offset, length))
+    out = np.empty(int(length.sum()), dataset.dtype)
+    SpanGather([dataset]).read(
+        np.zeros(sequence.size, np.int64), sequence, offset, length, out, np.cumsum(length) - length
+    )
+    return out
 
 
 def copy_to_memory(prefix: str) -> str:

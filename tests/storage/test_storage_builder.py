@@ -165,8 +165,7 @@ class TestAtomicity:
         ds = IndexedDataset(str(tmp_path / "x"))
         np.testing.assert_array_equal(ds.sequence_lengths, lengths)
         np.testing.assert_array_equal(ds.document_indices, np.arange(len(lengths) + 1))
-        flat = ds.read_token_spans(ds.sequence_pointers, ds.sequence_lengths)
-        np.testing.assert_array_equal(flat, tokens)
+        np.testing.assert_array_equal(np.concatenate(ds[:]), tokens)
 
     def test_overwrite_existing(self, tmp_path: Path) -> None:
         write_corpus(str(tmp_path / "x"), np.int32, [[np.arange(5, dtype=np.int32)]])
@@ -247,9 +246,9 @@ def test_property_round_trip(spec: tuple[np.dtype, list[list[list[int]]], bool])
             ds = IndexedDataset(c.prefix, backend=backend)
             assert len(ds) == len(c.sequences) and ds.num_documents == len(docs)
             np.testing.assert_array_equal(ds.document_indices, c.document_indices)
-            flat = ds.read_token_spans(ds.sequence_pointers // dtype.itemsize, ds.sequence_lengths)
-            np.testing.assert_array_equal(flat, c.flat)
-            for got, want in zip(ds.get_many(np.arange(len(ds))), c.sequences):
+            sequences = ds[:] if ds.sequence_modes is None else ds[:][0]
+            np.testing.assert_array_equal(np.concatenate(sequences), c.flat)
+            for got, want in zip(sequences[: len(ds)], c.sequences, strict=True):
                 np.testing.assert_array_equal(got, want)
             if multimodal:
                 np.testing.assert_array_equal(ds.sequence_modes, [m for d in modes for m in d])

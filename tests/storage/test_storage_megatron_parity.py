@@ -86,6 +86,26 @@ def _compare(ours: IndexedDataset, theirs: object, multimodal: bool) -> None:
             part = theirs.get(i, offset=1, length=n - 2)
             part = part[0] if multimodal else part
             np.testing.assert_array_equal(ours.get(i, 1, n - 2), part)
+        _assert_same_item(ours[i], theirs[i], multimodal)
+    n = len(ours)
+    for lo, hi in [(0, n), (1, max(n - 1, 1)), (n // 2, n // 2), (-3, None)]:
+        _assert_same_item(ours[lo:hi], theirs[lo:hi], multimodal, sliced=True)
+    with pytest.raises(ValueError, match="contiguous"):
+        ours[0:n:2]
+
+
+def _assert_same_item(got, want, multimodal: bool, sliced: bool = False) -> None:
+    """Megatron's `dataset[i]` / `dataset[i:j]`: tokens, or `(tokens, modes)` with modes."""
+    if multimodal:
+        assert isinstance(got, tuple) and len(got) == 2
+        np.testing.assert_array_equal(got[1], want[1])
+        got, want = got[0], want[0]
+    if not sliced:
+        got, want = [got], [want]
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype
+        np.testing.assert_array_equal(g, w)
 
 
 @pytest.mark.parametrize("multimodal", [False, True], ids=["plain", "multimodal"])

@@ -10,8 +10,9 @@ import pytest
 
 import jaxblend
 from jaxblend.storage import IndexedDataset, IndexedDatasetBuilder, exists, token_dtype_for_vocab
+from jaxblend.storage.span_gather import SpanGather
 
-from .conftest import ALL_DTYPES, Corpus, copy_to_memory, random_docs, write_corpus
+from .conftest import ALL_DTYPES, Corpus, copy_to_memory, random_docs, read_spans, write_corpus
 
 BACKENDS = ["mmap", "tensorstore"]
 
@@ -78,11 +79,11 @@ def test_empty_dataset(tmp_path: Path) -> None:
     for backend in BACKENDS:
         ds = IndexedDataset(prefix, backend=backend)
         assert len(ds) == 0 and ds.num_documents == 0 and ds.num_tokens == 0
-        assert ds.read_token_spans([], []).shape == (0,)
-        assert ds.get_many([]) == []
+        assert read_spans(ds, [], [], []).shape == (0,)
+        assert [s.shape for s in ds[:]] == [(0,)]  # Megatron's slice of nothing: one empty array
     assert IndexedDataset(prefix, multimodal=True).sequence_modes.shape == (0,)
     mem = IndexedDataset(copy_to_memory(prefix))
-    assert len(mem) == 0 and mem.read_token_spans([0], [0]).shape == (0,)
+    assert len(mem) == 0 and [s.shape for s in mem[:]] == [(0,)]
 
 
 def test_tensorstore_options(corpus: Corpus) -> None:
@@ -94,8 +95,7 @@ def test_tensorstore_options(corpus: Corpus) -> None:
             io_concurrency=2,
             context={"data_copy_concurrency": {"limit": 1}},
         )
-        flat = ds.read_token_spans(ds.sequence_pointers // 2, ds.sequence_lengths)
-        np.testing.assert_array_equal(flat, corpus.flat)
+        np.testing.assert_array_equal(np.concatenate(ds[:]), corpus.flat)
 
 
 def test_memory_backend(corpus: Corpus) -> None:
@@ -152,60 +152,73 @@ def test_get_offsets_and_bounds(corpus: Corpus, backend: str) -> None:
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_get_many_out_of_order_overlapping(
+def test_megatron_indexing_and_slices(corpus: Corpus, backend: str, rng: np.random.Generator) -> None:
+    ds = IndexedDataset(corpus.prefix, backend=backend)
+    seqs = corpus.sequences
+    n = len(seqs)
+    for i in [*rng.integers(0, n, 10).tolist(), 0, n - 1, -1, -n, np.int64(3)]:
+        np.testing.assert_array_equal(ds[i], seqs[i])
+        assert ds[i].dtype == corpus.dtype
+    for lo, hi in [(0, n), (3, 9), (5, 5), (-4, None), (None, 2)]:
+        got = ds[lo:hi]
+        want = seqs[lo:hi]
+        assert len(got) == max(len(want), 1)  # Megatron: an empty slice is one empty array
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g, w)
+    with pytest.raises(ValueError, match="contiguous"):
+        ds[0:6:2]
+    with pytest.raises(IndexError, match="out of range"):
+        ds[n]
+    with pytest.raises(TypeError, match="Unexpected type"):
+        ds["0"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_spans_out_of_order_overlapping(
     corpus: Corpus, backend: str, rng: np.random.Generator
 ) -> None:
     ds = IndexedDataset(corpus.prefix, backend=backend)
     seqs = corpus.sequences
     n = len(seqs)
-    idx = np.concatenate([rng.integers(0, n, 30), [5, 5, 4, 6, 3, 2, 1, 0, n - 1, -2]])
+    idx = np.concatenate([rng.integers(0, n, 30), [5, 5, 4, 6, 3, 2, 1, 0, n - 1]])
     offs = np.array([rng.integers(0, len(seqs[j]) + 1) for j in idx])
     lens = np.array([rng.integers(0, len(seqs[j]) - o + 1) for j, o in zip(idx, offs)])
-    got = ds.get_many(idx, offs, lens)
-    for g, j, o, ln in zip(got, idx, offs, lens):
-        np.testing.assert_array_equal(g, seqs[j][o : o + ln])
-    whole = ds.get_many(idx)
-    for g, j in zip(whole, idx):
-        np.testing.assert_array_equal(g, seqs[j])
-    with pytest.raises(IndexError, match="position 1"):
-        ds.get_many([0, n])
-    with pytest.raises(ValueError, match="offsets has 1 entries, expected 2"):
-        ds.get_many([0, 1], [0])
+    want = np.concatenate([seqs[j][o : o + ln] for j, o, ln in zip(idx, offs, lens)])
+    np.testing.assert_array_equal(read_spans(ds, idx, offs, lens), want)
+    for j, o, ln in zip(idx.tolist(), offs.tolist(), lens.tolist()):
+        np.testing.assert_array_equal(ds.get(j, o, ln), seqs[j][o : o + ln])
 
 
 @pytest.mark.parametrize("gap", [0, 4096])
-def test_read_token_spans_backends_agree(
-    tmp_path: Path, rng: np.random.Generator, gap: int
-) -> None:
+def test_span_reads_backends_agree(tmp_path: Path, rng: np.random.Generator, gap: int) -> None:
     flat = rng.integers(0, 2**31 - 1, 50_000).astype(np.int32)
     prefix = str(tmp_path / "flat")
     with IndexedDatasetBuilder(prefix, np.int32) as b:
         b.add_document(flat, [20_000, 30_000])
     n = 300
-    starts = rng.integers(0, flat.shape[0], n)
-    counts = np.minimum(rng.integers(0, 600, n), flat.shape[0] - starts)
-    # adjacent, overlapping, duplicate and zero-length spans
-    starts[:6] = [100, 110, 105, 105, 4000, 0]
-    counts[:6] = [10, 10, 20, 20, 0, 0]
-    starts[6], counts[6] = flat.shape[0] - 5, 5
+    seq = rng.integers(0, 2, n)
+    size = np.where(seq == 0, 20_000, 30_000)
+    offs = rng.integers(0, size)
+    counts = np.minimum(rng.integers(0, 600, n), size - offs)
+    # adjacent, overlapping, duplicate and zero-length spans; the last tokens of the file
+    seq[:7] = [0, 0, 0, 0, 1, 0, 1]
+    offs[:7] = [100, 110, 105, 105, 4000, 0, 29_995]
+    counts[:7] = [10, 10, 20, 20, 0, 0, 5]
+    starts = np.where(seq == 0, 0, 20_000) + offs
     expected = np.concatenate([flat[s : s + c] for s, c in zip(starts, counts)])
-    mm = IndexedDataset(prefix).read_token_spans(starts, counts)
-    tsr = IndexedDataset(prefix, backend="tensorstore", coalesce_gap=gap).read_token_spans(
-        starts, counts
-    )
-    mem = IndexedDataset(copy_to_memory(prefix), coalesce_gap=gap).read_token_spans(starts, counts)
+    mm = read_spans(IndexedDataset(prefix), seq, offs, counts)
+    tsr = read_spans(IndexedDataset(prefix, backend="tensorstore", coalesce_gap=gap), seq, offs, counts)
+    mem = read_spans(IndexedDataset(copy_to_memory(prefix), coalesce_gap=gap), seq, offs, counts)
     np.testing.assert_array_equal(mm, expected)
     np.testing.assert_array_equal(tsr, expected)
     np.testing.assert_array_equal(mem, expected)
     for ds in (IndexedDataset(prefix), IndexedDataset(prefix, backend="tensorstore")):
-        with pytest.raises(
-            IndexError, match=r"token span start=49999, count=2 \(position 1\) outside the 50000"
-        ):
-            ds.read_token_spans([0, 49_999], [1, 2])
-        with pytest.raises(IndexError, match="start=-1"):
-            ds.read_token_spans([-1], [1])
-        with pytest.raises(ValueError, match="same length"):
-            ds.read_token_spans([0, 1], [1])
+        with pytest.raises(IndexError, match=r"length 2\) leaves|start=49999, count=2 \(position 1\) outside"):
+            read_spans(ds, [0, 1], [0, 29_999], [1, 2])
+        with pytest.raises(IndexError):
+            read_spans(ds, [0], [-1], [1])
+        with pytest.raises(IndexError):
+            read_spans(ds, [2], [0], [1])
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -296,10 +309,24 @@ def test_open_datasets_hold_no_file_descriptors(corpus) -> None:
     before = len(os.listdir("/proc/self/fd"))
     datasets = [IndexedDataset(corpus.prefix) for _ in range(64)]
     assert len(os.listdir("/proc/self/fd")) == before
-    view = datasets[0].token_view()
+    view = datasets[0]._token_view()
     first = datasets[0].get(1)
     for ds in datasets:
         ds.close()
-    np.testing.assert_array_equal(view[: first.size], IndexedDataset(corpus.prefix).token_view()[: first.size])
+    np.testing.assert_array_equal(view[: first.size], IndexedDataset(corpus.prefix)._token_view()[: first.size])
     with pytest.raises(ValueError, match="read-only"):
         view[0] = 1
+
+
+def test_span_reads_refuse_a_destination_they_do_not_fit(corpus: Corpus) -> None:
+    ds = IndexedDataset(corpus.prefix)
+    reader = SpanGather([ds])
+    seq = np.flatnonzero(ds.sequence_lengths >= 2)[:1].astype(np.int64)
+    zero, two = np.zeros(1, np.int64), np.full(1, 2, np.int64)
+    with pytest.raises(ValueError, match=r"span 0 goes to out\[3:5\], outside the 4 items"):
+        reader.read(zero, seq, zero, two, np.empty(4, ds.dtype), two + 1)
+    with pytest.raises(ValueError, match="1-D C-contiguous"):
+        reader.read(zero, seq, zero, two, np.empty((4, 2), ds.dtype)[:, 0], zero)
+    out = np.empty(4, ds.dtype)
+    reader.read(zero, seq, zero, two, out, two)
+    np.testing.assert_array_equal(out[2:], ds.get(int(seq[0]), 0, 2))

@@ -13,7 +13,7 @@ import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from jaxblend.training.checkpoint import Checkpointer
+from jaxblend.training.checkpoint import Checkpointer, checkpoint_path
 
 
 class _Loader:
@@ -102,3 +102,12 @@ def test_npz_checkpoint_directory_is_refused(tmp_path):
     (old / "meta.json").write_text(json.dumps({"step": 40}))
     with pytest.raises(ValueError, match=r"npz checkpoints of jaxblend 0.1 \(step_00000040\)"):
         Checkpointer(str(tmp_path))
+    with pytest.raises(ValueError, match=r"npz checkpoints of jaxblend 0.1"):
+        Checkpointer(f"file://{tmp_path}")  # a file:// URL is the same local directory
+
+
+def test_checkpoint_path_of_urls_and_local_paths(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert str(checkpoint_path("runs/a")) == str(tmp_path / "runs" / "a")
+    assert str(checkpoint_path(f"file://{tmp_path}/b")) == str(tmp_path / "b")
+    assert str(checkpoint_path("gs://bucket/run")) == "gs://bucket/run"

@@ -8,7 +8,9 @@ import os
 import pytest
 
 from jaxblend import storage
-from jaxblend.preprocess import pipeline, worker
+from jaxblend.preprocess import config as config_lib
+from jaxblend.preprocess import engines, pipeline, worker
+from jaxblend.preprocess import manifest as manifest_lib
 from jaxblend.preprocess.cleaning import CleaningConfig, join, signatures
 from tests.preprocess.cleaning.corpus import make_corpus
 from tests.preprocess.conftest import read_bytes
@@ -38,8 +40,8 @@ def _cleaning(ev: str, **kw) -> CleaningConfig:
     )
 
 
-def _run(src, ev, prefix, partitions=3, engine=None, **kw) -> pipeline.PreprocessResult:
-    cfg = pipeline.PreprocessConfig(
+def _run(src, ev, prefix, partitions=3, engine=None, **kw) -> config_lib.PreprocessResult:
+    cfg = config_lib.PreprocessConfig(
         input=(src,),
         output_prefix=prefix,
         partitions=partitions,
@@ -99,7 +101,7 @@ def test_same_bytes_for_reruns_partition_counts_and_join_shards(tmp_path, files,
     assert _texts(other_seed.outputs["text"]) == _texts(first.outputs["text"])
 
 
-class _FailOnTokenize(pipeline.LocalEngine):
+class _FailOnTokenize(engines.LocalEngine):
     """Runs the signature pass, then fails before tokenizing (an interrupted run)."""
 
     def __init__(self) -> None:
@@ -113,7 +115,7 @@ class _FailOnTokenize(pipeline.LocalEngine):
         super().run(config, partitions, progress)
 
 
-class _Recording(pipeline.LocalEngine):
+class _Recording(engines.LocalEngine):
     def __init__(self) -> None:
         super().__init__(1)
         self.modes: list[str] = []
@@ -144,7 +146,7 @@ def test_changed_cleaning_settings_are_refused_on_resume(tmp_path, files):
     src, ev = files
     prefix = str(tmp_path / "s" / "c")
     _run(src, ev, prefix)
-    with pytest.raises(pipeline.SettingsMismatchError, match="cleaning"):
+    with pytest.raises(manifest_lib.SettingsMismatchError, match="cleaning"):
         _run(src, ev, prefix, near_threshold=0.5)
 
 
@@ -155,7 +157,7 @@ def test_multi_key_records_stay_aligned(tmp_path):
         for t in corpus.texts:  # the dedup text is both keys' texts: duplicates' titles match
             title = f"{t.split()[0]} mail a@example.org"
             f.write(json.dumps({"text": t, "title": title}) + "\n")
-    cfg = pipeline.PreprocessConfig(
+    cfg = config_lib.PreprocessConfig(
         input=(str(src),),
         output_prefix=str(tmp_path / "o" / "c"),
         json_keys=("text", "title"),
