@@ -22,9 +22,9 @@ from collections.abc import Callable, Collection, Sequence
 from absl import app, flags
 
 from jaxblend.cli import megatron_argv
-from jaxblend.errors import ERROR_EXIT, USAGE_EXIT, error_line, print_failure
+from jaxblend.errors import ERROR_EXIT, USAGE_EXIT, print_failure
 
-__all__ = ["ERROR_EXIT", "USAGE_EXIT", "error_line", "print_failure", "run"]
+__all__ = ["run"]
 
 
 def _fail(err: BaseException, code: int, verbose: bool) -> None:
