@@ -87,7 +87,7 @@ class _Server(abc.ABC):
 
     def kvstore(self, bucket: str = BUCKET) -> ts.KvStore:
         """A kvstore at the bucket root (with this process's environment)."""
-        from jaxblend.storage import ObjectStoreOptions
+        from jaxblend.access import ObjectStoreOptions
 
         spec = ts.KvStore.Spec(f"{self.scheme}://{bucket}/").to_json()
         spec = ObjectStoreOptions.from_env().complete_spec(spec)

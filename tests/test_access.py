@@ -6,8 +6,7 @@ import pickle
 
 import pytest
 
-from jaxblend.access import DataAccess, IdentityStoreOptions, MapStoreOptions
-from jaxblend.storage.object_store import ObjectStoreOptions
+from jaxblend.access import DataAccess, IdentityStoreOptions, MapStoreOptions, ObjectStoreOptions
 
 
 def _full() -> DataAccess:

@@ -15,7 +15,7 @@
   --data_cache_path          index-map cache: directory or bucket URL (--data_cache_wait)
   --multiple_validation_sets, --full_validation   one validation set per valid-blend prefix
   --s3_endpoint, --s3_region, --storage_concurrency, --storage_retries, --storage_timeout
-                             object-store access (`jaxblend.storage.ObjectStoreOptions`)
+                             object-store access (`jaxblend.access.ObjectStoreOptions`)
 
 `data_config_from_flags()` turns them into a validated `jaxblend.index.GPTDataConfig` (what the data
 is); `jaxblend.cli.access_flags.data_access_from_flags()` turns the storage and cache flags into a `jaxblend.access.DataAccess`
@@ -26,8 +26,7 @@ from __future__ import annotations
 
 from absl import flags
 
-from jaxblend import data_args, index
-from jaxblend.storage import object_store
+from jaxblend import access, data_args, index
 
 _BLEND_FLAGS = ("train_data_path", "valid_data_path", "test_data_path")
 # Megatron-LM spells these as space-separated lists (`--data-path 0.3 /d/a 0.7 /d/b`).
@@ -91,10 +90,10 @@ def define_data_flags() -> None:
     flags.DEFINE_string(
         "s3_endpoint", None,
         f"S3-compatible server for s3:// URLs (MinIO, R2, Ceph, a local server); default: "
-        f"${object_store.ENDPOINT_ENV}, then $AWS_ENDPOINT_URL_S3 / $AWS_ENDPOINT_URL, else AWS.",
+        f"${access.ENDPOINT_ENV}, then $AWS_ENDPOINT_URL_S3 / $AWS_ENDPOINT_URL, else AWS.",
     )
     flags.DEFINE_string("s3_region", None, "S3 region (default: $AWS_REGION).")
-    defaults = object_store.ObjectStoreOptions()
+    defaults = access.ObjectStoreOptions()
     flags.DEFINE_integer(
         "storage_concurrency", defaults.request_concurrency,
         "Object-store requests in flight per process.", lower_bound=1,
@@ -110,7 +109,7 @@ def define_data_flags() -> None:
     )
 
 
-def object_store_from_flags() -> object_store.ObjectStoreOptions:
+def object_store_from_flags() -> access.ObjectStoreOptions:
     """The object-store flags, over the environment's endpoint and region.
 
     Raises:
@@ -118,7 +117,7 @@ def object_store_from_flags() -> object_store.ObjectStoreOptions:
     """
     fl = flags.FLAGS
     try:
-        return object_store.ObjectStoreOptions.from_env(
+        return access.ObjectStoreOptions.from_env(
             s3_endpoint=fl.s3_endpoint,
             s3_region=fl.s3_region,
             request_concurrency=fl.storage_concurrency,

@@ -38,11 +38,10 @@ import tensorstore as ts
 from absl import logging
 
 from jaxblend import atomic_write
-from jaxblend.access import MapStoreOptions
+from jaxblend.access import MapStoreOptions, ObjectStoreOptions
 from jaxblend.map_store import entries as cache
 from jaxblend.storage import _remote
 from jaxblend.storage._location import open_kvstore
-from jaxblend.storage.object_store import ObjectStoreOptions
 
 MARKER = "COMMITTED"
 DOWNLOAD_CHUNK = 64 << 20

@@ -18,10 +18,9 @@ from typing import Any
 import numpy as np
 import tensorstore as ts
 
-from jaxblend.access import IdentityStoreOptions
+from jaxblend.access import IdentityStoreOptions, ObjectStoreOptions
 from jaxblend.storage import _location, idx_format
 from jaxblend.storage.idx_format import IndexArrays, IndexFormatError
-from jaxblend.storage.object_store import ObjectStoreOptions
 
 
 @dataclasses.dataclass

@@ -12,11 +12,10 @@ import os
 import time
 from typing import Any
 
-from jaxblend.access import IdentityStoreOptions
+from jaxblend.access import IdentityStoreOptions, ObjectStoreOptions
 from jaxblend.storage import _location, _remote, content_digest, identity_memo
 from jaxblend.storage._handles import Handles
 from jaxblend.storage.idx_format import IndexFormatError
-from jaxblend.storage.object_store import ObjectStoreOptions
 
 _HASH_CHUNK = 64 << 20
 

@@ -43,8 +43,7 @@ from pathlib import Path
 import tensorstore as ts
 
 from jaxblend import atomic_write
-from jaxblend.access import IdentityStoreOptions
-from jaxblend.storage.object_store import ObjectStoreOptions
+from jaxblend.access import IdentityStoreOptions, ObjectStoreOptions
 from jaxblend.urls import is_url
 
 FORMAT = b"v2"  # v2: fingerprints cover the `.bin` content digest (storage/content_digest.py)

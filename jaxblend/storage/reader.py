@@ -46,10 +46,10 @@ from typing import Any
 import numpy as np
 
 from jaxblend import access as access_lib
+from jaxblend.access import ObjectStoreOptions
 from jaxblend.storage import _identity, _local_open, _location, _remote, _remote_open
 from jaxblend.storage._handles import Handles, OpenSettings, open_kvstore, release
 from jaxblend.storage.idx_format import IndexArrays, IndexFormatError
-from jaxblend.storage.object_store import ObjectStoreOptions
 from jaxblend.storage.span_gather import SpanGather
 
 

@@ -92,7 +92,7 @@ def test_blend_batches_equal_local(object_store, local_prefixes, tmp_path):
 def test_worker_process_reads_the_bucket(s3_server, local_prefixes, monkeypatch):
     with s3_server.pointed_at():
         urls = _upload_all(s3_server, local_prefixes)
-    from jaxblend.storage import ObjectStoreOptions
+    from jaxblend.access import ObjectStoreOptions
 
     # The endpoint travels with the sources, not through the environment.
     options = ObjectStoreOptions(s3_endpoint=s3_server.url, s3_region="us-east-1")

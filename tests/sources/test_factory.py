@@ -11,11 +11,10 @@ import pytest
 from helpers_data import write_random_dataset
 
 from jaxblend import index
-from jaxblend.access import DataAccess, IdentityStoreOptions, MapStoreOptions
+from jaxblend.access import DataAccess, IdentityStoreOptions, MapStoreOptions, ObjectStoreOptions
 from jaxblend.loading import PrefetchOptions, make_loader
 from jaxblend.map_store import bucket
 from jaxblend.sources import GPTSchemaOptions, open_gpt_sources
-from jaxblend.storage import ObjectStoreOptions
 
 SEQ, B = 16, 8
 OPTIONS = GPTSchemaOptions(seq_length=SEQ)

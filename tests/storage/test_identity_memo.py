@@ -7,9 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from jaxblend.access import DataAccess, IdentityStoreOptions, MapStoreOptions
+from jaxblend.access import DataAccess, IdentityStoreOptions, MapStoreOptions, ObjectStoreOptions
 from jaxblend.storage import identity_memo
-from jaxblend.storage.object_store import ObjectStoreOptions
 
 IDENTITY = identity_memo.Identity("ab" * 16, num_tokens=10, bin_size=20)
 STORE = ObjectStoreOptions()

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from helpers_fault_proxy import FaultProxy
 
-from jaxblend.access import DataAccess, IdentityStoreOptions
-from jaxblend.storage import IndexedDataset, IndexFormatError, ObjectStoreError, ObjectStoreOptions
+from jaxblend.access import DataAccess, IdentityStoreOptions, ObjectStoreOptions
+from jaxblend.storage import IndexedDataset, IndexFormatError, ObjectStoreError
 from jaxblend.storage.span_gather import SpanGather
 
 from .conftest import Corpus, random_docs, read_spans, write_corpus
