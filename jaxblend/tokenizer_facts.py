@@ -232,6 +232,7 @@ def check_ids(
     facts: dict[str, TokenizerFacts],
     access: DataAccess | None = None,
     log=None,
+    vocab_label: str = "--vocab_size=",
 ) -> None:
     """Refuses ids the model vocabulary cannot hold.
 
@@ -243,6 +244,7 @@ def check_ids(
         checked (scanned from the data, and said through ``log``, when the record lacks it).
       access: how bucket objects are reached (for a scan).
       log: called with one line before a dataset is scanned.
+      vocab_label: how messages name the vocabulary size (before its value).
 
     Raises:
       TokenizerMismatchError: one line naming the id, the flag and the vocabulary.
@@ -250,7 +252,7 @@ def check_ids(
     for flag, value in (("eod_id", eod_id), ("pad_id", pad_id)):
         if value is not None and not 0 <= value < vocab_size:
             raise TokenizerMismatchError(
-                f"--{flag}={value} is outside the model vocabulary (--vocab_size={vocab_size}): "
+                f"--{flag}={value} is outside the model vocabulary ({vocab_label}{vocab_size}): "
                 f"ids must be in [0, {vocab_size})"
             )
     for prefix, f in facts.items():
@@ -262,6 +264,6 @@ def check_ids(
         if largest is not None and largest >= vocab_size:
             raise TokenizerMismatchError(
                 f"dataset {prefix} holds token id {largest} >= the model vocabulary "
-                f"(--vocab_size={vocab_size}); raise --vocab_size to at least {largest + 1} or "
+                f"({vocab_label}{vocab_size}); raise --vocab_size to at least {largest + 1} or "
                 "use data of the model's tokenizer"
             )
