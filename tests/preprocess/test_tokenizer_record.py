@@ -7,12 +7,12 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 
-from jaxblend.preprocess import layout, pipeline
+from jaxblend.preprocess import layout, pipeline, tokenizers
 from jaxblend.preprocess import tokenizer_spec as tok_spec
-from jaxblend.preprocess import tokenizers
 from jaxblend.tokenizer_facts import read_facts
 from tests.preprocess.conftest import read_bytes, small_run_config, write_jsonl
 
@@ -41,7 +41,7 @@ def test_record_holds_eod_pad_vocab_and_largest_id(tmp_path, tokenizer_files, co
 def test_same_files_elsewhere_are_the_same_identity(tmp_path, tokenizer_files):
     spec = tok_spec.TokenizerSpec(**tokenizer_files["hf_bpe"])
     copy = tmp_path / "copy.json"
-    copy.write_bytes(open(spec.model, "rb").read())
+    copy.write_bytes(Path(spec.model).read_bytes())
     moved = tok_spec.TokenizerSpec(type="hf", model=str(copy))
     tok = tokenizers.load_tokenizer(spec)
     assert tok_spec.facts_of(spec, tok).identity == tok_spec.facts_of(moved, tok).identity
