@@ -14,6 +14,10 @@ With Megatron-LM data flags it trains on your `.bin`/`.idx` files:
   python -m jaxblend.train --data_path="30 /d/a 70 /d/b" --split=969,30,1 --seq_length=2048 \
       --global_batch_size=256 --train_iters=1000 --vocab_size=50304 --eod_id=50256
 
+`--vocab_size` and `--eod_id` default to the values recorded with datasets made by
+`jaxblend.tools.preprocess` (`jaxblend.tokenizer_facts`); a blend of different tokenizers, or ids
+the vocabulary cannot hold, stop the run before training.
+
 With `--rampup_batch_size="START INCREMENT RAMP_SAMPLES"` the global batch grows as with
 Megatron-LM's `--rampup-batch-size` (the Megatron spelling of the flags is accepted too); each
 batch size is compiled once.
