@@ -13,6 +13,7 @@ This module imports no tokenizer library: training and the tools read it.
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import json
 import os
@@ -189,9 +190,15 @@ def blend_facts(
     Raises:
       TokenizerMismatchError: two datasets come from different tokenizers (names both).
     """
+    access = DataAccess.from_env() if access is None else access
+    names = list(dict.fromkeys(prefixes))
+    if len(names) > 1 and any(is_url(p) for p in names):  # bucket reads wait: many at a time
+        with concurrent.futures.ThreadPoolExecutor(min(32, len(names))) as pool:
+            read = list(pool.map(lambda p: read_facts(p, access), names))
+    else:
+        read = [read_facts(p, access) for p in names]
     out: dict[str, TokenizerFacts] = {}
-    for prefix in dict.fromkeys(prefixes):
-        facts = read_facts(prefix, access)
+    for prefix, facts in zip(names, read, strict=True):
         if facts is None:
             facts = fallback
         if facts is not None:

@@ -71,6 +71,12 @@ def test_read_facts_from_a_bucket():
     facts = read_facts("memory://facts-bucket/data/c_text_document", DataAccess())
     assert facts == TokenizerFacts("ByteTokenizer", 263, 256, 257, max_token_id=256)
     assert read_facts("memory://facts-bucket/data/d_text_document", DataAccess()) is None
+    record["tokenizer_facts"] = HF.to_json()
+    record["outputs"] = {"text": "/local/run/h_text_document"}
+    kv.write("data/h.preprocess.json", json.dumps(record).encode()).result()
+    with pytest.raises(TokenizerMismatchError, match="ByteTokenizer"):  # read concurrently
+        blend_facts(["memory://facts-bucket/data/c_text_document",
+                     "memory://facts-bucket/data/h_text_document"], DataAccess())
 
 
 def test_blend_of_tokenizers_refused_unless_allowed(tmp_path):
