@@ -1,6 +1,6 @@
-"""inspect preflight and dump_batches take the datasets' recorded tokenizer facts: `--vocab_size`
-and `--eod_id` defaults, a blend of tokenizers and out-of-vocabulary ids as problems, and
-Megatron's `--tokenizer-type` for data without a record."""
+"""inspect preflight, dump_batches and dump_samples take the datasets' recorded tokenizer facts:
+`--vocab_size` and `--eod_id` defaults, a blend of tokenizers and out-of-vocabulary ids as
+problems, and Megatron's `--tokenizer-type` for data without a record."""
 
 from __future__ import annotations
 
@@ -116,3 +116,18 @@ def test_dump_batches_takes_the_recorded_eod(data, tmp_path):
         "error: --eod_id=300 is outside the model vocabulary (the datasets' recorded vocabulary "
         "of 263): ids must be in [0, 263)"
     )
+
+
+def test_dump_samples_refuses_a_blend_of_tokenizers_unless_allowed(data, tmp_path):
+    args = [f"--data_path=1 {data['hf']} 1 {data['byte']}", *COMMON[:3], "--num=2"]
+    out = run("jaxblend.tools.dump_samples", *args, f"--out={tmp_path / 'a'}")
+    assert out.returncode == 1
+    assert out.stderr.strip().splitlines()[-1] == (
+        f"error: datasets {data['hf']} ({HF.identity}) and {data['byte']} (ByteTokenizer) were "
+        "tokenized by different tokenizers; train on data of one tokenizer, or pass "
+        "--allow_mixed_tokenizers"
+    )
+    out = run("jaxblend.tools.dump_samples", *args, f"--out={tmp_path / 'b'}",
+              "--allow_mixed_tokenizers")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert (tmp_path / "b" / "train.npz").exists()
