@@ -14,6 +14,10 @@ With Megatron-LM data flags it trains on your `.bin`/`.idx` files:
   python -m jaxblend.train --data_path="30 /d/a 70 /d/b" --split=969,30,1 --seq_length=2048 \
       --global_batch_size=256 --train_iters=1000 --vocab_size=50304 --eod_id=50256
 
+`--vocab_size` and `--eod_id` default to the values recorded with datasets made by
+`jaxblend.tools.preprocess` (`jaxblend.tokenizer_facts`); a blend of different tokenizers, or ids
+the vocabulary cannot hold, stop the run before training.
+
 With `--rampup_batch_size="START INCREMENT RAMP_SAMPLES"` the global batch grows as with
 Megatron-LM's `--rampup-batch-size` (the Megatron spelling of the flags is accepted too); each
 batch size is compiled once.
@@ -57,6 +61,7 @@ def define_flags() -> None:
     cli.define_loader_flags()
     cli.define_distributed_flags()
     cli.define_train_flags()
+    cli.define_tokenizer_flags()
 
 
 def _has_data_flags() -> bool:
@@ -183,8 +188,6 @@ def _data_spec(s: cli.TrainSettings) -> _DataSpec:
     sources = cli.source_settings_from_flags(default_map_location=cache)
     if vocab_size is None and sources.mock is not None:
         vocab_size = sources.mock.vocab_size
-    if vocab_size is None:
-        raise app.UsageError("--vocab_size is required with --data_path")
     config = None
     if sources.mock is None:
         config = cli.data_config_from_flags(default_blend=default_blend)
@@ -198,8 +201,45 @@ def _data_spec(s: cli.TrainSettings) -> _DataSpec:
                 test if test is not None else 0,
             ),
         )
+    vocab_size, eod_id, facts = _tokenizer_defaults(config, sources, vocab_size, eod_id)
     schema = cli.schema_options_from_flags(eod_id=eod_id)
+    _check_token_ids(vocab_size, schema, facts, sources)
     return _DataSpec(config, schema, sources, vocab_size, fl.seed)
+
+
+def _tokenizer_defaults(config, sources: cli.SourceSettings, vocab_size, eod_id):
+    """`--vocab_size` and the EOD id, defaulting to what the datasets' records say (their
+    tokenizer's), and the datasets' facts; a blend of different tokenizers is refused here, before
+    anything is built."""
+    from jaxblend.tokenizer_facts import TokenizerMismatchError
+
+    try:
+        recorded = cli.run_tokenizer_from_flags(config, sources.access)
+    except TokenizerMismatchError as err:
+        raise app.UsageError(str(err)) from None
+    if vocab_size is None:
+        vocab_size = recorded.vocab_size
+    if vocab_size is None:
+        raise app.UsageError(
+            "--vocab_size is required with --data_path when the datasets have no preprocessing "
+            "record (made by Megatron-LM): pass --vocab_size, or --tokenizer_type (and its files)"
+        )
+    eod_id = recorded.eod_id if recorded.eod_id is not None else eod_id
+    return vocab_size, eod_id, recorded.facts
+
+
+def _check_token_ids(vocab_size: int, schema, facts: dict, sources: cli.SourceSettings) -> None:
+    """Refuses an EOD or pad id outside the vocabulary, and data holding ids the model cannot
+    embed (datasets with a known tokenizer; the record's largest id, else a scan, logged)."""
+    from jaxblend.tokenizer_facts import TokenizerMismatchError, check_ids
+
+    try:
+        check_ids(
+            vocab_size, schema.eod_id, schema.pad_id, facts, sources.access,
+            log=logging.warning,
+        )
+    except TokenizerMismatchError as err:
+        raise app.UsageError(str(err)) from None
 
 
 def _open_data(spec: _DataSpec, s: cli.TrainSettings) -> _Data:

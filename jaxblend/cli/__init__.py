@@ -14,6 +14,8 @@ any jaxblend module defines no flag, and nothing outside this package reads `abs
   distributed_flags  --coordinator_address, ... -> `DistributedConfig`
   loader_flags       --worker_count, --read_ahead -> `PrefetchOptions`
   train_flags        the training example's flags -> `TrainSettings`
+  tokenizer_flags    --allow_mixed_tokenizers, --tokenizer_type, ... -> `RunTokenizer` (the
+                     datasets' recorded tokenizer facts: --vocab_size, --eod_id defaults)
   tool_flags         each tool's own flags; preprocess_flags: the preprocessing CLI's
   entry              `run(main, define=...)`: defines the flags, parses, one-line failures
   megatron_argv      Megatron-LM's spellings (dashes, space-separated lists)
@@ -53,11 +55,17 @@ from jaxblend.cli.step_plan_flags import (
     samples_for,
     step_plan,
 )
+from jaxblend.cli.tokenizer_flags import (
+    RunTokenizer,
+    define_tokenizer_flags,
+    run_tokenizer_from_flags,
+)
 from jaxblend.cli.train_flags import TrainSettings, define_train_flags, train_settings_from_flags
 
 __all__ = [
     "MEGATRON_NARGS",
     "MockSettings",
+    "RunTokenizer",
     "SourceSettings",
     "TrainSettings",
     "data_access_from_flags",
@@ -69,6 +77,7 @@ __all__ = [
     "define_schema_flags",
     "define_source_flags",
     "define_step_plan_flags",
+    "define_tokenizer_flags",
     "define_train_flags",
     "distributed_config_from_flags",
     "initialize_from_flags",
@@ -81,6 +90,7 @@ __all__ = [
     "prefixes_from_flags",
     "rampup_from_flags",
     "run",
+    "run_tokenizer_from_flags",
     "samples_for",
     "schema_options_from_flags",
     "source_from_flags",

@@ -8,7 +8,11 @@ from absl import flags
 def define_schema_flags() -> None:
     """Defines the GPT sample-schema flags (`--seq_length` and `--add_extra_token_to_sequence`
     are data flags: `define_data_flags`)."""
-    flags.DEFINE_integer("eod_id", None, "End-of-document token id (needed by the options below).")
+    flags.DEFINE_integer(
+        "eod_id", None,
+        "End-of-document token id, needed by the options below (default: the id recorded with the "
+        "datasets by jaxblend.tools.preprocess, or of --tokenizer_type).",
+    )
     flags.DEFINE_bool(
         "eod_mask_loss", False, "Zero the loss at EOD (target EOD; input EOD with --megatron_compat)."
     )
@@ -31,7 +35,8 @@ def schema_options_from_flags(eod_id: int | None = None):
     """The `jaxblend.sources.GPTSchemaOptions` of the flags.
 
     Args:
-      eod_id: the end-of-document id when `--eod_id` is not given (e.g. a built-in tokenizer's).
+      eod_id: the end-of-document id when `--eod_id` is not given (e.g. a built-in tokenizer's, or
+        the one recorded with the datasets).
 
     Raises:
       ValueError: an inconsistent combination (the message names the option).

@@ -145,21 +145,40 @@ def _config_from_flags(settings: SourceSettings) -> index.GPTDataConfig | None:
     return None if settings.mock is not None else data_flags.data_config_from_flags()
 
 
+def _schema_from_flags(config: index.GPTDataConfig | None, settings: SourceSettings):
+    """The schema flags' options; in a program with the tokenizer flags (`define_tokenizer_flags`)
+    the EOD id defaults to the datasets' recorded one, and ids outside the vocabulary are refused."""
+    if "allow_mixed_tokenizers" not in flags.FLAGS:
+        return schema_flags.schema_options_from_flags()
+    from jaxblend.cli import tokenizer_flags
+
+    recorded = tokenizer_flags.run_tokenizer_from_flags(config, settings.access)
+    options = schema_flags.schema_options_from_flags(eod_id=recorded.eod_id)
+    if recorded.vocab_size is not None:
+        from jaxblend.tokenizer_facts import check_ids
+
+        check_ids(
+            recorded.vocab_size, options.eod_id, options.pad_id, {},
+            vocab_label="the datasets' recorded vocabulary of ",
+        )
+    return options
+
+
 def source_from_flags(split: str):
     """The source of `split` described by the data, schema and source flags.
 
     Raises:
       ValueError: if the configuration has no such split.
+      TokenizerMismatchError: the datasets come from different tokenizers, or the EOD or pad id
+        is outside their vocabulary (programs with the tokenizer flags).
     """
     settings = source_settings_from_flags()
-    return open_source(
-        split, _config_from_flags(settings), schema_flags.schema_options_from_flags(), settings
-    )
+    config = _config_from_flags(settings)
+    return open_source(split, config, _schema_from_flags(config, settings), settings)
 
 
 def validation_sources_from_flags() -> dict:
     """The validation source(s) described by the flags (see `open_validation_sources`)."""
     settings = source_settings_from_flags()
-    return open_validation_sources(
-        _config_from_flags(settings), schema_flags.schema_options_from_flags(), settings
-    )
+    config = _config_from_flags(settings)
+    return open_validation_sources(config, _schema_from_flags(config, settings), settings)

@@ -38,7 +38,11 @@ def define_inspect_flags() -> None:
     flags.DEFINE_integer(
         "train_iters", None, "preflight: training steps (sets --train_samples)."
     )
-    flags.DEFINE_integer("vocab_size", None, "preflight: the tokenizer's vocabulary size.")
+    flags.DEFINE_integer(
+        "vocab_size", None,
+        "preflight: the model vocabulary (default: the one recorded with the datasets by "
+        "jaxblend.tools.preprocess, or of --tokenizer_type).",
+    )
     flags.DEFINE_float(
         "max_index_gb", 64.0, "preflight: fail above this index-map size."
     )

@@ -23,7 +23,11 @@ def define_train_flags() -> None:
     flags.DEFINE_integer("lr_warmup_iters", 30, "Linear warm-up steps.", lower_bound=0)
     flags.DEFINE_float("weight_decay", 0.01, "AdamW weight decay.")
     flags.DEFINE_float("clip_grad", 1.0, "Global gradient-norm clipping.")
-    flags.DEFINE_integer("vocab_size", None, "Model vocabulary (default: the tokenizer's).")
+    flags.DEFINE_integer(
+        "vocab_size", None,
+        "Model vocabulary (default: the vocabulary recorded with the datasets by "
+        "jaxblend.tools.preprocess, or of --tokenizer_type; required for Megatron-made data).",
+    )
     flags.DEFINE_integer("hidden_size", 128, "Model width.")
     flags.DEFINE_integer("num_layers", 2, "Transformer blocks.")
     flags.DEFINE_integer("num_attention_heads", 4, "Attention heads.")

@@ -132,6 +132,8 @@ class PreprocessResult:
       dropped: reason -> {"count", "examples": ["file:line ..."]}.
       seconds: Wall time of this call.
       cleaning: The cleaning report (:mod:`jaxblend.preprocess.cleaning.report`), or None.
+      tokenizer: The tokenizer's facts (`jaxblend.tokenizer_facts.TokenizerFacts.to_json`: identity,
+        vocabulary size, EOD and pad ids), or None (a run recorded before they were).
     """
 
     outputs: dict[str, str]
@@ -146,6 +148,7 @@ class PreprocessResult:
     dropped: dict[str, dict[str, Any]]
     seconds: float
     cleaning: dict[str, Any] | None = None
+    tokenizer: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """Returns the result as a JSON-able dict."""

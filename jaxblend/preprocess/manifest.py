@@ -49,6 +49,22 @@ def run_settings(
     return settings
 
 
+def max_token_ids(names: dict[str, str], dtype: np.dtype) -> dict[str, int | None]:
+    """The largest token id of each finished dataset (key -> None for an empty one), read from
+    its ``.bin`` in chunks."""
+    out: dict[str, int | None] = {}
+    for key, name in names.items():
+        path = f"{name}.bin"
+        if os.path.getsize(path) == 0:
+            out[key] = None
+            continue
+        tokens = np.memmap(path, dtype=dtype, mode="r")
+        chunk = 1 << 24
+        out[key] = int(max(tokens[i : i + chunk].max() for i in range(0, tokens.size, chunk)))
+        del tokens
+    return out
+
+
 def _diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     out = []
     for k in sorted(set(old) | set(new)):
@@ -117,10 +133,16 @@ def finished_result(config: PreprocessConfig, manifest: dict[str, Any]) -> Prepr
 
 
 def mark_complete(
-    config: PreprocessConfig, manifest: dict[str, Any], result: PreprocessResult
+    config: PreprocessConfig,
+    manifest: dict[str, Any],
+    result: PreprocessResult,
+    max_ids: dict[str, int | None] | None = None,
 ) -> None:
-    """Records the finished run's result (a rerun with the same settings returns it)."""
+    """Records the finished run's result (a rerun with the same settings returns it), its
+    tokenizer's facts (``tokenizer_facts``, read by `jaxblend.tokenizer_facts.read_facts`) and the
+    largest token id of each output (``max_token_id``, key -> id)."""
     manifest = dict(
-        manifest, status="complete", result=result.to_json(), outputs=config.output_names()
+        manifest, status="complete", result=result.to_json(), outputs=config.output_names(),
+        tokenizer_facts=result.tokenizer, max_token_id=max_ids or {},
     )
     layout.write_json_atomic(layout.manifest_path(config.output_prefix), manifest)

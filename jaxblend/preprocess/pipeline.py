@@ -121,8 +121,10 @@ def preprocess(config: PreprocessConfig, engine: Engine | None = None) -> Prepro
         dropped=dropped,
         seconds=time.perf_counter() - t0,
         cleaning=cleaning,
+        tokenizer=tok_spec.facts_of(config.tokenizer, tokenizer).to_json(),
     )
-    manifest_lib.mark_complete(config, manifest, result)
+    max_ids = {} if config.keep_parts else manifest_lib.max_token_ids(config.output_names(), dtype)
+    manifest_lib.mark_complete(config, manifest, result, max_ids)
     if not config.keep_parts:
         shutil.rmtree(parts, ignore_errors=True)
     logging.info("preprocess: done: %s", ", ".join(result.outputs.values()) or "parts kept")

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import os
 from collections.abc import Sequence
 from typing import Protocol
 
 import numpy as np
+
+from jaxblend.tokenizer_facts import TokenizerFacts
 
 BYTE = "ByteTokenizer"
 HUGGINGFACE = "HuggingFaceTokenizer"
@@ -231,3 +234,18 @@ class Tokenizer(Protocol):
 def special_ids(tokenizer: Tokenizer) -> dict[str, int | None]:
     """Returns the tokenizer's special ids by name (``None`` where it has none)."""
     return {name: getattr(tokenizer, name) for name in SPECIAL_NAMES}
+
+
+def facts_of(spec: TokenizerSpec, tokenizer: Tokenizer) -> TokenizerFacts:
+    """The facts a dataset records about its tokenizer: its type and a digest of its identity
+    without file paths (the same files elsewhere are the same tokenizer), vocabulary size, EOD and
+    pad ids."""
+    ident = spec.identity()
+    files = ident.pop("files", [])
+    if not files and set(ident) == {"type"}:
+        identity = spec.type
+    else:
+        ident["files"] = [f["sha256"] for f in files]  # type: ignore[index]
+        digest = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()
+        identity = f"{spec.type} sha256:{digest[:12]}"
+    return TokenizerFacts(identity, tokenizer.vocab_size, tokenizer.eod, tokenizer.pad)

@@ -18,6 +18,24 @@ import numpy as np
 from jaxblend import index
 from jaxblend.access import DataAccess
 from jaxblend.sampling import StepPlan
+from jaxblend.tokenizer_facts import TokenizerFacts, TokenizerMismatchError, check_ids
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenizerCheck:
+    """What the preflight knows of the datasets' tokenizer.
+
+    Attributes:
+      facts: prefix -> the recorded (or `--tokenizer_type`) facts of each dataset that has them.
+      eod_id: the EOD id the run uses (None: none).
+      pad_id: the pad id the run uses (None: none).
+      mixed: the one-line refusal of a blend of different tokenizers, or None.
+    """
+
+    facts: dict[str, TokenizerFacts] = dataclasses.field(default_factory=dict)
+    eod_id: int | None = None
+    pad_id: int | None = None
+    mixed: str | None = None
 
 
 def _human(n: float) -> str:
@@ -42,6 +60,7 @@ def run(
     steps_given: bool,
     vocab_size: int | None,
     max_gb: float,
+    tokenizer: TokenizerCheck | None = None,
 ) -> dict:
     """Runs the preflight and prints its report; returns it as a dict (with `problems`).
 
@@ -53,6 +72,8 @@ def run(
       steps_given: whether `plan.num_steps` is the run's length (`--train_iters`).
       vocab_size: the tokenizer's vocabulary, checked against the token dtypes.
       max_gb: index-map size above which the preflight fails.
+      tokenizer: the datasets' tokenizer facts and the ids the run uses: a blend of different
+        tokenizers, ids outside the vocabulary and data holding ids >= `vocab_size` are problems.
     """
     from jaxblend.index.estimate import estimate_plan
     from jaxblend.map_store import data_maps_status
@@ -100,7 +121,20 @@ def run(
             line += f" (holds ids <= {limit:,}; vocabulary {vocab_size:,})"
             if vocab_size - 1 > limit:
                 problems.append(f"{prefix}: token dtype {ds.dtype} cannot hold vocabulary {vocab_size}")
+        if tokenizer is not None and prefix in tokenizer.facts:
+            line += f"; tokenizer {tokenizer.facts[prefix].describe()}"
         print(line)
+    if tokenizer is not None:
+        if tokenizer.mixed:
+            problems.append(tokenizer.mixed)
+        if vocab_size is not None:
+            try:
+                check_ids(
+                    vocab_size, tokenizer.eod_id, tokenizer.pad_id, tokenizer.facts, access,
+                    log=print,
+                )
+            except TokenizerMismatchError as err:
+                problems.append(str(err))
     train_epochs = {e.prefix: e.epochs for e in estimate.datasets if e.split == "train"}
     repeated = {p: n for p, n in train_epochs.items() if n > 1}
     if repeated:

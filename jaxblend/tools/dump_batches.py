@@ -30,7 +30,8 @@ from jaxblend.cli import tool_flags
 
 
 def define_flags() -> None:
-    """The data, schema, source, step-plan, mesh, loader and distributed flags, and the tool's."""
+    """The data, schema, source, step-plan, mesh, loader, distributed and tokenizer flags, and the
+    tool's (`--eod_id` defaults to the datasets' recorded one)."""
     cli.define_data_flags()
     cli.define_schema_flags()
     cli.define_source_flags()
@@ -38,6 +39,7 @@ def define_flags() -> None:
     cli.define_mesh_flags()
     cli.define_loader_flags()
     cli.define_distributed_flags()
+    cli.define_tokenizer_flags()
     tool_flags.define_dump_batches_flags()
 
 

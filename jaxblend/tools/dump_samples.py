@@ -4,7 +4,8 @@ Writes `<out>/<split>.npz` for each split that exists, holding `dataset_index` a
 `dataset_sample_index` (blends only), `ds{j}_document_index`, `ds{j}_sample_index`,
 `ds{j}_shuffle_index` for each constituent dataset j (Megatron's dtypes), and `samples_text`
 (int64 `[num, seq_length + extra]`, the raw token window of each of the first `num` samples,
-padded with -1). Flags are named after Megatron-LM's (its dashed, space-separated spellings
+padded with -1). A blend of datasets made with different tokenizers (their preprocessing records
+say so) is refused unless `--allow_mixed_tokenizers`. Flags are named after Megatron-LM's (its dashed, space-separated spellings
 are accepted as well):
 
   python -m jaxblend.tools.dump_samples --data_path="30 /d/a 70 /d/b" --split=969,30,1 \
@@ -27,8 +28,9 @@ from jaxblend.map_store import load_or_build_data_maps
 
 
 def define_flags() -> None:
-    """The data flags and `--num`, `--out`."""
+    """The data flags, the tokenizer flags and `--num`, `--out`."""
     data_flags.define_data_flags()
+    cli.define_tokenizer_flags()
     tool_flags.define_dump_samples_flags()
 
 
@@ -93,7 +95,9 @@ def main(argv: Sequence[str]) -> None:
     fl = flags.FLAGS
     if not fl.out:
         raise app.UsageError("--out is required")
-    dump(data_flags.data_config_from_flags(), fl.out, fl.num, cli.data_access_from_flags())
+    config, access = data_flags.data_config_from_flags(), cli.data_access_from_flags()
+    cli.run_tokenizer_from_flags(config, access)  # refuses a blend of different tokenizers
+    dump(config, fl.out, fl.num, access)
 
 
 if __name__ == "__main__":

@@ -36,11 +36,12 @@ COMMANDS = ("stats", "explain", "mixture", "preflight")
 
 
 def define_flags() -> None:
-    """The data, schema, source and step-plan flags, and the commands' options."""
+    """The data, schema, source, step-plan and tokenizer flags, and the commands' options."""
     cli.define_data_flags()
     cli.define_schema_flags()
     cli.define_source_flags()
     cli.define_step_plan_flags(default_global_batch_size=8)
+    cli.define_tokenizer_flags()
     tool_flags.define_inspect_flags()
 
 
@@ -189,13 +190,23 @@ def main(argv: Sequence[str]) -> None:
         raise app.UsageError(f"give one command: {', '.join(COMMANDS)}")
     command = argv[1]
     if command == "preflight":
+        from jaxblend.tokenizer_facts import TokenizerMismatchError
         from jaxblend.tools import _preflight
 
         fl = flags.FLAGS
+        config, access = cli.data_config_from_flags(), cli.data_access_from_flags()
+        try:
+            recorded, mixed = cli.run_tokenizer_from_flags(config, access), None
+        except TokenizerMismatchError as err:
+            recorded, mixed = cli.RunTokenizer({}), str(err)
         result = _preflight.run(
-            cli.data_config_from_flags(), cli.data_access_from_flags(),
+            config, access,
             cli.planned_steps(fl.global_batch_size, fl.train_iters), fl.train_iters is not None,
-            fl.vocab_size, fl.max_index_gb,
+            fl.vocab_size if fl.vocab_size is not None else recorded.vocab_size, fl.max_index_gb,
+            tokenizer=_preflight.TokenizerCheck(
+                recorded.facts, fl.eod_id if fl.eod_id is not None else recorded.eod_id,
+                fl.pad_id, mixed,
+            ),
         )
         _write_json(result)
         if result["problems"]:

@@ -33,6 +33,7 @@ from absl import app, flags
 from jaxblend.cli import entry, preprocess_flags
 from jaxblend.preprocess import pipeline
 from jaxblend.preprocess.cleaning import report as report_lib
+from jaxblend.tokenizer_facts import TokenizerFacts
 
 
 def main(argv: list[str]) -> int:
@@ -48,6 +49,8 @@ def main(argv: list[str]) -> int:
         engine = beam.BeamEngine(fl.beam_options)
     result = pipeline.preprocess(config, engine)
     print(result.summary())
+    if result.tokenizer is not None:
+        print(f"tokenizer {TokenizerFacts.from_json(result.tokenizer).describe()}")
     if result.cleaning is not None:
         json_path, _ = report_lib.paths(config.output_prefix)
         print(

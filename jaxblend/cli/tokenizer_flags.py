@@ -1,0 +1,92 @@
+"""Tokenizer flags of the programs that read data (training, inspect, dump_batches) and the run's
+`TokenizerFacts`.
+
+`define_tokenizer_flags()` defines `--allow_mixed_tokenizers` and Megatron-LM's
+`--tokenizer_type`, `--tokenizer_model`, `--vocab_file`, `--merge_file` (dashed spellings
+accepted): they name the tokenizer of datasets without a preprocessing record (made by
+Megatron-LM); datasets made by `jaxblend.tools.preprocess` carry their own
+(`jaxblend.tokenizer_facts`). `run_tokenizer_from_flags(config, access)` gathers the facts of
+every dataset of the configuration, refuses a blend of different tokenizers, and returns the
+defaults of `--vocab_size` and `--eod_id`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from absl import flags, logging
+
+from jaxblend import index
+from jaxblend.access import DataAccess
+from jaxblend.tokenizer_facts import TokenizerFacts, blend_facts
+
+
+def define_tokenizer_flags() -> None:
+    """Defines the tokenizer flags (once per program)."""
+    flags.DEFINE_bool(
+        "allow_mixed_tokenizers", False,
+        "Accept a blend whose datasets were tokenized by different tokenizers.",
+    )
+    flags.DEFINE_string(
+        "tokenizer_type", None,
+        "Tokenizer of datasets without a preprocessing record (Megatron-LM's names, e.g. "
+        "HuggingFaceTokenizer); datasets made by jaxblend.tools.preprocess record their own.",
+    )
+    flags.DEFINE_string("tokenizer_model", None, "With --tokenizer_type: its model file.")
+    flags.DEFINE_string("vocab_file", None, "With --tokenizer_type: HF tokenizer.json or GPT-2 vocab.json.")
+    flags.DEFINE_string("merge_file", None, "With --tokenizer_type: GPT-2 merges.txt.")
+
+
+@dataclasses.dataclass(frozen=True)
+class RunTokenizer:
+    """The tokenizer facts of a run's datasets.
+
+    Attributes:
+      facts: prefix -> facts of each dataset whose tokenizer is known.
+      vocab_size: the recorded vocabulary (default of `--vocab_size`; the largest with
+        `--allow_mixed_tokenizers`), None when unknown.
+      eod_id: the recorded EOD id (default of `--eod_id`), None when unknown or absent.
+      pad_id: the recorded pad id, None when unknown or absent.
+    """
+
+    facts: dict[str, TokenizerFacts]
+    vocab_size: int | None = None
+    eod_id: int | None = None
+    pad_id: int | None = None
+
+
+def fallback_facts_from_flags() -> TokenizerFacts | None:
+    """The facts of `--tokenizer_type` & co. (the tokenizer is loaded, offline), or None."""
+    fl = flags.FLAGS
+    if not fl.tokenizer_type:
+        return None
+    from jaxblend.preprocess import tokenizer_spec, tokenizers
+
+    spec = tokenizer_spec.TokenizerSpec(
+        type=fl.tokenizer_type, model=fl.tokenizer_model, vocab_file=fl.vocab_file,
+        merge_file=fl.merge_file,
+    )
+    return tokenizer_spec.facts_of(spec, tokenizers.load_tokenizer(spec))
+
+
+def run_tokenizer_from_flags(
+    config: index.GPTDataConfig | None, access: DataAccess
+) -> RunTokenizer:
+    """The tokenizer facts of the configuration's datasets (none with mock data).
+
+    Raises:
+      TokenizerMismatchError: two datasets come from different tokenizers and
+        `--allow_mixed_tokenizers` is not given.
+    """
+    if config is None:
+        return RunTokenizer({})
+    facts = blend_facts(
+        index.config_prefixes(config), access, fallback_facts_from_flags(),
+        allow_mixed=flags.FLAGS.allow_mixed_tokenizers,
+    )
+    if not facts:
+        return RunTokenizer({})
+    first = next(iter(facts.values()))
+    logging.info("tokenizer of the data: %s", first.describe())
+    vocab = max(f.vocab_size for f in facts.values())  # mixed tokenizers: the largest
+    return RunTokenizer(facts, vocab, first.eod_id, first.pad_id)
