@@ -23,7 +23,13 @@ sample counts; saves model + optimizer + loader state (Orbax, every host its own
 `--save_interval` steps to `--checkpoint_dir` (a directory or a gs:// URL) and resumes from the
 newest checkpoint there, on any process count and mesh. SIGTERM (preemption) makes every process
 checkpoint the same step and exit 0. In a multi-process run a lost peer stops every process within
-`--peer_timeout` seconds with one line naming the process and step (`jaxblend.peer_watch`).
+`--peer_timeout` seconds with one line naming the process and step (`jaxblend.peer_watch`). A
+non-finite loss stops every process at the latest at the next log line, evaluation or checkpoint
+with one line (the step, the last finite loss, the flags to change, the checkpoint to resume
+from) and exit code 1; no checkpoint holds a non-finite state (`jaxblend.training.divergence`).
+
+Its output is what it prints (the loss lines); the libraries' INFO logs (absl, Orbax, Grain,
+JAX) show only with `--verbose`, warnings and errors always.
 """
 
 from __future__ import annotations
@@ -115,11 +121,18 @@ def main(argv: Sequence[str]) -> None:
     cli.initialize_from_flags()
     settings = cli.train_settings_from_flags()
     from jaxblend.peer_watch import PeerWatch, failures_reported
+    from jaxblend.training.divergence import DivergedError
 
     watch = PeerWatch(settings.peer_timeout).start()
+    diverged = None
     with failures_reported(watch, "starting", verbose=flags.FLAGS.verbose):
-        _train(watch, settings)
+        try:
+            _train(watch, settings)
+        except DivergedError as err:  # every process sees it at the same step: each stops itself
+            diverged = err
     watch.stop()
+    if diverged is not None:
+        raise diverged
 
 
 @dataclasses.dataclass(frozen=True)
@@ -426,7 +439,7 @@ def _run_steps(watch, loader, state: _Model, resume: _Resume, data: _Data, steps
                 guard.saved(done)
             if preempt:
                 preempted_at = done
-                logging.info("preempted: checkpointing step %d and stopping", done)
+                logging.warning("preempted: checkpointing step %d and stopping", done)
                 break
     except DivergedError:
         resume.ckpt.close()  # commit the last (finite) checkpoint before the run stops

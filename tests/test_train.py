@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from helpers_multiproc import Job
 
 from jaxblend.training import corpus
 
@@ -193,6 +194,29 @@ def test_a_diverging_run_stops_with_one_line_and_checkpoints_no_nan(tmp_path, se
     assert steps and max(steps) == int(resume) < int(diverged), (steps, lines[0])
     if "--save_interval=1" in settings:
         assert steps == list(range(1, int(diverged))), (steps, lines[0])
+
+
+@pytest.mark.multiprocess
+def test_a_diverging_run_stops_every_process(tmp_path):
+    # The loss is global: each of 2 processes sees the NaN at the same step and stops itself
+    # with the same line (not "process K failed"), exit code 1.
+    job = Job(
+        [sys.executable, "-m", "jaxblend.train", *TINY, "--log_interval=5", "--save_interval=3",
+         "--lr_warmup_iters=2", "--train_iters=20", "--lr=1e4", "--mesh_shape=4",
+         "--distributed_timeout=60", f"--workdir={tmp_path}"],
+        num_processes=2, devices=2,
+    )
+    codes = job.wait()
+    assert codes == [1, 1], job.dump()
+    lines = [
+        [line for line in job.output(i).splitlines() if line.startswith("error: ")]
+        for i in range(2)
+    ]
+    assert len(lines[0]) == 1 and lines[0] == lines[1], job.dump()
+    match = _DIVERGED.match(lines[0][0])
+    assert match, job.dump()
+    steps = _all_finite_checkpoints(tmp_path / "checkpoints")
+    assert steps and max(steps) == int(match.group(3)) < int(match.group(1)), job.dump()
 
 
 _INFO_LINE = re.compile(r"^I\d{4} \d\d:\d\d:\d\d", re.MULTILINE)
