@@ -156,10 +156,14 @@ def _all_finite_checkpoints(directory) -> list[int]:
     from etils import epath
 
     steps = sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit())
-    for step in steps:
-        state = ocp.PyTreeCheckpointer().restore(epath.Path(directory / str(step) / "state"))
-        for leaf in jax.tree.leaves(state):
-            assert np.isfinite(np.asarray(leaf)).all(), (step, leaf)
+    with ocp.PyTreeCheckpointer() as checkpointer:
+        for step in steps:
+            path = epath.Path(directory / str(step) / "state")
+            tree = checkpointer.metadata(path).item_metadata.tree
+            as_numpy = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree)
+            state = checkpointer.restore(path, args=ocp.args.PyTreeRestore(restore_args=as_numpy))
+            leaves = jax.tree.leaves(state)
+            assert leaves and all(np.isfinite(leaf).all() for leaf in leaves), step
     return steps
 
 

@@ -12,9 +12,9 @@ or malformed flags, `app.UsageError`), 1 otherwise. `--verbose` adds the Python 
 that line. Without it, JAX's note that no TPU backend was found on a CPU host is silenced, so an
 error is not preceded by unrelated log lines. A missing `--flagfile` is one line naming it.
 
-A program that passes `quiet_logs=True` (the training example) shows only warnings and errors of
-the Python log (absl's, and through it Orbax's, Grain's and JAX's INFO lines go) unless
-`--verbose` or an explicit `--verbosity` is given: its own output is what it prints.
+A program that passes `quiet_logs=True` (the training example) logs only warnings and errors
+unless `--verbose` or an explicit `--verbosity` is given: the INFO lines of absl, Orbax, Grain,
+JAX and jaxblend are hidden, and the program's output is what it prints.
 """
 
 from __future__ import annotations
