@@ -106,7 +106,7 @@ def build_default_corpus(
                 corpus.python_executable(), "-m", "jaxblend.tools.preprocess",
                 f"--input={raw[name]}", f"--output_prefix={os.path.join(out, name)}",
                 "--tokenizer_type=byte", "--append_eod", "--workers=2",
-                "--partitions=4",
+                "--partitions=4", *(() if flags.FLAGS.verbose else ("--verbosity=-1",)),
             ]
             logging.info("building the %r dataset: %s", name, " ".join(cmd))
             subprocess.run(cmd, check=True)

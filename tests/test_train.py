@@ -49,6 +49,8 @@ def test_demo_builds_corpus_and_loss_falls(workdir):
     assert f"default corpus sha256 {digest}" in out.stdout
     assert re.search(r"samples code_text_document=\d+ prose_text_document=\d+ legal_text_document=\d+", out.stdout)
     assert (workdir / "checkpoints" / "40" / "loader" / "loader_state.json").exists()
+    # Not even the preprocessing of the corpus logs INFO lines (only with --verbose).
+    assert not _INFO_LINE.search(out.stdout + out.stderr), out.stderr[-3000:]
 
 
 def test_resume_on_two_processes_through_launch_local_sh(workdir):
