@@ -27,7 +27,13 @@ sample counts; saves model + optimizer + loader state (Orbax, every host its own
 `--save_interval` steps to `--checkpoint_dir` (a directory or a gs:// URL) and resumes from the
 newest checkpoint there, on any process count and mesh. SIGTERM (preemption) makes every process
 checkpoint the same step and exit 0. In a multi-process run a lost peer stops every process within
-`--peer_timeout` seconds with one line naming the process and step (`jaxblend.peer_watch`).
+`--peer_timeout` seconds with one line naming the process and step (`jaxblend.peer_watch`). A
+non-finite loss stops every process at the latest at the next log line, evaluation or checkpoint
+with one line (the step, the last finite loss, the flags to change, the checkpoint to resume
+from) and exit code 1; no checkpoint holds a non-finite state (`jaxblend.training.divergence`).
+
+Its output is what it prints (the loss lines); the libraries' INFO logs (absl, Orbax, Grain,
+JAX) show only with `--verbose`, warnings and errors always.
 """
 
 from __future__ import annotations
@@ -105,7 +111,7 @@ def build_default_corpus(
                 corpus.python_executable(), "-m", "jaxblend.tools.preprocess",
                 f"--input={raw[name]}", f"--output_prefix={os.path.join(out, name)}",
                 "--tokenizer_type=byte", "--append_eod", "--workers=2",
-                "--partitions=4",
+                "--partitions=4", *(() if flags.FLAGS.verbose else ("--verbosity=-1",)),
             ]
             logging.info("building the %r dataset: %s", name, " ".join(cmd))
             subprocess.run(cmd, check=True)
@@ -120,11 +126,18 @@ def main(argv: Sequence[str]) -> None:
     cli.initialize_from_flags()
     settings = cli.train_settings_from_flags()
     from jaxblend.peer_watch import PeerWatch, failures_reported
+    from jaxblend.training.divergence import DivergedError
 
     watch = PeerWatch(settings.peer_timeout).start()
+    diverged = None
     with failures_reported(watch, "starting", verbose=flags.FLAGS.verbose):
-        _train(watch, settings)
+        try:
+            _train(watch, settings)
+        except DivergedError as err:  # every process sees it at the same step: each stops itself
+            diverged = err
     watch.stop()
+    if diverged is not None:
+        raise diverged
 
 
 @dataclasses.dataclass(frozen=True)
@@ -385,19 +398,42 @@ def _evaluate(
             print(f"step {done:5d}  {label} loss {np.mean(losses):.4f}", flush=True)
 
 
+def _advice(s: cli.TrainSettings):
+    """What a diverged run's stop message suggests, from the settings it ran with."""
+    from jaxblend.training.divergence import DivergenceAdvice
+
+    return DivergenceAdvice(
+        remedy=(
+            f"lower --lr (now {s.lr:g}), raise --lr_warmup_iters (now {s.lr_warmup_iters}) or "
+            f"lower --clip_grad (now {s.clip_grad:g})"
+        ),
+        checkpoint_dir=s.checkpoint_dir,
+    )
+
+
 def _run_steps(watch, loader, state: _Model, resume: _Resume, data: _Data, steps, mesh,
                batch_axes, s: cli.TrainSettings):
-    """Trains from `resume.start` to `--train_iters`; returns (last loss, preempted step)."""
+    """Trains from `resume.start` to `--train_iters`; returns (last loss, preempted step).
+
+    The host reads the device's losses and sample counts only at log lines, evaluations and
+    checkpoints; a non-finite loss stops the run there (`jaxblend.training.divergence`), and a
+    checkpoint is saved only after its losses and state are checked finite.
+    """
     import jax
     import numpy as np
 
+    from jaxblend.training.divergence import DivergedError, DivergenceGuard
     from jaxblend.training.preemption import PreemptionNotice
 
     train_step, eval_step = steps
     seen = np.zeros(len(data.names), np.int64)
     if resume.counts is not None and len(resume.counts) == len(data.names):
         seen += np.asarray(resume.counts, np.int64)
+    pending_counts = []
     preemption = PreemptionNotice()
+    guard = DivergenceGuard(
+        _advice(s), resume.start if resume.loader_state is not None else None
+    )
     window = _LogWindow(loader)
     iters, seq = s.train_iters, data.seq_length
     logging.info(
@@ -407,34 +443,47 @@ def _run_steps(watch, loader, state: _Model, resume: _Resume, data: _Data, steps
     )
     watch.phase = "training"
     loss, preempted_at = None, None
-    for step in range(resume.start, iters):
-        watch.step = step
-        batch = next(loader)
-        state.params, state.opt_state, loss, _, counts = train_step(
-            state.params, state.opt_state, batch
-        )
-        seen += np.asarray(jax.device_get(counts))
-        size = data.plan.batch_size(step)
-        window.tokens += size * seq
-        done = step + 1
-        watch.step = done
-        if done % s.log_interval == 0 or done == iters or step == resume.start:
-            line = window.line(done, float(loss), size, data.names, seen)
-            if jax.process_index() == 0:
-                print(line, flush=True)
-            window.reset()
-        if s.eval_interval and done % s.eval_interval == 0:
-            _evaluate(done, state.params, eval_step, data, mesh, batch_axes, s)
-        preempt = preemption.reached(done)
-        if preempt or (s.save_interval and (done % s.save_interval == 0 or done == iters)):
-            resume.ckpt.save(
-                done, (state.params, state.opt_state), loader,
-                {"model": dataclasses.asdict(state.config), "samples_per_dataset": seen.tolist()},
+    try:
+        for step in range(resume.start, iters):
+            watch.step = step
+            batch = next(loader)
+            state.params, state.opt_state, step_loss, _, counts = train_step(
+                state.params, state.opt_state, batch
             )
-        if preempt:
-            preempted_at = done
-            logging.info("preempted: checkpointing step %d and stopping", done)
-            break
+            pending_counts.append(counts)
+            size = data.plan.batch_size(step)
+            window.tokens += size * seq
+            done = step + 1
+            watch.step = done
+            guard.record(done, step_loss)
+            if done % s.log_interval == 0 or done == iters or step == resume.start:
+                loss = guard.losses()
+                seen += sum(np.asarray(c) for c in jax.device_get(pending_counts))
+                pending_counts.clear()
+                line = window.line(done, loss, size, data.names, seen)
+                if jax.process_index() == 0:
+                    print(line, flush=True)
+                window.reset()
+            if s.eval_interval and done % s.eval_interval == 0:
+                guard.losses()
+                _evaluate(done, state.params, eval_step, data, mesh, batch_axes, s)
+            preempt = preemption.reached(done)
+            if preempt or (s.save_interval and (done % s.save_interval == 0 or done == iters)):
+                guard.check_state(done, (state.params, state.opt_state))
+                seen += sum(np.asarray(c) for c in jax.device_get(pending_counts))
+                pending_counts.clear()
+                resume.ckpt.save(
+                    done, (state.params, state.opt_state), loader,
+                    {"model": dataclasses.asdict(state.config), "samples_per_dataset": seen.tolist()},
+                )
+                guard.saved(done)
+            if preempt:
+                preempted_at = done
+                logging.warning("preempted: checkpointing step %d and stopping", done)
+                break
+    except DivergedError:
+        resume.ckpt.close()  # commit the last (finite) checkpoint before the run stops
+        raise
     return loss, preempted_at
 
 
@@ -505,4 +554,4 @@ def _print_outcome(
 
 
 if __name__ == "__main__":
-    cli.run(main, megatron_nargs=cli.MEGATRON_NARGS, define=define_flags)
+    cli.run(main, megatron_nargs=cli.MEGATRON_NARGS, define=define_flags, quiet_logs=True)

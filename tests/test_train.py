@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from helpers_multiproc import Job
 
 from jaxblend.training import corpus
 
@@ -48,6 +49,8 @@ def test_demo_builds_corpus_and_loss_falls(workdir):
     assert f"default corpus sha256 {digest}" in out.stdout
     assert re.search(r"samples code_text_document=\d+ prose_text_document=\d+ legal_text_document=\d+", out.stdout)
     assert (workdir / "checkpoints" / "40" / "loader" / "loader_state.json").exists()
+    # Not even the preprocessing of the corpus logs INFO lines (only with --verbose).
+    assert not _INFO_LINE.search(out.stdout + out.stderr), out.stderr[-3000:]
 
 
 def test_resume_on_two_processes_through_launch_local_sh(workdir):
@@ -90,7 +93,7 @@ def test_fsdp_tensor_mesh_and_resume_on_another_mesh(tmp_path):
         capture_output=True, text=True, timeout=600, check=False,
     )
     assert second.returncode == 0, second.stderr[-3000:]
-    assert "resumed from" in second.stderr and sorted(losses(second.stdout)) == [4, 6]
+    assert "resumed from" in second.stdout and sorted(losses(second.stdout)) == [4, 6]
 
 
 def test_rampup_batch_size_resumed_mid_ramp_on_another_mesh(tmp_path):
@@ -132,6 +135,118 @@ def test_bad_rampup_is_one_line_naming_the_flag(tmp_path):
     )
     assert out.returncode == 2
     assert out.stderr.strip().splitlines()[-1].startswith("error: --rampup_batch_size='8 10 64'")
+
+
+TINY = [
+    "--mock_data", "--seq_length=16", "--global_batch_size=8", "--eval_interval=0",
+    "--hidden_size=32", "--ffn_hidden_size=64", "--num_layers=1", "--num_attention_heads=2",
+    "--mock_num_samples=512", "--mock_vocab_size=128", "--vocab_size=128", "--keep_checkpoints=50",
+]
+_DIVERGED = re.compile(
+    r"^error: training diverged at step (\d+): (loss nan|its update left non-finite parameters or "
+    r"optimizer state) \(last finite loss [0-9.]+ at step \d+\); lower --lr \(now 10000\), raise "
+    r"--lr_warmup_iters \(now \d+\) or lower --clip_grad \(now 1\); then resume from the checkpoint "
+    r"at step (\d+) in (\S+) \(rerun with the changed flags\)$"
+)
+
+
+def _all_finite_checkpoints(directory) -> list[int]:
+    """The steps in an Orbax checkpoint directory, after checking every saved value is finite."""
+    import jax
+    import numpy as np
+    import orbax.checkpoint as ocp
+    from etils import epath
+
+    steps = sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit())
+    with ocp.PyTreeCheckpointer() as checkpointer:
+        for step in steps:
+            path = epath.Path(directory / str(step) / "state")
+            tree = checkpointer.metadata(path).item_metadata.tree
+            as_numpy = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree)
+            state = checkpointer.restore(path, args=ocp.args.PyTreeRestore(restore_args=as_numpy))
+            leaves = jax.tree.leaves(state)
+            assert leaves and all(np.isfinite(leaf).all() for leaf in leaves), step
+    return steps
+
+
+@pytest.mark.parametrize(
+    ("settings", "cause"),
+    [
+        # Checked at log lines: the first NaN loss stops the run at the next log line; the
+        # checkpoints before it (every 3 steps) are kept.
+        (["--log_interval=5", "--save_interval=3", "--lr_warmup_iters=2"], "loss nan"),
+        # Checked before every save: an update that leaves NaN parameters (after a finite loss)
+        # is never saved.
+        (["--log_interval=10", "--save_interval=1", "--lr_warmup_iters=30"],
+         "its update left non-finite parameters"),
+    ],
+)
+def test_a_diverging_run_stops_with_one_line_and_checkpoints_no_nan(tmp_path, settings, cause):
+    out = subprocess.run(
+        [sys.executable, "-m", "jaxblend.train", *TINY, *settings, "--train_iters=20",
+         "--lr=1e4", f"--workdir={tmp_path}"],
+        capture_output=True, text=True, timeout=600, check=False,
+    )
+    assert out.returncode == 1, out.stdout[-2000:] + out.stderr[-3000:]
+    assert "finished" not in out.stdout
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, out.stderr[-3000:]
+    match = _DIVERGED.match(lines[0])
+    assert match, lines[0]
+    diverged, reason, resume, directory = match.groups()
+    assert reason.startswith(cause)
+    assert directory == str(tmp_path / "checkpoints")
+    steps = _all_finite_checkpoints(tmp_path / "checkpoints")
+    assert steps and max(steps) == int(resume) < int(diverged), (steps, lines[0])
+    if "--save_interval=1" in settings:
+        assert steps == list(range(1, int(diverged))), (steps, lines[0])
+
+
+@pytest.mark.multiprocess
+def test_a_diverging_run_stops_every_process(tmp_path):
+    # The loss is global: each of 2 processes sees the NaN at the same step and stops itself
+    # with the same line (not "process K failed"), exit code 1.
+    job = Job(
+        [sys.executable, "-m", "jaxblend.train", *TINY, "--log_interval=5", "--save_interval=3",
+         "--lr_warmup_iters=2", "--train_iters=20", "--lr=1e4", "--mesh_shape=4",
+         "--distributed_timeout=60", f"--workdir={tmp_path}"],
+        num_processes=2, devices=2,
+    )
+    codes = job.wait()
+    assert codes == [1, 1], job.dump()
+    lines = [
+        [line for line in job.output(i).splitlines() if line.startswith("error: ")]
+        for i in range(2)
+    ]
+    assert len(lines[0]) == 1 and lines[0] == lines[1], job.dump()
+    match = _DIVERGED.match(lines[0][0])
+    assert match, job.dump()
+    steps = _all_finite_checkpoints(tmp_path / "checkpoints")
+    assert steps and max(steps) == int(match.group(3)) < int(match.group(1)), job.dump()
+
+
+_INFO_LINE = re.compile(r"^I\d{4} \d\d:\d\d:\d\d", re.MULTILINE)
+
+
+def test_library_info_logs_only_with_verbose(tmp_path):
+    def train(workdir, *extra):
+        out = subprocess.run(
+            [sys.executable, "-m", "jaxblend.train", *TINY, "--log_interval=2", "--save_interval=2",
+             "--train_iters=4", f"--workdir={workdir}", *extra],
+            capture_output=True, text=True, timeout=600, check=False,
+        )
+        assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+        return out
+
+    quiet = train(tmp_path / "quiet")
+    assert not _INFO_LINE.search(quiet.stdout + quiet.stderr), quiet.stderr[-3000:]
+    assert quiet.stderr.strip() == "", quiet.stderr[-3000:]
+    assert sorted(losses(quiet.stdout)) == [1, 2, 4]
+    assert quiet.stdout.strip().splitlines()[-1].startswith("finished at step 4: final loss ")
+    assert (tmp_path / "quiet" / "checkpoints" / "4").is_dir()
+    verbose = train(tmp_path / "verbose", "--verbose")
+    assert re.search(r"^I\d{4} .*checkpoint_manager\.py", verbose.stderr, re.MULTILINE)
+    assert sorted(losses(verbose.stdout)) == [1, 2, 4]
 
 
 _WITHOUT_OPTAX = """

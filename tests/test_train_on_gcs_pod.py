@@ -158,8 +158,9 @@ def test_peer_killed_while_the_maps_are_built(gcs_server, bucket_data, tmp_path,
     # Process 0 stops in the middle of writing the index maps (test hook); process 1 waits for
     # them in the bucket. Then one of the two is SIGKILLed.
     monkeypatch.setenv("JAXBLEND_PAUSE_AT", "cache-write:0")
+    # --verbosity=0: the INFO line of the waiting process is what the test waits for.
     job = _job(gcs_server, tmp_path, f"killed-building{killed}", bucket_data, 2, 2,
-               extra=["--peer_timeout=10"])
+               extra=["--peer_timeout=10", "--verbosity=0"])
     survivor = 1 - killed
     try:
         job.wait_for_line(0, r"jaxblend paused at cache-write:0")

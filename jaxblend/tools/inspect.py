@@ -185,10 +185,24 @@ def mixture() -> dict:
     return {"start_step": flags.FLAGS.start_step, "end_step": end, "rows": rows}
 
 
+def _check_output_directories() -> None:
+    """Fails before any work when the directory of `--plot` or `--json` does not exist."""
+    for name in ("plot", "json"):
+        path = flags.FLAGS[name].value
+        directory = os.path.dirname(os.path.abspath(path)) if path else None
+        if directory and not os.path.isdir(directory):
+            raise app.UsageError(f"--{name}={path}: directory {directory} does not exist")
+
+
 def main(argv: Sequence[str]) -> None:
-    if len(argv) != 2 or argv[1] not in COMMANDS:
+    if len(argv) == 2 and argv[1] not in COMMANDS:
+        raise app.UsageError(
+            f"unknown command {argv[1]!r}; the commands are {', '.join(COMMANDS)}"
+        )
+    if len(argv) != 2:
         raise app.UsageError(f"give one command: {', '.join(COMMANDS)}")
     command = argv[1]
+    _check_output_directories()
     if command == "preflight":
         from jaxblend.tokenizer_facts import TokenizerMismatchError
         from jaxblend.tools import _preflight

@@ -75,6 +75,26 @@ def test_mixture_table_and_plot(data, tmp_path):
     assert "realized" in out.stdout
 
 
+def test_unknown_command_is_named_with_the_commands():
+    out = run("jaxblend.tools.inspect", "stat", check=False)
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.strip().splitlines() == [
+        "error: unknown command 'stat'; the commands are stats, explain, mixture, preflight"
+    ]
+
+
+@pytest.mark.parametrize("flag", ["plot", "json"])
+def test_output_in_a_missing_directory_names_the_directory(data, tmp_path, flag):
+    _, _, args = data
+    missing = tmp_path / "missing"
+    out = run("jaxblend.tools.inspect", "mixture", *args, f"--global_batch_size={B}",
+              f"--{flag}={missing / 'mix.out'}", check=False)
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.strip().splitlines() == [
+        f"error: --{flag}={missing / 'mix.out'}: directory {missing} does not exist"
+    ]
+
+
 def test_stats(data, tmp_path):
     _, prefixes, args = data
     run("jaxblend.tools.inspect", "stats", *args, f"--json={tmp_path / 's.json'}")
