@@ -27,6 +27,7 @@ Example::
 from __future__ import annotations
 
 import json
+import sys
 
 from absl import app, flags
 
@@ -41,6 +42,8 @@ def main(argv: list[str]) -> int:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     fl = flags.FLAGS
     config = preprocess_flags.preprocess_config_from_flags()
+    for note in preprocess_flags.megatron_compat_notes():
+        print(note, file=sys.stderr)
     engine = None
     if fl.engine == "beam":
         from jaxblend.preprocess import beam
