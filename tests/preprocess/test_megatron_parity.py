@@ -8,6 +8,7 @@ same bytes.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
@@ -378,7 +379,7 @@ def _legacy_gpt2_tokenize(vocab_file: str, merge_file: str):
     def bpe(word: str) -> list[str]:
         parts = list(word)
         while len(parts) > 1:
-            best = min(zip(parts, parts[1:]), key=lambda p: ranks.get(p, float("inf")))
+            best = min(itertools.pairwise(parts), key=lambda p: ranks.get(p, float("inf")))
             if best not in ranks:
                 break
             merged, i = [], 0
@@ -429,18 +430,18 @@ def test_legacy_gpt2_command_line_with_dataset_impl_is_byte_identical(tmp_path, 
 @pytest.mark.parametrize(
     ("args", "code", "message"),
     [
-        ([], 2, "--tokenizer-type is required (as in Megatron's preprocess_data.py): one of "
-         + ", ".join(tok_spec.TOKENIZER_TYPES)),
+        ([], 2, ("--tokenizer-type is required (as in Megatron's preprocess_data.py): one of "
+                 + ", ".join(tok_spec.TOKENIZER_TYPES))),
         (["--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", "tok.json",
           "--legacy-tokenizer"], 1,
-         "--legacy-tokenizer with --tokenizer-type HuggingFaceTokenizer is not supported: Megatron's "
-         "legacy HuggingFaceTokenizer gives other ids than megatron-core's (it calls the "
-         "transformers tokenizer with add_special_tokens on"),
+         ("--legacy-tokenizer with --tokenizer-type HuggingFaceTokenizer is not supported: "
+          "Megatron's legacy HuggingFaceTokenizer gives other ids than megatron-core's (it calls "
+          "the transformers tokenizer with add_special_tokens on")),
         (["--tokenizer-type", "SentencePieceTokenizer", "--tokenizer-model", "t.model",
           "--legacy-tokenizer"], 1, "appends <CLS>, <SEP>, <EOD>, <MASK> to the vocabulary"),
         (["--tokenizer-type", "ByteTokenizer", "--dataset-impl", "lazy"], 1,
-         "--dataset-impl lazy is not supported: jaxblend writes the mmap format only (the one "
-         "megatron-core reads); use --dataset-impl mmap or drop the flag"),
+         ("--dataset-impl lazy is not supported: jaxblend writes the mmap format only (the one "
+          "megatron-core reads); use --dataset-impl mmap or drop the flag")),
     ],
     ids=["no_tokenizer_type", "legacy_hf", "legacy_sentencepiece", "dataset_impl_lazy"],
 )
