@@ -24,6 +24,7 @@ import numpy as np
 from absl import logging
 
 from jaxblend import storage
+from jaxblend._pause import pause_point
 from jaxblend.preprocess import layout, readers, records, sentences
 from jaxblend.preprocess import partitions as partitions_lib
 from jaxblend.preprocess import tokenizer_spec as tok_spec
@@ -398,6 +399,7 @@ def process_partition(
       PreprocessDataError: A bad record with ``on_error="fail"`` (message starts with file:line).
       readers.InputError: An input cannot be read.
     """
+    pause_point("partition", partition.index)
     tokenizer = tokenizer_for(config.tokenizer)
     writer = _PartitionWriter(config, tokenizer, partition, progress)
     if config.mode == SIGNATURES:
