@@ -32,7 +32,7 @@ def main(argv: Sequence[str]) -> None:
     if access.maps.location is None:
         raise app.UsageError("--data_cache_path is required: build_index fills a cache")
     began = time.perf_counter()
-    _, infos = opening.open_datasets(opening.config_prefixes(config), access)
+    _, infos = opening.open_config_datasets(config, access)
     plan = load_or_build_data_maps(config, infos, access)
     seconds = time.perf_counter() - began
     print(f"index maps {plan.fingerprint} at {plan.cache_path} ({seconds:.2f} s)")
