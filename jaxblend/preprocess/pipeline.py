@@ -64,7 +64,7 @@ def preprocess(config: PreprocessConfig, engine: Engine | None = None) -> Prepro
       tok_lib.TokenizerError: The tokenizer cannot be loaded.
       SettingsMismatchError: The output prefix holds a run with different settings.
       worker.PreprocessDataError: A bad record with ``on_error="fail"``.
-      no_output.NoDocumentsError: No document written (every record dropped, or none read).
+      no_output.NoDocumentsError: An input gave no document (every record dropped, or none).
     """
     t0 = time.perf_counter()
     files, tokenizer, dtype = _open_inputs(config)
@@ -107,7 +107,7 @@ def preprocess(config: PreprocessConfig, engine: Engine | None = None) -> Prepro
     _run_partitions(config, engine, wcfg, plan, done)
     results = _partition_results(config, parts, plan)
     records, input_bytes, counts, dropped = aggregate(results, config.json_keys, dtype.itemsize)
-    no_output.check_documents(config, records, counts, dropped)  # before any dataset is published
+    no_output.check_documents(config, files, results, counts, dropped)  # before publishing
     part_prefixes = _merge_outputs(config, parts, plan, dtype)
     cleaning = _cleaning_report(config, results, dropped, join_stats)
     result = PreprocessResult(
