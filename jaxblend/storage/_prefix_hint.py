@@ -1,4 +1,4 @@
-"""The likely fix for a dataset prefix whose `.idx` does not exist (a local prefix)."""
+"""The likely fix for a dataset prefix whose `.idx` does not exist."""
 
 from __future__ import annotations
 
@@ -11,15 +11,22 @@ _PREPROCESS_TAILS = ("_text_document", "_text_sentence")
 _MAX_CANDIDATES = 3
 
 
+def suffix_hint(prefix: str) -> str:
+    """The clause for a prefix given with its `.bin`/`.idx` suffix (any prefix, URLs too)."""
+    for suffix in _SUFFIXES:
+        if prefix.endswith(suffix):
+            return f"; a prefix has no {suffix} suffix: give {prefix[: -len(suffix)]}"
+    return ""
+
+
 def missing_prefix_hint(prefix: str) -> str:
     """A clause to append to "index file does not exist" ('' when nothing better is known).
 
     A prefix given with its `.bin`/`.idx` suffix → the prefix without it; a preprocessing output
     prefix without its `_{key}_{level}` tail, when such datasets exist → those prefixes.
     """
-    for suffix in _SUFFIXES:
-        if prefix.endswith(suffix):
-            return f"; a prefix has no {suffix} suffix: give {prefix[: -len(suffix)]}"
+    if suffix_hint(prefix):
+        return suffix_hint(prefix)
     found = [prefix + tail for tail in _PREPROCESS_TAILS if os.path.exists(prefix + tail + ".idx")]
     if not found:
         names = {

@@ -280,3 +280,13 @@ def test_missing_prefix_suggests_the_likely_fix(tmp_path: Path, backend: str) ->
     # Nothing better known: the plain message.
     with pytest.raises(IndexFormatError, match=r"nothing\.idx: index file does not exist$"):
         IndexedDataset(str(tmp_path / "nothing"), backend=backend)
+
+
+def test_missing_remote_prefix_with_a_suffix_suggests_the_prefix(plain_corpus: Corpus) -> None:
+    url = copy_to_memory(plain_corpus.prefix)
+    for suffix in (".bin", ".idx"):
+        with pytest.raises(IndexFormatError) as info:
+            IndexedDataset(url + suffix)
+        assert str(info.value).startswith(f"{url}{suffix}.idx: index file does not exist")
+        assert str(info.value).endswith(f"; a prefix has no {suffix} suffix: give {url}")
+    IndexedDataset(url)  # the suggested prefix opens
