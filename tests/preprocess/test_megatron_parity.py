@@ -453,3 +453,33 @@ def test_megatron_flags_that_would_change_the_output_are_one_clear_line(tmp_path
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], r.stderr
     assert not list(tmp_path.glob("out*"))
+
+
+@pytest.mark.parity
+@pytest.mark.parametrize("kind", ["GPTSentencePieceTokenizer", "NullTokenizer"])
+def test_other_legacy_types_with_the_same_ids_are_byte_identical(tmp_path, tokenizer_files, kind):
+    # The legacy classes restated from megatron/training/tokenizer/tokenizer.py:
+    # _GPTSentencePieceTokenizer: encode_as_ids, eod = eos_id, vocabulary = the model's pieces;
+    # _NullTokenizer: int() of the space-separated fields, eod = vocab_size, vocabulary + 1.
+    if kind == "NullTokenizer":
+        records = [{"text": " ".join(str((7 * i + j) % 500) for j in range(i % 9 + 1))}
+                   for i in range(40)]
+        tok_args = ["--vocab-size", "500"]
+        tokenize, eod, vocab_size = (lambda t: [int(x) for x in t.split(" ")]), 500, 501
+    else:
+        import sentencepiece as spm
+
+        records = _corpus(40)
+        model = tokenizer_files["sentencepiece"]["model"]
+        tok_args = ["--tokenizer-model", model]
+        sp = spm.SentencePieceProcessor(model_file=model)
+        tokenize, eod, vocab_size = sp.encode_as_ids, sp.eos_id(), len(sp)
+    _write(tmp_path / "data.jsonl", records)
+    r = _cli(["--input", "data.jsonl", "--output-prefix", "legacy", "--tokenizer-type", kind,
+              *tok_args, "--legacy-tokenizer", "--append-eod", "--workers", "2"], cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert f"note: --legacy-tokenizer: Megatron's legacy {kind} gives the same ids" in r.stderr
+    with open(tmp_path / "data.jsonl", encoding="utf-8") as f:
+        lines = f.readlines()
+    ref = megatron_reference(lines, ["text"], tokenize, eod, vocab_size, str(tmp_path / "mg"))
+    assert read_bytes(str(tmp_path / "legacy_text_document")) == read_bytes(ref["text"])
