@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 from helpers_kill import ROOT
 
 from jaxblend import _pause
@@ -70,3 +71,47 @@ def test_kill_9_of_the_driver_ends_its_workers(tmp_path):
             pass
         proc.wait(timeout=60)
         proc.stderr.close()
+
+
+_CHILD = """
+import multiprocessing, sys, time
+from jaxblend.preprocess import parent_watch
+
+def grandchild(parent_pid, use_prctl):
+    if not use_prctl:
+        parent_watch._set_pdeathsig = lambda: False  # the parent-pid watch thread instead
+    parent_watch.die_with_parent(parent_pid)
+    time.sleep(3600)
+
+if __name__ == "__main__":
+    import os
+    ctx = multiprocessing.get_context("spawn")
+    p = ctx.Process(target=grandchild, args=(os.getpid(), sys.argv[1] == "prctl"))
+    p.start()
+    print(p.pid, flush=True)
+    time.sleep(3600)
+"""
+
+
+@pytest.mark.parametrize("how", ["prctl", "watch_thread"])
+def test_die_with_parent(tmp_path, how):
+    script = tmp_path / "child.py"
+    script.write_text(_CHILD)
+    proc = subprocess.Popen([sys.executable, str(script), how], cwd=ROOT,
+                            env=dict(os.environ, PYTHONPATH=ROOT), stdout=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        grandchild = int(proc.stdout.readline())
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+        deadline = time.monotonic() + 10
+        while grandchild in _session_processes(proc.pid):
+            assert time.monotonic() < deadline, f"{how}: the child outlived its killed parent"
+            time.sleep(0.05)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait(timeout=60)
+        proc.stdout.close()
