@@ -6,7 +6,8 @@ until killed. Unset (always, outside such tests) it costs one environment lookup
 
 Points: `cache-write` (index cache entry, count = arrays already written; count = number of arrays
 means all arrays written, manifest and rename not yet), `merge` (preprocessing's final merge,
-count = parts merged into the first output so far).
+count = parts merged into the first output so far), `partition` (a preprocessing worker about to
+process the partition of that index).
 """
 
 from __future__ import annotations

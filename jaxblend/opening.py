@@ -12,6 +12,7 @@ from collections.abc import Iterable
 
 from jaxblend import index
 from jaxblend.access import DataAccess
+from jaxblend.storage.idx_format import IndexFormatError
 from jaxblend.storage.protocols import SequenceDataset
 from jaxblend.storage.reader import IndexedDataset
 from jaxblend.urls import is_url
@@ -57,6 +58,25 @@ def open_datasets(
             opened_by_name.update(zip(remote, pool.map(open_one, remote)))
     opened = [opened_by_name.get(p) or open_one(p) for p in names]
     return {p: d for p, (d, _) in zip(names, opened)}, {p: i for p, (_, i) in zip(names, opened)}
+
+
+def open_config_datasets(
+    config: index.GPTDataConfig, access: DataAccess | None = None
+) -> tuple[dict[str, IndexedDataset], dict[str, index.DatasetInfo]]:
+    """`open_datasets` of every prefix `config` names; a missing dataset that is a weight written
+    after its prefix (`/d/a 30`) says to put the weight first.
+
+    Raises:
+      IndexFormatError: a dataset is missing or malformed (with that hint when it applies).
+    """
+    try:
+        return open_datasets(config_prefixes(config), access)
+    except IndexFormatError as e:
+        blends = [config.blend, *(config.blend_per_split or ())]
+        hint = index.swapped_weights_hint(blends, str(e))
+        if hint:
+            raise IndexFormatError(f"{e}{hint}") from None
+        raise
 
 
 def open_dataset_infos(

@@ -10,7 +10,7 @@ import dataclasses
 import json
 import os
 
-from absl import flags
+from absl import app, flags
 
 from jaxblend.preprocess import config as config_lib
 from jaxblend.preprocess import partitions, records, sentences
@@ -19,6 +19,28 @@ from jaxblend.preprocess.cleaning import FILTER_NAMES, CleaningConfig
 
 # Megatron-LM's argparse flags that take several space-separated values.
 MEGATRON_NARGS = ("json_keys", "tokenizer_special_tokens", "tiktoken_special_tokens", "input")
+
+# Types whose Megatron legacy class (megatron/training/tokenizer/tokenizer.py, with
+# --legacy-tokenizer) gives the ids jaxblend gives; read from that source, not run (megatron.training
+# is not part of megatron-core): _GPT2BPETokenizer is the byte-level BPE of vocab.json/merges.txt with
+# no special tokens in the text (special_tokens=[]), eod = encoder['<|endoftext|>'], vocabulary
+# len(encoder); _GPTSentencePieceTokenizer is encode_as_ids, eod = eos, vocabulary = the pieces;
+# _NullTokenizer is int() of the space-separated fields, eod = vocab_size.
+LEGACY_SAME_IDS = (tok_lib.GPT2BPE, tok_lib.GPT_SENTENCEPIECE, tok_lib.NULL)
+
+# Why the legacy class of the other types gives other ids (the same source).
+_LEGACY_DIFFERS = {
+    tok_lib.HUGGINGFACE: "it calls the transformers tokenizer with add_special_tokens on (e.g. a "
+    "BOS before every text)",
+    tok_lib.SENTENCEPIECE: "it appends <CLS>, <SEP>, <EOD>, <MASK> to the vocabulary (another EOD "
+    "id) and cuts the text at those strings",
+    tok_lib.LLAMA2: "it puts BOS before every text",
+    tok_lib.TIKTOKEN: "its special tokens default to <unk>, <s>, </s> (megatron-core's to seven), "
+    "so the ids are not checked to be the same",
+    tok_lib.BYTE: "Megatron has no legacy ByteTokenizer",
+}
+
+_DATASET_IMPL = "mmap"
 
 
 def define_preprocess_flags() -> None:
@@ -34,8 +56,8 @@ def define_preprocess_flags() -> None:
     )
     flags.DEFINE_string(
         "tokenizer_type",
-        "ByteTokenizer",
-        "One of "
+        None,
+        "Required (as in Megatron): one of "
         + ", ".join(tok_lib.TOKENIZER_TYPES)
         + " (aliases byte, hf, gpt2, sentencepiece, tiktoken).",
     )
@@ -67,7 +89,14 @@ def define_preprocess_flags() -> None:
     flags.DEFINE_bool(
         "legacy_tokenizer",
         False,
-        "Megatron's legacy tokenizer classes: not supported (the ids are megatron-core's).",
+        "Megatron's legacy tokenizer classes: accepted for "
+        + ", ".join(LEGACY_SAME_IDS)
+        + " (same ids as without it), refused for the other types.",
+    )
+    flags.DEFINE_string(
+        "dataset_impl",
+        None,
+        "Accepted for older Megatron command lines: only 'mmap', the one format written.",
     )
     flags.DEFINE_bool("append_eod", False, "Append the EOD token to every document.")
     flags.DEFINE_bool(
@@ -246,6 +275,38 @@ def cleaning_from_flags() -> CleaningConfig | None:
     return config if config.enabled else None
 
 
+def megatron_compat_notes() -> list[str]:
+    """Notes on the Megatron flags accepted that change nothing (``--legacy-tokenizer`` for a type
+    whose legacy class gives the same ids, ``--dataset-impl mmap``).
+
+    Raises:
+      ValueError: ``--legacy-tokenizer`` for a type whose legacy ids differ, or a ``--dataset-impl``
+        other than ``mmap`` (the message says why and what to do).
+    """
+    fl = flags.FLAGS
+    notes = []
+    if fl.legacy_tokenizer:
+        kind = tok_lib.canonical_type(fl.tokenizer_type)
+        if kind not in LEGACY_SAME_IDS:
+            raise ValueError(
+                f"--legacy-tokenizer with --tokenizer-type {kind} is not supported: Megatron's legacy "
+                f"{kind} gives other ids than megatron-core's ({_LEGACY_DIFFERS[kind]}); jaxblend "
+                "writes megatron-core's ids (preprocess_data.py's default), so drop --legacy-tokenizer"
+            )
+        notes.append(
+            f"note: --legacy-tokenizer: Megatron's legacy {kind} gives the same ids as "
+            "megatron-core's, which jaxblend writes"
+        )
+    if fl.dataset_impl is not None:
+        if fl.dataset_impl != _DATASET_IMPL:
+            raise ValueError(
+                f"--dataset-impl {fl.dataset_impl} is not supported: jaxblend writes the mmap format "
+                "only (the one megatron-core reads); use --dataset-impl mmap or drop the flag"
+            )
+        notes.append("note: --dataset-impl mmap: the format jaxblend always writes")
+    return notes
+
+
 def preprocess_config_from_flags() -> config_lib.PreprocessConfig:
     """The `PreprocessConfig` of the parsed flags.
 
@@ -254,11 +315,13 @@ def preprocess_config_from_flags() -> config_lib.PreprocessConfig:
     """
     fl = flags.FLAGS
     inputs = tuple(p.strip() for value in fl.input for p in value.split(",") if p.strip())
-    if fl.legacy_tokenizer:
-        raise ValueError(
-            "--legacy_tokenizer is not supported: jaxblend produces the ids of megatron-core's "
-            "tokenizers (preprocess_data.py's default); drop the flag"
+    if fl.tokenizer_type is None:
+        raise app.UsageError(
+            "--tokenizer-type is required (as in Megatron's preprocess_data.py): one of "
+            + ", ".join(tok_lib.TOKENIZER_TYPES)
+            + "; e.g. --tokenizer-type HuggingFaceTokenizer --tokenizer-model /path/to/tokenizer_dir"
         )
+    megatron_compat_notes()  # refuses --legacy-tokenizer / --dataset-impl where they change output
     specials = tuple(fl.tokenizer_special_tokens or ())
     if specials and tok_lib.canonical_type(fl.tokenizer_type) != tok_lib.TIKTOKEN:
         raise ValueError("--tokenizer_special_tokens is supported with TikTokenizer only")

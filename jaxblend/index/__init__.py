@@ -10,7 +10,13 @@ Megatron-cached per-dataset maps to a build through `PerDatasetMapsProvider`.
 from __future__ import annotations
 
 from jaxblend.index.blend_index import build_blending_indices, build_exhaustive_blending_indices
-from jaxblend.index.blend_spec import Blend, blend_prefixes, normalize, parse_blend
+from jaxblend.index.blend_spec import (
+    Blend,
+    blend_prefixes,
+    normalize,
+    parse_blend,
+    swapped_weights_hint,
+)
 from jaxblend.index.config import DatasetInfo, GPTDataConfig
 from jaxblend.index.data_maps import DataMaps, DataMapsSpec, build_data_maps, config_prefixes
 from jaxblend.index.document_index import build_document_index
@@ -50,4 +56,5 @@ __all__ = [
     "parse_blend",
     "parse_split",
     "split_matrix",
+    "swapped_weights_hint",
 ]

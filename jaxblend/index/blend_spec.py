@@ -78,13 +78,7 @@ def parse_blend(blend: Sequence[str] | str, parameter: str = "blend") -> Blend:
     Raises:
       ValueError: empty blend, odd-length weight/prefix list, mixed forms, bad weights.
     """
-    if isinstance(blend, str):
-        items = blend.split()
-    else:
-        items = [str(item) for item in blend]
-        if len(items) == 1 and len(items[0].split()) > 1:
-            items = items[0].split()
-    items = [item.strip() for item in items if item.strip()]
+    items = _items(blend)
     if not items:
         raise ValueError(f"{parameter} = {blend!r} names no dataset")
     weights = [_as_float(item) for item in items[0::2]]
@@ -106,6 +100,45 @@ def parse_blend(blend: Sequence[str] | str, parameter: str = "blend") -> Blend:
             "['w1', 'p1', 'w2', 'p2']"
         )
     return Blend(prefixes=tuple(items))
+
+
+def _items(blend: Sequence[str] | str) -> list[str]:
+    items = blend.split() if isinstance(blend, str) else [str(item) for item in blend]
+    if len(items) == 1 and len(items[0].split()) > 1:
+        items = items[0].split()
+    return [item.strip() for item in items if item.strip()]
+
+
+def swapped_weights_hint(blends: Sequence[Sequence[str] | str | None], missing: str) -> str:
+    """The fix when a dataset that does not exist is a weight written after its prefix.
+
+    ``"/d/a 30 /d/b 70"`` parses as four prefixes (Megatron reads it so too); when opening the
+    "prefix" ``30`` fails, the fix is the weight first: ``"30 /d/a 70 /d/b"``.
+
+    Args:
+      blends: the raw blends of a configuration (None = absent).
+      missing: the error of the failed open (it names ``<prefix>.idx``).
+
+    Returns:
+      A clause to append to that error, or '' when no blend reads prefix, weight.
+    """
+    for raw in blends:
+        if raw is None:
+            continue
+        items = _items(raw)
+        prefixes, weights = items[0::2], items[1::2]
+        if (
+            len(items) % 2 == 0
+            and all(_as_float(w) is not None for w in weights)
+            and all(_as_float(p) is None for p in prefixes)
+            and any(f"{w}.idx:" in missing for w in weights)
+        ):
+            fixed = " ".join(f"{w} {p}" for p, w in zip(prefixes, weights))
+            return (
+                f"; {' '.join(items)!r} looks like prefix, weight pairs but a blend is weight, "
+                f"prefix: give {fixed!r}"
+            )
+    return ""
 
 
 def blend_prefixes(blends: Sequence[Sequence[str] | str | None]) -> list[str]:

@@ -249,7 +249,10 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
                 "loader state comes from a different data configuration (different source or "
                 "plan): its fingerprint "
                 f"{state['fingerprint']} != this loader's {self.fingerprint} (source, blend, seed, "
-                "sequence length, batch size or batch plan changed)"
+                "sequence length, batch size or batch plan changed); to resume, use the same data "
+                "flags as the run that saved it; to continue deliberately with the new data, start "
+                "a new workdir/checkpoint directory, or restart from a step number (start_step) "
+                "instead of the saved state"
             )
         step = state["step"]
         if not isinstance(step, int) or not 0 <= step <= self.num_steps:

@@ -12,7 +12,7 @@ import queue as queue_lib
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from jaxblend.preprocess import worker
+from jaxblend.preprocess import parent_watch, worker
 from jaxblend.preprocess.partitions import Partition
 
 Progress = Callable[[int, int, int], None]
@@ -36,7 +36,8 @@ class Engine(Protocol):
 
 
 class LocalEngine:
-    """Runs partitions in this process (``workers <= 1``) or in a spawn process pool."""
+    """Runs partitions in this process (``workers <= 1``) or in a spawn process pool whose workers
+    end when this process ends, even by ``kill -9`` (:mod:`~jaxblend.preprocess.parent_watch`)."""
 
     def __init__(self, workers: int) -> None:
         self.workers = workers if workers > 0 else (len(os.sched_getaffinity(0)) or 1)
@@ -58,7 +59,10 @@ class LocalEngine:
         q = ctx.Queue()
         n = min(self.workers, len(partitions))
         with cf.ProcessPoolExecutor(
-            max_workers=n, mp_context=ctx, initializer=_init_pool_worker, initargs=(config, q)
+            max_workers=n,
+            mp_context=ctx,
+            initializer=_init_pool_worker,
+            initargs=(config, q, os.getpid()),
         ) as pool:
             futures = [pool.submit(_pool_process, config, p) for p in partitions]
             pending = set(futures)
@@ -79,8 +83,9 @@ class LocalEngine:
 _POOL_QUEUE: Any = None
 
 
-def _init_pool_worker(config: worker.WorkerConfig, q: Any) -> None:
+def _init_pool_worker(config: worker.WorkerConfig, q: Any, parent_pid: int) -> None:
     global _POOL_QUEUE
+    parent_watch.die_with_parent(parent_pid)  # no orphans when the driver is killed (kill -9)
     _POOL_QUEUE = q
     # One worker process per core: keep Hugging Face tokenizers from starting a thread pool in each.
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -37,7 +37,7 @@ import numpy as np
 from absl import logging
 
 from jaxblend import storage
-from jaxblend.preprocess import layout, partitions, worker
+from jaxblend.preprocess import layout, no_output, partitions, worker
 from jaxblend.preprocess import manifest as manifest_lib
 from jaxblend.preprocess import tokenizer_spec as tok_spec
 from jaxblend.preprocess.cleaning import join as join_lib
@@ -64,6 +64,7 @@ def preprocess(config: PreprocessConfig, engine: Engine | None = None) -> Prepro
       tok_lib.TokenizerError: The tokenizer cannot be loaded.
       SettingsMismatchError: The output prefix holds a run with different settings.
       worker.PreprocessDataError: A bad record with ``on_error="fail"``.
+      no_output.NoDocumentsError: An input gave no document (every record dropped, or none).
     """
     t0 = time.perf_counter()
     files, tokenizer, dtype = _open_inputs(config)
@@ -105,8 +106,9 @@ def preprocess(config: PreprocessConfig, engine: Engine | None = None) -> Prepro
         join_stats = _dedup_join(config, wcfg, plan, todo, engine)
     _run_partitions(config, engine, wcfg, plan, done)
     results = _partition_results(config, parts, plan)
-    part_prefixes = _merge_outputs(config, parts, plan, dtype)
     records, input_bytes, counts, dropped = aggregate(results, config.json_keys, dtype.itemsize)
+    no_output.check_documents(config, files, results, counts, dropped)  # before publishing
+    part_prefixes = _merge_outputs(config, parts, plan, dtype)
     cleaning = _cleaning_report(config, results, dropped, join_stats)
     result = PreprocessResult(
         outputs={} if config.keep_parts else config.output_names(),

@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 from absl import logging
 
 from jaxblend import storage
+from jaxblend._pause import pause_point
 from jaxblend.preprocess import layout, readers, records, sentences
 from jaxblend.preprocess import partitions as partitions_lib
 from jaxblend.preprocess import tokenizer_spec as tok_spec
@@ -141,6 +143,8 @@ class _PartitionWriter:
             for k in config.json_keys
         }
         self.builders: dict[str, storage.IndexedDatasetBuilder] = {}
+        # input path -> {"records", "documents", "dropped": reason -> {"count", "examples"}}
+        self.inputs: dict[str, dict[str, Any]] = {}
         self.cleaner: cleaner_lib.Cleaner | None = None
         self.signer: sig_lib.SignatureWriter | None = None
 
@@ -297,6 +301,33 @@ class _PartitionWriter:
         assert self.cleaner is not None
         self.signer.write(cfg.parts_dir, self.partition.index, *self.cleaner.decisions())
 
+    def _input_snapshot(self) -> tuple[int, int, dict[str, int], dict[str, int]]:
+        """Records, documents, drops and drop examples so far (before a piece is read)."""
+        drops = self.check.drops
+        documents = self.counts[self.config.json_keys[0]]["documents"]  # the same for every key
+        return (
+            self.records,
+            documents,
+            dict(drops.counts),
+            {r: len(e) for r, e in drops.examples.items()},
+        )
+
+    def _add_input(self, path: str, before: tuple[int, int, dict[str, int], dict[str, int]]) -> None:
+        """Adds what one piece of input ``path`` gave (records, documents, drops) to ``inputs``."""
+        records_before, documents_before, counts_before, examples_before = before
+        drops = self.check.drops
+        entry = self.inputs.setdefault(path, {"records": 0, "documents": 0, "dropped": {}})
+        entry["records"] += self.records - records_before
+        entry["documents"] += (
+            self.counts[self.config.json_keys[0]]["documents"] - documents_before
+        )
+        for reason, count in drops.counts.items():
+            added = count - counts_before.get(reason, 0)
+            if added:
+                d = entry["dropped"].setdefault(reason, {"count": 0, "examples": []})
+                d["count"] += added
+                d["examples"] += drops.examples.get(reason, [])[examples_before.get(reason, 0):]
+
     def run(self) -> dict[str, object]:
         cfg = self.config
         keys = cfg.json_keys
@@ -309,6 +340,7 @@ class _PartitionWriter:
                 self.builders[k] = storage.IndexedDatasetBuilder(prefixes[k], dtype=self.dtype)
             for piece in self.partition.pieces:
                 self.check.locate = readers.Locator(piece, cfg.text_mode)
+                before_piece = self._input_snapshot()
                 for raw in readers.iter_piece(piece, cfg.text_mode, columns=keys):
                     records = self._decode(raw, piece.format)
                     before = sum(c["documents"] for c in self.counts.values())
@@ -321,6 +353,7 @@ class _PartitionWriter:
                             sum(c["documents"] for c in self.counts.values()) - before,
                             sum(c["tokens"] for c in self.counts.values()) - tokens_before,
                         )
+                self._add_input(piece.path, before_piece)
             for k in keys:
                 self.builders[k].finalize()
         except BaseException:
@@ -334,6 +367,7 @@ class _PartitionWriter:
             "keys": self.counts,
             "dropped": self.check.drops.to_json(),
             "files": {k: layout.file_sizes(prefixes[k]) for k in keys},
+            "inputs": self.inputs,
         }
         if self.cleaner is not None:
             result["cleaning"] = self.cleaner.to_json()
@@ -398,6 +432,7 @@ def process_partition(
       PreprocessDataError: A bad record with ``on_error="fail"`` (message starts with file:line).
       readers.InputError: An input cannot be read.
     """
+    pause_point("partition", partition.index)
     tokenizer = tokenizer_for(config.tokenizer)
     writer = _PartitionWriter(config, tokenizer, partition, progress)
     if config.mode == SIGNATURES:

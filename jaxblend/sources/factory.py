@@ -52,7 +52,7 @@ def _open(
 ) -> tuple[dict[str, IndexedDataset], index.DataMaps]:
     """Opens every prefix the configuration names (once each, concurrently) and loads or builds
     its maps."""
-    datasets, infos = opening.open_datasets(opening.config_prefixes(config), access)
+    datasets, infos = opening.open_config_datasets(config, access)
     return datasets, load_or_build_data_maps(config, infos, access, splits)
 
 

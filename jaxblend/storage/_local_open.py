@@ -14,6 +14,7 @@ import numpy as np
 
 from jaxblend.storage import _identity, _location, _mapping, identity_memo, idx_format
 from jaxblend.storage._handles import Handles, OpenSettings, open_kvstore
+from jaxblend.storage._prefix_hint import missing_prefix_hint
 from jaxblend.storage.idx_format import IndexFormatError
 
 
@@ -28,7 +29,12 @@ def open_local(loc: _location.Location, settings: OpenSettings) -> tuple[Handles
     """
     assert loc.local_prefix is not None
     idx_name, bin_name = loc.file_name(".idx"), loc.file_name(".bin")
-    idx_buffer = _map(loc.local_prefix + ".idx", idx_name, "index")
+    try:
+        idx_buffer = _map(loc.local_prefix + ".idx", idx_name, "index")
+    except IndexFormatError as e:
+        if not os.path.exists(loc.local_prefix + ".idx"):
+            raise IndexFormatError(f"{e}{missing_prefix_hint(loc.local_prefix)}") from None
+        raise
     arrays = idx_format.parse_index(idx_buffer, idx_name, multimodal=settings.multimodal)
     bin_size = _size(loc.local_prefix + ".bin", bin_name)
     idx_format.check_bin_size(arrays, bin_size, idx_name, bin_name)

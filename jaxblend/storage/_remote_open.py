@@ -13,6 +13,7 @@ import tensorstore as ts
 
 from jaxblend.storage import _identity, _location, _remote, identity_memo, idx_format
 from jaxblend.storage._handles import Handles, OpenSettings
+from jaxblend.storage._prefix_hint import suffix_hint
 from jaxblend.storage.idx_format import IndexFormatError
 
 
@@ -39,6 +40,7 @@ def open_remote(
     if head is not None and head.state != "value":
         raise IndexFormatError(
             _remote.missing_message(kv, loc.idx_key, idx_name, "index file", timeout)
+            + suffix_hint(idx_name[: -len(".idx")])
         )
     bin_head = _remote.wait(bin_future, bin_name, "reading the data file", timeout)
     if bin_head.state != "value":

@@ -5,8 +5,9 @@
       --data_cache_path=/data/index_cache
 
 Run it once per cache location (on each pod host with a local cache, or once for a shared
-filesystem) so the training job starts by memory-mapping the maps. Prints, per split, the blend
-size and each constituent's samples; a second run finds the cache, verifies every byte of it
+filesystem) so the training job starts by memory-mapping the maps. Prints, per split, its size,
+the samples it draws from each dataset (the dataset's share of the split) and, apart, the samples
+each dataset holds (all its epochs, of which the split draws its share); a second run finds the cache, verifies every byte of it
 against the manifest's SHA-256 (a corrupt entry is rebuilt) and only loads it.
 """
 
@@ -16,11 +17,37 @@ import os
 import time
 from collections.abc import Sequence
 
+import numpy as np
 from absl import app
 
 from jaxblend import cli, opening
 from jaxblend.cli import data_flags
+from jaxblend.index import SplitMaps
 from jaxblend.map_store import load_or_build_data_maps
+
+
+def drawn_per_dataset(split: SplitMaps) -> np.ndarray:
+    """How many of the split's samples come from each dataset (the blend's draws)."""
+    if split.dataset_index is None:  # one dataset, not blended: every sample is its own
+        return np.array([len(split)], dtype=np.int64)
+    return np.bincount(split.dataset_index, minlength=split.num_datasets).astype(np.int64)
+
+
+def split_summary(name: str, split: SplitMaps | None) -> str:
+    """One line per split: its samples, each dataset's share of them, each dataset's own size."""
+    if split is None:
+        return f"  {name}: none"
+    drawn = drawn_per_dataset(split)
+    names = [os.path.basename(n) for n in split.dataset_names]
+    total = max(len(split), 1)
+    shares = ", ".join(
+        f"{n} {int(d):,} ({100 * int(d) / total:.1f}%)" for n, d in zip(names, drawn)
+    )
+    own = ", ".join(f"{n} {split.dataset_length(j):,}" for j, n in enumerate(names))
+    return (
+        f"  {name}: {len(split):,} samples; drawn from each dataset (share of the split): {shares}; "
+        f"samples each dataset holds: {own}"
+    )
 
 
 def main(argv: Sequence[str]) -> None:
@@ -32,20 +59,12 @@ def main(argv: Sequence[str]) -> None:
     if access.maps.location is None:
         raise app.UsageError("--data_cache_path is required: build_index fills a cache")
     began = time.perf_counter()
-    _, infos = opening.open_datasets(opening.config_prefixes(config), access)
+    _, infos = opening.open_config_datasets(config, access)
     plan = load_or_build_data_maps(config, infos, access)
     seconds = time.perf_counter() - began
     print(f"index maps {plan.fingerprint} at {plan.cache_path} ({seconds:.2f} s)")
     for name in ("train", "valid", "test"):
-        split = plan.split(name)
-        if split is None:
-            print(f"  {name}: none")
-            continue
-        parts = ", ".join(
-            f"{os.path.basename(split.dataset_names[j])}={split.dataset_length(j):,}"
-            for j in range(split.num_datasets)
-        )
-        print(f"  {name}: {len(split):,} samples ({parts})")
+        print(split_summary(name, plan.split(name)))
 
 
 if __name__ == "__main__":

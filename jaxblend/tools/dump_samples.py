@@ -67,7 +67,7 @@ def dump(
     `access` says how data and the map store are reached (default: `DataAccess.from_env()`).
     """
     access = DataAccess.from_env() if access is None else access
-    datasets, infos = opening.open_datasets(opening.config_prefixes(config), access)
+    datasets, infos = opening.open_config_datasets(config, access)
     plan = load_or_build_data_maps(config, infos, access)
     os.makedirs(out_dir, exist_ok=True)
     written = []

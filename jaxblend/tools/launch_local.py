@@ -5,7 +5,8 @@ Usage:
       python -m jaxblend.train --flagfile=configs/demo.flags
 
 Each process gets `--coordinator_address=localhost:PORT --num_processes=N --process_id=i`
-appended and its own CPU device count; output lines are prefixed with `[i]`. `{process_id}` in an
+appended and its own CPU device count; a leading `python` (or `python3`) runs with this launcher's
+own interpreter (`sys.executable`), not whichever `python` comes first on PATH; output lines are prefixed with `[i]`. `{process_id}` in an
 argument is replaced by the process's index (e.g. `--workdir=/tmp/host{process_id}`, so that the
 processes share no local directory, like the hosts of a pod). If one process fails, the others are
 stopped and the launcher exits with its code.
@@ -44,9 +45,17 @@ def child_env(devices: int, base: dict[str, str] | None = None) -> dict[str, str
     return env
 
 
+# Program names run with this launcher's interpreter rather than looked up on PATH.
+_PYTHON_NAMES = ("python", "python3")
+
+
 def process_args(command: Sequence[str], process_id: int) -> list[str]:
-    """`command` with `{process_id}` replaced by `process_id` in every argument."""
-    return [arg.replace("{process_id}", str(process_id)) for arg in command]
+    """`command` with `{process_id}` replaced by `process_id` in every argument, and a leading
+    `python`/`python3` replaced by `sys.executable` (the environment jaxblend runs in)."""
+    args = [arg.replace("{process_id}", str(process_id)) for arg in command]
+    if args and args[0] in _PYTHON_NAMES:
+        args[0] = sys.executable
+    return args
 
 
 def run_processes(

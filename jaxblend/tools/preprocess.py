@@ -5,8 +5,10 @@ separated by spaces: ``--output-prefix out --json-keys text title``) as well as 
 (``--output_prefix=out --json_keys=text,title``). With the same input and tokenizer the output bytes
 equal Megatron's (docs/preprocessing.md states the per-document rules and the differences).
 Outputs are ``{output_prefix}_{key}_{level}.bin/.idx``, level ``document`` (or ``sentence`` with
-``--split_sentences``). Rerunning with the same flags resumes an interrupted run; different flags
-into the same prefix are refused unless ``--overwrite``.
+``--split_sentences``). ``--tokenizer-type`` is required, as in Megatron. An input that gives no
+document (empty, or every record dropped) fails the run, naming it and the main drop reason.
+Rerunning with the same flags resumes an interrupted run; different flags into the same prefix are
+refused unless ``--overwrite``.
 
 Example::
 
@@ -20,6 +22,7 @@ Example::
 
     # cleaning before tokenization (docs/cleaning.md): report in out/corpus.cleaning.json/.png
     python -m jaxblend.tools.preprocess --input data.jsonl --output-prefix out/corpus \
+      --tokenizer-type HuggingFaceTokenizer --tokenizer-model /models/llama3 \
       --clean_pii --clean_quality=all --clean_exact_dedup --clean_near_dedup \
       --clean_decontaminate=eval/test.jsonl
 """
@@ -27,6 +30,7 @@ Example::
 from __future__ import annotations
 
 import json
+import sys
 
 from absl import app, flags
 
@@ -42,6 +46,8 @@ def main(argv: list[str]) -> int:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     fl = flags.FLAGS
     config = preprocess_flags.preprocess_config_from_flags()
+    for note in preprocess_flags.megatron_compat_notes():
+        print(note, file=sys.stderr)
     engine = None
     if fl.engine == "beam":
         from jaxblend.preprocess import beam

@@ -79,8 +79,11 @@ class TestMakeLoader:
     def test_foreign_state_is_refused(self, source):
         m = mesh((8,), ("data",))
         state = make_loader(source, m, global_batch_size=B).state()
-        with pytest.raises(ValueError, match="different data configuration"):
+        with pytest.raises(ValueError, match="different data configuration") as err:
             make_loader(source, m, global_batch_size=2 * B, state=state)
+        # The refusal says what to do: the same data flags, or a new run / a step number.
+        assert "use the same data flags as the run that saved it" in str(err.value)
+        assert "new workdir" in str(err.value) and "start_step" in str(err.value)
         other = MockSource(B * 6, source.options, vocab_size=100, seed=4)
         with pytest.raises(ValueError, match="different data configuration"):
             make_loader(other, m, global_batch_size=B, state=state)

@@ -67,6 +67,7 @@ def test_cli_engine_beam(tmp_path, corpus_docs):
             "jaxblend.tools.preprocess",
             f"--input={src}",
             f"--output_prefix={tmp_path / 'beam' / 'c'}",
+            "--tokenizer_type=byte",
             "--append_eod",
             "--partitions=3",
             "--engine=beam",

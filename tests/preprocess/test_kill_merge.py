@@ -21,7 +21,7 @@ PARTS = 6
 
 def _args(src, prefix):
     return ["-m", "jaxblend.tools.preprocess", f"--input={src}", f"--output_prefix={prefix}",
-            "--append_eod", f"--partitions={PARTS}", "--workers=1", "--noprogress"]
+            "--tokenizer_type=byte", "--append_eod", f"--partitions={PARTS}", "--workers=1", "--noprogress"]
 
 
 @pytest.fixture(scope="module")

@@ -8,6 +8,7 @@ same bytes.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
@@ -352,3 +353,133 @@ def test_tokenizer_model_directory_without_model_file_is_one_clear_line(tmp_path
     assert r.returncode == 1
     assert "empty_dir" in r.stderr and "tokenizer.json" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def _legacy_gpt2_tokenize(vocab_file: str, merge_file: str):
+    """Megatron-LM's legacy ``_GPT2BPETokenizer`` (``--legacy-tokenizer``), restated from its source
+    (megatron/training/tokenizer/gpt2_tokenization.py; megatron.training is not in megatron-core, so
+    it cannot be imported here): GPT-2's regex, bytes mapped to printable characters, merges applied
+    lowest rank first, ``special_tokens=[]`` (special-token text is ordinary text), unknown -> 0."""
+    import regex
+
+    with open(vocab_file, encoding="utf-8") as f:
+        encoder = json.load(f)
+    with open(merge_file, encoding="utf-8") as f:
+        ranks = {tuple(m.split()): r for r, m in enumerate(f.read().split("\n")[1:-1])}
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
+                 *range(ord("®"), ord("ÿ") + 1)]
+    byte_char = {b: chr(b) for b in printable}
+    for b in range(256):
+        if b not in byte_char:
+            byte_char[b] = chr(256 + len(byte_char) - len(printable))
+    pattern = regex.compile(
+        r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+    )
+
+    def bpe(word: str) -> list[str]:
+        parts = list(word)
+        while len(parts) > 1:
+            best = min(itertools.pairwise(parts), key=lambda p: ranks.get(p, float("inf")))
+            if best not in ranks:
+                break
+            merged, i = [], 0
+            while i < len(parts):
+                if i + 1 < len(parts) and (parts[i], parts[i + 1]) == best:
+                    merged.append(parts[i] + parts[i + 1])
+                    i += 2
+                else:
+                    merged.append(parts[i])
+                    i += 1
+            parts = merged
+        return parts
+
+    def tokenize(text: str) -> list[int]:
+        return [
+            encoder.get(piece, 0)
+            for chunk in pattern.findall(text)
+            for piece in bpe("".join(byte_char[b] for b in chunk.encode("utf-8")))
+        ]
+
+    return tokenize, encoder["<|endoftext|>"], len(encoder)
+
+
+@pytest.mark.parity
+def test_legacy_gpt2_command_line_with_dataset_impl_is_byte_identical(tmp_path, tokenizer_files):
+    # Megatron's classic GPT-2 command line as older scripts write it: --legacy-tokenizer and
+    # --dataset-impl mmap. The legacy GPT-2 tokenizer gives the same ids, so the same files.
+    records = _corpus(60)
+    records.append({"text": "a <|endoftext|> inside the text", "title": "t"})
+    _write(tmp_path / "data.jsonl", records)
+    g = tokenizer_files["gpt2"]
+    r = _cli(
+        ["--input", "data.jsonl", "--output-prefix", "legacy", "--vocab-file", g["vocab_file"],
+         "--merge-file", g["merge_file"], "--tokenizer-type", "GPT2BPETokenizer",
+         "--legacy-tokenizer", "--dataset-impl", "mmap", "--append-eod", "--workers", "2"],
+        cwd=tmp_path,
+    )
+    assert r.returncode == 0, r.stderr
+    assert "note: --legacy-tokenizer: Megatron's legacy GPT2BPETokenizer gives the same ids" in r.stderr
+    assert "note: --dataset-impl mmap" in r.stderr
+    tokenize, eod, vocab_size = _legacy_gpt2_tokenize(g["vocab_file"], g["merge_file"])
+    with open(tmp_path / "data.jsonl", encoding="utf-8") as f:
+        lines = f.readlines()
+    ref = megatron_reference(lines, ["text"], tokenize, eod, vocab_size, str(tmp_path / "mg"))
+    assert read_bytes(str(tmp_path / "legacy_text_document")) == read_bytes(ref["text"])
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        ([], 2, ("--tokenizer-type is required (as in Megatron's preprocess_data.py): one of "
+                 + ", ".join(tok_spec.TOKENIZER_TYPES))),
+        (["--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", "tok.json",
+          "--legacy-tokenizer"], 1,
+         ("--legacy-tokenizer with --tokenizer-type HuggingFaceTokenizer is not supported: "
+          "Megatron's legacy HuggingFaceTokenizer gives other ids than megatron-core's (it calls "
+          "the transformers tokenizer with add_special_tokens on")),
+        (["--tokenizer-type", "SentencePieceTokenizer", "--tokenizer-model", "t.model",
+          "--legacy-tokenizer"], 1, "appends <CLS>, <SEP>, <EOD>, <MASK> to the vocabulary"),
+        (["--tokenizer-type", "ByteTokenizer", "--dataset-impl", "lazy"], 1,
+         ("--dataset-impl lazy is not supported: jaxblend writes the mmap format only (the one "
+          "megatron-core reads); use --dataset-impl mmap or drop the flag")),
+    ],
+    ids=["no_tokenizer_type", "legacy_hf", "legacy_sentencepiece", "dataset_impl_lazy"],
+)
+def test_megatron_flags_that_would_change_the_output_are_one_clear_line(tmp_path, args, code,
+                                                                       message):
+    (tmp_path / "data.jsonl").write_text('{"text": "a"}\n')
+    r = _cli(["--input", "data.jsonl", "--output-prefix", "out", *args], cwd=tmp_path)
+    assert r.returncode == code, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], r.stderr
+    assert not list(tmp_path.glob("out*"))
+
+
+@pytest.mark.parity
+@pytest.mark.parametrize("kind", ["GPTSentencePieceTokenizer", "NullTokenizer"])
+def test_other_legacy_types_with_the_same_ids_are_byte_identical(tmp_path, tokenizer_files, kind):
+    # The legacy classes restated from megatron/training/tokenizer/tokenizer.py:
+    # _GPTSentencePieceTokenizer: encode_as_ids, eod = eos_id, vocabulary = the model's pieces;
+    # _NullTokenizer: int() of the space-separated fields, eod = vocab_size, vocabulary + 1.
+    if kind == "NullTokenizer":
+        records = [{"text": " ".join(str((7 * i + j) % 500) for j in range(i % 9 + 1))}
+                   for i in range(40)]
+        tok_args = ["--vocab-size", "500"]
+        tokenize, eod, vocab_size = (lambda t: [int(x) for x in t.split(" ")]), 500, 501
+    else:
+        import sentencepiece as spm
+
+        records = _corpus(40)
+        model = tokenizer_files["sentencepiece"]["model"]
+        tok_args = ["--tokenizer-model", model]
+        sp = spm.SentencePieceProcessor(model_file=model)
+        tokenize, eod, vocab_size = sp.encode_as_ids, sp.eos_id(), len(sp)
+    _write(tmp_path / "data.jsonl", records)
+    r = _cli(["--input", "data.jsonl", "--output-prefix", "legacy", "--tokenizer-type", kind,
+              *tok_args, "--legacy-tokenizer", "--append-eod", "--workers", "2"], cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert f"note: --legacy-tokenizer: Megatron's legacy {kind} gives the same ids" in r.stderr
+    with open(tmp_path / "data.jsonl", encoding="utf-8") as f:
+        lines = f.readlines()
+    ref = megatron_reference(lines, ["text"], tokenize, eod, vocab_size, str(tmp_path / "mg"))
+    assert read_bytes(str(tmp_path / "legacy_text_document")) == read_bytes(ref["text"])

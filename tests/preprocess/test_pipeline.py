@@ -225,3 +225,47 @@ def test_existing_output_without_manifest_is_not_clobbered(tmp_path, corpus_docs
     assert (
         pipeline.preprocess(dataclass_replace(cfg, overwrite=True)).keys["text"]["documents"] == 10
     )
+
+
+def test_no_document_written_fails_naming_input_and_top_reason(tmp_path):
+    from jaxblend.preprocess import no_output
+
+    empty = tmp_path / "empty.jsonl"
+    empty.write_bytes(b"")
+    with pytest.raises(no_output.NoDocumentsError) as err:
+        pipeline.preprocess(_config(tmp_path / "a", [empty]))
+    assert str(err.value) == (
+        f"--input {empty}: no documents written: the input holds no records (an empty file?)"
+    )
+
+    src = tmp_path / "in.jsonl"
+    write_jsonl(src, ["one", "two", "three"])  # every record has "text", none has "body"
+    with pytest.raises(no_output.NoDocumentsError) as err:
+        pipeline.preprocess(_config(tmp_path / "b", [src], json_keys=("body",)))
+    assert str(err.value) == (
+        f"--input {src}: no documents written: all 3 records were dropped, most as missing_key "
+        f"(3, e.g. {src}:1 (key 'body')); check that --json-keys body names fields the records have"
+    )
+    assert not os.path.exists(str(tmp_path / "b" / "out" / "corpus_body_document.idx"))
+
+    with pytest.raises(no_output.NoDocumentsError, match=r"most as oversize \(3, .*raise "
+                       r"--max-document-chars \(now 2\)"):
+        pipeline.preprocess(_config(tmp_path / "c", [src], max_document_chars=2))
+
+
+def test_one_input_of_several_giving_no_document_is_named(tmp_path):
+    from jaxblend.preprocess import no_output
+
+    good, bad, empty = tmp_path / "good.jsonl", tmp_path / "bad.jsonl", tmp_path / "empty.jsonl"
+    write_jsonl(good, ["one", "two", "three"])
+    bad.write_text('{"body": "x"}\n{"text": 3}\n{"body": "y"}\n')
+    empty.write_bytes(b"")
+    with pytest.raises(no_output.NoDocumentsError) as err:
+        pipeline.preprocess(_config(tmp_path / "a", [good, bad], partitions=1))
+    assert str(err.value) == (
+        f"--input {bad}: no documents written: all 3 records were dropped, most as missing_key "
+        f"(2, e.g. {bad}:1 (key 'text')); check that --json-keys text names fields the records have"
+    )
+    with pytest.raises(no_output.NoDocumentsError, match=rf"^--input {empty}: .* no records"):
+        pipeline.preprocess(_config(tmp_path / "b", [good, empty]))
+    assert pipeline.preprocess(_config(tmp_path / "c", [good])).keys["text"]["documents"] == 3

@@ -99,3 +99,19 @@ def test_cli_errors_are_clear(tmp_path):
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 1 and "no.model" in err and "does not exist" in err
     assert not os.path.exists(str(tmp_path / "o") + ".preprocess.json")
+
+
+def test_cli_exits_non_zero_when_no_document_is_written(tmp_path):
+    src = tmp_path / "a.jsonl"
+    src.write_text('{"text": "hi"}\n{"text": "ho"}\n')
+    proc = _cli([f"--input={src}", f"--output_prefix={tmp_path / 'o'}", "--tokenizer_type=byte",
+                 "--json_keys=body", "--noprogress"])
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1, (out, err)
+    lines = [line for line in err.strip().splitlines() if "] preprocess: " not in line]  # logging
+    assert len(lines) == 1 and lines[0] == (
+        f"error: --input {src}: no documents written: all 2 records were dropped, most as "
+        f"missing_key (2, e.g. {src}:1 (key 'body')); check that --json-keys body names fields "
+        "the records have"
+    ), err
+    assert not os.path.exists(str(tmp_path / "o") + "_body_document.idx")

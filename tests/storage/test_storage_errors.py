@@ -249,3 +249,44 @@ def test_parse_index_rejects_directly() -> None:
         idx_format.parse_index(b"MMIDIDX", "x.idx")
     with pytest.raises(ValueError, match="not storable"):
         idx_format.dtype_code(np.uint32)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_missing_prefix_suggests_the_likely_fix(tmp_path: Path, backend: str) -> None:
+    docs = random_docs(np.random.default_rng(0), np.uint16, 3)
+    out = tmp_path / "out"
+    write_corpus(str(out) + "_text_document", np.uint16, docs)
+    # A prefix given with its .bin/.idx suffix: the prefix without it.
+    for suffix in (".bin", ".idx"):
+        given = f"{out}_text_document{suffix}"
+        with pytest.raises(IndexFormatError) as info:
+            IndexedDataset(given, backend=backend)
+        assert str(info.value) == (
+            f"{given}.idx: index file does not exist; a prefix has no {suffix} suffix: give "
+            f"{out}_text_document"
+        )
+    # preprocess's --output-prefix instead of the dataset it wrote.
+    with pytest.raises(IndexFormatError) as info:
+        IndexedDataset(str(out), backend=backend)
+    assert str(info.value) == (
+        f"{out}.idx: index file does not exist; preprocessing appends _{{key}}_{{level}} to its "
+        f"output prefix: did you mean {out}_text_document?"
+    )
+    write_corpus(str(out) + "_title_document", np.uint16, docs)
+    with pytest.raises(IndexFormatError, match=r"did you mean .*out_text_document\?$"):
+        IndexedDataset(str(out), backend=backend)
+    with pytest.raises(IndexFormatError, match=r"did you mean .*out_title_document\?$"):
+        IndexedDataset(str(tmp_path / "out_title"), backend=backend)
+    # Nothing better known: the plain message.
+    with pytest.raises(IndexFormatError, match=r"nothing\.idx: index file does not exist$"):
+        IndexedDataset(str(tmp_path / "nothing"), backend=backend)
+
+
+def test_missing_remote_prefix_with_a_suffix_suggests_the_prefix(plain_corpus: Corpus) -> None:
+    url = copy_to_memory(plain_corpus.prefix)
+    for suffix in (".bin", ".idx"):
+        with pytest.raises(IndexFormatError) as info:
+            IndexedDataset(url + suffix)
+        assert str(info.value).startswith(f"{url}{suffix}.idx: index file does not exist")
+        assert str(info.value).endswith(f"; a prefix has no {suffix} suffix: give {url}")
+    IndexedDataset(url)  # the suggested prefix opens

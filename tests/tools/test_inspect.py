@@ -174,6 +174,13 @@ def test_build_index_fills_then_reuses_the_cache(data, tmp_path):
     args = [a for a in args if not a.startswith("--data_cache_path")] + [f"--data_cache_path={cache}"]
     first = run("jaxblend.tools.build_index", *args)
     assert "train: 400 samples" in first.stdout and "test: none" in first.stdout
+    # Each dataset's share of the split (the blend's 25/75 draws), apart from its own size.
+    train = next(line for line in first.stdout.splitlines() if "train:" in line)
+    drawn, own = train.split("; drawn from each dataset (share of the split): ")[1].split(
+        "; samples each dataset holds: ")
+    assert drawn == "a 100 (25.0%), b 300 (75.0%)", train
+    assert [part.split()[0] for part in own.split(", ")] == ["a", "b"], train
+    assert all(int(part.split()[1].replace(",", "")) > 0 for part in own.split(", ")), train
     entries = [p for p in cache.iterdir() if not p.name.startswith(".")]
     assert len(entries) == 1 and (entries[0] / "manifest.json").exists()
     second = run("jaxblend.tools.build_index", *args)

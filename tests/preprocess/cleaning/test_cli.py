@@ -27,6 +27,8 @@ def test_readme_cleaning_run(tmp_path):
     proc = _cli(
         "-m",
         "jaxblend.tools.preprocess",
+        "--tokenizer-type",
+        "ByteTokenizer",
         "--input",
         f"{demo}/corpus.jsonl",
         "--output-prefix",
@@ -68,6 +70,8 @@ def test_cli_errors_are_one_line(tmp_path):
         proc = _cli(
             "-m",
             "jaxblend.tools.preprocess",
+            "--tokenizer-type",
+            "ByteTokenizer",
             f"--input={src}",
             f"--output_prefix={tmp_path}/o",
             "--clean_languages=en" if "lang_model" in flag else "--noprogress",
@@ -90,6 +94,8 @@ def test_clean_config_file(tmp_path):
     proc = _cli(
         "-m",
         "jaxblend.tools.preprocess",
+        "--tokenizer-type",
+        "ByteTokenizer",
         f"--input={src}",
         f"--output_prefix={tmp_path}/o/c",
         f"--clean_config={cfg}",
