@@ -51,3 +51,20 @@ def write_random_dataset(
             builder.add_sequence(tokens)
             builder.end_document()
     return prefix
+
+
+def three_dataset_infos() -> dict[str, index.DatasetInfo]:
+    """Three datasets of random lengths (/d/a, /d/b, /d/c) for index-map tests."""
+    return random_infos(5, {"/d/a": (50, 400), "/d/b": (80, 150), "/d/c": (10, 60)})
+
+
+def three_dataset_config(**kwargs) -> index.GPTDataConfig:
+    """A 30/60/10 blend of `three_dataset_infos` over an 80/15/5 split; `kwargs` override."""
+    base = {
+        "blend": ["30", "/d/a", "60", "/d/b", "10", "/d/c"],
+        "split": "80,15,5",
+        "seq_length": 16,
+        "num_samples": (300, 40, 10),
+    }
+    base.update(kwargs)
+    return index.GPTDataConfig(**base)

@@ -10,7 +10,7 @@ import os
 
 import numpy as np
 import pytest
-from helpers_data import dataset_info, random_infos
+from helpers_data import dataset_info, three_dataset_config, three_dataset_infos
 
 from jaxblend import index
 from jaxblend.access import DataAccess, MapStoreOptions
@@ -20,18 +20,10 @@ from jaxblend.map_store import load_or_build_data_maps
 
 @pytest.fixture(scope="module")
 def infos():
-    return random_infos(5, {"/d/a": (50, 400), "/d/b": (80, 150), "/d/c": (10, 60)})
+    return three_dataset_infos()
 
 
-def _config(**kwargs):
-    base = {
-        "blend": ["30", "/d/a", "60", "/d/b", "10", "/d/c"],
-        "split": "80,15,5",
-        "seq_length": 16,
-        "num_samples": (300, 40, 10),
-    }
-    base.update(kwargs)
-    return index.GPTDataConfig(**base)
+_config = three_dataset_config
 
 
 def _local(path) -> DataAccess:
