@@ -164,22 +164,30 @@ def test_data_without_a_record_decodes_with_the_tokenizer_flags(data, tmp_path):
         _check(text, window[window >= 0], _decoder(data["model"]), data["corpus"])
 
 
-def test_a_changed_or_missing_tokenizer_file_is_refused(data, tmp_path_factory):
+def test_a_changed_or_missing_tokenizer_file_is_refused_unless_a_copy_is_given(
+    data, tmp_path_factory
+):
     root = tmp_path_factory.mktemp("changed")
     prefix, model = _make(root, "own", data["docs"])
     record = f"{root / 'own'}.preprocess.json"
+    copy = str(root / "copy.json")
+    shutil.copy(model, copy)
     with open(model, "a") as f:
         f.write(" ")
-    out = run("jaxblend.tools.inspect", "explain", f"--data_path={prefix}", *DATA, "--decode")
-    line = _error(out)
+    args = ["jaxblend.tools.inspect", "explain", f"--data_path={prefix}", *DATA, "--decode"]
+    line = _error(run(*args))
     assert line.startswith(f"error: --decode: tokenizer file {model} has SHA-256 ")
-    assert line.endswith(f"recorded in {record}; restore the original or {HOW}")
-    os.remove(model)
-    out = run("jaxblend.tools.inspect", "explain", f"--data_path={prefix}", *DATA, "--decode")
-    assert _error(out) == (
-        f"error: --decode: tokenizer file {model} recorded in {record} does not exist here; copy "
-        f"it there or {HOW}"
+    assert line.endswith(f"recorded in {record}; restore the original or {HOW} naming a copy")
+    line = _error(run(*args, "--tokenizer_type=hf", f"--tokenizer_model={model}"))
+    assert line.startswith(
+        f"error: --decode: --tokenizer_type=HuggingFaceTokenizer with files {model} is not the "
+        f"tokenizer recorded in {record} (HuggingFaceTokenizer, SHA-256 "
     )
-    out = run("jaxblend.tools.inspect", "explain", f"--data_path={prefix}", *DATA, "--decode",
-              "--tokenizer_type=hf", f"--tokenizer_model={data['model']}")
-    assert _error(out).startswith("error: --decode: tokenizer file")  # the record comes first
+    os.remove(model)
+    assert _error(run(*args)) == (
+        f"error: --decode: tokenizer file {model} recorded in {record} does not exist here; copy "
+        f"it there or {HOW} naming a copy"
+    )
+    out = run(*args, "--tokenizer_type=hf", f"--tokenizer_model={copy}")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.count("\n      text: ") == 8
