@@ -101,9 +101,10 @@ def explain() -> dict:
     from jaxblend.decode import shorten
     from jaxblend.storage import IndexedDataset
 
+    access = cli.data_access_from_flags()
     decoder = None
     if flags.FLAGS.decode:  # before any work: a tokenizer that cannot be found fails at once
-        decoder = cli.decoder_from_flags(cli.prefixes_from_flags(), cli.data_access_from_flags())
+        decoder = cli.decoder_from_flags(cli.prefixes_from_flags(), access)
     _, plan, names = _plan_and_names()
     step = flags.FLAGS.step
     steps = cli.step_plan(len(plan), flags.FLAGS.global_batch_size)
@@ -114,7 +115,7 @@ def explain() -> dict:
         )
     samples = steps.sample_ids(step)
     b = samples.size
-    opened = {n: IndexedDataset(n) for n in dict.fromkeys(names)}
+    opened = {n: IndexedDataset(n, access=access) for n in dict.fromkeys(names)}
     doc_indices = {n: np.asarray(ds.document_indices) for n, ds in opened.items()}
     rows = []
     print(f"global batch {step} ({flags.FLAGS.which}, B={b}): row  sample  dataset  pieces (document/sequence [start:stop))")

@@ -21,6 +21,7 @@ from tests.preprocess.conftest import make_documents, small_run_config, write_js
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DATA = ["--split=100,0,0", "--seq_length=24", "--train_samples=32"]
+ENDPOINT_ENVS = ("JAXBLEND_S3_ENDPOINT", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
 HOW = "pass --tokenizer_type and --tokenizer_model (or --vocab_file, --merge_file)"
 
 
@@ -191,3 +192,36 @@ def test_a_changed_or_missing_tokenizer_file_is_refused_unless_a_copy_is_given(
     out = run(*args, "--tokenizer_type=hf", f"--tokenizer_model={copy}")
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.count("\n      text: ") == 8
+
+
+def test_explain_decodes_bucket_data_with_its_record_in_the_bucket(data, s3_server, tmp_path):
+    """The record is read from the bucket and the dataset opened with `--s3_endpoint` (the only
+    place the endpoint is given)."""
+    url = s3_server.upload(data["prefix"], "decode/web_text_document")
+    with open(str(data["root"] / "web.preprocess.json"), "rb") as f:
+        s3_server.write("decode/web.preprocess.json", f.read())
+    env = {k: v for k, v in os.environ.items() if k not in ENDPOINT_ENVS}
+    env.update({k: v for k, v in s3_server.environ().items() if k not in ENDPOINT_ENVS})
+    env["PYTHONPATH"] = ROOT
+    args = ["inspect", "explain", f"--data_path={url}", *DATA, "--global_batch_size=4",
+            f"--data_cache_path={tmp_path / 'maps'}", "--decode", "--decode_chars=0",
+            f"--json={tmp_path / 'explain.json'}"]
+    out = subprocess.run([sys.executable, "-m", "jaxblend.tools.inspect", *args[1:],
+                          f"--s3_endpoint={s3_server.url}"], env=env, cwd=ROOT,
+                         capture_output=True, text=True, timeout=300, check=False)
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = json.loads((tmp_path / "explain.json").read_text())["rows"]
+    shown = [s for s in out.stdout.splitlines() if s.startswith("      text: ")]
+    assert len(rows) == 4 and shown == [f"      text: {row['text']}" for row in rows]
+    local = run("jaxblend.tools.inspect", *args[1:-1], f"--json={tmp_path / 'local.json'}",
+                f"--data_path={data['prefix']}")
+    assert local.returncode == 0, local.stderr[-3000:]
+    local_rows = json.loads((tmp_path / "local.json").read_text())["rows"]
+    assert [r["text"] for r in rows] == [r["text"] for r in local_rows]
+
+
+def test_mock_data_needs_the_tokenizer_flags(tmp_path):
+    out = run("jaxblend.tools.dump_batches", "--mock_data", "--seq_length=16", "--steps=1",
+              "--num_cpu_devices=1", f"--out={tmp_path}", "--decode")
+    assert _error(out) == f"error: --decode: mock data has no recorded tokenizer; {HOW} to decode it"
+    assert not os.path.exists(tmp_path / "batches.npz")
