@@ -108,7 +108,7 @@ def record_candidates(prefix: str) -> list[str]:
         out.append(stem[:cut])
 
 
-def _read_text(path: str, access: DataAccess) -> str | None:
+def read_text(path: str, access: DataAccess) -> str | None:
     """The text of a local file or bucket object; None when it does not exist."""
     if not is_url(path) or path.lower().startswith("file://"):
         local = path[len("file://") :] if path.lower().startswith("file://") else path
@@ -144,7 +144,7 @@ def read_facts(prefix: str, access: DataAccess | None = None) -> TokenizerFacts 
     name = os.path.basename(prefix)
     for candidate in record_candidates(prefix):
         path = candidate + RECORD_SUFFIX
-        text = _read_text(path, access)
+        text = read_text(path, access)
         if text is None:
             continue
         try:

@@ -57,6 +57,7 @@ from jaxblend.cli.step_plan_flags import (
 )
 from jaxblend.cli.tokenizer_flags import (
     RunTokenizer,
+    decoder_from_flags,
     define_tokenizer_flags,
     run_tokenizer_from_flags,
 )
@@ -70,6 +71,7 @@ __all__ = [
     "TrainSettings",
     "data_access_from_flags",
     "data_config_from_flags",
+    "decoder_from_flags",
     "define_data_flags",
     "define_distributed_flags",
     "define_loader_flags",

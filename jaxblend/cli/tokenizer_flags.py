@@ -55,18 +55,38 @@ class RunTokenizer:
     pad_id: int | None = None
 
 
-def fallback_facts_from_flags() -> TokenizerFacts | None:
-    """The facts of `--tokenizer_type` & co. (the tokenizer is loaded, offline), or None."""
+def spec_from_flags():
+    """The `TokenizerSpec` of `--tokenizer_type` & co., or None when not given."""
     fl = flags.FLAGS
     if not fl.tokenizer_type:
         return None
-    from jaxblend.preprocess import tokenizer_spec, tokenizers
+    from jaxblend.preprocess import tokenizer_spec
 
-    spec = tokenizer_spec.TokenizerSpec(
+    return tokenizer_spec.TokenizerSpec(
         type=fl.tokenizer_type, model=fl.tokenizer_model, vocab_file=fl.vocab_file,
         merge_file=fl.merge_file,
     )
+
+
+def fallback_facts_from_flags() -> TokenizerFacts | None:
+    """The facts of `--tokenizer_type` & co. (the tokenizer is loaded, offline), or None."""
+    spec = spec_from_flags()
+    if spec is None:
+        return None
+    from jaxblend.preprocess import tokenizer_spec, tokenizers
+
     return tokenizer_spec.facts_of(spec, tokenizers.load_tokenizer(spec))
+
+
+def decoder_from_flags(prefixes: list[str], access: DataAccess):
+    """The tokenizer `--decode` uses for ``prefixes`` (recorded, else `--tokenizer_type` & co.).
+
+    Raises:
+      DecodeError: it cannot be found or verified (one line saying how to supply it).
+    """
+    from jaxblend.decode import load_decoder
+
+    return load_decoder(prefixes, access, spec_from_flags())
 
 
 def run_tokenizer_from_flags(

@@ -11,6 +11,19 @@ from absl import flags
 _WHICH_HELP = "Split: train, valid, test, or valid_<k> (--multiple_validation_sets)."
 
 
+def define_decode_flags() -> None:
+    """`--decode` and `--decode_chars` (dump_samples, dump_batches, inspect explain)."""
+    flags.DEFINE_bool(
+        "decode", False,
+        "Also show samples as text, decoded with the tokenizer recorded with the data (its files "
+        "checked by SHA-256), or of --tokenizer_type & co. for data without a record.",
+    )
+    flags.DEFINE_integer(
+        "decode_chars", 200, "inspect explain --decode: characters of text shown per row (0: all).",
+        lower_bound=0,
+    )
+
+
 def define_dump_samples_flags() -> None:
     """`jaxblend.tools.dump_samples`: `--num`, `--out`."""
     flags.DEFINE_integer("num", 16, "Samples to dump per split.", lower_bound=0)

@@ -15,6 +15,9 @@ Also takes the data flags of `jaxblend.tools.dump_samples` (or `--mock_data`), t
 flags, `--rampup_batch_size` (Megatron's batch-size ramp-up; batches of one size are stacked, so
 `--steps` must stay within one size or the file holds one array per step: `<key>/<step>`),
 `--state_in` (resume from a loader state JSON) and `--state_out` (write the final state).
+With `--decode`, process 0 also writes `<out>/batches.decoded.json`: `{"<step>": [text of each
+row's inputs, ...]}`, decoded with the tokenizer recorded with the data (`jaxblend.decode`;
+`--tokenizer_type` & co. for Megatron-made data).
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ def define_flags() -> None:
     cli.define_distributed_flags()
     cli.define_tokenizer_flags()
     tool_flags.define_dump_batches_flags()
+    tool_flags.define_decode_flags()
 
 
 def _stacked(gathered: dict[str, list], first: int) -> dict:
@@ -65,6 +69,10 @@ def main(argv: Sequence[str]) -> None:
     from jaxblend.mesh import default_batch_axes
 
     fl = flags.FLAGS
+    decoder = None
+    if fl.decode:  # before any work: a tokenizer that cannot be found fails at once
+        prefixes = [] if fl.mock_data else cli.prefixes_from_flags()
+        decoder = cli.decoder_from_flags(prefixes, cli.data_access_from_flags())
     mesh = cli.mesh_from_flags()
     source = cli.source_from_flags(fl.which)
     state = None
@@ -98,6 +106,16 @@ def main(argv: Sequence[str]) -> None:
             np.savez(tmp, **_stacked(gathered, loader.step - steps))
         logging.info("wrote %s (%d steps from step %d)", path, steps, loader.step - steps)
         print(f"wrote {path}")
+        if decoder is not None:
+            first = loader.step - steps
+            text = {
+                str(first + i): [decoder.detokenize(row) for row in np.asarray(inputs)]
+                for i, inputs in enumerate(gathered["inputs"])
+            }
+            text_path = os.path.join(fl.out, "batches.decoded.json")
+            with atomic_write.atomic_file(text_path, "w", encoding="utf-8") as f:
+                json.dump(text, f, indent=1, ensure_ascii=False)
+            print(f"wrote {text_path}")
         if fl.state_out:
             with atomic_write.atomic_file(fl.state_out, "w") as f:
                 json.dump(loader.state(), f)

@@ -4,7 +4,9 @@ Writes `<out>/<split>.npz` for each split that exists, holding `dataset_index` a
 `dataset_sample_index` (blends only), `ds{j}_document_index`, `ds{j}_sample_index`,
 `ds{j}_shuffle_index` for each constituent dataset j (Megatron's dtypes), and `samples_text`
 (int64 `[num, seq_length + extra]`, the raw token window of each of the first `num` samples,
-padded with -1). A blend of datasets made with different tokenizers (their preprocessing records
+padded with -1). With `--decode`, also `<out>/<split>.decoded.json`: the text of each of those
+samples (a list, row i = `samples_text` row i), decoded with the tokenizer recorded with the data
+(`jaxblend.decode`; `--tokenizer_type` & co. for Megatron-made data). A blend of datasets made with different tokenizers (their preprocessing records
 say so) is refused unless `--allow_mixed_tokenizers`. Flags are named after Megatron-LM's (its dashed, space-separated spellings
 are accepted as well):
 
@@ -15,6 +17,7 @@ are accepted as well):
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Sequence
 
@@ -28,10 +31,11 @@ from jaxblend.map_store import load_or_build_data_maps
 
 
 def define_flags() -> None:
-    """The data flags, the tokenizer flags and `--num`, `--out`."""
+    """The data flags, the tokenizer flags, `--num`, `--out` and `--decode`."""
     data_flags.define_data_flags()
     cli.define_tokenizer_flags()
     tool_flags.define_dump_samples_flags()
+    tool_flags.define_decode_flags()
 
 
 def split_arrays(split_maps: index.SplitMaps, datasets: dict, num: int) -> dict[str, np.ndarray]:
@@ -59,12 +63,23 @@ def split_arrays(split_maps: index.SplitMaps, datasets: dict, num: int) -> dict[
     return out
 
 
+def decoded_rows(samples_text: np.ndarray, decoder) -> list[str]:
+    """The text of each row of a ``samples_text`` array (its -1 padding left out)."""
+    return [decoder.detokenize(row[row >= 0]) for row in samples_text]
+
+
 def dump(
-    config: index.GPTDataConfig, out_dir: str, num: int, access: DataAccess | None = None
+    config: index.GPTDataConfig,
+    out_dir: str,
+    num: int,
+    access: DataAccess | None = None,
+    decoder=None,
 ) -> list[str]:
     """Builds the plan of `config` and writes one .npz per existing split; returns the paths.
 
-    `access` says how data and the map store are reached (default: `DataAccess.from_env()`).
+    `access` says how data and the map store are reached (default: `DataAccess.from_env()`);
+    with a ``decoder`` (a tokenizer), each split's samples are also written as text to
+    ``<split>.decoded.json``.
     """
     access = DataAccess.from_env() if access is None else access
     datasets, infos = opening.open_config_datasets(config, access)
@@ -76,9 +91,16 @@ def dump(
         if split_maps is None:
             continue
         path = os.path.join(out_dir, f"{name}.npz")
+        arrays = split_arrays(split_maps, datasets, num)
         with atomic_write.atomic_path(path, suffix=".npz") as tmp:
-            np.savez(tmp, **split_arrays(split_maps, datasets, num))
+            np.savez(tmp, **arrays)
         written.append(path)
+        if decoder is not None:
+            text_path = os.path.join(out_dir, f"{name}.decoded.json")
+            with atomic_write.atomic_file(text_path, "w", encoding="utf-8") as f:
+                json.dump(decoded_rows(arrays["samples_text"], decoder), f, indent=1,
+                          ensure_ascii=False)
+            written.append(text_path)
         logging.info(
             "%s: %d samples, %d datasets -> %s",
             name,
@@ -97,7 +119,8 @@ def main(argv: Sequence[str]) -> None:
         raise app.UsageError("--out is required")
     config, access = data_flags.data_config_from_flags(), cli.data_access_from_flags()
     cli.run_tokenizer_from_flags(config, access)  # refuses a blend of different tokenizers
-    dump(config, fl.out, fl.num, access)
+    decoder = cli.decoder_from_flags(index.config_prefixes(config), access) if fl.decode else None
+    dump(config, fl.out, fl.num, access, decoder)
 
 
 if __name__ == "__main__":

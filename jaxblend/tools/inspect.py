@@ -10,6 +10,9 @@ With `--rampup_batch_size` (Megatron's ramp-up), steps follow the ramp in every 
 * stats: documents, sequences, tokens and a document-length histogram per dataset.
 * explain: for every row of global batch N, the dataset, document ids and token ranges of its
   sample, straight from the index maps (the loader's batch N holds exactly these tokens).
+  With --decode, each row's text follows its pieces (one line, newlines shown as \n, at most
+  --decode_chars characters), decoded with the tokenizer recorded with the data
+  (`jaxblend.decode`; --tokenizer_type & co. for Megatron-made data).
 * mixture: realized vs target share of each dataset over a step range, as a table and (with
   --plot, needs matplotlib) a PNG of the cumulative shares.
 * preflight: before training, estimated index-map memory/disk per split, token-dtype limits,
@@ -43,6 +46,7 @@ def define_flags() -> None:
     cli.define_step_plan_flags(default_global_batch_size=8)
     cli.define_tokenizer_flags()
     tool_flags.define_inspect_flags()
+    tool_flags.define_decode_flags()
 
 
 def _write_json(result) -> None:
@@ -94,8 +98,13 @@ def _plan_and_names():
 
 def explain() -> dict:
     """The pieces of every row of global batch --step."""
+    from jaxblend.decode import shorten
     from jaxblend.storage import IndexedDataset
 
+    access = cli.data_access_from_flags()
+    decoder = None
+    if flags.FLAGS.decode:  # before any work: a tokenizer that cannot be found fails at once
+        decoder = cli.decoder_from_flags(cli.prefixes_from_flags(), access)
     _, plan, names = _plan_and_names()
     step = flags.FLAGS.step
     steps = cli.step_plan(len(plan), flags.FLAGS.global_batch_size)
@@ -106,7 +115,8 @@ def explain() -> dict:
         )
     samples = steps.sample_ids(step)
     b = samples.size
-    doc_indices = {n: np.asarray(IndexedDataset(n).document_indices) for n in dict.fromkeys(names)}
+    opened = {n: IndexedDataset(n, access=access) for n in dict.fromkeys(names)}
+    doc_indices = {n: np.asarray(ds.document_indices) for n, ds in opened.items()}
     rows = []
     print(f"global batch {step} ({flags.FLAGS.which}, B={b}): row  sample  dataset  pieces (document/sequence [start:stop))")
     for r, sample in enumerate(samples.tolist()):
@@ -121,6 +131,14 @@ def explain() -> dict:
                      "dataset": names[dataset_id], "dataset_sample": int(local), "pieces": pieces})
         text = " ".join(f"d{q['document']}/s{q['sequence']}[{q['start']}:{q['stop']})" for q in pieces)
         print(f"{r:4d} {sample:8d}  {os.path.basename(names[dataset_id])}  {text}")
+        if decoder is not None:
+            tokens = np.concatenate([np.zeros(0, np.int64)] + [
+                opened[names[q["dataset_id"]]].get(q["sequence"], offset=q["start"],
+                                                   length=q["stop"] - q["start"])
+                for q in pieces
+            ])
+            rows[-1]["text"] = decoder.detokenize(tokens)
+            print(f"      text: {shorten(rows[-1]['text'], flags.FLAGS.decode_chars)}")
     return {"step": step, "global_batch_size": b, "split": flags.FLAGS.which, "datasets": names, "rows": rows}
 
 

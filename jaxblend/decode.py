@@ -1,0 +1,167 @@
+"""Turning a dataset's token ids back into text with the tokenizer it was made with (``--decode``).
+
+`python -m jaxblend.tools.preprocess` records its tokenizer in ``<output_prefix>.preprocess.json``
+(``settings.tokenizer``: the type, its options and every file with its SHA-256).
+`recorded_spec(prefix, access, fallback)` rebuilds the `TokenizerSpec` from that record, checking
+that each recorded file still exists and has the recorded SHA-256 (or that the files of
+``fallback``, from ``--tokenizer_type`` & co., have it: a copy elsewhere);
+`load_decoder(prefixes, access, fallback)` loads one tokenizer for a run's datasets (offline, from
+local files), with ``fallback`` for data without a record (made by Megatron-LM).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+
+from jaxblend.access import DataAccess
+from jaxblend.tokenizer_facts import RECORD_SUFFIX, read_text, record_candidates
+
+_HOW = "pass --tokenizer_type and --tokenizer_model (or --vocab_file, --merge_file)"
+
+
+class DecodeError(ValueError):
+    """The tokenizer of a dataset cannot be found, verified or loaded for ``--decode``."""
+
+
+def _sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _recorded_tokenizer(prefix: str, access: DataAccess) -> tuple[str, dict] | None:
+    """(record path, its ``settings.tokenizer`` entry) of dataset ``prefix``; None without one."""
+    name = os.path.basename(prefix)
+    for candidate in record_candidates(prefix):
+        path = candidate + RECORD_SUFFIX
+        text = read_text(path, access)
+        if text is None:
+            continue
+        try:
+            record = json.loads(text)
+        except ValueError as err:
+            raise DecodeError(f"{path}: not a preprocessing record ({err})") from None
+        outputs = record.get("outputs") or {}
+        if not any(os.path.basename(str(v)) == name for v in outputs.values()):
+            continue  # another run's record
+        entry = (record.get("settings") or {}).get("tokenizer")
+        return (path, entry) if isinstance(entry, dict) else None
+    return None
+
+
+def _spec_of(entry: dict):
+    """The `TokenizerSpec` of a record's ``settings.tokenizer`` entry (files as recorded)."""
+    from jaxblend.preprocess import tokenizer_spec as tok_spec
+
+    kind = tok_spec.canonical_type(str(entry["type"]))
+    paths = [str(f["path"]) for f in entry.get("files") or []]
+    kwargs: dict = {"type": kind}
+    if kind == tok_spec.GPT2BPE:
+        kwargs.update(vocab_file=paths[0], merge_file=paths[1])
+    elif paths:
+        kwargs["model"] = paths[0]
+    if kind == tok_spec.TIKTOKEN:
+        kwargs.update(
+            tiktoken_pattern=entry.get("tiktoken_pattern"),
+            tiktoken_num_special_tokens=int(entry.get("tiktoken_num_special_tokens", 1000)),
+            tiktoken_special_tokens=tuple(entry.get("tiktoken_special_tokens") or ()),
+        )
+    if kind in (tok_spec.TIKTOKEN, tok_spec.NULL):
+        kwargs["vocab_size"] = entry.get("vocab_size")
+    return tok_spec.TokenizerSpec(**kwargs)
+
+
+def _check_recorded_files(entry: dict, record_path: str) -> None:
+    """Raises `DecodeError` when a recorded file is missing or has another SHA-256."""
+    for f in entry.get("files") or []:
+        path, digest = str(f["path"]), str(f["sha256"])
+        if not os.path.isfile(path):
+            raise DecodeError(
+                f"--decode: tokenizer file {path} recorded in {record_path} does not exist here; "
+                f"copy it there or {_HOW} naming a copy"
+            )
+        actual = _sha256(path)
+        if actual != digest:
+            raise DecodeError(
+                f"--decode: tokenizer file {path} has SHA-256 {actual[:12]}, not the "
+                f"{digest[:12]} recorded in {record_path}; restore the original or {_HOW} naming "
+                "a copy"
+            )
+
+
+def recorded_spec(prefix: str, access: DataAccess | None = None, fallback=None):
+    """The `TokenizerSpec` that decodes dataset ``prefix`` as its record says; None without a
+    record.
+
+    The recorded files are used when they still have the recorded SHA-256; otherwise
+    ``fallback`` (``--tokenizer_type`` & co.) when its files have the recorded SHA-256 (a copy of
+    the same tokenizer elsewhere).
+
+    Raises:
+      DecodeError: neither the recorded files nor ``fallback`` are the recorded tokenizer (one
+        line naming the file, the record and how to supply a copy).
+    """
+    access = DataAccess.from_env() if access is None else access
+    found = _recorded_tokenizer(prefix, access)
+    if found is None:
+        return None
+    record_path, entry = found
+    try:
+        _check_recorded_files(entry, record_path)
+    except DecodeError:
+        if fallback is None:
+            raise
+        recorded = [str(f["sha256"]) for f in entry.get("files") or []]
+        fallback.check_files()
+        given = [str(f["sha256"]) for f in fallback.identity().get("files") or []]
+        if given != recorded or fallback.type != _spec_of(entry).type:
+            raise DecodeError(
+                f"--decode: --tokenizer_type={fallback.type} with files "
+                f"{', '.join(fallback.files())} is not the tokenizer recorded in {record_path} "
+                f"({entry['type']}, SHA-256 {', '.join(d[:12] for d in recorded)})"
+            ) from None
+        return fallback
+    return _spec_of(entry)
+
+
+def load_decoder(prefixes: list[str], access: DataAccess | None = None, fallback=None):
+    """The tokenizer that decodes the datasets ``prefixes`` (their first record, else ``fallback``).
+
+    Args:
+      prefixes: the datasets to decode.
+      access: how bucket objects (the records) are reached.
+      fallback: the `TokenizerSpec` of ``--tokenizer_type`` & co., or None.
+
+    Raises:
+      DecodeError: no dataset has a record and no fallback is given, or the recorded tokenizer
+        cannot be verified (one line saying how to supply the tokenizer).
+    """
+    from jaxblend.preprocess import tokenizers
+
+    access = DataAccess.from_env() if access is None else access
+    spec = None
+    for prefix in dict.fromkeys(prefixes):
+        spec = recorded_spec(prefix, access, fallback)
+        if spec is not None:
+            break
+    if spec is None and not prefixes and fallback is None:
+        raise DecodeError(f"--decode: mock data has no recorded tokenizer; {_HOW} to decode it")
+    if spec is None and fallback is None:
+        raise DecodeError(
+            f"--decode: {prefixes[0]} has no preprocessing record naming its tokenizer; {_HOW} "
+            "to decode it"
+        )
+    return tokenizers.load_tokenizer(spec if spec is not None else fallback)
+
+
+def shorten(text: str, limit: int) -> str:
+    """``text`` on one line (newlines shown as ``\\n``), cut to ``limit`` characters with ``…``
+    (0: no limit)."""
+    text = text.replace("\\", "\\\\").replace("\n", "\\n")
+    if limit and len(text) > limit:
+        return text[:limit] + "…"
+    return text
