@@ -1,7 +1,8 @@
 """Flags of the preprocessing CLI (`jaxblend.tools.preprocess`) and their `PreprocessConfig`.
 
 Named after Megatron-LM's `tools/preprocess_data.py` (whose dashed, space-separated spellings
-`jaxblend.cli.run` accepts for `MEGATRON_NARGS`), plus the cleaning flags (docs/cleaning.md).
+`jaxblend.cli.run` accepts for `MEGATRON_NARGS`), plus the cleaning flags (docs/cleaning.md), the
+bucket output's `--work_dir` and the object-store flags (`jaxblend.cli.object_store_flags`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import os
 
 from absl import app, flags
 
+from jaxblend.cli import object_store_flags
 from jaxblend.preprocess import config as config_lib
 from jaxblend.preprocess import partitions, records, sentences
 from jaxblend.preprocess import tokenizer_spec as tok_lib
@@ -144,6 +146,12 @@ def define_preprocess_flags() -> None:
         lower_bound=0,
     )
     flags.DEFINE_bool("overwrite", False, "Discard a run with different settings.")
+    flags.DEFINE_string(
+        "work_dir", None,
+        "With a gs:// or s3:// --output_prefix: local directory where the run is built (and "
+        "resumed) before it is published; default <tmp>/jaxblend-preprocess/<hash of the URL>.",
+    )
+    object_store_flags.define_object_store_flags()
     flags.DEFINE_bool("progress", True, "Show a progress bar.")
     flags.DEFINE_enum("engine", "local", ["local", "beam"], "Where partitions run.")
     flags.DEFINE_multi_string(
@@ -350,6 +358,8 @@ def preprocess_config_from_flags() -> config_lib.PreprocessConfig:
         on_error=fl.on_error,
         max_document_chars=fl.max_document_chars,
         overwrite=fl.overwrite,
+        work_dir=fl.work_dir,
+        object_store=object_store_flags.object_store_from_flags(),
         progress=fl.progress,
         drop_empty=fl.drop_empty_documents,
         sentence_splitter=fl.sentence_splitter,
