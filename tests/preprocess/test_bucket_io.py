@@ -1,0 +1,118 @@
+"""Preprocessing into gs:// and s3:// (fake-gcs-server and moto): local work directory, publish
+with the run record last, resume, no local path named after the URL."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import uuid
+
+import pytest
+
+from jaxblend.access import ObjectStoreOptions
+from jaxblend.preprocess import bucket_output, pipeline
+from jaxblend.storage.object_store import ObjectStoreError
+from tests.preprocess.conftest import read_bytes, small_run_config, write_jsonl
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _remote_bytes(server, path: str) -> tuple[bytes, bytes]:
+    with server.pointed_at():
+        kv = server.kvstore()
+        return tuple(bytes(kv.read(f"{path}.{ext}").result().value) for ext in ("bin", "idx"))
+
+
+def _exists(server, key: str) -> bool:
+    with server.pointed_at():
+        return server.kvstore().read(key).result().state == "value"
+
+
+@pytest.fixture
+def run_dirs(tmp_path, monkeypatch, corpus_docs):
+    """(input file, local reference prefix, a clean cwd); system temp under tmp_path."""
+    src = write_jsonl(str(tmp_path / "in.jsonl"), corpus_docs[:120])
+    ref = pipeline.preprocess(small_run_config(str(tmp_path / "ref" / "c"), [src]))
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    return src, ref.outputs["text"], cwd
+
+
+def test_bucket_output_is_byte_identical_published_once_and_cwd_clean(object_store, run_dirs):
+    src, ref, cwd = run_dirs
+    path = f"out-{uuid.uuid4().hex}/corpus"
+    url = object_store.prefix_url(path)
+    result = pipeline.preprocess(small_run_config(url, [src]))
+    assert result.outputs == {"text": url + "_text_document"}
+    assert result.published == (
+        f"published to {url} (.bin, then .idx, then run record {url}.preprocess.json)"
+    )
+    assert _remote_bytes(object_store, path + "_text_document") == read_bytes(ref)
+    assert _exists(object_store, path + ".preprocess.json")
+    local = bucket_output.local_prefix(url)
+    assert local.startswith(os.path.join(tempfile.gettempdir(), "jaxblend-preprocess", ""))
+    assert "gs:" not in local and "s3:" not in local
+    assert os.listdir(cwd) == []
+
+    again = pipeline.preprocess(small_run_config(url, [src]))
+    assert again.published == (
+        f"{url} is already published (run record {url}.preprocess.json); nothing uploaded"
+    )
+    assert again.partitions_reused == again.partitions == 3
+    assert os.listdir(cwd) == []
+
+
+@pytest.mark.parametrize("failing", [".idx", ".preprocess.json"])
+def test_publish_killed_midway_is_unfinished_and_rerun_completes(
+    object_store, run_dirs, monkeypatch, tmp_path, failing
+):
+    src, ref, cwd = run_dirs
+    path = f"out-{uuid.uuid4().hex}/corpus"
+    url = object_store.prefix_url(path)
+    config = small_run_config(url, [src], work_dir=str(tmp_path / "work"))
+    put = bucket_output.BucketOutput.put
+
+    def failing_put(self, key, data, what):
+        if data is not None and key.endswith(failing):
+            raise ObjectStoreError(f"injected failure uploading {key}")
+        return put(self, key, data, what)
+
+    monkeypatch.setattr(bucket_output.BucketOutput, "put", failing_put)
+    with pytest.raises(ObjectStoreError, match="injected"):
+        pipeline.preprocess(config)
+    assert not _exists(object_store, path + ".preprocess.json")  # no commit point: unfinished
+    assert _exists(object_store, path + "_text_document.bin")
+    assert _exists(object_store, path + "_text_document.idx") == (failing != ".idx")
+    with object_store.pointed_at():
+        store = bucket_output.BucketOutput(url, ObjectStoreOptions.from_env())
+        assert store.read_record() is None
+
+    monkeypatch.setattr(bucket_output.BucketOutput, "put", put)
+    result = pipeline.preprocess(config)
+    assert result.published.startswith(f"published to {url} ")
+    assert result.partitions_reused == 3  # the partitions were kept in the work directory
+    assert _remote_bytes(object_store, path + "_text_document") == read_bytes(ref)
+    assert _exists(object_store, path + ".preprocess.json")
+    assert os.listdir(cwd) == []
+
+
+def test_cli_publishes_to_bucket_with_object_store_flags(object_store, run_dirs, tmp_path):
+    src, ref, cwd = run_dirs
+    path = f"out-{uuid.uuid4().hex}/corpus"
+    url = object_store.prefix_url(path)
+    env = dict(os.environ, PYTHONPATH=_ROOT, **object_store.environ())
+    proc = subprocess.run(
+        [sys.executable, "-m", "jaxblend.tools.preprocess", f"--input={src}",
+         f"--output-prefix={url}", "--tokenizer-type=byte", "--append-eod", "--partitions=3",
+         "--workers=1", "--noprogress", f"--work_dir={tmp_path / 'work'}",
+         "--storage_retries=1", "--storage_timeout=30"],
+        check=False, cwd=cwd, env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"published to {url} " in proc.stdout
+    assert _remote_bytes(object_store, path + "_text_document") == read_bytes(ref)
+    assert os.listdir(cwd) == []
