@@ -38,7 +38,7 @@ from absl import logging
 
 from jaxblend import storage
 from jaxblend.access import ObjectStoreOptions
-from jaxblend.preprocess import bucket_output, layout, no_output, partitions, worker
+from jaxblend.preprocess import bucket_input, bucket_output, layout, no_output, partitions, worker
 from jaxblend.preprocess import manifest as manifest_lib
 from jaxblend.preprocess import tokenizer_spec as tok_spec
 from jaxblend.preprocess.cleaning import join as join_lib
@@ -176,9 +176,14 @@ def _preprocess_local(config: PreprocessConfig, engine: Engine | None) -> Prepro
 def _open_inputs(
     config: PreprocessConfig,
 ) -> tuple[list[partitions.InputFile], tok_spec.Tokenizer, np.dtype]:
-    """Resolves the inputs, loads the tokenizer (and sentence splitter) and picks the token dtype,
-    failing before any work on a missing input, tokenizer file or end-of-document token."""
-    files = partitions.resolve_inputs(config.input)
+    """Resolves the inputs (downloading gs:// and s3:// objects: :mod:`~jaxblend.preprocess.bucket_input`),
+    loads the tokenizer (and sentence splitter) and picks the token dtype, failing before any work
+    on a missing input, tokenizer file or end-of-document token."""
+    inputs = config.input
+    if any(is_url(p) for p in inputs):
+        store = config.object_store or ObjectStoreOptions.from_env()
+        inputs = bucket_input.fetch_inputs(inputs, bucket_input.mirror_root(config.work_dir), store)
+    files = partitions.resolve_inputs(inputs)
     config.tokenizer.check_files()
     if config.split_sentences:
         worker.splitter_for(config.sentence_splitter, config.lang, config.keep_newlines)

@@ -8,11 +8,14 @@ import subprocess
 import sys
 import tempfile
 import uuid
+from pathlib import Path
 
 import pytest
 
 from jaxblend.access import ObjectStoreOptions
 from jaxblend.preprocess import bucket_output, pipeline
+from jaxblend.preprocess import manifest as manifest_lib
+from jaxblend.preprocess.partitions import InputError
 from jaxblend.storage.object_store import ObjectStoreError
 from tests.preprocess.conftest import read_bytes, small_run_config, write_jsonl
 
@@ -116,3 +119,46 @@ def test_cli_publishes_to_bucket_with_object_store_flags(object_store, run_dirs,
     assert f"published to {url} " in proc.stdout
     assert _remote_bytes(object_store, path + "_text_document") == read_bytes(ref)
     assert os.listdir(cwd) == []
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "jsonl.gz", "jsonl.zst", "txt", "parquet"])
+def test_bucket_input_and_output_match_local_files(object_store, tmp_path, monkeypatch, corpus_docs,
+                                                   fmt):
+    from tests.preprocess.test_pipeline import _write_format
+
+    src = _write_format(tmp_path, fmt, corpus_docs[:120])
+    ref = pipeline.preprocess(small_run_config(str(tmp_path / "ref" / "c"), [src]))
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    run = f"io-{uuid.uuid4().hex}"
+    object_store.write(f"{run}/in.{fmt}", src.read_bytes())
+    url = object_store.prefix_url(f"{run}/out/corpus")
+    config = small_run_config(url, [object_store.prefix_url(f"{run}/in.{fmt}")])
+    with object_store.pointed_at():
+        result = pipeline.preprocess(config)
+    assert result.records == ref.records == 120
+    assert _remote_bytes(object_store, f"{run}/out/corpus_text_document") == read_bytes(
+        ref.outputs["text"]
+    )
+    assert os.listdir(cwd) == []
+
+
+def test_changed_bucket_input_is_refused_and_missing_object_named(object_store, run_dirs):
+    src, _, _ = run_dirs
+    run = f"chg-{uuid.uuid4().hex}"
+    object_store.write(f"{run}/in.jsonl", Path(src).read_bytes())
+    url = object_store.prefix_url(f"{run}/out/c")
+    config = small_run_config(url, [object_store.prefix_url(f"{run}/in.jsonl")])
+    with object_store.pointed_at():
+        pipeline.preprocess(config)
+        object_store.write(f"{run}/in.jsonl", b'{"text": "changed"}\n')
+        with pytest.raises(manifest_lib.SettingsMismatchError, match="inputs differs"):
+            pipeline.preprocess(config)
+        missing = object_store.prefix_url(f"{run}/nothing.jsonl")
+        with pytest.raises(InputError) as e:
+            pipeline.preprocess(small_run_config(url + "2", [missing]))
+    assert str(e.value) == (
+        f"--input {missing}: object does not exist (check the URL, the bucket and the credentials)"
+    )
