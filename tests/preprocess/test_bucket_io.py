@@ -12,11 +12,14 @@ from pathlib import Path
 
 import pytest
 
+from jaxblend import storage
 from jaxblend.access import ObjectStoreOptions
 from jaxblend.preprocess import bucket_output, pipeline
 from jaxblend.preprocess import manifest as manifest_lib
 from jaxblend.preprocess.partitions import InputError
+from jaxblend.storage.idx_format import IndexFormatError
 from jaxblend.storage.object_store import ObjectStoreError
+from jaxblend.tokenizer_facts import read_facts
 from tests.preprocess.conftest import read_bytes, small_run_config, write_jsonl
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -93,11 +96,18 @@ def test_publish_killed_midway_is_unfinished_and_rerun_completes(
     with object_store.pointed_at():
         store = bucket_output.BucketOutput(url, ObjectStoreOptions.from_env())
         assert store.read_record() is None
+        assert read_facts(url + "_text_document") is None  # readers see no finished run
+        if failing == ".idx":
+            with pytest.raises(IndexFormatError, match="does not exist"):
+                storage.IndexedDataset(url + "_text_document")
 
     monkeypatch.setattr(bucket_output.BucketOutput, "put", put)
     result = pipeline.preprocess(config)
     assert result.published.startswith(f"published to {url} ")
     assert result.partitions_reused == 3  # the partitions were kept in the work directory
+    with object_store.pointed_at():
+        assert read_facts(url + "_text_document") is not None
+        assert len(storage.IndexedDataset(url + "_text_document")) == 120
     assert _remote_bytes(object_store, path + "_text_document") == read_bytes(ref)
     assert _exists(object_store, path + ".preprocess.json")
     assert os.listdir(cwd) == []
