@@ -9,7 +9,7 @@ built locally and uploaded afterwards:
   the URL. A rerun with the same settings resumes there exactly as a local run does.
 * `BucketOutput.publish` uploads in this order: delete the old run record
   (``<prefix>.preprocess.json``) and each old ``.idx``; upload every ``.bin``; then every ``.idx``;
-  then the run record, last. The record is the commit point: a prefix whose record is missing, or
+  then the cleaning report if any (``<prefix>.cleaning.json``/``.png``); then the run record, last. The record is the commit point: a prefix whose record is missing, or
   differs from the run's, is unfinished (`BucketOutput.published`); a rerun then publishes again.
   Mid-upload a reader sees no ``.idx`` (the dataset cannot be opened) or a ``.bin`` whose ``.idx``
   is not uploaded yet; it never sees an ``.idx`` beside a ``.bin`` it does not describe, and
@@ -98,8 +98,11 @@ class BucketOutput:
         """Writes (or with None deletes) object ``key`` under the prefix's directory."""
         self._wait(self._kv.write(key, data), key, what)
 
-    def publish(self, local_names: dict[str, str], record: dict[str, Any]) -> None:
-        """Uploads the local run's datasets and then its record (see the module docstring)."""
+    def publish(
+        self, local_names: dict[str, str], record: dict[str, Any], extras: tuple[str, ...] = ()
+    ) -> None:
+        """Uploads the local run's datasets, then the ``extras`` files (the cleaning report), then
+        its record (see the module docstring)."""
         record_key = self._name + ".preprocess.json"
         self.put(record_key, None, "removing the old run record")
         for name in local_names.values():
@@ -108,5 +111,8 @@ class BucketOutput:
             for name in local_names.values():
                 with open(f"{name}.{ext}", "rb") as f:
                     self.put(f"{self._key(name)}.{ext}", f.read(), f"uploading the .{ext}")
+        for path in extras:
+            with open(path, "rb") as f:
+                self.put(self._key(path), f.read(), "uploading the cleaning report")
         data = (json.dumps(record, indent=1, sort_keys=True) + "\n").encode()
         self.put(record_key, data, "writing the run record")

@@ -98,10 +98,14 @@ def _preprocess_to_bucket(config: PreprocessConfig, engine: Engine | None) -> Pr
     if store.published(record):
         note = f"{config.output_prefix} is already published (run record {record_url}); nothing uploaded"
     else:
-        store.publish(local_config.output_names(), record)
+        extras = tuple(p for p in report_lib.paths(local) if os.path.exists(p))
+        store.publish(local_config.output_names(), record, extras)
         note = f"published to {config.output_prefix} (.bin, then .idx, then run record {record_url})"
     logging.info("preprocess: %s", note)
-    return dataclasses.replace(result, outputs=url_names, published=note)
+    cleaning = result.cleaning
+    if cleaning is not None and cleaning.get("plot"):
+        cleaning = dict(cleaning, plot=report_lib.paths(config.output_prefix)[1])
+    return dataclasses.replace(result, outputs=url_names, published=note, cleaning=cleaning)
 
 
 def _preprocess_local(config: PreprocessConfig, engine: Engine | None) -> PreprocessResult:

@@ -16,6 +16,7 @@ from jaxblend import storage
 from jaxblend.access import ObjectStoreOptions
 from jaxblend.preprocess import bucket_output, pipeline
 from jaxblend.preprocess import manifest as manifest_lib
+from jaxblend.preprocess.cleaning import CleaningConfig
 from jaxblend.preprocess.partitions import InputError
 from jaxblend.storage.idx_format import IndexFormatError
 from jaxblend.storage.object_store import ObjectStoreError
@@ -172,3 +173,15 @@ def test_changed_bucket_input_is_refused_and_missing_object_named(object_store, 
     assert str(e.value) == (
         f"--input {missing}: object does not exist (check the URL, the bucket and the credentials)"
     )
+
+
+def test_cleaning_report_is_published_before_the_record(object_store, run_dirs):
+    src, _, cwd = run_dirs
+    path = f"clean-{uuid.uuid4().hex}/c"
+    url = object_store.prefix_url(path)
+    config = small_run_config(url, [src], cleaning=CleaningConfig(pii=True, exact_dedup=True))
+    with object_store.pointed_at():
+        result = pipeline.preprocess(config)
+    assert result.cleaning is not None and result.published.startswith("published to ")
+    assert _exists(object_store, path + ".cleaning.json")
+    assert os.listdir(cwd) == []
