@@ -10,7 +10,7 @@ built locally and uploaded afterwards:
 * `BucketOutput.publish` uploads in this order: delete the old run record
   (``<prefix>.preprocess.json``) and each old ``.idx``; upload every ``.bin``; then every ``.idx``;
   then the cleaning report if any (``<prefix>.cleaning.json``/``.png``); then the run record, last. The record is the commit point: a prefix whose record is missing, or
-  differs from the run's, is unfinished (`BucketOutput.published`); a rerun then publishes again.
+  differs from the run's, is unfinished; a rerun then publishes again.
   Mid-upload a reader sees no ``.idx`` (the dataset cannot be opened) or a ``.bin`` whose ``.idx``
   is not uploaded yet; it never sees an ``.idx`` beside a ``.bin`` it does not describe, and
   ``IndexedDataset`` checks the ``.bin`` size against the ``.idx`` besides.
@@ -88,11 +88,6 @@ class BucketOutput:
         except ValueError:
             return None
         return record if isinstance(record, dict) else None
-
-    def published(self, record: dict[str, Any]) -> bool:
-        """Whether exactly ``record`` is the published run record (the commit point, uploaded only
-        after every ``.bin`` and ``.idx``)."""
-        return self.read_record() == record
 
     def put(self, key: str, data: bytes | None, what: str) -> None:
         """Writes (or with None deletes) object ``key`` under the prefix's directory."""

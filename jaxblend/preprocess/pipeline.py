@@ -77,7 +77,8 @@ def preprocess(config: PreprocessConfig, engine: Engine | None = None) -> Prepro
 
 def _preprocess_to_bucket(config: PreprocessConfig, engine: Engine | None) -> PreprocessResult:
     """Builds the run under its local work directory, then publishes it unless the bucket already
-    holds exactly this run (its record is the commit point)."""
+    holds exactly this run (its record is the commit point). A bucket prefix holding a run made
+    with other settings is refused unless ``overwrite`` (checked after the local build)."""
     if config.keep_parts:
         raise ValueError(
             f"--keep_parts with a bucket --output_prefix {config.output_prefix}: the parts stay in "
@@ -95,7 +96,15 @@ def _preprocess_to_bucket(config: PreprocessConfig, engine: Engine | None) -> Pr
     manifest = layout.read_json(layout.manifest_path(local))
     record = bucket_output.published_record(manifest, url_names)
     record_url = layout.manifest_path(config.output_prefix)
-    if store.published(record):
+    remote = store.read_record()
+    other = remote is not None and remote.get("settings") != record.get("settings")
+    if other and not config.overwrite:
+        raise manifest_lib.SettingsMismatchError(
+            f"output prefix {config.output_prefix} holds a run made with different settings "
+            f"({record_url}); rerun with the original settings, choose another --output_prefix, "
+            "or pass --overwrite to replace it"
+        )
+    if remote == record:
         note = f"{config.output_prefix} is already published (run record {record_url}); nothing uploaded"
     else:
         extras = tuple(p for p in report_lib.paths(local) if os.path.exists(p))

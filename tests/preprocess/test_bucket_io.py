@@ -3,6 +3,7 @@ with the run record last, resume, no local path named after the URL."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -185,3 +186,24 @@ def test_cleaning_report_is_published_before_the_record(object_store, run_dirs):
     assert result.cleaning is not None and result.published.startswith("published to ")
     assert _exists(object_store, path + ".cleaning.json")
     assert os.listdir(cwd) == []
+
+
+def test_other_settings_into_a_published_prefix_refused_unless_overwrite(object_store, run_dirs,
+                                                                         tmp_path):
+    src, _, _ = run_dirs
+    path = f"other-{uuid.uuid4().hex}/c"
+    url = object_store.prefix_url(path)
+    with object_store.pointed_at():
+        pipeline.preprocess(small_run_config(url, [src]))
+        other = small_run_config(url, [src], append_eod=False, work_dir=str(tmp_path / "w2"))
+        with pytest.raises(manifest_lib.SettingsMismatchError) as e:
+            pipeline.preprocess(other)
+        assert str(e.value) == (
+            f"output prefix {url} holds a run made with different settings "
+            f"({url}.preprocess.json); rerun with the original settings, choose another "
+            "--output_prefix, or pass --overwrite to replace it"
+        )
+        result = pipeline.preprocess(dataclasses.replace(other, overwrite=True))
+        assert result.published.startswith("published to ")
+        assert bucket_output.BucketOutput(url, ObjectStoreOptions.from_env()).read_record()[
+            "settings"]["append_eod"] is False
