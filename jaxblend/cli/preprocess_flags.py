@@ -48,10 +48,14 @@ _DATASET_IMPL = "mmap"
 def define_preprocess_flags() -> None:
     """Defines the preprocessing flags (Megatron-LM's `preprocess_data.py` names, and cleaning)."""
     flags.DEFINE_multi_string(
-        "input", None, "Input files or globs; comma-separated and/or repeated.", required=True
+        "input", None,
+        "Input files or globs, or gs:// / s3:// objects; comma-separated and/or repeated.",
+        required=True
     )
     flags.DEFINE_string(
-        "output_prefix", None, "Output prefix: writes {prefix}_{key}_{level}.bin/.idx.", required=True
+        "output_prefix", None,
+        "Output prefix (local, or gs:// / s3://): writes {prefix}_{key}_{level}.bin/.idx.",
+        required=True
     )
     flags.DEFINE_list(
         "json_keys", ["text"], "Fields to tokenize, one dataset per key (comma- or space-separated)."

@@ -72,7 +72,7 @@ def fetch_inputs(
 def _fetch(url: str, root: str, object_store: ObjectStoreOptions) -> str:
     """The local copy of object ``url`` (see the module docstring)."""
     parent, _, name = url.rpartition("/")
-    if not name or "://" not in parent + "/":
+    if not name or not parent.partition("://")[2]:
         raise InputError(f"--input {url}: name an object, e.g. gs://bucket/data/part-0.jsonl")
     kv = open_kvstore(object_store.complete_spec(ts.KvStore.Spec(parent + "/").to_json()))
     home = os.path.join(root, _digest(url.encode()))

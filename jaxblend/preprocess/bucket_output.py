@@ -62,7 +62,7 @@ class BucketOutput:
         self.url_prefix = url_prefix
         self.object_store = object_store
         root, _, self._name = url_prefix.rstrip("/").rpartition("/")
-        if not self._name or "://" not in root + "/":
+        if not self._name or not root.partition("://")[2]:
             raise ValueError(
                 f"--output_prefix {url_prefix}: a bucket prefix needs a name after the bucket, "
                 "e.g. gs://bucket/tokens/web"

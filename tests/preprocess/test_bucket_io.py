@@ -207,3 +207,17 @@ def test_other_settings_into_a_published_prefix_refused_unless_overwrite(object_
         assert result.published.startswith("published to ")
         assert bucket_output.BucketOutput(url, ObjectStoreOptions.from_env()).read_record()[
             "settings"]["append_eod"] is False
+
+
+def test_bucket_urls_without_an_object_name_are_refused(tmp_path):
+    with pytest.raises(ValueError) as e:
+        bucket_output.BucketOutput("gs://bucket", ObjectStoreOptions())
+    assert str(e.value) == (
+        "--output_prefix gs://bucket: a bucket prefix needs a name after the bucket, "
+        "e.g. gs://bucket/tokens/web"
+    )
+    with pytest.raises(InputError) as e:
+        pipeline.preprocess(small_run_config(str(tmp_path / "o"), ["s3://bucket/"]))
+    assert str(e.value) == (
+        "--input s3://bucket/: name an object, e.g. gs://bucket/data/part-0.jsonl"
+    )
