@@ -153,7 +153,8 @@ def define_preprocess_flags() -> None:
     flags.DEFINE_string(
         "work_dir", None,
         "With a gs:// or s3:// --output_prefix: local directory where the run is built (and "
-        "resumed) before it is published; default <tmp>/jaxblend-preprocess/<hash of the URL>.",
+        "resumed) before it is published; default <tmp>/jaxblend-preprocess/<hash of the URL>. "
+        "Also holds the downloaded gs:// / s3:// --input objects (<work_dir>/inputs).",
     )
     object_store_flags.define_object_store_flags()
     flags.DEFINE_bool("progress", True, "Show a progress bar.")
