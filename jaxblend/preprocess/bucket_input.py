@@ -11,7 +11,8 @@ which gives the format), downloaded once per object generation through TensorSto
 fixed (0), so the run manifest records the same path, size and mtime on every rerun for an unchanged
 object and a different path for a changed one (a rerun with a changed input is refused, as locally).
 ``root`` is ``<work_dir>/inputs`` with ``work_dir`` given, else
-``<tmp>/jaxblend-preprocess-inputs``. An object is read whole into memory while it is written out.
+``<tmp>/jaxblend-preprocess-inputs``. The download streams ``DOWNLOAD_CHUNK``-byte ranges, each
+checked to come from the same generation.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from jaxblend.storage._location import open_kvstore
 from jaxblend.urls import is_url
 
 _CURRENT = "generation"
+DOWNLOAD_CHUNK = 64 << 20
 
 
 def mirror_root(work_dir: str | None) -> str:
@@ -81,25 +83,49 @@ def _fetch(url: str, root: str, object_store: ObjectStoreOptions) -> str:
     if os.path.exists(current):
         with open(current, "rb") as f:
             known = f.read()
-    if known is not None and os.path.exists(os.path.join(home, _digest(known), name)):
-        res = _remote.wait(
-            kv.read(name, if_not_equal=known), url, "checking the input",
-            object_store.request_timeout,
-        )
-        if res.state == "unspecified":  # unchanged since the download
-            return os.path.join(home, _digest(known), name)
-    else:  # first download, or the copy is gone
-        res = _remote.wait(kv.read(name), url, "downloading the input", object_store.request_timeout)
-    if res.state != "value":
+    if known is None or not os.path.exists(os.path.join(home, _digest(known), name)):
+        known = None  # first download, or the copy is gone
+    timeout = object_store.request_timeout
+    first = _read_chunk(kv, name, url, 0, timeout, if_not_equal=known)
+    if first.state == "unspecified":  # unchanged since the download
+        return os.path.join(home, _digest(known), name)
+    if first.state != "value":
         raise InputError(
             f"--input {url}: object does not exist (check the URL, the bucket and the credentials)"
         )
-    generation = bytes(res.stamp.generation)
+    generation = bytes(first.stamp.generation)
     path = os.path.join(home, _digest(generation), name)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with atomic_write.atomic_file(path, "wb") as f:
-        f.write(bytes(res.value))
+        res, offset = first, 0
+        while True:
+            if bytes(res.stamp.generation) != generation:
+                raise InputError(f"--input {url}: the object changed while it was downloaded; rerun")
+            f.write(res.value)
+            offset += len(res.value)
+            if len(res.value) < DOWNLOAD_CHUNK:
+                break
+            res = _read_chunk(kv, name, url, offset, timeout)
+            if res.state != "value":
+                raise InputError(f"--input {url}: the object vanished while it was downloaded; rerun")
     os.utime(path, ns=(0, 0))
     with atomic_write.atomic_file(current, "wb") as f:
         f.write(generation)
     return path
+
+
+def _read_chunk(
+    kv: ts.KvStore, name: str, url: str, offset: int, timeout: float, if_not_equal: bytes | None = None
+) -> ts.KvStore.ReadResult:
+    """Bytes ``[offset, offset + DOWNLOAD_CHUNK)`` of object ``name`` (fewer at its end)."""
+    kw = {} if if_not_equal is None else {"if_not_equal": if_not_equal}
+    try:
+        return _remote.wait(
+            kv.read(name, byte_range=slice(offset, offset + DOWNLOAD_CHUNK), **kw), url,
+            "downloading the input", timeout,
+        )
+    except ValueError:  # OUT_OF_RANGE: fewer bytes left than a chunk
+        return _remote.wait(
+            kv.read(name, byte_range=slice(offset, None), **kw), url, "downloading the input",
+            timeout,
+        )

@@ -15,10 +15,11 @@ import pytest
 
 from jaxblend import storage
 from jaxblend.access import ObjectStoreOptions
-from jaxblend.preprocess import bucket_output, pipeline
+from jaxblend.preprocess import bucket_input, bucket_output, pipeline
 from jaxblend.preprocess import manifest as manifest_lib
 from jaxblend.preprocess.cleaning import CleaningConfig
 from jaxblend.preprocess.partitions import InputError
+from jaxblend.storage._location import open_kvstore
 from jaxblend.storage.idx_format import IndexFormatError
 from jaxblend.storage.object_store import ObjectStoreError
 from jaxblend.tokenizer_facts import read_facts
@@ -139,6 +140,7 @@ def test_bucket_input_and_output_match_local_files(object_store, tmp_path, monke
     from tests.preprocess.test_pipeline import _write_format
 
     src = _write_format(tmp_path, fmt, corpus_docs[:120])
+    monkeypatch.setattr(bucket_input, "DOWNLOAD_CHUNK", 997)  # many ranges, a short last one
     ref = pipeline.preprocess(small_run_config(str(tmp_path / "ref" / "c"), [src]))
     cwd = tmp_path / "cwd"
     cwd.mkdir()
@@ -220,4 +222,45 @@ def test_bucket_urls_without_an_object_name_are_refused(tmp_path):
         pipeline.preprocess(small_run_config(str(tmp_path / "o"), ["s3://bucket/"]))
     assert str(e.value) == (
         "--input s3://bucket/: name an object, e.g. gs://bucket/data/part-0.jsonl"
+    )
+
+
+@pytest.mark.parametrize("size", [0, 5, 3000, 3001])
+def test_download_streams_ranges_and_reuses_an_unchanged_copy(tmp_path, monkeypatch, size):
+    monkeypatch.setattr(bucket_input, "DOWNLOAD_CHUNK", 1000)
+    kv = open_kvstore("memory://dl/")
+    data = bytes(range(256)) * (size // 256) + bytes(size % 256)
+    kv.write(f"{size}.jsonl", data).result()
+    url = f"memory://dl/{size}.jsonl"
+    (path,) = bucket_input.fetch_inputs([url], str(tmp_path), ObjectStoreOptions())
+    assert Path(path).read_bytes() == data and path.endswith(f"{size}.jsonl")
+    assert os.stat(path).st_mtime_ns == 0
+
+    reads = []
+    real = bucket_input._read_chunk
+    monkeypatch.setattr(bucket_input, "_read_chunk", lambda *a, **k: reads.append(a) or real(*a, **k))
+    assert bucket_input.fetch_inputs([url], str(tmp_path), ObjectStoreOptions()) == (path,)
+    assert len(reads) == 1  # one conditional read, no download
+
+    kv.write(f"{size}.jsonl", data + b"x").result()
+    (changed,) = bucket_input.fetch_inputs([url], str(tmp_path), ObjectStoreOptions())
+    assert changed != path and Path(changed).read_bytes() == data + b"x"
+
+
+def test_object_changing_mid_download_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr(bucket_input, "DOWNLOAD_CHUNK", 10)
+    kv = open_kvstore("memory://mid/")
+    kv.write("a.jsonl", b"0123456789" * 3).result()
+    real = bucket_input._read_chunk
+
+    def rewrite_after_first(kv_, name, url, offset, *a, **k):
+        if offset:
+            kv.write("a.jsonl", b"z" * 30).result()
+        return real(kv_, name, url, offset, *a, **k)
+
+    monkeypatch.setattr(bucket_input, "_read_chunk", rewrite_after_first)
+    with pytest.raises(InputError) as e:
+        bucket_input.fetch_inputs(["memory://mid/a.jsonl"], str(tmp_path), ObjectStoreOptions())
+    assert str(e.value) == (
+        "--input memory://mid/a.jsonl: the object changed while it was downloaded; rerun"
     )
