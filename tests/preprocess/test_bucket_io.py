@@ -264,3 +264,15 @@ def test_object_changing_mid_download_is_refused(tmp_path, monkeypatch):
     assert str(e.value) == (
         "--input memory://mid/a.jsonl: the object changed while it was downloaded; rerun"
     )
+
+
+def test_keep_parts_and_a_url_work_dir_are_refused_with_a_bucket_output(tmp_path):
+    src = write_jsonl(str(tmp_path / "in.jsonl"), ["a b"])
+    with pytest.raises(ValueError) as e:
+        pipeline.preprocess(small_run_config("gs://bucket/t/c", [src], keep_parts=True))
+    assert str(e.value) == (
+        "--keep_parts with a bucket --output_prefix gs://bucket/t/c: the parts stay in the local "
+        "work directory; drop --keep_parts or use a local --output_prefix"
+    )
+    with pytest.raises(ValueError, match=r"work_dir='gs://b/w' must be a local directory"):
+        small_run_config("gs://bucket/t/c", [src], work_dir="gs://b/w")
