@@ -26,7 +26,8 @@ from __future__ import annotations
 
 from absl import flags
 
-from jaxblend import access, data_args, index
+from jaxblend import data_args, index
+from jaxblend.cli import object_store_flags
 
 _BLEND_FLAGS = ("train_data_path", "valid_data_path", "test_data_path")
 # Megatron-LM spells these as space-separated lists (`--data-path 0.3 /d/a 0.7 /d/b`).
@@ -87,45 +88,10 @@ def define_data_flags() -> None:
     flags.DEFINE_bool(
         "full_validation", False, "With --multiple_validation_sets: one whole epoch of each set."
     )
-    flags.DEFINE_string(
-        "s3_endpoint", None,
-        f"S3-compatible server for s3:// URLs (MinIO, R2, Ceph, a local server); default: "
-        f"${access.ENDPOINT_ENV}, then $AWS_ENDPOINT_URL_S3 / $AWS_ENDPOINT_URL, else AWS.",
-    )
-    flags.DEFINE_string("s3_region", None, "S3 region (default: $AWS_REGION).")
-    defaults = access.ObjectStoreOptions()
-    flags.DEFINE_integer(
-        "storage_concurrency", defaults.request_concurrency,
-        "Object-store requests in flight per process.", lower_bound=1,
-    )
-    flags.DEFINE_integer(
-        "storage_retries", defaults.max_retries,
-        "Retries of an object-store request that failed with 429 or 5xx (exponential backoff).",
-        lower_bound=0,
-    )
-    flags.DEFINE_float(
-        "storage_timeout", defaults.request_timeout,
-        "Seconds to wait for object-store reads before failing (never hang).", lower_bound=0.001,
-    )
+    object_store_flags.define_object_store_flags()
 
 
-def object_store_from_flags() -> access.ObjectStoreOptions:
-    """The object-store flags, over the environment's endpoint and region.
-
-    Raises:
-      ValueError: naming the bad flag.
-    """
-    fl = flags.FLAGS
-    try:
-        return access.ObjectStoreOptions.from_env(
-            s3_endpoint=fl.s3_endpoint,
-            s3_region=fl.s3_region,
-            request_concurrency=fl.storage_concurrency,
-            max_retries=fl.storage_retries,
-            request_timeout=fl.storage_timeout,
-        )
-    except ValueError as e:
-        raise ValueError(f"object-store flags: {e}") from None
+object_store_from_flags = object_store_flags.object_store_from_flags
 
 
 def _blend(value: list[str] | None) -> tuple[str, ...] | None:

@@ -1,7 +1,8 @@
 """Flags of the preprocessing CLI (`jaxblend.tools.preprocess`) and their `PreprocessConfig`.
 
 Named after Megatron-LM's `tools/preprocess_data.py` (whose dashed, space-separated spellings
-`jaxblend.cli.run` accepts for `MEGATRON_NARGS`), plus the cleaning flags (docs/cleaning.md).
+`jaxblend.cli.run` accepts for `MEGATRON_NARGS`), plus the cleaning flags (docs/cleaning.md), the
+bucket output's `--work_dir` and the object-store flags (`jaxblend.cli.object_store_flags`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import os
 
 from absl import app, flags
 
+from jaxblend.cli import object_store_flags
 from jaxblend.preprocess import config as config_lib
 from jaxblend.preprocess import partitions, records, sentences
 from jaxblend.preprocess import tokenizer_spec as tok_lib
@@ -46,10 +48,14 @@ _DATASET_IMPL = "mmap"
 def define_preprocess_flags() -> None:
     """Defines the preprocessing flags (Megatron-LM's `preprocess_data.py` names, and cleaning)."""
     flags.DEFINE_multi_string(
-        "input", None, "Input files or globs; comma-separated and/or repeated.", required=True
+        "input", None,
+        "Input files or globs, or gs:// / s3:// objects; comma-separated and/or repeated.",
+        required=True
     )
     flags.DEFINE_string(
-        "output_prefix", None, "Output prefix: writes {prefix}_{key}_{level}.bin/.idx.", required=True
+        "output_prefix", None,
+        "Output prefix (local, or gs:// / s3://): writes {prefix}_{key}_{level}.bin/.idx.",
+        required=True
     )
     flags.DEFINE_list(
         "json_keys", ["text"], "Fields to tokenize, one dataset per key (comma- or space-separated)."
@@ -144,6 +150,13 @@ def define_preprocess_flags() -> None:
         lower_bound=0,
     )
     flags.DEFINE_bool("overwrite", False, "Discard a run with different settings.")
+    flags.DEFINE_string(
+        "work_dir", None,
+        "With a gs:// or s3:// --output_prefix: local directory where the run is built (and "
+        "resumed) before it is published; default <tmp>/jaxblend-preprocess/<hash of the URL>. "
+        "Also holds the downloaded gs:// / s3:// --input objects (<work_dir>/inputs).",
+    )
+    object_store_flags.define_object_store_flags()
     flags.DEFINE_bool("progress", True, "Show a progress bar.")
     flags.DEFINE_enum("engine", "local", ["local", "beam"], "Where partitions run.")
     flags.DEFINE_multi_string(
@@ -350,6 +363,8 @@ def preprocess_config_from_flags() -> config_lib.PreprocessConfig:
         on_error=fl.on_error,
         max_document_chars=fl.max_document_chars,
         overwrite=fl.overwrite,
+        work_dir=fl.work_dir,
+        object_store=object_store_flags.object_store_from_flags(),
         progress=fl.progress,
         drop_empty=fl.drop_empty_documents,
         sentence_splitter=fl.sentence_splitter,

@@ -6,11 +6,13 @@ import dataclasses
 import os
 from typing import Any
 
+from jaxblend.access import ObjectStoreOptions
 from jaxblend.preprocess import layout, partitions, sentences
 from jaxblend.preprocess import records as records_lib
 from jaxblend.preprocess import tokenizer_spec as tok_spec
 from jaxblend.preprocess.cleaning import report as report_lib
 from jaxblend.preprocess.cleaning.config import CleaningConfig
+from jaxblend.urls import is_url
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,6 +43,9 @@ class PreprocessConfig:
       keep_newlines: Keep newlines between sentences (Megatron's ``--keep-newlines``, Punkt only).
       cleaning: The cleaning stage before tokenization (docs/cleaning.md); None or all steps off =
         none.
+      work_dir: With a gs:// or s3:// ``output_prefix``: the local directory where the run is built
+        before publishing (None: a directory under the system temp named by a hash of the URL).
+      object_store: How gs:// and s3:// are reached (None: ``ObjectStoreOptions.from_env()``).
     """
 
     input: tuple[str, ...]
@@ -63,6 +68,8 @@ class PreprocessConfig:
     lang: str = "english"
     keep_newlines: bool = False
     cleaning: CleaningConfig | None = None
+    work_dir: str | None = None
+    object_store: ObjectStoreOptions | None = None
 
     def __post_init__(self) -> None:
         if self.cleaning is not None and not self.cleaning.enabled:
@@ -77,6 +84,8 @@ class PreprocessConfig:
             raise ValueError("input=() must name at least one file or glob")
         if not self.output_prefix:
             raise ValueError("output_prefix='' must be a path prefix")
+        if self.work_dir is not None and is_url(self.work_dir):
+            raise ValueError(f"work_dir={self.work_dir!r} must be a local directory, not a URL")
         if not self.json_keys or len(set(self.json_keys)) != len(self.json_keys):
             raise ValueError(f"json_keys={self.json_keys!r} must be non-empty and without repeats")
         for key in self.json_keys:
@@ -134,6 +143,7 @@ class PreprocessResult:
       cleaning: The cleaning report (:mod:`jaxblend.preprocess.cleaning.report`), or None.
       tokenizer: The tokenizer's facts (`jaxblend.tokenizer_facts.TokenizerFacts.to_json`: identity,
         vocabulary size, EOD and pad ids), or None (a run recorded before they were).
+      published: With a bucket output prefix, what publishing did (one line), else None.
     """
 
     outputs: dict[str, str]
@@ -149,6 +159,7 @@ class PreprocessResult:
     seconds: float
     cleaning: dict[str, Any] | None = None
     tokenizer: dict[str, Any] | None = None
+    published: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """Returns the result as a JSON-able dict."""
@@ -175,4 +186,6 @@ class PreprocessResult:
             lines.append(f"    {reason}: {d['count']:,}  e.g. " + "; ".join(d["examples"]))
         if self.cleaning is not None:
             lines.append(report_lib.table(self.cleaning))
+        if self.published is not None:
+            lines.append(self.published)
         return "\n".join(lines)

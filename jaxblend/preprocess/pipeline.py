@@ -37,7 +37,8 @@ import numpy as np
 from absl import logging
 
 from jaxblend import storage
-from jaxblend.preprocess import layout, no_output, partitions, worker
+from jaxblend.access import ObjectStoreOptions
+from jaxblend.preprocess import bucket_input, bucket_output, layout, no_output, partitions, worker
 from jaxblend.preprocess import manifest as manifest_lib
 from jaxblend.preprocess import tokenizer_spec as tok_spec
 from jaxblend.preprocess.cleaning import join as join_lib
@@ -47,10 +48,12 @@ from jaxblend.preprocess.config import PreprocessConfig, PreprocessResult
 from jaxblend.preprocess.engines import Engine, LocalEngine
 from jaxblend.preprocess.merge import aggregate, merge_parts
 from jaxblend.preprocess.progress import ProgressBar
+from jaxblend.urls import is_url
 
 
 def preprocess(config: PreprocessConfig, engine: Engine | None = None) -> PreprocessResult:
-    """Runs (or resumes) preprocessing; see the module docstring.
+    """Runs (or resumes) preprocessing; see the module docstring. A gs:// or s3:// output prefix is
+    built in a local work directory and then published (:mod:`jaxblend.preprocess.bucket_output`).
 
     Args:
       config: Run settings.
@@ -65,7 +68,57 @@ def preprocess(config: PreprocessConfig, engine: Engine | None = None) -> Prepro
       SettingsMismatchError: The output prefix holds a run with different settings.
       worker.PreprocessDataError: A bad record with ``on_error="fail"``.
       no_output.NoDocumentsError: An input gave no document (every record dropped, or none).
+      ObjectStoreError: Publishing to the bucket failed.
     """
+    if is_url(config.output_prefix):
+        return _preprocess_to_bucket(config, engine)
+    return _preprocess_local(config, engine)
+
+
+def _preprocess_to_bucket(config: PreprocessConfig, engine: Engine | None) -> PreprocessResult:
+    """Builds the run under its local work directory, then publishes it unless the bucket already
+    holds exactly this run (its record is the commit point). A bucket prefix holding a run made
+    with other settings is refused unless ``overwrite`` (checked after the local build)."""
+    if config.keep_parts:
+        raise ValueError(
+            f"--keep_parts with a bucket --output_prefix {config.output_prefix}: the parts stay in "
+            "the local work directory; drop --keep_parts or use a local --output_prefix"
+        )
+    store = bucket_output.BucketOutput(
+        config.output_prefix, config.object_store or ObjectStoreOptions.from_env()
+    )
+    local = bucket_output.local_prefix(config.output_prefix, config.work_dir)
+    local_config = dataclasses.replace(config, output_prefix=local)
+    logging.info("preprocess: building %s in local work directory %s", config.output_prefix,
+                 os.path.dirname(local))
+    result = _preprocess_local(local_config, engine)
+    url_names = config.output_names()
+    manifest = layout.read_json(layout.manifest_path(local))
+    record = bucket_output.published_record(manifest, url_names)
+    record_url = layout.manifest_path(config.output_prefix)
+    remote = store.read_record()
+    other = remote is not None and remote.get("settings") != record.get("settings")
+    if other and not config.overwrite:
+        raise manifest_lib.SettingsMismatchError(
+            f"output prefix {config.output_prefix} holds a run made with different settings "
+            f"({record_url}); rerun with the original settings, choose another --output_prefix, "
+            "or pass --overwrite to replace it"
+        )
+    if remote == record:
+        note = f"{config.output_prefix} is already published (run record {record_url}); nothing uploaded"
+    else:
+        extras = tuple(p for p in report_lib.paths(local) if os.path.exists(p))
+        store.publish(local_config.output_names(), record, extras)
+        note = f"published to {config.output_prefix} (.bin, then .idx, then run record {record_url})"
+    logging.info("preprocess: %s", note)
+    cleaning = result.cleaning
+    if cleaning is not None and cleaning.get("plot"):
+        cleaning = dict(cleaning, plot=report_lib.paths(config.output_prefix)[1])
+    return dataclasses.replace(result, outputs=url_names, published=note, cleaning=cleaning)
+
+
+def _preprocess_local(config: PreprocessConfig, engine: Engine | None) -> PreprocessResult:
+    """:func:`preprocess` into a local output prefix."""
     t0 = time.perf_counter()
     files, tokenizer, dtype = _open_inputs(config)
     os.makedirs(os.path.dirname(os.path.abspath(config.output_prefix)), exist_ok=True)
@@ -136,9 +189,14 @@ def preprocess(config: PreprocessConfig, engine: Engine | None = None) -> Prepro
 def _open_inputs(
     config: PreprocessConfig,
 ) -> tuple[list[partitions.InputFile], tok_spec.Tokenizer, np.dtype]:
-    """Resolves the inputs, loads the tokenizer (and sentence splitter) and picks the token dtype,
-    failing before any work on a missing input, tokenizer file or end-of-document token."""
-    files = partitions.resolve_inputs(config.input)
+    """Resolves the inputs (downloading gs:// and s3:// objects: :mod:`~jaxblend.preprocess.bucket_input`),
+    loads the tokenizer (and sentence splitter) and picks the token dtype, failing before any work
+    on a missing input, tokenizer file or end-of-document token."""
+    inputs = config.input
+    if any(is_url(p) for p in inputs):
+        store = config.object_store or ObjectStoreOptions.from_env()
+        inputs = bucket_input.fetch_inputs(inputs, bucket_input.mirror_root(config.work_dir), store)
+    files = partitions.resolve_inputs(inputs)
     config.tokenizer.check_files()
     if config.split_sentences:
         worker.splitter_for(config.sentence_splitter, config.lang, config.keep_newlines)

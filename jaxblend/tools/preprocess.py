@@ -17,6 +17,10 @@ Example::
       --tokenizer-type HuggingFaceTokenizer --tokenizer-model /models/llama3 \
       --workers 8 --append-eod
 
+    # from and to a bucket (built in a local --work_dir, published with the run record last)
+    python -m jaxblend.tools.preprocess --input gs://raw/web.jsonl.zst --output-prefix gs://tok/web \
+      --tokenizer-type HuggingFaceTokenizer --tokenizer-model /models/llama3 --append-eod
+
     # the same on Apache Beam (any runner; parts must be on a filesystem all workers see)
     python -m jaxblend.tools.preprocess ... --engine=beam --beam_options=--runner=DirectRunner
 

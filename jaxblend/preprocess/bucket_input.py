@@ -1,0 +1,131 @@
+"""Preprocessing inputs at gs:// and s3:// URLs: each object is downloaded into a local mirror.
+
+`fetch_inputs` replaces every URL among the ``--input`` patterns by a local copy of the object and
+leaves local paths as they are, so partitioning, reading and the run manifest are the same code as
+for local files (the same partitions and bytes).
+
+A copy is ``<root>/<hash of the URL>/<generation hash>/<object name>`` (the name keeps its suffix,
+which gives the format), downloaded once per object generation through TensorStore with the run's
+`jaxblend.access.ObjectStoreOptions`: a rerun asks the store whether the generation changed
+(a conditional read, no data transferred when it did not) and reuses the copy. The copy's mtime is
+fixed (0), so the run manifest records the same path, size and mtime on every rerun for an unchanged
+object and a different path for a changed one (a rerun with a changed input is refused, as locally).
+``root`` is ``<work_dir>/inputs`` with ``work_dir`` given, else
+``<tmp>/jaxblend-preprocess-inputs``. The download streams ``DOWNLOAD_CHUNK``-byte ranges, each
+checked to come from the same generation.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import os
+import tempfile
+from collections.abc import Sequence
+
+import tensorstore as ts
+
+from jaxblend import atomic_write
+from jaxblend.access import ObjectStoreOptions
+from jaxblend.preprocess.partitions import InputError
+from jaxblend.storage import _remote
+from jaxblend.storage._location import open_kvstore
+from jaxblend.urls import is_url
+
+_CURRENT = "generation"
+DOWNLOAD_CHUNK = 64 << 20
+
+
+def mirror_root(work_dir: str | None) -> str:
+    """Where downloaded inputs go: ``<work_dir>/inputs``, else under the system temp."""
+    if work_dir:
+        return os.path.join(work_dir, "inputs")
+    return os.path.join(tempfile.gettempdir(), "jaxblend-preprocess-inputs")
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+def fetch_inputs(
+    patterns: Sequence[str], root: str, object_store: ObjectStoreOptions
+) -> tuple[str, ...]:
+    """``patterns`` with each gs:// or s3:// object replaced by its local copy (downloaded if
+    missing or changed); local paths and globs unchanged.
+
+    Raises:
+      InputError: a URL with a wildcard, or an object that does not exist (names the URL).
+      ObjectStoreError: the store failed or timed out.
+    """
+    out = []
+    for pattern in patterns:
+        if not is_url(pattern):
+            out.append(pattern)
+            continue
+        if glob.has_magic(pattern):
+            raise InputError(
+                f"--input {pattern}: wildcards are not supported in gs:// and s3:// URLs; name "
+                "each object (repeat --input or separate the URLs with commas)"
+            )
+        out.append(_fetch(pattern, root, object_store))
+    return tuple(out)
+
+
+def _fetch(url: str, root: str, object_store: ObjectStoreOptions) -> str:
+    """The local copy of object ``url`` (see the module docstring)."""
+    parent, _, name = url.rpartition("/")
+    if not name or not parent.partition("://")[2]:
+        raise InputError(f"--input {url}: name an object, e.g. gs://bucket/data/part-0.jsonl")
+    kv = open_kvstore(object_store.complete_spec(ts.KvStore.Spec(parent + "/").to_json()))
+    home = os.path.join(root, _digest(url.encode()))
+    current = os.path.join(home, _CURRENT)
+    known = None
+    if os.path.exists(current):
+        with open(current, "rb") as f:
+            known = f.read()
+    if known is None or not os.path.exists(os.path.join(home, _digest(known), name)):
+        known = None  # first download, or the copy is gone
+    timeout = object_store.request_timeout
+    first = _read_chunk(kv, name, url, 0, timeout, if_not_equal=known)
+    if first.state == "unspecified":  # unchanged since the download
+        return os.path.join(home, _digest(known), name)
+    if first.state != "value":
+        raise InputError(
+            f"--input {url}: object does not exist (check the URL, the bucket and the credentials)"
+        )
+    generation = bytes(first.stamp.generation)
+    path = os.path.join(home, _digest(generation), name)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with atomic_write.atomic_file(path, "wb") as f:
+        res, offset = first, 0
+        while True:
+            if bytes(res.stamp.generation) != generation:
+                raise InputError(f"--input {url}: the object changed while it was downloaded; rerun")
+            f.write(res.value)
+            offset += len(res.value)
+            if len(res.value) < DOWNLOAD_CHUNK:
+                break
+            res = _read_chunk(kv, name, url, offset, timeout)
+            if res.state != "value":
+                raise InputError(f"--input {url}: the object vanished while it was downloaded; rerun")
+    os.utime(path, ns=(0, 0))
+    with atomic_write.atomic_file(current, "wb") as f:
+        f.write(generation)
+    return path
+
+
+def _read_chunk(
+    kv: ts.KvStore, name: str, url: str, offset: int, timeout: float, if_not_equal: bytes | None = None
+) -> ts.KvStore.ReadResult:
+    """Bytes ``[offset, offset + DOWNLOAD_CHUNK)`` of object ``name`` (fewer at its end)."""
+    kw = {} if if_not_equal is None else {"if_not_equal": if_not_equal}
+    try:
+        return _remote.wait(
+            kv.read(name, byte_range=slice(offset, offset + DOWNLOAD_CHUNK), **kw), url,
+            "downloading the input", timeout,
+        )
+    except ValueError:  # OUT_OF_RANGE: fewer bytes left than a chunk
+        return _remote.wait(
+            kv.read(name, byte_range=slice(offset, None), **kw), url, "downloading the input",
+            timeout,
+        )

@@ -1,0 +1,113 @@
+"""Preprocessing into a bucket: build in a local work directory, then publish, commit point last.
+
+Object stores have no rename, so an output prefix at a URL (``gs://b/tokens/web``, ``s3://...``) is
+built locally and uploaded afterwards:
+
+* The run (partitions, done markers, manifest, merge) happens under a local work directory,
+  ``<work_dir>/<basename of the URL>``; ``work_dir`` defaults to
+  ``<tmp>/jaxblend-preprocess/<hash of the URL>`` (`work_dir_for`), never a local path named after
+  the URL. A rerun with the same settings resumes there exactly as a local run does.
+* `BucketOutput.publish` uploads in this order: delete the old run record
+  (``<prefix>.preprocess.json``) and each old ``.idx``; upload every ``.bin``; then every ``.idx``;
+  then the cleaning report if any (``<prefix>.cleaning.json``/``.png``); then the run record, last. The record is the commit point: a prefix whose record is missing, or
+  differs from the run's, is unfinished; a rerun then publishes again.
+  Mid-upload a reader sees no ``.idx`` (the dataset cannot be opened) or a ``.bin`` whose ``.idx``
+  is not uploaded yet; it never sees an ``.idx`` beside a ``.bin`` it does not describe, and
+  ``IndexedDataset`` checks the ``.bin`` size against the ``.idx`` besides.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from typing import Any
+
+import tensorstore as ts
+
+from jaxblend.access import ObjectStoreOptions
+from jaxblend.storage import _remote
+from jaxblend.storage._location import open_kvstore
+
+
+def work_dir_for(url_prefix: str, work_dir: str | None = None) -> str:
+    """The local work directory of output prefix ``url_prefix``: ``work_dir`` if given, else
+    ``<tmp>/jaxblend-preprocess/<16 hex digits of the URL's SHA-256>``."""
+    if work_dir:
+        return work_dir
+    digest = hashlib.sha256(url_prefix.encode()).hexdigest()[:16]
+    return os.path.join(tempfile.gettempdir(), "jaxblend-preprocess", digest)
+
+
+def local_prefix(url_prefix: str, work_dir: str | None = None) -> str:
+    """The local output prefix the run builds before publishing to ``url_prefix``."""
+    name = url_prefix.rstrip("/").rsplit("/", 1)[-1]
+    return os.path.join(work_dir_for(url_prefix, work_dir), name)
+
+
+def published_record(manifest: dict[str, Any], url_names: dict[str, str]) -> dict[str, Any]:
+    """The run record published beside the datasets: the local (complete) manifest with the
+    outputs named by their URLs."""
+    record = dict(manifest, outputs=dict(url_names))
+    if isinstance(record.get("result"), dict):
+        record["result"] = dict(record["result"], outputs=dict(url_names))
+    return record
+
+
+class BucketOutput:
+    """The preprocessing outputs at URL prefix ``url_prefix``, reached with ``object_store``."""
+
+    def __init__(self, url_prefix: str, object_store: ObjectStoreOptions) -> None:
+        self.url_prefix = url_prefix
+        self.object_store = object_store
+        root, _, self._name = url_prefix.rstrip("/").rpartition("/")
+        if not self._name or not root.partition("://")[2]:
+            raise ValueError(
+                f"--output_prefix {url_prefix}: a bucket prefix needs a name after the bucket, "
+                "e.g. gs://bucket/tokens/web"
+            )
+        self._root = root + "/"
+        spec = ts.KvStore.Spec(self._root).to_json()
+        self._kv = open_kvstore(object_store.complete_spec(spec))
+
+    def _wait(self, future: Any, key: str, what: str) -> Any:
+        return _remote.wait(future, self._root + key, what, self.object_store.request_timeout)
+
+    def _key(self, local_path: str) -> str:
+        return os.path.basename(local_path)
+
+    def read_record(self) -> dict[str, Any] | None:
+        """The published run record (``<prefix>.preprocess.json``), or None if absent/unparsable."""
+        key = self._name + ".preprocess.json"
+        res = self._wait(self._kv.read(key), key, "reading the run record")
+        if res.state != "value":
+            return None
+        try:
+            record = json.loads(bytes(res.value))
+        except ValueError:
+            return None
+        return record if isinstance(record, dict) else None
+
+    def put(self, key: str, data: bytes | None, what: str) -> None:
+        """Writes (or with None deletes) object ``key`` under the prefix's directory."""
+        self._wait(self._kv.write(key, data), key, what)
+
+    def publish(
+        self, local_names: dict[str, str], record: dict[str, Any], extras: tuple[str, ...] = ()
+    ) -> None:
+        """Uploads the local run's datasets, then the ``extras`` files (the cleaning report), then
+        its record (see the module docstring)."""
+        record_key = self._name + ".preprocess.json"
+        self.put(record_key, None, "removing the old run record")
+        for name in local_names.values():
+            self.put(self._key(name) + ".idx", None, "removing an old .idx")
+        for ext in ("bin", "idx"):
+            for name in local_names.values():
+                with open(f"{name}.{ext}", "rb") as f:
+                    self.put(f"{self._key(name)}.{ext}", f.read(), f"uploading the .{ext}")
+        for path in extras:
+            with open(path, "rb") as f:
+                self.put(self._key(path), f.read(), "uploading the cleaning report")
+        data = (json.dumps(record, indent=1, sort_keys=True) + "\n").encode()
+        self.put(record_key, data, "writing the run record")
