@@ -9,7 +9,8 @@ size must be such a multiple. The step then consumes that many samples, in order
 samples `[consumed_k, consumed_k + B_k)`. See docs/megatron_migration.md, "Batch-size ramp-up".
 
 The plan stores the steps as a few segments of equal batch size (one per ramp increment, then
-the constant tail), so a plan of millions of steps costs a few arrays of ramp-increment length.
+the constant tail; `jaxblend.sampling.step_segments`), so a plan of millions of steps costs a few
+arrays of ramp-increment length.
 """
 
 from __future__ import annotations
@@ -17,10 +18,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
-import numpy as np
-
 from jaxblend import identity
-from jaxblend.sampling.step_plan import BatchShape, check_step
+from jaxblend.sampling.step_segments import SegmentedStepPlan, StepSegments, steps_available
 from jaxblend.validation import require_int
 
 FLAG = "--rampup_batch_size"
@@ -68,7 +67,7 @@ class Rampup:
 
 
 @dataclasses.dataclass(frozen=True)
-class RampupStepPlan:
+class RampupStepPlan(SegmentedStepPlan):
     """Global batches growing from `rampup.start` to `global_batch_size`, in Megatron's order.
 
     Attributes:
@@ -89,9 +88,7 @@ class RampupStepPlan:
     micro_batch_size: int = 1
     data_parallel_size: int = 1
     decrease_batch_size_if_needed: bool = False
-    _segment_step: np.ndarray = dataclasses.field(init=False, repr=False, compare=False)
-    _segment_first: np.ndarray = dataclasses.field(init=False, repr=False, compare=False)
-    _segment_size: np.ndarray = dataclasses.field(init=False, repr=False, compare=False)
+    _segments: StepSegments = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
         owner = "RampupStepPlan"
@@ -104,10 +101,7 @@ class RampupStepPlan:
                 f"{FLAG}='{r}': START must be below --global_batch_size={gbs} and "
                 f"global_batch_size - START = {gbs - r.start} a multiple of INCREMENT"
             )
-        steps, firsts, sizes = self._segments()
-        object.__setattr__(self, "_segment_step", steps)
-        object.__setattr__(self, "_segment_first", firsts)
-        object.__setattr__(self, "_segment_size", sizes)
+        object.__setattr__(self, "_segments", StepSegments.of(self._runs()))
 
     @property
     def _unit(self) -> int:
@@ -137,11 +131,11 @@ class RampupStepPlan:
             )
         return running
 
-    def _segments(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _runs(self) -> list[tuple[int, int, int]]:
         """(first step, first sample, batch size) of each run of equal-sized steps."""
         r = self.rampup
         per_increment = r.ramp_samples / ((self.global_batch_size - r.start) // r.increment)
-        steps, firsts, sizes = [], [], []
+        runs = []
         step = consumed = 0
         while (size := self._megatron_size(consumed, per_increment)) != self.global_batch_size:
             running = self._running(size)
@@ -155,11 +149,11 @@ class RampupStepPlan:
             while self._megatron_size(edge, per_increment) == size:
                 edge += 1
             count = -(-(edge - consumed) // running)
-            steps.append(step), firsts.append(consumed), sizes.append(running)
+            runs.append((step, consumed, running))
             step += count
             consumed += count * running
-        steps.append(step), firsts.append(consumed), sizes.append(self._running(size))
-        return (np.array(steps, np.int64), np.array(firsts, np.int64), np.array(sizes, np.int64))
+        runs.append((step, consumed, self._running(size)))
+        return runs
 
     @classmethod
     def covering(
@@ -179,38 +173,13 @@ class RampupStepPlan:
           ValueError: if `num_steps` steps need more samples than there are.
         """
         unbounded = cls(rampup, global_batch_size, 0, **options)
-        available = unbounded.steps_within(num_samples)
-        if num_steps is not None and num_steps > available:
-            raise ValueError(
-                f"num_steps={num_steps} with {FLAG}='{rampup}' needs "
-                f"{unbounded.first_sample(num_steps)} samples but the source has {num_samples} "
-                f"({available} steps)"
-            )
-        return dataclasses.replace(unbounded, num_steps=available if num_steps is None else num_steps)
-
-    def _segment(self, step: int) -> int:
-        return int(np.searchsorted(self._segment_step, step, side="right")) - 1
-
-    def first_sample(self, step: int) -> int:
-        """Samples consumed before `step` (Megatron's `consumed_samples`); any step >= 0."""
-        if step < 0:
-            raise IndexError(f"step {step} must be >= 0")
-        i = self._segment(step)
-        return int(self._segment_first[i] + (step - self._segment_step[i]) * self._segment_size[i])
-
-    def steps_within(self, num_samples: int) -> int:
-        """How many whole steps `num_samples` samples hold."""
-        i = int(np.searchsorted(self._segment_first, num_samples, side="right")) - 1
-        return int(self._segment_step[i] + (num_samples - self._segment_first[i]) // self._segment_size[i])
+        steps = steps_available(unbounded, num_samples, num_steps, f"{FLAG}='{rampup}'")
+        return dataclasses.replace(unbounded, num_steps=steps)
 
     @property
     def ramp_steps(self) -> int:
         """Steps before the batch size reaches `global_batch_size`."""
-        return int(self._segment_step[-1])
-
-    @property
-    def num_samples(self) -> int:
-        return self.first_sample(self.num_steps)
+        return self._segments.last_start
 
     @property
     def fingerprint(self) -> str:
@@ -221,18 +190,3 @@ class RampupStepPlan:
             # batch sizes round down to this unit only when decreasing is allowed
             round_to=self._unit if self.decrease_batch_size_if_needed else identity.OMIT,
         )
-
-    def batch_size(self, step: int) -> int:
-        return int(self._segment_size[self._segment(check_step(step, self.num_steps))])
-
-    def sample_ids(self, step: int) -> np.ndarray:
-        first = np.int64(self.first_sample(check_step(step, self.num_steps)))
-        return first + np.arange(self.batch_size(step), dtype=np.int64)
-
-    def padded_length(self, step: int) -> int | None:
-        check_step(step, self.num_steps)
-        return None
-
-    def batch_shapes(self) -> frozenset[BatchShape]:
-        used = self._segment_size[self._segment_step < self.num_steps]
-        return frozenset(BatchShape(int(s), None) for s in np.unique(used))
