@@ -9,7 +9,8 @@ any jaxblend module defines no flag, and nothing outside this package reads `abs
   access_flags       storage and cache flags -> `DataAccess` (`data_access_from_flags`)
   schema_flags       sample-schema flags -> `GPTSchemaOptions`
   source_flags       mock data, storage backend -> `SourceSettings`; opens a split's source
-  step_plan_flags    --global_batch_size, --rampup_batch_size -> `StepPlan`
+  step_plan_flags    --global_batch_size, --rampup_batch_size, --step_batch_size_schedule
+                     -> `StepPlan`
   mesh_flags         --mesh_shape, --mesh_axes -> `jax.sharding.Mesh`
   distributed_flags  --coordinator_address, ... -> `DistributedConfig`
   loader_flags       --worker_count, --read_ahead -> `PrefetchOptions`
@@ -50,9 +51,11 @@ from jaxblend.cli.source_flags import (
 from jaxblend.cli.step_plan_flags import (
     MEGATRON_NARGS,
     define_step_plan_flags,
+    final_global_batch_size,
     planned_steps,
     rampup_from_flags,
     samples_for,
+    step_batch_schedule_from_flags,
     step_plan,
 )
 from jaxblend.cli.tokenizer_flags import (
@@ -82,6 +85,7 @@ __all__ = [
     "define_tokenizer_flags",
     "define_train_flags",
     "distributed_config_from_flags",
+    "final_global_batch_size",
     "initialize_from_flags",
     "mesh_from_flags",
     "object_store_from_flags",
@@ -97,6 +101,7 @@ __all__ = [
     "schema_options_from_flags",
     "source_from_flags",
     "source_settings_from_flags",
+    "step_batch_schedule_from_flags",
     "step_plan",
     "train_settings_from_flags",
     "validation_sources_from_flags",

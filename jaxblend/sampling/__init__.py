@@ -1,10 +1,10 @@
 """Sampling: which global samples make step k, and which of them each JAX process loads.
 
-A step plan (`StepPlan`: `FixedStepPlan`, `RampupStepPlan`, `TokenBudgetPlan`) maps a step to the
-global sample ids of its rows and says every batch shape up front; `ProcessRows` gives one
-process its rows of each step from the batch sharding; `StepSampler` is the Grain sampler over
-steps. Everything here is pure: the same answers on every host, for any topology, before and after
-a resume (docs/design.md, "Global batch k").
+A step plan (`StepPlan`: `FixedStepPlan`, `RampupStepPlan`, `StepBatchSchedulePlan`,
+`TokenBudgetPlan`) maps a step to the global sample ids of its rows and says every batch shape up
+front; `ProcessRows` gives one process its rows of each step from the batch sharding;
+`StepSampler` is the Grain sampler over steps. Everything here is pure: the same answers on
+every host, for any topology, before and after a resume (docs/design.md, "Global batch k").
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ _NAMES = {
     "Rampup": "jaxblend.sampling.rampup",
     "RampupStepPlan": "jaxblend.sampling.rampup",
     "StepSampler": "jaxblend.sampling.sampler",
+    "StepBatchSchedule": "jaxblend.sampling.step_batch_schedule",
+    "StepBatchSchedulePlan": "jaxblend.sampling.step_batch_schedule",
     "batch_rows_for_process": "jaxblend.sampling.sharding",
     "rows_by_process": "jaxblend.sampling.sharding",
     "BatchShape": "jaxblend.sampling.step_plan",
@@ -35,6 +37,8 @@ __all__ = [
     "ProcessRows",
     "Rampup",
     "RampupStepPlan",
+    "StepBatchSchedule",
+    "StepBatchSchedulePlan",
     "StepPlan",
     "StepSampler",
     "TokenBudgetConfig",
