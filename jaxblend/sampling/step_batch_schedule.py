@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import itertools
 import math
 
 from jaxblend import identity
@@ -65,7 +66,7 @@ def _problem(thresholds: tuple[int, ...], batch_sizes: tuple[int, ...]) -> str |
         return f"{len(thresholds)} thresholds but {len(batch_sizes)} batch sizes"
     if thresholds[0] != 0:
         return f"the schedule must start at threshold 0, but its first threshold is sample {thresholds[0]}"
-    for before, after in zip(thresholds, thresholds[1:]):
+    for before, after in itertools.pairwise(thresholds):
         if after <= before:
             return f"thresholds must be strictly increasing, got sample {before} then {after}"
     for size in batch_sizes:
@@ -113,7 +114,7 @@ class StepBatchSchedule:
         """
         if seq_length is not None:
             require_int(f"{FLAG} sequence length", seq_length, 1)
-        unit = "samples" if seq_length is None else f"tokens (seq_length {seq_length})"
+        unit = "samples" if seq_length is None else f"tokens of seq_length {seq_length}"
         entries = []
         for entry in text.replace(",", " ").split():
             threshold, colon, size = entry.partition(":")
@@ -166,7 +167,7 @@ class StepBatchSchedulePlan(SegmentedStepPlan):
 
     def __post_init__(self):
         if not isinstance(self.schedule, StepBatchSchedule):
-            raise ValueError(
+            raise TypeError(
                 f"StepBatchSchedulePlan.schedule must be a StepBatchSchedule, got {self.schedule!r}"
             )
         require_int("StepBatchSchedulePlan.num_steps", self.num_steps, 0)

@@ -12,6 +12,7 @@ how they compute the segments.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Iterable
 
 import numpy as np
@@ -46,7 +47,7 @@ class StepSegments:
         rows = list(runs)
         if not rows or rows[0][:2] != (0, 0):
             raise ValueError(f"step segments must start at step 0, sample 0, got {rows[:1]}")
-        for (step, first, size), (next_step, next_first, _) in zip(rows, rows[1:]):
+        for (step, first, size), (next_step, next_first, _) in itertools.pairwise(rows):
             if next_step <= step or next_first != first + (next_step - step) * size:
                 raise ValueError(f"step segment {(next_step, next_first)} does not follow "
                                  f"{(step, first, size)}")

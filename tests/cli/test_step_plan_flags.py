@@ -80,9 +80,9 @@ def test_the_schedule_and_a_ramp_are_refused_together(fl):
 
 def test_an_explicit_global_batch_size_is_refused(fl):
     fl.step_batch_size_schedule = "0:4 10:8"
-    with given_on_the_command_line(fl, "global_batch_size"):
-        with pytest.raises(app.UsageError, match="drop --global_batch_size"):
-            cli.step_plan(100, 12, 4)
+    with (given_on_the_command_line(fl, "global_batch_size"),
+          pytest.raises(app.UsageError, match="drop --global_batch_size")):
+        cli.step_plan(100, 12, 4)
     assert cli.step_plan(100, 12, 4).num_steps == 4  # the default value is not "given"
 
 

@@ -112,7 +112,7 @@ class TestParse:
         message = str(err.value)
         assert message.startswith(f"{FLAG}={text!r}: ") and "\n" not in message
         assert problem in message
-        unit = "samples" if seq_length is None else f"tokens (seq_length {seq_length})"
+        unit = "samples" if seq_length is None else f"tokens of seq_length {seq_length}"
         assert f"thresholds in {unit}" in message
 
     def test_bad_sequence_length(self):
@@ -226,7 +226,7 @@ class TestStepOrder:
             assert plan.first_sample(k) <= n < plan.first_sample(k + 1)
 
     def test_bad_plan_arguments(self):
-        with pytest.raises(ValueError, match="must be a StepBatchSchedule"):
+        with pytest.raises(TypeError, match="must be a StepBatchSchedule"):
             StepBatchSchedulePlan("0:8", 3)
         with pytest.raises(ValueError, match="num_steps must be an integer >= 0"):
             StepBatchSchedulePlan(schedule("0:8"), -1)
