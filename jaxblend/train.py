@@ -210,7 +210,7 @@ def _data_spec(s: cli.TrainSettings) -> _DataSpec:
             config,
             num_samples=(
                 train if train is not None else cli.samples_for(b, s.train_iters),
-                valid if valid is not None else s.eval_batches * b,
+                valid if valid is not None else s.eval_batches * cli.final_global_batch_size(b),
                 test if test is not None else 0,
             ),
         )
@@ -384,7 +384,7 @@ def _evaluate(
 
     from jaxblend.loading import make_loader
 
-    b = s.global_batch_size
+    b = cli.final_global_batch_size(s.global_batch_size)
     for vname, valid_source in data.valid.items():
         vloader = make_loader(
             valid_source, mesh, global_batch_size=b, batch_axes=batch_axes,
@@ -438,7 +438,8 @@ def _run_steps(watch, loader, state: _Model, resume: _Resume, data: _Data, steps
     iters, seq = s.train_iters, data.seq_length
     logging.info(
         "training %d steps from %d: batch %s x %d tokens (%d batch shapes), mesh %s, datasets %s",
-        iters, resume.start, s.global_batch_size, seq, len(data.plan.batch_shapes()), dict(mesh.shape),
+        iters, resume.start, cli.final_global_batch_size(s.global_batch_size), seq,
+        len(data.plan.batch_shapes()), dict(mesh.shape),
         data.names,
     )
     watch.phase = "training"

@@ -127,6 +127,26 @@ def test_rampup_batch_size_resumed_mid_ramp_on_another_mesh(tmp_path):
     assert rest == {k: full[k] for k in range(6, 13)}
 
 
+def test_step_batch_size_schedule_trains_and_validates_at_the_final_size(tmp_path):
+    """Megatron's --step-batch-size-schedule in training: each step's size follows the samples
+    consumed before it (thresholds in tokens: 192 = 12 samples of 16), and validation runs at the schedule's final size (not the
+    --global_batch_size default, which may not divide the mesh)."""
+    out = subprocess.run(
+        [sys.executable, "-m", "jaxblend.train", "--mock_data", "--seq_length=16",
+         "--log_interval=1", "--eval_interval=3", "--eval_iters=1", "--save_interval=0",
+         "--train_iters=6", "--hidden_size=32", "--ffn_hidden_size=64", "--num_layers=1",
+         "--num_attention_heads=2", "--mock_num_samples=512", "--mock_vocab_size=128",
+         "--vocab_size=128", "--num_cpu_devices=6", f"--workdir={tmp_path}",
+         "--step-batch-size-schedule", "0:6 192:12"],
+        capture_output=True, text=True, timeout=600, check=False,
+    )
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    batch = re.compile(r"step\s+(\d+)\s+loss\s+[0-9.]+\s+batch\s+(\d+)")
+    sizes = {int(s): int(b) for s, b in batch.findall(out.stdout)}
+    assert [sizes[k] for k in range(1, 7)] == [6, 6, 12, 12, 12, 12]
+    assert "validation" in out.stdout.lower() or "valid" in out.stdout.lower()
+
+
 def test_bad_rampup_is_one_line_naming_the_flag(tmp_path):
     out = subprocess.run(
         [sys.executable, "-m", "jaxblend.train", "--mock_data", "--seq_length=16",
