@@ -1,0 +1,582 @@
+"""A GPT source over row tables: a host reads the rows of its steps and the `.bin` bytes they name.
+
+`PlannedSource` needs a split's whole index maps and every touched dataset's `.idx` before its
+first batch. `RowTableSource` needs neither: a split's row table (`jaxblend.index.row_table`)
+says, for samples `[lo, hi)`, which `.bin` token ranges make them, and a `BinRanges` reader fetches
+those ranges from the datasets they touch. Its batches are byte for byte `PlannedSource`'s for the
+same files, configuration and schema options, and so is its `fingerprint`.
+
+Row tables come through the `RowTables` protocol:
+
+* `ArrayRowTables`: the four arrays in memory or memory-mapped from a local map-store entry;
+* `BucketRowTables`: the arrays as `.npy` objects of a map-store entry in a bucket, read by range
+  in chunks of samples, a few recent chunks kept (LRU), the next chunk fetched in the background
+  when reads reach the end of the current one (a loader reads steps in order).
+
+Pickling (Grain workers) keeps the recipe (URLs, dataset descriptions, `DataAccess`) and drops
+open stores, chunk caches and threads.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import io
+import os
+import threading
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import tensorstore as ts
+
+from jaxblend import access as access_lib
+from jaxblend.index import row_table
+from jaxblend.sources import base, schema
+from jaxblend.sources.planned import _destinations
+from jaxblend.sources.source_identity import gpt_source_fingerprint
+from jaxblend.storage import _location, _remote
+from jaxblend.storage.bin_ranges import BinDataset, BinRanges, reader_context
+from jaxblend.storage.idx_format import IndexFormatError
+
+RowSlices = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+GROUP_GAP = 4096
+"""Sample ids of one call further apart than this are looked up as separate row ranges."""
+
+
+@runtime_checkable
+class RowTables(Protocol):
+    """Rows of one split's row table, by sample range."""
+
+    def rows(self, lo: int, hi: int) -> RowSlices:
+        """`(starts[lo : hi + 1], dataset, offset, length)` of samples `[lo, hi)`, the piece arrays
+        covering `[starts[lo], starts[hi])`."""
+
+    @property
+    def is_remote(self) -> bool:
+        """Whether the rows come from an object store."""
+
+    @property
+    def requests(self) -> int:
+        """Object-store requests issued so far by this process."""
+
+    @property
+    def bytes_read(self) -> int:
+        """Bytes read from an object store so far by this process."""
+
+
+def _check_range(lo: int, hi: int, n: int, where: str) -> None:
+    if not 0 <= lo < hi <= n:
+        raise IndexError(f"rows [{lo}, {hi}) are outside the {n} samples of {where}")
+
+
+class ArrayRowTables:
+    """A row table held as arrays (in memory, or memory-mapped `.npy` files).
+
+    Args:
+      table: `{"starts", "dataset", "offset", "length"}` (`row_table.build_row_table`).
+    """
+
+    is_remote = False
+    requests = 0
+    bytes_read = 0
+
+    def __init__(self, table: dict[str, np.ndarray]):
+        missing = [f for f in row_table.FIELDS if f not in table]
+        if missing:
+            raise ValueError(f"row table lacks {missing}")
+        self._starts, self._dataset, self._offset, self._length = (
+            table[f] for f in row_table.FIELDS
+        )
+        p = int(self._starts[-1])
+        if not self._dataset.shape[0] == self._offset.shape[0] == self._length.shape[0] == p:
+            raise ValueError(
+                f"row table's starts end at {p} but it holds {self._dataset.shape[0]}, "
+                f"{self._offset.shape[0]}, {self._length.shape[0]} pieces"
+            )
+
+    @classmethod
+    def load(cls, entry_dir: str, split: str) -> ArrayRowTables:
+        """Memory-maps split `split`'s arrays from a local map-store entry directory.
+
+        Raises:
+          IndexFormatError: an array file is missing or unreadable.
+        """
+        table = {}
+        for field in row_table.FIELDS:
+            path = os.path.join(entry_dir, row_table.array_name(split, field) + ".npy")
+            try:
+                table[field] = np.load(path, mmap_mode="r", allow_pickle=False)
+            except (OSError, ValueError) as e:
+                raise IndexFormatError(f"{path}: cannot read the row table: {e}") from None
+        tables = cls(table)
+        tables._recipe = (entry_dir, split)
+        return tables
+
+    _recipe: tuple[str, str] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        if self._recipe is not None:  # a worker maps the files again instead of receiving copies
+            return {"_recipe": self._recipe}
+        return dict(self.__dict__)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        if "_starts" in state:
+            self.__dict__.update(state)
+        else:
+            self.__dict__.update(ArrayRowTables.load(*state["_recipe"]).__dict__)
+
+    def __len__(self) -> int:
+        return int(self._starts.shape[0]) - 1
+
+    def rows(self, lo: int, hi: int) -> RowSlices:
+        _check_range(lo, hi, len(self), "the row table")
+        starts = self._starts[lo : hi + 1]
+        a, b = int(starts[0]), int(starts[-1])
+        return starts, self._dataset[a:b], self._offset[a:b], self._length[a:b]
+
+
+class _Header:
+    """The parsed header of one `.npy` object."""
+
+    def __init__(self, url: str, head: bytes, generation: bytes):
+        self.url = url
+        self.generation = generation
+        try:
+            stream = io.BytesIO(head)
+            version = np.lib.format.read_magic(stream)
+            shape, fortran, dtype = np.lib.format._read_array_header(stream, version)  # noqa: SLF001
+        except ValueError as e:
+            raise IndexFormatError(f"{url}: not a .npy array ({e})") from None
+        self.data_offset = stream.tell()
+        if fortran or len(shape) != 1:
+            raise IndexFormatError(f"{url}: expected a 1-D C-order array, got shape {shape}")
+        self.length = int(shape[0])
+        self.dtype = dtype
+
+
+def _header_size(head: bytes) -> int:
+    """Bytes of the `.npy` header (magic, version, length field, header text)."""
+    if len(head) < 12 or head[:6] != b"\x93NUMPY":
+        return 0
+    if head[6] == 1:
+        return 10 + int.from_bytes(head[8:10], "little")
+    return 12 + int.from_bytes(head[8:12], "little")
+
+
+class BucketRowTables:
+    """A split's row table read by range from a map-store entry in a bucket.
+
+    The arrays are the `.npy` objects `<entry_url>/<split>.rows.{starts,dataset,offset,length}.npy`
+    (`row_table.array_name`). The first use reads the four headers (one round of small
+    requests); then rows are read in chunks of `chunk_samples` samples: `starts` of the chunk, then
+    its pieces (two rounds of concurrent requests). At most `cache_chunks` chunks are kept; when a
+    read reaches the last quarter of a chunk, the next chunk is fetched in the background. Every
+    read must see the object generation its header read saw.
+
+    Args:
+      entry_url: the map-store entry's URL (`gs://b/maps/<key>/`).
+      split: the split name.
+      access: object-store options (default: `DataAccess.from_env()`).
+      chunk_samples: samples per chunk (default: about 1 MB of table per chunk).
+      cache_chunks: chunks kept in memory (>= 2).
+      prefetch: whether to fetch the next chunk in the background.
+    """
+
+    is_remote = True
+
+    def __init__(
+        self,
+        entry_url: str,
+        split: str,
+        access: access_lib.DataAccess | None = None,
+        *,
+        chunk_samples: int | None = None,
+        cache_chunks: int = 4,
+        prefetch: bool = True,
+    ):
+        if chunk_samples is not None and (isinstance(chunk_samples, bool) or int(chunk_samples) < 1):
+            raise ValueError(f"chunk_samples must be None or an integer >= 1, got {chunk_samples!r}")
+        if isinstance(cache_chunks, bool) or int(cache_chunks) < 2:
+            raise ValueError(f"cache_chunks must be an integer >= 2, got {cache_chunks!r}")
+        self.entry_url = entry_url.rstrip("/") + "/"
+        self.split = split
+        self.access = access if access is not None else access_lib.DataAccess.from_env()
+        self._chunk_arg = None if chunk_samples is None else int(chunk_samples)
+        self.cache_chunks = int(cache_chunks)
+        self.prefetch = bool(prefetch)
+        self._names = {f: row_table.array_name(split, f) + ".npy" for f in row_table.FIELDS}
+        self._reset()
+
+    def _reset(self) -> None:
+        self.requests = 0
+        self.bytes_read = 0
+        self._lock = threading.Lock()
+        self._kv: ts.KvStore | None = None
+        self._headers: dict[str, _Header] | None = None
+        self.chunk_samples = self._chunk_arg
+        self._cache: collections.OrderedDict[int, RowSlices] = collections.OrderedDict()
+        self._inflight: dict[int, concurrent.futures.Future] = {}
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        keep = ("entry_url", "split", "access", "_chunk_arg", "cache_chunks", "prefetch", "_names")
+        return {k: self.__dict__[k] for k in keep}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._reset()
+
+    def __repr__(self) -> str:
+        return f"BucketRowTables({self.entry_url!r}, split={self.split!r})"
+
+    def __len__(self) -> int:
+        return self._open()["starts"].length - 1
+
+    @property
+    def cached_chunks(self) -> list[int]:
+        """Chunks held in memory, least recently used first."""
+        with self._lock:
+            return list(self._cache)
+
+    # ------------------------------------------------------------------------------- reading
+
+    def rows(self, lo: int, hi: int) -> RowSlices:
+        headers = self._open()
+        n = headers["starts"].length - 1
+        _check_range(lo, hi, n, self.entry_url + self._names["starts"])
+        size = self.chunk_samples
+        first, last = lo // size, (hi - 1) // size
+        chunks = [self._chunk(c) for c in range(first, last + 1)]
+        if self.prefetch and last + 1 <= (n - 1) // size and hi > last * size + (3 * size) // 4:
+            self._start_prefetch(last + 1)
+        base = first * size
+        if len(chunks) == 1:
+            starts, dataset, offset, length = chunks[0]
+        else:
+            starts = np.concatenate([chunks[0][0]] + [c[0][1:] for c in chunks[1:]])
+            dataset, offset, length = (np.concatenate([c[k] for c in chunks]) for k in (1, 2, 3))
+        a, b = lo - base, hi - base
+        p0, p1 = int(starts[a] - starts[0]), int(starts[b] - starts[0])
+        return starts[a : b + 1], dataset[p0:p1], offset[p0:p1], length[p0:p1]
+
+    def _chunk(self, c: int) -> RowSlices:
+        with self._lock:
+            hit = self._cache.get(c)
+            if hit is not None:
+                self._cache.move_to_end(c)
+                return hit
+            future = self._inflight.get(c)
+            if future is None:
+                future = concurrent.futures.Future()
+                self._inflight[c] = future
+                mine = True
+            else:
+                mine = False
+        if mine:
+            self._load(c, future)
+        return future.result()
+
+    def _start_prefetch(self, c: int) -> None:
+        with self._lock:
+            if c in self._cache or c in self._inflight:
+                return
+            future: concurrent.futures.Future = concurrent.futures.Future()
+            self._inflight[c] = future
+            if self._pool is None:
+                self._pool = concurrent.futures.ThreadPoolExecutor(1, "jaxblend-rows")
+            pool = self._pool
+        pool.submit(self._load, c, future)
+
+    def _load(self, c: int, future: concurrent.futures.Future) -> None:
+        try:
+            chunk = self._read_chunk(c)
+        except BaseException as e:  # handed to the waiting reader
+            with self._lock:
+                self._inflight.pop(c, None)
+            future.set_exception(e)
+            return
+        with self._lock:
+            self._cache[c] = chunk
+            self._cache.move_to_end(c)
+            while len(self._cache) > self.cache_chunks:
+                self._cache.popitem(last=False)
+            self._inflight.pop(c, None)
+        future.set_result(chunk)
+
+    def _read_chunk(self, c: int) -> RowSlices:
+        headers = self._open()
+        n = headers["starts"].length - 1
+        lo = c * self.chunk_samples
+        hi = min(n, lo + self.chunk_samples)
+        (starts,) = self._read_ranges([("starts", lo, hi + 1)])
+        a, b = int(starts[0]), int(starts[-1])
+        if b < a or b > headers["dataset"].length:
+            raise IndexFormatError(
+                f"{self.entry_url}{self._names['starts']}: rows [{lo}, {hi}) name pieces [{a}, {b}) "
+                f"outside the {headers['dataset'].length} pieces of the table; the entry is corrupt"
+            )
+        dataset, offset, length = self._read_ranges(
+            [("dataset", a, b), ("offset", a, b), ("length", a, b)]
+        )
+        return starts, dataset, offset, length
+
+    def _read_ranges(self, wanted: list[tuple[str, int, int]]) -> list[np.ndarray]:
+        """Elements `[i, j)` of each named array, read concurrently (one round)."""
+        headers = self._open()
+        kv = self._kv
+        timeout = self.access.object_store.request_timeout
+        futures = []
+        for field, i, j in wanted:
+            h = headers[field]
+            itemsize = h.dtype.itemsize
+            span = slice(h.data_offset + i * itemsize, h.data_offset + j * itemsize)
+            futures.append(_remote.read(kv, self._names[field], span) if j > i else None)
+        out = []
+        nbytes = 0
+        for (field, i, j), future in zip(wanted, futures):
+            h = headers[field]
+            if future is None:
+                out.append(np.zeros(0, h.dtype))
+                continue
+            url = self.entry_url + self._names[field]
+            try:
+                res = _remote.wait(future, url, f"reading elements [{i}, {j})", timeout)
+            except ValueError:
+                res = None
+            if res is None or res.state != "value" or len(res.value) != (j - i) * h.dtype.itemsize:
+                raise IndexFormatError(
+                    f"{url}: elements [{i}, {j}) could not be read; the entry changed or vanished "
+                    "since its header was read (publish the maps again)"
+                )
+            if bytes(res.stamp.generation) != h.generation:
+                raise IndexFormatError(
+                    f"{url} was rewritten while it was being read (a new object generation); "
+                    "restart after the maps are published again"
+                )
+            nbytes += len(res.value)
+            out.append(np.frombuffer(res.value, dtype=h.dtype))
+        with self._lock:
+            self.requests += sum(f is not None for f in futures)
+            self.bytes_read += nbytes
+        return out
+
+    def _open(self) -> dict[str, _Header]:
+        headers = self._headers
+        if headers is not None:
+            return headers
+        with self._lock:
+            if self._headers is None:
+                self._headers = self._read_headers()
+            return self._headers
+
+    def _read_headers(self) -> dict[str, _Header]:
+        """Reads and checks the four `.npy` headers (under the lock, once per process)."""
+        store = self.access.object_store
+        spec = store.complete_spec(ts.KvStore.Spec(self.entry_url).to_json())
+        self._kv = kv = _location.open_kvstore(spec, reader_context(store))
+        probe = 128  # a 1-D array's header; more is read when the header says so
+        futures = {f: _remote.read(kv, name, slice(0, probe)) for f, name in self._names.items()}
+        headers = {}
+        for field, name in self._names.items():
+            url = self.entry_url + name
+            head, generation = self._head(kv, name, url, futures[field], probe)
+            need = _header_size(head)
+            if need > len(head):
+                head, generation = self._head(kv, name, url, _remote.read(kv, name, slice(0, need)), need)
+            headers[field] = h = _Header(url, head, generation)
+            want = np.dtype(row_table.DTYPES[field]).newbyteorder("<")
+            if h.dtype != want:
+                raise IndexFormatError(f"{url}: dtype {h.dtype}, expected {want}")
+        p = headers["dataset"].length
+        if headers["starts"].length < 1 or any(headers[f].length != p for f in ("offset", "length")):
+            raise IndexFormatError(
+                f"{self.entry_url}: the row-table arrays of split {self.split!r} disagree in size"
+            )
+        if self.chunk_samples is None:
+            n = headers["starts"].length - 1
+            per_sample = 8 + row_table.BYTES_PER_PIECE * p / max(n, 1)
+            self.chunk_samples = max(1, int((1 << 20) / per_sample))
+        return headers
+
+    def _head(self, kv, name: str, url: str, future, size: int) -> tuple[bytes, bytes]:
+        timeout = self.access.object_store.request_timeout
+        self.requests += 1
+        try:
+            res = _remote.wait(future, url, "reading the array header", timeout)
+        except ValueError:  # a small object: read it whole
+            self.requests += 1
+            res = _remote.wait(_remote.read(kv, name), url, "reading the array", timeout)
+        if res.state != "value":
+            raise IndexFormatError(
+                f"{url}: the row table does not exist (publish the maps with "
+                "python -m jaxblend.tools.build_index)"
+            )
+        value = bytes(res.value)
+        self.bytes_read += len(value)
+        return value, bytes(res.stamp.generation)
+
+
+class RowTableSource(base.BatchSource):
+    """Samples of one split read through its row table (the same batches as `PlannedSource`).
+
+    Args:
+      tables: the split's row table (`ArrayRowTables`, `BucketRowTables`).
+      datasets: the split's datasets, in the plan's dataset order (`BinDataset`s for the `.bin`
+        reader); `dataset_names` are their prefixes.
+      options: schema options.
+      fingerprint: identity of the data plan (`DataMaps.fingerprint`).
+      split: the split name.
+      length: number of samples of the split.
+      access: how the `.bin` objects are reached (default: `DataAccess.from_env()`).
+    """
+
+    def __init__(
+        self,
+        tables: RowTables,
+        datasets: Sequence[BinDataset],
+        options: schema.GPTSchemaOptions,
+        *,
+        fingerprint: str,
+        split: str,
+        length: int,
+        access: access_lib.DataAccess | None = None,
+    ):
+        if isinstance(length, bool) or int(length) < 0:
+            raise ValueError(f"length must be an integer >= 0, got {length!r}")
+        self._tables = tables
+        self._datasets = list(datasets)
+        self._names = [d.prefix for d in self._datasets]
+        self._length = int(length)
+        self.options = options
+        self.split = split
+        self.access = access if access is not None else access_lib.DataAccess.from_env()
+        self._fingerprint = gpt_source_fingerprint(fingerprint, split, options)
+        self._lock = threading.Lock()
+        self._reader: BinRanges | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.pop("_lock")
+        state["_reader"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return self._length
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(split={self.split!r}, datasets={len(self._names)}, "
+            f"fingerprint={self._fingerprint!r})"
+        )
+
+    @property
+    def fingerprint(self) -> str:
+        return self._fingerprint
+
+    @property
+    def dataset_names(self) -> list[str]:
+        """Prefixes of the split's datasets, indexed by `dataset_ids`."""
+        return list(self._names)
+
+    @property
+    def tables(self) -> RowTables:
+        return self._tables
+
+    @property
+    def bin_reader(self) -> BinRanges:
+        """This process's `.bin` range reader (built on first use)."""
+        if self._reader is None:
+            with self._lock:
+                if self._reader is None:
+                    self._reader = BinRanges(self._datasets, self.access)
+        return self._reader
+
+    @property
+    def requests_issued(self) -> int:
+        """Object-store requests this process has issued for this source (rows and tokens)."""
+        reader = self._reader
+        return self._tables.requests + (0 if reader is None else reader.requests)
+
+    @property
+    def bytes_read(self) -> int:
+        """Object-store bytes this process has read for this source (rows and tokens; local
+        token copies count too)."""
+        reader = self._reader
+        return self._tables.bytes_read + (0 if reader is None else reader.bytes_read)
+
+    @property
+    def reads_remote(self) -> bool:
+        """Whether rows or tokens come from an object store."""
+        return bool(self._tables.is_remote) or any(
+            _location.resolve(d.prefix).local_prefix is None for d in self._datasets
+        )
+
+    # ---------------------------------------------------------------------------------- reads
+
+    def _spans(self, ids: np.ndarray) -> row_table.RowSpans:
+        """Every piece of `ids` (empty ones included), row order then piece order."""
+        if ids.size == 0:
+            empty = np.zeros(0, np.int64)
+            return row_table.RowSpans(empty, np.zeros(0, np.int32), empty, empty)
+        order = np.argsort(ids, kind="stable")
+        ordered = ids[order]
+        cuts = np.flatnonzero(np.diff(ordered) > GROUP_GAP) + 1
+        groups = np.split(np.arange(ids.size), cuts)
+        if len(groups) == 1:
+            lo, hi = int(ordered[0]), int(ordered[-1]) + 1
+            return row_table.spans_of_rows(lo, *self._tables.rows(lo, hi), ids, keep_empty=True)
+        parts = []
+        for g in groups:
+            pos = order[g]
+            lo, hi = int(ordered[g[0]]), int(ordered[g[-1]]) + 1
+            s = row_table.spans_of_rows(lo, *self._tables.rows(lo, hi), ids[pos], keep_empty=True)
+            parts.append(row_table.RowSpans(pos[s.row], s.dataset, s.offset, s.length))
+        row = np.concatenate([p.row for p in parts])
+        by_row = np.argsort(row, kind="stable")
+        return row_table.RowSpans(
+            row[by_row], *(np.concatenate([getattr(p, f) for p in parts])[by_row]
+                           for f in ("dataset", "offset", "length"))
+        )
+
+    def _read(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, row_table.RowSpans]:
+        spans = self._spans(ids)
+        dest, n_valid = _destinations(spans.row, spans.length, ids.size)
+        window = self.options.window_length
+        text = schema.allocate_arrays({"text": ((ids.size, window), np.int32)})["text"]
+        text.fill(-1)
+        if int(n_valid.max(initial=0)) > window:
+            raise ValueError(
+                f"the row table gives windows of {int(n_valid.max())} tokens but the source "
+                f"expects {window}: seq_length/add_extra_token mismatch"
+            )
+        self.bin_reader.read(
+            spans.dataset.astype(np.int64), spans.offset, spans.length, text.reshape(-1),
+            spans.row * window + dest,
+        )
+        return text, n_valid, spans
+
+    def windows(self, sample_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Raw token windows of `sample_ids`: (int32 `[k, window]` padded with -1, int64 `[k]`
+        valid lengths), as `PlannedSource.windows`."""
+        text, n_valid, _ = self._read(self._check_ids(sample_ids))
+        return text, n_valid
+
+    def read_batch(self, sample_ids: np.ndarray) -> dict[str, np.ndarray]:
+        ids = self._check_ids(sample_ids)
+        text, n_valid, spans = self._read(ids)
+        dataset_ids = np.zeros(ids.size, np.int32)
+        dataset_ids[spans.row[::-1]] = spans.dataset[::-1]  # each row's first piece
+        pieces = (spans.row, spans.length) if self.options.inter_document_masking else None
+        return schema.raw_windows(text, n_valid, dataset_ids, ids, pieces)
+
+    def assemble_batch(self, raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return schema.assemble_windows(raw, self.options)
+
+    def get_batch(self, sample_ids: np.ndarray) -> dict[str, np.ndarray]:
+        return self.assemble_batch(self.read_batch(sample_ids))
