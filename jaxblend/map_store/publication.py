@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Mapping
 
 from absl import logging
 
@@ -39,6 +40,7 @@ from jaxblend._pause import pause_point
 from jaxblend.access import DataAccess
 from jaxblend.index import row_table
 from jaxblend.index.config import GPTDataConfig
+from jaxblend.index.data_maps import DataMaps
 from jaxblend.map_store import bucket, entries
 from jaxblend.map_store.record import (
     SPLITS,
@@ -106,11 +108,27 @@ def publish(config: GPTDataConfig, access: DataAccess) -> Published:
       IndexFormatError: a dataset is missing or malformed.
       ObjectStoreError: the bucket failed or timed out.
     """
+    datasets, infos = opening.open_config_datasets(config, access)
+    plan = load_or_build_data_maps(config, infos, access)
+    return publish_plan(config, datasets, plan, access)
+
+
+def publish_plan(
+    config: GPTDataConfig,
+    datasets: Mapping[str, IndexedDataset],
+    plan: DataMaps,
+    access: DataAccess,
+) -> Published:
+    """`publish` of maps already loaded: `plan` (every split) of `config` over the opened
+    `datasets` (prefix -> dataset).
+
+    Raises:
+      ValueError: not a bucket map store, or `plan` lacks a split.
+      ObjectStoreError: the bucket failed or timed out.
+    """
     store = _store(access)
     remote = store.remote()
     assert store.url is not None and store.local_dir is not None
-    datasets, infos = opening.open_config_datasets(config, access)
-    plan = load_or_build_data_maps(config, infos, access)
     key = launch_key(config)
     url = record_url(store.url, key)
     rows_key = rows_entry(plan.fingerprint)

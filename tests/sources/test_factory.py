@@ -74,7 +74,7 @@ def test_explicit_access_reaches_the_map_store_and_a_worker(
     assert any(k.startswith("factory/maps/identity/") for k in keys), keys
     # ... and a Grain worker, which re-opens the split from the pickled access, reads the same bytes
     # as this process and as the local files.
-    assert pickle.loads(pickle.dumps(remote))._reopen.access == access
+    assert pickle.loads(pickle.dumps(remote)).access == access
     inline, worker = _batches(remote, 0), _batches(remote, 1)
     local = _batches(open_gpt_sources(_config(local_prefixes), OPTIONS)["train"], 0)
     for a, b, c in zip(inline, worker, local, strict=True):
