@@ -146,7 +146,10 @@ class _Header:
         try:
             stream = io.BytesIO(head)
             version = np.lib.format.read_magic(stream)
-            shape, fortran, dtype = np.lib.format._read_array_header(stream, version)  # noqa: SLF001
+            if version == (1, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_1_0(stream)
+            else:
+                shape, fortran, dtype = np.lib.format.read_array_header_2_0(stream)
         except ValueError as e:
             raise IndexFormatError(f"{url}: not a .npy array ({e})") from None
         self.data_offset = stream.tell()
