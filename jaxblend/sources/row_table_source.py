@@ -456,6 +456,9 @@ class RowTableSource(base.BatchSource):
         self.split = split
         self.access = access if access is not None else access_lib.DataAccess.from_env()
         self._fingerprint = gpt_source_fingerprint(fingerprint, split, options)
+        self._remote_bins = any(
+            _location.resolve(d.prefix).local_prefix is None for d in self._datasets
+        )
         self._lock = threading.Lock()
         self._reader: BinRanges | None = None
 
@@ -516,9 +519,7 @@ class RowTableSource(base.BatchSource):
     @property
     def reads_remote(self) -> bool:
         """Whether rows or tokens come from an object store."""
-        return bool(self._tables.is_remote) or any(
-            _location.resolve(d.prefix).local_prefix is None for d in self._datasets
-        )
+        return bool(self._tables.is_remote) or self._remote_bins
 
     # ---------------------------------------------------------------------------------- reads
 

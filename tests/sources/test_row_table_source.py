@@ -106,6 +106,8 @@ def test_batches_equal_planned_source(prefixes, blend, opts, extra):
         text_r, valid_r = rows.windows(steps[0])
         assert text_p.tobytes() == text_r.tobytes() and valid_p.tobytes() == valid_r.tobytes()
         assert_same(planned[3], rows[3])
+        empty = np.zeros(0, np.int64)
+        assert_same(planned.get_batch(empty), rows.get_batch(empty))
 
 
 def test_far_apart_ids_and_group_order(prefixes):
