@@ -205,7 +205,7 @@ def spans_of_rows(
 
     Raises:
       IndexError: a sample id outside `[lo, hi)`.
-      ValueError: the slices disagree in size.
+      ValueError: the slices disagree in size, or `starts` does not increase (a corrupt table).
     """
     starts = np.ascontiguousarray(starts, np.int64)
     hi = lo + starts.shape[0] - 1
@@ -214,6 +214,11 @@ def spans_of_rows(
         raise ValueError(
             f"row-table slices disagree: {starts.shape[0]} starts for {dataset.shape[0]}, "
             f"{offset.shape[0]}, {length.shape[0]} pieces"
+        )
+    if starts.shape[0] > 1 and int(np.diff(starts).min()) < 1:
+        raise ValueError(
+            f"row-table starts of rows [{lo}, {hi}) do not increase (every sample has a piece): "
+            "the table is corrupt; publish the maps again"
         )
     ids = np.ascontiguousarray(sample_ids, np.int64).reshape(-1)
     if ids.size and (ids.min() < lo or ids.max() >= hi):

@@ -146,7 +146,10 @@ class _Header:
         try:
             stream = io.BytesIO(head)
             version = np.lib.format.read_magic(stream)
-            shape, fortran, dtype = np.lib.format._read_array_header(stream, version)  # noqa: SLF001
+            if version == (1, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_1_0(stream)
+            else:
+                shape, fortran, dtype = np.lib.format.read_array_header_2_0(stream)
         except ValueError as e:
             raise IndexFormatError(f"{url}: not a .npy array ({e})") from None
         self.data_offset = stream.tell()
@@ -453,6 +456,9 @@ class RowTableSource(base.BatchSource):
         self.split = split
         self.access = access if access is not None else access_lib.DataAccess.from_env()
         self._fingerprint = gpt_source_fingerprint(fingerprint, split, options)
+        self._remote_bins = any(
+            _location.resolve(d.prefix).local_prefix is None for d in self._datasets
+        )
         self._lock = threading.Lock()
         self._reader: BinRanges | None = None
 
@@ -513,9 +519,7 @@ class RowTableSource(base.BatchSource):
     @property
     def reads_remote(self) -> bool:
         """Whether rows or tokens come from an object store."""
-        return bool(self._tables.is_remote) or any(
-            _location.resolve(d.prefix).local_prefix is None for d in self._datasets
-        )
+        return bool(self._tables.is_remote) or self._remote_bins
 
     # ---------------------------------------------------------------------------------- reads
 

@@ -107,6 +107,11 @@ def test_a_slice_of_rows_answers_its_samples(infos):
             lo, s[lo : hi + 1], table["dataset"][sl], table["offset"][sl], table["length"][sl],
             np.array([97]),
         )
+    broken = s[lo : hi + 1].copy()
+    broken[5] = broken[4]
+    with pytest.raises(ValueError, match=r"starts of rows \[40, 97\) do not increase"):
+        row_table.spans_of_rows(lo, broken, table["dataset"][sl], table["offset"][sl],
+                                table["length"][sl], ids)
     with pytest.raises(ValueError, match="disagree"):
         row_table.spans_of_rows(lo, s[lo : hi + 1], table["dataset"][sl][1:], table["offset"][sl],
                                 table["length"][sl], ids)
