@@ -24,6 +24,7 @@ from helpers_multiproc import Job
 
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
 B, SEQ, STEPS = 8, 16, 3
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 class CountingProxy(FaultProxy):
@@ -66,7 +67,8 @@ def _batches(out: str) -> dict[str, np.ndarray]:
         return {k: f[k] for k in f.files}
 
 
-def test_two_processes_start_from_one_publication(s3_server, local_prefixes, tmp_path):
+def test_two_processes_start_from_one_publication(s3_server, local_prefixes, tmp_path, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", ROOT)  # the processes run this checkout's jaxblend
     urls = [s3_server.upload(p, f"pubdump/{os.path.basename(p)}") for p in local_prefixes]
     args = [
         f"--data_path=40 {urls[0]} 60 {urls[1]}", "--split=90,10,0", f"--seq_length={SEQ}",
