@@ -178,6 +178,7 @@ def open_validation_sets(
     *,
     access: DataAccess | None = None,
     full_validation: bool = False,
+    whole_maps: bool = False,
 ) -> dict[str, base.BatchSource]:
     """Megatron's multiple validation sets: each prefix of the valid blend as its own source.
 
@@ -191,6 +192,8 @@ def open_validation_sets(
       access: how data is reached (as for `open_gpt_sources`; default `DataAccess.from_env()`,
         evaluated once here).
       full_validation: one whole epoch of every set instead of the validation sample count.
+      whole_maps: as for `open_gpt_sources` (with a bucket map store each set is otherwise
+        published, and started from, on its own).
 
     Returns:
       `{prefix: source}` in blend order.
@@ -212,7 +215,7 @@ def open_validation_sets(
         one = dataclasses.replace(
             config, blend_per_split=(None, (prefix,), None), num_samples=(None, samples, None)
         )
-        source = open_gpt_sources(one, options, access=access)["valid"]
+        source = open_gpt_sources(one, options, access=access, whole_maps=whole_maps)["valid"]
         if source is None:
             raise ValueError(f"validation set {prefix!r} has no samples")
         out[prefix] = source

@@ -3,6 +3,7 @@ memo) reaches every layer and every Grain worker, with nothing taken from the en
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import pickle
 
@@ -15,7 +16,7 @@ from jaxblend import index
 from jaxblend.access import DataAccess, IdentityStoreOptions, MapStoreOptions, ObjectStoreOptions
 from jaxblend.loading import PrefetchOptions, make_loader
 from jaxblend.map_store import bucket
-from jaxblend.sources import GPTSchemaOptions, factory, open_gpt_sources
+from jaxblend.sources import GPTSchemaOptions, factory, open_gpt_sources, open_validation_sets
 from jaxblend.sources.planned import PlannedSource
 from jaxblend.sources.row_table_source import RowTableSource
 from jaxblend.storage.idx_format import IndexFormatError
@@ -193,3 +194,21 @@ def test_rewritten_dataset_is_refused(published, object_store, local_prefixes, t
     with pytest.raises(IndexFormatError) as err:
         source.get_batch(np.arange(len(source)))
     assert f"{config.blend[1]}.bin" in str(err.value) and "build_index" in str(err.value)
+
+
+def test_validation_sets_from_their_publications(published, monkeypatch):
+    config, host, url = published
+    per_split = dataclasses.replace(
+        config, blend=None, split=None,
+        blend_per_split=(config.blend, [config.blend[1], config.blend[3]], None),
+    )
+    builder = host("builder", builder=True)
+    old = open_validation_sets(per_split, OPTIONS, access=builder, whole_maps=True)
+    open_validation_sets(per_split, OPTIONS, access=builder)  # publishes one record per set
+    _forbid(monkeypatch, "opened a dataset or downloaded a map entry")
+    new = open_validation_sets(per_split, OPTIONS, access=host("reader", builder=False))
+    assert list(new) == list(old) == [config.blend[1], config.blend[3]]
+    for prefix, source in new.items():
+        assert isinstance(source, RowTableSource) and source.fingerprint == old[prefix].fingerprint
+        ids = np.arange(len(source))
+        _same(source.get_batch(ids), old[prefix].get_batch(ids))
