@@ -295,7 +295,7 @@ class BucketRowTables:
     def _load(self, c: int, future: concurrent.futures.Future) -> None:
         try:
             chunk = self._read_chunk(c)
-        except BaseException as e:  # handed to the waiting reader
+        except BaseException as e:  # noqa: BLE001 - handed to the waiting reader
             with self._lock:
                 self._inflight.pop(c, None)
             future.set_exception(e)

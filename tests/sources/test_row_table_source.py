@@ -62,6 +62,7 @@ def both(cfg, options, split="train", access=None):
         ArrayRowTables(table), describe(datasets, plan.dataset_names), options,
         fingerprint=maps.fingerprint, split=split, length=len(plan), access=access,
     )
+    rows.fingerprint_of_plan = maps.fingerprint  # for tests that build another RowTableSource
     return planned, rows, table
 
 
@@ -120,7 +121,7 @@ def test_far_apart_ids_and_group_order(prefixes):
 
 def test_only_touched_bins_are_opened(prefixes):
     cfg = config(["30", prefixes[0], "50", prefixes[1], "20", prefixes[2]])
-    planned, rows, table = both(cfg, GPTSchemaOptions(seq_length=16))
+    _planned, rows, table = both(cfg, GPTSchemaOptions(seq_length=16))
     ds_of_sample = table["dataset"][table["starts"][:-1]]
     ids = np.flatnonzero(ds_of_sample == 2)[:5]
     rows.get_batch(ids)
@@ -149,7 +150,7 @@ def test_pickles_without_handles_and_reloads_a_local_entry(prefixes, tmp_path):
 
 def test_a_rewritten_local_bin_is_refused(prefixes, tmp_path):
     cfg = config([prefixes[0]], samples=(40, 5, 5))
-    planned, rows, _ = both(cfg, GPTSchemaOptions(seq_length=16))
+    _planned, rows, _ = both(cfg, GPTSchemaOptions(seq_length=16))
     stale = [BinDataset(d.prefix, d.dtype, d.bin_size, b"\0" * len(d.generation)) for d in rows._datasets]
     source = RowTableSource(rows.tables, stale, rows.options, fingerprint="f", split="train", length=len(rows))
     with pytest.raises(IndexFormatError, match=r"a\.bin was rewritten after the index maps were published"):
@@ -178,7 +179,7 @@ def published(prefixes, object_store, request, tmp_path):
 
 
 def test_bucket_rows_equal_planned_source(published):
-    planned, rows, entry_url, table, access = published
+    planned, rows, entry_url, _table, access = published
     tables = BucketRowTables(entry_url, "train", access, chunk_samples=50)
     source = RowTableSource(tables, rows._datasets, rows.options, fingerprint="x", split="train",
                             length=len(rows), access=access)
@@ -240,7 +241,7 @@ def test_next_chunk_is_fetched_in_the_background(published):
 
 
 def test_bucket_table_and_bin_errors(published, object_store):
-    planned, rows, entry_url, table, access = published
+    _planned, rows, entry_url, _table, access = published
     stale = [BinDataset(d.prefix, d.dtype, d.bin_size, b"99") for d in rows._datasets]
     source = RowTableSource(BucketRowTables(entry_url, "train", access), stale, rows.options,
                             fingerprint="x", split="train", length=len(rows), access=access)
@@ -252,3 +253,35 @@ def test_bucket_table_and_bin_errors(published, object_store):
         missing.rows(0, 1)
     with pytest.raises(IndexError, match=r"rows \[0, 100000\) are outside the"):
         BucketRowTables(entry_url, "train", access).rows(0, 100000)
+
+
+# ------------------------------------------------------------------------------------- loader
+
+
+def _loader_batches(source, **kwargs):
+    import jax
+    from jax.sharding import Mesh
+
+    from jaxblend.loading import make_loader
+
+    mesh = Mesh(np.array(jax.devices()[:4]), ("data",))
+    loader = make_loader(source, mesh, global_batch_size=8, **kwargs)
+    return loader, [{k: np.asarray(v) for k, v in b.items()} for b in loader]
+
+
+def test_loader_resumes_a_planned_run_on_the_row_table_path(published):
+    from jaxblend.loading import PrefetchOptions
+
+    planned, rows, entry_url, _, access = published
+    source = RowTableSource(BucketRowTables(entry_url, "train", access, chunk_samples=30),
+                            rows._datasets, rows.options, fingerprint=rows.fingerprint_of_plan,
+                            split="train", length=len(rows), access=access)
+    assert source.fingerprint == planned.fingerprint
+    loader, full = _loader_batches(planned, num_steps=6)
+    state = loader.state()
+    resumed_state = {**state, "step": 2}
+    _, rest = _loader_batches(source, num_steps=6, state=resumed_state,
+                              prefetch=PrefetchOptions(worker_count=1))  # pickled into a worker
+    assert len(rest) == 4
+    for got, want in zip(rest, full[2:], strict=True):
+        assert_same(got, want)
