@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 import time
 
@@ -191,52 +192,83 @@ def test_bucket_rows_equal_planned_source(published):
     ids = np.array([n - 1, 0, 222, 223, 5], np.int64)
     assert_same(planned.get_batch(ids), source.get_batch(ids))
     assert len(tables) == n
-    assert len(tables.cached_chunks) <= tables.cache_chunks
+    assert tables.held_rows <= tables.cache_chunks * tables.chunk_samples + 37
     clone = pickle.loads(pickle.dumps(source))
-    assert clone.tables.cached_chunks == [] and clone.requests_issued == 0
+    assert clone.tables.held_blocks == [] and clone.requests_issued == 0
     assert_same(clone.get_batch(ids), planned.get_batch(ids))
     assert clone.requests_issued > 0 and clone.bytes_read > 0
 
 
-def test_reading_chunk_k_reads_only_chunk_k(published):
+def _wait_until(condition):
+    deadline = time.monotonic() + 60
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert condition()
+
+
+def test_a_read_of_rows_reads_only_those_rows(published):
     _, _, entry_url, table, access = published
-    size = 40
-    tables = BucketRowTables(entry_url, "train", access, chunk_samples=size, prefetch=False)
+    tables = BucketRowTables(entry_url, "train", access, prefetch=False)
     assert len(tables) == table["starts"].shape[0] - 1  # headers: one small read per array
-    header_requests, header_bytes = tables.requests, tables.bytes_read
-    assert header_requests == 4 and header_bytes == 4 * 128
-    for k in (3, 0, 7):
+    assert tables.requests == 4 and tables.bytes_read == 4 * 128
+    s = table["starts"]
+    for lo, hi in ((120, 152), (0, 7), (300, 301)):
         before, before_bytes = tables.requests, tables.bytes_read
-        lo, hi = k * size + 5, k * size + 30
         got = tables.rows(lo, hi)
-        s = table["starts"]
         np.testing.assert_array_equal(got[0], s[lo : hi + 1])
         for field, arr in zip(row_table.FIELDS[1:], got[1:]):
             np.testing.assert_array_equal(arr, table[field][s[lo] : s[hi]])
-        a, b = int(s[k * size]), int(s[(k + 1) * size])
-        assert tables.requests - before == 4  # starts of the chunk, then its three piece ranges
-        assert tables.bytes_read - before_bytes == (size + 1) * 8 + (b - a) * row_table.BYTES_PER_PIECE
+        assert tables.requests - before == 4  # starts of the rows, then their three piece ranges
+        pieces = int(s[hi] - s[lo])
+        assert tables.bytes_read - before_bytes == (hi - lo + 1) * 8 + pieces * row_table.BYTES_PER_PIECE
         again = tables.requests
-        tables.rows(lo + 1, hi - 1)  # cached
+        tables.rows(lo, hi)  # held
         assert tables.requests == again
-    assert tables.cached_chunks == [3, 0, 7]
-    tables.rows(8 * size, 8 * size + 1)
-    tables.rows(9 * size, 9 * size + 1)
-    assert tables.cached_chunks == [0, 7, 8, 9]  # least recently used dropped first
+    assert tables.held_blocks == [(120, 152), (0, 7), (300, 301)]
 
 
-def test_next_chunk_is_fetched_in_the_background(published):
+def test_held_rows_are_bounded_least_recently_used_first(published):
     _, _, entry_url, _, access = published
-    tables = BucketRowTables(entry_url, "train", access, chunk_samples=40)
-    tables.rows(0, 20)
-    assert tables.cached_chunks == [0]  # first half: no prefetch
-    tables.rows(20, 35)  # the last quarter of chunk 0: chunk 1 is fetched
-    deadline = time.monotonic() + 60
-    while 1 not in tables.cached_chunks and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert tables.cached_chunks == [0, 1]
+    tables = BucketRowTables(entry_url, "train", access, chunk_samples=20, cache_chunks=2,
+                             prefetch=False)
+    for lo in (0, 100, 200):
+        tables.rows(lo, lo + 15)
+    assert tables.held_blocks == [(100, 115), (200, 215)] and tables.held_rows == 30
+    tables.rows(100, 101)
+    tables.rows(300, 315)
+    assert tables.held_blocks == [(100, 115), (300, 315)]
+
+
+def test_strided_steps_are_read_ahead_in_the_background(published):
+    _, _, entry_url, table, access = published
+    apart = dataclasses.replace(access, object_store=dataclasses.replace(
+        access.object_store, coalesce_gap=0))  # runs 40 rows apart stay apart
+    tables = BucketRowTables(entry_url, "train", apart, chunk_samples=40)
+    tables.rows(0, 10)
+    assert tables.held_blocks == [(0, 10)]  # no stride seen yet: nothing ahead
+    tables.rows(50, 60)  # stride 50, width 10: the next 4 runs are fetched
+    _wait_until(lambda: len(tables.held_blocks) == 6)
+    assert sorted(tables.held_blocks)[2:] == [(100, 110), (150, 160), (200, 210), (250, 260)]
     requests = tables.requests
-    tables.rows(40, 60)
+    for lo in (100, 150):
+        got = tables.rows(lo, lo + 10)
+        np.testing.assert_array_equal(got[0], table["starts"][lo : lo + 11])
+    assert tables.requests == requests  # held: fewer than half of the runs ahead are missing
+    near = BucketRowTables(entry_url, "train", access, chunk_samples=40)  # default coalesce_gap
+    near.rows(0, 10)
+    near.rows(50, 60)
+    _wait_until(lambda: (100, 260) in near.held_blocks)  # one range: gaps cheaper than requests
+
+
+def test_adjacent_steps_are_read_ahead_as_one_range(published):
+    _, _, entry_url, table, access = published
+    tables = BucketRowTables(entry_url, "train", access, chunk_samples=40)
+    tables.rows(0, 10)
+    tables.rows(10, 20)  # one reader of every row: the next 40 rows in one range
+    _wait_until(lambda: (20, 60) in tables.held_blocks)
+    requests = tables.requests
+    got = tables.rows(25, 55)
+    np.testing.assert_array_equal(got[0], table["starts"][25:56])
     assert tables.requests == requests
 
 
