@@ -9,9 +9,9 @@ same files, configuration and schema options, and so is its `fingerprint`.
 Row tables come through the `RowTables` protocol:
 
 * `ArrayRowTables`: the four arrays in memory or memory-mapped from a local map-store entry;
-* `BucketRowTables`: the arrays as `.npy` objects of a map-store entry in a bucket, read by range
-  in chunks of samples, a few recent chunks kept (LRU), the next chunk fetched in the background
-  when reads reach the end of the current one (a loader reads steps in order).
+* `BucketRowTables`: the arrays as `.npy` objects of a map-store entry in a bucket, read by range:
+  exactly the rows asked for, and the next steps' rows in the background once the loader's
+  stride is seen (a bounded number of rows kept, least recently used dropped first).
 
 Pickling (Grain workers) keeps the recipe (URLs, dataset descriptions, `DataAccess`) and drops
 open stores, chunk caches and threads.
