@@ -626,12 +626,14 @@ class RowTableSource(base.BatchSource):
         if ids.size == 0:
             empty = np.zeros(0, np.int64)
             return row_table.RowSpans(empty, np.zeros(0, np.int32), empty, empty)
+        lo, hi = int(ids.min()), int(ids.max()) + 1
+        if hi - lo - ids.size <= GROUP_GAP:  # no gap between the ids can exceed GROUP_GAP
+            return row_table.spans_of_rows(lo, *self._tables.rows(lo, hi), ids, keep_empty=True)
         order = np.argsort(ids, kind="stable")
         ordered = ids[order]
         cuts = np.flatnonzero(np.diff(ordered) > GROUP_GAP) + 1
         groups = np.split(np.arange(ids.size), cuts)
         if len(groups) == 1:
-            lo, hi = int(ordered[0]), int(ordered[-1]) + 1
             return row_table.spans_of_rows(lo, *self._tables.rows(lo, hi), ids, keep_empty=True)
         parts = []
         for g in groups:
