@@ -24,7 +24,7 @@ import json
 import os
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import tensorstore as ts
@@ -33,6 +33,9 @@ from jaxblend import access as access_lib
 from jaxblend.storage import _gather, _handles, _location, _mapping, _remote, identity_memo
 from jaxblend.storage.idx_format import IndexFormatError
 from jaxblend.storage.span_gather import _place
+
+if TYPE_CHECKING:
+    from jaxblend.storage.reader import IndexedDataset
 
 REPUBLISH = "publish the maps again with python -m jaxblend.tools.build_index"
 
@@ -76,6 +79,13 @@ class BinDataset:
     @property
     def num_tokens(self) -> int:
         return self.bin_size // np.dtype(self.dtype).itemsize
+
+
+def describe(dataset: IndexedDataset) -> BinDataset:
+    """What `BinRanges` needs of an opened dataset: its prefix, token dtype, `.bin` size and the
+    `.bin` version it was opened at (object generation, or local version stamp)."""
+    h = dataset._handles()  # the storage layer reading its own open state
+    return BinDataset(dataset.prefix, h.header.dtype.str, h.bin_size, h.bin_generation or None)
 
 
 @dataclasses.dataclass

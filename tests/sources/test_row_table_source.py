@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import pickle
 import time
@@ -17,7 +18,7 @@ from jaxblend.map_store import bucket as bucket_store
 from jaxblend.map_store import entries
 from jaxblend.sources import GPTSchemaOptions, PlannedSource
 from jaxblend.sources.row_table_source import ArrayRowTables, BucketRowTables, RowTableSource
-from jaxblend.storage import IndexFormatError, identity_memo
+from jaxblend.storage import IndexFormatError, bin_ranges, identity_memo
 from jaxblend.storage.bin_ranges import BinDataset
 
 EOD = 0
@@ -40,13 +41,10 @@ def config(blend, extra=True, samples=(150, 20, 20)):
     )
 
 
-def describe(datasets, names, generations=True):
+def describe(datasets, names):
     """`BinDataset`s of opened `IndexedDataset`s (what publishing records)."""
-    out = []
-    for name in names:
-        ds = datasets[name]
-        h = ds._handles()
-        out.append(BinDataset(name, ds.dtype.str, h.bin_size, h.bin_generation if generations else None))
+    out = [bin_ranges.describe(datasets[name]) for name in names]
+    assert all(d.generation for d in out) and [d.prefix for d in out] == list(names)
     return out
 
 
@@ -192,6 +190,13 @@ def test_bucket_rows_equal_planned_source(published):
     ids = np.array([n - 1, 0, 222, 223, 5], np.int64)
     assert_same(planned.get_batch(ids), source.get_batch(ids))
     assert len(tables) == n
+    fresh = RowTableSource(BucketRowTables(entry_url, "train", access, chunk_samples=50),
+                           rows._datasets, rows.options, fingerprint="x", split="train",
+                           length=len(rows), access=access)
+    steps = [np.arange(lo, min(n, lo + 16)) for lo in range(0, n, 16)]
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:  # reader threads, out of order
+        for ids, got in zip(steps, pool.map(fresh.read_batch, steps)):
+            assert_same(planned.read_batch(ids), got)
     assert tables.held_rows <= tables.cache_chunks * tables.chunk_samples + 37
     clone = pickle.loads(pickle.dumps(source))
     assert clone.tables.held_blocks == [] and clone.requests_issued == 0
