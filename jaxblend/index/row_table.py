@@ -114,9 +114,10 @@ def build_row_table(split: SplitMaps, chunk: int = DEFAULT_CHUNK) -> dict[str, n
 def _token_starts(split: SplitMaps) -> tuple[np.ndarray, np.ndarray]:
     """First token of every sequence of every prefix (the lengths' running sums, per prefix), and
     each constituent dataset's base index into it."""
-    lengths = np.asarray(split._lengths)  # noqa: SLF001 - same package; the maps' own lengths
-    length_offsets = np.asarray(split._length_offsets, np.int64)  # noqa: SLF001
-    constituent_prefix = np.asarray(split._constituent_prefix, np.int64)  # noqa: SLF001
+    # SplitMaps keeps the sequence lengths private; this module is its sibling in the index layer.
+    lengths = np.asarray(split._lengths)
+    length_offsets = np.asarray(split._length_offsets, np.int64)
+    constituent_prefix = np.asarray(split._constituent_prefix, np.int64)
     token_starts = np.empty(lengths.shape[0], np.int64)
     for p in range(length_offsets.shape[0] - 1):
         a, b = int(length_offsets[p]), int(length_offsets[p + 1])

@@ -9,9 +9,9 @@ same files, configuration and schema options, and so is its `fingerprint`.
 Row tables come through the `RowTables` protocol:
 
 * `ArrayRowTables`: the four arrays in memory or memory-mapped from a local map-store entry;
-* `BucketRowTables`: the arrays as `.npy` objects of a map-store entry in a bucket, read by range
-  in chunks of samples, a few recent chunks kept (LRU), the next chunk fetched in the background
-  when reads reach the end of the current one (a loader reads steps in order).
+* `BucketRowTables`: the arrays as `.npy` objects of a map-store entry in a bucket, read by range:
+  exactly the rows asked for, and the next steps' rows in the background once the loader's
+  stride is seen (a bounded number of rows kept, least recently used dropped first).
 
 Pickling (Grain workers) keeps the recipe (URLs, dataset descriptions, `DataAccess`) and drops
 open stores, chunk caches and threads.
@@ -19,10 +19,12 @@ open stores, chunk caches and threads.
 
 from __future__ import annotations
 
+import bisect
 import collections
 import concurrent.futures
 import io
 import os
+import sys
 import threading
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
@@ -41,8 +43,9 @@ from jaxblend.storage.idx_format import IndexFormatError
 
 RowSlices = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
-GROUP_GAP = 4096
-"""Sample ids of one call further apart than this are looked up as separate row ranges."""
+GROUP_GAP = 64
+"""Sample ids of one call further apart than this are looked up as separate row ranges (a
+loader's rows of one step are one range; rows between nearby ids cost about 40 bytes each)."""
 
 
 @runtime_checkable
@@ -159,6 +162,17 @@ class _Header:
         self.dtype = dtype
 
 
+def _merge_runs(runs: list[tuple[int, int]], gap: int) -> list[tuple[int, int]]:
+    """Sorted row runs with those at most `gap` rows apart merged into one."""
+    merged: list[tuple[int, int]] = []
+    for lo, hi in sorted(runs):
+        if merged and lo - merged[-1][1] <= gap:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], hi))
+        else:
+            merged.append((lo, hi))
+    return merged
+
+
 def _header_size(head: bytes) -> int:
     """Bytes of the `.npy` header (magic, version, length field, header text)."""
     if len(head) < 12 or head[:6] != b"\x93NUMPY":
@@ -168,26 +182,49 @@ def _header_size(head: bytes) -> int:
     return 12 + int.from_bytes(head[8:12], "little")
 
 
+class _Block:
+    """Rows `[lo, hi)` of the table as read: `starts[lo : hi + 1]` and their pieces."""
+
+    __slots__ = ("dataset", "hi", "length", "lo", "offset", "starts")
+
+    def __init__(self, lo: int, hi: int, arrays: RowSlices):
+        self.lo, self.hi = lo, hi
+        self.starts, self.dataset, self.offset, self.length = arrays
+
+    def slice(self, lo: int, hi: int) -> RowSlices:
+        a, b = lo - self.lo, hi - self.lo
+        p0, p1 = int(self.starts[a] - self.starts[0]), int(self.starts[b] - self.starts[0])
+        return self.starts[a : b + 1], self.dataset[p0:p1], self.offset[p0:p1], self.length[p0:p1]
+
+
 class BucketRowTables:
     """A split's row table read by range from a map-store entry in a bucket.
 
     The arrays are the `.npy` objects `<entry_url>/<split>.rows.{starts,dataset,offset,length}.npy`
     (`row_table.array_name`). The first use reads the four headers (one round of small
-    requests); then rows are read in chunks of `chunk_samples` samples: `starts` of the chunk, then
-    its pieces (two rounds of concurrent requests). At most `cache_chunks` chunks are kept; when a
-    read reaches the last quarter of a chunk, the next chunk is fetched in the background. Every
-    read must see the object generation its header read saw.
+    requests). A read of rows `[lo, hi)` that is not held reads exactly those rows: `starts` of the
+    range, then its pieces (two rounds of concurrent requests). Nothing else of the table is read
+    on demand, so a host that runs a few rows of each step pays for those rows only.
+
+    Read-ahead: a loader asks for the same number of rows every step, a fixed stride apart (the
+    global batch size; the stride equals the width when one process reads every row). Once the
+    stride is seen, the next runs `lo + j x stride` are fetched in the background, up to
+    `chunk_samples` rows or `MAX_RUNS_AHEAD` runs ahead, and again when fewer than half of them
+    are left; adjacent or nearly adjacent runs are merged into one range. Held rows are bounded
+    by `cache_chunks x chunk_samples` (least recently used blocks dropped first). Every read must
+    see the object generation its header read saw.
 
     Args:
       entry_url: the map-store entry's URL (`gs://b/maps/<key>/`).
       split: the split name.
       access: object-store options (default: `DataAccess.from_env()`).
-      chunk_samples: samples per chunk (default: about 1 MB of table per chunk).
-      cache_chunks: chunks kept in memory (>= 2).
-      prefetch: whether to fetch the next chunk in the background.
+      chunk_samples: rows one read-ahead fetches at most (default: about 1 MB of table).
+      cache_chunks: rows held at most, in units of `chunk_samples` (>= 2).
+      prefetch: whether to read ahead in the background.
     """
 
     is_remote = True
+    MAX_RUNS_AHEAD = 64
 
     def __init__(
         self,
@@ -219,8 +256,11 @@ class BucketRowTables:
         self._kv: ts.KvStore | None = None
         self._headers: dict[str, _Header] | None = None
         self.chunk_samples = self._chunk_arg
-        self._cache: collections.OrderedDict[int, RowSlices] = collections.OrderedDict()
-        self._inflight: dict[int, concurrent.futures.Future] = {}
+        self._blocks: collections.OrderedDict[tuple[int, int], _Block] = collections.OrderedDict()
+        self._keys: list[tuple[int, int]] = []  # the held blocks' (lo, hi), sorted
+        self._held_rows = 0
+        self._inflight: dict[tuple[int, int], concurrent.futures.Future] = {}
+        self._recent: collections.deque[int] = collections.deque(maxlen=8)
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -238,92 +278,150 @@ class BucketRowTables:
         return self._open()["starts"].length - 1
 
     @property
-    def cached_chunks(self) -> list[int]:
-        """Chunks held in memory, least recently used first."""
+    def held_blocks(self) -> list[tuple[int, int]]:
+        """Row ranges `(lo, hi)` held in memory, least recently used first."""
         with self._lock:
-            return list(self._cache)
+            return list(self._blocks)
+
+    @property
+    def held_rows(self) -> int:
+        """Rows held in memory (at most `cache_chunks x chunk_samples` plus one read)."""
+        with self._lock:
+            return self._held_rows
 
     # ------------------------------------------------------------------------------- reading
 
     def rows(self, lo: int, hi: int) -> RowSlices:
         headers = self._open()
-        n = headers["starts"].length - 1
-        _check_range(lo, hi, n, self.entry_url + self._names["starts"])
-        size = self.chunk_samples
-        first, last = lo // size, (hi - 1) // size
-        chunks = [self._chunk(c) for c in range(first, last + 1)]
-        if self.prefetch and last + 1 <= (n - 1) // size and hi > last * size + (3 * size) // 4:
-            self._start_prefetch(last + 1)
-        base = first * size
-        if len(chunks) == 1:
-            starts, dataset, offset, length = chunks[0]
-        else:
-            starts = np.concatenate([chunks[0][0]] + [c[0][1:] for c in chunks[1:]])
-            dataset, offset, length = (np.concatenate([c[k] for c in chunks]) for k in (1, 2, 3))
-        a, b = lo - base, hi - base
-        p0, p1 = int(starts[a] - starts[0]), int(starts[b] - starts[0])
-        return starts[a : b + 1], dataset[p0:p1], offset[p0:p1], length[p0:p1]
-
-    def _chunk(self, c: int) -> RowSlices:
+        _check_range(lo, hi, headers["starts"].length - 1, self.entry_url + self._names["starts"])
         with self._lock:
-            hit = self._cache.get(c)
-            if hit is not None:
-                self._cache.move_to_end(c)
-                return hit
-            future = self._inflight.get(c)
-            if future is None:
-                future = concurrent.futures.Future()
-                self._inflight[c] = future
-                mine = True
-            else:
-                mine = False
-        if mine:
-            self._load(c, future)
-        return future.result()
+            block = self._covering(lo, hi)
+            future = None if block is not None else self._inflight_covering(lo, hi)
+            self._recent.append(lo)
+            stride = self._stride()
+        if block is None and future is not None:
+            future.result()
+            with self._lock:
+                block = self._covering(lo, hi)
+        if block is None:
+            block = self._read_blocks([(lo, hi)])[0]
+            with self._lock:
+                self._hold(block)
+        if self.prefetch and stride:
+            self._read_ahead(lo, hi, stride)
+        return block.slice(lo, hi)
 
-    def _start_prefetch(self, c: int) -> None:
+    def _covering(self, lo: int, hi: int, touch: bool = True) -> _Block | None:
+        """A held block holding rows `[lo, hi)` (under the lock); `touch` marks it recently used.
+
+        Looks at the few held blocks starting at or before `lo`, nearest first (blocks may
+        overlap: a demand read inside a read-ahead range)."""
+        i = bisect.bisect_right(self._keys, (lo, sys.maxsize))
+        for key in reversed(self._keys[max(0, i - 4) : i]):
+            if key[1] >= hi:
+                if touch:
+                    self._blocks.move_to_end(key)
+                return self._blocks[key]
+        return None
+
+    def _inflight_covering(self, lo: int, hi: int) -> concurrent.futures.Future | None:
+        for (a, b), future in self._inflight.items():
+            if a <= lo and hi <= b:
+                return future
+        return None
+
+    def _stride(self) -> int:
+        """The distance between the starts of consecutive calls, if the recent calls agree on
+        one (calls may arrive out of order from several reader threads), else 0."""
+        starts = sorted(set(self._recent))
+        if len(starts) < 2:
+            return 0
+        gaps = np.diff(starts)
+        stride = int(gaps.min())
+        return stride if stride > 0 and not np.any(gaps % stride) else 0
+
+    def _hold(self, block: _Block) -> None:
+        """Keeps a block, dropping the least recently used beyond the bound (under the lock)."""
+        key = (block.lo, block.hi)
+        if key in self._blocks:
+            return
+        self._blocks[key] = block
+        bisect.insort(self._keys, key)
+        self._held_rows += block.hi - block.lo
+        limit = self.cache_chunks * self.chunk_samples
+        while self._held_rows > limit and len(self._blocks) > 1:
+            old, _ = self._blocks.popitem(last=False)
+            del self._keys[bisect.bisect_left(self._keys, old)]
+            self._held_rows -= old[1] - old[0]
+
+    def _read_ahead(self, lo: int, hi: int, stride: int) -> None:
+        """Fetches the next runs `[lo + j x stride, hi + j x stride)` not held yet, in the
+        background, when fewer than half of the planned runs ahead are held or in flight."""
+        n = self._open()["starts"].length - 1
+        width = hi - lo
+        count = max(1, min(self.MAX_RUNS_AHEAD, self.chunk_samples // max(width, 1)))
+        runs = [(lo + j * stride, min(n, hi + j * stride)) for j in range(1, count + 1)]
+        runs = [(a, b) for a, b in runs if a < n]
         with self._lock:
-            if c in self._cache or c in self._inflight:
+            missing = [r for r in runs if self._covering(*r, touch=False) is None
+                       and self._inflight_covering(*r) is None]
+            if not missing or len(missing) < (len(runs) + 1) // 2:
                 return
-            future: concurrent.futures.Future = concurrent.futures.Future()
-            self._inflight[c] = future
+            merged = _merge_runs(missing, self._merge_gap())
+            futures = []
+            for run in merged:
+                future: concurrent.futures.Future = concurrent.futures.Future()
+                self._inflight[run] = future
+                futures.append(future)
             if self._pool is None:
                 self._pool = concurrent.futures.ThreadPoolExecutor(1, "jaxblend-rows")
             pool = self._pool
-        pool.submit(self._load, c, future)
+        pool.submit(self._fetch, merged, futures)
 
-    def _load(self, c: int, future: concurrent.futures.Future) -> None:
+    def _merge_gap(self) -> int:
+        """Rows between two runs worth reading to save a request (about `coalesce_gap` bytes)."""
+        headers = self._headers
+        n = headers["starts"].length - 1
+        per_row = 8 + row_table.BYTES_PER_PIECE * headers["dataset"].length / max(n, 1)
+        return int(self.access.object_store.coalesce_gap / per_row)
+
+    def _fetch(self, runs: list[tuple[int, int]], futures: list[concurrent.futures.Future]) -> None:
         try:
-            chunk = self._read_chunk(c)
-        except BaseException as e:  # handed to the waiting reader
+            blocks = self._read_blocks(runs)
+        except BaseException as e:  # noqa: BLE001 - handed to any reader waiting for these rows
             with self._lock:
-                self._inflight.pop(c, None)
-            future.set_exception(e)
+                for run in runs:
+                    self._inflight.pop(run, None)
+            for future in futures:
+                future.set_exception(e)
             return
         with self._lock:
-            self._cache[c] = chunk
-            self._cache.move_to_end(c)
-            while len(self._cache) > self.cache_chunks:
-                self._cache.popitem(last=False)
-            self._inflight.pop(c, None)
-        future.set_result(chunk)
+            for block in blocks:
+                self._hold(block)
+            for run in runs:
+                self._inflight.pop(run, None)
+        for future in futures:
+            future.set_result(None)
 
-    def _read_chunk(self, c: int) -> RowSlices:
+    def _read_blocks(self, runs: list[tuple[int, int]]) -> list[_Block]:
+        """Rows of each run: `starts` of every run (one round), then their pieces (one round)."""
         headers = self._open()
-        n = headers["starts"].length - 1
-        lo = c * self.chunk_samples
-        hi = min(n, lo + self.chunk_samples)
-        (starts,) = self._read_ranges([("starts", lo, hi + 1)])
-        a, b = int(starts[0]), int(starts[-1])
-        if b < a or b > headers["dataset"].length:
-            raise IndexFormatError(
-                f"{self.entry_url}{self._names['starts']}: rows [{lo}, {hi}) name pieces [{a}, {b}) "
-                f"outside the {headers['dataset'].length} pieces of the table; the entry is corrupt"
-            )
-        dataset, offset, length = self._read_ranges(
-            [("dataset", a, b), ("offset", a, b), ("length", a, b)]
-        )
-        return starts, dataset, offset, length
+        pieces = headers["dataset"].length
+        starts = self._read_ranges([("starts", lo, hi + 1) for lo, hi in runs])
+        wanted = []
+        for (lo, hi), s in zip(runs, starts):
+            a, b = int(s[0]), int(s[-1])
+            if b < a or b > pieces:
+                raise IndexFormatError(
+                    f"{self.entry_url}{self._names['starts']}: rows [{lo}, {hi}) name pieces "
+                    f"[{a}, {b}) outside the {pieces} pieces of the table; the entry is corrupt"
+                )
+            wanted += [("dataset", a, b), ("offset", a, b), ("length", a, b)]
+        arrays = self._read_ranges(wanted)
+        return [
+            _Block(lo, hi, (s, *arrays[3 * i : 3 * i + 3]))
+            for i, ((lo, hi), s) in enumerate(zip(runs, starts))
+        ]
 
     def _read_ranges(self, wanted: list[tuple[str, int, int]]) -> list[np.ndarray]:
         """Elements `[i, j)` of each named array, read concurrently (one round)."""
@@ -528,12 +626,14 @@ class RowTableSource(base.BatchSource):
         if ids.size == 0:
             empty = np.zeros(0, np.int64)
             return row_table.RowSpans(empty, np.zeros(0, np.int32), empty, empty)
+        lo, hi = int(ids.min()), int(ids.max()) + 1
+        if hi - lo - ids.size <= GROUP_GAP:  # no gap between the ids can exceed GROUP_GAP
+            return row_table.spans_of_rows(lo, *self._tables.rows(lo, hi), ids, keep_empty=True)
         order = np.argsort(ids, kind="stable")
         ordered = ids[order]
         cuts = np.flatnonzero(np.diff(ordered) > GROUP_GAP) + 1
         groups = np.split(np.arange(ids.size), cuts)
         if len(groups) == 1:
-            lo, hi = int(ordered[0]), int(ordered[-1]) + 1
             return row_table.spans_of_rows(lo, *self._tables.rows(lo, hi), ids, keep_empty=True)
         parts = []
         for g in groups:

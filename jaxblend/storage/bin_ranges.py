@@ -24,7 +24,7 @@ import json
 import os
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import tensorstore as ts
@@ -33,6 +33,9 @@ from jaxblend import access as access_lib
 from jaxblend.storage import _gather, _handles, _location, _mapping, _remote, identity_memo
 from jaxblend.storage.idx_format import IndexFormatError
 from jaxblend.storage.span_gather import _place
+
+if TYPE_CHECKING:
+    from jaxblend.storage.reader import IndexedDataset
 
 REPUBLISH = "publish the maps again with python -m jaxblend.tools.build_index"
 
@@ -76,6 +79,13 @@ class BinDataset:
     @property
     def num_tokens(self) -> int:
         return self.bin_size // np.dtype(self.dtype).itemsize
+
+
+def describe(dataset: IndexedDataset) -> BinDataset:
+    """What `BinRanges` needs of an opened dataset: its prefix, token dtype, `.bin` size and the
+    `.bin` version it was opened at (object generation, or local version stamp)."""
+    h = dataset._handles()  # the storage layer reading its own open state
+    return BinDataset(dataset.prefix, h.header.dtype.str, h.bin_size, h.bin_generation or None)
 
 
 @dataclasses.dataclass
@@ -123,6 +133,9 @@ class BinRanges:
         self._count = np.zeros(n, np.int64)
         self._pointer_addr = np.full(n, _ZERO.ctypes.data, np.int64)
         self._ones = np.ones(n, np.int64)
+        self._state = np.zeros(n, np.int8)  # 0 unopened, 1 mapped, 2 read by requests
+        self._num_tokens = np.array([d.num_tokens for d in self.datasets], np.int64)
+        self._itemsize = np.array([np.dtype(d.dtype).itemsize for d in self.datasets], np.int64)
 
     def __getstate__(self) -> dict[str, Any]:
         return {"datasets": self.datasets, "access": self.access}
@@ -179,47 +192,51 @@ class BinRanges:
         if dataset.min() < 0 or dataset.max() >= len(self.datasets):
             bad = int(dataset[(dataset < 0) | (dataset >= len(self.datasets))][0])
             raise IndexError(f"range names dataset {bad}; there are {len(self.datasets)}")
+        limit = self._num_tokens[dataset]
+        bad = np.flatnonzero((offset < 0) | (offset > limit - length))
+        if bad.size:
+            j = int(bad[0])
+            d = int(dataset[j])
+            raise IndexError(
+                f"range start={int(offset[j])}, length={int(length[j])} leaves the "
+                f"{int(limit[j])} tokens of {self.datasets[d].prefix}.bin: the row table does "
+                f"not match the data; {REPUBLISH}"
+            )
+        touched = np.flatnonzero(np.bincount(dataset, minlength=len(self.datasets)))
+        state = self._state  # 0 unopened, 1 mapped, 2 read by requests
+        if np.any(state[touched] == 0):
+            self._open_all([int(d) for d in touched[state[touched] == 0]])
+        kinds = state[touched]
+        if np.all(kinds == 1):  # every range from local maps: no grouping needed
+            self._read_mapped(touched, dataset, offset, length, out, out_pos)
+            return
+        if np.any(kinds == 1):
+            self._read_mapped(touched[kinds == 1], dataset, offset, length, out, out_pos)
         order = np.argsort(dataset, kind="stable")
-        touched = np.unique(dataset)
         bounds = np.searchsorted(dataset[order], np.append(touched, len(self.datasets)))
-        opened = self._open_all([int(d) for d in touched])
-        for t, d in enumerate(touched.tolist()):
-            sel = order[bounds[t] : bounds[t + 1]]
-            limit = self.datasets[d].num_tokens
-            bad = np.flatnonzero((offset[sel] < 0) | (offset[sel] > limit - length[sel]))
-            if bad.size:
-                j = int(sel[bad[0]])
-                raise IndexError(
-                    f"range start={int(offset[j])}, length={int(length[j])} leaves the {limit} tokens "
-                    f"of {opened[d].name}: the row table does not match the data; {REPUBLISH}"
-                )
-        mapped = [d for d in touched.tolist() if opened[d].tokens is not None]
-        remote = [d for d in touched.tolist() if opened[d].tokens is None]
-        if mapped:
-            self._read_mapped(mapped, dataset, offset, length, out, out_pos)
-        if remote:
-            self._read_remote(remote, order, bounds, touched, opened, dataset, offset, length, out,
-                              out_pos, timeout)
+        with self._lock:
+            opened = {int(d): self._opened[int(d)] for d in touched[kinds == 2]}
+        self._read_remote(sorted(opened), order, bounds, touched, opened, dataset, offset, length,
+                          out, out_pos, timeout)
 
     # ------------------------------------------------------------------------------ local maps
 
     def _read_mapped(self, mapped, dataset, offset, length, out, out_pos) -> None:
-        by_dtype: dict[str, list[int]] = {}
-        for d in mapped:
-            by_dtype.setdefault(self.datasets[d].dtype, []).append(d)
+        """Copies the ranges of the mapped datasets `mapped` (with the gather kernel, one call per
+        token dtype; ranges of other datasets are skipped by the kernel)."""
+        dtypes = {self.datasets[int(d)].dtype for d in mapped}
         zeros = np.zeros(dataset.shape[0], np.int64)
-        for dtype, members in by_dtype.items():
-            member = self._member[dtype]
-            like = np.zeros(0, dtype)
+        for dtype in dtypes:
             bad = _gather.gather(
-                member, self._addr, self._count, self._pointer_addr, self._ones, like,
-                dataset, zeros, offset, length, out, out_pos,
+                self._member[dtype], self._addr, self._count, self._pointer_addr, self._ones,
+                np.zeros(0, dtype), dataset, zeros, offset, length, out, out_pos,
             )
             if bad >= 0:  # pragma: no cover - ranges were checked against the published sizes
-                raise IndexError(f"range {bad} leaves {self._opened[int(dataset[bad])].name}")
-            sel = np.isin(dataset, members)
-            with self._lock:
-                self.bytes_read += int(length[sel].sum()) * np.dtype(dtype).itemsize
+                raise IndexError(f"range {bad} leaves {self.datasets[int(dataset[bad])].prefix}.bin")
+        copied = self._state[dataset] == 1
+        nbytes = int((length[copied] * self._itemsize[dataset[copied]]).sum())
+        with self._lock:
+            self.bytes_read += nbytes
 
     # ---------------------------------------------------------------------------- object stores
 
@@ -291,6 +308,7 @@ class BinRanges:
                     self._opened[d] = state
                     if state.tokens is not None:
                         self._map_member(d, state)
+                    self._state[d] = 1 if state.tokens is not None else 2  # last: now readable
         with self._lock:
             return {d: self._opened[d] for d in ids}
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import concurrent.futures
+import dataclasses
 import pickle
 import time
 
@@ -16,7 +18,7 @@ from jaxblend.map_store import bucket as bucket_store
 from jaxblend.map_store import entries
 from jaxblend.sources import GPTSchemaOptions, PlannedSource
 from jaxblend.sources.row_table_source import ArrayRowTables, BucketRowTables, RowTableSource
-from jaxblend.storage import IndexFormatError, identity_memo
+from jaxblend.storage import IndexFormatError, bin_ranges, identity_memo
 from jaxblend.storage.bin_ranges import BinDataset
 
 EOD = 0
@@ -39,13 +41,10 @@ def config(blend, extra=True, samples=(150, 20, 20)):
     )
 
 
-def describe(datasets, names, generations=True):
+def describe(datasets, names):
     """`BinDataset`s of opened `IndexedDataset`s (what publishing records)."""
-    out = []
-    for name in names:
-        ds = datasets[name]
-        h = ds._handles()
-        out.append(BinDataset(name, ds.dtype.str, h.bin_size, h.bin_generation if generations else None))
+    out = [bin_ranges.describe(datasets[name]) for name in names]
+    assert all(d.generation for d in out) and [d.prefix for d in out] == list(names)
     return out
 
 
@@ -62,6 +61,7 @@ def both(cfg, options, split="train", access=None):
         ArrayRowTables(table), describe(datasets, plan.dataset_names), options,
         fingerprint=maps.fingerprint, split=split, length=len(plan), access=access,
     )
+    rows.fingerprint_of_plan = maps.fingerprint  # for tests that build another RowTableSource
     return planned, rows, table
 
 
@@ -120,7 +120,7 @@ def test_far_apart_ids_and_group_order(prefixes):
 
 def test_only_touched_bins_are_opened(prefixes):
     cfg = config(["30", prefixes[0], "50", prefixes[1], "20", prefixes[2]])
-    planned, rows, table = both(cfg, GPTSchemaOptions(seq_length=16))
+    _planned, rows, table = both(cfg, GPTSchemaOptions(seq_length=16))
     ds_of_sample = table["dataset"][table["starts"][:-1]]
     ids = np.flatnonzero(ds_of_sample == 2)[:5]
     rows.get_batch(ids)
@@ -149,7 +149,7 @@ def test_pickles_without_handles_and_reloads_a_local_entry(prefixes, tmp_path):
 
 def test_a_rewritten_local_bin_is_refused(prefixes, tmp_path):
     cfg = config([prefixes[0]], samples=(40, 5, 5))
-    planned, rows, _ = both(cfg, GPTSchemaOptions(seq_length=16))
+    _planned, rows, _ = both(cfg, GPTSchemaOptions(seq_length=16))
     stale = [BinDataset(d.prefix, d.dtype, d.bin_size, b"\0" * len(d.generation)) for d in rows._datasets]
     source = RowTableSource(rows.tables, stale, rows.options, fingerprint="f", split="train", length=len(rows))
     with pytest.raises(IndexFormatError, match=r"a\.bin was rewritten after the index maps were published"):
@@ -178,7 +178,7 @@ def published(prefixes, object_store, request, tmp_path):
 
 
 def test_bucket_rows_equal_planned_source(published):
-    planned, rows, entry_url, table, access = published
+    planned, rows, entry_url, _table, access = published
     tables = BucketRowTables(entry_url, "train", access, chunk_samples=50)
     source = RowTableSource(tables, rows._datasets, rows.options, fingerprint="x", split="train",
                             length=len(rows), access=access)
@@ -190,57 +190,95 @@ def test_bucket_rows_equal_planned_source(published):
     ids = np.array([n - 1, 0, 222, 223, 5], np.int64)
     assert_same(planned.get_batch(ids), source.get_batch(ids))
     assert len(tables) == n
-    assert len(tables.cached_chunks) <= tables.cache_chunks
+    fresh = RowTableSource(BucketRowTables(entry_url, "train", access, chunk_samples=50),
+                           rows._datasets, rows.options, fingerprint="x", split="train",
+                           length=len(rows), access=access)
+    steps = [np.arange(lo, min(n, lo + 16)) for lo in range(0, n, 16)]
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:  # reader threads, out of order
+        for ids, got in zip(steps, pool.map(fresh.read_batch, steps)):
+            assert_same(planned.read_batch(ids), got)
+    assert tables.held_rows <= tables.cache_chunks * tables.chunk_samples + 37
     clone = pickle.loads(pickle.dumps(source))
-    assert clone.tables.cached_chunks == [] and clone.requests_issued == 0
+    assert clone.tables.held_blocks == [] and clone.requests_issued == 0
     assert_same(clone.get_batch(ids), planned.get_batch(ids))
     assert clone.requests_issued > 0 and clone.bytes_read > 0
 
 
-def test_reading_chunk_k_reads_only_chunk_k(published):
+def _wait_until(condition):
+    deadline = time.monotonic() + 60
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert condition()
+
+
+def test_a_read_of_rows_reads_only_those_rows(published):
     _, _, entry_url, table, access = published
-    size = 40
-    tables = BucketRowTables(entry_url, "train", access, chunk_samples=size, prefetch=False)
+    tables = BucketRowTables(entry_url, "train", access, prefetch=False)
     assert len(tables) == table["starts"].shape[0] - 1  # headers: one small read per array
-    header_requests, header_bytes = tables.requests, tables.bytes_read
-    assert header_requests == 4 and header_bytes == 4 * 128
-    for k in (3, 0, 7):
+    assert tables.requests == 4 and tables.bytes_read == 4 * 128
+    s = table["starts"]
+    for lo, hi in ((120, 152), (0, 7), (300, 301)):
         before, before_bytes = tables.requests, tables.bytes_read
-        lo, hi = k * size + 5, k * size + 30
         got = tables.rows(lo, hi)
-        s = table["starts"]
         np.testing.assert_array_equal(got[0], s[lo : hi + 1])
         for field, arr in zip(row_table.FIELDS[1:], got[1:]):
             np.testing.assert_array_equal(arr, table[field][s[lo] : s[hi]])
-        a, b = int(s[k * size]), int(s[(k + 1) * size])
-        assert tables.requests - before == 4  # starts of the chunk, then its three piece ranges
-        assert tables.bytes_read - before_bytes == (size + 1) * 8 + (b - a) * row_table.BYTES_PER_PIECE
+        assert tables.requests - before == 4  # starts of the rows, then their three piece ranges
+        pieces = int(s[hi] - s[lo])
+        assert tables.bytes_read - before_bytes == (hi - lo + 1) * 8 + pieces * row_table.BYTES_PER_PIECE
         again = tables.requests
-        tables.rows(lo + 1, hi - 1)  # cached
+        tables.rows(lo, hi)  # held
         assert tables.requests == again
-    assert tables.cached_chunks == [3, 0, 7]
-    tables.rows(8 * size, 8 * size + 1)
-    tables.rows(9 * size, 9 * size + 1)
-    assert tables.cached_chunks == [0, 7, 8, 9]  # least recently used dropped first
+    assert tables.held_blocks == [(120, 152), (0, 7), (300, 301)]
 
 
-def test_next_chunk_is_fetched_in_the_background(published):
+def test_held_rows_are_bounded_least_recently_used_first(published):
     _, _, entry_url, _, access = published
-    tables = BucketRowTables(entry_url, "train", access, chunk_samples=40)
-    tables.rows(0, 20)
-    assert tables.cached_chunks == [0]  # first half: no prefetch
-    tables.rows(20, 35)  # the last quarter of chunk 0: chunk 1 is fetched
-    deadline = time.monotonic() + 60
-    while 1 not in tables.cached_chunks and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert tables.cached_chunks == [0, 1]
+    tables = BucketRowTables(entry_url, "train", access, chunk_samples=20, cache_chunks=2,
+                             prefetch=False)
+    for lo in (0, 100, 200):
+        tables.rows(lo, lo + 15)
+    assert tables.held_blocks == [(100, 115), (200, 215)] and tables.held_rows == 30
+    tables.rows(100, 101)
+    tables.rows(300, 315)
+    assert tables.held_blocks == [(100, 115), (300, 315)]
+
+
+def test_strided_steps_are_read_ahead_in_the_background(published):
+    _, _, entry_url, table, access = published
+    apart = dataclasses.replace(access, object_store=dataclasses.replace(
+        access.object_store, coalesce_gap=0))  # runs 40 rows apart stay apart
+    tables = BucketRowTables(entry_url, "train", apart, chunk_samples=40)
+    tables.rows(0, 10)
+    assert tables.held_blocks == [(0, 10)]  # no stride seen yet: nothing ahead
+    tables.rows(50, 60)  # stride 50, width 10: the next 4 runs are fetched
+    _wait_until(lambda: len(tables.held_blocks) == 6)
+    assert sorted(tables.held_blocks)[2:] == [(100, 110), (150, 160), (200, 210), (250, 260)]
     requests = tables.requests
-    tables.rows(40, 60)
+    for lo in (100, 150):
+        got = tables.rows(lo, lo + 10)
+        np.testing.assert_array_equal(got[0], table["starts"][lo : lo + 11])
+    assert tables.requests == requests  # held: fewer than half of the runs ahead are missing
+    near = BucketRowTables(entry_url, "train", access, chunk_samples=40)  # default coalesce_gap
+    near.rows(0, 10)
+    near.rows(50, 60)
+    _wait_until(lambda: (100, 260) in near.held_blocks)  # one range: gaps cheaper than requests
+
+
+def test_adjacent_steps_are_read_ahead_as_one_range(published):
+    _, _, entry_url, table, access = published
+    tables = BucketRowTables(entry_url, "train", access, chunk_samples=40)
+    tables.rows(0, 10)
+    tables.rows(10, 20)  # one reader of every row: the next 40 rows in one range
+    _wait_until(lambda: (20, 60) in tables.held_blocks)
+    requests = tables.requests
+    got = tables.rows(25, 55)
+    np.testing.assert_array_equal(got[0], table["starts"][25:56])
     assert tables.requests == requests
 
 
 def test_bucket_table_and_bin_errors(published, object_store):
-    planned, rows, entry_url, table, access = published
+    _planned, rows, entry_url, _table, access = published
     stale = [BinDataset(d.prefix, d.dtype, d.bin_size, b"99") for d in rows._datasets]
     source = RowTableSource(BucketRowTables(entry_url, "train", access), stale, rows.options,
                             fingerprint="x", split="train", length=len(rows), access=access)
@@ -252,3 +290,35 @@ def test_bucket_table_and_bin_errors(published, object_store):
         missing.rows(0, 1)
     with pytest.raises(IndexError, match=r"rows \[0, 100000\) are outside the"):
         BucketRowTables(entry_url, "train", access).rows(0, 100000)
+
+
+# ------------------------------------------------------------------------------------- loader
+
+
+def _loader_batches(source, **kwargs):
+    import jax
+    from jax.sharding import Mesh
+
+    from jaxblend.loading import make_loader
+
+    mesh = Mesh(np.array(jax.devices()[:4]), ("data",))
+    loader = make_loader(source, mesh, global_batch_size=8, **kwargs)
+    return loader, [{k: np.asarray(v) for k, v in b.items()} for b in loader]
+
+
+def test_loader_resumes_a_planned_run_on_the_row_table_path(published):
+    from jaxblend.loading import PrefetchOptions
+
+    planned, rows, entry_url, _, access = published
+    source = RowTableSource(BucketRowTables(entry_url, "train", access, chunk_samples=30),
+                            rows._datasets, rows.options, fingerprint=rows.fingerprint_of_plan,
+                            split="train", length=len(rows), access=access)
+    assert source.fingerprint == planned.fingerprint
+    loader, full = _loader_batches(planned, num_steps=6)
+    state = loader.state()
+    resumed_state = {**state, "step": 2}
+    _, rest = _loader_batches(source, num_steps=6, state=resumed_state,
+                              prefetch=PrefetchOptions(worker_count=1))  # pickled into a worker
+    assert len(rest) == 4
+    for got, want in zip(rest, full[2:], strict=True):
+        assert_same(got, want)

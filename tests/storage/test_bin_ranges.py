@@ -164,3 +164,15 @@ def test_bucket_ranges_coalesced_counted_and_checked(corpus, object_store, reque
     assert clone.opened == [] and clone.requests == 0
     clone.read(np.array([1]), np.array([3]), np.array([5]), out, np.zeros(1))
     np.testing.assert_array_equal(out[:5], tokens[1][3:8])
+
+
+def test_local_files_through_tensorstore_backend(corpus):
+    prefixes, tokens = corpus
+    reader = BinRanges(_describe(prefixes, tokens), DataAccess(backend="tensorstore"))
+    rng = np.random.default_rng(5)
+    ds, offset, length, pos = _ranges(tokens, rng, 30)
+    size = int((pos + length).max())
+    np.testing.assert_array_equal(
+        _read(reader, ds, offset, length, pos, size), _expected(tokens, ds, offset, length, pos, size)
+    )
+    assert reader.requests >= 3 and reader.opened == [0, 1, 2]
