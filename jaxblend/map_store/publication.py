@@ -53,6 +53,7 @@ from jaxblend.map_store.record import (
     rows_entry,
 )
 from jaxblend.map_store.store import MapStore, load_or_build_data_maps
+from jaxblend.storage import bin_ranges
 from jaxblend.storage.reader import IndexedDataset
 from jaxblend.urls import is_url
 
@@ -80,12 +81,14 @@ class Published:
 
 def describe_dataset(dataset: IndexedDataset, prefix: str) -> PublishedDataset:
     """The record's description of an opened dataset (computes its content fingerprint)."""
-    handles = dataset._handles()  # noqa: SLF001 - the versions and sizes seen at this open
+    seen = bin_ranges.describe(dataset)
+    # A local file's version stamp (device, inode, ...) means nothing on another host.
+    remote = dataset.is_remote and seen.generation is not None
     return PublishedDataset(
         prefix=prefix,
-        dtype=dataset.dtype.str,
-        bin_size=int(handles.bin_size),
-        generation=handles.bin_generation.hex() if dataset.is_remote else "",
+        dtype=seen.dtype,
+        bin_size=seen.bin_size,
+        generation=seen.generation.hex() if remote else "",
         fingerprint=dataset.fingerprint,
     )
 
