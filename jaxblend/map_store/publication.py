@@ -14,7 +14,9 @@ reads what it published:
   record: one request. If it is absent, the builder publishes it; the others poll for it
   (`MapStoreOptions.poll_seconds`) at most `wait_seconds`, then fail with one line naming the
   record's URL and `--data_cache_wait`. In a multi-process run a builder that fails stops the
-  waiting hosts at once with its error (`jaxblend.peer_watch`).
+  waiting hosts at once with its error (`jaxblend.peer_watch`). Before waiting, a host checks
+  that every `.bin` it names exists (one empty read each), so a host given a wrong prefix fails
+  with that prefix's name instead of waiting for a record nobody will write.
 
 A host that reads a record opens no `.idx`, downloads no whole map entry and hashes no `.bin`: the
 sources built from it (`jaxblend.sources.factory`) read row-table ranges and `.bin` ranges, each
@@ -30,8 +32,11 @@ with `build_index`.
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 import time
 from collections.abc import Mapping
+from typing import Any
 
 from absl import logging
 
@@ -53,7 +58,8 @@ from jaxblend.map_store.record import (
     rows_entry,
 )
 from jaxblend.map_store.store import MapStore, load_or_build_data_maps
-from jaxblend.storage import bin_ranges
+from jaxblend.storage import _location, _remote, bin_ranges
+from jaxblend.storage.idx_format import IndexFormatError
 from jaxblend.storage.reader import IndexedDataset
 from jaxblend.urls import is_url
 
@@ -232,4 +238,44 @@ def load_or_publish(config: GPTDataConfig, access: DataAccess) -> Publication:
         return found
     if bucket.is_builder(access.maps):
         return publish(config, access).publication
+    check_bins_exist(config, access)
     return wait_for(config, access)
+
+
+def check_bins_exist(config: GPTDataConfig, access: DataAccess) -> None:
+    """Refuses at once a dataset of `config` whose `.bin` does not exist (one empty read per
+    prefix, all in flight together; no `.idx` is touched).
+
+    A host about to wait for a record that nothing is going to publish (it was started with other
+    data flags than the builder's, e.g. a misspelt prefix) fails here with the prefix's name
+    instead of at the end of the wait.
+
+    Raises:
+      IndexFormatError: a `.bin` does not exist (names it).
+      ObjectStoreError: the bucket failed or timed out.
+    """
+    store = access.object_store
+    kvstores: dict[str, Any] = {}
+    pending = []
+    for prefix in opening.config_prefixes(config):
+        loc = _location.resolve(prefix)
+        if loc.local_prefix is not None:
+            if not os.path.isfile(loc.local_prefix + ".bin"):
+                raise IndexFormatError(f"{loc.file_name('.bin')}: data file does not exist")
+            continue
+        spec = store.complete_spec(loc.kvstore)
+        name = json.dumps(spec, sort_keys=True)
+        if name not in kvstores:
+            kvstores[name] = _location.open_kvstore(spec)
+        pending.append((loc, kvstores[name].read(loc.bin_key, byte_range=slice(0, 0))))
+    for loc, future in pending:
+        try:
+            state = _remote.wait(future, loc.file_name(".bin"), "checking it exists",
+                                 store.request_timeout).state
+        except ValueError:  # OUT_OF_RANGE: an empty object exists
+            state = "value"
+        if state != "value":
+            raise IndexFormatError(
+                f"{loc.file_name('.bin')}: data file does not exist (check --data_path; every "
+                "process must be given the same data flags)"
+            )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ from jaxblend import index, opening
 from jaxblend.access import DataAccess, MapStoreOptions
 from jaxblend.index import row_table
 from jaxblend.map_store import bucket, entries, load_or_build_data_maps, publication, record
+from jaxblend.storage.idx_format import IndexFormatError
 from jaxblend.storage.reader import IndexedDataset
 
 
@@ -159,3 +161,13 @@ def test_builder_publishes_when_absent_and_reader_takes_it(setup, monkeypatch):
 
     monkeypatch.setattr(IndexedDataset, "__init__", no_open)
     assert publication.load_or_publish(config, host("reader", builder=False)) == built
+
+
+def test_waiting_host_with_a_missing_dataset_fails_at_once(setup):
+    config, host, url = setup
+    missing = config.blend[1] + "_missing"
+    broken = index.GPTDataConfig(blend=["40", missing, "60", config.blend[3]], split="80,20,0",
+                                 seq_length=16, num_samples=(150, 20, 0))
+    with pytest.raises(IndexFormatError, match=re.escape(f"{missing}.bin: data file does not exist")):
+        publication.load_or_publish(broken, host("reader", builder=False, wait=60))
+    publication.check_bins_exist(config, host("reader", builder=False))  # the real ones exist
