@@ -211,7 +211,9 @@ def wait_for(config: GPTDataConfig, access: DataAccess) -> Publication:
     url = record_url(store.url, key)
     options = access.maps
     deadline = time.monotonic() + options.wait_seconds
-    logging.info("waiting for the publication record %s", url)
+    logging.info(
+        "waiting for process 0 to publish index cache entry %s (the publication record)", url
+    )
     while (data := store.remote().read_object(record_key(key))) is None:
         if time.monotonic() > deadline:
             raise TimeoutError(
