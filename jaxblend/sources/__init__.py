@@ -18,12 +18,8 @@ from jaxblend.sources.masked_config import (
 from jaxblend.sources.masked_t5 import T5Source
 from jaxblend.sources.mock import MockSource
 from jaxblend.sources.planned import BlendedSource, GPTSource, PlannedSource
-from jaxblend.sources.row_table_source import (
-    ArrayRowTables,
-    BucketRowTables,
-    RowTables,
-    RowTableSource,
-)
+from jaxblend.sources.row_table_source import RowTableSource
+from jaxblend.sources.row_tables import ArrayRowTables, BucketRowTables, RowTables
 from jaxblend.sources.schema import GPT_KEYS, GPTSchemaOptions, windows_to_batch
 from jaxblend.sources.sequence import SequenceSource
 

@@ -17,7 +17,8 @@ from jaxblend.index import row_table
 from jaxblend.map_store import bucket as bucket_store
 from jaxblend.map_store import entries
 from jaxblend.sources import GPTSchemaOptions, PlannedSource
-from jaxblend.sources.row_table_source import ArrayRowTables, BucketRowTables, RowTableSource
+from jaxblend.sources.row_table_source import RowTableSource
+from jaxblend.sources.row_tables import ArrayRowTables, BucketRowTables
 from jaxblend.storage import IndexFormatError, bin_ranges, identity_memo
 from jaxblend.storage.bin_ranges import BinDataset
 
