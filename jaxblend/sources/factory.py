@@ -17,12 +17,8 @@ from jaxblend.access import DataAccess
 from jaxblend.map_store import entries, load_or_build_data_maps, publication
 from jaxblend.map_store.store import MapStore
 from jaxblend.sources import base, planned, schema
-from jaxblend.sources.row_table_source import (
-    ArrayRowTables,
-    BucketRowTables,
-    RowTables,
-    RowTableSource,
-)
+from jaxblend.sources.row_table_source import RowTableSource
+from jaxblend.sources.row_tables import ArrayRowTables, BucketRowTables, RowTables
 from jaxblend.storage.bin_ranges import BinDataset
 from jaxblend.storage.reader import IndexedDataset
 
