@@ -97,7 +97,7 @@ class PublishedDataset:
     def __post_init__(self) -> None:
         for name in ("prefix", "dtype", "generation", "fingerprint"):
             if not isinstance(getattr(self, name), str):
-                raise ValueError(f"dataset field {name!r} must be a string")
+                raise ValueError(f"dataset field {name!r} must be a string")  # noqa: TRY004
         if not self.prefix or not self.dtype or not self.fingerprint:
             raise ValueError("dataset prefix, dtype and fingerprint must not be empty")
         if isinstance(self.bin_size, bool) or not isinstance(self.bin_size, int) or self.bin_size < 0:
@@ -147,7 +147,7 @@ class PublishedSplit:
         if not isinstance(value, dict) or set(value) != {"length", "datasets", "rows"}:
             raise ValueError("a split is not an object with length, datasets, rows")
         if not isinstance(value["datasets"], list):
-            raise ValueError("split datasets is not a list")
+            raise ValueError("split datasets is not a list")  # noqa: TRY004
         return cls(value["length"], tuple(value["datasets"]), value["rows"])
 
 
@@ -209,7 +209,7 @@ class Publication:
         try:
             body = json.loads(data.decode("utf-8"))
             if not isinstance(body, dict):
-                raise ValueError("not a JSON object")
+                raise ValueError("not a JSON object")  # noqa: TRY004
             if body.get("format") != FORMAT or body.get("version") != VERSION:
                 raise ValueError(
                     f"format {body.get('format')!r} version {body.get('version')!r}, this jaxblend "
@@ -219,10 +219,10 @@ class Publication:
             if checksum != _checksum(body):
                 raise ValueError("checksum mismatch (the record was damaged)")
             if not isinstance(body.get("datasets"), list) or not isinstance(body.get("splits"), dict):
-                raise ValueError("datasets/splits missing")
+                raise ValueError("datasets/splits missing")  # noqa: TRY004
             for k in ("launch_key", "plan_key"):
                 if not isinstance(body.get(k), str):
-                    raise ValueError(f"{k} missing")
+                    raise ValueError(f"{k} missing")  # noqa: TRY004
             return cls(
                 body["launch_key"],
                 body["plan_key"],

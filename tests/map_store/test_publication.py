@@ -114,7 +114,7 @@ def test_publish_writes_rows_then_record(setup):
 
 
 def test_rerun_with_unchanged_data_writes_nothing(setup, monkeypatch):
-    config, host, url = setup
+    config, host, _url = setup
     publication.publish(config, host("first", builder=True))
 
     def no_write(*args, **kwargs):
@@ -127,7 +127,7 @@ def test_rerun_with_unchanged_data_writes_nothing(setup, monkeypatch):
 
 
 def test_changed_data_publishes_anew(setup, object_store, local_data, tmp_path):
-    config, host, url = setup
+    config, host, _url = setup
     first = publication.publish(config, host("first", builder=True)).publication
     changed = write_random_dataset(str(tmp_path / "b2"), np.random.default_rng(9), 80)
     target = first.datasets[1].prefix.split("/", 3)[3]
@@ -153,7 +153,7 @@ def test_non_builder_waits_then_fails_naming_the_record(setup, monkeypatch):
 
 
 def test_builder_publishes_when_absent_and_reader_takes_it(setup, monkeypatch):
-    config, host, url = setup
+    config, host, _url = setup
     built = publication.load_or_publish(config, host("builder", builder=True))
 
     def no_open(*args, **kwargs):
@@ -164,7 +164,7 @@ def test_builder_publishes_when_absent_and_reader_takes_it(setup, monkeypatch):
 
 
 def test_waiting_host_with_a_missing_dataset_fails_at_once(setup):
-    config, host, url = setup
+    config, host, _url = setup
     missing = config.blend[1] + "_missing"
     broken = index.GPTDataConfig(blend=["40", missing, "60", config.blend[3]], split="80,20,0",
                                  seq_length=16, num_samples=(150, 20, 0))

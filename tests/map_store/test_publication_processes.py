@@ -82,7 +82,7 @@ def _finish(proc: subprocess.Popen) -> list[str]:
 
 
 def test_host_started_before_the_publication_waits_then_reads_it(run):
-    config, args, access, url = run
+    config, args, access, _url = run
     reader = subprocess.Popen([sys.executable, *args("reader", builder=False)], cwd=ROOT,
                               env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -15,7 +16,7 @@ from jaxblend import index
 from jaxblend.access import DataAccess, IdentityStoreOptions, MapStoreOptions, ObjectStoreOptions
 from jaxblend.loading import PrefetchOptions, make_loader
 from jaxblend.map_store import bucket
-from jaxblend.sources import GPTSchemaOptions, factory, open_gpt_sources, open_validation_sets
+from jaxblend.sources import GPTSchemaOptions, open_gpt_sources, open_validation_sets
 from jaxblend.sources.planned import PlannedSource
 from jaxblend.sources.row_table_source import RowTableSource
 from jaxblend.storage.idx_format import IndexFormatError
@@ -120,13 +121,13 @@ def _forbid(monkeypatch, what: str) -> None:
 
 def _same(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> None:
     assert a.keys() == b.keys()
-    for name in a:
-        assert a[name].dtype == b[name].dtype and a[name].tobytes() == b[name].tobytes(), name
+    for name, value in a.items():
+        assert value.dtype == b[name].dtype and value.tobytes() == b[name].tobytes(), name
 
 
 @pytest.mark.parametrize("masking", [False, True])
 def test_sources_from_the_record_equal_the_old_path(published, monkeypatch, masking):
-    config, host, url = published
+    config, host, _url = published
     options = GPTSchemaOptions(seq_length=SEQ, inter_document_masking=masking)
     builder = host("builder", builder=True)
     old = open_gpt_sources(config, options, access=builder, whole_maps=True)
@@ -148,7 +149,7 @@ def test_sources_from_the_record_equal_the_old_path(published, monkeypatch, mask
 
 
 def test_one_grain_worker_equals_none(published, monkeypatch):
-    config, host, url = published
+    config, host, _url = published
     builder = host("builder", builder=True)
     open_gpt_sources(config, OPTIONS, access=builder)  # publishes
     old = open_gpt_sources(config, OPTIONS, access=builder, whole_maps=True)
@@ -164,7 +165,7 @@ def test_one_grain_worker_equals_none(published, monkeypatch):
 
 
 def test_resumed_host_reads_only_the_rows_from_its_step(published):
-    config, host, url = published
+    config, host, _url = published
     open_gpt_sources(config, OPTIONS, access=host("builder", builder=True))
     source = open_gpt_sources(config, OPTIONS, access=host("reader", builder=False))["train"]
     tables = source.tables
@@ -187,10 +188,10 @@ def test_resumed_host_reads_only_the_rows_from_its_step(published):
 
 
 def test_rewritten_dataset_is_refused(published, object_store, local_prefixes, tmp_path):
-    config, host, url = published
+    config, host, _url = published
     open_gpt_sources(config, OPTIONS, access=host("builder", builder=True))
     target = config.blend[1].split("/", 3)[3] + ".bin"
-    data = bytearray(open(local_prefixes[0] + ".bin", "rb").read())
+    data = bytearray(Path(local_prefixes[0] + ".bin").read_bytes())
     data[0] ^= 1  # same size, other tokens: a new object generation (GCS) and ETag (S3)
     object_store.write(target, bytes(data))
     source = open_gpt_sources(config, OPTIONS, access=host("reader", builder=False))["train"]
@@ -200,7 +201,7 @@ def test_rewritten_dataset_is_refused(published, object_store, local_prefixes, t
 
 
 def test_validation_sets_from_their_publications(published, monkeypatch):
-    config, host, url = published
+    config, host, _url = published
     per_split = dataclasses.replace(
         config, blend=None, split=None,
         blend_per_split=(config.blend, [config.blend[1], config.blend[3]], None),

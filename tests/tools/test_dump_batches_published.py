@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import urllib.parse
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -120,7 +121,7 @@ def test_two_processes_start_from_one_publication(s3_server, local_prefixes, tmp
         assert not any(m in ("PUT", "POST", "DELETE") for m, _, _ in host), host  # it wrote nothing
 
         # A .bin rewritten after publishing: every host refuses to read it.
-        data = bytearray(open(local_prefixes[1] + ".bin", "rb").read())
+        data = bytearray(Path(local_prefixes[1] + ".bin").read_bytes())
         data[1] ^= 1
         s3_server.write(f"pubdump/{os.path.basename(local_prefixes[1])}.bin", bytes(data))
         second = job("changed")
