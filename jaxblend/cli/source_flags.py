@@ -89,14 +89,20 @@ def open_source(
     config: index.GPTDataConfig | None,
     options,
     settings: SourceSettings,
+    *,
+    whole_maps: bool = False,
 ):
     """The source of `split` ("train", "valid", "test", or "valid_<k>").
+
+    With a bucket map store the source starts from the publication (`open_gpt_sources`) unless
+    `whole_maps`.
 
     Args:
       split: the split; "valid_<k>" is the k-th of `multiple_validation_sets`.
       config: the data configuration (unused, may be None, with `settings.mock`).
       options: the `jaxblend.sources.GPTSchemaOptions` of the samples.
       settings: mock data, data access and validation sets.
+      whole_maps: open datasets and whole maps whatever the map store (a `PlannedSource`).
 
     Raises:
       ValueError: if the configuration has no such split.
@@ -114,7 +120,9 @@ def open_source(
                 "--multiple_validation_sets)"
             )
         return sets[split]
-    sources = open_gpt_sources(config, options, access=settings.access, splits=(split,))
+    sources = open_gpt_sources(
+        config, options, access=settings.access, splits=(split,), whole_maps=whole_maps
+    )
     if sources.get(split) is None:
         raise ValueError(
             f"the data configuration has no {split!r} split (check --split and --{split}_samples)"
@@ -164,8 +172,14 @@ def _schema_from_flags(config: index.GPTDataConfig | None, settings: SourceSetti
     return options
 
 
-def source_from_flags(split: str):
+def source_from_flags(split: str, *, whole_maps: bool = True):
     """The source of `split` described by the data, schema and source flags.
+
+    Args:
+      split: as for `open_source`.
+      whole_maps: open the datasets and the whole maps whatever the map store (a
+        `PlannedSource` with `.plan`, as `inspect explain`/`mixture` need); False starts from
+        the publication with a bucket map store, as training does (`dump_batches`).
 
     Raises:
       ValueError: if the configuration has no such split.
@@ -174,7 +188,9 @@ def source_from_flags(split: str):
     """
     settings = source_settings_from_flags()
     config = _config_from_flags(settings)
-    return open_source(split, config, _schema_from_flags(config, settings), settings)
+    return open_source(
+        split, config, _schema_from_flags(config, settings), settings, whole_maps=whole_maps
+    )
 
 
 def validation_sources_from_flags() -> dict:

@@ -23,6 +23,7 @@ from jaxblend.index.document_index import build_document_index
 from jaxblend.index.gpt import GPTIndexMaps, build_gpt_index_maps
 from jaxblend.index.masked_maps import MaskedIndexConfig, MaskedSampleIndex, build_masked_index
 from jaxblend.index.per_dataset_maps import DatasetMapsRequest, PerDatasetMapsProvider
+from jaxblend.index.row_table import RowSpans, build_row_table
 from jaxblend.index.sample_index import build_sample_index
 from jaxblend.index.shuffle_index import build_shuffle_index
 from jaxblend.index.split import parse_split, split_matrix
@@ -40,6 +41,7 @@ __all__ = [
     "MaskedSampleIndex",
     "PerDatasetMapsProvider",
     "Piece",
+    "RowSpans",
     "Spans",
     "SplitMaps",
     "blend_prefixes",
@@ -49,6 +51,7 @@ __all__ = [
     "build_exhaustive_blending_indices",
     "build_gpt_index_maps",
     "build_masked_index",
+    "build_row_table",
     "build_sample_index",
     "build_shuffle_index",
     "config_prefixes",

@@ -8,11 +8,15 @@ publishes them:
 
 * `load_or_build_data_maps(config, infos, access, splits=None)` -> `DataMaps`;
 * `load_or_build_masked_index(config, info, split, access)` -> `MaskedSampleIndex`;
-* `data_maps_status(key, specs, access)` -> whether a plan is cached (preflight).
+* `data_maps_status(key, specs, access)` -> whether a plan is cached (preflight);
+* `publish(config, access)` / `load_or_publish(config, access)` -> a `Publication`: a bucket
+  store's published plan (row tables + a small record written last) that training hosts start
+  from without opening any dataset.
 
 Modules: `entries` (local entry format, manifest checksums, atomic save, verify), `bucket`
 (publish/fetch/wait at a bucket URL), `megatron` (reading Megatron-Core's cache), `store` (the
-composition). Names resolve on first use.
+composition), `record` (the publication record's format) and `publication` (publishing and
+reading it). Names resolve on first use.
 """
 
 from __future__ import annotations
@@ -26,14 +30,20 @@ _NAMES = {
     "data_maps_status": "jaxblend.map_store.store",
     "load_or_build_data_maps": "jaxblend.map_store.store",
     "load_or_build_masked_index": "jaxblend.map_store.store",
+    "Publication": "jaxblend.map_store.record",
+    "load_or_publish": "jaxblend.map_store.publication",
+    "publish": "jaxblend.map_store.publication",
 }
 
 __all__ = [
     "CacheStatus",
     "MapStore",
+    "Publication",
     "data_maps_status",
     "load_or_build_data_maps",
     "load_or_build_masked_index",
+    "load_or_publish",
+    "publish",
 ]
 
 

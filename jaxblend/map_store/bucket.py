@@ -86,6 +86,23 @@ class Bucket:
         res = self._wait(self._kv.read(key), url + key, "reading the map store")
         return bytes(res.value) if res.state == "value" else None
 
+    def read_object(self, key: str) -> bytes | None:
+        """The whole object `key` under the store's URL (e.g. a publication record), or None.
+
+        Raises:
+          ObjectStoreError: the bucket failed or timed out.
+        """
+        return self._read(key, self.url)
+
+    def write_object(self, key: str, data: bytes) -> str:
+        """Writes object `key` under the store's URL in one request (atomic on GCS and S3); its URL.
+
+        Raises:
+          ObjectStoreError: the bucket failed or timed out.
+        """
+        self._wait(self._kv.write(key, data), self.url + key, "writing the map store")
+        return self.url + key
+
     def committed(self, key: str) -> bool:
         """Whether entry `key` has its commit marker in the bucket."""
         return self._read(f"{key}/{MARKER}", self.url) is not None

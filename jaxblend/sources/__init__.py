@@ -18,15 +18,19 @@ from jaxblend.sources.masked_config import (
 from jaxblend.sources.masked_t5 import T5Source
 from jaxblend.sources.mock import MockSource
 from jaxblend.sources.planned import BlendedSource, GPTSource, PlannedSource
+from jaxblend.sources.row_table_source import RowTableSource
+from jaxblend.sources.row_tables import ArrayRowTables, BucketRowTables, RowTables
 from jaxblend.sources.schema import GPT_KEYS, GPTSchemaOptions, windows_to_batch
 from jaxblend.sources.sequence import SequenceSource
 
 __all__ = [
     "GPT_KEYS",
+    "ArrayRowTables",
     "BERTMaskedConfig",
     "BERTSource",
     "BatchSource",
     "BlendedSource",
+    "BucketRowTables",
     "GPTSchemaOptions",
     "GPTSource",
     "MaskedConfig",
@@ -34,6 +38,8 @@ __all__ = [
     "MaskedTokenizerInfo",
     "MockSource",
     "PlannedSource",
+    "RowTableSource",
+    "RowTables",
     "SequenceSource",
     "T5MaskedConfig",
     "T5Source",

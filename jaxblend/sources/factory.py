@@ -3,7 +3,8 @@
 `open_gpt_sources(config, options, access=...)` opens each prefix once (`IndexedDataset`), loads
 (or builds and caches) all index maps with `jaxblend.map_store.load_or_build_data_maps`, and
 returns a `GPTSource` (one prefix) or `BlendedSource` (several) per split, `None` for a split with
-no samples. The `DataAccess` travels with each source's re-open recipe into Grain workers, so a
+no samples. With a bucket map store it instead starts from the published plan
+(`jaxblend.map_store.publication`): a `RowTableSource` per split, no dataset opened. The `DataAccess` travels with each source's re-open recipe into Grain workers, so a
 worker reaches storage, the map store and the identity memo exactly as its parent did.
 """
 
@@ -13,8 +14,12 @@ import dataclasses
 
 from jaxblend import index, opening
 from jaxblend.access import DataAccess
-from jaxblend.map_store import load_or_build_data_maps
-from jaxblend.sources import planned, schema
+from jaxblend.map_store import entries, load_or_build_data_maps, publication
+from jaxblend.map_store.store import MapStore
+from jaxblend.sources import base, planned, schema
+from jaxblend.sources.row_table_source import RowTableSource
+from jaxblend.sources.row_tables import ArrayRowTables, BucketRowTables, RowTables
+from jaxblend.storage.bin_ranges import BinDataset
 from jaxblend.storage.reader import IndexedDataset
 
 SPLITS = ("train", "valid", "test")
@@ -62,8 +67,18 @@ def open_gpt_sources(
     *,
     access: DataAccess | None = None,
     splits: tuple[str, ...] | None = None,
-) -> dict[str, planned.PlannedSource | None]:
+    whole_maps: bool = False,
+) -> dict[str, base.BatchSource | None]:
     """Sources for the train, valid and test splits of `config` (a `GPTDataConfig`).
+
+    Two paths, the same samples, batches and fingerprints:
+
+    * a local map store (or none): every prefix is opened and the whole maps are loaded or built;
+      each split is a `GPTSource`/`BlendedSource` (`PlannedSource`, with `.plan`);
+    * a bucket map store: the publication record (`jaxblend.map_store.publication`) is read, or
+      published by the builder, or waited for; each split is a `RowTableSource` reading its row
+      table by range and only the `.bin` ranges of the rows it serves, checked against the
+      published generations. No `.idx` is opened and no whole map entry is downloaded.
 
     Args:
       config: the data configuration (blend, split, sequence length, seed, sample counts).
@@ -73,7 +88,8 @@ def open_gpt_sources(
         identity memo (default: `DataAccess.from_env()`, evaluated once here); carried into Grain
         workers by the sources.
       splits: build only these splits' maps (default: all three); the others are left out of
-        the result.
+        the result. (A publication always holds every split.)
+      whole_maps: take the first path whatever the map store (tools that need `SplitMaps`).
 
     Returns:
       `{"train": source | None, "valid": ..., "test": ...}` (only `splits` when given).
@@ -93,8 +109,10 @@ def open_gpt_sources(
             f"{config.add_extra_token_to_sequence}"
         )
     access = DataAccess.from_env() if access is None else access
+    if not whole_maps and publication.applies(access):
+        return _published_sources(config, options, access, splits)
     datasets, plan = _open(config, access, splits)
-    sources: dict[str, planned.PlannedSource | None] = {}
+    sources: dict[str, base.BatchSource | None] = {}
     for split in plan.built:
         split_maps = plan.split(split)
         if split_maps is None or len(split_maps) == 0:
@@ -109,13 +127,55 @@ def open_gpt_sources(
     return sources
 
 
+def _published_sources(
+    config: index.GPTDataConfig,
+    options: schema.GPTSchemaOptions,
+    access: DataAccess,
+    splits: tuple[str, ...] | None,
+) -> dict[str, base.BatchSource | None]:
+    """`RowTableSource`s of the wanted splits, from the publication of `config`."""
+    wanted = SPLITS if splits is None else tuple(splits)
+    unknown = [s for s in wanted if s not in SPLITS]
+    if unknown:
+        raise ValueError(f"split names {unknown}; expected some of {SPLITS}")
+    pub = publication.load_or_publish(config, access)
+    sources: dict[str, base.BatchSource | None] = {}
+    for name in SPLITS:
+        if name not in wanted:
+            continue
+        split = pub.splits.get(name)
+        if split is None:
+            sources[name] = None
+            continue
+        datasets = [
+            BinDataset(d.prefix, d.dtype, d.bin_size, bytes.fromhex(d.generation) or None)
+            for d in pub.split_datasets(name)
+        ]
+        sources[name] = RowTableSource(
+            _row_tables(split.rows_url, name, access), datasets, options,
+            fingerprint=pub.plan_key, split=name, length=split.length, access=access,
+        )
+    return sources
+
+
+def _row_tables(rows_url: str, split: str, access: DataAccess) -> RowTables:
+    """The split's row table: memory-mapped from this host's mirror when the entry is there (the
+    process that published it), else read by range from the bucket."""
+    store = MapStore(access)
+    key = rows_url.rstrip("/").rsplit("/", 1)[-1]
+    if store.local_dir is not None and entries.load(store.local_dir, key) is not None:
+        return ArrayRowTables.load(entries.entry_path(store.local_dir, key), split)
+    return BucketRowTables(rows_url, split, access)
+
+
 def open_validation_sets(
     config: index.GPTDataConfig,
     options: schema.GPTSchemaOptions,
     *,
     access: DataAccess | None = None,
     full_validation: bool = False,
-) -> dict[str, planned.PlannedSource]:
+    whole_maps: bool = False,
+) -> dict[str, base.BatchSource]:
     """Megatron's multiple validation sets: each prefix of the valid blend as its own source.
 
     As megatron-core's builder does with `multiple_validation_sets`, every prefix of the per-split
@@ -128,6 +188,8 @@ def open_validation_sets(
       access: how data is reached (as for `open_gpt_sources`; default `DataAccess.from_env()`,
         evaluated once here).
       full_validation: one whole epoch of every set instead of the validation sample count.
+      whole_maps: as for `open_gpt_sources` (with a bucket map store each set is otherwise
+        published, and started from, on its own).
 
     Returns:
       `{prefix: source}` in blend order.
@@ -144,12 +206,12 @@ def open_validation_sets(
     access = DataAccess.from_env() if access is None else access
     blend = index.parse_blend(per_split[1], "blend_per_split[valid]")
     samples = None if full_validation else config.num_samples[1]
-    out: dict[str, planned.PlannedSource] = {}
+    out: dict[str, base.BatchSource] = {}
     for prefix in blend.prefixes:
         one = dataclasses.replace(
             config, blend_per_split=(None, (prefix,), None), num_samples=(None, samples, None)
         )
-        source = open_gpt_sources(one, options, access=access)["valid"]
+        source = open_gpt_sources(one, options, access=access, whole_maps=whole_maps)["valid"]
         if source is None:
             raise ValueError(f"validation set {prefix!r} has no samples")
         out[prefix] = source

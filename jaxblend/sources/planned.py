@@ -21,9 +21,9 @@ from typing import Any
 import numba
 import numpy as np
 
-from jaxblend import identity
 from jaxblend.index.split_maps import SplitMaps
 from jaxblend.sources import base, schema
+from jaxblend.sources.source_identity import gpt_source_fingerprint
 from jaxblend.storage import IndexedDataset
 from jaxblend.storage.protocols import SequenceReader
 from jaxblend.storage.span_gather import SpanGather
@@ -76,9 +76,7 @@ class PlannedSource(base.BatchSource):
         self._names = [str(n) for n in plan.dataset_names]
         self.options = options
         self.split = split
-        self._fingerprint = identity.fingerprint(
-            "gpt_source", 1, data_maps=fingerprint, split=split, schema=options.identity_fields()
-        )
+        self._fingerprint = gpt_source_fingerprint(fingerprint, split, options)
         self._reopen = reopen
         self._lock = threading.Lock()
         self._span_gather: SequenceReader | None = None  # built on first read, per process

@@ -140,6 +140,9 @@ def _short(text: str) -> str:
 class RangeRead:
     """Byte spans of one object, coalesced and issued on a batch; `finish` places them.
 
+    `requests` and `bytes_requested` count what was issued; after `finish`, `generations` holds
+    the object generation each request saw (callers that know the expected version check it).
+
     Args:
       kv: the object's kvstore.
       key: the object key.
@@ -168,6 +171,8 @@ class RangeRead:
         b0 = starts[order]
         b1 = b0 + nbytes[order]
         self.requests = 0
+        self.bytes_requested = 0
+        self.generations: list[bytes] = []  # each request's object generation, after `finish`
         self._futures: list[Any] = []
         if order.size == 0:
             return
@@ -187,6 +192,7 @@ class RangeRead:
             for lo, hi in zip(self._lo.tolist(), self._hi.tolist())
         ]
         self.requests = len(self._futures)
+        self.bytes_requested = int((self._hi - self._lo).sum())
 
     def finish(self, out: np.ndarray, timeout: float) -> None:
         """Waits for the reads (at most `timeout` s) and copies the spans into `out` (uint8).
@@ -210,4 +216,5 @@ class RangeRead:
                     "since it was opened"
                 )
             buffers.append(res.value)
+            self.generations.append(bytes(res.stamp.generation))
         _gather.place_buffers(buffers, self._group, self._rel, self._nbytes, self._dst, out)

@@ -9,6 +9,12 @@ filesystem) so the training job starts by memory-mapping the maps. Prints, per s
 the samples it draws from each dataset (the dataset's share of the split) and, apart, the samples
 each dataset holds (all its epochs, of which the split draws its share); a second run finds the cache, verifies every byte of it
 against the manifest's SHA-256 (a corrupt entry is rebuilt) and only loads it.
+
+With a bucket `--data_cache_path` (gs://, s3://) it also publishes what training hosts start from
+(`jaxblend.map_store.publication`): each split's row table, then the small publication record, and
+prints the record's URL (`published: gs://.../published/<key>.json`, or `already published:` when
+the bucket holds it for the same data: nothing is rewritten). Run it again after changing a
+dataset: it publishes anew.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from absl import app
 from jaxblend import cli, opening
 from jaxblend.cli import data_flags
 from jaxblend.index import SplitMaps
-from jaxblend.map_store import load_or_build_data_maps
+from jaxblend.map_store import load_or_build_data_maps, publication
 
 
 def drawn_per_dataset(split: SplitMaps) -> np.ndarray:
@@ -59,12 +65,16 @@ def main(argv: Sequence[str]) -> None:
     if access.maps.location is None:
         raise app.UsageError("--data_cache_path is required: build_index fills a cache")
     began = time.perf_counter()
-    _, infos = opening.open_config_datasets(config, access)
+    datasets, infos = opening.open_config_datasets(config, access)
     plan = load_or_build_data_maps(config, infos, access)
     seconds = time.perf_counter() - began
     print(f"index maps {plan.fingerprint} at {plan.cache_path} ({seconds:.2f} s)")
     for name in ("train", "valid", "test"):
         print(split_summary(name, plan.split(name)))
+    if publication.applies(access):
+        done = publication.publish_plan(config, datasets, plan, access)
+        state = "published" if done.written else "already published"
+        print(f"{state}: {done.url}")
 
 
 if __name__ == "__main__":

@@ -15,6 +15,9 @@ Also takes the data flags of `jaxblend.tools.dump_samples` (or `--mock_data`), t
 flags, `--rampup_batch_size` (Megatron's batch-size ramp-up; batches of one size are stacked, so
 `--steps` must stay within one size or the file holds one array per step: `<key>/<step>`),
 `--state_in` (resume from a loader state JSON) and `--state_out` (write the final state).
+The source is opened as training opens it: with a bucket `--data_cache_path` from the published
+plan (`jaxblend.map_store.publication`; this process publishes it when it is the builder and
+nothing is published yet), else from the datasets and the whole maps.
 With `--decode`, process 0 also writes `<out>/batches.decoded.json`: `{"<step>": [text of each
 row's inputs, ...]}`, decoded with the tokenizer recorded with the data (`jaxblend.decode`;
 `--tokenizer_type` & co. for Megatron-made data).
@@ -74,7 +77,7 @@ def main(argv: Sequence[str]) -> None:
         prefixes = [] if fl.mock_data else cli.prefixes_from_flags()
         decoder = cli.decoder_from_flags(prefixes, cli.data_access_from_flags())
     mesh = cli.mesh_from_flags()
-    source = cli.source_from_flags(fl.which)
+    source = cli.source_from_flags(fl.which, whole_maps=False)  # as training reads
     state = None
     if fl.state_in:
         with open(fl.state_in) as f:

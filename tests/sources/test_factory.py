@@ -3,7 +3,9 @@ memo) reaches every layer and every Grain worker, with nothing taken from the en
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -14,7 +16,11 @@ from jaxblend import index
 from jaxblend.access import DataAccess, IdentityStoreOptions, MapStoreOptions, ObjectStoreOptions
 from jaxblend.loading import PrefetchOptions, make_loader
 from jaxblend.map_store import bucket
-from jaxblend.sources import GPTSchemaOptions, open_gpt_sources
+from jaxblend.sources import GPTSchemaOptions, open_gpt_sources, open_validation_sets
+from jaxblend.sources.planned import PlannedSource
+from jaxblend.sources.row_table_source import RowTableSource
+from jaxblend.storage.idx_format import IndexFormatError
+from jaxblend.storage.reader import IndexedDataset
 
 SEQ, B = 16, 8
 OPTIONS = GPTSchemaOptions(seq_length=SEQ)
@@ -74,7 +80,7 @@ def test_explicit_access_reaches_the_map_store_and_a_worker(
     assert any(k.startswith("factory/maps/identity/") for k in keys), keys
     # ... and a Grain worker, which re-opens the split from the pickled access, reads the same bytes
     # as this process and as the local files.
-    assert pickle.loads(pickle.dumps(remote))._reopen.access == access
+    assert pickle.loads(pickle.dumps(remote)).access == access
     inline, worker = _batches(remote, 0), _batches(remote, 1)
     local = _batches(open_gpt_sources(_config(local_prefixes), OPTIONS)["train"], 0)
     for a, b, c in zip(inline, worker, local, strict=True):
@@ -82,3 +88,131 @@ def test_explicit_access_reaches_the_map_store_and_a_worker(
         for name in a:
             assert a[name].tobytes() == b[name].tobytes(), name
         np.testing.assert_array_equal(a["inputs"], c["inputs"])
+
+
+# --------------------------------------------------------------- sources from the publication
+
+
+@pytest.fixture
+def published(object_store, local_prefixes, tmp_path, request):
+    """(config over the uploaded datasets, host(name, builder, wait) -> DataAccess, maps URL)."""
+    base = f"factory-pub/{request.node.name}"
+    urls = [object_store.upload(p, f"{base}/{p.rsplit('/', 1)[1]}") for p in local_prefixes]
+    url = object_store.prefix_url(f"{base}/maps")
+
+    def host(name: str, builder: bool, wait: float = 30.0) -> DataAccess:
+        return DataAccess.from_env(maps=MapStoreOptions(
+            location=url, mirror=str(tmp_path / name), builder=builder, wait_seconds=wait,
+            poll_seconds=0.05,
+        ))
+
+    return _config(urls), host, url
+
+
+def _forbid(monkeypatch, what: str) -> None:
+    """A reading host opens no dataset (no `.idx`) and downloads no whole map entry."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"a host starting from the publication {what}")
+
+    monkeypatch.setattr(IndexedDataset, "__init__", refuse)
+    monkeypatch.setattr(bucket.Bucket, "fetch", refuse)
+
+
+def _same(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> None:
+    assert a.keys() == b.keys()
+    for name, value in a.items():
+        assert value.dtype == b[name].dtype and value.tobytes() == b[name].tobytes(), name
+
+
+@pytest.mark.parametrize("masking", [False, True])
+def test_sources_from_the_record_equal_the_old_path(published, monkeypatch, masking):
+    config, host, _url = published
+    options = GPTSchemaOptions(seq_length=SEQ, inter_document_masking=masking)
+    builder = host("builder", builder=True)
+    old = open_gpt_sources(config, options, access=builder, whole_maps=True)
+    built = open_gpt_sources(config, options, access=builder)
+    _forbid(monkeypatch, "opened a dataset or downloaded a map entry")
+    read = open_gpt_sources(config, options, access=host("reader", builder=False))
+    assert old["test"] is None and built["test"] is None and read["test"] is None
+    for split in ("train", "valid"):
+        assert isinstance(old[split], PlannedSource)
+        for new in (built[split], read[split]):
+            assert isinstance(new, RowTableSource)
+            assert len(new) == len(old[split]) and new.fingerprint == old[split].fingerprint
+            assert new.dataset_names == old[split].dataset_names
+            ids = np.arange(len(new))[::-1].copy()
+            _same(new.get_batch(ids), old[split].get_batch(ids))
+    # The builder maps its own row tables; another host reads them from the bucket by range.
+    assert not built["train"].tables.is_remote
+    assert read["train"].tables.is_remote and read["train"].tables.requests > 0
+
+
+def test_one_grain_worker_equals_none(published, monkeypatch):
+    config, host, _url = published
+    builder = host("builder", builder=True)
+    open_gpt_sources(config, OPTIONS, access=builder)  # publishes
+    old = open_gpt_sources(config, OPTIONS, access=builder, whole_maps=True)
+    reader = host("reader", builder=False)
+    source = open_gpt_sources(config, OPTIONS, access=reader, splits=("train",))["train"]
+    assert isinstance(source, RowTableSource)
+    assert pickle.loads(pickle.dumps(source)).access == reader
+    inline, worker = _batches(source, 0), _batches(source, 1)
+    reference = _batches(old["train"], 0)
+    for a, b, c in zip(inline, worker, reference, strict=True):
+        _same(a, b)
+        _same(a, c)
+
+
+def test_resumed_host_reads_only_the_rows_from_its_step(published):
+    config, host, _url = published
+    open_gpt_sources(config, OPTIONS, access=host("builder", builder=True))
+    source = open_gpt_sources(config, OPTIONS, access=host("reader", builder=False))["train"]
+    tables = source.tables
+    k = 2
+    mesh = jax.make_mesh((8,), ("data",))
+    loader = make_loader(source, mesh, global_batch_size=B, start_step=k,
+                         prefetch=PrefetchOptions(worker_count=0))
+    next(loader)  # global step k
+    held, read = tables.held_blocks, tables.bytes_read
+    assert held and all(lo >= k * B for lo, _ in held), held  # nothing before step k
+    headers = 4 * 128  # the four .npy headers, read once
+
+    def size(lo: int, hi: int) -> int:
+        return sum(a.nbytes for a in tables.rows(lo, hi))
+
+    # Its own step's rows and those it read ahead (steps > k), nothing else (each range read
+    # carries one `starts` element past its end: 8 bytes per read, a few reads).
+    assert any(lo <= k * B and (k + 1) * B <= hi for lo, hi in held), held
+    assert size(k * B, (k + 1) * B) <= read - headers <= size(k * B, len(source)) + 8 * 4
+
+
+def test_rewritten_dataset_is_refused(published, object_store, local_prefixes, tmp_path):
+    config, host, _url = published
+    open_gpt_sources(config, OPTIONS, access=host("builder", builder=True))
+    target = config.blend[1].split("/", 3)[3] + ".bin"
+    data = bytearray(Path(local_prefixes[0] + ".bin").read_bytes())
+    data[0] ^= 1  # same size, other tokens: a new object generation (GCS) and ETag (S3)
+    object_store.write(target, bytes(data))
+    source = open_gpt_sources(config, OPTIONS, access=host("reader", builder=False))["train"]
+    with pytest.raises(IndexFormatError) as err:
+        source.get_batch(np.arange(len(source)))
+    assert f"{config.blend[1]}.bin" in str(err.value) and "build_index" in str(err.value)
+
+
+def test_validation_sets_from_their_publications(published, monkeypatch):
+    config, host, _url = published
+    per_split = dataclasses.replace(
+        config, blend=None, split=None,
+        blend_per_split=(config.blend, [config.blend[1], config.blend[3]], None),
+    )
+    builder = host("builder", builder=True)
+    old = open_validation_sets(per_split, OPTIONS, access=builder, whole_maps=True)
+    open_validation_sets(per_split, OPTIONS, access=builder)  # publishes one record per set
+    _forbid(monkeypatch, "opened a dataset or downloaded a map entry")
+    new = open_validation_sets(per_split, OPTIONS, access=host("reader", builder=False))
+    assert list(new) == list(old) == [config.blend[1], config.blend[3]]
+    for prefix, source in new.items():
+        assert isinstance(source, RowTableSource) and source.fingerprint == old[prefix].fingerprint
+        ids = np.arange(len(source))
+        _same(source.get_batch(ids), old[prefix].get_batch(ids))

@@ -4,7 +4,8 @@ The flags are a `DataAccess` passed to the sources and pickled into each worker 
 process-wide defaults): with `--worker_count=1` against the local S3 server (moto) and the local
 GCS server (fake-gcs-server), the batches equal `--worker_count=0` byte for byte, with the S3
 endpoint given only as `--s3_endpoint` (no endpoint in the environment: a worker that lost the
-flag would try AWS and fail) and the index maps in a bucket map store.
+flag would try AWS and fail) and the index maps in a bucket map store: the first run publishes
+them, the second starts from the publication record (row tables and `.bin` read by range).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import pytest
 from helpers_data import write_random_dataset
 
 B, SEQ = 8, 16
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ENDPOINT_ENVS = ("JAXBLEND_S3_ENDPOINT", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
 _runs = itertools.count()
 
@@ -47,6 +49,7 @@ def _environment(server, kind: str) -> dict[str, str]:
 def _dump(args: list[str], env: dict[str, str], out: str, workers: int) -> dict[str, np.ndarray]:
     cmd = [sys.executable, "-m", "jaxblend.tools.dump_batches", *args, f"--out={out}",
            f"--worker_count={workers}"]
+    env = dict(env, PYTHONPATH=ROOT)  # this checkout's jaxblend, whatever the cwd
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, check=False,
                           cwd=out.rsplit("/", 1)[0])
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
@@ -82,10 +85,14 @@ def test_every_storage_and_cache_flag_reaches_a_worker(kind, request, local_pref
         assert value.tobytes() == worker[key].tobytes(), key
     # The maps went through the bucket store and its mirrors; the identities of the bucket
     # datasets to <data_cache_path>/identity/.
-    for mirror in ("mirror0", "mirror1"):
-        assert any((tmp_path / mirror).rglob("manifest.json")), mirror
+    # The first run published the maps and row tables through its mirror; the second started
+    # from the publication record and downloaded no entry into its own.
+    assert any((tmp_path / "mirror0").rglob("manifest.json"))
+    assert any(p.parent.name.endswith("-rows") for p in (tmp_path / "mirror0").rglob("manifest.json"))
+    assert not any((tmp_path / "mirror1").rglob("manifest.json"))
     assert not (tmp_path / "tmp" / "jaxblend-index-mirror").exists()  # no process lost the flag
     with server.pointed_at():
         keys = [bytes(k).decode() for k in server.kvstore().list().result()]
     assert any(k.startswith(f"dump{run}/maps/identity/") for k in keys), keys
     assert any(k.startswith(f"dump{run}/maps/") and k.endswith("/COMMITTED") for k in keys), keys
+    assert any(k.startswith(f"dump{run}/maps/published/") for k in keys), keys

@@ -1,0 +1,283 @@
+"""Publishing a data plan once, so that training hosts start from a small record.
+
+With a bucket map store (`--data_cache_path=gs://...`), one job publishes and every training host
+reads what it published:
+
+* the publisher (`jaxblend.tools.build_index`, or `bucket.is_builder`: JAX process 0 of a
+  training job that finds nothing published) opens the datasets, loads or builds the maps (and
+  publishes their entry, as before), builds each split's row table
+  (`jaxblend.index.row_table.build_row_table`), saves them as the entry `<plan key>-rows` and
+  publishes it with its commit marker, and LAST writes the record (`jaxblend.map_store.record`)
+  at `<url>/published/<launch key>.json` in one request (atomic on GCS and S3). A publisher that
+  dies before that leaves no record (or the previous one), never a half-written one.
+* a host (`load_or_publish`) computes the launch key from the configuration alone and reads the
+  record: one request. If it is absent, the builder publishes it; the others poll for it
+  (`MapStoreOptions.poll_seconds`) at most `wait_seconds`, then fail with one line naming the
+  record's URL and `--data_cache_wait`. In a multi-process run a builder that fails stops the
+  waiting hosts at once with its error (`jaxblend.peer_watch`). Before waiting, a host checks
+  that every `.bin` it names exists (one empty read each), so a host given a wrong prefix fails
+  with that prefix's name instead of waiting for a record nobody will write.
+
+A host that reads a record opens no `.idx`, downloads no whole map entry and hashes no `.bin`: the
+sources built from it (`jaxblend.sources.factory`) read row-table ranges and `.bin` ranges, each
+checked against the generation recorded here.
+
+Rerunning the publisher with unchanged data writes nothing. With changed data (another plan key,
+or a rewritten `.bin` at the same plan) it writes the new row tables and then the new record over
+the old one. A training builder that finds a record uses it without re-checking the data: a
+dataset rewritten since is refused by every host that reads it, naming the object; publish again
+with `build_index`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from absl import logging
+
+from jaxblend import opening
+from jaxblend._pause import pause_point
+from jaxblend.access import DataAccess
+from jaxblend.index import row_table
+from jaxblend.index.config import GPTDataConfig
+from jaxblend.index.data_maps import DataMaps
+from jaxblend.map_store import bucket, entries
+from jaxblend.map_store.record import (
+    SPLITS,
+    Publication,
+    PublishedDataset,
+    PublishedSplit,
+    launch_key,
+    record_key,
+    record_url,
+    rows_entry,
+)
+from jaxblend.map_store.store import MapStore, load_or_build_data_maps
+from jaxblend.storage import _location, _remote, bin_ranges
+from jaxblend.storage.idx_format import IndexFormatError
+from jaxblend.storage.reader import IndexedDataset
+from jaxblend.urls import is_url
+
+
+def applies(access: DataAccess) -> bool:
+    """Whether sources start from a publication: the map store is a bucket URL."""
+    return access.maps.location is not None and is_url(access.maps.location)
+
+
+@dataclasses.dataclass(frozen=True)
+class Published:
+    """What `publish` did.
+
+    Attributes:
+      publication: the record's content.
+      url: the record's URL.
+      written: whether anything was written (False: the bucket already held this record and its
+        row tables).
+    """
+
+    publication: Publication
+    url: str
+    written: bool
+
+
+def describe_dataset(dataset: IndexedDataset, prefix: str) -> PublishedDataset:
+    """The record's description of an opened dataset (computes its content fingerprint)."""
+    seen = bin_ranges.describe(dataset)
+    # A local file's version stamp (device, inode, ...) means nothing on another host.
+    remote = dataset.is_remote and seen.generation is not None
+    return PublishedDataset(
+        prefix=prefix,
+        dtype=seen.dtype,
+        bin_size=seen.bin_size,
+        generation=seen.generation.hex() if remote else "",
+        fingerprint=dataset.fingerprint,
+    )
+
+
+def _store(access: DataAccess) -> MapStore:
+    if not applies(access):
+        raise ValueError(
+            f"publishing needs a bucket map store (--data_cache_path=gs://... or s3://...), got "
+            f"{access.maps.location!r}"
+        )
+    return MapStore(access)
+
+
+def publish(config: GPTDataConfig, access: DataAccess) -> Published:
+    """Builds (or loads) the maps and row tables of every split of `config` and publishes them,
+    the record last (see the module docstring).
+
+    Raises:
+      ValueError: not a bucket map store, or as `load_or_build_data_maps`.
+      IndexFormatError: a dataset is missing or malformed.
+      ObjectStoreError: the bucket failed or timed out.
+    """
+    datasets, infos = opening.open_config_datasets(config, access)
+    plan = load_or_build_data_maps(config, infos, access)
+    return publish_plan(config, datasets, plan, access)
+
+
+def publish_plan(
+    config: GPTDataConfig,
+    datasets: Mapping[str, IndexedDataset],
+    plan: DataMaps,
+    access: DataAccess,
+) -> Published:
+    """`publish` of maps already loaded: `plan` (every split) of `config` over the opened
+    `datasets` (prefix -> dataset).
+
+    Raises:
+      ValueError: not a bucket map store, or `plan` lacks a split.
+      ObjectStoreError: the bucket failed or timed out.
+    """
+    store = _store(access)
+    remote = store.remote()
+    assert store.url is not None and store.local_dir is not None
+    key = launch_key(config)
+    url = record_url(store.url, key)
+    rows_key = rows_entry(plan.fingerprint)
+    rows_url = bucket.entry_url(store.url, rows_key)
+    position = {p: k for k, p in enumerate(plan.prefixes)}
+    splits = {}
+    for name in SPLITS:
+        split = plan.split(name)
+        if split is not None and len(split) > 0:
+            ids = tuple(position[str(n)] for n in split.dataset_names)
+            splits[name] = PublishedSplit(len(split), ids, rows_url)
+    publication = Publication(
+        key,
+        plan.fingerprint,
+        tuple(describe_dataset(datasets[p], p) for p in plan.prefixes),
+        splits,
+    )
+    body = publication.to_bytes()
+    rows_there = remote.committed(rows_key)
+    if rows_there and remote.read_object(record_key(key)) == body:
+        logging.info("publication %s is up to date", url)
+        return Published(publication, url, False)
+    if not rows_there:
+        arrays = {}
+        for name in splits:
+            table = row_table.build_row_table(plan.split(name))
+            arrays.update(row_table.named_arrays(name, table))
+        entries.save(store.local_dir, rows_key, arrays, {"plan_key": plan.fingerprint})
+        remote.publish(rows_key, store.local_dir)
+    pause_point("publish-record", 0)  # tests: row tables published, record not yet
+    remote.write_object(record_key(key), body)
+    logging.info("published %s (plan %s)", url, plan.fingerprint)
+    return Published(publication, url, True)
+
+
+def read(config: GPTDataConfig, access: DataAccess) -> Publication | None:
+    """The record of `config` if published (one request), else None.
+
+    Raises:
+      ValueError: the record is damaged or belongs to another configuration.
+      ObjectStoreError: the bucket failed or timed out.
+    """
+    store = _store(access)
+    key = launch_key(config)
+    data = store.remote().read_object(record_key(key))
+    return None if data is None else _parse(data, store, key)
+
+
+def _parse(data: bytes, store: MapStore, key: str) -> Publication:
+    assert store.url is not None
+    url = record_url(store.url, key)
+    publication = Publication.from_bytes(data, url)
+    if publication.launch_key != key:
+        raise ValueError(
+            f"publication record {url}: holds launch key {publication.launch_key}, not {key}; "
+            "publish it again with python -m jaxblend.tools.build_index"
+        )
+    return publication
+
+
+def wait_for(config: GPTDataConfig, access: DataAccess) -> Publication:
+    """Polls for the record of `config` until the builder has written it.
+
+    Raises:
+      TimeoutError: not published within `access.maps.wait_seconds` (names the record's URL).
+      ObjectStoreError: the bucket failed or timed out.
+    """
+    store = _store(access)
+    assert store.url is not None
+    key = launch_key(config)
+    url = record_url(store.url, key)
+    options = access.maps
+    deadline = time.monotonic() + options.wait_seconds
+    logging.info(
+        "waiting for process 0 to publish index cache entry %s (the publication record)", url
+    )
+    while (data := store.remote().read_object(record_key(key))) is None:
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"publication record {url}: not published within {options.wait_seconds:g} s "
+                "(--data_cache_wait); the publishing process (build_index, or process 0) is slow "
+                "or failed: check its log, publish first with python -m jaxblend.tools.build_index, "
+                "or raise --data_cache_wait"
+            )
+        time.sleep(options.poll_seconds)
+    return _parse(data, store, key)
+
+
+def load_or_publish(config: GPTDataConfig, access: DataAccess) -> Publication:
+    """The record of `config`: read (one request); if absent, published by the builder
+    (`bucket.is_builder`) or waited for by the others.
+
+    Raises:
+      TimeoutError: a non-builder waited `wait_seconds` in vain.
+      ValueError: a damaged record, or as `publish`.
+      ObjectStoreError: the bucket failed or timed out.
+    """
+    found = read(config, access)
+    if found is not None:
+        return found
+    if bucket.is_builder(access.maps):
+        return publish(config, access).publication
+    check_bins_exist(config, access)
+    return wait_for(config, access)
+
+
+def check_bins_exist(config: GPTDataConfig, access: DataAccess) -> None:
+    """Refuses at once a dataset of `config` whose `.bin` does not exist (one empty read per
+    prefix, all in flight together; no `.idx` is touched).
+
+    A host about to wait for a record that nothing is going to publish (it was started with other
+    data flags than the builder's, e.g. a misspelt prefix) fails here with the prefix's name
+    instead of at the end of the wait.
+
+    Raises:
+      IndexFormatError: a `.bin` does not exist (names it).
+      ObjectStoreError: the bucket failed or timed out.
+    """
+    store = access.object_store
+    kvstores: dict[str, Any] = {}
+    pending = []
+    for prefix in opening.config_prefixes(config):
+        loc = _location.resolve(prefix)
+        if loc.local_prefix is not None:
+            if not os.path.isfile(loc.local_prefix + ".bin"):
+                raise IndexFormatError(f"{loc.file_name('.bin')}: data file does not exist")
+            continue
+        spec = store.complete_spec(loc.kvstore)
+        name = json.dumps(spec, sort_keys=True)
+        if name not in kvstores:
+            kvstores[name] = _location.open_kvstore(spec)
+        pending.append((loc, kvstores[name].read(loc.bin_key, byte_range=slice(0, 0))))
+    for loc, future in pending:
+        try:
+            state = _remote.wait(future, loc.file_name(".bin"), "checking it exists",
+                                 store.request_timeout).state
+        except ValueError:  # OUT_OF_RANGE: an empty object exists
+            state = "value"
+        if state != "value":
+            raise IndexFormatError(
+                f"{loc.file_name('.bin')}: data file does not exist (check --data_path; every "
+                "process must be given the same data flags)"
+            )

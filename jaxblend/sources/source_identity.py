@@ -1,0 +1,19 @@
+"""The identity of a GPT sample stream, shared by every source that serves one.
+
+`PlannedSource` (index maps + `.idx`) and `RowTableSource` (row tables + `.bin` ranges) serve the
+same samples for the same data plan, split and schema options, so they carry the same
+fingerprint and a run may resume from one on the other.
+"""
+
+from __future__ import annotations
+
+from jaxblend import identity
+from jaxblend.sources.schema import GPTSchemaOptions
+
+
+def gpt_source_fingerprint(data_maps: str, split: str, options: GPTSchemaOptions) -> str:
+    """Fingerprint of split `split` of the data plan `data_maps` (`DataMaps.fingerprint`) read
+    with `options`."""
+    return identity.fingerprint(
+        "gpt_source", 1, data_maps=data_maps, split=split, schema=options.identity_fields()
+    )

@@ -1,0 +1,393 @@
+"""Token ranges of `.bin` files read by `.bin` position, without their `.idx`.
+
+`SpanGather` speaks in sequences, so it needs each dataset's `.idx` (its byte pointers). A row
+table (`jaxblend.index.row_table`) already holds each piece's token offset in its `.bin`, so
+`BinRanges` reads `(dataset, token offset, length)` ranges knowing only, per dataset, what
+`BinDataset` records at publication: where the `.bin` is, its token dtype, its size and the object
+version the maps were built for. A dataset is opened the first time one of its ranges is read,
+so a host touches only the `.bin` objects of its own rows.
+
+* Local files ("auto"/"mmap" backend): the `.bin` is memory-mapped on first use (its size and,
+  when recorded, its version stamp checked) and the ranges are copied by the storage layer's one
+  gather kernel (`_gather.gather`, each `.bin` one "sequence" at byte 0).
+* Buckets (and the "tensorstore" backend): one kvstore per bucket; the ranges of one call are
+  issued together on one `ts.Batch` through `_remote.RangeRead` (sorted, ranges closer than
+  `ObjectStoreOptions.coalesce_gap` merged, bounded by `request_concurrency`, retried and
+  timed out as every other read). Every answer's object generation is compared with the
+  published one: a rewritten `.bin` is refused with a message saying to publish the maps again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import threading
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import tensorstore as ts
+
+from jaxblend import access as access_lib
+from jaxblend.storage import _gather, _handles, _location, _mapping, _remote, identity_memo
+from jaxblend.storage.idx_format import IndexFormatError
+from jaxblend.storage.span_gather import _place
+
+if TYPE_CHECKING:
+    from jaxblend.storage.reader import IndexedDataset
+
+REPUBLISH = "publish the maps again with python -m jaxblend.tools.build_index"
+
+
+@dataclasses.dataclass(frozen=True)
+class BinDataset:
+    """What a reader needs to know of one dataset's `.bin` (recorded when the maps are published).
+
+    Attributes:
+      prefix: the dataset prefix (local path, `file://` or bucket URL); the object is
+        `<prefix>.bin`.
+      dtype: the token dtype (numpy spelling, e.g. "<u2").
+      bin_size: the `.bin`'s size in bytes.
+      generation: the `.bin` version the maps were built for (object generation; for a local file
+        its `identity_memo.local_version` stamp), or None to not check it.
+    """
+
+    prefix: str
+    dtype: str
+    bin_size: int
+    generation: bytes | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.prefix, str) or not self.prefix:
+            raise ValueError(f"BinDataset.prefix must be a non-empty path or URL, got {self.prefix!r}")
+        dtype = np.dtype(self.dtype)
+        if dtype.kind not in "iu":
+            raise ValueError(f"{self.prefix}.bin: token dtype must be an integer type, got {dtype}")
+        object.__setattr__(self, "dtype", dtype.str)
+        if isinstance(self.bin_size, bool) or int(self.bin_size) < 0:
+            raise ValueError(f"{self.prefix}.bin: bin_size must be an integer >= 0, got {self.bin_size!r}")
+        object.__setattr__(self, "bin_size", int(self.bin_size))
+        if self.bin_size % dtype.itemsize:
+            raise ValueError(
+                f"{self.prefix}.bin: bin_size {self.bin_size} is not a multiple of the "
+                f"{dtype.itemsize}-byte tokens"
+            )
+        if self.generation is not None:
+            object.__setattr__(self, "generation", bytes(self.generation))
+
+    @property
+    def num_tokens(self) -> int:
+        return self.bin_size // np.dtype(self.dtype).itemsize
+
+
+def describe(dataset: IndexedDataset) -> BinDataset:
+    """What `BinRanges` needs of an opened dataset: its prefix, token dtype, `.bin` size and the
+    `.bin` version it was opened at (object generation, or local version stamp)."""
+    h = dataset._handles()  # the storage layer reading its own open state
+    return BinDataset(dataset.prefix, h.header.dtype.str, h.bin_size, h.bin_generation or None)
+
+
+@dataclasses.dataclass
+class _Opened:
+    """One dataset's per-process state."""
+
+    name: str  # display name of the `.bin`
+    dtype: np.dtype
+    tokens: np.ndarray | None = None  # mapped local `.bin`
+    kvstore: ts.KvStore | None = None  # remote (or "tensorstore" backend)
+    key: str = ""
+    generation: bytes | None = None  # the version reads must see (published, else first seen)
+    check_stamps: bool = False  # whether read stamps are comparable with `generation`
+
+
+class BinRanges:
+    """Reads token ranges of several `.bin` files by token offset (thread-safe, picklable).
+
+    Args:
+      datasets: the datasets; ranges name them by position in this sequence.
+      access: object-store options and backend (default: `DataAccess.from_env()`).
+
+    Attributes:
+      requests: object-store requests issued so far by this process (coalesced ranges).
+      bytes_read: bytes read so far by this process (object-store bytes requested; local bytes
+        copied).
+    """
+
+    def __init__(
+        self, datasets: Sequence[BinDataset], access: access_lib.DataAccess | None = None
+    ) -> None:
+        self.datasets = list(datasets)
+        for d in self.datasets:
+            if not isinstance(d, BinDataset):
+                raise TypeError(f"datasets must be BinDataset, got {type(d).__name__}")
+        self.access = access if access is not None else access_lib.DataAccess.from_env()
+        self.requests = 0
+        self.bytes_read = 0
+        self._lock = threading.Lock()
+        self._opened: dict[int, _Opened] = {}
+        self._kvstores: dict[str, ts.KvStore] = {}
+        n = len(self.datasets)
+        self._member: dict[str, np.ndarray] = {}  # per token dtype: d -> d if mapped, else -1
+        self._addr = np.zeros(n, np.int64)
+        self._count = np.zeros(n, np.int64)
+        self._pointer_addr = np.full(n, _ZERO.ctypes.data, np.int64)
+        self._ones = np.ones(n, np.int64)
+        self._state = np.zeros(n, np.int8)  # 0 unopened, 1 mapped, 2 read by requests
+        self._num_tokens = np.array([d.num_tokens for d in self.datasets], np.int64)
+        self._itemsize = np.array([np.dtype(d.dtype).itemsize for d in self.datasets], np.int64)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"datasets": self.datasets, "access": self.access}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["datasets"], state["access"])
+
+    @property
+    def opened(self) -> list[int]:
+        """Ids of the datasets this process has opened, ascending."""
+        with self._lock:
+            return sorted(self._opened)
+
+    def read(
+        self,
+        dataset: np.ndarray,
+        offset: np.ndarray,
+        length: np.ndarray,
+        out: np.ndarray,
+        out_pos: np.ndarray,
+        timeout: float | None = None,
+    ) -> None:
+        """Copies range j (tokens `[offset[j], offset[j] + length[j])` of dataset `dataset[j]`'s
+        `.bin`) to `out[out_pos[j] : out_pos[j] + length[j]]`, converting to `out.dtype`.
+
+        Args:
+          dataset, offset, length, out_pos: int64[k] range descriptions (empty ranges are skipped).
+          out: 1-D C-contiguous writeable destination.
+          timeout: longest wait for object-store reads, seconds (default: `request_timeout`).
+
+        Raises:
+          IndexError: a range outside its `.bin` (as published) or an unknown dataset.
+          ValueError: `out` is not a writeable 1-D C-contiguous array or a range does not fit it.
+          IndexFormatError: a `.bin` is missing, shorter than published, or was rewritten.
+          ObjectStoreError: the object store failed or timed out.
+        """
+        dataset, offset, length, out_pos = (
+            np.ascontiguousarray(a, np.int64).reshape(-1) for a in (dataset, offset, length, out_pos)
+        )
+        if out.ndim != 1 or not out.flags.c_contiguous or not out.flags.writeable:
+            raise ValueError("BinRanges.read needs a writeable 1-D C-contiguous `out`")
+        keep = length > 0
+        if not keep.all():
+            dataset, offset, length, out_pos = dataset[keep], offset[keep], length[keep], out_pos[keep]
+        if dataset.size == 0:
+            return
+        end = out_pos + length
+        if out_pos.min() < 0 or end.max() > out.shape[0]:
+            j = int(np.flatnonzero((out_pos < 0) | (end > out.shape[0]))[0])
+            raise ValueError(
+                f"range {j} goes to out[{int(out_pos[j])}:{int(end[j])}], outside the "
+                f"{out.shape[0]} items of `out`"
+            )
+        if dataset.min() < 0 or dataset.max() >= len(self.datasets):
+            bad = int(dataset[(dataset < 0) | (dataset >= len(self.datasets))][0])
+            raise IndexError(f"range names dataset {bad}; there are {len(self.datasets)}")
+        limit = self._num_tokens[dataset]
+        bad = np.flatnonzero((offset < 0) | (offset > limit - length))
+        if bad.size:
+            j = int(bad[0])
+            d = int(dataset[j])
+            raise IndexError(
+                f"range start={int(offset[j])}, length={int(length[j])} leaves the "
+                f"{int(limit[j])} tokens of {self.datasets[d].prefix}.bin: the row table does "
+                f"not match the data; {REPUBLISH}"
+            )
+        touched = np.flatnonzero(np.bincount(dataset, minlength=len(self.datasets)))
+        state = self._state  # 0 unopened, 1 mapped, 2 read by requests
+        if np.any(state[touched] == 0):
+            self._open_all([int(d) for d in touched[state[touched] == 0]])
+        kinds = state[touched]
+        if np.all(kinds == 1):  # every range from local maps: no grouping needed
+            self._read_mapped(touched, dataset, offset, length, out, out_pos)
+            return
+        if np.any(kinds == 1):
+            self._read_mapped(touched[kinds == 1], dataset, offset, length, out, out_pos)
+        order = np.argsort(dataset, kind="stable")
+        bounds = np.searchsorted(dataset[order], np.append(touched, len(self.datasets)))
+        with self._lock:
+            opened = {int(d): self._opened[int(d)] for d in touched[kinds == 2]}
+        self._read_remote(sorted(opened), order, bounds, touched, opened, dataset, offset, length,
+                          out, out_pos, timeout)
+
+    # ------------------------------------------------------------------------------ local maps
+
+    def _read_mapped(self, mapped, dataset, offset, length, out, out_pos) -> None:
+        """Copies the ranges of the mapped datasets `mapped` (with the gather kernel, one call per
+        token dtype; ranges of other datasets are skipped by the kernel)."""
+        dtypes = {self.datasets[int(d)].dtype for d in mapped}
+        zeros = np.zeros(dataset.shape[0], np.int64)
+        for dtype in dtypes:
+            bad = _gather.gather(
+                self._member[dtype], self._addr, self._count, self._pointer_addr, self._ones,
+                np.zeros(0, dtype), dataset, zeros, offset, length, out, out_pos,
+            )
+            if bad >= 0:  # pragma: no cover - ranges were checked against the published sizes
+                raise IndexError(f"range {bad} leaves {self.datasets[int(dataset[bad])].prefix}.bin")
+        copied = self._state[dataset] == 1
+        nbytes = int((length[copied] * self._itemsize[dataset[copied]]).sum())
+        with self._lock:
+            self.bytes_read += nbytes
+
+    # ---------------------------------------------------------------------------- object stores
+
+    def _read_remote(self, remote, order, bounds, touched, opened, dataset, offset, length, out,
+                     out_pos, timeout) -> None:
+        index_of = {int(d): t for t, d in enumerate(touched.tolist())}
+        pending = []
+        with ts.Batch() as batch:
+            for d in remote:
+                t = index_of[d]
+                sel = order[bounds[t] : bounds[t + 1]]
+                state = opened[d]
+                itemsize = state.dtype.itemsize
+                counts = length[sel]
+                if out.dtype == state.dtype:  # the bytes go straight to their places
+                    flat, dst = None, out_pos[sel]
+                else:  # read, then convert while placing
+                    flat = np.empty(int(counts.sum()), dtype=state.dtype)
+                    dst = np.cumsum(counts) - counts
+                read = _remote.RangeRead(
+                    state.kvstore, state.key, state.name, offset[sel] * itemsize, counts * itemsize,
+                    dst * itemsize, self.access.object_store.coalesce_gap, batch,
+                )
+                pending.append((d, sel, flat, read))
+        wait = timeout or self.access.object_store.request_timeout
+        try:
+            for d, sel, flat, read in pending:
+                try:
+                    read.finish((out if flat is None else flat).view(np.uint8), wait)
+                except IndexFormatError:
+                    raise IndexFormatError(
+                        f"{opened[d].name}: a read within the {self.datasets[d].bin_size} bytes "
+                        "recorded when the maps were published got fewer bytes: the object is "
+                        f"shorter than published or was removed; {REPUBLISH}"
+                    ) from None
+                self._check_generations(d, opened[d], read.generations)
+                if flat is not None:
+                    _place(flat, sel, length, out, out_pos)
+        finally:
+            with self._lock:
+                self.requests += sum(read.requests for *_, read in pending)
+                self.bytes_read += sum(read.bytes_requested for *_, read in pending)
+
+    def _check_generations(self, d: int, state: _Opened, seen: list[bytes]) -> None:
+        if not seen or not state.check_stamps:
+            return
+        with self._lock:
+            if state.generation is None:
+                state.generation = seen[0]
+            expected = state.generation
+        for generation in seen:
+            if generation != expected:
+                published = self.datasets[d].generation is not None
+                raise IndexFormatError(
+                    f"{state.name} was rewritten after the index maps were "
+                    f"{'published' if published else 'first read'} (generation "
+                    f"{_show(generation)}, maps built for {_show(expected)}): {REPUBLISH}"
+                )
+
+    # ---------------------------------------------------------------------------------- opening
+
+    def _open_all(self, ids: list[int]) -> dict[int, _Opened]:
+        with self._lock:
+            missing = [d for d in ids if d not in self._opened]
+        for d in missing:
+            state = self._open(self.datasets[d])
+            with self._lock:
+                if d not in self._opened:
+                    self._opened[d] = state
+                    if state.tokens is not None:
+                        self._map_member(d, state)
+                    self._state[d] = 1 if state.tokens is not None else 2  # last: now readable
+        with self._lock:
+            return {d: self._opened[d] for d in ids}
+
+    def _map_member(self, d: int, state: _Opened) -> None:
+        """Enters a mapped `.bin` into the kernel's address arrays (under the lock)."""
+        dtype = self.datasets[d].dtype
+        member = self._member.get(dtype)
+        if member is None:
+            member = self._member[dtype] = np.full(len(self.datasets), -1, np.int64)
+        self._addr[d] = state.tokens.ctypes.data if state.tokens.size else 0
+        self._count[d] = state.tokens.shape[0]
+        member[d] = d
+
+    def _open(self, ds: BinDataset) -> _Opened:
+        loc = _location.resolve(ds.prefix)
+        loc = dataclasses.replace(loc, kvstore=self.access.object_store.complete_spec(loc.kvstore))
+        name = loc.file_name(".bin")
+        dtype = np.dtype(ds.dtype)
+        if loc.local_prefix is not None:
+            path = loc.local_prefix + ".bin"
+            try:
+                size = os.stat(path).st_size
+                version, _ = identity_memo.local_version(path)
+            except FileNotFoundError:
+                raise IndexFormatError(f"{name}: data file does not exist; {REPUBLISH}") from None
+            if size != ds.bin_size:
+                raise IndexFormatError(
+                    f"{name} is {size} bytes but the index maps were published for {ds.bin_size} "
+                    f"bytes: the file was rewritten; {REPUBLISH}"
+                )
+            if ds.generation is not None and version != ds.generation:
+                raise IndexFormatError(
+                    f"{name} was rewritten after the index maps were published (its version stamp "
+                    f"changed): {REPUBLISH}"
+                )
+            if self.access.backend != "tensorstore":
+                tokens = (np.frombuffer(_mapping.map_readonly(path), dtype=dtype)
+                          if ds.bin_size else np.zeros(0, dtype))
+                return _Opened(name=name, dtype=dtype, tokens=tokens)
+            kv, key = self._kvstore(loc)
+            return _Opened(name=name, dtype=dtype, kvstore=kv, key=key)
+        kv, key = self._kvstore(loc)
+        return _Opened(name=name, dtype=dtype, kvstore=kv, key=key, generation=ds.generation,
+                       check_stamps=True)
+
+    def _kvstore(self, loc: _location.Location) -> tuple[ts.KvStore, str]:
+        """The kvstore of `loc`'s bucket (one per bucket and process) and the `.bin`'s key in it."""
+        spec = dict(loc.kvstore)
+        key = spec.get("path", "") + loc.bin_key
+        spec["path"] = ""
+        cache_key = json.dumps(spec, sort_keys=True)
+        with self._lock:
+            kv = self._kvstores.get(cache_key)
+        if kv is None:
+            root = dataclasses.replace(loc, kvstore=spec)
+            kv = _handles.open_kvstore(root, reader_context(self.access.object_store))
+            with self._lock:
+                kv = self._kvstores.setdefault(cache_key, kv)
+        return kv, key
+
+
+def reader_context(store: access_lib.ObjectStoreOptions) -> ts.Context:
+    """The TensorStore context `IndexedDataset` reads a bucket with (same resources, so the same
+    shared context: one request-concurrency limit and one connection pool per process)."""
+    settings = _handles.OpenSettings(
+        backend="tensorstore", multimodal=None, file_io_mode="default", io_concurrency=None,
+        context_spec=None, store=store,
+    )
+    return settings.context(_REMOTE)
+
+
+def _show(generation: bytes) -> str:
+    """A generation for a message: its text when printable (GCS numbers, S3 ETags), else hex."""
+    try:
+        text = generation.decode("ascii")
+    except UnicodeDecodeError:
+        return generation.hex()
+    return text if text.isprintable() else generation.hex()
+
+
+_ZERO = np.zeros(1, np.int64)
+_REMOTE = _location.Location(kvstore={}, name="", local_prefix=None, display="")

@@ -1,0 +1,173 @@
+"""Publishing a data plan to a bucket map store, and reading its record (fake-gcs-server, moto)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pytest
+from helpers_data import write_random_dataset
+
+from jaxblend import index, opening
+from jaxblend.access import DataAccess, MapStoreOptions
+from jaxblend.index import row_table
+from jaxblend.map_store import bucket, entries, load_or_build_data_maps, publication, record
+from jaxblend.storage.idx_format import IndexFormatError
+from jaxblend.storage.reader import IndexedDataset
+
+
+@pytest.fixture(scope="module")
+def local_data(tmp_path_factory):
+    root = tmp_path_factory.mktemp("data")
+    rng = np.random.default_rng(3)
+    return {
+        name: write_random_dataset(str(root / name), rng, docs, lengths=(3, 40))
+        for name, docs in (("a", 120), ("b", 80))
+    }
+
+
+@pytest.fixture
+def setup(object_store, local_data, tmp_path, request):
+    """(config, host(name, builder, wait) -> DataAccess, map-store url)."""
+    base = f"pub/{request.node.name}"
+    prefixes = [object_store.upload(p, f"{base}/data/{n}") for n, p in local_data.items()]
+    config = index.GPTDataConfig(
+        blend=["40", prefixes[0], "60", prefixes[1]], split="80,20,0", seq_length=16,
+        num_samples=(150, 20, 0),
+    )
+    url = object_store.prefix_url(f"{base}/cache")
+
+    def host(name: str, builder: bool, wait: float = 30.0) -> DataAccess:
+        return DataAccess.from_env(maps=MapStoreOptions(
+            location=url, wait_seconds=wait, poll_seconds=0.05, builder=builder,
+            mirror=str(tmp_path / name),
+        ))
+
+    return config, host, url
+
+
+def test_record_round_trips_and_refuses_damage():
+    pub = record.Publication(
+        "k" * 32, "p" * 32,
+        (record.PublishedDataset("gs://b/a", "<u2", 100, "0a", "f" * 32),),
+        {"train": record.PublishedSplit(7, (0,), "gs://b/c/p-rows/")},
+    )
+    data = pub.to_bytes()
+    assert record.Publication.from_bytes(data, "gs://x") == pub
+    damaged = data.replace(b'"length":7', b'"length":8')
+    with pytest.raises(ValueError, match=r"publication record gs://x: .*checksum mismatch.*build_index"):
+        record.Publication.from_bytes(damaged, "gs://x")
+    with pytest.raises(ValueError, match="publication record gs://x: unreadable"):
+        record.Publication.from_bytes(b"{half", "gs://x")
+
+
+def test_launch_key_follows_the_configuration_as_written():
+    config = index.GPTDataConfig(blend=["1", "gs://b/a"], split="90,10,0", seq_length=8)
+    assert record.launch_key(config) == record.launch_key(
+        index.GPTDataConfig(blend=["1", "gs://b/a"], split="90,10,0", seq_length=8)
+    )
+    for change in ({"seed": 5}, {"seq_length": 9}, {"split": "80,20,0"},
+                   {"num_samples": (10, None, None)}, {"blend": ["1", "gs://b//a"]}):
+        other = index.GPTDataConfig(**{
+            "blend": ["1", "gs://b/a"], "split": "90,10,0", "seq_length": 8, **change
+        })
+        assert record.launch_key(other) != record.launch_key(config), change
+
+
+def test_publish_writes_rows_then_record(setup):
+    config, host, url = setup
+    access = host("builder", builder=True)
+    done = publication.publish(config, access)
+    assert done.written
+    key = record.launch_key(config)
+    assert done.url == record.record_url(url, key) and done.url.endswith(f"/published/{key}.json")
+    pub = publication.read(config, host("reader", builder=False))
+    assert pub == done.publication
+
+    datasets, infos = opening.open_config_datasets(config, access)
+    plan = load_or_build_data_maps(config, infos, access)
+    assert pub.plan_key == plan.fingerprint
+    for k, d in enumerate(pub.datasets):
+        ds = datasets[d.prefix]
+        assert d.prefix == plan.prefixes[k]
+        assert d.dtype == ds.dtype.str and d.bin_size == ds.num_tokens * ds.dtype.itemsize
+        assert d.fingerprint == ds.fingerprint and len(d.generation) > 0
+    remote = bucket.Bucket(url, access.object_store)
+    rows_key = record.rows_entry(plan.fingerprint)
+    assert remote.committed(rows_key)
+    mirror = bucket.mirror_dir(url, access.maps)
+    arrays, _ = entries.load(mirror, rows_key, "full")
+    assert sorted(pub.splits) == ["train", "valid"]
+    for name, split in pub.splits.items():
+        maps = plan.split(name)
+        assert split.length == len(maps)
+        assert [pub.datasets[k].prefix for k in split.datasets] == list(maps.dataset_names)
+        assert split.rows_url == bucket.entry_url(url, rows_key)
+        expected = row_table.build_row_table(maps)
+        for field in row_table.FIELDS:
+            np.testing.assert_array_equal(arrays[row_table.array_name(name, field)], expected[field])
+    # Small: a few hundred bytes per dataset.
+    body = remote.read_object(record.record_key(key))
+    assert len(body) < 400 * len(pub.datasets) + 600
+    assert json.loads(body)["checksum"]
+
+
+def test_rerun_with_unchanged_data_writes_nothing(setup, monkeypatch):
+    config, host, _url = setup
+    publication.publish(config, host("first", builder=True))
+
+    def no_write(*args, **kwargs):
+        raise AssertionError("a rerun wrote to the bucket")
+
+    monkeypatch.setattr(bucket.Bucket, "write_object", no_write)
+    monkeypatch.setattr(bucket.Bucket, "publish", no_write)
+    again = publication.publish(config, host("second", builder=True))
+    assert not again.written
+
+
+def test_changed_data_publishes_anew(setup, object_store, local_data, tmp_path):
+    config, host, _url = setup
+    first = publication.publish(config, host("first", builder=True)).publication
+    changed = write_random_dataset(str(tmp_path / "b2"), np.random.default_rng(9), 80)
+    target = first.datasets[1].prefix.split("/", 3)[3]
+    object_store.upload(changed, target)
+    second = publication.publish(config, host("second", builder=True))
+    assert second.written and second.publication.plan_key != first.plan_key
+    assert second.publication.datasets[1].generation != first.datasets[1].generation
+    assert publication.read(config, host("reader", builder=False)) == second.publication
+
+
+def test_non_builder_waits_then_fails_naming_the_record(setup, monkeypatch):
+    config, host, url = setup
+
+    def no_open(*args, **kwargs):
+        raise AssertionError("a waiting host opened a dataset")
+
+    monkeypatch.setattr(IndexedDataset, "__init__", no_open)
+    with pytest.raises(TimeoutError) as err:
+        publication.load_or_publish(config, host("reader", builder=False, wait=0.3))
+    message = str(err.value)
+    assert record.record_url(url, record.launch_key(config)) in message
+    assert "--data_cache_wait" in message and "build_index" in message
+
+
+def test_builder_publishes_when_absent_and_reader_takes_it(setup, monkeypatch):
+    config, host, _url = setup
+    built = publication.load_or_publish(config, host("builder", builder=True))
+
+    def no_open(*args, **kwargs):
+        raise AssertionError("a reading host opened a dataset")
+
+    monkeypatch.setattr(IndexedDataset, "__init__", no_open)
+    assert publication.load_or_publish(config, host("reader", builder=False)) == built
+
+
+def test_waiting_host_with_a_missing_dataset_fails_at_once(setup):
+    config, host, _url = setup
+    missing = config.blend[1] + "_missing"
+    broken = index.GPTDataConfig(blend=["40", missing, "60", config.blend[3]], split="80,20,0",
+                                 seq_length=16, num_samples=(150, 20, 0))
+    with pytest.raises(IndexFormatError, match=re.escape(f"{missing}.bin: data file does not exist")):
+        publication.load_or_publish(broken, host("reader", builder=False, wait=60))
+    publication.check_bins_exist(config, host("reader", builder=False))  # the real ones exist
