@@ -160,7 +160,7 @@ def _gcs(bucket: str, obj: str, stamp: bytes, name: str, store: ObjectStoreOptio
         try:
             with urllib.request.urlopen(request, timeout=store.request_timeout) as answer:
                 meta = json.loads(answer.read())
-            return parse_gcs_metadata(meta, stamp, name)
+            break
         except urllib.error.HTTPError as e:
             if e.code not in _RETRYABLE or attempt == store.max_retries:
                 raise ObjectStoreError(
@@ -175,7 +175,9 @@ def _gcs(bucket: str, obj: str, stamp: bytes, name: str, store: ObjectStoreOptio
                 ) from None
         time.sleep(delay * (0.5 + random.random() / 2))
         delay = min(delay * 2, store.max_retry_delay)
-    raise AssertionError("unreachable")
+    if not isinstance(meta, dict):
+        raise ObjectStoreError(f"{name}: the store's metadata is not an object: {meta!r} ({url})")
+    return parse_gcs_metadata(meta, stamp, name)
 
 
 def _gcs_token(name: str) -> str:
