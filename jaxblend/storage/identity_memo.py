@@ -8,8 +8,7 @@ a given (`.idx` generation, `.bin` generation), its `.idx` is downloaded, valida
 generations take the fingerprint from here and fetch the `.idx` only when its arrays are needed. A
 rewritten object has a new generation, misses, and is identified again, so a changed dataset is
 never taken for the old one. (For most bucket objects "identified" costs one metadata request, not
-a read of the `.bin`: `store_checksums`. Preprocessing records the identity of what it writes:
-`record_written`.)
+a read of the `.bin`: `store_checksums`.)
 
 Local files have no generation; their version is `local_version`: device, inode, size, mtime and
 ctime (nanoseconds). Any write changes mtime and ctime, and ctime cannot be set back by a user, so a
