@@ -37,7 +37,9 @@ def fingerprint_of(prefix: str, bin_md5: str) -> identity_memo.Identity:
 
 
 def record_local(
-    names: dict[str, str], md5s: dict[str, str], identity: IdentityStoreOptions,
+    names: dict[str, str],
+    md5s: dict[str, str],
+    identity: IdentityStoreOptions,
     object_store: ObjectStoreOptions,
 ) -> dict[str, identity_memo.Identity]:
     """Remembers each written local dataset (key -> prefix) under its current file versions.
@@ -53,15 +55,20 @@ def record_local(
             continue  # changed meanwhile: not this run's bytes; the first open identifies it
         loc = _location.resolve(prefix)
         identity_memo.record(
-            _identity.memo_url(loc), *versions, out[key], options=identity,
+            _identity.memo_url(loc),
+            *versions,
+            out[key],
+            options=identity,
             object_store=object_store,
         )
     return out
 
 
 def record_published(
-    urls: dict[str, str], identities: dict[str, identity_memo.Identity],
-    generations: dict[str, tuple[bytes, bytes]], identity: IdentityStoreOptions,
+    urls: dict[str, str],
+    identities: dict[str, identity_memo.Identity],
+    generations: dict[str, tuple[bytes, bytes]],
+    identity: IdentityStoreOptions,
     object_store: ObjectStoreOptions,
 ) -> None:
     """Remembers each uploaded dataset (key -> URL prefix) under the generations its `.idx` and
@@ -71,6 +78,9 @@ def record_published(
             continue
         loc = _location.resolve(url)
         identity_memo.record(
-            _identity.memo_url(loc), *generations[key], identities[key], options=identity,
+            _identity.memo_url(loc),
+            *generations[key],
+            identities[key],
+            options=identity,
             object_store=object_store,
         )

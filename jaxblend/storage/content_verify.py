@@ -77,8 +77,11 @@ def verify_dataset(ds: IndexedDataset) -> Verification:
     read = _identity.read_md5(loc, h, settings.store)
     fingerprint = _identity.combine(h.idx_buffer, h.bin_size, bytes.fromhex(read))
     known = identity_memo.lookup(
-        _identity.memo_url(loc), h.idx_generation, h.bin_generation,
-        options=settings.identity, object_store=settings.store,
+        _identity.memo_url(loc),
+        h.idx_generation,
+        h.bin_generation,
+        options=settings.identity,
+        object_store=settings.store,
     )
     problems = []
     store_md5 = checksum.md5.hex() if checksum.md5 is not None else None
@@ -96,15 +99,26 @@ def verify_dataset(ds: IndexedDataset) -> Verification:
             "in-place write); restore the dataset from a good copy, or rewrite it if the new "
             "contents are meant"
         )
-    if not problems and remembered is None and (
-        loc.local_prefix is None or began - h.changed_at >= identity_memo.SETTLE_SECONDS
+    if (
+        not problems
+        and remembered is None
+        and (loc.local_prefix is None or began - h.changed_at >= identity_memo.SETTLE_SECONDS)
     ):
         identity_memo.record(
-            _identity.memo_url(loc), h.idx_generation, h.bin_generation,
+            _identity.memo_url(loc),
+            h.idx_generation,
+            h.bin_generation,
             identity_memo.Identity(fingerprint, h.num_tokens, h.bin_size),
-            options=settings.identity, object_store=settings.store,
+            options=settings.identity,
+            object_store=settings.store,
         )
     return Verification(
-        loc.display, h.bin_size, read, store_md5, checksum.source, fingerprint, remembered,
+        loc.display,
+        h.bin_size,
+        read,
+        store_md5,
+        checksum.source,
+        fingerprint,
+        remembered,
         tuple(problems),
     )

@@ -95,8 +95,9 @@ def s3_etag_md5(stamp: bytes) -> bytes | None:
     return bytes.fromhex(m.group(1)) if m else None
 
 
-def reported(kvstore_spec: dict[str, Any], key: str, stamp: bytes, name: str,
-             store: ObjectStoreOptions) -> StoreChecksum:
+def reported(
+    kvstore_spec: dict[str, Any], key: str, stamp: bytes, name: str, store: ObjectStoreOptions
+) -> StoreChecksum:
     """The store's checksum of the object version `stamp` at `key` of `kvstore_spec`.
 
     Args:
@@ -129,7 +130,9 @@ def parse_gcs_metadata(meta: dict[str, Any], stamp: bytes, name: str) -> StoreCh
     try:
         generation = int(meta["generation"])
     except (KeyError, ValueError, TypeError):
-        raise ObjectStoreError(f"{name}: the store's metadata has no generation: {meta!r}") from None
+        raise ObjectStoreError(
+            f"{name}: the store's metadata has no generation: {meta!r}"
+        ) from None
     if expected is None or generation != expected:
         raise GenerationMismatch(
             f"{name}: the object was rewritten while it was being opened (generation {generation} "
@@ -148,7 +151,9 @@ def parse_gcs_metadata(meta: dict[str, Any], stamp: bytes, name: str) -> StoreCh
     return StoreChecksum(md5, crc, source)
 
 
-def _gcs(bucket: str, obj: str, stamp: bytes, name: str, store: ObjectStoreOptions) -> StoreChecksum:
+def _gcs(
+    bucket: str, obj: str, stamp: bytes, name: str, store: ObjectStoreOptions
+) -> StoreChecksum:
     base = os.environ.get("TENSORSTORE_GCS_HTTP_URL") or GCS_DEFAULT_BASE
     url = (
         f"{base.rstrip('/')}/storage/v1/b/{urllib.parse.quote(bucket, safe='')}/o/"
@@ -186,6 +191,7 @@ def _gcs_token(name: str) -> str:
         return token
     try:
         import google.auth
+        import google.auth.exceptions
         import google.auth.transport.requests
     except ImportError:
         raise ObjectStoreError(
@@ -199,7 +205,7 @@ def _gcs_token(name: str) -> str:
                 _credentials, _ = google.auth.default(scopes=[_READ_SCOPE])
             if not _credentials.valid:
                 _credentials.refresh(google.auth.transport.requests.Request())
-        except Exception as e:  # google-auth raises several unrelated types
+        except (google.auth.exceptions.GoogleAuthError, OSError) as e:
             raise ObjectStoreError(
                 f"{name}: no GCS credentials for reading the object's checksum ({e}); run "
                 "`gcloud auth application-default login` or use a service account"

@@ -68,14 +68,22 @@ def test_first_open_costs_a_few_small_requests(object_store, corpus, monkeypatch
 def _multipart_upload(server, key: str, data: bytes) -> None:
     import boto3
 
-    client = boto3.client("s3", endpoint_url=server.url, region_name="us-east-1",
-                          aws_access_key_id="test", aws_secret_access_key="test")
+    client = boto3.client(
+        "s3",
+        endpoint_url=server.url,
+        region_name="us-east-1",
+        aws_access_key_id="test",
+        aws_secret_access_key="test",
+    )
     bucket = server.prefix_url("").split("/")[2]
     upload = client.create_multipart_upload(Bucket=bucket, Key=key)
-    part = client.upload_part(Bucket=bucket, Key=key, UploadId=upload["UploadId"], PartNumber=1,
-                              Body=data)
+    part = client.upload_part(
+        Bucket=bucket, Key=key, UploadId=upload["UploadId"], PartNumber=1, Body=data
+    )
     client.complete_multipart_upload(
-        Bucket=bucket, Key=key, UploadId=upload["UploadId"],
+        Bucket=bucket,
+        Key=key,
+        UploadId=upload["UploadId"],
         MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": part["ETag"]}]},
     )
 
@@ -86,9 +94,7 @@ def test_s3_multipart_object_is_read_once(s3_server, corpus, monkeypatch) -> Non
     path = url.split("/", 3)[3]
     _multipart_upload(s3_server, path + ".bin", Path(corpus.prefix + ".bin").read_bytes())
     real, calls = content_digest.streamed_digest, []
-    monkeypatch.setattr(
-        content_digest, "streamed_digest", lambda *a: calls.append(a) or real(*a)
-    )
+    monkeypatch.setattr(content_digest, "streamed_digest", lambda *a: calls.append(a) or real(*a))
     with s3_server.pointed_at():
         ds = IndexedDataset(url)
         assert store_checksums.s3_etag_md5(ds._handles().bin_generation) is None  # "<hex>-1"
@@ -103,8 +109,9 @@ def test_gcs_object_rewritten_after_open_is_refused(gcs_server, corpus) -> None:
     with gcs_server.pointed_at():
         ds = IndexedDataset(url)
         _ = ds.sequence_lengths
-        gcs_server.write(url.split("/", 3)[3] + ".bin",
-                         Path(corpus.prefix + ".bin").read_bytes())  # same bytes, new generation
+        gcs_server.write(
+            url.split("/", 3)[3] + ".bin", Path(corpus.prefix + ".bin").read_bytes()
+        )  # same bytes, new generation
         with pytest.raises(IndexFormatError, match=r"\.bin: the object was rewritten"):
             _ = ds.fingerprint
 
@@ -136,8 +143,11 @@ def _stamp(generation: int) -> bytes:
 
 def test_gcs_metadata_is_bound_to_the_generation() -> None:
     data = b"tokens"
-    meta = {"generation": "1234", "md5Hash": base64.b64encode(hashlib.md5(data).digest()).decode(),
-            "crc32c": "AAAAAQ=="}
+    meta = {
+        "generation": "1234",
+        "md5Hash": base64.b64encode(hashlib.md5(data).digest()).decode(),
+        "crc32c": "AAAAAQ==",
+    }
     got = store_checksums.parse_gcs_metadata(meta, _stamp(1234), "x.bin")
     assert got.md5 == hashlib.md5(data).digest() and got.crc32c == 1
     with pytest.raises(store_checksums.GenerationMismatch, match="x.bin: the object was rewritten"):
@@ -184,8 +194,9 @@ def test_s3_etag(etag: bytes, md5: str | None) -> None:
 
 
 def test_local_and_memory_stores_report_nothing() -> None:
-    got = store_checksums.reported({"driver": "memory"}, "a.bin", b"\x00x", "a.bin",
-                                   ObjectStoreOptions())
+    got = store_checksums.reported(
+        {"driver": "memory"}, "a.bin", b"\x00x", "a.bin", ObjectStoreOptions()
+    )
     assert got.md5 is None
 
 

@@ -24,9 +24,17 @@ from jaxblend.storage.content_verify import verify_dataset
 
 def _verify(*prefixes: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "jaxblend.tools.inspect", "verify",
-         "--data_path=" + " ".join(prefixes)],
-        capture_output=True, text=True, timeout=300, check=False,
+        [
+            sys.executable,
+            "-m",
+            "jaxblend.tools.inspect",
+            "verify",
+            "--data_path=" + " ".join(prefixes),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
 
 
@@ -53,9 +61,12 @@ def _plant_memo(prefix: str, fingerprint: str) -> None:
     h = ds._handles()
     access = DataAccess.from_env()
     identity_memo.record(
-        _identity.memo_url(ds._location), h.idx_generation, h.bin_generation,
+        _identity.memo_url(ds._location),
+        h.idx_generation,
+        h.bin_generation,
         identity_memo.Identity(fingerprint, h.num_tokens, h.bin_size),
-        options=access.identity_store(), object_store=access.object_store,
+        options=access.identity_store(),
+        object_store=access.object_store,
     )
 
 
@@ -103,8 +114,11 @@ def test_bucket_checksum_disagreeing_with_the_bytes_fails(object_store, prefixes
 
     monkeypatch.setattr(store_checksums, "reported", wrong)
     with object_store.pointed_at():
-        checked = verify_dataset(IndexedDataset(url, access=DataAccess.from_env(
-            object_store=ObjectStoreOptions.from_env())))
+        checked = verify_dataset(
+            IndexedDataset(
+                url, access=DataAccess.from_env(object_store=ObjectStoreOptions.from_env())
+            )
+        )
     assert not checked.ok
     assert checked.line().startswith(f"MISMATCH {url}.bin: its bytes have MD5 {checked.read_md5}")
     assert "upload it again from a good copy" in checked.line()
