@@ -89,25 +89,34 @@ class BucketOutput:
             return None
         return record if isinstance(record, dict) else None
 
-    def put(self, key: str, data: bytes | None, what: str) -> None:
-        """Writes (or with None deletes) object ``key`` under the prefix's directory."""
-        self._wait(self._kv.write(key, data), key, what)
+    def put(self, key: str, data: bytes | None, what: str) -> bytes:
+        """Writes (or with None deletes) object ``key`` under the prefix's directory; returns the
+        generation written (TensorStore's stamp, as a later read reports it)."""
+        return bytes(self._wait(self._kv.write(key, data), key, what).generation)
 
     def publish(
         self, local_names: dict[str, str], record: dict[str, Any], extras: tuple[str, ...] = ()
-    ) -> None:
+    ) -> dict[str, tuple[bytes, bytes]]:
         """Uploads the local run's datasets, then the ``extras`` files (the cleaning report), then
-        its record (see the module docstring)."""
+        its record (see the module docstring).
+
+        Returns:
+          key -> the generations of the uploaded (``.idx``, ``.bin``).
+        """
+        written: dict[str, dict[str, bytes]] = {key: {} for key in local_names}
         record_key = self._name + ".preprocess.json"
         self.put(record_key, None, "removing the old run record")
         for name in local_names.values():
             self.put(self._key(name) + ".idx", None, "removing an old .idx")
         for ext in ("bin", "idx"):
-            for name in local_names.values():
+            for key, name in local_names.items():
                 with open(f"{name}.{ext}", "rb") as f:
-                    self.put(f"{self._key(name)}.{ext}", f.read(), f"uploading the .{ext}")
+                    written[key][ext] = self.put(
+                        f"{self._key(name)}.{ext}", f.read(), f"uploading the .{ext}"
+                    )
         for path in extras:
             with open(path, "rb") as f:
                 self.put(self._key(path), f.read(), "uploading the cleaning report")
         data = (json.dumps(record, indent=1, sort_keys=True) + "\n").encode()
         self.put(record_key, data, "writing the run record")
+        return {key: (w["idx"], w["bin"]) for key, w in written.items()}

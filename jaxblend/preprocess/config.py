@@ -6,7 +6,7 @@ import dataclasses
 import os
 from typing import Any
 
-from jaxblend.access import ObjectStoreOptions
+from jaxblend.access import IdentityStoreOptions, ObjectStoreOptions
 from jaxblend.preprocess import layout, partitions, sentences
 from jaxblend.preprocess import records as records_lib
 from jaxblend.preprocess import tokenizer_spec as tok_spec
@@ -46,6 +46,8 @@ class PreprocessConfig:
       work_dir: With a gs:// or s3:// ``output_prefix``: the local directory where the run is built
         before publishing (None: a directory under the system temp named by a hash of the URL).
       object_store: How gs:// and s3:// are reached (None: ``ObjectStoreOptions.from_env()``).
+      identity: Where the identities of the written datasets are remembered (None:
+        ``IdentityStoreOptions.from_env()``; `jaxblend.preprocess.identity_record`).
     """
 
     input: tuple[str, ...]
@@ -70,6 +72,7 @@ class PreprocessConfig:
     cleaning: CleaningConfig | None = None
     work_dir: str | None = None
     object_store: ObjectStoreOptions | None = None
+    identity: IdentityStoreOptions | None = None
 
     def __post_init__(self) -> None:
         if self.cleaning is not None and not self.cleaning.enabled:

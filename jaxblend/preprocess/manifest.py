@@ -8,6 +8,7 @@ returns the finished result); different settings are refused unless `overwrite`.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -49,20 +50,38 @@ def run_settings(
     return settings
 
 
+SCAN_TOKENS = 1 << 24  # tokens per block of `scan_outputs`
+
+
 def max_token_ids(names: dict[str, str], dtype: np.dtype) -> dict[str, int | None]:
     """The largest token id of each finished dataset (key -> None for an empty one), read from
     its ``.bin`` in chunks."""
-    out: dict[str, int | None] = {}
+    return scan_outputs(names, dtype)[0]
+
+
+def scan_outputs(
+    names: dict[str, str], dtype: np.dtype
+) -> tuple[dict[str, int | None], dict[str, str]]:
+    """One pass over each finished ``.bin``: (key -> largest token id or None when empty,
+    key -> MD5 hex of the bytes, the dataset's content digest: docs/format.md, "Fingerprint")."""
+    max_ids: dict[str, int | None] = {}
+    md5s: dict[str, str] = {}
+    chunk = SCAN_TOKENS
     for key, name in names.items():
         path = f"{name}.bin"
-        if os.path.getsize(path) == 0:
-            out[key] = None
-            continue
-        tokens = np.memmap(path, dtype=dtype, mode="r")
-        chunk = 1 << 24
-        out[key] = int(max(tokens[i : i + chunk].max() for i in range(0, tokens.size, chunk)))
-        del tokens
-    return out
+        digest = hashlib.md5(usedforsecurity=False)
+        largest = None
+        if os.path.getsize(path):
+            tokens = np.memmap(path, dtype=dtype, mode="r")
+            for i in range(0, tokens.size, chunk):
+                block = tokens[i : i + chunk]
+                digest.update(memoryview(block).cast("B"))
+                top = int(block.max())
+                largest = top if largest is None else max(largest, top)
+            del tokens, block
+        max_ids[key] = largest
+        md5s[key] = digest.hexdigest()
+    return max_ids, md5s
 
 
 def _diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
@@ -137,12 +156,14 @@ def mark_complete(
     manifest: dict[str, Any],
     result: PreprocessResult,
     max_ids: dict[str, int | None] | None = None,
+    bin_md5: dict[str, str] | None = None,
 ) -> None:
     """Records the finished run's result (a rerun with the same settings returns it), its
-    tokenizer's facts (``tokenizer_facts``, read by `jaxblend.tokenizer_facts.read_facts`) and the
-    largest token id of each output (``max_token_id``, key -> id)."""
+    tokenizer's facts (``tokenizer_facts``, read by `jaxblend.tokenizer_facts.read_facts`), the
+    largest token id of each output (``max_token_id``, key -> id) and the MD5 of each output's
+    ``.bin`` (``bin_md5``, key -> hex; `inspect verify` and the identity memo use it)."""
     manifest = dict(
         manifest, status="complete", result=result.to_json(), outputs=config.output_names(),
-        tokenizer_facts=result.tokenizer, max_token_id=max_ids or {},
+        tokenizer_facts=result.tokenizer, max_token_id=max_ids or {}, bin_md5=bin_md5 or {},
     )
     layout.write_json_atomic(layout.manifest_path(config.output_prefix), manifest)

@@ -37,8 +37,16 @@ import numpy as np
 from absl import logging
 
 from jaxblend import storage
-from jaxblend.access import ObjectStoreOptions
-from jaxblend.preprocess import bucket_input, bucket_output, layout, no_output, partitions, worker
+from jaxblend.access import IdentityStoreOptions, ObjectStoreOptions
+from jaxblend.preprocess import (
+    bucket_input,
+    bucket_output,
+    identity_record,
+    layout,
+    no_output,
+    partitions,
+    worker,
+)
 from jaxblend.preprocess import manifest as manifest_lib
 from jaxblend.preprocess import tokenizer_spec as tok_spec
 from jaxblend.preprocess.cleaning import join as join_lib
@@ -108,7 +116,15 @@ def _preprocess_to_bucket(config: PreprocessConfig, engine: Engine | None) -> Pr
         note = f"{config.output_prefix} is already published (run record {record_url}); nothing uploaded"
     else:
         extras = tuple(p for p in report_lib.paths(local) if os.path.exists(p))
-        store.publish(local_config.output_names(), record, extras)
+        generations = store.publish(local_config.output_names(), record, extras)
+        identities = {
+            key: identity_record.fingerprint_of(name, manifest["bin_md5"][key])
+            for key, name in local_config.output_names().items()
+            if key in manifest.get("bin_md5", {})
+        }
+        identity_record.record_published(
+            url_names, identities, generations, _identity_options(config), store.object_store
+        )
         note = f"published to {config.output_prefix} (.bin, then .idx, then run record {record_url})"
     logging.info("preprocess: %s", note)
     cleaning = result.cleaning
@@ -178,12 +194,26 @@ def _preprocess_local(config: PreprocessConfig, engine: Engine | None) -> Prepro
         cleaning=cleaning,
         tokenizer=tok_spec.facts_of(config.tokenizer, tokenizer).to_json(),
     )
-    max_ids = {} if config.keep_parts else manifest_lib.max_token_ids(config.output_names(), dtype)
-    manifest_lib.mark_complete(config, manifest, result, max_ids)
+    max_ids, md5s = (
+        ({}, {}) if config.keep_parts else manifest_lib.scan_outputs(config.output_names(), dtype)
+    )
+    manifest_lib.mark_complete(config, manifest, result, max_ids, md5s)
+    if not config.keep_parts:  # identity known now: no later open reads these `.bin`s again
+        identity_record.record_local(
+            config.output_names(), md5s, _identity_options(config), _store_options(config)
+        )
     if not config.keep_parts:
         shutil.rmtree(parts, ignore_errors=True)
     logging.info("preprocess: done: %s", ", ".join(result.outputs.values()) or "parts kept")
     return result
+
+
+def _identity_options(config: PreprocessConfig) -> IdentityStoreOptions:
+    return config.identity if config.identity is not None else IdentityStoreOptions.from_env()
+
+
+def _store_options(config: PreprocessConfig) -> ObjectStoreOptions:
+    return config.object_store if config.object_store is not None else ObjectStoreOptions.from_env()
 
 
 def _open_inputs(

@@ -1,8 +1,11 @@
-"""A dataset's content fingerprint: its `.idx` bytes, its `.bin` size and its `.bin` content.
+"""A dataset's content fingerprint: its `.idx` bytes, its `.bin` size and the MD5 of its `.bin`.
 
-See docs/format.md, "Fingerprint". The `.bin` digest (`content_digest`) is the expensive part: it
-reads the whole file once per file version, after which `identity_memo` remembers the result under
-the versions recorded in the open handles (local version stamps or object generations).
+See docs/format.md, "Fingerprint". The `.bin` MD5 comes, in this order of preference, from what
+the object store reports for the version that was opened (`store_checksums`: GCS `md5Hash`, a
+single-part S3 ETag; a few hundred bytes, no `.bin` read), or from reading the file once
+(`content_digest`: local files, S3 multipart uploads, GCS composite objects). Either way the result
+is remembered by `identity_memo` under the versions recorded in the open handles (local version
+stamps or object generations), so later opens of the same versions take it from there.
 """
 
 from __future__ import annotations
@@ -13,11 +16,12 @@ import time
 from typing import Any
 
 from jaxblend.access import IdentityStoreOptions, ObjectStoreOptions
-from jaxblend.storage import _location, _remote, content_digest, identity_memo
+from jaxblend.storage import _location, _remote, content_digest, identity_memo, store_checksums
 from jaxblend.storage._handles import Handles
 from jaxblend.storage.idx_format import IndexFormatError
 
 _HASH_CHUNK = 64 << 20
+PERSON = b"jaxblend.idx.v3"  # v3: the `.bin` component is its MD5 (v2: chunked SHA-256)
 
 
 def memo_url(loc: _location.Location) -> str:
@@ -45,14 +49,7 @@ def fingerprint(
     """
     began = time.time()
     assert h.arrays is not None
-    digest = hashlib.blake2b(digest_size=16, person=b"jaxblend.idx.v2")
-    view = memoryview(h.idx_buffer)
-    for lo in range(0, len(view), _HASH_CHUNK):
-        digest.update(view[lo : lo + _HASH_CHUNK])
-    view.release()
-    digest.update(h.bin_size.to_bytes(8, "little"))
-    digest.update(bytes.fromhex(_bin_digest(loc, h, store)))
-    value = digest.hexdigest()
+    value = combine(h.idx_buffer, h.bin_size, bytes.fromhex(bin_md5(loc, h, store)))
     if loc.local_prefix is None or began - h.changed_at >= identity_memo.SETTLE_SECONDS:
         identity = identity_memo.Identity(value, h.arrays.num_tokens, h.bin_size)
         identity_memo.record(
@@ -62,8 +59,46 @@ def fingerprint(
     return value
 
 
-def _bin_digest(loc: _location.Location, h: Handles, store: ObjectStoreOptions) -> str:
-    """`content_digest` of the `.bin`, checking that it is the version seen at open."""
+def combine(idx_bytes: Any, bin_size: int, bin_md5: bytes) -> str:
+    """The fingerprint (hex) from the `.idx` bytes, the `.bin` size and the `.bin` MD5."""
+    digest = hashlib.blake2b(digest_size=16, person=PERSON)
+    view = memoryview(idx_bytes)
+    for lo in range(0, len(view), _HASH_CHUNK):
+        digest.update(view[lo : lo + _HASH_CHUNK])
+    view.release()
+    digest.update(bin_size.to_bytes(8, "little"))
+    digest.update(bin_md5)
+    return digest.hexdigest()
+
+
+def reported_md5(
+    loc: _location.Location, h: Handles, store: ObjectStoreOptions
+) -> store_checksums.StoreChecksum:
+    """What the store reports for the `.bin` version in `h` (no MD5 for local files).
+
+    Raises:
+      IndexFormatError: the `.bin` was rewritten since it was opened.
+      ObjectStoreError: the metadata request failed.
+    """
+    if loc.local_prefix is not None:
+        return store_checksums.StoreChecksum(None, None, "local file")
+    bin_name = loc.file_name(".bin")
+    try:
+        return store_checksums.reported(loc.kvstore, loc.bin_key, h.bin_generation, bin_name, store)
+    except store_checksums.GenerationMismatch as e:
+        raise IndexFormatError(str(e)) from None
+
+
+def bin_md5(loc: _location.Location, h: Handles, store: ObjectStoreOptions) -> str:
+    """MD5 (hex) of the `.bin` version in `h`: reported by the store when it keeps one, else read."""
+    checksum = reported_md5(loc, h, store)
+    if checksum.md5 is not None:
+        return checksum.md5.hex()
+    return read_md5(loc, h, store)
+
+
+def read_md5(loc: _location.Location, h: Handles, store: ObjectStoreOptions) -> str:
+    """MD5 (hex) of the `.bin` read in full, checking that it is the version seen at open."""
     bin_name = loc.file_name(".bin")
     if loc.local_prefix is not None:
         try:

@@ -3,7 +3,9 @@
 A version pair seen before (`identity_memo`) opens with one round of two tiny requests (the `.idx`
 header and an empty read of the `.bin` for its generation); the `.idx` arrays are downloaded on
 first use (`load_index`), which checks that the object was not rewritten in between. A version
-pair seen for the first time is downloaded, validated and size-checked at once.
+pair seen for the first time is downloaded, validated and size-checked at once; its fingerprint
+then costs one GCS metadata request, or nothing on S3 (`store_checksums`), and reads no `.bin`
+bytes unless the store keeps no MD5 for the object (S3 multipart, GCS composite).
 """
 
 from __future__ import annotations

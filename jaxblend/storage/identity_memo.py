@@ -6,8 +6,9 @@ S3: the ETag), which changes whenever the object is rewritten. The first time a 
 a given (`.idx` generation, `.bin` generation), its `.idx` is downloaded, validated and hashed
 (`IndexedDataset.fingerprint`), and the result is recorded here; later starts that see the same
 generations take the fingerprint from here and fetch the `.idx` only when its arrays are needed. A
-rewritten object has a new generation, misses, and is hashed again, so a changed dataset is never
-taken for the old one.
+rewritten object has a new generation, misses, and is identified again, so a changed dataset is
+never taken for the old one. (For most bucket objects "identified" costs one metadata request, not
+a read of the `.bin`: `store_checksums`.)
 
 Local files have no generation; their version is `local_version`: device, inode, size, mtime and
 ctime (nanoseconds). Any write changes mtime and ctime, and ctime cannot be set back by a user, so a
@@ -46,7 +47,7 @@ from jaxblend import atomic_write
 from jaxblend.access import IdentityStoreOptions, ObjectStoreOptions
 from jaxblend.urls import is_url
 
-FORMAT = b"v2"  # v2: fingerprints cover the `.bin` content digest (storage/content_digest.py)
+FORMAT = b"v3"  # v3: the `.bin` component is its MD5 (v2: chunked SHA-256; entries not reused)
 SETTLE_SECONDS = 2.0
 
 

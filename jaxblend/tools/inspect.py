@@ -4,6 +4,7 @@
   python -m jaxblend.tools.inspect explain --step=N --global_batch_size=B <data flags>
   python -m jaxblend.tools.inspect mixture --start_step=0 --end_step=1000 --plot=mix.png <data flags>
   python -m jaxblend.tools.inspect preflight --global_batch_size=B --train_iters=T <data flags>
+  python -m jaxblend.tools.inspect verify --data_path="30 /d/a 70 gs://b/c"
 
 With `--rampup_batch_size` (Megatron's ramp-up), steps follow the ramp in every command.
 
@@ -18,6 +19,10 @@ With `--rampup_batch_size` (Megatron's ramp-up), steps follow the ramp in every 
 * preflight: before training, estimated index-map memory/disk per split, token-dtype limits,
   epochs per dataset, missing caches, the number of distinct batch shapes (compiled programs);
   exits non-zero on problems.
+* verify: reads every byte of each dataset's `.bin`, recomputes its MD5 and compares it with the
+  store's checksum (GCS md5Hash, single-part S3 ETag) and the identity remembered for that file
+  version; one line per dataset, exits non-zero on a mismatch (docs/robustness.md, "Dataset
+  identity").
 
 Data flags are those of `jaxblend.tools.dump_samples` (Megatron-LM names).
 """
@@ -35,7 +40,7 @@ from absl import app, flags
 from jaxblend import atomic_write, cli
 from jaxblend.cli import tool_flags
 
-COMMANDS = ("stats", "explain", "mixture", "preflight")
+COMMANDS = ("stats", "explain", "mixture", "preflight", "verify")
 
 
 def define_flags() -> None:
@@ -203,6 +208,25 @@ def mixture() -> dict:
     return {"start_step": flags.FLAGS.start_step, "end_step": end, "rows": rows}
 
 
+def verify() -> dict:
+    """Full content verification of every dataset of --data_path (and the per-split paths)."""
+    from jaxblend.storage import IndexedDataset
+    from jaxblend.storage.content_verify import verify_dataset
+
+    access = cli.data_access_from_flags()
+    result = {}
+    for prefix in dict.fromkeys(cli.prefixes_from_flags()):
+        checked = verify_dataset(IndexedDataset(prefix, access=access))
+        print(checked.line(), flush=True)
+        result[prefix] = {
+            "ok": checked.ok, "bin_bytes": checked.bin_bytes, "md5": checked.read_md5,
+            "store_md5": checked.store_md5, "store_source": checked.store_source,
+            "fingerprint": checked.fingerprint, "remembered": checked.remembered,
+            "problems": list(checked.problems),
+        }
+    return result
+
+
 def _check_output_directories() -> None:
     """Fails before any work when the directory of `--plot` or `--json` does not exist."""
     for name in ("plot", "json"):
@@ -244,8 +268,17 @@ def main(argv: Sequence[str]) -> None:
         if result["problems"]:
             sys.exit(1)
         return
-    result = {"stats": stats, "explain": explain, "mixture": mixture}[command]()
+    result = {"stats": stats, "explain": explain, "mixture": mixture, "verify": verify}[command]()
     _write_json(result)
+    if command == "verify":
+        bad = [p for p, r in result.items() if not r["ok"]]
+        if bad:
+            print(
+                f"error: {len(bad)} of {len(result)} datasets failed verification "
+                f"({', '.join(bad)}); see the MISMATCH lines above",
+                file=sys.stderr, flush=True,
+            )
+            sys.exit(1)
 
 
 if __name__ == "__main__":

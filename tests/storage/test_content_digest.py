@@ -29,11 +29,8 @@ def _flip_middle_token(prefix: str) -> None:
         f.write(data)
 
 
-def _reference_digest(data: bytes, chunk: int) -> str:
-    top = hashlib.sha256(len(data).to_bytes(8, "little"))
-    for lo in range(0, len(data), chunk):
-        top.update(hashlib.sha256(data[lo : lo + chunk]).digest())
-    return top.hexdigest()
+def _reference_digest(data: bytes) -> str:
+    return hashlib.md5(data).hexdigest()
 
 
 @pytest.mark.parametrize("size", [0, 1, 999, 1000, 1001, 5555])
@@ -44,7 +41,7 @@ def test_local_and_streamed_digests_agree(tmp_path: Path, monkeypatch, size: int
     path.write_bytes(data)
     local = content_digest.local_file_digest(str(path), size, "blob")
     streamed = content_digest.streamed_digest(size, lambda lo, hi: data[lo:hi], lambda b: b)
-    assert local == streamed == _reference_digest(data, 1000)
+    assert local == streamed == _reference_digest(data)
     if size:
         changed = bytearray(data)
         changed[size // 2] ^= 1

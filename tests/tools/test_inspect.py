@@ -79,7 +79,7 @@ def test_unknown_command_is_named_with_the_commands():
     out = run("jaxblend.tools.inspect", "stat", check=False)
     assert out.returncode == 2, out.stderr
     assert out.stderr.strip().splitlines() == [
-        "error: unknown command 'stat'; the commands are stats, explain, mixture, preflight"
+        "error: unknown command 'stat'; the commands are stats, explain, mixture, preflight, verify"
     ]
 
 
