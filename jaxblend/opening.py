@@ -38,9 +38,10 @@ def open_datasets(
     Every dataset is opened with `access` (its backend, object-store options and identity memo;
     default `DataAccess.from_env()`, evaluated once here) and keeps it when pickled.
 
-    Opening a bucket-hosted dataset is a few round trips of small requests (the whole `.idx` the
-    first time a version is seen), so prefixes are opened concurrently on `max_concurrency`
-    threads; errors surface for the first failing prefix in order.
+    Opening a bucket-hosted dataset is a few round trips of small requests (the whole `.idx` and
+    the store's checksum of the `.bin` the first time a version is seen), so prefixes are opened,
+    and their identities taken, concurrently on `max_concurrency` threads; errors surface for the
+    first failing prefix in order.
     """
     names = list(dict.fromkeys(prefixes))
     access = DataAccess.from_env() if access is None else access
@@ -49,13 +50,20 @@ def open_datasets(
         dataset = IndexedDataset(prefix, backend=access.backend, access=access)
         return dataset, dataset_info(dataset, prefix)
 
+    def open_remote(prefix: str) -> tuple[IndexedDataset, index.DatasetInfo]:
+        opened = open_one(prefix)
+        # The identity needs a request of its own at first sight (the store's checksum): take it
+        # here, on the pool, rather than one prefix at a time when the maps' key is computed.
+        _ = opened[0].fingerprint
+        return opened
+
     # Local opens are CPU-bound (threads would only contend for the GIL); remote ones wait.
     remote = [p for p in names if is_url(p)]
     opened_by_name: dict[str, tuple[IndexedDataset, index.DatasetInfo]] = {}
     if len(remote) > 1:
         workers = min(max_concurrency, len(remote))
         with concurrent.futures.ThreadPoolExecutor(workers, "jaxblend-open") as pool:
-            opened_by_name.update(zip(remote, pool.map(open_one, remote)))
+            opened_by_name.update(zip(remote, pool.map(open_remote, remote)))
     opened = [opened_by_name.get(p) or open_one(p) for p in names]
     return {p: d for p, (d, _) in zip(names, opened)}, {p: i for p, (_, i) in zip(names, opened)}
 

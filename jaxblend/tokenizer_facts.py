@@ -14,6 +14,7 @@ This module imports no tokenizer library: training and the tools read it.
 from __future__ import annotations
 
 import concurrent.futures
+from collections.abc import Mapping
 import dataclasses
 import json
 import os
@@ -72,6 +73,21 @@ class TokenizerFacts:
             "eod_id": self.eod_id,
             "pad_id": self.pad_id,
         }
+
+    def to_published(self) -> dict[str, Any]:
+        """The facts as a publication record carries them: `to_json` plus ``max_token_id``."""
+        return {**self.to_json(), "max_token_id": self.max_token_id}
+
+    @classmethod
+    def from_published(cls, data: dict[str, Any]) -> TokenizerFacts:
+        """Facts written by `to_published`.
+
+        Raises:
+          ValueError: malformed entry.
+        """
+        return cls.from_json(
+            {k: v for k, v in data.items() if k != "max_token_id"}, data.get("max_token_id")
+        )
 
     @classmethod
     def from_json(cls, data: dict[str, Any], max_token_id: int | None = None) -> TokenizerFacts:
@@ -175,6 +191,7 @@ def blend_facts(
     access: DataAccess | None = None,
     fallback: TokenizerFacts | None = None,
     allow_mixed: bool = False,
+    known: Mapping[str, TokenizerFacts | None] | None = None,
 ) -> dict[str, TokenizerFacts]:
     """The tokenizer facts of each dataset of a run that has any (its record, else ``fallback``).
 
@@ -183,6 +200,8 @@ def blend_facts(
       access: how bucket objects are reached.
       fallback: the facts of datasets without a record (from ``--tokenizer_type`` ...), or None.
       allow_mixed: accept datasets made with different tokenizers.
+      known: facts already known per prefix (None: the dataset has no record), e.g. from a
+        publication record; those datasets' records are not read again.
 
     Returns:
       prefix -> facts, for the datasets whose tokenizer is known (in ``prefixes`` order).
@@ -192,11 +211,14 @@ def blend_facts(
     """
     access = DataAccess.from_env() if access is None else access
     names = list(dict.fromkeys(prefixes))
-    if len(names) > 1 and any(is_url(p) for p in names):  # bucket reads wait: many at a time
-        with concurrent.futures.ThreadPoolExecutor(min(32, len(names))) as pool:
-            read = list(pool.map(lambda p: read_facts(p, access), names))
+    known = {} if known is None else known
+    unread = [p for p in names if p not in known]
+    if len(unread) > 1 and any(is_url(p) for p in unread):  # bucket reads wait: many at a time
+        with concurrent.futures.ThreadPoolExecutor(min(32, len(unread))) as pool:
+            found = dict(zip(unread, pool.map(lambda p: read_facts(p, access), unread)))
     else:
-        read = [read_facts(p, access) for p in names]
+        found = {p: read_facts(p, access) for p in unread}
+    read = [known[p] if p in known else found[p] for p in names]
     out: dict[str, TokenizerFacts] = {}
     for prefix, facts in zip(names, read, strict=True):
         if facts is None:

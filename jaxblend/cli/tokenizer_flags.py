@@ -100,9 +100,12 @@ def run_tokenizer_from_flags(
     """
     if config is None:
         return RunTokenizer({})
+    from jaxblend.map_store import publication
+
     facts = blend_facts(
         index.config_prefixes(config), access, fallback_facts_from_flags(),
         allow_mixed=flags.FLAGS.allow_mixed_tokenizers,
+        known=publication.published_tokenizers(config, access),
     )
     if not facts:
         return RunTokenizer({})

@@ -40,7 +40,7 @@ from typing import Any
 
 from absl import logging
 
-from jaxblend import opening
+from jaxblend import opening, tokenizer_facts
 from jaxblend._pause import pause_point
 from jaxblend.access import DataAccess
 from jaxblend.index import row_table
@@ -61,6 +61,7 @@ from jaxblend.map_store.store import MapStore, load_or_build_data_maps
 from jaxblend.storage import _location, _remote, bin_ranges
 from jaxblend.storage.idx_format import IndexFormatError
 from jaxblend.storage.reader import IndexedDataset
+from jaxblend.tokenizer_facts import TokenizerFacts
 from jaxblend.urls import is_url
 
 
@@ -85,8 +86,11 @@ class Published:
     written: bool
 
 
-def describe_dataset(dataset: IndexedDataset, prefix: str) -> PublishedDataset:
-    """The record's description of an opened dataset (computes its content fingerprint)."""
+def describe_dataset(
+    dataset: IndexedDataset, prefix: str, tokenizer: TokenizerFacts | None = None
+) -> PublishedDataset:
+    """The record's description of an opened dataset (computes its content fingerprint), with
+    the tokenizer facts of its preprocessing record (None: it has none)."""
     seen = bin_ranges.describe(dataset)
     # A local file's version stamp (device, inode, ...) means nothing on another host.
     remote = dataset.is_remote and seen.generation is not None
@@ -96,6 +100,7 @@ def describe_dataset(dataset: IndexedDataset, prefix: str) -> PublishedDataset:
         bin_size=seen.bin_size,
         generation=seen.generation.hex() if remote else "",
         fingerprint=dataset.fingerprint,
+        tokenizer=None if tokenizer is None else tokenizer.to_published(),
     )
 
 
@@ -149,10 +154,12 @@ def publish_plan(
         if split is not None and len(split) > 0:
             ids = tuple(position[str(n)] for n in split.dataset_names)
             splits[name] = PublishedSplit(len(split), ids, rows_url)
+    # Each dataset's preprocessing record, read once here so hosts need not read one per dataset.
+    facts = tokenizer_facts.blend_facts(list(plan.prefixes), access, allow_mixed=True)
     publication = Publication(
         key,
         plan.fingerprint,
-        tuple(describe_dataset(datasets[p], p) for p in plan.prefixes),
+        tuple(describe_dataset(datasets[p], p, facts.get(p)) for p in plan.prefixes),
         splits,
     )
     body = publication.to_bytes()
@@ -171,6 +178,28 @@ def publish_plan(
     remote.write_object(record_key(key), body)
     logging.info("published %s (plan %s)", url, plan.fingerprint)
     return Published(publication, url, True)
+
+
+def published_tokenizers(
+    config: GPTDataConfig, access: DataAccess
+) -> dict[str, TokenizerFacts | None] | None:
+    """Each dataset's tokenizer facts from the configuration's publication record (None for a
+    dataset without a preprocessing record), or None when nothing is published (or the store is
+    not a bucket, or the record cannot be read: the caller then reads the datasets' own records).
+    One request.
+    """
+    if not applies(access):
+        return None
+    try:
+        found = read(config, access)
+        if found is None:
+            return None
+        return {
+            d.prefix: None if d.tokenizer is None else TokenizerFacts.from_published(d.tokenizer)
+            for d in found.datasets
+        }
+    except ValueError:  # a damaged record: opening the sources reports it
+        return None
 
 
 def read(config: GPTDataConfig, access: DataAccess) -> Publication | None:

@@ -31,7 +31,7 @@ from jaxblend.index import maps_key
 from jaxblend.index.config import GPTDataConfig
 
 FORMAT = "jaxblend-publication"
-VERSION = 1
+VERSION = 2
 DIRECTORY = "published"
 SPLITS = ("train", "valid", "test")
 
@@ -86,6 +86,9 @@ class PublishedDataset:
       bin_size: bytes of the `.bin`.
       generation: the `.bin` object generation (hex) at build; "" for a local file.
       fingerprint: the dataset's content fingerprint.
+      tokenizer: the tokenizer facts its preprocessing record holds
+        (`jaxblend.tokenizer_facts.TokenizerFacts.to_json` plus `max_token_id`), or None without a
+        record; hosts take them from here instead of reading one record per dataset.
     """
 
     prefix: str
@@ -93,6 +96,7 @@ class PublishedDataset:
     bin_size: int
     generation: str
     fingerprint: str
+    tokenizer: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         for name in ("prefix", "dtype", "generation", "fingerprint"):
@@ -102,14 +106,17 @@ class PublishedDataset:
             raise ValueError("dataset prefix, dtype and fingerprint must not be empty")
         if isinstance(self.bin_size, bool) or not isinstance(self.bin_size, int) or self.bin_size < 0:
             raise ValueError(f"dataset {self.prefix}: bin_size must be an integer >= 0")
+        if self.tokenizer is not None and not isinstance(self.tokenizer, Mapping):
+            raise ValueError(f"dataset {self.prefix}: tokenizer must be an object or null")
 
     def to_json(self) -> list[Any]:
-        return [self.prefix, self.dtype, self.bin_size, self.generation, self.fingerprint]
+        tokenizer = None if self.tokenizer is None else dict(self.tokenizer)
+        return [self.prefix, self.dtype, self.bin_size, self.generation, self.fingerprint, tokenizer]
 
     @classmethod
     def from_json(cls, value: Any) -> PublishedDataset:
-        if not isinstance(value, list) or len(value) != 5:
-            raise ValueError("a dataset is not a list of 5 fields")
+        if not isinstance(value, list) or len(value) != 6:
+            raise ValueError("a dataset is not a list of 6 fields")
         return cls(*value)
 
 

@@ -171,3 +171,42 @@ def test_waiting_host_with_a_missing_dataset_fails_at_once(setup):
     with pytest.raises(IndexFormatError, match=re.escape(f"{missing}.bin: data file does not exist")):
         publication.load_or_publish(broken, host("reader", builder=False, wait=60))
     publication.check_bins_exist(config, host("reader", builder=False))  # the real ones exist
+
+
+def test_the_record_carries_tokenizer_facts_so_hosts_read_no_dataset_record(
+    object_store, local_data, tmp_path, monkeypatch, request
+):
+    """The builder copies each dataset's preprocessing facts into the record; a host takes them
+    from there (one request) instead of one record read per dataset."""
+    from jaxblend import tokenizer_facts
+    from jaxblend.tokenizer_facts import TokenizerFacts
+
+    base = f"pub/{request.node.name}"
+    facts = TokenizerFacts("HuggingFaceTokenizer sha256:0123456789ab", 1000, 0, None)
+    prefixes = []
+    for n, p in local_data.items():
+        prefixes.append(object_store.upload(p, f"{base}/data/{n}_text_document"))
+        run = {"status": "complete", "outputs": {"text": f"{n}_text_document"},
+               "tokenizer_facts": facts.to_json(), "max_token_id": {"text": 900}}
+        object_store.write(f"{base}/data/{n}.preprocess.json", json.dumps(run).encode())
+    config = index.GPTDataConfig(
+        blend=["40", prefixes[0], "60", prefixes[1]], split="80,20,0", seq_length=16,
+        num_samples=(150, 20, 0),
+    )
+    access = DataAccess.from_env(maps=MapStoreOptions(
+        location=object_store.prefix_url(f"{base}/cache"), builder=True,
+        mirror=str(tmp_path / "m"),
+    ))
+    assert publication.published_tokenizers(config, access) is None  # nothing published yet
+    publication.publish(config, access)
+    published = publication.read(config, access)
+    assert [d.tokenizer["max_token_id"] for d in published.datasets] == [900, 900]
+
+    def no_reads(prefix, access=None):
+        raise AssertionError(f"read the record of {prefix}")
+
+    monkeypatch.setattr(tokenizer_facts, "read_facts", no_reads)
+    known = publication.published_tokenizers(config, access)
+    got = tokenizer_facts.blend_facts(prefixes, access, known=known)
+    expected = TokenizerFacts(facts.identity, 1000, 0, None, max_token_id=900)
+    assert got == {p: expected for p in prefixes}
