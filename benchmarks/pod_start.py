@@ -1,0 +1,489 @@
+"""Pod start from a bucket: what one training host pays before its first batch, old path vs new.
+
+  /work/main/.venv/bin/python benchmarks/pod_start.py --old_tree /work/prev --new_tree /work/main
+  /work/main/.venv/bin/python benchmarks/pod_start.py --quick --old_tree /work/prev \
+      --new_tree /work/prev                                    # about a minute, for trying it
+
+A corpus of lognormal-length documents (uint16 ids < 50,000, benchmarks/_corpus.py) per size is
+written once under `--data_dir` and uploaded once to a fake-gcs-server with its filesystem backend
+(benchmarks/_pod_bucket.py), which every tool reaches through a latency proxy adding `--delay_ms`
+per request and counting requests and response-body bytes (benchmarks/_counting_proxy.py). For
+each size and each side (the `--old_tree` and `--new_tree` checkouts, each run as separate
+processes with `PYTHONPATH=<tree>` in a scratch directory; each child prints the jaxblend it
+imported and the run stops if it is not its tree's):
+
+1. build: `jaxblend.tools.build_index` once over the blend of every prefix (equal weights, seq
+   `--seq_length`, split 99,1,0, train samples for `--steps` steps of `--global_batch_size` plus
+   10%), publishing to `gs://<bucket>/runs/<run>/<side>/cache`: wall time, bytes read/written.
+2. fresh host: `jaxblend.tools.dump_batches` for 1 step, then (again fresh) for `--steps` steps,
+   each with empty local state (identity memo, map mirror, XDG cache and TMPDIR in new empty
+   directories: benchmarks/_pod_child.py): time from process start to the first batch (the child
+   prints a timestamp when the loader hands it over), bytes/requests through the proxy until then
+   (counters read when that line arrives) and over the whole run, peak RSS (`os.wait4`).
+3. P hosts at once (`--hosts`, `jaxblend.tools.launch_local`, 1 CPU device each) on a cache URL
+   where nothing is published: total bytes/requests and the time until every process has its
+   first batch.
+
+Token bytes = steps x global batch x (seq + 1) x 2 bytes: the tokens the batches hold. Results go
+to `<data_dir>/pod_start-<run>.json`; the markdown report is printed (and can be re-rendered with
+`--report <json>`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from _counting_proxy import Counts, CountingProxy  # noqa: E402
+
+PYTHON = "/work/main/.venv/bin/python"
+CHILD = str(HERE / "_pod_child.py")
+MB = 1e6
+
+
+def parse_sizes(text: str) -> list[tuple[int, int]]:
+    """`1e8:1000,1e9:10000` -> [(tokens, prefixes), ...]."""
+    out = []
+    for item in text.split(","):
+        tokens, prefixes = item.split(":")
+        out.append((int(float(tokens)), int(prefixes)))
+    return out
+
+
+class Child:
+    """One benchmarked process (or launcher of several) whose output is watched line by line.
+
+    At each `POD_FIRST_BATCH` line the proxy's counters are read (the bytes before that process's
+    first batch).
+    """
+
+    def __init__(self, cmd: list[str], env: dict[str, str], cwd: str, proxy: CountingProxy,
+                 log: Path):
+        self.proxy = proxy
+        self.lines: list[str] = []
+        self.first_batches: list[tuple[float, Counts, int]] = []  # (time, counts, maxrss kb)
+        self.final_rss_kb: list[int] = []
+        self.imports: list[str] = []
+        self._log = log.open("w")
+        self.started = time.time()
+        self.process = subprocess.Popen(
+            cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            start_new_session=True,
+        )
+        self._thread = threading.Thread(target=self._pump, daemon=True)
+        self._thread.start()
+
+    def _pump(self) -> None:
+        for line in self.process.stdout:
+            self._log.write(line)
+            self.lines.append(line)
+            if "POD_FIRST_BATCH" in line:
+                counts = self.proxy.counts()
+                words = line.split("POD_FIRST_BATCH", 1)[1].split()
+                self.first_batches.append((float(words[0]), counts, int(words[1].split("=")[1])))
+            elif "POD_BATCHES" in line:
+                self.final_rss_kb.append(int(line.rsplit("maxrss_kb=", 1)[1]))
+            elif "POD_CHILD jaxblend=" in line:
+                self.imports.append(line.split("POD_CHILD jaxblend=", 1)[1].strip())
+        self._log.close()
+
+    def wait(self, timeout: float) -> tuple[int, int]:
+        """(exit code, peak RSS in KB of the direct child) once it ended; kills it at `timeout`."""
+        deadline = time.monotonic() + timeout
+        while True:
+            pid, status, usage = os.wait4(self.process.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.monotonic() > deadline:
+                os.killpg(self.process.pid, 9)
+                pid, status, usage = os.wait4(self.process.pid, 0)
+                break
+            time.sleep(0.05)
+        self.process.returncode = os.waitstatus_to_exitcode(status)
+        self._thread.join(30)
+        return self.process.returncode, usage.ru_maxrss
+
+    def tail(self, n: int = 30) -> str:
+        return "".join(self.lines[-n:])
+
+
+class Bench:
+    """Runs the phases of one side at one size."""
+
+    def __init__(self, args, proxy: CountingProxy, server, scratch: Path, data_args: Path,
+                 run_id: str):
+        self.args, self.proxy, self.server = args, proxy, server
+        self.scratch, self.data_args, self.run_id = scratch, data_args, run_id
+
+    def env(self, tree: str, state: Path) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("JAXBLEND_", "XLA_"))}
+        env.update(self.server.environ(self.proxy.url))
+        env.update(PYTHONPATH=tree, JAX_PLATFORMS="cpu", POD_CHILD_STATE=str(state),
+                   PYTHONUNBUFFERED="1")
+        return env
+
+    def data_flags(self, cache: str) -> list[str]:
+        a = self.args
+        return [
+            f"--data_args_path={self.data_args}", "--split=99,1,0", f"--seq_length={a.seq_length}",
+            f"--train_samples={train_samples(a)}", f"--valid_samples={a.global_batch_size}",
+            "--test_samples=0", f"--data_cache_path={cache}",
+        ]
+
+    def run(self, name: str, tree: str, module_args: list[str], launcher: list[str] | None = None,
+            expect_processes: int = 1) -> dict:
+        work = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=self.scratch))
+        cmd = [PYTHON, CHILD, *module_args]
+        if launcher:
+            cmd = [PYTHON, "-m", "jaxblend.tools.launch_local", *launcher, "--", *cmd]
+        self.proxy.reset()
+        child = Child(cmd, self.env(tree, work / "state"), str(work), self.proxy,
+                      work / "output.log")
+        code, rss_kb = child.wait(self.args.timeout)
+        total = self.proxy.counts()
+        ended = time.time()
+        result = {
+            "phase": name, "code": code, "seconds": ended - child.started,
+            "requests": total.requests, "read_bytes": total.body_bytes,
+            "written_bytes": total.sent_bytes, "peak_rss_mb": rss_kb / 1024, "log": str(work),
+        }
+        bad = [p for p in child.imports if not p.startswith(os.path.realpath(tree))]
+        if bad or len(child.imports) != expect_processes:
+            raise SystemExit(f"{name}: expected {expect_processes} process(es) importing jaxblend "
+                             f"from {tree}, saw {child.imports}; output in {work}/output.log")
+        if code != 0:
+            print(f"  {name}: FAILED (exit {code}); output in {work}/output.log\n"
+                  f"{child.tail()}", flush=True)
+            result["error"] = child.tail(5)
+            return result
+        if child.first_batches:
+            times = [t for t, _, _ in child.first_batches]
+            result["first_batch_s"] = max(times) - child.started
+            first = min(child.first_batches, key=lambda x: x[0])
+            result["first_requests"] = first[1].requests
+            result["first_read_bytes"] = first[1].body_bytes
+            result["first_rss_mb"] = max(r for _, _, r in child.first_batches) / 1024
+        if child.final_rss_kb:
+            result["peak_rss_all_mb"] = max(child.final_rss_kb) / 1024
+        return result
+
+    def side(self, side: str, tree: str) -> dict:
+        a = self.args
+        base = f"runs/{self.run_id}/{side}"
+        cache = self.server.prefix_url(f"{base}/cache")
+        out: dict = {"side": side, "tree": tree}
+        print(f"  {side}: build", flush=True)
+        out["build"] = self.run(f"{side}-build", tree,
+                                ["jaxblend.tools.build_index", *self.data_flags(cache)])
+        dump = ["jaxblend.tools.dump_batches", *self.data_flags(cache),
+                f"--global_batch_size={a.global_batch_size}"]
+        print(f"  {side}: fresh host, 1 step", flush=True)
+        out["host1"] = self.run(f"{side}-host1", tree, [*dump, "--steps=1", "--out=out"])
+        print(f"  {side}: fresh host, {a.steps} steps", flush=True)
+        out["host"] = self.run(f"{side}-host{a.steps}", tree,
+                               [*dump, f"--steps={a.steps}", "--out=out"])
+        if a.hosts:
+            print(f"  {side}: {a.hosts} hosts at once, nothing published", flush=True)
+            p_dump = ["jaxblend.tools.dump_batches",
+                      *self.data_flags(self.server.prefix_url(f"{base}/pcache")),
+                      f"--global_batch_size={a.global_batch_size}", "--steps=1", "--out=out"]
+            out["pod"] = self.run(
+                f"{side}-p{a.hosts}", tree, p_dump,
+                launcher=[f"--num_processes={a.hosts}", "--devices_per_process=1",
+                          f"--timeout={a.timeout}"],
+                expect_processes=a.hosts,
+            )
+        return out
+
+
+def train_samples(args) -> int:
+    return int(args.steps * args.global_batch_size * 1.1)
+
+
+def token_bytes(args, steps: int) -> int:
+    return steps * args.global_batch_size * (args.seq_length + 1) * 2
+
+
+def run_size(args, tokens: int, prefixes: int, run_id: str, sides: list[tuple[str, str]]) -> dict:
+    from _pod_bucket import DiskGcsServer, corpus_key, local_corpus, upload_corpus
+
+    data_dir = Path(args.data_dir)
+    key = corpus_key(tokens, prefixes)
+    print(f"size {key}", flush=True)
+    local = local_corpus(data_dir, tokens, prefixes)
+    real_tokens = sum(Path(p + ".bin").stat().st_size // 2 for p in local)
+    root = data_dir / f"gcs-{key}"
+    server = DiskGcsServer.start_on_disk(root)
+    try:
+        urls = upload_corpus(server, root, local, f"corpus-{key}")
+        scratch = Path(tempfile.mkdtemp(prefix=f"pod_start-{key}-", dir=args.scratch))
+        data_args = scratch / "blend.txt"
+        data_args.write_text("\n".join(f"1 {u}" for u in urls) + "\n")
+        with CountingProxy(server.url, args.delay_ms / 1000) as proxy:
+            bench = Bench(args, proxy, server, scratch, data_args, run_id)
+            results = [bench.side(side, tree) for side, tree in sides]
+    finally:
+        server.stop()
+    return {"tokens": real_tokens, "nominal_tokens": tokens, "prefixes": prefixes,
+            "sides": results}
+
+
+# ----------------------------------------------------------------------------------------------
+# Report
+
+
+def _mb(x: float | None) -> str:
+    return "-" if x is None else f"{x / MB:,.1f}"
+
+
+def _s(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
+def _size_label(size: dict) -> str:
+    return f"{size['nominal_tokens']:.0e} tok / {size['prefixes']:,} p"
+
+
+def metrics(size: dict, side: dict, args_like: dict) -> dict:
+    """The figures of one side at one size (None where a phase failed)."""
+    steps, b, s = args_like["steps"], args_like["global_batch_size"], args_like["seq_length"]
+    tok = steps * b * (s + 1) * 2
+    host, host1 = side.get("host", {}), side.get("host1", {})
+    build, pod = side.get("build", {}), side.get("pod", {})
+    ok = lambda r: r and "error" not in r  # noqa: E731
+    m = {
+        "build_s": build.get("seconds") if ok(build) else None,
+        "build_read": build.get("read_bytes") if ok(build) else None,
+        "build_requests": build.get("requests") if ok(build) else None,
+        "first_s": host1.get("first_batch_s") if ok(host1) else None,
+        "first_read": host1.get("first_read_bytes") if ok(host1) else None,
+        "first_requests": host1.get("first_requests") if ok(host1) else None,
+        "host1_read": host1.get("read_bytes") if ok(host1) else None,
+        "host_read": host.get("read_bytes") if ok(host) else None,
+        "host_requests": host.get("requests") if ok(host) else None,
+        "token_bytes": tok,
+        "first_batch_tokens": b * (s + 1) * 2,
+        "rss1_mb": host1.get("peak_rss_mb") if ok(host1) else None,
+        "rss_mb": host.get("peak_rss_mb") if ok(host) else None,
+        "pod_read": pod.get("read_bytes") if ok(pod) else None,
+        "pod_requests": pod.get("requests") if ok(pod) else None,
+        "pod_first_s": pod.get("first_batch_s") if ok(pod) else None,
+    }
+    if m["host_read"] is not None:
+        m["overhead_share"] = (m["host_read"] - tok) / tok
+    else:
+        m["overhead_share"] = None
+    if m["first_read"] is not None:
+        m["first_minus_batch"] = m["first_read"] - m["first_batch_tokens"]
+    else:
+        m["first_minus_batch"] = None
+    return m
+
+
+def _num(x: float | None) -> str:
+    return "-" if x is None else f"{x:,.0f}"
+
+
+def _ratio(new, old) -> str:
+    if new is None or old is None or not old:
+        return "-"
+    return f"{new / old:.3g}x"
+
+
+def _growth(a, b) -> float | None:
+    if a is None or b is None or a <= 0:
+        return None
+    return b / a
+
+
+def report(results: dict) -> str:
+    cfg = results["config"]
+    lines = [
+        f"Run {results['run_id']}: delay {cfg['delay_ms']:g} ms/request, seq {cfg['seq_length']}, "
+        f"global batch {cfg['global_batch_size']}, {cfg['steps']} steps, P = {cfg['hosts']} hosts; "
+        f"trees: " + ", ".join(f"{s} = {t} ({results['commits'].get(s, '?')})"
+                               for s, t in cfg['trees'].items()),
+        "",
+        "| size | side | build s | build read MB (requests) | host first batch s | "
+        "read before first batch MB (requests) | read over steps MB (requests) | token MB | "
+        "peak RSS MB 1 step / all steps | P hosts read MB (requests) | P hosts all first batch s |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    table: dict[tuple[str, str], dict] = {}
+    for size in results["sizes"]:
+        for side in size["sides"]:
+            m = metrics(size, side, cfg)
+            table[(_size_label(size), side["side"])] = m
+            lines.append(
+                f"| {_size_label(size)} | {side['side']} | {_s(m['build_s'])} | "
+                f"{_mb(m['build_read'])} ({m['build_requests'] or '-'}) | {_s(m['first_s'])} | "
+                f"{_mb(m['first_read'])} ({m['first_requests'] or '-'}) | "
+                f"{_mb(m['host_read'])} ({m['host_requests'] or '-'}) | {_mb(m['token_bytes'])} | "
+                f"{m['rss1_mb'] or 0:.0f} / {m['rss_mb'] or 0:.0f} | "
+                f"{_mb(m['pod_read'])} ({m['pod_requests'] or '-'}) | {_s(m['pod_first_s'])} |"
+            )
+    sides = list(cfg["trees"])
+    labels = [_size_label(s) for s in results["sizes"]]
+    keys = [("build_s", "build s"), ("build_read", "build read"), ("first_s", "first batch s"),
+            ("first_read", "read before first batch"), ("host_read", "read over steps"),
+            ("rss1_mb", "peak RSS 1 step"), ("pod_read", "P hosts read")]
+    if len(sides) == 2:
+        old, new = sides
+        lines += ["", f"Ratios {new} / {old}:", "",
+                  "| size | " + " | ".join(k[1] for k in keys) + " |",
+                  "|---|" + "---:|" * len(keys)]
+        for label in labels:
+            a, b = table.get((label, old)), table.get((label, new))
+            if a and b:
+                lines.append(f"| {label} | " + " | ".join(_ratio(b[k], a[k]) for k, _ in keys) + " |")
+    lines += ["", "Per side, the share of map/identity/index bytes over the steps ((read - token "
+              "bytes) / token bytes), the bytes before the first batch beyond that batch's own "
+              "tokens, and P hosts' reads as a multiple of one build's:", "",
+              "| size | side | overhead share over steps | before first batch beyond its tokens MB | "
+              "P hosts read / build read |", "|---|---|---:|---:|---:|"]
+    for (label, side), m in table.items():
+        share = "-" if m["overhead_share"] is None else f"{100 * m['overhead_share']:.1f}%"
+        pod = _growth(m["build_read"], m["pod_read"])
+        lines.append(f"| {label} | {side} | {share} | {_mb(m['first_minus_batch'])} | "
+                     f"{'-' if pod is None else f'{pod:.2f}x'} |")
+    lines += growth_section(results, table, sides)
+    return "\n".join(lines)
+
+
+def growth_section(results: dict, table: dict, sides: list[str]) -> list[str]:
+    """Growth factors between sizes and a power-law extrapolation to 1e12 tokens, 10,000 prefixes
+    and 256 hosts."""
+    by = {(s["nominal_tokens"], s["prefixes"]): _size_label(s) for s in results["sizes"]}
+    token_steps = sorted((t for t, p in by if p == 1000))
+    keys = [("first_read", "read before first batch"), ("host_read", "read over steps"),
+            ("rss1_mb", "peak RSS 1 step"), ("first_s", "first batch s"),
+            ("build_read", "build read"), ("pod_read", "P hosts read")]
+    lines = ["", "Growth factors (later size / earlier size):", "",
+             "| side | from -> to | " + " | ".join(k[1] for k in keys) + " |",
+             "|---|---|" + "---:|" * len(keys)]
+    pairs = [((a, 1000), (b, 1000)) for a, b in zip(token_steps, token_steps[1:])]
+    prefix_pair = None
+    for t in sorted({t for t, _ in by}):
+        if (t, 1000) in by and (t, 10000) in by:
+            prefix_pair = ((t, 1000), (t, 10000))
+    if prefix_pair:
+        pairs.append(prefix_pair)
+    per_decade: dict[str, dict[str, float]] = {}
+    for side in sides:
+        for lo, hi in pairs:
+            a, b = table.get((by[lo], side)), table.get((by[hi], side))
+            if not (a and b):
+                continue
+            growth = {k: _growth(a[k], b[k]) for k, _ in keys}
+            lines.append(f"| {side} | {by[lo]} -> {by[hi]} | " + " | ".join(
+                "-" if growth[k] is None else f"{growth[k]:.2f}x" for k, _ in keys) + " |")
+            kind = "prefixes" if lo[0] == hi[0] else "tokens"
+            decades = math.log10(hi[1] / lo[1]) if kind == "prefixes" else math.log10(hi[0] / lo[0])
+            for k, _ in keys:
+                if growth[k]:
+                    per_decade.setdefault(side, {})[f"{kind}:{k}"] = growth[k] ** (1 / decades)
+    if not per_decade or not token_steps:
+        return lines
+    top = max(token_steps)
+    lines += ["", f"Extrapolation to 1e12 tokens, 10,000 prefixes, 256 hosts: from the largest "
+              f"1,000-prefix size ({top:.0e} tokens), each figure times its per-decade token growth "
+              f"for each decade up to 1e12, times its 1,000 -> 10,000 prefix growth; P hosts' "
+              f"reads linear in P through one build (P = 1) and the measured P. Power laws from "
+              f"two or three points, so an order of magnitude, not a forecast:", "",
+              "| side | read before first batch MB | read over steps MB | peak RSS MB | "
+              "first batch s | P = 256 hosts read GB |", "|---|---:|---:|---:|---:|---:|"]
+    hosts = results["config"]["hosts"]
+    for side in sides:
+        base = table.get((by[(top, 1000)], side))
+        rates = per_decade.get(side, {})
+        if not base:
+            continue
+        decades = math.log10(1e12 / top)
+
+        def extra(k):
+            if base[k] is None:
+                return None
+            v = base[k] * rates.get(f"tokens:{k}", 1.0) ** decades
+            return v * rates.get(f"prefixes:{k}", 1.0)
+
+        pod, build = extra("pod_read"), extra("build_read")
+        p256 = None
+        if pod is not None and build is not None and hosts > 1:
+            p256 = build + (pod - build) * (256 - 1) / (hosts - 1)
+        lines.append(
+            f"| {side} | {_mb(extra('first_read'))} | {_mb(extra('host_read'))} | "
+            f"{_num(extra('rss1_mb'))} | "
+            f"{_s(extra('first_s'))} | {'-' if p256 is None else f'{p256 / 1e9:,.1f}'} |"
+        )
+    return lines
+
+
+# ----------------------------------------------------------------------------------------------
+
+
+def _commit(tree: str) -> str:
+    try:
+        return subprocess.run(["git", "-C", tree, "rev-parse", "--short", "HEAD"], text=True,
+                              capture_output=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "?"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--old_tree", default="/work/prev")
+    parser.add_argument("--new_tree", default="/work/main")
+    parser.add_argument("--sides", default="old,new", help="which of old,new to run, in order")
+    parser.add_argument("--sizes", default="1e8:1000,1e9:1000,1e9:10000",
+                        help="tokens:prefixes,... (1e10:1000 when it fits on disk)")
+    parser.add_argument("--quick", action="store_true", help="1e7 tokens over 100 prefixes, 10 steps")
+    parser.add_argument("--data_dir", default="/work/bench-data")
+    parser.add_argument("--scratch", default=None, help="default: <data_dir>/scratch")
+    parser.add_argument("--delay_ms", type=float, default=20.0)
+    parser.add_argument("--seq_length", type=int, default=2048)
+    parser.add_argument("--global_batch_size", type=int, default=256)
+    parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--hosts", type=int, default=4, help="P; 0 skips that phase")
+    parser.add_argument("--timeout", type=float, default=1800.0, help="per process, seconds")
+    parser.add_argument("--report", default=None, help="only print the report of this JSON")
+    args = parser.parse_args()
+    if args.report:
+        print(report(json.loads(Path(args.report).read_text())))
+        return
+    if args.quick:
+        args.sizes, args.steps = "1e7:100", 10
+    trees = {"old": args.old_tree, "new": args.new_tree}
+    sides = [(s, os.path.realpath(trees[s])) for s in args.sides.split(",")]
+    data_dir = Path(args.data_dir)
+    args.scratch = args.scratch or str(data_dir / "scratch")
+    Path(args.scratch).mkdir(parents=True, exist_ok=True)
+    run_id = time.strftime("%Y%m%d-%H%M%S")
+    results = {
+        "run_id": run_id,
+        "config": {"delay_ms": args.delay_ms, "seq_length": args.seq_length,
+                   "global_batch_size": args.global_batch_size, "steps": args.steps,
+                   "hosts": args.hosts, "trees": dict(sides)},
+        "commits": {side: _commit(tree) for side, tree in sides},
+        "sizes": [],
+    }
+    out = data_dir / f"pod_start-{run_id}.json"
+    for tokens, prefixes in parse_sizes(args.sizes):
+        results["sizes"].append(run_size(args, tokens, prefixes, run_id, sides))
+        out.write_text(json.dumps(results, indent=1))
+    print(f"\nresults: {out}\n")
+    print(report(results))
+
+
+if __name__ == "__main__":
+    main()
