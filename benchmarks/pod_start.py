@@ -316,9 +316,10 @@ def report(results: dict) -> str:
                                for s, t in cfg['trees'].items()),
         "",
         "| size | side | build s | build read MB (requests) | host first batch s | "
-        "read before first batch MB (requests) | read over steps MB (requests) | token MB | "
+        "read before first batch MB (requests) | 1-step run read MB | read over steps MB (requests) | "
+        "token MB | "
         "peak RSS MB 1 step / all steps | P hosts read MB (requests) | P hosts all first batch s |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     table: dict[tuple[str, str], dict] = {}
     for size in results["sizes"]:
@@ -328,7 +329,7 @@ def report(results: dict) -> str:
             lines.append(
                 f"| {_size_label(size)} | {side['side']} | {_s(m['build_s'])} | "
                 f"{_mb(m['build_read'])} ({m['build_requests'] or '-'}) | {_s(m['first_s'])} | "
-                f"{_mb(m['first_read'])} ({m['first_requests'] or '-'}) | "
+                f"{_mb(m['first_read'])} ({m['first_requests'] or '-'}) | {_mb(m['host1_read'])} | "
                 f"{_mb(m['host_read'])} ({m['host_requests'] or '-'}) | {_mb(m['token_bytes'])} | "
                 f"{m['rss1_mb'] or 0:.0f} / {m['rss_mb'] or 0:.0f} | "
                 f"{_mb(m['pod_read'])} ({m['pod_requests'] or '-'}) | {_s(m['pod_first_s'])} |"
