@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from helpers_object_store import BUCKET, GcsServer, _free_port, _wait_http  # noqa: E402
+from helpers_object_store import BUCKET, GcsServer, _free_port, _wait_http
 
 _UPLOAD_BATCH = 128
 

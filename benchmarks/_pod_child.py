@@ -9,6 +9,11 @@ pod host. Prints `POD_CHILD jaxblend=<package dir>` (the parent checks which tre
 then runs the module as `python -m` would. `jaxblend.loading.make_loader` is wrapped so that the
 first batch prints `POD_FIRST_BATCH <unix time> maxrss_kb=<peak RSS so far>`; the last line is
 `POD_BATCHES <count> maxrss_kb=<peak RSS>` (printed at exit).
+
+dump_batches gathers every global batch and keeps them all for its `.npz`: 100 batches of 256 x
+2,049 tokens hold about 2 GB, which would hide the loader's own memory. With `POD_CHILD_ROWS=1`
+`multihost_utils.process_allgather` (still called, so the batch is gathered across processes as
+before) hands back only the first row of each array, so the tool keeps one row per step.
 """
 
 from __future__ import annotations
@@ -66,6 +71,19 @@ class _TimedLoader:
         return getattr(self._loader, name)
 
 
+def _keep_first_rows() -> None:
+    import jax
+    import numpy as np
+    from jax.experimental import multihost_utils
+
+    gather = multihost_utils.process_allgather
+
+    def first_rows(tree, *a, **k):
+        return jax.tree.map(lambda v: np.asarray(v)[:1].copy(), gather(tree, *a, **k))
+
+    multihost_utils.process_allgather = first_rows
+
+
 def main() -> None:
     module, args = sys.argv[1], sys.argv[2:]
     base = os.environ.get("POD_CHILD_STATE")
@@ -81,6 +99,8 @@ def main() -> None:
         return _TimedLoader(real(*a, **k))
 
     jaxblend.loading.make_loader = make_loader
+    if os.environ.get("POD_CHILD_ROWS") == "1":
+        _keep_first_rows()
     sys.argv = [module, *args]
     runpy.run_module(module, run_name="__main__", alter_sys=True)
 

@@ -24,6 +24,10 @@ imported and the run stops if it is not its tree's):
    where nothing is published: total bytes/requests and the time until every process has its
    first batch.
 
+dump_batches keeps only the first row of each gathered batch (`POD_CHILD_ROWS=1`, see
+benchmarks/_pod_child.py), so its peak RSS is the loader's, not 100 stored batches'. A tree whose
+tools need other flags gets them with `--old_build_flags` / `--new_host_flags` & co.
+
 Token bytes = steps x global batch x (seq + 1) x 2 bytes: the tokens the batches hold. Results go
 to `<data_dir>/pod_start-<run>.json`; the markdown report is printed (and can be re-rendered with
 `--report <json>`).
@@ -33,8 +37,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -45,11 +49,11 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from _counting_proxy import Counts, CountingProxy  # noqa: E402
+from _counting_proxy import CountingProxy, Counts
+from _pod_report import report
 
 PYTHON = "/work/main/.venv/bin/python"
 CHILD = str(HERE / "_pod_child.py")
-MB = 1e6
 
 
 def parse_sizes(text: str) -> list[tuple[int, int]]:
@@ -130,7 +134,7 @@ class Bench:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("JAXBLEND_", "XLA_"))}
         env.update(self.server.environ(self.proxy.url))
         env.update(PYTHONPATH=tree, JAX_PLATFORMS="cpu", POD_CHILD_STATE=str(state),
-                   PYTHONUNBUFFERED="1")
+                   PYTHONUNBUFFERED="1", POD_CHILD_ROWS="1")
         return env
 
     def data_flags(self, cache: str) -> list[str]:
@@ -184,10 +188,12 @@ class Bench:
         cache = self.server.prefix_url(f"{base}/cache")
         out: dict = {"side": side, "tree": tree}
         print(f"  {side}: build", flush=True)
+        build_extra = shlex.split(getattr(a, f"{side}_build_flags"))
+        host_extra = shlex.split(getattr(a, f"{side}_host_flags"))
         out["build"] = self.run(f"{side}-build", tree,
-                                ["jaxblend.tools.build_index", *self.data_flags(cache)])
+                                ["jaxblend.tools.build_index", *self.data_flags(cache), *build_extra])
         dump = ["jaxblend.tools.dump_batches", *self.data_flags(cache),
-                f"--global_batch_size={a.global_batch_size}"]
+                f"--global_batch_size={a.global_batch_size}", *host_extra]
         print(f"  {side}: fresh host, 1 step", flush=True)
         out["host1"] = self.run(f"{side}-host1", tree, [*dump, "--steps=1", "--out=out"])
         print(f"  {side}: fresh host, {a.steps} steps", flush=True)
@@ -197,7 +203,8 @@ class Bench:
             print(f"  {side}: {a.hosts} hosts at once, nothing published", flush=True)
             p_dump = ["jaxblend.tools.dump_batches",
                       *self.data_flags(self.server.prefix_url(f"{base}/pcache")),
-                      f"--global_batch_size={a.global_batch_size}", "--steps=1", "--out=out"]
+                      f"--global_batch_size={a.global_batch_size}", "--steps=1", "--out=out",
+                      *host_extra]
             out["pod"] = self.run(
                 f"{side}-p{a.hosts}", tree, p_dump,
                 launcher=[f"--num_processes={a.hosts}", "--devices_per_process=1",
@@ -227,6 +234,8 @@ def run_size(args, tokens: int, prefixes: int, run_id: str, sides: list[tuple[st
     server = DiskGcsServer.start_on_disk(root)
     try:
         urls = upload_corpus(server, root, local, f"corpus-{key}")
+        if args.prepare_only:
+            return {}
         scratch = Path(tempfile.mkdtemp(prefix=f"pod_start-{key}-", dir=args.scratch))
         data_args = scratch / "blend.txt"
         data_args.write_text("\n".join(f"1 {u}" for u in urls) + "\n")
@@ -237,200 +246,6 @@ def run_size(args, tokens: int, prefixes: int, run_id: str, sides: list[tuple[st
         server.stop()
     return {"tokens": real_tokens, "nominal_tokens": tokens, "prefixes": prefixes,
             "sides": results}
-
-
-# ----------------------------------------------------------------------------------------------
-# Report
-
-
-def _mb(x: float | None) -> str:
-    return "-" if x is None else f"{x / MB:,.1f}"
-
-
-def _s(x: float | None) -> str:
-    return "-" if x is None else f"{x:.2f}"
-
-
-def _size_label(size: dict) -> str:
-    return f"{size['nominal_tokens']:.0e} tok / {size['prefixes']:,} p"
-
-
-def metrics(size: dict, side: dict, args_like: dict) -> dict:
-    """The figures of one side at one size (None where a phase failed)."""
-    steps, b, s = args_like["steps"], args_like["global_batch_size"], args_like["seq_length"]
-    tok = steps * b * (s + 1) * 2
-    host, host1 = side.get("host", {}), side.get("host1", {})
-    build, pod = side.get("build", {}), side.get("pod", {})
-    ok = lambda r: r and "error" not in r  # noqa: E731
-    m = {
-        "build_s": build.get("seconds") if ok(build) else None,
-        "build_read": build.get("read_bytes") if ok(build) else None,
-        "build_requests": build.get("requests") if ok(build) else None,
-        "first_s": host1.get("first_batch_s") if ok(host1) else None,
-        "first_read": host1.get("first_read_bytes") if ok(host1) else None,
-        "first_requests": host1.get("first_requests") if ok(host1) else None,
-        "host1_read": host1.get("read_bytes") if ok(host1) else None,
-        "host_read": host.get("read_bytes") if ok(host) else None,
-        "host_requests": host.get("requests") if ok(host) else None,
-        "token_bytes": tok,
-        "first_batch_tokens": b * (s + 1) * 2,
-        "rss1_mb": host1.get("peak_rss_mb") if ok(host1) else None,
-        "rss_mb": host.get("peak_rss_mb") if ok(host) else None,
-        "pod_read": pod.get("read_bytes") if ok(pod) else None,
-        "pod_requests": pod.get("requests") if ok(pod) else None,
-        "pod_first_s": pod.get("first_batch_s") if ok(pod) else None,
-    }
-    if m["host_read"] is not None:
-        m["overhead_share"] = (m["host_read"] - tok) / tok
-    else:
-        m["overhead_share"] = None
-    if m["first_read"] is not None:
-        m["first_minus_batch"] = m["first_read"] - m["first_batch_tokens"]
-    else:
-        m["first_minus_batch"] = None
-    return m
-
-
-def _num(x: float | None) -> str:
-    return "-" if x is None else f"{x:,.0f}"
-
-
-def _ratio(new, old) -> str:
-    if new is None or old is None or not old:
-        return "-"
-    return f"{new / old:.3g}x"
-
-
-def _growth(a, b) -> float | None:
-    if a is None or b is None or a <= 0:
-        return None
-    return b / a
-
-
-def report(results: dict) -> str:
-    cfg = results["config"]
-    lines = [
-        f"Run {results['run_id']}: delay {cfg['delay_ms']:g} ms/request, seq {cfg['seq_length']}, "
-        f"global batch {cfg['global_batch_size']}, {cfg['steps']} steps, P = {cfg['hosts']} hosts; "
-        f"trees: " + ", ".join(f"{s} = {t} ({results['commits'].get(s, '?')})"
-                               for s, t in cfg['trees'].items()),
-        "",
-        "| size | side | build s | build read MB (requests) | host first batch s | "
-        "read before first batch MB (requests) | 1-step run read MB | read over steps MB (requests) | "
-        "token MB | "
-        "peak RSS MB 1 step / all steps | P hosts read MB (requests) | P hosts all first batch s |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    table: dict[tuple[str, str], dict] = {}
-    for size in results["sizes"]:
-        for side in size["sides"]:
-            m = metrics(size, side, cfg)
-            table[(_size_label(size), side["side"])] = m
-            lines.append(
-                f"| {_size_label(size)} | {side['side']} | {_s(m['build_s'])} | "
-                f"{_mb(m['build_read'])} ({m['build_requests'] or '-'}) | {_s(m['first_s'])} | "
-                f"{_mb(m['first_read'])} ({m['first_requests'] or '-'}) | {_mb(m['host1_read'])} | "
-                f"{_mb(m['host_read'])} ({m['host_requests'] or '-'}) | {_mb(m['token_bytes'])} | "
-                f"{m['rss1_mb'] or 0:.0f} / {m['rss_mb'] or 0:.0f} | "
-                f"{_mb(m['pod_read'])} ({m['pod_requests'] or '-'}) | {_s(m['pod_first_s'])} |"
-            )
-    sides = list(cfg["trees"])
-    labels = [_size_label(s) for s in results["sizes"]]
-    keys = [("build_s", "build s"), ("build_read", "build read"), ("first_s", "first batch s"),
-            ("first_read", "read before first batch"), ("host_read", "read over steps"),
-            ("rss1_mb", "peak RSS 1 step"), ("pod_read", "P hosts read")]
-    if len(sides) == 2:
-        old, new = sides
-        lines += ["", f"Ratios {new} / {old}:", "",
-                  "| size | " + " | ".join(k[1] for k in keys) + " |",
-                  "|---|" + "---:|" * len(keys)]
-        for label in labels:
-            a, b = table.get((label, old)), table.get((label, new))
-            if a and b:
-                lines.append(f"| {label} | " + " | ".join(_ratio(b[k], a[k]) for k, _ in keys) + " |")
-    lines += ["", "Per side, the share of map/identity/index bytes over the steps ((read - token "
-              "bytes) / token bytes), the bytes before the first batch beyond that batch's own "
-              "tokens, and P hosts' reads as a multiple of one build's:", "",
-              "| size | side | overhead share over steps | before first batch beyond its tokens MB | "
-              "P hosts read / build read |", "|---|---|---:|---:|---:|"]
-    for (label, side), m in table.items():
-        share = "-" if m["overhead_share"] is None else f"{100 * m['overhead_share']:.1f}%"
-        pod = _growth(m["build_read"], m["pod_read"])
-        lines.append(f"| {label} | {side} | {share} | {_mb(m['first_minus_batch'])} | "
-                     f"{'-' if pod is None else f'{pod:.2f}x'} |")
-    lines += growth_section(results, table, sides)
-    return "\n".join(lines)
-
-
-def growth_section(results: dict, table: dict, sides: list[str]) -> list[str]:
-    """Growth factors between sizes and a power-law extrapolation to 1e12 tokens, 10,000 prefixes
-    and 256 hosts."""
-    by = {(s["nominal_tokens"], s["prefixes"]): _size_label(s) for s in results["sizes"]}
-    token_steps = sorted((t for t, p in by if p == 1000))
-    keys = [("first_read", "read before first batch"), ("host_read", "read over steps"),
-            ("rss1_mb", "peak RSS 1 step"), ("first_s", "first batch s"),
-            ("build_read", "build read"), ("pod_read", "P hosts read")]
-    lines = ["", "Growth factors (later size / earlier size):", "",
-             "| side | from -> to | " + " | ".join(k[1] for k in keys) + " |",
-             "|---|---|" + "---:|" * len(keys)]
-    pairs = [((a, 1000), (b, 1000)) for a, b in zip(token_steps, token_steps[1:])]
-    prefix_pair = None
-    for t in sorted({t for t, _ in by}):
-        if (t, 1000) in by and (t, 10000) in by:
-            prefix_pair = ((t, 1000), (t, 10000))
-    if prefix_pair:
-        pairs.append(prefix_pair)
-    per_decade: dict[str, dict[str, float]] = {}
-    for side in sides:
-        for lo, hi in pairs:
-            a, b = table.get((by[lo], side)), table.get((by[hi], side))
-            if not (a and b):
-                continue
-            growth = {k: _growth(a[k], b[k]) for k, _ in keys}
-            lines.append(f"| {side} | {by[lo]} -> {by[hi]} | " + " | ".join(
-                "-" if growth[k] is None else f"{growth[k]:.2f}x" for k, _ in keys) + " |")
-            kind = "prefixes" if lo[0] == hi[0] else "tokens"
-            decades = math.log10(hi[1] / lo[1]) if kind == "prefixes" else math.log10(hi[0] / lo[0])
-            for k, _ in keys:
-                if growth[k]:
-                    per_decade.setdefault(side, {})[f"{kind}:{k}"] = growth[k] ** (1 / decades)
-    if not per_decade or not token_steps:
-        return lines
-    top = max(token_steps)
-    lines += ["", f"Extrapolation to 1e12 tokens, 10,000 prefixes, 256 hosts: from the largest "
-              f"1,000-prefix size ({top:.0e} tokens), each figure times its per-decade token growth "
-              f"for each decade up to 1e12, times its 1,000 -> 10,000 prefix growth; P hosts' "
-              f"reads linear in P through one build (P = 1) and the measured P. Power laws from "
-              f"two or three points, so an order of magnitude, not a forecast:", "",
-              "| side | read before first batch MB | read over steps MB | peak RSS MB | "
-              "first batch s | P = 256 hosts read GB |", "|---|---:|---:|---:|---:|---:|"]
-    hosts = results["config"]["hosts"]
-    for side in sides:
-        base = table.get((by[(top, 1000)], side))
-        rates = per_decade.get(side, {})
-        if not base:
-            continue
-        decades = math.log10(1e12 / top)
-
-        def extra(k):
-            if base[k] is None:
-                return None
-            v = base[k] * rates.get(f"tokens:{k}", 1.0) ** decades
-            return v * rates.get(f"prefixes:{k}", 1.0)
-
-        pod, build = extra("pod_read"), extra("build_read")
-        p256 = None
-        if pod is not None and build is not None and hosts > 1:
-            p256 = build + (pod - build) * (256 - 1) / (hosts - 1)
-        lines.append(
-            f"| {side} | {_mb(extra('first_read'))} | {_mb(extra('host_read'))} | "
-            f"{_num(extra('rss1_mb'))} | "
-            f"{_s(extra('first_s'))} | {'-' if p256 is None else f'{p256 / 1e9:,.1f}'} |"
-        )
-    return lines
-
-
-# ----------------------------------------------------------------------------------------------
 
 
 def _commit(tree: str) -> str:
@@ -446,6 +261,11 @@ def main() -> None:
     parser.add_argument("--old_tree", default="/work/prev")
     parser.add_argument("--new_tree", default="/work/main")
     parser.add_argument("--sides", default="old,new", help="which of old,new to run, in order")
+    for side in ("old", "new"):
+        parser.add_argument(f"--{side}_build_flags", default="",
+                            help=f"extra flags for build_index of the {side} tree (one string)")
+        parser.add_argument(f"--{side}_host_flags", default="",
+                            help=f"extra flags for dump_batches of the {side} tree (one string)")
     parser.add_argument("--sizes", default="1e8:1000,1e9:1000,1e9:10000",
                         help="tokens:prefixes,... (1e10:1000 when it fits on disk)")
     parser.add_argument("--quick", action="store_true", help="1e7 tokens over 100 prefixes, 10 steps")
@@ -458,6 +278,8 @@ def main() -> None:
     parser.add_argument("--hosts", type=int, default=4, help="P; 0 skips that phase")
     parser.add_argument("--timeout", type=float, default=1800.0, help="per process, seconds")
     parser.add_argument("--report", default=None, help="only print the report of this JSON")
+    parser.add_argument("--prepare_only", action="store_true",
+                        help="only write and upload the corpora of --sizes (cached for later runs)")
     args = parser.parse_args()
     if args.report:
         print(report(json.loads(Path(args.report).read_text())))
@@ -480,8 +302,13 @@ def main() -> None:
     }
     out = data_dir / f"pod_start-{run_id}.json"
     for tokens, prefixes in parse_sizes(args.sizes):
-        results["sizes"].append(run_size(args, tokens, prefixes, run_id, sides))
+        size = run_size(args, tokens, prefixes, run_id, sides)
+        if args.prepare_only:
+            continue
+        results["sizes"].append(size)
         out.write_text(json.dumps(results, indent=1))
+    if args.prepare_only:
+        return
     print(f"\nresults: {out}\n")
     print(report(results))
 
