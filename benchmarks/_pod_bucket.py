@@ -23,7 +23,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from helpers_object_store import BUCKET, GcsServer, _free_port, _wait_http
 
-_UPLOAD_BATCH = 128
+_UPLOAD_BATCH = 128  # objects in flight at most
+_UPLOAD_BYTES = 512 << 20  # and bytes
 
 
 def corpus_key(tokens: int, prefixes: int) -> str:
@@ -93,10 +94,18 @@ def upload_corpus(server: GcsServer, root: Path, prefixes: list[str], remote_dir
     with server.pointed_at():
         kv = ts.KvStore.open({"driver": "gcs", "bucket": BUCKET}, context=ts.Context()).result()
         files = [(p + s, f"{remote_dir}/{Path(p).name}{s}") for p in prefixes for s in (".bin", ".idx")]
-        for i in range(0, len(files), _UPLOAD_BATCH):
-            futures = [kv.write(key, Path(path).read_bytes()) for path, key in files[i:i + _UPLOAD_BATCH]]
-            for f in futures:
-                f.result()
+        futures: list = []
+        in_flight = 0
+        for path, key in files:
+            data = Path(path).read_bytes()
+            futures.append(kv.write(key, data))
+            in_flight += len(data)
+            if len(futures) >= _UPLOAD_BATCH or in_flight >= _UPLOAD_BYTES:
+                for f in futures:
+                    f.result()
+                futures, in_flight = [], 0
+        for f in futures:
+            f.result()
     done.write_text("\n".join(urls))
     print(f"  uploaded {len(files)} objects in {time.perf_counter() - began:.1f} s", flush=True)
     return urls

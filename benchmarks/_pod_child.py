@@ -78,8 +78,12 @@ def _keep_first_rows() -> None:
 
     gather = multihost_utils.process_allgather
 
+    def first_row(value):
+        value = np.asarray(value)
+        return value[:1].copy() if value.ndim else value
+
     def first_rows(tree, *a, **k):
-        return jax.tree.map(lambda v: np.asarray(v)[:1].copy(), gather(tree, *a, **k))
+        return jax.tree.map(first_row, gather(tree, *a, **k))
 
     multihost_utils.process_allgather = first_rows
 

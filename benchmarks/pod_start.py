@@ -39,6 +39,7 @@ import argparse
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -157,6 +158,8 @@ class Bench:
         code, rss_kb = child.wait(self.args.timeout)
         total = self.proxy.counts()
         ended = time.time()
+        for leftover in ("out", "state"):  # keep output.log only
+            shutil.rmtree(work / leftover, ignore_errors=True)
         result = {
             "phase": name, "code": code, "seconds": ended - child.started,
             "requests": total.requests, "read_bytes": total.body_bytes,
