@@ -95,14 +95,17 @@ def main() -> None:
         _point_local_state(base, _process_id(args))
     import jaxblend
     import jaxblend.loading
+    import jaxblend.loading.loader
 
     print(f"POD_CHILD jaxblend={os.path.dirname(os.path.abspath(jaxblend.__file__))}", flush=True)
-    real = jaxblend.loading.make_loader
+    real = jaxblend.loading.loader.make_loader
 
     def make_loader(*a, **k):
         return _TimedLoader(real(*a, **k))
 
+    # Both names a tool may import it by (the package re-exports the module's).
     jaxblend.loading.make_loader = make_loader
+    jaxblend.loading.loader.make_loader = make_loader
     if os.environ.get("POD_CHILD_ROWS") == "1":
         _keep_first_rows()
     sys.argv = [module, *args]

@@ -134,8 +134,26 @@ def report(results: dict) -> str:
         share = "-" if m["overhead_share"] is None else f"{100 * m['overhead_share']:.1f}%"
         lines.append(_row([label, side, share, _mb(m["first_beyond_batch"]),
                            _times(m["pod_per_build"])]))
+    lines += _same_batches(results)
     lines += _growth(results, table, sides)
     return "\n".join(lines)
+
+
+def _same_batches(results: dict) -> list[str]:
+    """Whether the first global batch (all keys, all rows) is the same bytes on every side."""
+    lines = ["", "First global batch (SHA-256 of every array of the 1-step run's dump):", ""]
+    for size in results["sizes"]:
+        digests = {s["side"]: (s.get("host1") or {}).get("batch_sha256") for s in size["sides"]}
+        values = list(digests.values())
+        if len(values) < 2:
+            verdict = "one side only"
+        elif None in values:
+            verdict = "not compared (a side has no dump)"
+        else:
+            verdict = "same" if len(set(values)) == 1 else "**differ**"
+        shown = ", ".join(f"{side} {(d or '-')[:12]}" for side, d in digests.items())
+        lines.append(f"- {size_label(size)}: {verdict} ({shown})")
+    return lines
 
 
 _GROWN = (("first_read", "read before first batch"), ("host1_read", "1-step run read"),

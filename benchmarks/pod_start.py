@@ -19,7 +19,8 @@ imported and the run stops if it is not its tree's):
    each with empty local state (identity memo, map mirror, XDG cache and TMPDIR in new empty
    directories: benchmarks/_pod_child.py): time from process start to the first batch (the child
    prints a timestamp when the loader hands it over), bytes/requests through the proxy until then
-   (counters read when that line arrives) and over the whole run, peak RSS (`os.wait4`).
+   (counters read when that line arrives) and over the whole run, peak RSS (`os.wait4`); the
+   1-step run's batch is hashed, so the report says whether both sides gave the same bytes.
 3. P hosts at once (`--hosts`, `jaxblend.tools.launch_local`, 1 CPU device each) on a cache URL
    where nothing is published: total bytes/requests and the time until every process has its
    first batch.
@@ -36,6 +37,7 @@ to `<data_dir>/pod_start-<run>.json`; the markdown report is printed (and can be
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import shlex
@@ -147,24 +149,30 @@ class Bench:
         ]
 
     def run(self, name: str, tree: str, module_args: list[str], launcher: list[str] | None = None,
-            expect_processes: int = 1) -> dict:
+            expect_processes: int = 1, whole_batches: bool = False) -> dict:
         work = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=self.scratch))
         cmd = [PYTHON, CHILD, *module_args]
         if launcher:
             cmd = [PYTHON, "-m", "jaxblend.tools.launch_local", *launcher, "--", *cmd]
+        env = self.env(tree, work / "state")
+        if whole_batches:
+            env.pop("POD_CHILD_ROWS")
         self.proxy.reset()
-        child = Child(cmd, self.env(tree, work / "state"), str(work), self.proxy,
-                      work / "output.log")
-        code, rss_kb = child.wait(self.args.timeout)
+        child = Child(cmd, env, str(work), self.proxy, work / "output.log")
+        # A launcher stops its processes at its own --timeout (they run in sessions of their own,
+        # out of reach of a kill of the launcher's group), so it gets a minute more here.
+        code, rss_kb = child.wait(self.args.timeout + (60 if launcher else 0))
         total = self.proxy.counts()
         ended = time.time()
-        for leftover in ("out", "state"):  # keep output.log only
-            shutil.rmtree(work / leftover, ignore_errors=True)
         result = {
             "phase": name, "code": code, "seconds": ended - child.started,
             "requests": total.requests, "read_bytes": total.body_bytes,
             "written_bytes": total.sent_bytes, "peak_rss_mb": rss_kb / 1024, "log": str(work),
         }
+        if whole_batches and code == 0:
+            result["batch_sha256"] = batches_digest(work / "out" / "batches.npz")
+        for leftover in ("out", "state"):  # keep output.log only
+            shutil.rmtree(work / leftover, ignore_errors=True)
         bad = [p for p in child.imports if not p.startswith(os.path.realpath(tree))]
         if bad or len(child.imports) != expect_processes:
             raise SystemExit(f"{name}: expected {expect_processes} process(es) importing jaxblend "
@@ -174,7 +182,10 @@ class Bench:
                   f"{child.tail()}", flush=True)
             result["error"] = child.tail(5)
             return result
-        if child.first_batches:
+        if not child.first_batches:
+            print(f"  {name}: no first-batch line (did the tool stop calling "
+                  f"jaxblend.loading.make_loader?); output in {work}/output.log", flush=True)
+        else:
             times = [t for t, _, _ in child.first_batches]
             result["first_batch_s"] = max(times) - child.started
             first = min(child.first_batches, key=lambda x: x[0])
@@ -198,7 +209,8 @@ class Bench:
         dump = ["jaxblend.tools.dump_batches", *self.data_flags(cache),
                 f"--global_batch_size={a.global_batch_size}", *host_extra]
         print(f"  {side}: fresh host, 1 step", flush=True)
-        out["host1"] = self.run(f"{side}-host1", tree, [*dump, "--steps=1", "--out=out"])
+        out["host1"] = self.run(f"{side}-host1", tree, [*dump, "--steps=1", "--out=out"],
+                                whole_batches=True)
         print(f"  {side}: fresh host, {a.steps} steps", flush=True)
         out["host"] = self.run(f"{side}-host{a.steps}", tree,
                                [*dump, f"--steps={a.steps}", "--out=out"])
@@ -215,6 +227,21 @@ class Bench:
                 expect_processes=a.hosts,
             )
         return out
+
+
+def batches_digest(path: Path) -> str | None:
+    """SHA-256 over the arrays of a dump_batches file (key order), None if it is missing."""
+    import numpy as np
+
+    if not path.exists():
+        return None
+    digest = hashlib.sha256()
+    with np.load(path) as arrays:
+        for key in sorted(arrays.files):
+            value = arrays[key]
+            digest.update(f"{key}:{value.dtype.str}:{value.shape}".encode())
+            digest.update(np.ascontiguousarray(value).tobytes())
+    return digest.hexdigest()
 
 
 def train_samples(args) -> int:
