@@ -278,6 +278,25 @@ def run_size(args, tokens: int, prefixes: int, run_id: str, sides: list[tuple[st
             "sides": results}
 
 
+def merge_results(runs: list[dict]) -> dict:
+    """One results dict from runs of the same settings (their sizes in order).
+
+    Raises:
+      ValueError: if the runs differ in delay, sequence, batch, steps or trees.
+    """
+    first = runs[0]
+    fixed = ("delay_ms", "seq_length", "global_batch_size", "steps", "trees")
+    for run in runs[1:]:
+        differ = [k for k in fixed if run["config"][k] != first["config"][k]]
+        if differ or run["commits"] != first["commits"]:
+            raise ValueError(f"run {run['run_id']} differs from {first['run_id']} in "
+                             f"{differ or ['commits']}: report them apart")
+    merged = dict(first, sizes=[size for run in runs for size in run["sizes"]])
+    merged["run_id"] = ", ".join(run["run_id"] for run in runs)
+    merged["config"] = dict(first["config"], hosts=max(r["config"]["hosts"] for r in runs))
+    return merged
+
+
 def _commit(tree: str) -> str:
     try:
         return subprocess.run(["git", "-C", tree, "rev-parse", "--short", "HEAD"], text=True,
@@ -307,12 +326,15 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--hosts", type=int, default=4, help="P; 0 skips that phase")
     parser.add_argument("--timeout", type=float, default=1800.0, help="per process, seconds")
-    parser.add_argument("--report", default=None, help="only print the report of this JSON")
+    parser.add_argument("--report", default=None,
+                        help="only print the report of these results JSONs (comma-separated runs "
+                             "of the same settings, e.g. one per size)")
     parser.add_argument("--prepare_only", action="store_true",
                         help="only write and upload the corpora of --sizes (cached for later runs)")
     args = parser.parse_args()
     if args.report:
-        print(report(json.loads(Path(args.report).read_text())))
+        print(report(merge_results([json.loads(Path(p).read_text())
+                                    for p in args.report.split(",")])))
         return
     if args.quick:
         args.sizes, args.steps = "1e7:100", 10
