@@ -172,7 +172,8 @@ def _growth(results: dict, table: dict, sides: list[str]) -> list[str]:
         return []
     lines = ["", "Growth factors (later size / earlier size):", "",
              *_header(["side", "from -> to", *(title for _, title in _GROWN)], 2)]
-    per_decade: dict[tuple[str, str, str], float] = {}  # (side, tokens|prefixes, key) -> factor
+    # (side, tokens|prefixes, key) -> growth per decade; the last (largest) pair of a kind wins.
+    per_decade: dict[tuple[str, str, str], float] = {}
     for side, (lo, hi) in itertools.product(sides, pairs):
         a, b = table.get((by[lo], side)), table.get((by[hi], side))
         if not (a and b):
@@ -191,8 +192,9 @@ def _growth(results: dict, table: dict, sides: list[str]) -> list[str]:
     hosts = results["config"]["hosts"]
     lines += [
         "", (f"Extrapolation to 1e12 tokens, 10,000 prefixes, 256 hosts: the largest 1,000-prefix "
-        f"size ({top:.0e} tokens) times each figure's per-decade token growth for every decade up "
-        f"to 1e12 (growth 1 where only one token size was measured), times its 1,000 -> 10,000 "
+        f"size ({top:.0e} tokens) times each figure's per-decade growth over the largest token "
+        f"step measured, for every decade up to 1e12 (growth 1 where only one token size was "
+        f"measured), times its 1,000 -> 10,000 "
         f"prefix growth; P hosts' reads linear in P through one build (P = 1) and the measured "
         f"P = {hosts}. Power laws through two or three points: an order of magnitude, not a "
         f"forecast."), "",
