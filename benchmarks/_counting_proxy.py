@@ -8,7 +8,8 @@ connection, and relays the answer while counting its body bytes (Content-Length,
 until close). `Expect: 100-continue` is answered by the proxy itself (the header is not passed on),
 so a client's large upload is neither stalled nor miscounted.
 
-Counters (requests, response-body bytes, request-body bytes) are read and reset through
+Counters (requests, response-body bytes, of which from `.bin` and from `.idx` objects, and
+request-body bytes) are read and reset through
 `GET /__count__/read` and `GET /__count__/reset` on the proxy (not delayed, not counted).
 
   proxy = CountingProxy(upstream="http://127.0.0.1:4443", delay=0.020)
@@ -39,17 +40,21 @@ class Counts:
       requests: requests forwarded upstream.
       body_bytes: bytes of response bodies relayed to clients (what clients read).
       sent_bytes: bytes of request bodies relayed upstream (what clients wrote).
+      bin_bytes: the part of `body_bytes` from objects whose name ends in `.bin` (tokens).
+      idx_bytes: the part of `body_bytes` from objects whose name ends in `.idx`.
     """
 
     requests: int = 0
     body_bytes: int = 0
     sent_bytes: int = 0
+    bin_bytes: int = 0
+    idx_bytes: int = 0
 
-    def __sub__(self, other: Counts) -> Counts:
-        return Counts(
-            self.requests - other.requests, self.body_bytes - other.body_bytes,
-            self.sent_bytes - other.sent_bytes,
-        )
+    @property
+    def other_bytes(self) -> int:
+        """Response bytes of objects that are neither `.bin` nor `.idx` (maps, records,
+        identities, listings)."""
+        return self.body_bytes - self.bin_bytes - self.idx_bytes
 
 
 class CountingProxy:
@@ -93,6 +98,17 @@ class CountingProxy:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _kind(target: bytes) -> str | None:
+    """"bin_bytes" or "idx_bytes" when the request names a `.bin` or `.idx` object (GCS JSON API
+    `/o/<name>` or XML API path), else None."""
+    path = urllib.parse.unquote(target.split(b"?", 1)[0].decode("latin-1"))
+    if path.endswith(".bin"):
+        return "bin_bytes"
+    if path.endswith(".idx"):
+        return "idx_bytes"
+    return None
 
 
 def _headers(head: bytes) -> dict[bytes, bytes]:
@@ -145,7 +161,7 @@ async def _copy_to_close(reader: asyncio.StreamReader, writer: asyncio.StreamWri
 
 async def _serve(upstream: str, delay: float, ready) -> None:
     parsed = urllib.parse.urlparse(upstream)
-    counts = {"requests": 0, "body_bytes": 0, "sent_bytes": 0}
+    counts = {"requests": 0, "body_bytes": 0, "sent_bytes": 0, "bin_bytes": 0, "idx_bytes": 0}
 
     async def control(target: bytes, writer: asyncio.StreamWriter) -> None:
         body = json.dumps(counts).encode()
@@ -199,6 +215,7 @@ async def _serve(upstream: str, delay: float, ready) -> None:
                     if status >= 200 or status == 101:
                         break
                 rheaders = _headers(rhead)
+                to_close = False
                 if method == b"HEAD" or status in (204, 304):
                     await writer.drain()
                     received = 0
@@ -206,11 +223,14 @@ async def _serve(upstream: str, delay: float, ready) -> None:
                     received = await _copy_chunked(up_reader, writer)
                 elif b"content-length" in rheaders:
                     received = await _copy(up_reader, writer, int(rheaders[b"content-length"]))
-                else:
+                else:  # delimited by the upstream closing the connection
                     received = await _copy_to_close(up_reader, writer)
-                    counts["body_bytes"] += received
-                    return
+                    to_close = True
                 counts["body_bytes"] += received
+                if kind := _kind(target):
+                    counts[kind] += received
+                if to_close:
+                    return
                 if rheaders.get(b"connection", b"").lower() == b"close":
                     up_writer.close()
                     up_reader = up_writer = None

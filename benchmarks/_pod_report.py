@@ -39,6 +39,10 @@ def _times(x: float | None) -> str:
     return "-" if x is None else f"{x:.3g}x"
 
 
+def _percent(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
 def _quotient(a: float | None, b: float | None) -> float | None:
     """b / a, or None when either is missing or a is not positive."""
     if a is None or b is None or a <= 0:
@@ -72,8 +76,12 @@ def metrics(side: dict, config: dict) -> dict:
         "token_bytes": steps * batch * (seq + 1) * 2,
         "batch_token_bytes": batch * (seq + 1) * 2,
     }
+    m["host_bin"], m["host_idx"] = host.get("bin_bytes"), host.get("idx_bytes")
+    m["first_bin"], m["first_idx"] = host1.get("first_bin_bytes"), host1.get("first_idx_bytes")
     m["overhead_share"] = (None if m["host_read"] is None
                            else (m["host_read"] - m["token_bytes"]) / m["token_bytes"])
+    m["non_bin_share"] = (None if m["host_read"] is None or m["host_bin"] is None
+                          else (m["host_read"] - m["host_bin"]) / max(m["host_bin"], 1))
     m["first_beyond_batch"] = (None if m["first_read"] is None
                                else m["first_read"] - m["batch_token_bytes"])
     m["pod_per_build"] = _quotient(m["build_read"], m["pod_read"])
@@ -124,15 +132,22 @@ def report(results: dict) -> str:
             if a and b:
                 lines.append(_row([label, *(_times(_quotient(a[k], b[k])) for k, _ in _COMPARED)]))
     lines += [
-        "", ("The issue's targets per side: map/identity/index bytes over the steps as a share of "
-        "the token bytes ((read - token bytes) / token bytes), bytes before the first batch beyond "
-        "that batch's own tokens, P hosts' reads as a multiple of one build's:"), "",
-        *_header(["size", "side", "overhead share over steps",
+        "", ("The issue's targets per side. Over the steps: bytes of objects other than `.bin` "
+             "(`.idx`, maps, records, identities) as a share of the `.bin` bytes read, and all "
+             "bytes beyond the batches' own tokens as a share of those tokens; before the first "
+             "batch: `.bin` / `.idx` / other MB, and all bytes beyond that batch's own tokens; P "
+             "hosts' reads as a multiple of one build's:"), "",
+        *_header(["size", "side", "non-.bin share over steps", "beyond-token share over steps",
+                  "before first batch: .bin / .idx / other MB",
                   "before first batch beyond its tokens MB", "P hosts read / build read"], 2),
     ]
     for (label, side), m in table.items():
-        share = "-" if m["overhead_share"] is None else f"{100 * m['overhead_share']:.1f}%"
-        lines.append(_row([label, side, share, _mb(m["first_beyond_batch"]),
+        parts = "-"
+        if m["first_bin"] is not None:
+            parts = " / ".join(_mb(x) for x in (
+                m["first_bin"], m["first_idx"], m["first_read"] - m["first_bin"] - m["first_idx"]))
+        lines.append(_row([label, side, _percent(m["non_bin_share"]),
+                           _percent(m["overhead_share"]), parts, _mb(m["first_beyond_batch"]),
                            _times(m["pod_per_build"])]))
     lines += _same_batches(results)
     lines += _growth(results, table, sides)

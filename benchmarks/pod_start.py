@@ -167,7 +167,8 @@ class Bench:
         result = {
             "phase": name, "code": code, "seconds": ended - child.started,
             "requests": total.requests, "read_bytes": total.body_bytes,
-            "written_bytes": total.sent_bytes, "peak_rss_mb": rss_kb / 1024, "log": str(work),
+            "written_bytes": total.sent_bytes, "bin_bytes": total.bin_bytes,
+            "idx_bytes": total.idx_bytes, "peak_rss_mb": rss_kb / 1024, "log": str(work),
         }
         if whole_batches and code == 0:
             result["batch_sha256"] = batches_digest(work / "out" / "batches.npz")
@@ -191,6 +192,8 @@ class Bench:
             first = min(child.first_batches, key=lambda x: x[0])
             result["first_requests"] = first[1].requests
             result["first_read_bytes"] = first[1].body_bytes
+            result["first_bin_bytes"] = first[1].bin_bytes
+            result["first_idx_bytes"] = first[1].idx_bytes
             result["first_rss_mb"] = max(r for _, _, r in child.first_batches) / 1024
         if child.final_rss_kb:
             result["peak_rss_all_mb"] = max(child.final_rss_kb) / 1024
