@@ -31,7 +31,7 @@ tools need other flags gets them with `--old_build_flags` / `--new_host_flags` &
 
 Token bytes = steps x global batch x (seq + 1) x 2 bytes: the tokens the batches hold. Results go
 to `<data_dir>/pod_start-<run>.json`; the markdown report is printed (and can be re-rendered with
-`--report <json>`).
+`--report a.json,b.json`, which also merges runs of the same settings).
 """
 
 from __future__ import annotations
@@ -55,7 +55,6 @@ sys.path.insert(0, str(HERE))
 from _counting_proxy import CountingProxy, Counts
 from _pod_report import report
 
-PYTHON = "/work/main/.venv/bin/python"
 CHILD = str(HERE / "_pod_child.py")
 
 
@@ -151,9 +150,9 @@ class Bench:
     def run(self, name: str, tree: str, module_args: list[str], launcher: list[str] | None = None,
             expect_processes: int = 1, whole_batches: bool = False) -> dict:
         work = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=self.scratch))
-        cmd = [PYTHON, CHILD, *module_args]
+        cmd = [self.args.python, CHILD, *module_args]
         if launcher:
-            cmd = [PYTHON, "-m", "jaxblend.tools.launch_local", *launcher, "--", *cmd]
+            cmd = [self.args.python, "-m", "jaxblend.tools.launch_local", *launcher, "--", *cmd]
         env = self.env(tree, work / "state")
         if whole_batches:
             env.pop("POD_CHILD_ROWS")
@@ -321,7 +320,10 @@ def main() -> None:
     parser.add_argument("--sizes", default="1e8:1000,1e9:1000,1e9:10000",
                         help="tokens:prefixes,... (1e10:1000 when it fits on disk)")
     parser.add_argument("--quick", action="store_true", help="1e7 tokens over 100 prefixes, 10 steps")
-    parser.add_argument("--data_dir", default="/work/bench-data")
+    parser.add_argument("--python", default=sys.executable,
+                        help="interpreter of both sides' processes (their PYTHONPATH picks the tree)")
+    parser.add_argument("--data_dir", default="/work/bench-data",
+                        help="corpora and the bucket's disk (1e9 tokens: 4 GB per size; 1e10: 40 GB)")
     parser.add_argument("--scratch", default=None, help="default: <data_dir>/scratch")
     parser.add_argument("--delay_ms", type=float, default=20.0)
     parser.add_argument("--seq_length", type=int, default=2048)
