@@ -182,10 +182,10 @@ class Bench:
                   f"{child.tail()}", flush=True)
             result["error"] = child.tail(5)
             return result
-        if not child.first_batches:
+        if not child.first_batches and module_args[0].endswith("dump_batches"):
             print(f"  {name}: no first-batch line (did the tool stop calling "
                   f"jaxblend.loading.make_loader?); output in {work}/output.log", flush=True)
-        else:
+        elif child.first_batches:
             times = [t for t, _, _ in child.first_batches]
             result["first_batch_s"] = max(times) - child.started
             first = min(child.first_batches, key=lambda x: x[0])
