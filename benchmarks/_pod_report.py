@@ -85,6 +85,10 @@ def metrics(side: dict, config: dict) -> dict:
     m["first_beyond_batch"] = (None if m["first_read"] is None
                                else m["first_read"] - m["batch_token_bytes"])
     m["pod_per_build"] = _quotient(m["build_read"], m["pod_read"])
+    hosts = config.get("hosts", 0)
+    # What each further host adds to one build's reads (its own batches, or a rebuild of its own).
+    m["pod_extra"] = (None if m["pod_read"] is None or m["build_read"] is None or hosts < 2
+                      else max(m["pod_read"] - m["build_read"], 0) / (hosts - 1))
     return m
 
 
@@ -174,7 +178,7 @@ def _same_batches(results: dict) -> list[str]:
 _GROWN = (("first_read", "read before first batch"), ("host1_read", "1-step run read"),
           ("host_read", "read over steps"), ("rss1_mb", "peak RSS 1 step"),
           ("first_s", "first batch s"), ("build_read", "build read"),
-          ("pod_read", "P hosts read"))
+          ("pod_read", "P hosts read"), ("pod_extra", "P hosts: each further host's read"))
 
 
 def _growth(results: dict, table: dict, sides: list[str]) -> list[str]:
@@ -210,8 +214,8 @@ def _growth(results: dict, table: dict, sides: list[str]) -> list[str]:
         f"size ({top:.0e} tokens) times each figure's per-decade growth over the largest token "
         f"step measured, for every decade up to 1e12 (growth 1 where only one token size was "
         f"measured), times its 1,000 -> 10,000 "
-        f"prefix growth; P hosts' reads linear in P through one build (P = 1) and the measured "
-        f"P = {hosts}. Power laws through two or three points: an order of magnitude, not a "
+        f"prefix growth; P = 256 hosts read one build plus 255 times what each further host "
+        f"added at P = {hosts} (each extrapolated by its own growth). Power laws through two or three points: an order of magnitude, not a "
         f"forecast."), "",
         *_header(["side", "read before first batch MB", "1-step run read MB",
                   "read over steps MB", "peak RSS MB", "first batch s",
@@ -228,8 +232,8 @@ def _growth(results: dict, table: dict, sides: list[str]) -> list[str]:
                 at[k] = (base[k] * per_decade.get((side, "tokens", k), 1.0) ** decades
                          * per_decade.get((side, "prefixes", k), 1.0))
         p256 = None
-        if "pod_read" in at and "build_read" in at and hosts > 1:
-            p256 = at["build_read"] + (at["pod_read"] - at["build_read"]) * 255 / (hosts - 1)
+        if "pod_extra" in at and "build_read" in at:
+            p256 = at["build_read"] + at["pod_extra"] * 255
         lines.append(_row([
             side, _mb(at.get("first_read")), _mb(at.get("host1_read")), _mb(at.get("host_read")),
             _num(at.get("rss1_mb")), _s(at.get("first_s")),
