@@ -64,9 +64,10 @@ def stats() -> dict:
     """Per-dataset statistics and document-length histograms."""
     from jaxblend.storage import IndexedDataset
 
+    access = cli.data_access_from_flags()
     result = {}
     for prefix in cli.prefixes_from_flags():
-        ds = IndexedDataset(prefix)
+        ds = IndexedDataset(prefix, access=access)
         seq_lengths = np.asarray(ds.sequence_lengths, np.int64)
         cum = np.concatenate([[0], np.cumsum(seq_lengths)])
         doc_idx = np.asarray(ds.document_indices, np.int64)
