@@ -409,3 +409,24 @@ class TestEdits:
             num_samples=(600, 10, None),
         )
         assert index.history_fingerprint(longer, infos, 100) != h  # its maps differ
+
+
+class TestBlendInto:
+    @pytest.mark.parametrize("n", [3, 40, 1200])
+    def test_out_arrays_equal_new_arrays(self, n):
+        weights = index.normalize(np.random.default_rng(n).random(n) + 0.1)
+        expected = blend_index.build_blending_indices(weights, 5000)
+        big = (np.full(6000, -7, dtype=np.int32), np.full(6000, -7, dtype=np.int64))
+        got = blend_index.build_blending_indices(weights, 5000, out=(big[0][500:5500], big[1][500:5500]))
+        np.testing.assert_array_equal(got[0], expected[0])
+        np.testing.assert_array_equal(got[1], expected[1])
+        np.testing.assert_array_equal(big[0][500:5500], expected[0])
+        assert (big[0][:500] == -7).all() and (big[1][5500:] == -7).all()
+
+    def test_out_errors(self):
+        with pytest.raises(ValueError, match="out dataset_index must be a 1-D array of 10 entries"):
+            blend_index.build_blending_indices([0.5, 0.5], 10, out=(np.zeros(9, np.int16), np.zeros(10, np.int64)))
+        with pytest.raises(ValueError, match="cannot hold 200 dataset ids"):
+            blend_index.build_blending_indices(np.ones(200), 10, out=(np.zeros(10, np.int8), np.zeros(10, np.int64)))
+        with pytest.raises(ValueError, match="expected int64"):
+            blend_index.build_blending_indices([0.5, 0.5], 10, out=(np.zeros(10, np.int16), np.zeros(10, np.int32)))
