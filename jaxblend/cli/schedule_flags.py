@@ -90,3 +90,23 @@ def train_blend_schedule(schedule: DataSchedule, train_samples: int) -> BlendSch
 
     plan = step_plan_flags.step_plan(train_samples, fl.global_batch_size)
     return schedule.blend_schedule(plan)
+
+
+def staged_history(config, options, access: DataAccess, schedule: DataSchedule | None = None):
+    """The resume history of a staged train split (`jaxblend.loading.StagedHistory`), or None
+    when `config` has no `train_schedule`.
+
+    Args:
+      config: the run's `GPTDataConfig` (None with mock data).
+      options: the train source's `GPTSchemaOptions`.
+      access: how the datasets and the schedule file are reached.
+      schedule: the schedule in steps (default: `--data_schedule`, read again).
+    """
+    if config is None or config.train_schedule is None:
+        return None
+    from jaxblend.loading.resume_history import gpt_train_history
+
+    schedule = data_schedule_from_flags(access) if schedule is None else schedule
+    if schedule is None:
+        raise ValueError("the configuration has a train_schedule but --data_schedule is not given")
+    return gpt_train_history(schedule, config, options, access)

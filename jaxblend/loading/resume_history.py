@@ -12,6 +12,7 @@ with one line naming the first changed stage (docs/schedules.md, "Edits at resum
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping
 from typing import Any, Protocol
 
@@ -87,3 +88,55 @@ def explain_unscheduled(state: Mapping[str, Any], step: int) -> str | None:
         f"(--data_schedule): resume it with a schedule whose stages before step {step} are the "
         "checkpoint's"
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class GPTTrainHistory:
+    """The `PrefixIdentity` of a GPT train split built from a data configuration with a
+    `train_schedule`: `jaxblend.index.history_fingerprint` of the configuration and its datasets'
+    contents, read with the schema options (as the source's own fingerprint is).
+
+    The datasets' content fingerprints come from the publication record with a bucket map store
+    (no `.idx` is opened), else from opening the datasets; they are taken once, on first use.
+
+    Attributes:
+      config: the data configuration (`GPTDataConfig`).
+      options: the source's `GPTSchemaOptions`.
+      access: how the datasets (or the publication) are reached (`DataAccess`).
+    """
+
+    config: Any
+    options: Any
+    access: Any
+
+    @functools.cached_property
+    def _infos(self) -> dict[str, Any]:
+        from jaxblend import opening
+        from jaxblend.index import DatasetInfo
+        from jaxblend.map_store import publication
+
+        if publication.applies(self.access):
+            record = publication.read(self.config, self.access)
+            if record is not None:
+                return {
+                    d.prefix: DatasetInfo(d.prefix, _unread, _unread, d.fingerprint)
+                    for d in record.datasets
+                }
+        return opening.open_config_datasets(self.config, self.access)[1]
+
+    def __call__(self, num_samples: int) -> str:
+        from jaxblend.index import history_fingerprint
+        from jaxblend.sources.source_identity import gpt_source_fingerprint
+
+        history = history_fingerprint(self.config, self._infos, int(num_samples))
+        return gpt_source_fingerprint(history, "train-history", self.options)
+
+
+def _unread():
+    raise ValueError("a dataset's arrays are not needed for its history fingerprint")
+
+
+def gpt_train_history(schedule: DataSchedule, config: Any, options: Any, access: Any) -> StagedHistory:
+    """The `StagedHistory` of the train split of `config` (whose `train_schedule` is `schedule`
+    in samples), read with `options` through `access`."""
+    return StagedHistory(schedule, GPTTrainHistory(config, options, access))
