@@ -13,6 +13,8 @@ import importlib
 from typing import Any
 
 _NAMES = {
+    "PhaseStepPlan": "jaxblend.sampling.phases",
+    "PhaseTransitions": "jaxblend.sampling.phases",
     "ProcessRows": "jaxblend.sampling.process_rows",
     "Rampup": "jaxblend.sampling.rampup",
     "RampupStepPlan": "jaxblend.sampling.rampup",
@@ -34,6 +36,8 @@ _NAMES = {
 __all__ = [
     "BatchShape",
     "FixedStepPlan",
+    "PhaseStepPlan",
+    "PhaseTransitions",
     "ProcessRows",
     "Rampup",
     "RampupStepPlan",
