@@ -57,7 +57,9 @@ def megatron_launches(transitions, gbs, train_iters, train_samples):
 
 def _cases():
     rng = np.random.default_rng(22)
-    cases = [((100, 200), 8, 300, None), ((1,), 1, 2, None), ((5,), 3, 9, 40), ((2, 3, 4), 2, 5, 11)]
+    cases = [
+        ((100, 200), 8, 300, None), ((1,), 1, 2, None), ((5,), 3, 9, 40), ((2, 3, 4), 2, 5, 11),
+    ]
     for _ in range(40):
         iters = int(rng.integers(2, 60))
         k = int(rng.integers(1, min(iters - 1, 5) + 1))
@@ -154,7 +156,8 @@ def test_the_plan_refuses_steps_outside_its_phase_and_names_its_phase():
     assert plan.padded_length(10) is None
     assert pickle.loads(pickle.dumps(plan)) == plan
     fingerprints = {phases.plan(p).fingerprint for p in range(3)}
-    fingerprints |= {FixedStepPlan(16, 40).fingerprint, PhaseTransitions((10, 31), 16, 40).plan(1).fingerprint}
+    fingerprints.add(FixedStepPlan(16, 40).fingerprint)
+    fingerprints.add(PhaseTransitions((10, 31), 16, 40).plan(1).fingerprint)
     assert len(fingerprints) == 5
     assert PhaseTransitions((10, 30), 16, 40).plan(1).fingerprint == plan.fingerprint
     with pytest.raises(IndexError):
@@ -195,4 +198,6 @@ def test_a_phase_reads_a_fresh_blend_of_its_length_from_its_first_sample(tmp_pat
     np.testing.assert_array_equal(np.asarray(phased[0]["sample_ids"]), np.arange(gbs))
     # A resume in the middle of the phase continues the same stream.
     resumed = make_loader(phase_source, mesh, plan=plan, start_step=7)
-    np.testing.assert_array_equal(np.asarray(next(resumed)["inputs"]), np.asarray(plain[3]["inputs"]))
+    np.testing.assert_array_equal(
+        np.asarray(next(resumed)["inputs"]), np.asarray(plain[3]["inputs"])
+    )
