@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -31,6 +32,11 @@ def _train(tmp_path, data_path, *extra):
     ]
     return subprocess.run(cmd, env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True,
                           text=True, timeout=600, check=False, cwd=str(tmp_path))
+
+
+def _losses(out) -> dict[int, str]:
+    found = re.findall(r"^step\s+(\d+)\s+loss\s+([0-9.]+)", out.stdout, re.MULTILINE)
+    return {int(s): loss for s, loss in found}
 
 
 def _steps(out) -> dict[int, str]:
@@ -63,7 +69,7 @@ def test_each_phase_is_a_launch_with_its_own_data(tmp_path):
         "change too); pass --global_batch_size=8"
     )
 
-    second = _train(tmp_path, c)
+    second = _train(tmp_path, c, "--save_interval=1", "--keep_checkpoints=10")
     assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-3000:]
     assert "resumed from" in second.stdout
     assert "phase 2 of 3 from step 4: a fresh blend of 24 samples" in second.stdout
@@ -71,6 +77,19 @@ def test_each_phase_is_a_launch_with_its_own_data(tmp_path):
     assert sorted(steps) == [5, 6, 7]
     assert steps[7] == "c=24"  # a new stream: counts start again with the phase's datasets
     assert "phase 2 of 3 ended at step 7" in second.stdout.strip().splitlines()[-1]
+
+    # A preempted phase (its newest checkpoint mid-phase) resumes only with the phase's data, and
+    # then trains the same step as the uninterrupted launch did.
+    shutil.rmtree(checkpoints / "7")
+    other = _train(tmp_path, a)
+    assert other.returncode != 0
+    last = other.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: ") and "fingerprint" in last, other.stderr[-2000:]
+    again = _train(tmp_path, c)
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-3000:]
+    assert "phase 2 of 3 from step" not in again.stdout  # mid-phase: the stream continues
+    assert sorted(_steps(again)) == [7]
+    assert _losses(again)[7] == _losses(second)[7]
 
     third = _train(tmp_path, f"30 {a} 70 {c}")
     assert third.returncode == 0, third.stdout[-2000:] + third.stderr[-3000:]
