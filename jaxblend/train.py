@@ -22,6 +22,10 @@ With `--rampup_batch_size="START INCREMENT RAMP_SAMPLES"` the global batch grows
 Megatron-LM's `--rampup-batch-size` (the Megatron spelling of the flags is accepted too); each
 batch size is compiled once.
 
+With `--phase_transition_iterations="100,200"` (Megatron-LM's `--phase-transition-iterations`) the
+run saves a checkpoint and exits 0 at each listed step; relaunched with the next phase's data
+flags, it trains that phase on a fresh blend of the phase's length (docs/schedules.md).
+
 Logs step, loss, the step's global batch size, tokens/s, the fraction of step time spent waiting for data and per-dataset
 sample counts; saves model + optimizer + loader state (Orbax, every host its own shards) every
 `--save_interval` steps to `--checkpoint_dir` (a directory or a gs:// URL) and resumes from the

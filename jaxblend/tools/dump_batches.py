@@ -105,6 +105,9 @@ def main(argv: Sequence[str]) -> None:
         with open(fl.state_in) as f:
             state = json.load(f)
     phase = _phase_plan(fl, state)
+    start_step = fl.start_step
+    if phase is not None and state is not None and state.get("step") == phase.first_step:
+        start_step, state = phase.first_step, None  # a new phase: the previous stream ended
     if phase is None:
         source = cli.source_from_flags(fl.which, whole_maps=False)  # as training reads
         plan = cli.step_plan(len(source), fl.global_batch_size)
@@ -115,7 +118,7 @@ def main(argv: Sequence[str]) -> None:
     loader = make_loader(
         source, mesh, plan=plan, batch_axes=default_batch_axes(mesh.axis_names),
         prefetch=prefetch,
-        start_step=fl.start_step, state=state,
+        start_step=start_step, state=state,
     )
     steps = fl.steps
     if loader.step + steps > loader.num_steps:

@@ -30,6 +30,7 @@ from jaxblend.sampling import (
     RampupStepPlan,
     StepBatchSchedule,
     StepBatchSchedulePlan,
+    TokenBudgetPlan,
 )
 
 
@@ -132,7 +133,11 @@ def test_train_samples_below_the_run_are_refused():
 @pytest.mark.parametrize("plan", [
     RampupStepPlan(Rampup(8, 8, 64), 32, 12),
     StepBatchSchedulePlan(StepBatchSchedule((0, 40), (4, 8)), 12),
-], ids=["rampup", "step_batch_size_schedule"])
+    TokenBudgetPlan(
+        np.zeros(3, np.int32), np.arange(0, 8, 2, dtype=np.int64), np.arange(6, dtype=np.int64),
+        np.array([8], np.int32), np.array([2], np.int32), "tiny",
+    ),
+], ids=["rampup", "step_batch_size_schedule", "token_budget"])
 def test_a_batch_size_that_changes_is_refused(plan):
     with pytest.raises(ValueError, match="requires a fixed global batch size") as err:
         PhaseTransitions.over(plan, "5")

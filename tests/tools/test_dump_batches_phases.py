@@ -57,11 +57,17 @@ def test_a_phase_equals_a_fresh_blend_of_its_length(prefixes, tmp_path):
     # The first phase over another blend: its own fresh 4 x 8 samples.
     first = _dump([f"--data_path=50 {a} 50 {b}", "--train_samples=112",
                    "--phase_transition_iterations=4,9", "--steps=4",
+                   f"--state_out={tmp_path / 'state.json'}",
                    f"--data_cache_path={tmp_path / 'm1'}"], tmp_path / "phase1")
     plain1 = _dump([f"--data_path=50 {a} 50 {b}", "--train_samples=32", "--steps=4",
                     f"--data_cache_path={tmp_path / 'm2'}"], tmp_path / "plain1")
     assert first["inputs"].tobytes() == plain1["inputs"].tobytes()
     assert first["inputs"].tobytes() != phased["inputs"][:4].tobytes()
+    # Phase 1's final state (step 4) starts phase 2 afresh, as a relaunched job does.
+    resumed = _dump([f"--data_path=30 {b} 70 {c}", "--train_samples=112",
+                     "--phase_transition_iterations=4,9", f"--state_in={tmp_path / 'state.json'}",
+                     "--steps=5", f"--data_cache_path={tmp_path / 'm1'}"], tmp_path / "resumed")
+    assert resumed["inputs"].tobytes() == plain["inputs"].tobytes()
 
 
 def test_steps_across_a_transition_are_one_line(prefixes, tmp_path):
