@@ -123,3 +123,11 @@ def test_reads_the_schedule_from_a_bucket(fl, object_store):
     fl.data_schedule = object_store.prefix_url("sched/missing.json")
     with pytest.raises(ValueError, match="missing.json: no such file"):
         schedule_flags.data_schedule_from_flags(data_access_from_flags())
+
+
+def test_mock_data_is_refused_beside_a_schedule(fl):
+    from jaxblend.cli import source_flags
+
+    fl.mock_data = True
+    with pytest.raises(ValueError, match="--mock_data replaces them"):
+        source_flags.source_settings_from_flags()
