@@ -127,6 +127,13 @@ def test_future_edit_at_resume_keeps_the_past_and_repeats_nothing(data, tmp_path
     for d in range(3):
         drawn = sorted(s for i, s in [*before, *after] if i == d)
         assert drawn == list(range(len(drawn))), d  # each dataset continues where it left off
+    # and the token windows served before r are not served again after it
+    def rows(batches):
+        flat_ids = batches["dataset_ids"].reshape(-1)
+        flat_rows = batches["inputs"].reshape(flat_ids.size, -1)
+        return {(int(i), r.tobytes()) for i, r in zip(flat_ids, flat_rows)}
+
+    assert not rows(first) & rows(rest)
 
 
 def test_past_edit_is_refused_in_one_line(data, tmp_path):
