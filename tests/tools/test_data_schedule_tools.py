@@ -244,3 +244,30 @@ def test_publication_record_path_matches_whole_maps(data, tmp_path, s3_server):
                 f"--s3_endpoint={s3_server.url}", f"--steps={STEPS}", env=env)
     for key in rest:
         assert rest[key].tobytes() == full[key][STEPS - 2:].tobytes(), key
+
+
+@pytest.mark.parametrize(
+    "batch_flags",
+    # sizes 2, 2, 2, 2, 4, 4, 6, ... and 4 x 6 steps then 8 (thresholds in tokens of 16)
+    [["--rampup_batch_size=2 2 24"], ["--step_batch_size_schedule=0:4 384:8"]],
+    ids=["rampup", "step_batch_size_schedule"],
+)
+def test_stage_boundaries_stay_at_their_steps_with_variable_batches(data, tmp_path, batch_flags):
+    root, (a, b, c), base = data
+    args = [f"--data_schedule={base}", f"--seq_length={SEQ}", f"--train_samples={B * STEPS}",
+            f"--data_cache_path={tmp_path / 'cache'}", "--eod_id=0", "--mesh_shape=2",
+            "--num_cpu_devices=2", "--steps=8", f"--out={tmp_path / 'o'}", *batch_flags]
+    if "--rampup" in batch_flags[0]:
+        args.append(f"--global_batch_size={B}")
+    done = run("jaxblend.tools.dump_batches", *args)
+    assert done.returncode == 0, done.stderr[-4000:]
+    with np.load(tmp_path / "o" / "batches.npz") as f:
+        steps = {int(k.split("/")[1]): f[k] for k in f.files if k.startswith("dataset_ids/")}
+        first = {int(k.split("/")[1]): f[k] for k in f.files if k.startswith("sample_ids/")}
+    assert sorted(steps) == list(range(8))
+    assert len({v.size for v in steps.values()}) > 1  # the batch size changes
+    expected = {0: {0, 1}, 1: {0, 1}, 2: {0, 1}, 3: {0, 2}, 4: {0, 2}, 5: {0, 2}, 6: {1}, 7: {1}}
+    for k, ids in steps.items():
+        assert set(np.unique(ids)) <= expected[k], k
+    assert 2 in steps[3]  # c joins exactly at step 3
+    assert first[3][0] == sum(steps[k].size for k in range(3))
