@@ -185,6 +185,10 @@ def test_build_index_and_inspect_take_the_schedule(data, tmp_path):
     rows = json.loads(out.read_text())["rows"]
     assert {r["dataset"] for r in rows} == {b}  # stage 2: b alone
     assert [r["sample_id"] for r in rows] == list(range(7 * B, 8 * B))
+    stats = tmp_path / "stats.json"
+    done = run("jaxblend.tools.inspect", "stats", f"--data_schedule={base}", f"--json={stats}")
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert list(json.loads(stats.read_text())) == [a, b, c]  # every stage's datasets
     done = run("jaxblend.tools.inspect", "preflight", *common(base, cache)[:2],
                f"--global_batch_size={B}", f"--train_iters={STEPS}", "--vocab_size=600")
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
