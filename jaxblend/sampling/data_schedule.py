@@ -120,7 +120,7 @@ class DataSchedule:
             raise ValueError(f"{self.source}: the schedule has no stages; give at least {EXAMPLE}")
         for k, stage in enumerate(stages):
             if not isinstance(stage, DataStage):
-                raise ValueError(
+                raise ValueError(  # noqa: TRY004 - one line through the CLIs' ValueError path
                     f"{self.source}: stage {k} is a {type(stage).__name__}, not a DataStage"
                 )
         if stages[0].start_step != 0:
@@ -160,7 +160,10 @@ class DataSchedule:
         for k, entry in enumerate(raw):
             where = f"{source}: stage {k}"
             if not isinstance(entry, Mapping):
-                raise ValueError(f"{where} is a {type(entry).__name__}, not an object {{\"start_step\", \"blend\"}}")
+                raise ValueError(  # noqa: TRY004 - a bad file, not a programming error
+                    f"{where} is a {type(entry).__name__}, not an object "
+                    "{\"start_step\", \"blend\"}"
+                )
             unknown = sorted(set(entry) - set(_STAGE_KEYS))
             if unknown:
                 raise ValueError(f"{where}: unknown keys {unknown} (a stage has {list(_STAGE_KEYS)})")
