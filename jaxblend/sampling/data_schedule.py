@@ -48,6 +48,12 @@ def _stage_blend(blend: Sequence[str] | str, where: str) -> tuple[str, ...]:
         parsed = blend_spec.parse_blend(blend, "blend")
     except ValueError as err:
         raise ValueError(f"{where}: {err}") from None
+    repeated = sorted({p for p in parsed.prefixes if parsed.prefixes.count(p) > 1})
+    if repeated:
+        raise ValueError(
+            f"{where}: blend names {repeated[0]} more than once; give each dataset once, with "
+            "the summed weight"
+        )
     if parsed.weights is None and len(parsed.prefixes) > 1:
         raise ValueError(
             f"{where}: blend {blend!r} names {len(parsed.prefixes)} datasets without "
@@ -273,9 +279,12 @@ class DataSchedule:
         from jaxblend.index.blend_schedule import BlendSchedule, BlendStage
 
         starts = self.start_samples(plan)
-        return BlendSchedule(
-            tuple(BlendStage(start, s.blend) for start, s in zip(starts, self.stages, strict=True))
-        )
+        try:
+            return BlendSchedule(tuple(
+                BlendStage(start, s.blend) for start, s in zip(starts, self.stages, strict=True)
+            ))
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"{self.source}: {err}") from None
 
 
 def _blend_of_json(value: Any, where: str) -> tuple[str, ...]:
