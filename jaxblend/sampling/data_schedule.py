@@ -22,6 +22,7 @@ trained (docs/schedules.md, "Edits at resume").
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 from collections.abc import Mapping, Sequence
@@ -48,7 +49,7 @@ def _stage_blend(blend: Sequence[str] | str, where: str) -> tuple[str, ...]:
         parsed = blend_spec.parse_blend(blend, "blend")
     except ValueError as err:
         raise ValueError(f"{where}: {err}") from None
-    repeated = sorted({p for p in parsed.prefixes if parsed.prefixes.count(p) > 1})
+    repeated = [p for p, n in collections.Counter(parsed.prefixes).items() if n > 1]
     if repeated:
         raise ValueError(
             f"{where}: blend names {repeated[0]} more than once; give each dataset once, with "
