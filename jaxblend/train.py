@@ -531,7 +531,7 @@ def _train(watch, s: cli.TrainSettings) -> None:
     state = _init_model(s, spec.vocab_size, spec.seed, mesh)
     watch.phase = "restoring the checkpoint"
     resume = _restore(checkpoint, state, s)
-    _enter_phase(resume, data.plan)
+    loader_state = _enter_phase(resume, data.plan)
     train_step, eval_step = _compile_steps(state, len(data.names))
 
     watch.phase = "opening the data"
@@ -539,7 +539,7 @@ def _train(watch, s: cli.TrainSettings) -> None:
     loader = make_loader(
         data.train, mesh, plan=data.plan, batch_axes=batch_axes,
         prefetch=prefetch,
-        state=resume.loader_state, start_step=resume.start, history=data.history,
+        state=loader_state, start_step=resume.start, history=data.history,
     )
     if loader.step != resume.start:
         raise ValueError(f"checkpoint step {resume.start} but loader state step {loader.step}")
@@ -595,16 +595,16 @@ def _phase_plan(checkpoint, s: cli.TrainSettings) -> PhaseStepPlan | None:
     return transitions.plan(transitions.phase_of(start))
 
 
-def _enter_phase(resume: _Resume, plan) -> None:
-    """Resuming in one of Megatron's phases: the global batch size must be the checkpoint's, and at
-    a phase's first step the previous phase's stream (its loader state and per-dataset counts)
-    ends: the phase reads its fresh blend from sample 0."""
+def _enter_phase(resume: _Resume, plan) -> dict | None:
+    """The loader state to resume from. In one of Megatron's phases the global batch size must be
+    the checkpoint's, and at a phase's first step the previous phase's stream (its loader state and
+    per-dataset counts) ends: the phase reads its fresh blend from sample 0 (None)."""
     import jax
 
     from jaxblend.sampling import PhaseStepPlan
 
     if not isinstance(plan, PhaseStepPlan) or resume.loader_state is None:
-        return
+        return resume.loader_state
     recorded = (resume.meta or {}).get("global_batch_size")
     if recorded is None:
         logging.warning(
@@ -618,14 +618,16 @@ def _enter_phase(resume: _Resume, plan) -> None:
             f"a fixed global batch size (Megatron refuses the change too); pass "
             f"--global_batch_size={recorded}"
         )
-    if resume.start == plan.first_step:
-        resume.loader_state, resume.counts = None, None
-        if jax.process_index() == 0:
-            print(
-                f"phase {plan.phase + 1} of {plan.transitions.num_phases} from step "
-                f"{resume.start}: a fresh blend of {plan.num_samples} samples from the data flags, "
-                "read from its first sample", flush=True,
-            )
+    if resume.start != plan.first_step:
+        return resume.loader_state
+    resume.counts = None
+    if jax.process_index() == 0:
+        print(
+            f"phase {plan.phase + 1} of {plan.transitions.num_phases} from step {resume.start}: a "
+            f"fresh blend of {plan.num_samples} samples from the data flags, read from its first "
+            "sample", flush=True,
+        )
+    return None
 
 
 def _phase_meta(plan) -> dict:
