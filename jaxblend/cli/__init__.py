@@ -6,11 +6,14 @@ any jaxblend module defines no flag, and nothing outside this package reads `abs
 (the entry-point modules excepted): the library takes plain arguments and config objects.
 
   data_flags         Megatron-LM data flags -> `GPTDataConfig` (`data_config_from_flags`)
+  schedule_flags     --data_schedule (a data flag): the JSON file -> `DataSchedule`, its steps ->
+                     the config's `train_schedule` in samples, the resume history
   access_flags       storage and cache flags -> `DataAccess` (`data_access_from_flags`)
   schema_flags       sample-schema flags -> `GPTSchemaOptions`
   source_flags       mock data, storage backend -> `SourceSettings`; opens a split's source
   step_plan_flags    --global_batch_size, --rampup_batch_size, --step_batch_size_schedule
                      -> `StepPlan`
+  phase_flags        --phase_transition_iterations -> `PhaseTransitions` (Megatron's phases)
   mesh_flags         --mesh_shape, --mesh_axes -> `jax.sharding.Mesh`
   distributed_flags  --coordinator_address, ... -> `DistributedConfig`
   loader_flags       --worker_count, --read_ahead -> `PrefetchOptions`
@@ -37,11 +40,13 @@ from jaxblend.cli.distributed_flags import (
 from jaxblend.cli.entry import run
 from jaxblend.cli.loader_flags import define_loader_flags, prefetch_from_flags
 from jaxblend.cli.mesh_flags import define_mesh_flags, mesh_from_flags
+from jaxblend.cli.schedule_flags import data_schedule_from_flags, staged_history
 from jaxblend.cli.schema_flags import define_schema_flags, schema_options_from_flags
 from jaxblend.cli.source_flags import (
     MockSettings,
     SourceSettings,
     define_source_flags,
+    history_from_flags,
     open_source,
     open_validation_sources,
     source_from_flags,
@@ -74,6 +79,7 @@ __all__ = [
     "TrainSettings",
     "data_access_from_flags",
     "data_config_from_flags",
+    "data_schedule_from_flags",
     "decoder_from_flags",
     "define_data_flags",
     "define_distributed_flags",
@@ -86,6 +92,7 @@ __all__ = [
     "define_train_flags",
     "distributed_config_from_flags",
     "final_global_batch_size",
+    "history_from_flags",
     "initialize_from_flags",
     "mesh_from_flags",
     "object_store_from_flags",
@@ -101,6 +108,7 @@ __all__ = [
     "schema_options_from_flags",
     "source_from_flags",
     "source_settings_from_flags",
+    "staged_history",
     "step_batch_schedule_from_flags",
     "step_plan",
     "train_settings_from_flags",
