@@ -9,6 +9,7 @@ Megatron-cached per-dataset maps to a build through `PerDatasetMapsProvider`.
 
 from __future__ import annotations
 
+from jaxblend.index.blend_schedule import BlendSchedule, BlendStage
 from jaxblend.index.blend_index import build_blending_indices, build_exhaustive_blending_indices
 from jaxblend.index.blend_spec import (
     Blend,
@@ -18,7 +19,13 @@ from jaxblend.index.blend_spec import (
     swapped_weights_hint,
 )
 from jaxblend.index.config import DatasetInfo, GPTDataConfig
-from jaxblend.index.data_maps import DataMaps, DataMapsSpec, build_data_maps, config_prefixes
+from jaxblend.index.data_maps import (
+    DataMaps,
+    DataMapsSpec,
+    build_data_maps,
+    config_prefixes,
+    history_fingerprint,
+)
 from jaxblend.index.document_index import build_document_index
 from jaxblend.index.gpt import GPTIndexMaps, build_gpt_index_maps
 from jaxblend.index.masked_maps import MaskedIndexConfig, MaskedSampleIndex, build_masked_index
@@ -31,6 +38,8 @@ from jaxblend.index.split_maps import Piece, Spans, SplitMaps
 
 __all__ = [
     "Blend",
+    "BlendSchedule",
+    "BlendStage",
     "DataMaps",
     "DataMapsSpec",
     "DatasetInfo",
@@ -55,6 +64,7 @@ __all__ = [
     "build_sample_index",
     "build_shuffle_index",
     "config_prefixes",
+    "history_fingerprint",
     "normalize",
     "parse_blend",
     "parse_split",

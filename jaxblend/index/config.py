@@ -16,6 +16,7 @@ import numpy as np
 
 from jaxblend.index import blend_spec
 from jaxblend.index import split as split_lib
+from jaxblend.index.blend_schedule import BlendSchedule
 
 _UINT32_MAX = int(np.iinfo(np.uint32).max)
 _COUNT_LIMIT = 2**53  # counts are also handled as float64 by the blend kernels
@@ -122,6 +123,12 @@ class GPTDataConfig:
       add_extra_token_to_sequence: samples hold S + 1 tokens (inputs/targets shifted by one).
       drop_last_partial_validation_sequence: False keeps the valid split's last partial sample.
       mid_level_dataset_surplus: extra fraction of samples built per blended dataset.
+      train_schedule: a staged blend of the train split (`BlendSchedule`), or None. When set, the
+        train split is the staged blend of `num_samples[0]` samples (which must be given and
+        exceed the last stage's start); `blend` + `split` or `blend_per_split` then give only the
+        valid and test splits (both may be None: no valid/test split). With `blend` + `split`,
+        every schedule dataset trains on `split`'s train portion of its documents, otherwise on
+        all of them.
     """
 
     blend: Sequence[str] | None = None
@@ -135,8 +142,15 @@ class GPTDataConfig:
     add_extra_token_to_sequence: bool = True
     drop_last_partial_validation_sequence: bool = True
     mid_level_dataset_surplus: float = 0.005
+    train_schedule: BlendSchedule | None = None
 
     def __post_init__(self) -> None:
+        if self.train_schedule is not None and not isinstance(self.train_schedule, BlendSchedule):
+            raise TypeError(
+                f"train_schedule is a {type(self.train_schedule).__name__}; expected a "
+                "BlendSchedule or None"
+            )
+        staged = self.train_schedule is not None
         if isinstance(self.blend, str):
             object.__setattr__(self, "blend", tuple(self.blend.split()))
         elif self.blend is not None:
@@ -152,21 +166,28 @@ class GPTDataConfig:
                 for b in per
             )
             per = tuple(None if b is not None and len(b) == 0 else b for b in per)
-            if all(b is None for b in per):
+            if all(b is None for b in per) and not staged:
                 raise ValueError("blend_per_split = (None, None, None) names no dataset")
             object.__setattr__(self, "blend_per_split", per)
-        if self.blend is None and self.blend_per_split is None:
-            raise ValueError("one of blend or blend_per_split must be given, got neither")
+        if self.blend is None and self.blend_per_split is None and not staged:
+            raise ValueError(
+                "one of blend, blend_per_split or train_schedule must be given, got none"
+            )
         if self.blend is not None and self.blend_per_split is not None:
             raise ValueError("blend and blend_per_split are exclusive; give one of them")
         if self.blend is not None:
             blend_spec.parse_blend(self.blend, "blend")
             if self.split is None:
                 raise ValueError("split must be given with blend (e.g. '969,30,1'), got None")
-            split_lib.parse_split(self.split)
-        else:
+            matrix = split_lib.split_matrix(split_lib.parse_split(self.split))
+            if staged and matrix[0] is None:
+                raise ValueError(
+                    f"split = {self.split!r} leaves no documents to the train split, which "
+                    "train_schedule draws from; give the train split a share (e.g. '969,30,1')"
+                )
+        elif self.blend_per_split is not None:
             for name, b in zip(split_lib.SPLIT_NAMES, self.blend_per_split):
-                if b is not None:
+                if b is not None and not (staged and name == "train"):
                     blend_spec.parse_blend(b, f"blend_per_split[{name}]")
         if isinstance(self.seq_length, bool) or not isinstance(self.seq_length, (int, np.integer)):
             raise TypeError(f"seq_length = {self.seq_length!r} must be an int > 0")
@@ -186,6 +207,14 @@ class GPTDataConfig:
         object.__setattr__(
             self, "num_samples", tuple(None if c is None else int(c) for c in counts)
         )
+        if staged:
+            train = self.num_samples[0]
+            last = self.train_schedule.stages[-1].start_sample
+            if train is None or train <= last:
+                raise ValueError(
+                    f"num_samples[train] = {train} but train_schedule's last stage starts at sample "
+                    f"{last}; a staged train split needs a sample count past it (--train_samples)"
+                )
         surplus = float(self.mid_level_dataset_surplus)
         if not math.isfinite(surplus) or surplus < 0:
             raise ValueError(

@@ -19,6 +19,9 @@ Which datasets each split blends, and how many samples it asks of each, is decid
   the exhaustive variant when N is None.
 * A split with no tokens and no requested count is empty (Megatron's behaviour); requesting
   samples from it raises ValueError (Megatron loops forever).
+* A `train_schedule` makes the train split a staged blend (`staged_split`, same layout plus each
+  dataset's epoch count); `history_fingerprint` names its first samples, which a future edit of
+  the schedule leaves unchanged.
 """
 
 from __future__ import annotations
@@ -32,7 +35,14 @@ import tqdm
 from absl import logging
 
 from jaxblend import identity
-from jaxblend.index import blend_index, blend_spec, gpt, maps_key, split_resolution
+from jaxblend.index import (
+    blend_index,
+    blend_spec,
+    gpt,
+    maps_key,
+    split_resolution,
+    staged_split,
+)
 from jaxblend.index import split as split_lib
 from jaxblend.index.config import DatasetInfo, GPTDataConfig
 from jaxblend.index.per_dataset_maps import DatasetMapsRequest, PerDatasetMapsProvider
@@ -40,6 +50,8 @@ from jaxblend.index.split_maps import SplitMaps
 
 PLAN_FORMAT = "gpt-plan"
 PLAN_FORMAT_VERSION = 2
+HISTORY_FORMAT = "gpt-train-history"
+HISTORY_FORMAT_VERSION = 1
 
 InfoSource = split_resolution.InfoSource
 
@@ -60,15 +72,20 @@ def plan_fingerprint(
             "weights": None if b.weights is None else [repr(float(w)) for w in b.weights],
         }
 
+    schedule = config.train_schedule
+    per_split = config.blend_per_split
+    if per_split is not None and schedule is not None:
+        per_split = (None, *per_split[1:])  # the schedule replaces the train entry
     return identity.fingerprint(
         PLAN_FORMAT,
         PLAN_FORMAT_VERSION,
         maps_layout=maps_key.MAPS_LAYOUT,
         index_code=maps_key.code_digest(),
         blend=encode(config.blend),
-        blend_per_split=None
-        if config.blend_per_split is None
-        else [encode(b) for b in config.blend_per_split],
+        blend_per_split=None if per_split is None else [encode(b) for b in per_split],
+        train_schedule=identity.OMIT
+        if schedule is None
+        else [{"start": s.start_sample, "blend": encode(s.blend)} for s in schedule.stages],
         split=config.split if config.blend is not None else None,
         seq_length=int(config.seq_length),
         seed=int(config.seed),
@@ -124,10 +141,84 @@ class DataMaps:
 
 
 def config_prefixes(config: GPTDataConfig) -> list[str]:
-    """Every distinct prefix a configuration names, in order of first appearance."""
+    """Every distinct prefix a configuration names, in order of first appearance (a train
+    schedule's datasets first; the train entry of `blend_per_split` is then not used)."""
+    schedule = config.train_schedule
+    blends: list = [] if schedule is None else [s.blend for s in schedule.stages]
     if config.blend is not None:
-        return blend_spec.blend_prefixes([config.blend])
-    return blend_spec.blend_prefixes(config.blend_per_split)
+        blends.append(config.blend)
+    elif config.blend_per_split is not None:
+        blends.extend(config.blend_per_split[1:] if schedule else config.blend_per_split)
+    return blend_spec.blend_prefixes(blends)
+
+
+def history_fingerprint(
+    config: GPTDataConfig, infos: InfoSource, num_samples: int
+) -> str:
+    """The identity of the train split's first `num_samples` samples.
+
+    With a `train_schedule` it covers what those samples depend on: the schedule cut to the
+    stages holding samples `[0, num_samples)` (the last kept stage's end is left out), the
+    weights as the blends use them, the train portion of the documents, seq_length, seed, the
+    extra token and the content of the datasets those stages use. So it is equal for two
+    schedules that differ only from sample `num_samples` on (their first samples are identical,
+    see `blend_schedule`) and differs when a stage before it changes. Without a schedule the train
+    split's samples depend on all its settings, so it covers all of them.
+
+    The index code is not part of it (the plan fingerprint has it): the staged algorithm is
+    named by `HISTORY_FORMAT_VERSION`, bumped if it ever changes meaning.
+
+    Args:
+      config: the data configuration.
+      infos: prefix -> DatasetInfo (only content fingerprints are read).
+      num_samples: samples consumed (>= 0).
+
+    Raises:
+      ValueError: a negative count, missing dataset info, or a config without a train split.
+    """
+    if isinstance(num_samples, bool) or not isinstance(num_samples, (int, np.integer)):
+        raise TypeError(f"num_samples = {num_samples!r} must be an int >= 0")
+    if num_samples < 0:
+        raise ValueError(f"num_samples = {num_samples} must be >= 0")
+    spec = split_resolution.resolve_splits(config, ("train",))[0]
+    if spec is None:
+        raise ValueError("the configuration has no train split to fingerprint the history of")
+    common = {
+        "seq_length": int(config.seq_length),
+        "seed": int(config.seed),
+        "add_extra_token_to_sequence": bool(config.add_extra_token_to_sequence),
+        "bookend": [float(b) for b in spec.bookend],
+    }
+    if config.train_schedule is None:
+        prefixes = list(spec.prefixes)
+        fields = {
+            "train": {
+                "kind": spec.kind,
+                "num_samples": spec.num_samples,
+                "weights": None if spec.weights is None else [float(w) for w in spec.weights],
+                "surplus": float(spec.surplus),
+            },
+        }
+    else:
+        cut = config.train_schedule.truncated(int(num_samples))
+        prefixes = [] if cut is None else cut.prefixes()
+        position = {p: k for k, p in enumerate(prefixes)}
+        stages = [] if cut is None else cut.stages
+        fields = {
+            "stages": [
+                {
+                    "start": s.start_sample,
+                    "datasets": [position[p] for p in s.parsed.prefixes],
+                    "weights": [float(w) for w in s.weights()],
+                }
+                for s in stages
+            ],
+            "num_samples": int(num_samples),
+        }
+    datasets = [split_resolution.dataset_info(infos, p).fingerprint for p in prefixes]
+    return identity.fingerprint(
+        HISTORY_FORMAT, HISTORY_FORMAT_VERSION, datasets=datasets, **common, **fields
+    )
 
 
 def _wanted_splits(splits: Sequence[str] | None) -> tuple[str, ...]:
@@ -285,6 +376,7 @@ def _make_split_plans(
                 "constituent_prefix",
                 "dataset_index",
                 "dataset_sample_index",
+                "epochs",
             )
             if f"{name}.{field}" in arrays
         }
@@ -338,6 +430,11 @@ def _build_split(
     provider: PerDatasetMapsProvider | None = None,
 ) -> dict[str, np.ndarray]:
     """The arrays of one split (named `<split>.<array>`); records its metadata in `meta_out`."""
+    if spec.kind == "staged":
+        out, meta_out[spec.name] = staged_split.build_staged_arrays(
+            config, spec, infos, max_lengths, position
+        )
+        return out
     maps = _dataset_maps(config, spec, infos, max_lengths, provider)
     out = _blend_arrays(spec, [len(m) for m in maps]) if spec.kind != "single" else {}
     out.update(_concatenated_maps(spec, maps, position))

@@ -160,6 +160,8 @@ class SplitMaps:
         )
         self._dataset_index = arrays.get("dataset_index")
         self._dataset_sample_index = arrays.get("dataset_sample_index")
+        epochs = arrays.get("epochs")
+        self._epochs = None if epochs is None else np.asarray(epochs, dtype=np.int64)
         self._lengths = lengths
         self._length_offsets = np.ascontiguousarray(length_offsets, dtype=np.int64)
         self._megatron_dtypes = megatron_dtypes
@@ -206,14 +208,36 @@ class SplitMaps:
         """Blend sample ids within each dataset (int64), or None."""
         return self._dataset_sample_index
 
+    @property
+    def is_staged(self) -> bool:
+        """True for a staged train split (`jaxblend.index.blend_schedule`): each dataset's
+        samples are one-epoch maps laid end to end (`dataset_epochs`)."""
+        return self._epochs is not None
+
     def dataset_length(self, dataset_id: int) -> int:
         """Number of samples of constituent `dataset_id` (all E epochs)."""
         return int(self._offsets[dataset_id, 3])
 
-    def constituent(self, dataset_id: int) -> gpt.GPTIndexMaps:
-        """Constituent `dataset_id`'s maps in Megatron's dtypes (views when the dtypes agree)."""
+    def dataset_epochs(self, dataset_id: int) -> int:
+        """Epochs laid end to end in a staged split's dataset `dataset_id` (1 otherwise: a
+        Megatron GPT dataset's epochs are one map)."""
         if not 0 <= dataset_id < self.num_datasets:
             raise IndexError(f"dataset_id {dataset_id} out of range [0, {self.num_datasets})")
+        return 1 if self._epochs is None else int(self._epochs[dataset_id])
+
+    def constituent(self, dataset_id: int, epoch: int | None = None) -> gpt.GPTIndexMaps:
+        """Constituent `dataset_id`'s maps in Megatron's dtypes (views when the dtypes agree).
+
+        Args:
+          dataset_id: the dataset within the split.
+          epoch: for a staged split, which of the dataset's one-epoch maps (epoch 0 is
+            Megatron's); None = all of them, which needs the dataset to have one epoch.
+
+        Raises:
+          IndexError: a dataset id or epoch out of range.
+          ValueError: `epoch=None` for a staged dataset of several epochs.
+        """
+        count = self.dataset_epochs(dataset_id)
         doc0, smp0, shf0, n = (int(v) for v in self._offsets[dataset_id])
         doc1 = (
             int(self._offsets[dataset_id + 1, 0])
@@ -221,10 +245,39 @@ class SplitMaps:
             else int(self._document_index.shape[0])
         )
         sample_dtype, shuffle_dtype = self._megatron_dtypes[dataset_id]
+        if epoch is None and count > 1:
+            raise ValueError(
+                f"dataset {dataset_id} ({self.dataset_names[dataset_id]}) of split {self.name!r} "
+                f"holds {count} epochs laid end to end; ask constituent({dataset_id}, epoch=e)"
+            )
+        if count == 1:
+            if epoch not in (None, 0):
+                raise IndexError(f"epoch {epoch} out of range [0, 1) of dataset {dataset_id}")
+            return gpt.GPTIndexMaps(
+                document_index=self._document_index[doc0:doc1],
+                sample_index=self._sample_index[smp0 : smp0 + n + 1].astype(
+                    sample_dtype, copy=False
+                ),
+                shuffle_index=self._shuffle_index[shf0 : shf0 + n].astype(
+                    shuffle_dtype, copy=False
+                ),
+            )
+        if not 0 <= epoch < count:
+            raise IndexError(f"epoch {epoch} out of range [0, {count}) of dataset {dataset_id}")
+        per_doc, per_epoch = (doc1 - doc0) // count, n // count
+        rows = self._sample_index[
+            smp0 + epoch * (per_epoch + 1) : smp0 + (epoch + 1) * (per_epoch + 1)
+        ].astype(np.int64)
+        rows[:, 0] -= epoch * per_doc
+        shuffle = self._shuffle_index[
+            shf0 + epoch * per_epoch : shf0 + (epoch + 1) * per_epoch
+        ].astype(np.int64) - epoch * (per_epoch + 1)
         return gpt.GPTIndexMaps(
-            document_index=self._document_index[doc0:doc1],
-            sample_index=self._sample_index[smp0 : smp0 + n + 1].astype(sample_dtype, copy=False),
-            shuffle_index=self._shuffle_index[shf0 : shf0 + n].astype(shuffle_dtype, copy=False),
+            document_index=self._document_index[
+                doc0 + epoch * per_doc : doc0 + (epoch + 1) * per_doc
+            ],
+            sample_index=rows.astype(sample_dtype),
+            shuffle_index=shuffle.astype(shuffle_dtype),
         )
 
     # -- lookups -------------------------------------------------------------------------------

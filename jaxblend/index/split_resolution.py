@@ -14,6 +14,9 @@ rules, docs/format.md "Blends"):
   Megatron does).
 * Only the validation split keeps a last partial sample, and only with
   `drop_last_partial_validation_sequence=False`.
+* A `train_schedule` replaces the train split by a "staged" blend of `num_samples[0]` samples
+  over the schedule's datasets (`jaxblend.index.blend_schedule`), on `split`'s train portion of
+  their documents with `blend`, else on all of them.
 """
 
 from __future__ import annotations
@@ -26,11 +29,12 @@ import numpy as np
 
 from jaxblend.index import blend_spec
 from jaxblend.index import split as split_lib
+from jaxblend.index.blend_schedule import BlendSchedule
 from jaxblend.index.config import DatasetInfo, GPTDataConfig
 
 InfoSource = Mapping[str, DatasetInfo] | Callable[[str], DatasetInfo]
 
-SPLIT_KINDS = ("single", "weighted", "unweighted")
+SPLIT_KINDS = ("single", "weighted", "unweighted", "staged")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,13 +43,14 @@ class SplitSpec:
 
     Attributes:
       name: "train", "valid" or "test".
-      prefixes: the datasets, in blend order.
-      kind: "single", "weighted" or "unweighted" (see the module docstring).
+      prefixes: the datasets, in blend order (a staged split: `schedule.prefixes()`).
+      kind: "single", "weighted", "unweighted" or "staged" (see the module docstring).
       bookend: the fraction `[lo, hi)` of every dataset's documents in this split.
       num_samples: the samples requested, or None (one epoch / exhaustive).
       weights: normalized weights of a weighted blend, else None.
       surplus: `mid_level_dataset_surplus` (extra samples asked of each blended dataset).
       drop_last_partial: whether the last partial sample is dropped.
+      schedule: the stages of a "staged" split, else None.
     """
 
     name: str
@@ -56,10 +61,13 @@ class SplitSpec:
     weights: tuple[float, ...] | None
     surplus: float
     drop_last_partial: bool
+    schedule: BlendSchedule | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in SPLIT_KINDS:
             raise ValueError(f"split kind {self.kind!r}; expected one of {SPLIT_KINDS}")
+        if (self.kind == "staged") != (self.schedule is not None):
+            raise ValueError(f"split kind {self.kind!r} with schedule {self.schedule!r}")
 
     def blend_targets(self) -> list[int] | None:
         """A weighted blend's samples per dataset, `ceil(N w_j)` (summing to its size), or None."""
@@ -68,7 +76,19 @@ class SplitSpec:
         return [math.ceil(self.num_samples * w) for w in self.weights]
 
     def dataset_requests(self) -> list[int | None]:
-        """The samples asked of each dataset's GPT maps (None: one epoch)."""
+        """The samples asked of each dataset's GPT maps (None: one epoch).
+
+        A staged split builds whole epochs for the samples its stages draw; this is the upper
+        bound `sum_k ceil(len_k w_kj)` of those draws (what `estimate` sizes).
+        """
+        if self.kind == "staged":
+            position = {p: j for j, p in enumerate(self.prefixes)}
+            drawn = [0] * len(self.prefixes)
+            bounds = self.schedule.bounds(self.num_samples)
+            for stage, (start, stop) in zip(self.schedule.stages, bounds):
+                for p, w in zip(stage.parsed.prefixes, stage.weights()):
+                    drawn[position[p]] += math.ceil((stop - start) * w)
+            return drawn
         if self.kind == "single":
             return [self.num_samples]
         if self.kind == "weighted":
@@ -86,23 +106,45 @@ def resolve_splits(
         sample count.
     """
     specs: list[SplitSpec | None] = []
+    staged = config.train_schedule is not None
     if config.blend is not None:
         blend = blend_spec.parse_blend(config.blend, "blend")
         matrix = split_lib.split_matrix(split_lib.parse_split(config.split))
         for index, name in enumerate(split_lib.SPLIT_NAMES):
             if matrix[index] is None or name not in wanted:
                 specs.append(None)
-                continue
-            specs.append(_make_spec(config, name, blend, matrix[index], index, per_split=False))
+            elif staged and name == "train":
+                specs.append(_staged_spec(config, matrix[index]))
+            else:
+                specs.append(_make_spec(config, name, blend, matrix[index], index, per_split=False))
         return specs
     for index, name in enumerate(split_lib.SPLIT_NAMES):
-        raw = config.blend_per_split[index]
-        if raw is None or name not in wanted:
+        raw = None if config.blend_per_split is None else config.blend_per_split[index]
+        if name not in wanted:
             specs.append(None)
-            continue
-        blend = blend_spec.parse_blend(raw, f"blend_per_split[{name}]")
-        specs.append(_make_spec(config, name, blend, (0.0, 1.0), index, per_split=True))
+        elif staged and name == "train":
+            specs.append(_staged_spec(config, (0.0, 1.0)))
+        elif raw is None:
+            specs.append(None)
+        else:
+            blend = blend_spec.parse_blend(raw, f"blend_per_split[{name}]")
+            specs.append(_make_spec(config, name, blend, (0.0, 1.0), index, per_split=True))
     return specs
+
+
+def _staged_spec(config: GPTDataConfig, bookend: tuple[float, float]) -> SplitSpec:
+    schedule = config.train_schedule
+    return SplitSpec(
+        name="train",
+        prefixes=tuple(schedule.prefixes()),
+        kind="staged",
+        bookend=bookend,
+        num_samples=config.num_samples[0],
+        weights=None,
+        surplus=float(config.mid_level_dataset_surplus),
+        drop_last_partial=True,
+        schedule=schedule,
+    )
 
 
 def _make_spec(
