@@ -74,7 +74,7 @@ def _has_data_flags() -> bool:
     fl = flags.FLAGS
     return bool(
         fl.data_path or fl.train_data_path or fl.valid_data_path or fl.test_data_path
-        or fl.data_args_path or fl.per_split_data_args_path or fl.mock_data
+        or fl.data_args_path or fl.per_split_data_args_path or fl.data_schedule or fl.mock_data
     )
 
 
@@ -161,6 +161,7 @@ class _Data:
     valid: dict[str, LoaderSource]
     names: list[str]
     seq_length: int
+    history: object = None  # a `--data_schedule` run's `StagedHistory` (resume across edits)
 
 
 @dataclasses.dataclass
@@ -204,13 +205,15 @@ def _data_spec(s: cli.TrainSettings) -> _DataSpec:
         vocab_size = sources.mock.vocab_size
     config = None
     if sources.mock is None:
-        config = cli.data_config_from_flags(default_blend=default_blend)
-        train, valid, test = config.num_samples
         b = s.global_batch_size
+        config = cli.data_config_from_flags(
+            default_blend=default_blend, default_train_samples=cli.samples_for(b, s.train_iters)
+        )
+        train, valid, test = config.num_samples
         config = dataclasses.replace(
             config,
             num_samples=(
-                train if train is not None else cli.samples_for(b, s.train_iters),
+                train,
                 valid if valid is not None else s.eval_batches * cli.final_global_batch_size(b),
                 test if test is not None else 0,
             ),
@@ -267,7 +270,8 @@ def _open_data(spec: _DataSpec, s: cli.TrainSettings) -> _Data:
             logging.warning("no validation: %s", err)
     plan = cli.step_plan(len(train), s.global_batch_size, s.train_iters)
     names = getattr(train, "dataset_names", ["mock"])
-    return _Data(train, plan, valid, names, spec.schema.seq_length)
+    history = cli.staged_history(spec.config, spec.schema, spec.sources.access)
+    return _Data(train, plan, valid, names, spec.schema.seq_length, history)
 
 
 def _import_optax():
@@ -589,7 +593,7 @@ def _train(watch, s: cli.TrainSettings) -> None:
     loader = make_loader(
         data.train, mesh, plan=data.plan, batch_axes=batch_axes,
         prefetch=prefetch,
-        state=resume.loader_state,
+        state=resume.loader_state, history=data.history,
     )
     if loader.step != resume.start:
         raise ValueError(f"checkpoint step {resume.start} but loader state step {loader.step}")

@@ -6,6 +6,8 @@ any jaxblend module defines no flag, and nothing outside this package reads `abs
 (the entry-point modules excepted): the library takes plain arguments and config objects.
 
   data_flags         Megatron-LM data flags -> `GPTDataConfig` (`data_config_from_flags`)
+  schedule_flags     --data_schedule (a data flag): the JSON file -> `DataSchedule`, its steps ->
+                     the config's `train_schedule` in samples, the resume history
   access_flags       storage and cache flags -> `DataAccess` (`data_access_from_flags`)
   schema_flags       sample-schema flags -> `GPTSchemaOptions`
   source_flags       mock data, storage backend -> `SourceSettings`; opens a split's source
@@ -42,12 +44,14 @@ from jaxblend.cli.source_flags import (
     MockSettings,
     SourceSettings,
     define_source_flags,
+    history_from_flags,
     open_source,
     open_validation_sources,
     source_from_flags,
     source_settings_from_flags,
     validation_sources_from_flags,
 )
+from jaxblend.cli.schedule_flags import data_schedule_from_flags, staged_history
 from jaxblend.cli.step_plan_flags import (
     MEGATRON_NARGS,
     define_step_plan_flags,
@@ -73,6 +77,7 @@ __all__ = [
     "SourceSettings",
     "TrainSettings",
     "data_access_from_flags",
+    "data_schedule_from_flags",
     "data_config_from_flags",
     "decoder_from_flags",
     "define_data_flags",
@@ -86,6 +91,7 @@ __all__ = [
     "define_train_flags",
     "distributed_config_from_flags",
     "final_global_batch_size",
+    "history_from_flags",
     "initialize_from_flags",
     "mesh_from_flags",
     "object_store_from_flags",
@@ -101,6 +107,7 @@ __all__ = [
     "schema_options_from_flags",
     "source_from_flags",
     "source_settings_from_flags",
+    "staged_history",
     "step_batch_schedule_from_flags",
     "step_plan",
     "train_settings_from_flags",

@@ -6,6 +6,8 @@
   --train_data_path, --valid_data_path, --test_data_path   per-split blends (instead of data_path)
   --data_args_path           a file holding the --data_path blend (Megatron's)
   --per_split_data_args_path a JSON file with the train/valid/test blends (Megatron's)
+  --data_schedule            a JSON file (local or bucket) of the train split's stages over steps
+                             (docs/schedules.md); the train blend then comes from it alone
   --split                    "969,30,1"
   --seq_length               tokens per sample (required)
   --seed                     RandomState seed (1234)
@@ -50,6 +52,14 @@ def define_data_flags() -> None:
         "per_split_data_args_path",
         None,
         'JSON file {"train": [...], "valid": [...], "test": [...]} of per-split blends.',
+    )
+    flags.DEFINE_string(
+        "data_schedule", None,
+        'JSON file (local path, gs:// or s3:// URL) of the train split\'s mixture over steps: '
+        '{"stages": [{"start_step": 0, "blend": ["50", "/d/a", "50", "/d/b"]}, {"start_step": '
+        '100, "blend": [...]}]}. Replaces the train blend; --data_path/--split or '
+        "--valid_data_path/--test_data_path still give the validation and test splits. Needs "
+        "--train_samples (the training example derives it from --train_iters).",
     )
     flags.DEFINE_string("split", "969,30,1", "train,valid,test proportions (with --data_path).")
     flags.DEFINE_integer("seq_length", None, "Tokens per sample S.")
@@ -102,11 +112,14 @@ def _blend(value: list[str] | None) -> tuple[str, ...] | None:
 
 def _blends_from_flags(
     default_blend: tuple[str, ...] | None = None,
+    scheduled: bool = False,
 ) -> tuple[tuple[str, ...] | None, tuple[tuple[str, ...] | None, ...]]:
     """(--data_path blend, per-split blends), checked to be exactly one of the two forms.
 
     Megatron's data-args files (`--data_args_path`, `--per_split_data_args_path`) stand in for
     `--data_path` and the per-split paths; `default_blend` stands in when no data path is given.
+    With `scheduled` (`--data_schedule` gives the train blend) a train blend of the per-split
+    form is refused and no blend at all is accepted (the run then has no valid/test splits).
     """
     fl = flags.FLAGS
     per_split = tuple(_blend(getattr(fl, name)) for name in _BLEND_FLAGS)
@@ -126,6 +139,18 @@ def _blends_from_flags(
         raise ValueError(
             "--data_path excludes --train_data_path/--valid_data_path/--test_data_path"
         )
+    if scheduled:
+        if per_split[0] is not None:
+            given = (
+                "--per_split_data_args_path's \"train\" entry" if fl.per_split_data_args_path
+                else "--train_data_path"
+            )
+            raise ValueError(
+                f"--data_schedule gives the train split's blend and so does {given}: drop one "
+                "(--valid_data_path/--test_data_path or --data_path/--split still give the "
+                "validation and test splits)"
+            )
+        return blend, per_split
     if blend is None and all(b is None for b in per_split) and default_blend:
         blend = tuple(default_blend)
     if blend is None and all(b is None for b in per_split):
@@ -139,31 +164,59 @@ def prefixes_from_flags() -> list[str]:
     Raises:
       ValueError: no data path, both forms given, or a malformed blend.
     """
-    blend, per_split = _blends_from_flags()
-    return index.blend_prefixes([blend] if blend is not None else per_split)
+    from jaxblend.cli import schedule_flags
+
+    schedule = schedule_flags.data_schedule_from_flags()
+    blend, per_split = _blends_from_flags(scheduled=schedule is not None)
+    named = index.blend_prefixes([blend] if blend is not None else per_split)
+    if schedule is None:
+        return named
+    return list(dict.fromkeys([*schedule.prefixes(), *named]))
 
 
-def data_config_from_flags(default_blend: tuple[str, ...] | None = None) -> index.GPTDataConfig:
+def data_config_from_flags(
+    default_blend: tuple[str, ...] | None = None,
+    default_train_samples: int | None = None,
+) -> index.GPTDataConfig:
     """The `GPTDataConfig` described by the data flags.
 
     Args:
       default_blend: the blend used when no data path flag is given (e.g. a built-in corpus).
+      default_train_samples: the train split's size when `--train_samples` is not given (the
+        training example's `--train_iters` steps); a `--data_schedule` needs one of the two.
 
     Raises:
-      ValueError: missing --seq_length, no data path, both --data_path and per-split paths, or an
-        unreadable data-args file.
+      ValueError: missing --seq_length, no data path, both --data_path and per-split paths, an
+        unreadable data-args file, or a bad `--data_schedule` (unreadable, malformed, a stage
+        past the run's end, a train blend given twice).
     """
+    from jaxblend.cli import schedule_flags
+
     fl = flags.FLAGS
     if fl.seq_length is None:
         raise ValueError("--seq_length is required")
-    blend, per_split = _blends_from_flags(default_blend)
+    schedule = schedule_flags.data_schedule_from_flags()
+    blend, per_split = _blends_from_flags(default_blend, scheduled=schedule is not None)
+    train_samples = fl.train_samples if fl.train_samples is not None else default_train_samples
+    valid_samples, test_samples = fl.valid_samples, fl.test_samples
+    train_schedule = None
+    if schedule is not None:
+        if train_samples is None:
+            raise ValueError(
+                f"--data_schedule {schedule_flags.flag_value()} counts steps: give --train_samples "
+                "(the train split's size; the run's steps are the full batches it holds)"
+            )
+        train_schedule = schedule_flags.train_blend_schedule(schedule, train_samples)
+        if blend is None and all(b is None for b in per_split):
+            per_split = None  # no validation or test split
     return index.GPTDataConfig(
         blend=blend,
         blend_per_split=None if blend is not None else per_split,
+        train_schedule=train_schedule,
         split=fl.split,
         seq_length=fl.seq_length,
         seed=fl.seed,
-        num_samples=(fl.train_samples, fl.valid_samples, fl.test_samples),
+        num_samples=(train_samples, valid_samples, test_samples),
         add_extra_token_to_sequence=fl.add_extra_token_to_sequence,
         drop_last_partial_validation_sequence=fl.drop_last_partial_validation_sequence,
         mid_level_dataset_surplus=fl.mid_level_dataset_surplus,

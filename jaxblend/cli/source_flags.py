@@ -198,3 +198,18 @@ def validation_sources_from_flags() -> dict:
     settings = source_settings_from_flags()
     config = _config_from_flags(settings)
     return open_validation_sources(config, _schema_from_flags(config, settings), settings)
+
+
+def history_from_flags(split: str, source):
+    """The resume history (`jaxblend.loading.StagedHistory`) of `source`, the `split` source the
+    flags describe, when it is a `--data_schedule` train split; else None (the loader then checks
+    the whole source)."""
+    if split != "train" or flags.FLAGS.mock_data:
+        return None
+    from jaxblend.cli import schedule_flags
+
+    if schedule_flags.flag_value() is None:
+        return None
+    settings = source_settings_from_flags()
+    config = _config_from_flags(settings)
+    return schedule_flags.staged_history(config, source.options, settings.access)

@@ -9,6 +9,7 @@ from jaxblend.loading.global_batch import batch_sharding, make_global_batch
 from jaxblend.loading.host_source import HostStepSource
 from jaxblend.loading.loader import PrefetchOptions, StepLoader, make_loader
 from jaxblend.loading.protocols import GrainSourceAdapter, LoaderSource, PaddedLoaderSource
+from jaxblend.loading.resume_history import StagedHistory
 
 __all__ = [
     "GrainSourceAdapter",
@@ -16,6 +17,7 @@ __all__ = [
     "LoaderSource",
     "PaddedLoaderSource",
     "PrefetchOptions",
+    "StagedHistory",
     "StepLoader",
     "batch_sharding",
     "make_global_batch",

@@ -13,7 +13,10 @@ Flow per step k (the same program on every host):
 
 State is `{"step", "fingerprint", "version"}`: stateless resume from a step number, valid on any
 topology because step k is defined globally by the plan, refused when the fingerprint (source
-content and configuration, the plan's identity) differs (docs/design.md, "Resume state").
+content and configuration, the plan's identity) differs (docs/design.md, "Resume state"). A
+staged train split (`history=StagedHistory(...)`, a `--data_schedule` run) fingerprints only the
+samples before the state's step and adds `"data_schedule"` (the schedule in steps): its future
+stages may change at resume, its past ones may not (docs/schedules.md, "Edits at resume").
 """
 
 from __future__ import annotations
@@ -33,7 +36,9 @@ from jaxblend import identity
 from jaxblend.loading import global_batch
 from jaxblend.loading.host_source import HostStepSource
 from jaxblend.loading.protocols import LoaderSource
+from jaxblend.loading.resume_history import STATE_KEY, StagedHistory, explain_unscheduled
 from jaxblend.sampling import FixedStepPlan, ProcessRows, StepPlan, StepSampler
+from jaxblend.sampling.data_schedule import first_sample
 from jaxblend.validation import require_int
 
 # 2: fingerprints built by `jaxblend.identity.fingerprint` from named fields (1 hashed reprs).
@@ -41,12 +46,14 @@ STATE_VERSION = 2
 DEFAULT_REMOTE_READ_AHEAD = 8
 
 
-class LoaderState(TypedDict):
-    """A loader's resume state (JSON): the next step and the identity of the stream."""
+class LoaderState(TypedDict, total=False):
+    """A loader's resume state (JSON): the next step and the identity of the stream (of its
+    samples before that step for a staged split, which also saves its `data_schedule`)."""
 
     version: int
     step: int
     fingerprint: str | None
+    data_schedule: dict
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,11 +109,21 @@ def loader_fingerprint(source: LoaderSource, plan: StepPlan) -> str | None:
     )
 
 
+def history_fingerprint(history: StagedHistory, plan: StepPlan, step: int) -> str:
+    """What the resume state of a staged split at `step` must match: the identity of the
+    samples of steps [0, step) and the plan's."""
+    return identity.fingerprint(
+        "loader_history", STATE_VERSION,
+        source=history.fingerprint_before(first_sample(plan, step)), plan=plan.fingerprint,
+    )
+
+
 class StepLoader(Iterator[dict[str, jax.Array]]):
     """Global batches of a step plan over a source, laid out on a mesh; see `make_loader`.
 
     A `grain.DataLoader` over a `StepSampler` (stateless resume from a step), device prefetch,
-    the data-wait clock, and the resume state `{"version", "step", "fingerprint"}`.
+    the data-wait clock, and the resume state `{"version", "step", "fingerprint"}` (plus
+    `"data_schedule"` with a `history`).
 
     Args:
       source: the samples.
@@ -116,6 +133,8 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
       prefetch: reading and prefetching options.
       start_step: first step.
       process_index: this process (defaults to `jax.process_index()`).
+      history: for a staged train split, what a resume state checks instead of the whole
+        source (`StagedHistory`): later stages may change at resume, earlier ones not.
 
     Raises:
       ValueError: if the plan needs more samples than the source has, a batch size does not split
@@ -132,6 +151,7 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
         prefetch: PrefetchOptions = PrefetchOptions(),
         start_step: int = 0,
         process_index: int | None = None,
+        history: StagedHistory | None = None,
     ):
         if plan.num_samples > len(source):
             raise ValueError(
@@ -149,6 +169,7 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
         self.process_rows = ProcessRows.of(plan, sharding, self.process_index)
         self.host_source = HostStepSource(source, self.process_rows)
         self.fingerprint = loader_fingerprint(source, plan)
+        self.history = history
         self.wait_seconds = 0.0
         self._grain_iter: Iterator[dict[str, np.ndarray]] | None = None
         self._queue: collections.deque[dict[str, jax.Array]] = collections.deque()
@@ -217,9 +238,23 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _fingerprint_at(self, step: int) -> str | None:
+        """The fingerprint a state at `step` carries: the whole stream's, or (staged split) that
+        of its steps before `step`."""
+        if self.history is None or self.fingerprint is None:
+            return self.fingerprint
+        return history_fingerprint(self.history, self.plan, step)
+
     def state(self) -> LoaderState:
-        """A small JSON-serializable resume state: the next step and the stream's fingerprint."""
-        return {"version": STATE_VERSION, "step": self._step, "fingerprint": self.fingerprint}
+        """A small JSON-serializable resume state: the next step and the stream's fingerprint
+        (a staged split: of the steps before it, and the data schedule in steps)."""
+        state: LoaderState = {
+            "version": STATE_VERSION, "step": self._step,
+            "fingerprint": self._fingerprint_at(self._step),
+        }
+        if self.history is not None:
+            state[STATE_KEY] = self.history.saved()
+        return state
 
     def restore(self, state: Mapping[str, object]) -> None:
         """Continues the stream at `state["step"]` (any topology).
@@ -244,19 +279,26 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
                 "this loader's source has no fingerprint, so a state cannot be checked against it: "
                 "give the source a `fingerprint` or restart from a step number (start_step)"
             )
-        if state["fingerprint"] != self.fingerprint:
+        step = state["step"]
+        if not isinstance(step, int) or not 0 <= step <= self.num_steps:
+            raise ValueError(f"loader state step {step!r} out of range [0, {self.num_steps}]")
+        if state["fingerprint"] != self._fingerprint_at(step):
+            explained = (
+                explain_unscheduled(state, step) if self.history is None
+                else self.history.explain_mismatch(state, step)
+            )
+            if explained is not None:
+                raise ValueError(explained)
             raise ValueError(
                 "loader state comes from a different data configuration (different source or "
                 "plan): its fingerprint "
-                f"{state['fingerprint']} != this loader's {self.fingerprint} (source, blend, seed, "
+                f"{state['fingerprint']} != this loader's {self._fingerprint_at(step)} (source, "
+                "blend, seed, "
                 "sequence length, batch size or batch plan changed); to resume, use the same data "
                 "flags as the run that saved it; to continue deliberately with the new data, start "
                 "a new workdir/checkpoint directory, or restart from a step number (start_step) "
                 "instead of the saved state"
             )
-        step = state["step"]
-        if not isinstance(step, int) or not 0 <= step <= self.num_steps:
-            raise ValueError(f"loader state step {step!r} out of range [0, {self.num_steps}]")
         return step
 
 
@@ -272,6 +314,7 @@ def make_loader(
     start_step: int = 0,
     state: Mapping[str, object] | None = None,
     process_index: int | None = None,
+    history: StagedHistory | None = None,
 ) -> StepLoader:
     """Builds an iterator of global batches over `source` laid out on `mesh`.
 
@@ -290,6 +333,8 @@ def make_loader(
       start_step: first step (ignored when `state` is given).
       state: a dict from `StepLoader.state()` to resume from.
       process_index: this process (defaults to `jax.process_index()`).
+      history: a staged train split's `StagedHistory` (a `--data_schedule` run): the state then
+        checks only the steps before its own, so future stages may change at resume.
 
     Returns:
       A `StepLoader`.
@@ -315,7 +360,7 @@ def make_loader(
         plan = FixedStepPlan.covering(len(source), global_batch_size, num_steps)
     loader = StepLoader(
         source, plan, mesh, batch_axes=batch_axes, prefetch=prefetch, start_step=start_step,
-        process_index=process_index,
+        process_index=process_index, history=history,
     )
     if state is not None:
         loader.restore(state)

@@ -2,7 +2,8 @@
 
 A step plan (`StepPlan`: `FixedStepPlan`, `RampupStepPlan`, `StepBatchSchedulePlan`,
 `TokenBudgetPlan`) maps a step to the global sample ids of its rows and says every batch shape up
-front; `ProcessRows` gives one process its rows of each step from the batch sharding;
+front; a `DataSchedule` (stages of `DataStage`) changes the data mixture at given steps;
+`ProcessRows` gives one process its rows of each step from the batch sharding;
 `StepSampler` is the Grain sampler over steps. Everything here is pure: the same answers on
 every host, for any topology, before and after a resume (docs/design.md, "Global batch k").
 """
@@ -13,6 +14,8 @@ import importlib
 from typing import Any
 
 _NAMES = {
+    "DataSchedule": "jaxblend.sampling.data_schedule",
+    "DataStage": "jaxblend.sampling.data_schedule",
     "ProcessRows": "jaxblend.sampling.process_rows",
     "Rampup": "jaxblend.sampling.rampup",
     "RampupStepPlan": "jaxblend.sampling.rampup",
@@ -33,6 +36,8 @@ _NAMES = {
 
 __all__ = [
     "BatchShape",
+    "DataSchedule",
+    "DataStage",
     "FixedStepPlan",
     "ProcessRows",
     "Rampup",

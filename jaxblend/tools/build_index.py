@@ -4,6 +4,11 @@
       --seq_length=2048 --train_samples=25600000 --valid_samples=25600 --test_samples=0 \
       --data_cache_path=/data/index_cache
 
+With `--data_schedule=sched.json` (docs/schedules.md) the train split is the staged blend of the
+schedule's stages; `--global_batch_size` (and `--rampup_batch_size` or
+`--step_batch_size_schedule`) turn the stages' steps into samples exactly as training does, so
+give the same values as the training job.
+
 Run it once per cache location (on each pod host with a local cache, or once for a shared
 filesystem) so the training job starts by memory-mapping the maps. Prints, per split, its size,
 the samples it draws from each dataset (the dataset's share of the split) and, apart, the samples
@@ -77,5 +82,11 @@ def main(argv: Sequence[str]) -> None:
         print(f"{state}: {done.url}")
 
 
+def define_flags() -> None:
+    """The data flags and the step-plan flags (which turn `--data_schedule` steps into samples)."""
+    data_flags.define_data_flags()
+    cli.define_step_plan_flags(default_global_batch_size=8)
+
+
 if __name__ == "__main__":
-    cli.run(main, define=data_flags.define_data_flags)
+    cli.run(main, megatron_nargs=cli.MEGATRON_NARGS, define=define_flags)

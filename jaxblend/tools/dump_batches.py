@@ -14,7 +14,9 @@ from all processes). Run it on two topologies and compare the files:
 Also takes the data flags of `jaxblend.tools.dump_samples` (or `--mock_data`), the distributed
 flags, `--rampup_batch_size` (Megatron's batch-size ramp-up; batches of one size are stacked, so
 `--steps` must stay within one size or the file holds one array per step: `<key>/<step>`),
-`--state_in` (resume from a loader state JSON) and `--state_out` (write the final state).
+`--state_in` (resume from a loader state JSON) and `--state_out` (write the final state), and
+`--data_schedule` (the train split's stages over steps, docs/schedules.md; a state saved with
+one resumes with a schedule changed only from its step on).
 The source is opened as training opens it: with a bucket `--data_cache_path` from the published
 plan (`jaxblend.map_store.publication`; this process publishes it when it is the builder and
 nothing is published yet), else from the datasets and the whole maps.
@@ -87,7 +89,7 @@ def main(argv: Sequence[str]) -> None:
     loader = make_loader(
         source, mesh, plan=plan, batch_axes=default_batch_axes(mesh.axis_names),
         prefetch=prefetch,
-        start_step=fl.start_step, state=state,
+        start_step=fl.start_step, state=state, history=cli.history_from_flags(fl.which, source),
     )
     steps = fl.steps
     if loader.step + steps > loader.num_steps:

@@ -13,6 +13,11 @@ are accepted as well):
   python -m jaxblend.tools.dump_samples --data_path="30 /d/a 70 /d/b" --split=969,30,1 \
       --seq_length=2048 --seed=1234 --train_samples=100000 --valid_samples=1000 \
       --test_samples=100 --num=16 --out=/tmp/dump
+
+With `--data_schedule=sched.json` (docs/schedules.md) the train split is the schedule's staged
+blend (its `.npz` then also holds each dataset's epoch maps laid end to end); give the training
+job's `--global_batch_size` (or `--rampup_batch_size` / `--step_batch_size_schedule`), which turns
+the stages' steps into samples.
 """
 
 from __future__ import annotations
@@ -31,8 +36,10 @@ from jaxblend.map_store import load_or_build_data_maps
 
 
 def define_flags() -> None:
-    """The data flags, the tokenizer flags, `--num`, `--out` and `--decode`."""
+    """The data flags, the step-plan flags (steps of `--data_schedule` -> samples), the tokenizer
+    flags, `--num`, `--out` and `--decode`."""
     data_flags.define_data_flags()
+    cli.define_step_plan_flags(default_global_batch_size=8)
     cli.define_tokenizer_flags()
     tool_flags.define_dump_samples_flags()
     tool_flags.define_decode_flags()
@@ -125,4 +132,4 @@ def main(argv: Sequence[str]) -> None:
 
 if __name__ == "__main__":
     # Megatron-LM's spellings work too: --data-path 0.3 /d/a 0.7 /d/b --seq-length 4096 ...
-    cli.run(main, megatron_nargs=data_flags.MEGATRON_NARGS, define=define_flags)
+    cli.run(main, megatron_nargs=cli.MEGATRON_NARGS, define=define_flags)

@@ -1,0 +1,311 @@
+"""Data schedules: the training mixture changing over steps (`--data_schedule=sched.json`).
+
+A data schedule is a list of stages; stage k starts at a training STEP and has its own blend
+(weights over any datasets: a dataset may join or leave at a stage boundary). The last stage runs
+to the end of the train split. The file format:
+
+    {"stages": [
+      {"start_step": 0,   "blend": ["50", "/d/a", "50", "/d/b"]},
+      {"start_step": 100, "blend": ["20", "/d/a", "80", "/d/c"]}
+    ]}
+
+A blend is a Megatron weight/prefix list (weights may be JSON numbers or strings), a
+whitespace-separated string of one (``"20 /d/a 80 /d/c"``), or a single prefix.
+
+The index layer works in samples, not steps (`jaxblend.index.blend_schedule.BlendSchedule`):
+`DataSchedule.blend_schedule(plan)` turns each stage's first step into the first sample of that
+step under the run's step plan (fixed batches, `--rampup_batch_size`,
+`--step_batch_size_schedule`): the first sample of step k is the sum of the batch sizes of steps
+< k. `first_change_before` compares two schedules over the steps a resumed run has already
+trained (docs/schedules.md, "Edits at resume").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from jaxblend.index import blend_spec
+
+if TYPE_CHECKING:  # the index layer's staged blend; the step plans
+    from jaxblend.index.blend_schedule import BlendSchedule
+    from jaxblend.sampling.step_plan import StepPlan
+
+_STAGE_KEYS = ("start_step", "blend")
+EXAMPLE = '{"stages": [{"start_step": 0, "blend": ["50", "/d/a", "50", "/d/b"]}, ...]}'
+
+
+def _stage_blend(blend: Sequence[str] | str, where: str) -> tuple[str, ...]:
+    """`blend` as a validated Megatron blend list: one prefix, or weight/prefix pairs.
+
+    Raises:
+      ValueError: naming `where`: an empty or odd list, a weight that is not a positive number,
+        several prefixes without weights.
+    """
+    try:
+        parsed = blend_spec.parse_blend(blend, "blend")
+    except ValueError as err:
+        raise ValueError(f"{where}: {err}") from None
+    if parsed.weights is None and len(parsed.prefixes) > 1:
+        raise ValueError(
+            f"{where}: blend {blend!r} names {len(parsed.prefixes)} datasets without "
+            "weights; give weight, prefix pairs (e.g. [\"50\", \"/d/a\", \"50\", \"/d/b\"])"
+        )
+    items = [blend] if isinstance(blend, str) else [str(item).strip() for item in blend]
+    if len(items) == 1:
+        items = items[0].split()
+    return tuple(item for item in items if item)
+
+
+def _normalized(blend: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[float, ...] | None]:
+    """What a stage's samples depend on: its prefixes and its normalized weights."""
+    parsed = blend_spec.parse_blend(blend)
+    if parsed.weights is None:
+        return parsed.prefixes, None
+    return parsed.prefixes, tuple(blend_spec.normalize(parsed.weights))
+
+
+@dataclasses.dataclass(frozen=True)
+class DataStage:
+    """One stage of a data schedule.
+
+    Attributes:
+      start_step: the first training step of the stage.
+      blend: its Megatron blend list (``("50", "/d/a", "50", "/d/b")``, or one prefix).
+    """
+
+    start_step: int
+    blend: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        if (
+            isinstance(self.start_step, bool)
+            or not isinstance(self.start_step, int)
+            or self.start_step < 0
+        ):
+            raise ValueError(f"DataStage.start_step must be an integer >= 0, got {self.start_step!r}")
+        object.__setattr__(self, "blend", _stage_blend(self.blend, "DataStage.blend"))
+
+    def same_samples(self, other: DataStage) -> bool:
+        """Whether both stages start at the same step and draw alike (same datasets, in the same
+        order, with the same normalized weights: ``50 a 50 b`` equals ``1 a 1 b``)."""
+        return self.start_step == other.start_step and _normalized(self.blend) == _normalized(
+            other.blend
+        )
+
+    def describe(self, index: int) -> str:
+        """``stage 1 (start_step 100)``."""
+        return f"stage {index} (start_step {self.start_step})"
+
+
+@dataclasses.dataclass(frozen=True)
+class DataSchedule:
+    """A training mixture over steps: stages, the first at step 0, strictly increasing steps.
+
+    Attributes:
+      stages: the stages in step order.
+      source: where the schedule came from (``--data_schedule sched.json``), for messages; not
+        part of the schedule's identity.
+    """
+
+    stages: tuple[DataStage, ...]
+    source: str = dataclasses.field(default="data schedule", compare=False)
+
+    def __post_init__(self) -> None:
+        stages = tuple(self.stages)
+        object.__setattr__(self, "stages", stages)
+        if not stages:
+            raise ValueError(f"{self.source}: the schedule has no stages; give at least {EXAMPLE}")
+        for k, stage in enumerate(stages):
+            if not isinstance(stage, DataStage):
+                raise ValueError(
+                    f"{self.source}: stage {k} is a {type(stage).__name__}, not a DataStage"
+                )
+        if stages[0].start_step != 0:
+            raise ValueError(
+                f"{self.source}: {stages[0].describe(0)} must start at step 0 (the first stage "
+                "covers the run's first steps)"
+            )
+        for k in range(1, len(stages)):
+            if stages[k].start_step <= stages[k - 1].start_step:
+                raise ValueError(
+                    f"{self.source}: {stages[k].describe(k)} does not start after "
+                    f"{stages[k - 1].describe(k - 1)}; start steps must strictly increase"
+                )
+
+    @classmethod
+    def from_json(cls, data: Any, source: str = "data schedule") -> DataSchedule:
+        """The schedule of a decoded JSON document (`to_json`'s form).
+
+        Raises:
+          ValueError: one line naming `source` and the stage: not an object with "stages",
+            unknown keys, a missing or non-integer start_step, a bad blend, misordered stages.
+        """
+        if not isinstance(data, Mapping) or set(data) != {"stages"}:
+            extra = sorted(set(data) - {"stages"}) if isinstance(data, Mapping) else None
+            found = f"unknown keys {extra}" if extra else f"got {type(data).__name__}"
+            raise ValueError(
+                f"{source}: expected an object with only \"stages\" ({found}), e.g. {EXAMPLE}"
+            )
+        raw = data["stages"]
+        if not isinstance(raw, list) or not raw:
+            raise ValueError(f"{source}: \"stages\" must be a non-empty list, e.g. {EXAMPLE}")
+        stages = []
+        for k, entry in enumerate(raw):
+            where = f"{source}: stage {k}"
+            if not isinstance(entry, Mapping):
+                raise ValueError(f"{where} is a {type(entry).__name__}, not an object {{\"start_step\", \"blend\"}}")
+            unknown = sorted(set(entry) - set(_STAGE_KEYS))
+            if unknown:
+                raise ValueError(f"{where}: unknown keys {unknown} (a stage has {list(_STAGE_KEYS)})")
+            missing = [key for key in _STAGE_KEYS if key not in entry]
+            if missing:
+                raise ValueError(f"{where}: missing {missing}")
+            step = entry["start_step"]
+            if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+                raise ValueError(f"{where}: start_step must be an integer >= 0, got {step!r}")
+            where = f"{source}: stage {k} (start_step {step})"
+            stages.append(DataStage(step, _blend_of_json(entry["blend"], where)))
+        return cls(tuple(stages), source)
+
+    @classmethod
+    def from_json_text(cls, text: str, source: str) -> DataSchedule:
+        """The schedule of a JSON file's text.
+
+        Args:
+          text: the file's contents.
+          source: how messages name it (``--data_schedule gs://b/sched.json``).
+
+        Raises:
+          ValueError: one line naming `source` (and the stage): not JSON, or as `from_json`.
+        """
+        try:
+            data = json.loads(text)
+        except ValueError as err:
+            raise ValueError(f"{source}: not JSON ({err}); expected {EXAMPLE}") from None
+        return cls.from_json(data, source)
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"stages": [{"start_step": ..., "blend": [...]}, ...]}`` (`from_json` reads it)."""
+        return {
+            "stages": [
+                {"start_step": s.start_step, "blend": list(s.blend)} for s in self.stages
+            ]
+        }
+
+    def prefixes(self) -> list[str]:
+        """Every dataset of the schedule, in order of first appearance."""
+        return blend_spec.blend_prefixes([s.blend for s in self.stages])
+
+    def stage_of(self, step: int) -> int:
+        """The index of the stage that `step` belongs to."""
+        k = 0
+        while k + 1 < len(self.stages) and self.stages[k + 1].start_step <= step:
+            k += 1
+        return k
+
+    def cut(self, step: int) -> tuple[DataStage, ...]:
+        """The stages that start before `step` (what steps [0, step) are drawn from)."""
+        return tuple(s for s in self.stages if s.start_step < step)
+
+    def first_change_before(self, other: DataSchedule, step: int) -> int | None:
+        """The index of the first stage that differs when both schedules are cut to [0, step).
+
+        Two stages agree when they start at the same step and draw alike (`DataStage.same_samples`).
+        A stage present in one cut and absent from the other differs.
+
+        Returns:
+          The index (in this schedule's numbering where it has the stage, else in `other`'s), or
+          None when both give the same stages for steps [0, step).
+        """
+        mine, theirs = self.cut(step), other.cut(step)
+        for k in range(max(len(mine), len(theirs))):
+            if k >= len(mine) or k >= len(theirs) or not mine[k].same_samples(theirs[k]):
+                return k
+        return None
+
+    def describe_stage(self, index: int) -> str:
+        """``stage 1 (start_step 100)``."""
+        return self.stages[index].describe(index)
+
+    def check_within(self, num_steps: int) -> None:
+        """Refuses a stage that starts at or after the run's last step (it would never train).
+
+        Raises:
+          ValueError: naming the source, the stage and the run's steps.
+        """
+        for k, stage in enumerate(self.stages):
+            if stage.start_step >= num_steps:
+                raise ValueError(
+                    f"{self.source}: {stage.describe(k)} starts at or after the end of the run "
+                    f"({num_steps} steps, last step {num_steps - 1}); it would never train: drop "
+                    "it, or train longer (--train_iters / --train_samples)"
+                )
+
+    def start_samples(self, plan: StepPlan) -> list[int]:
+        """The first sample id of each stage's first step under `plan`.
+
+        Raises:
+          ValueError: a stage starts at or after the plan's last step, or the plan's steps are
+            not consecutive runs of samples (token-budget plans).
+        """
+        self.check_within(plan.num_steps)
+        return [first_sample(plan, s.start_step) for s in self.stages]
+
+    def blend_schedule(self, plan: StepPlan) -> BlendSchedule:
+        """The index layer's staged blend: each stage starting at its first step's first sample.
+
+        Args:
+          plan: the run's step plan (its `num_steps` the run's steps).
+
+        Raises:
+          ValueError: as `start_samples`, or a stage the index layer refuses.
+        """
+        from jaxblend.index.blend_schedule import BlendSchedule, BlendStage
+
+        starts = self.start_samples(plan)
+        return BlendSchedule(
+            tuple(BlendStage(start, s.blend) for start, s in zip(starts, self.stages, strict=True))
+        )
+
+
+def _blend_of_json(value: Any, where: str) -> tuple[str, ...]:
+    """A stage's ``blend`` entry (a list of strings and numbers, or one string) as a blend list."""
+    if isinstance(value, str):
+        items = value.split()
+    elif isinstance(value, list) and all(
+        isinstance(v, str) or (isinstance(v, (int, float)) and not isinstance(v, bool))
+        for v in value
+    ):
+        items = [v if isinstance(v, str) else repr(v) for v in value]
+    else:
+        raise ValueError(
+            f"{where}: blend must be a list of weights and prefixes (e.g. [\"50\", \"/d/a\", "
+            f"\"50\", \"/d/b\"]) or one prefix, got {value!r}"
+        )
+    if not items:
+        raise ValueError(f"{where}: blend is empty; give weight, prefix pairs or one prefix")
+    return _stage_blend(items, where)
+
+
+def first_sample(plan: StepPlan, step: int) -> int:
+    """The first global sample id of `step` under `plan`: the sum of the batch sizes of the steps
+    before it (any step >= 0, also the plan's end).
+
+    Raises:
+      ValueError: the plan's steps are not consecutive runs of samples (token-budget plans).
+    """
+    from jaxblend.sampling.step_plan import FixedStepPlan
+
+    if isinstance(plan, FixedStepPlan):
+        return int(step) * plan.global_batch_size
+    first = getattr(plan, "first_sample", None)
+    if first is None:
+        raise ValueError(
+            f"a data schedule needs a step plan whose step k starts at the sum of the earlier "
+            f"batch sizes (fixed batches, --rampup_batch_size, --step_batch_size_schedule), not "
+            f"{type(plan).__name__}"
+        )
+    return int(first(step))
