@@ -14,8 +14,12 @@ With `--rampup_batch_size` (Megatron's ramp-up), steps follow the ramp in every 
   With --decode, each row's text follows its pieces (one line, newlines shown as \n, at most
   --decode_chars characters), decoded with the tokenizer recorded with the data
   (`jaxblend.decode`; --tokenizer_type & co. for Megatron-made data).
+  With --data_schedule, it first names the stage of step N and the stage's blend.
 * mixture: realized vs target share of each dataset over a step range, as a table and (with
-  --plot, needs matplotlib) a PNG of the cumulative shares.
+  --plot, needs matplotlib) a PNG of the cumulative shares. With --data_schedule (a staged train
+  split) one table per stage (the stage's target: its normalized blend weights; realized: the
+  range's samples in the stage) and one over the range; the plot restarts the shares at each
+  stage and draws the stage boundaries as labelled vertical lines; --json holds the stages.
 * preflight: before training, estimated index-map memory/disk per split, token-dtype limits,
   epochs per dataset, missing caches, the number of distinct batch shapes (compiled programs);
   exits non-zero on problems.
@@ -123,6 +127,7 @@ def explain() -> dict:
     b = samples.size
     opened = {n: IndexedDataset(n, access=access) for n in dict.fromkeys(names)}
     doc_indices = {n: np.asarray(ds.document_indices) for n, ds in opened.items()}
+    stages = _stages_of_step(step, samples, names, len(plan), steps)
     rows = []
     print(f"global batch {step} ({flags.FLAGS.which}, B={b}): row  sample  dataset  pieces (document/sequence [start:stop))")
     for r, sample in enumerate(samples.tolist()):
@@ -145,7 +150,34 @@ def explain() -> dict:
             ])
             rows[-1]["text"] = decoder.detokenize(tokens)
             print(f"      text: {shorten(rows[-1]['text'], flags.FLAGS.decode_chars)}")
-    return {"step": step, "global_batch_size": b, "split": flags.FLAGS.which, "datasets": names, "rows": rows}
+    result = {"step": step, "global_batch_size": b, "split": flags.FLAGS.which, "datasets": names,
+              "rows": rows}
+    if stages is not None:
+        result["stages"] = stages
+    return result
+
+
+def _stages_of_step(
+    step: int, samples: np.ndarray, names, num_samples: int, steps
+) -> list[dict] | None:
+    """For a staged train split: prints and returns the stage(s) holding the step's `samples`
+    (one, unless a stage starts inside the step) with their blends; else None."""
+    from jaxblend.tools import _mixture
+
+    schedule = _train_schedule()
+    if schedule is None:
+        return None
+    spans = _mixture.stage_spans(schedule, names, num_samples, steps)
+    first = schedule.stage_of(int(samples[0]))
+    last = schedule.stage_of(int(samples[-1]))
+    out = []
+    for span in spans[first:last + 1]:
+        rows = [r for r, sample in enumerate(samples.tolist())
+                if span.start_sample <= sample < span.stop_sample]
+        out.append({**span.to_json(), "rows": [rows[0], rows[-1] + 1]})
+        within = "" if first == last else f" (rows [{rows[0]}, {rows[-1] + 1}))"
+        print(f"step {step}{within}: {span.label()} of {len(spans)}, blend {' '.join(span.blend)}")
+    return out
 
 
 def _target_weights(names: Sequence[str], plan) -> np.ndarray:
