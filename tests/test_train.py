@@ -353,3 +353,61 @@ def test_per_dataset_tokens_match_the_batches_and_survive_resume(tmp_path):
     assert all(d["loss"] > 0 and d["tokens"] > 0 for d in valid[0]["datasets"].values())
     assert re.search(r"^step\s+3  validation loss [0-9.]+  datasets: a loss [0-9.]+ \| b loss "
                      r"[0-9.]+$", first, re.MULTILINE), first[-2000:]
+
+
+def test_per_dataset_figures_of_a_staged_run_resumed_with_a_future_edit(tmp_path):
+    """A `--data_schedule` run: a dataset that has not joined yet shows `loss -` and 0 tokens;
+    resumed with a schedule whose future stage swaps a dataset for a new one, the figures continue
+    by dataset name and equal the loss-mask counts of the batches the edited schedule gives."""
+    import json
+
+    import numpy as np
+    from helpers_data import write_random_dataset
+
+    rng = np.random.default_rng(11)
+    a, b, c, d = (write_random_dataset(str(tmp_path / n), rng, 120, lengths=(2, 40),
+                                       vocab=(0, 127), eod=127) for n in "abcd")
+
+    def schedule(name, later):
+        path = tmp_path / name
+        path.write_text(json.dumps({"stages": [
+            {"start_step": 0, "blend": ["50", a, "50", b]},
+            {"start_step": 6, "blend": later}]}))
+        return f"--data_schedule={path}"
+
+    first_schedule = schedule("s1.json", ["50", b, "50", c])
+    edited = schedule("s2.json", ["40", a, "60", d])  # the future (step 6 on) changed at step 4
+    data = [f"--data_path={a}", "--split=90,10,0", "--seq_length=16", "--train_samples=64",
+            "--valid_samples=0", "--eod_id=127", "--eod_mask_loss", "--global_batch_size=8",
+            f"--data_cache_path={tmp_path / 'cache'}"]
+    metrics = tmp_path / "metrics.jsonl"
+    model = ["--vocab_size=128", "--hidden_size=32", "--ffn_hidden_size=64", "--num_layers=1",
+             "--num_attention_heads=2", "--log_interval=2", "--save_interval=4",
+             "--eval_interval=0", f"--workdir={tmp_path / 'run'}", f"--metrics_jsonl={metrics}"]
+
+    def run(module, *args):
+        out = subprocess.run([sys.executable, "-m", module, *args], capture_output=True,
+                             text=True, timeout=600, check=False)
+        assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+        return out.stdout
+
+    first = run("jaxblend.train", *data, first_schedule, *model, "--train_iters=4")
+    assert re.search(rf"^step\s+4  datasets: a loss [0-9.]+ tokens [0-9,]+ \| b loss [0-9.]+ "
+                     rf"tokens [0-9,]+ \| c loss - tokens 0$", first, re.MULTILINE), first
+    resumed = run("jaxblend.train", *data, edited, *model, "--train_iters=8")
+    assert "resumed from" in resumed
+    run("jaxblend.tools.dump_batches", *data, edited, "--steps=8", f"--out={tmp_path / 'dump'}")
+    with np.load(tmp_path / "dump" / "batches.npz") as f:
+        ids, mask = f["dataset_ids"], f["loss_mask"]
+    row_tokens = mask.sum(-1).astype(np.int64)
+    names = [a, b, d]  # the edited schedule's datasets, in order of first appearance
+    records = {r["step"]: r for r in map(json.loads, metrics.read_text().splitlines())}
+    assert sorted(records) == [1, 2, 4, 5, 6, 8]
+    for step in (6, 8):
+        expected = [int(row_tokens[:step][ids[:step] == j].sum()) for j in range(3)]
+        assert [records[step]["datasets"][n]["tokens"] for n in names] == expected, step
+    assert records[6]["datasets"][d] == {"loss": None, "loss_tokens": 0, "tokens": 0, "samples": 0}
+    assert records[8]["datasets"][d]["tokens"] > 0 and c not in records[8]["datasets"]
+    assert records[8]["datasets"][b]["loss_tokens"] == 0  # b left the mixture at step 6
+    assert re.search(r"^step\s+8  datasets: a loss [0-9.]+ tokens [0-9,]+ \| b loss - tokens "
+                     r"[0-9,]+ \| d loss [0-9.]+ tokens [0-9,]+$", resumed, re.MULTILINE), resumed
