@@ -436,10 +436,10 @@ def _evaluate(
             *(np.sum([np.asarray(getattr(bs, f)) for _, bs in outputs], axis=0)
               for f in dataset_metrics.DatasetSums._fields)
         )
-        label = vname
+        label = "validation"
         if vname != "valid":  # one of --multiple_validation_sets
-            label = f"{vname} ({os.path.basename(names[0])})"
-        line = f"step {done:5d}  {'validation' if vname == 'valid' else 'validation ' + label} loss {loss:.4f}"
+            label = f"validation {vname} ({os.path.basename(names[0])})"
+        line = f"step {done:5d}  {label} loss {loss:.4f}"
         if len(names) > 1:
             line += "  " + dataset_metrics.validation_part(names, sums, s.log_datasets)
         print(line, flush=True)

@@ -392,8 +392,8 @@ def test_per_dataset_figures_of_a_staged_run_resumed_with_a_future_edit(tmp_path
         return out.stdout
 
     first = run("jaxblend.train", *data, first_schedule, *model, "--train_iters=4")
-    assert re.search(rf"^step\s+4  datasets: a loss [0-9.]+ tokens [0-9,]+ \| b loss [0-9.]+ "
-                     rf"tokens [0-9,]+ \| c loss - tokens 0$", first, re.MULTILINE), first
+    assert re.search(r"^step\s+4  datasets: a loss [0-9.]+ tokens [0-9,]+ \| b loss [0-9.]+ "
+                     r"tokens [0-9,]+ \| c loss - tokens 0$", first, re.MULTILINE), first
     resumed = run("jaxblend.train", *data, edited, *model, "--train_iters=8")
     assert "resumed from" in resumed
     run("jaxblend.tools.dump_batches", *data, edited, "--steps=8", f"--out={tmp_path / 'dump'}")

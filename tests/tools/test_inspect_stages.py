@@ -76,7 +76,7 @@ def test_mixture_per_stage_realized_vs_target_and_boundaries(staged, tmp_path):
 
 
 def test_mixture_of_one_stage_range_and_of_the_validation_split(staged, tmp_path):
-    args, names, _ = staged
+    args, _, _ = staged
     run("mixture", *args, "--start_step=22", "--end_step=30", f"--json={tmp_path / 'one.json'}")
     result = json.loads((tmp_path / "one.json").read_text())
     assert [s["samples"] for s in result["stages"]] == [0, 64, 0]

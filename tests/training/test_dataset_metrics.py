@@ -174,7 +174,8 @@ def test_metrics_log_keeps_records_up_to_the_resume_step_and_drops_a_torn_line(t
     log = MetricsLog(path, 2)  # resumed from the checkpoint of step 2
     log.write({"kind": "train", "step": 3, "again": True})
     log.close()
-    records = [json.loads(line) for line in open(path)]
+    with open(path) as f:
+        records = [json.loads(line) for line in f]
     assert [(r["step"], r.get("again")) for r in records] == [(1, None), (2, None), (3, True)]
 
 
