@@ -512,6 +512,16 @@ def _check_weights(weights: np.ndarray) -> None:
         raise ValueError("weights are all zero")
 
 
+def _check_out(dataset_index: np.ndarray, dataset_sample_index: np.ndarray, size: int, n: int) -> None:
+    for name, a in (("dataset_index", dataset_index), ("dataset_sample_index", dataset_sample_index)):
+        if not isinstance(a, np.ndarray) or a.shape != (size,):
+            raise ValueError(f"out {name} must be a 1-D array of {size} entries")
+    if dataset_index.dtype.kind != "i" or np.iinfo(dataset_index.dtype).max < n - 1:
+        raise ValueError(f"out dataset_index dtype {dataset_index.dtype} cannot hold {n} dataset ids")
+    if dataset_sample_index.dtype != np.int64:
+        raise ValueError(f"out dataset_sample_index dtype {dataset_sample_index.dtype}; expected int64")
+
+
 def tie_groups(weights: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Datasets grouped by bit-equal weight, groups ordered by their smallest dataset index.
 
@@ -536,7 +546,11 @@ def _groupable(weights: np.ndarray, size: int) -> bool:
 
 
 def build_blending_indices(
-    weights: np.ndarray | list[float], size: int, *, method: str = "auto"
+    weights: np.ndarray | list[float],
+    size: int,
+    *,
+    method: str = "auto",
+    out: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Sized weighted blend: Megatron's `build_blending_indices`, bit for bit.
 
@@ -548,20 +562,28 @@ def build_blending_indices(
         for weights within `NEAR_EQUAL_SPREAD` of each other; else block), "scan"
         (O(size x n)), "group" (O(size x distinct weights)), "tree" (O(size log n)) or
         "block" (~O(size x n**(1/3))).
+      out: arrays to write the result into (every position is written), e.g. slices of a
+        larger blend: a signed integer array wide enough for the dataset ids and an int64
+        array, both 1-D of `size` entries. None: new arrays.
 
     Returns:
-      `(dataset_index, dataset_sample_index)`: int16 (int32 for >= 32767 datasets) and int64.
+      `(dataset_index, dataset_sample_index)`: int16 (int32 for >= 32767 datasets) and int64
+      (or `out`).
 
     Raises:
-      ValueError: bad weights or size.
+      ValueError: bad weights, size or `out`.
     """
     # + 0.0 turns a -0.0 weight into +0.0 (same errors; bit-equal for grouping).
     w = np.ascontiguousarray(weights, dtype=np.float64) + 0.0
     _check_weights(w)
     if size < 0:
         raise ValueError(f"size = {size} must be >= 0")
-    dataset_index = np.zeros(size, dtype=dataset_index_dtype(len(w)))
-    dataset_sample_index = np.zeros(size, dtype=np.int64)
+    if out is None:
+        dataset_index = np.zeros(size, dtype=dataset_index_dtype(len(w)))
+        dataset_sample_index = np.zeros(size, dtype=np.int64)
+    else:
+        dataset_index, dataset_sample_index = out
+        _check_out(dataset_index, dataset_sample_index, size, len(w))
     if size == 0:
         return dataset_index, dataset_sample_index
     groups = None

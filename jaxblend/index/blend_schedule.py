@@ -194,19 +194,16 @@ def epoch_seed(seed: int, epoch: int) -> int:
 
 
 @numba.njit(cache=True, nogil=True)
-def _place_stage(
-    local_index, local_sample, global_id, carry, out_index, out_sample, start
-):  # pragma: no cover - compiled
-    # Writes one stage's blend into the split's arrays at `start`: stage-local dataset ids become
-    # split ids and each dataset's sample counter continues from `carry` (updated in place).
-    n = local_index.shape[0]
-    for s in range(n):
-        g = global_id[local_index[s]]
-        out_index[start + s] = g
-        out_sample[start + s] = carry[g] + local_sample[s]
+def _to_split_ids(dataset_index, dataset_sample_index, global_id, carry):  # pragma: no cover
+    # One stage's blend, written in place: stage-local dataset ids become split ids and each
+    # dataset's sample counter continues from `carry` (then advanced by the stage's draws).
     counts = np.zeros(global_id.shape[0], dtype=np.int64)
-    for s in range(n):
-        counts[local_index[s]] += 1
+    for s in range(dataset_index.shape[0]):
+        local = dataset_index[s]
+        g = global_id[local]
+        dataset_index[s] = g
+        dataset_sample_index[s] += carry[g]
+        counts[local] += 1
     for j in range(global_id.shape[0]):
         carry[global_id[j]] += counts[j]
 
@@ -237,13 +234,10 @@ def staged_blend_indices(
     carry = np.zeros(len(prefixes), dtype=np.int64)
     for stage, (start, stop) in zip(schedule.stages, bounds):
         global_id = np.array([position[p] for p in stage.parsed.prefixes], dtype=np.int64)
-        local_index, local_sample = blend_index.build_blending_indices(
-            stage.weights(), stop - start
-        )
-        _place_stage(
-            local_index, local_sample, global_id, carry, dataset_index, dataset_sample_index,
-            np.int64(start),
-        )
+        # The stage's greedy blend is written straight into its slice of the split's arrays.
+        view = (dataset_index[start:stop], dataset_sample_index[start:stop])
+        blend_index.build_blending_indices(stage.weights(), stop - start, out=view)
+        _to_split_ids(*view, global_id, carry)
     return dataset_index, dataset_sample_index, carry
 
 

@@ -82,6 +82,8 @@ def estimate_plan(config: GPTDataConfig, infos: data_maps.InfoSource) -> PlanEst
             continue
         if spec.kind == "weighted":
             blend_sizes[spec.name] = sum(spec.blend_targets())
+        elif spec.kind == "staged":
+            blend_sizes[spec.name] = spec.num_samples
         keep_partial = not spec.drop_last_partial
         per_dataset_samples = []
         for prefix, request in zip(spec.prefixes, spec.dataset_requests(), strict=True):
@@ -96,13 +98,26 @@ def estimate_plan(config: GPTDataConfig, infos: data_maps.InfoSource) -> PlanEst
                 estimates.append(DatasetEstimate(spec.name, prefix, end - begin, 0, request, 0, 0, 0))
                 per_dataset_samples.append(0)
                 continue
-            epochs = gpt.num_epochs_for(tokens, request, s, bool(extra))
-            total_tokens = epochs * tokens - extra
-            samples = -(-total_tokens // s) if keep_partial else total_tokens // s
+            if spec.kind == "staged":
+                # One-epoch maps end to end, as many as the stages draw (at most `request`).
+                per_epoch = (tokens - extra) // s
+                epochs = max(1, -(-request // per_epoch)) if per_epoch else 1
+                if request and not per_epoch:
+                    problems.append(
+                        f"{prefix}: the staged train split draws up to {request} samples but the "
+                        "dataset has no complete sample"
+                    )
+                samples = epochs * per_epoch
+                rows = epochs * (samples // epochs + 1)
+            else:
+                epochs = gpt.num_epochs_for(tokens, request, s, bool(extra))
+                total_tokens = epochs * tokens - extra
+                samples = -(-total_tokens // s) if keep_partial else total_tokens // s
+                rows = samples + 1
             docs = epochs * (end - begin)
             si = sample_index.sample_index_dtype(docs, int(info.sequence_lengths.max()))
             sh = shuffle_index.shuffle_index_dtype(samples)
-            size = docs * 4 + (samples + 1) * 2 * si.itemsize + samples * sh.itemsize
+            size = docs * 4 + rows * 2 * si.itemsize + samples * sh.itemsize
             if docs > np.iinfo(np.int32).max:
                 problems.append(f"{prefix} ({spec.name}): document index of {docs} entries exceeds int32")
             estimates.append(DatasetEstimate(spec.name, prefix, end - begin, tokens, request, epochs, samples, size))
