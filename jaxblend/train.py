@@ -22,8 +22,14 @@ With `--rampup_batch_size="START INCREMENT RAMP_SAMPLES"` the global batch grows
 Megatron-LM's `--rampup-batch-size` (the Megatron spelling of the flags is accepted too); each
 batch size is compiled once.
 
-Logs step, loss, the step's global batch size, tokens/s, the fraction of step time spent waiting for data and per-dataset
-sample counts; saves model + optimizer + loader state (Orbax, every host its own shards) every
+With `--phase_transition_iterations="100,200"` (Megatron-LM's `--phase-transition-iterations`) the
+run saves a checkpoint and exits 0 at each listed step; relaunched with the next phase's data
+flags, it trains that phase on a fresh blend of the phase's length (docs/schedules.md).
+
+Logs step, loss, the step's global batch size, tokens/s, the fraction of step time spent waiting
+for data and per-dataset sample counts, then a line of each dataset's loss since the last line and
+loss tokens since step 0 (`--log_datasets`; `--metrics_jsonl` writes both as JSON; validation
+reports each dataset of a blended validation split too: docs/training.md); saves model + optimizer + loader state (Orbax, every host its own shards) every
 `--save_interval` steps to `--checkpoint_dir` (a directory or a gs:// URL) and resumes from the
 newest checkpoint there, on any process count and mesh. SIGTERM (preemption) makes every process
 checkpoint the same step and exit 0. In a multi-process run a lost peer stops every process within
@@ -49,10 +55,11 @@ from typing import TYPE_CHECKING
 from absl import app, flags, logging
 
 from jaxblend import cli
+from jaxblend.cli import phase_flags
 
 if TYPE_CHECKING:  # the data layers import JAX, which must wait for the flags
     from jaxblend.loading import LoaderSource
-    from jaxblend.sampling import StepPlan
+    from jaxblend.sampling import PhaseStepPlan, StepPlan
 
 _OPTAX_MISSING = "the training example needs optax: pip install 'jaxblend[train]'"
 
@@ -68,6 +75,7 @@ def define_flags() -> None:
     cli.define_distributed_flags()
     cli.define_train_flags()
     cli.define_tokenizer_flags()
+    phase_flags.define_phase_flags()
 
 
 def _has_data_flags() -> bool:
@@ -177,7 +185,7 @@ class _Model:
 @dataclasses.dataclass
 class _Resume:
     """Where the run starts: the checkpointer, the first step, the loader state, and the
-    checkpoint's metadata (per-dataset figures so far)."""
+    checkpoint's metadata (per-dataset figures so far, a Megatron phase's batch size)."""
 
     ckpt: object
     directory: str
@@ -186,7 +194,7 @@ class _Resume:
     meta: dict | None = None
 
 
-def _data_spec(s: cli.TrainSettings) -> _DataSpec:
+def _data_spec(s: cli.TrainSettings, phase: PhaseStepPlan | None = None) -> _DataSpec:
     """The run's data from the flags, completed with the run's defaults: the built-in corpus (and
     its vocabulary, EOD id and index cache) without data flags, and sample counts from
     `--train_iters` and the evaluation settings when `--*_samples` are not given."""
@@ -218,6 +226,8 @@ def _data_spec(s: cli.TrainSettings) -> _DataSpec:
                 test if test is not None else 0,
             ),
         )
+        if phase is not None:  # Megatron's phases: the train split holds this phase alone
+            config = phase_flags.phase_data_config(config, phase)
     vocab_size, eod_id, facts = _tokenizer_defaults(config, sources, vocab_size, eod_id)
     schema = cli.schema_options_from_flags(eod_id=eod_id)
     _check_token_ids(vocab_size, schema, facts, sources)
@@ -259,7 +269,7 @@ def _check_token_ids(vocab_size: int, schema, facts: dict, sources: cli.SourceSe
         raise app.UsageError(str(err)) from None
 
 
-def _open_data(spec: _DataSpec, s: cli.TrainSettings) -> _Data:
+def _open_data(spec: _DataSpec, s: cli.TrainSettings, phase: PhaseStepPlan | None = None) -> _Data:
     """Opens the training and validation sources and the training step plan."""
     train = cli.open_source("train", spec.config, spec.schema, spec.sources)
     valid = {}
@@ -268,7 +278,7 @@ def _open_data(spec: _DataSpec, s: cli.TrainSettings) -> _Data:
             valid = cli.open_validation_sources(spec.config, spec.schema, spec.sources)
         except ValueError as err:
             logging.warning("no validation: %s", err)
-    plan = cli.step_plan(len(train), s.global_batch_size, s.train_iters)
+    plan = phase or cli.step_plan(len(train), s.global_batch_size, s.train_iters)
     names = getattr(train, "dataset_names", ["mock"])
     history = cli.staged_history(spec.config, spec.schema, spec.sources.access)
     return _Data(train, plan, valid, names, spec.schema.seq_length, history)
@@ -479,9 +489,7 @@ def _run_steps(watch, loader, state: _Model, resume: _Resume, data: _Data, steps
     from jaxblend.training.preemption import PreemptionNotice
 
     train_step, eval_step = steps
-    totals = dataset_metrics.RunTotals.restored(
-        data.names, resume.meta if resume.loader_state is not None else None
-    )
+    totals = dataset_metrics.RunTotals.restored(data.names, resume.meta)
     if totals.note is not None:
         logging.warning("per-dataset figures: %s", totals.note)
     sums = dataset_metrics.DeviceWindow(len(data.names), NamedSharding(mesh, P()))
@@ -495,7 +503,7 @@ def _run_steps(watch, loader, state: _Model, resume: _Resume, data: _Data, steps
         _advice(s), resume.start if resume.loader_state is not None else None
     )
     window = _LogWindow(loader)
-    iters, seq = s.train_iters, data.seq_length
+    iters, seq = data.plan.num_steps, data.seq_length  # a phase of Megatron's ends before the run
     logging.info(
         "training %d steps from %d: batch %s x %d tokens (%d batch shapes), mesh %s, datasets %s",
         iters, resume.start, cli.final_global_batch_size(s.global_batch_size), seq,
@@ -534,12 +542,16 @@ def _run_steps(watch, loader, state: _Model, resume: _Resume, data: _Data, steps
                 guard.losses()
                 _evaluate(done, state.params, eval_step, data, mesh, batch_axes, s, metrics_log)
             preempt = preemption.reached(done)
-            if preempt or (s.save_interval and (done % s.save_interval == 0 or done == iters)):
+            phase_end = done == iters < s.train_iters  # saved whatever --save_interval
+            if preempt or phase_end or (
+                s.save_interval and (done % s.save_interval == 0 or done == iters)
+            ):
                 guard.check_state(done, (state.params, state.opt_state))
                 totals.absorb(sums.take())
                 resume.ckpt.save(
                     done, (state.params, state.opt_state), loader,
-                    {"model": dataclasses.asdict(state.config), **totals.meta()},
+                    {"model": dataclasses.asdict(state.config), **totals.meta(),
+                     **_phase_meta(data.plan)},
                 )
                 guard.saved(done)
             if preempt:
@@ -578,14 +590,16 @@ def _train(watch, s: cli.TrainSettings) -> None:
         except ValueError as err:
             raise app.UsageError(str(err)) from None
     watch.phase = "preparing the data"
-    spec = _data_spec(s)
+    phase = _phase_plan(checkpoint, s)
+    spec = _data_spec(s, phase)
     mesh = cli.mesh_from_flags()
     batch_axes = default_batch_axes(mesh.axis_names)
-    data = _open_data(spec, s)
+    data = _open_data(spec, s, phase)
     watch.phase = "initializing the model"
     state = _init_model(s, spec.vocab_size, spec.seed, mesh)
     watch.phase = "restoring the checkpoint"
     resume = _restore(checkpoint, state, s)
+    _enter_phase(resume, data.plan)
     train_step, eval_step = _compile_steps(state, len(data.names), mesh)
 
     watch.phase = "opening the data"
@@ -593,7 +607,7 @@ def _train(watch, s: cli.TrainSettings) -> None:
     loader = make_loader(
         data.train, mesh, plan=data.plan, batch_axes=batch_axes,
         prefetch=prefetch,
-        state=resume.loader_state, history=data.history,
+        state=resume.loader_state, start_step=resume.start, history=data.history,
     )
     if loader.step != resume.start:
         raise ValueError(f"checkpoint step {resume.start} but loader state step {loader.step}")
@@ -617,6 +631,8 @@ def _print_outcome(
             f"preempted: saved checkpoint step {preempted_at} in {resume.directory}; exiting "
             "(rerun the same command, on any number of hosts, to resume)", flush=True,
         )
+    elif loss is not None and data.plan.num_steps < s.train_iters:
+        print(phase_flags.relaunch_line(data.plan, resume.directory), flush=True)
     elif loss is not None:
         print(f"finished at step {s.train_iters}: final loss {float(loss):.4f}", flush=True)
     else:
@@ -626,6 +642,68 @@ def _print_outcome(
             f"--train_iters (the data stream holds {available} steps) to continue, or delete the "
             "directory to start over", flush=True,
         )
+
+
+def _phase_plan(checkpoint, s: cli.TrainSettings) -> PhaseStepPlan | None:
+    """With `--phase_transition_iterations`, the plan of the phase the run is in: the one holding
+    the newest checkpoint's step (Megatron's phase transitions); else None."""
+    transitions = phase_flags.phase_transitions_from_flags(
+        s.global_batch_size, s.train_iters, flags.FLAGS.train_samples
+    )
+    if transitions is None:
+        return None
+    ckpt = checkpoint.Checkpointer(s.checkpoint_dir, keep=s.keep_checkpoints)
+    last = ckpt.latest_step()
+    ckpt.close()
+    start = 0 if last is None else last
+    if start > s.train_iters:
+        raise app.UsageError(
+            f"checkpoint {s.checkpoint_dir} is at step {start}, past --train_iters={s.train_iters}"
+        )
+    return transitions.plan(transitions.phase_of(start))
+
+
+def _enter_phase(resume: _Resume, plan) -> None:
+    """Resuming in one of Megatron's phases: the global batch size must be the checkpoint's, and at
+    a phase's first step the previous phase's stream (its loader state) ends: the phase reads its
+    fresh blend from sample 0. The per-dataset figures continue by dataset name (they count from
+    step 0 of the run)."""
+    import jax
+
+    from jaxblend.sampling import PhaseStepPlan
+
+    if not isinstance(plan, PhaseStepPlan) or resume.loader_state is None:
+        return
+    recorded = (resume.meta or {}).get("global_batch_size")
+    if recorded is None:
+        logging.warning(
+            "checkpoint %s step %d records no global batch size: cannot check that it is %d",
+            resume.directory, resume.start, plan.global_batch_size,
+        )
+    elif recorded != plan.global_batch_size:
+        raise app.UsageError(
+            f"--global_batch_size={plan.global_batch_size} but checkpoint {resume.directory} step "
+            f"{resume.start} was trained with {recorded}: --phase_transition_iterations requires "
+            f"a fixed global batch size (Megatron refuses the change too); pass "
+            f"--global_batch_size={recorded}"
+        )
+    if resume.start == plan.first_step:
+        resume.loader_state = None
+        if jax.process_index() == 0:
+            print(
+                f"phase {plan.phase + 1} of {plan.transitions.num_phases} from step "
+                f"{resume.start}: a fresh blend of {plan.num_samples} samples from the data flags, "
+                "read from its first sample", flush=True,
+            )
+
+
+def _phase_meta(plan) -> dict:
+    """What a checkpoint of one of Megatron's phases records (checked at resume)."""
+    from jaxblend.sampling import PhaseStepPlan
+
+    if not isinstance(plan, PhaseStepPlan):
+        return {}
+    return {"global_batch_size": plan.global_batch_size, "phase": plan.phase}
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ any jaxblend module defines no flag, and nothing outside this package reads `abs
   source_flags       mock data, storage backend -> `SourceSettings`; opens a split's source
   step_plan_flags    --global_batch_size, --rampup_batch_size, --step_batch_size_schedule
                      -> `StepPlan`
+  phase_flags        --phase_transition_iterations -> `PhaseTransitions` (Megatron's phases)
   mesh_flags         --mesh_shape, --mesh_axes -> `jax.sharding.Mesh`
   distributed_flags  --coordinator_address, ... -> `DistributedConfig`
   loader_flags       --worker_count, --read_ahead -> `PrefetchOptions`

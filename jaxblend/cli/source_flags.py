@@ -74,6 +74,11 @@ def source_settings_from_flags(default_map_location: str | None = None) -> Sourc
     """
     fl = flags.FLAGS
     mock = None
+    if fl.mock_data and "data_schedule" in fl and fl.data_schedule:
+        raise ValueError(
+            f"--data_schedule={fl.data_schedule} blends datasets but --mock_data replaces them "
+            "with synthetic samples: drop one of the two"
+        )
     if fl.mock_data:
         mock = MockSettings(fl.mock_num_samples, fl.mock_vocab_size, fl.seed)
     return SourceSettings(

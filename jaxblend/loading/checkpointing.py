@@ -1,8 +1,10 @@
 """The loader's resume state as an item of any Orbax checkpoint.
 
 A loader's state is a small JSON dict (`{"version", "step", "fingerprint"}`, see
-`StepLoader.state`): the next step and the identity of the stream. It holds no topology, so
-a checkpoint taken on 8 hosts resumes on 4. To save it beside a model in your own training loop,
+`StepLoader.state`): the next step and the identity of the stream. A staged train split
+(`--data_schedule`) adds `"data_schedule"`, the schedule in steps, and its fingerprint covers only
+the steps before the saved one, so a resumed run may edit later stages (docs/schedules.md). It
+holds no topology, so a checkpoint taken on 8 hosts resumes on 4. To save it beside a model in your own training loop,
 add one item to the `ocp.args.Composite` you already give `CheckpointManager.save`:
 
     import orbax.checkpoint as ocp

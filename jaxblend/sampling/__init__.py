@@ -16,6 +16,8 @@ from typing import Any
 _NAMES = {
     "DataSchedule": "jaxblend.sampling.data_schedule",
     "DataStage": "jaxblend.sampling.data_schedule",
+    "PhaseStepPlan": "jaxblend.sampling.phases",
+    "PhaseTransitions": "jaxblend.sampling.phases",
     "ProcessRows": "jaxblend.sampling.process_rows",
     "Rampup": "jaxblend.sampling.rampup",
     "RampupStepPlan": "jaxblend.sampling.rampup",
@@ -39,6 +41,8 @@ __all__ = [
     "DataSchedule",
     "DataStage",
     "FixedStepPlan",
+    "PhaseStepPlan",
+    "PhaseTransitions",
     "ProcessRows",
     "Rampup",
     "RampupStepPlan",

@@ -144,8 +144,12 @@ class DataSchedule:
             unknown keys, a missing or non-integer start_step, a bad blend, misordered stages.
         """
         if not isinstance(data, Mapping) or set(data) != {"stages"}:
-            extra = sorted(set(data) - {"stages"}) if isinstance(data, Mapping) else None
-            found = f"unknown keys {extra}" if extra else f"got {type(data).__name__}"
+            if not isinstance(data, Mapping):
+                found = f"got {type(data).__name__}"
+            elif set(data) - {"stages"}:
+                found = f"unknown keys {sorted(set(data) - {'stages'})}"
+            else:
+                found = "no \"stages\" entry"
             raise ValueError(
                 f"{source}: expected an object with only \"stages\" ({found}), e.g. {EXAMPLE}"
             )

@@ -17,6 +17,10 @@ flags, `--rampup_batch_size` (Megatron's batch-size ramp-up; batches of one size
 `--state_in` (resume from a loader state JSON) and `--state_out` (write the final state), and
 `--data_schedule` (the train split's stages over steps, docs/schedules.md; a state saved with
 one resumes with a schedule changed only from its step on).
+With `--phase_transition_iterations` (Megatron's phases; needs `--train_samples`, the run's samples)
+the train split is the fresh blend of the phase holding `--start_step`, sized for that phase, and
+step k reads its samples from `(k - phase start) x --global_batch_size`, as a relaunched Megatron
+job does; `--steps` must stay within the phase.
 The source is opened as training opens it: with a bucket `--data_cache_path` from the published
 plan (`jaxblend.map_store.publication`; this process publishes it when it is the builder and
 nothing is published yet), else from the datasets and the whole maps.
@@ -34,7 +38,7 @@ from collections.abc import Sequence
 from absl import app, flags, logging
 
 from jaxblend import atomic_write, cli
-from jaxblend.cli import tool_flags
+from jaxblend.cli import phase_flags, tool_flags
 
 
 def define_flags() -> None:
@@ -50,6 +54,7 @@ def define_flags() -> None:
     cli.define_tokenizer_flags()
     tool_flags.define_dump_batches_flags()
     tool_flags.define_decode_flags()
+    phase_flags.define_phase_flags()
 
 
 def _stacked(gathered: dict[str, list], first: int) -> dict:
@@ -60,6 +65,24 @@ def _stacked(gathered: dict[str, list], first: int) -> dict:
     if all(len({v.shape for v in values}) == 1 for values in gathered.values()):
         return {k: np.stack(v) for k, v in gathered.items()}
     return {f"{k}/{first + i}": v for k, values in gathered.items() for i, v in enumerate(values)}
+
+
+def _phase_plan(fl, state: dict | None):
+    """With `--phase_transition_iterations`, the plan of the phase holding the first step dumped
+    (`--start_step`, or the step of `--state_in`); steps past the phase's transition are refused
+    (the next phase reads other data flags). Other splits than train are not phased."""
+    if fl.which != "train":
+        return None
+    first = fl.start_step
+    if state is not None and isinstance(state.get("step"), int):
+        first = state["step"]
+    phase = phase_flags.dump_phase_plan_from_flags(fl.global_batch_size, first)
+    if phase is not None and first + fl.steps > phase.num_steps:
+        raise app.UsageError(
+            f"--steps={fl.steps} from step {first} crosses the phase transition at step "
+            f"{phase.num_steps}: dump each phase separately, with its own data flags"
+        )
+    return phase
 
 
 def main(argv: Sequence[str]) -> None:
@@ -79,17 +102,25 @@ def main(argv: Sequence[str]) -> None:
         prefixes = [] if fl.mock_data else cli.prefixes_from_flags()
         decoder = cli.decoder_from_flags(prefixes, cli.data_access_from_flags())
     mesh = cli.mesh_from_flags()
-    source = cli.source_from_flags(fl.which, whole_maps=False)  # as training reads
     state = None
     if fl.state_in:
         with open(fl.state_in) as f:
             state = json.load(f)
-    plan = cli.step_plan(len(source), fl.global_batch_size)
+    phase = _phase_plan(fl, state)
+    start_step = fl.start_step
+    if phase is not None and state is not None and state.get("step") == phase.first_step:
+        start_step, state = phase.first_step, None  # a new phase: the previous stream ended
+    if phase is None:
+        source = cli.source_from_flags(fl.which, whole_maps=False)  # as training reads
+        plan = cli.step_plan(len(source), fl.global_batch_size)
+    else:
+        source = phase_flags.phase_source_from_flags(phase, fl.which, whole_maps=False)
+        plan = phase
     prefetch = cli.prefetch_from_flags()
     loader = make_loader(
         source, mesh, plan=plan, batch_axes=default_batch_axes(mesh.axis_names),
         prefetch=prefetch,
-        start_step=fl.start_step, state=state, history=cli.history_from_flags(fl.which, source),
+        start_step=start_step, state=state, history=cli.history_from_flags(fl.which, source),
     )
     steps = fl.steps
     if loader.step + steps > loader.num_steps:

@@ -274,7 +274,11 @@ def main(argv: Sequence[str]) -> None:
         from jaxblend.tools import _preflight
 
         fl = flags.FLAGS
-        config, access = cli.data_config_from_flags(), cli.data_access_from_flags()
+        train_samples = None  # a --data_schedule's steps need the train split's size
+        if fl.data_schedule and fl.train_iters is not None:
+            train_samples = cli.samples_for(fl.global_batch_size, fl.train_iters)
+        config = cli.data_config_from_flags(default_train_samples=train_samples)
+        access = cli.data_access_from_flags()
         try:
             recorded, mixed = cli.run_tokenizer_from_flags(config, access), None
         except TokenizerMismatchError as err:

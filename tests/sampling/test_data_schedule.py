@@ -52,6 +52,7 @@ def test_numeric_weights_are_accepted():
         (json.dumps({"stages": []}), "non-empty list"),
         (json.dumps({"stage": []}), "unknown keys ['stage']"),
         (json.dumps([1]), "expected an object"),
+        (json.dumps({}), 'no "stages" entry'),
         (_text([{"start_step": 0, "blend": "/d/a", "weight": 1}]), "stage 0: unknown keys ['weight']"),
         (_text([{"blend": "/d/a"}]), "stage 0: missing ['start_step']"),
         (_text([{"start_step": 5, "blend": "/d/a"}]), "stage 0 (start_step 5) must start at step 0"),

@@ -1,0 +1,138 @@
+"""`--phase_transition_iterations`: Megatron-LM's phase transitions, for migration.
+
+Megatron-LM's `--phase-transition-iterations "100,200"` (that spelling is accepted too) splits a
+run into phases: at a listed step `jaxblend.train` saves a checkpoint and exits 0, and the next
+launch, given the next phase's data flags, trains that phase on a fresh blend of the phase's
+length read from its first sample (`jaxblend.sampling.PhaseTransitions`). `dump_batches` dumps the
+steps of the phase holding `--start_step`. The global batch size must stay fixed (no ramp-up, no
+batch-size schedule) and the flag does not combine with staged blends (`--data_schedule`), which
+continue one stream across stages instead.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING
+
+from absl import app, flags
+
+from jaxblend.cli import data_flags
+
+if TYPE_CHECKING:
+    from jaxblend import index
+    from jaxblend.sampling import PhaseStepPlan, PhaseTransitions
+
+FLAG = "--phase_transition_iterations"
+
+
+def define_phase_flags() -> None:
+    """Defines `--phase_transition_iterations`."""
+    flags.DEFINE_string(
+        "phase_transition_iterations", None,
+        "Megatron-LM's --phase-transition-iterations: comma-separated steps, e.g. '100,200'. At "
+        "each the run saves a checkpoint and exits; relaunch it with the next phase's data flags "
+        "(and the same --global_batch_size): each phase trains on a fresh blend of its own "
+        "length, read from its first sample. Needs a fixed global batch size.",
+    )
+
+
+def _refuse_combinations() -> None:
+    fl = flags.FLAGS
+    for name in ("rampup_batch_size", "step_batch_size_schedule"):
+        if name in fl and fl[name].value:
+            raise app.UsageError(
+                f"{FLAG} requires a fixed global batch size (Megatron compares it at every "
+                f"resume): drop --{name}"
+            )
+    if "data_schedule" in fl and fl["data_schedule"].value:
+        raise app.UsageError(
+            f"{FLAG} (Megatron's phases: a fresh blend per launch) and --data_schedule (staged "
+            "blends continuing one stream) both describe the mixture over time: give one"
+        )
+
+
+def phase_transitions_from_flags(
+    global_batch_size: int, train_steps: int, train_samples: int | None = None
+) -> PhaseTransitions | None:
+    """The phases of `--phase_transition_iterations`, or None without the flag.
+
+    Args:
+      global_batch_size: the run's fixed global batch size.
+      train_steps: the run's steps (`--train_iters`).
+      train_samples: where the last phase's samples end (Megatron's `--train-samples`); None:
+        `train_steps x global_batch_size`.
+
+    Raises:
+      app.UsageError: one line: a bad value, or the flag with a batch-size ramp-up, a batch-size
+        schedule or `--data_schedule`.
+    """
+    from jaxblend.sampling import PhaseTransitions
+
+    value = flags.FLAGS.phase_transition_iterations
+    if value is None:
+        return None
+    _refuse_combinations()
+    try:
+        return PhaseTransitions.parse(value, global_batch_size, train_steps, train_samples)
+    except ValueError as err:
+        raise app.UsageError(str(err)) from None
+
+
+def dump_phase_plan_from_flags(global_batch_size: int, start_step: int) -> PhaseStepPlan | None:
+    """The plan of the phase holding `start_step`, for tools that read a phase's batches
+    (`dump_batches`): the run ends at `--train_samples` (Megatron's `--train-samples`).
+
+    Raises:
+      app.UsageError: one line: as `phase_transitions_from_flags`, no `--train_samples`, or a
+        start step outside the run.
+    """
+    fl = flags.FLAGS
+    if fl.phase_transition_iterations is None:
+        return None
+    if fl.train_samples is None:
+        raise app.UsageError(
+            f"{FLAG} needs --train_samples: the run's samples (--train_iters x "
+            "--global_batch_size), where the last phase ends"
+        )
+    transitions = phase_transitions_from_flags(
+        global_batch_size, fl.train_samples // global_batch_size, fl.train_samples
+    )
+    if not 0 <= start_step < transitions.train_steps:
+        raise app.UsageError(
+            f"step {start_step} is outside the run's {transitions.train_steps} steps "
+            f"(--train_samples={fl.train_samples} / --global_batch_size={global_batch_size})"
+        )
+    return transitions.plan(transitions.phase_of(start_step))
+
+
+def phase_data_config(config: index.GPTDataConfig, plan: PhaseStepPlan) -> index.GPTDataConfig:
+    """`config` with its training split sized for `plan`'s phase alone (a fresh blend of
+    Megatron's `train_samples_in_current_phase` samples)."""
+    _, valid, test = config.num_samples
+    return dataclasses.replace(config, num_samples=(plan.num_samples, valid, test))
+
+
+def phase_source_from_flags(plan: PhaseStepPlan, split: str, *, whole_maps: bool = True):
+    """`source_from_flags(split)` with the training split built for `plan`'s phase."""
+    from jaxblend.cli import source_flags
+
+    settings = source_flags.source_settings_from_flags()
+    config = None
+    if settings.mock is None:
+        config = phase_data_config(data_flags.data_config_from_flags(), plan)
+    options = source_flags._schema_from_flags(config, settings)
+    return source_flags.open_source(split, config, options, settings, whole_maps=whole_maps)
+
+
+def relaunch_line(plan: PhaseStepPlan, directory: str) -> str:
+    """What a job prints when it exits at the end of `plan`'s phase."""
+    t = plan.transitions
+    nxt = plan.phase + 1
+    first, end = t.step_range(nxt)
+    return (
+        f"phase {plan.phase + 1} of {t.num_phases} ended at step {plan.num_steps} (checkpoint "
+        f"saved in {directory}); exiting: relaunch with phase {nxt + 1}'s data flags "
+        f"(--data_path & co.) and the same --phase_transition_iterations, --global_batch_size "
+        f"and --train_iters to train steps [{first}, {end}) on a fresh blend of "
+        f"{t.phase_samples(nxt)} samples"
+    )

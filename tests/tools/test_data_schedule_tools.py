@@ -1,0 +1,246 @@
+"""--data_schedule in every tool: dump_batches (resume across a future edit, a past edit refused),
+dump_samples, build_index, inspect, the publication-record path of a bucket map store, and the
+tokenizer checks over every stage's datasets."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from helpers_data import write_random_dataset
+
+from jaxblend.tokenizer_facts import TokenizerFacts
+
+B, SEQ, STEPS = 8, 16, 9
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ENDPOINT_ENVS = ("JAXBLEND_S3_ENDPOINT", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
+
+
+def schedule_doc(a, b, c, last_start=6, last_blend=None):
+    """Three stages: a+b, then a+c (b leaves, c joins), then b alone (a and c leave)."""
+    return {"stages": [
+        {"start_step": 0, "blend": ["50", a, "50", b]},
+        {"start_step": 3, "blend": ["20", a, "80", c]},
+        {"start_step": last_start, "blend": last_blend or [b]},
+    ]}
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    root = tmp_path_factory.mktemp("sched_tools")
+    rng = np.random.default_rng(11)
+    prefixes = [
+        write_random_dataset(str(root / name), rng, docs, lengths=(2, 40), vocab=(1, 500))
+        for name, docs in (("a", 60), ("b", 70), ("c", 40))
+    ]
+    base = root / "base.json"
+    base.write_text(json.dumps(schedule_doc(*prefixes)))
+    return root, prefixes, str(base)
+
+
+def write_schedule(path, doc) -> str:
+    path.write_text(json.dumps(doc))
+    return str(path)
+
+
+def run(module, *args, env=None):
+    env = dict(os.environ if env is None else env, PYTHONPATH=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", module, *args], capture_output=True, text=True, timeout=600,
+        check=False, env=env,
+    )
+
+
+def common(schedule, cache, *extra):
+    return [
+        f"--data_schedule={schedule}", f"--seq_length={SEQ}", f"--train_samples={B * STEPS}",
+        f"--global_batch_size={B}", f"--data_cache_path={cache}", *extra,
+    ]
+
+
+def dump(out, schedule, cache, *extra, env=None):
+    done = run(
+        "jaxblend.tools.dump_batches", *common(schedule, cache), "--eod_id=0", "--mesh_shape=4",
+        "--num_cpu_devices=4", f"--out={out}", *extra, env=env,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    with np.load(os.path.join(out, "batches.npz")) as f:
+        return {k: f[k] for k in f.files}
+
+
+def train_maps(out, schedule, cache):
+    """(dataset_index, dataset_sample_index) of the staged train split (dump_samples)."""
+    done = run("jaxblend.tools.dump_samples", *common(schedule, cache), "--num=2", f"--out={out}")
+    assert done.returncode == 0, done.stderr[-4000:]
+    with np.load(os.path.join(out, "train.npz")) as f:
+        return f["dataset_index"], f["dataset_sample_index"]
+
+
+def test_dump_batches_follows_the_stages(data, tmp_path):
+    root, (a, b, c), base = data
+    batches = dump(str(tmp_path / "o"), base, str(tmp_path / "cache"), f"--steps={STEPS}")
+    ids = batches["dataset_ids"]
+    assert ids.shape == (STEPS, B)
+    assert set(np.unique(ids[:3])) == {0, 1}  # a, b
+    assert set(np.unique(ids[3:6])) == {0, 2}  # a, c: b left, c joined
+    assert set(np.unique(ids[6:])) == {1}  # b alone
+    # stage 1 draws 20/80 greedily over its 24 samples
+    assert np.count_nonzero(ids[3:6] == 2) in (19, 20)
+    index, _ = train_maps(str(tmp_path / "s"), base, str(tmp_path / "cache"))
+    np.testing.assert_array_equal(index[batches["sample_ids"].ravel()], ids.ravel())
+
+
+def test_future_edit_at_resume_keeps_the_past_and_repeats_nothing(data, tmp_path):
+    root, (a, b, c), base = data
+    cache = str(tmp_path / "cache")
+    r = 4  # mid stage 1
+    state = tmp_path / "state.json"
+    first = dump(str(tmp_path / "first"), base, cache, f"--steps={r}", f"--state_out={state}")
+    saved = json.loads(state.read_text())
+    assert saved["step"] == r and saved["data_schedule"] == json.loads(open(base).read())
+    # the future changes: stage 2 starts one step earlier and blends c and b
+    future = write_schedule(
+        tmp_path / "future.json", schedule_doc(a, b, c, 5, ["50", c, "50", b])
+    )
+    past_under_future = dump(str(tmp_path / "past"), future, cache, f"--steps={r}")
+    for key in first:
+        assert first[key].tobytes() == past_under_future[key].tobytes(), key
+    rest = dump(str(tmp_path / "rest"), future, cache, f"--steps={STEPS - r}",
+                f"--state_in={state}")
+    whole_future = dump(str(tmp_path / "whole"), future, cache, f"--steps={STEPS}")
+    for key in rest:
+        assert rest[key].tobytes() == whole_future[key][r:].tobytes(), key
+    assert set(np.unique(rest["dataset_ids"][1:])) == {1, 2}  # the new stage 2
+    # no (dataset, dataset sample) of steps < r is drawn again after r: every dataset continues
+    base_index, base_sample = train_maps(str(tmp_path / "mb"), base, cache)
+    new_index, new_sample = train_maps(str(tmp_path / "mf"), future, cache)
+    cut = r * B
+    np.testing.assert_array_equal(base_index[:cut], new_index[:cut])
+    np.testing.assert_array_equal(base_sample[:cut], new_sample[:cut])
+    before = set(zip(base_index[:cut].tolist(), base_sample[:cut].tolist()))
+    after = list(zip(new_index[cut:].tolist(), new_sample[cut:].tolist()))
+    assert not before & set(after)
+    for d in range(3):
+        drawn = sorted(s for i, s in [*before, *after] if i == d)
+        assert drawn == list(range(len(drawn))), d  # each dataset continues where it left off
+    # and the token windows served before r are not served again after it
+    def rows(batches):
+        flat_ids = batches["dataset_ids"].reshape(-1)
+        flat_rows = batches["inputs"].reshape(flat_ids.size, -1)
+        return {(int(i), r.tobytes()) for i, r in zip(flat_ids, flat_rows)}
+
+    assert not rows(first) & rows(rest)
+
+
+def test_past_edit_is_refused_in_one_line(data, tmp_path):
+    root, (a, b, c), base = data
+    cache = str(tmp_path / "cache")
+    state = tmp_path / "state.json"
+    dump(str(tmp_path / "first"), base, cache, "--steps=7", f"--state_out={state}")
+    past = write_schedule(tmp_path / "past.json", schedule_doc(a, b, c, 5))
+    done = run(
+        "jaxblend.tools.dump_batches", *common(past, cache), "--mesh_shape=4",
+        "--num_cpu_devices=4", f"--out={tmp_path / 'o'}", "--steps=1", f"--state_in={state}",
+    )
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"error: --data_schedule {past}: stage 2 (start_step 5) differs from the checkpoint's "
+        "schedule before the resume step 7; past steps cannot change: restore the checkpoint's "
+        "stages up to step 7 (edit only stages that start at or after step 7)"
+    )
+
+
+def test_conflicting_flags_give_one_line(data, tmp_path):
+    root, (a, b, c), base = data
+    done = run(
+        "jaxblend.tools.dump_batches", *common(base, str(tmp_path / "cache")), "--mesh_shape=4",
+        "--num_cpu_devices=4", f"--out={tmp_path / 'o'}", "--steps=1", f"--train_data_path={a}",
+    )
+    assert done.returncode != 0
+    assert done.stderr.strip().splitlines()[-1].startswith(
+        "error: --data_schedule gives the train split's blend and so does --train_data_path"
+    )
+
+
+def test_build_index_and_inspect_take_the_schedule(data, tmp_path):
+    root, (a, b, c), base = data
+    cache = str(tmp_path / "cache")
+    done = run("jaxblend.tools.build_index", *common(base, cache),
+               f"--data_path={a}", "--split=80,20,0", "--valid_samples=8")
+    assert done.returncode == 0, done.stderr[-4000:]
+    train = next(line for line in done.stdout.splitlines() if line.startswith("  train:"))
+    assert f"{B * STEPS} samples" in train
+    assert all(os.path.basename(p) in train for p in (a, b, c))
+    valid = next(line for line in done.stdout.splitlines() if line.startswith("  valid:"))
+    assert "none" not in valid and f"{os.path.basename(a)} " in valid  # from --data_path
+    out = tmp_path / "explain.json"
+    done = run("jaxblend.tools.inspect", "explain", *common(base, cache), "--eod_id=0", "--step=7",
+               f"--json={out}")
+    assert done.returncode == 0, done.stderr[-4000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert {r["dataset"] for r in rows} == {b}  # stage 2: b alone
+    assert [r["sample_id"] for r in rows] == list(range(7 * B, 8 * B))
+    done = run("jaxblend.tools.inspect", "preflight", *common(base, cache)[:2],
+               f"--global_batch_size={B}", f"--train_iters={STEPS}", "--vocab_size=600")
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+
+
+def test_every_stage_dataset_is_checked_for_its_tokenizer(data, tmp_path):
+    root, (a, b, c), base = data
+    other = write_random_dataset(str(root / "other_text_document"), np.random.default_rng(3),
+                                 30, lengths=(2, 20), vocab=(1, 200))
+    for name, facts in (("other", TokenizerFacts("ByteTokenizer", 263, 256, 257)),):
+        record = {"status": "complete", "outputs": {"text": other},
+                  "tokenizer_facts": facts.to_json(), "max_token_id": {"text": 199}}
+        (root / f"{name}.preprocess.json").write_text(json.dumps(record))
+    hf = write_random_dataset(str(root / "hf_text_document"), np.random.default_rng(4), 30,
+                              lengths=(2, 20), vocab=(1, 200))
+    record = {"status": "complete", "outputs": {"text": hf},
+              "tokenizer_facts": TokenizerFacts("HuggingFaceTokenizer sha256:0123456789ab", 1000,
+                                                0, None).to_json(), "max_token_id": {"text": 199}}
+    (root / "hf.preprocess.json").write_text(json.dumps(record))
+    mixed = write_schedule(tmp_path / "mixed.json", schedule_doc(a, hf, c, 6, [other]))
+    done = run("jaxblend.tools.dump_samples", *common(mixed, str(tmp_path / "cache")), "--num=1",
+               f"--out={tmp_path / 'o'}")
+    assert done.returncode == 1
+    last = done.stderr.strip().splitlines()[-1]
+    assert "were tokenized by different tokenizers" in last and other in last and hf in last
+
+
+def _environment(server) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in (*ENDPOINT_ENVS, "JAXBLEND_IDENTITY_CACHE")}
+    env.update({k: v for k, v in server.environ().items() if k not in ENDPOINT_ENVS})
+    return env
+
+
+def test_publication_record_path_matches_whole_maps(data, tmp_path, s3_server):
+    root, prefixes, base = data
+    urls = [s3_server.upload(p, f"sched/{os.path.basename(p)}") for p in prefixes]
+    doc = schedule_doc(*urls)
+    s3_server.write("sched/base.json", json.dumps(doc).encode())
+    schedule_url = s3_server.prefix_url("sched/base.json")
+    env = _environment(s3_server)
+    flags = [f"--s3_endpoint={s3_server.url}", f"--steps={STEPS - 2}"]
+    bucket_cache = s3_server.prefix_url("sched/maps")
+    state = tmp_path / "state.json"
+    record = dump(str(tmp_path / "rec"), schedule_url, bucket_cache, *flags,
+                  f"--data_cache_mirror={tmp_path / 'mirror'}", f"--state_out={state}", env=env)
+    # a second host's view: the record exists, a fresh mirror reads it from the bucket
+    again = dump(str(tmp_path / "rec2"), schedule_url, bucket_cache, *flags,
+                 f"--data_cache_mirror={tmp_path / 'mirror2'}", env=env)
+    whole = dump(str(tmp_path / "whole"), schedule_url, str(tmp_path / "local"), *flags, env=env)
+    for key in whole:
+        assert record[key].tobytes() == whole[key].tobytes(), key
+        assert again[key].tobytes() == whole[key].tobytes(), key
+    # the record path's state resumes on whole maps (the same history identity)
+    rest = dump(str(tmp_path / "rest"), schedule_url, str(tmp_path / "local"),
+                f"--s3_endpoint={s3_server.url}", "--steps=2", f"--state_in={state}", env=env)
+    full = dump(str(tmp_path / "full"), schedule_url, str(tmp_path / "local"),
+                f"--s3_endpoint={s3_server.url}", f"--steps={STEPS}", env=env)
+    for key in rest:
+        assert rest[key].tobytes() == full[key][STEPS - 2:].tobytes(), key
