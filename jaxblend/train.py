@@ -489,7 +489,9 @@ def _run_steps(watch, loader, state: _Model, resume: _Resume, data: _Data, steps
     from jaxblend.training.preemption import PreemptionNotice
 
     train_step, eval_step = steps
-    totals = dataset_metrics.RunTotals.restored(data.names, resume.meta)
+    totals = dataset_metrics.RunTotals.restored(
+        data.names, resume.meta, same_stream=resume.loader_state is not None
+    )
     if totals.note is not None:
         logging.warning("per-dataset figures: %s", totals.note)
     sums = dataset_metrics.DeviceWindow(len(data.names), NamedSharding(mesh, P()))

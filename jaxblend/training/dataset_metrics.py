@@ -132,13 +132,25 @@ class RunTotals:
     note: str | None = None
 
     @classmethod
-    def restored(cls, names: Sequence[str], meta: dict | None) -> RunTotals:
+    def restored(
+        cls, names: Sequence[str], meta: dict | None, same_stream: bool = False
+    ) -> RunTotals:
         """The totals at the start of a run: zeros, or the figures a checkpoint's `meta` holds.
 
-        Checkpoints record every dataset by name (`per_dataset`), so a resumed run whose split
-        gained datasets starts those at 0 and keeps the figures of datasets it no longer reads.
+        Checkpoints record every dataset by name (`per_dataset`, and `dataset_order`: the split's
+        datasets by id), so a resumed run whose split gained datasets starts those at 0 and keeps
+        the figures of datasets it no longer reads. With `same_stream` (the run continues the
+        checkpoint's data stream: its loader state was accepted), dataset j of the split is the
+        data the checkpoint counted as its dataset j, so a dataset whose name the checkpoint does
+        not know takes the figures of the checkpoint's dataset at its position when that name is
+        gone from the split: the same dataset reached by another path (moved to a bucket).
         Older checkpoints hold only `samples_per_dataset` (a list in dataset order): samples are
         restored when the list fits, tokens then count from the resume step (`note` says so).
+
+        Args:
+          names: the split's datasets (index = dataset id).
+          meta: the checkpoint's metadata, or None (a fresh run).
+          same_stream: whether the run continues the checkpoint's data stream.
         """
         d = len(names)
         totals = cls(
@@ -150,6 +162,11 @@ class RunTotals:
         per_dataset = meta.get("per_dataset")
         if isinstance(per_dataset, dict):
             index = {n: j for j, n in enumerate(totals.names)}
+            if same_stream:
+                order = meta.get("dataset_order") or []
+                for j, (old, new) in enumerate(zip(order, totals.names, strict=False)):
+                    if new not in per_dataset and old not in index and old in per_dataset:
+                        index[old] = j  # the same dataset under another name
             for name, figures in per_dataset.items():
                 if name in index:
                     totals.tokens[index[name]] = int(figures["tokens"])
@@ -188,7 +205,8 @@ class RunTotals:
         per_dataset = dict(self.carried)
         for j, name in enumerate(self.names):
             per_dataset[name] = {"tokens": int(self.tokens[j]), "samples": int(self.samples[j])}
-        return {"samples_per_dataset": self.samples.tolist(), "per_dataset": per_dataset}
+        return {"samples_per_dataset": self.samples.tolist(), "per_dataset": per_dataset,
+                "dataset_order": list(self.names)}
 
 
 def _means(loss: np.ndarray, tokens: np.ndarray) -> np.ndarray:

@@ -189,3 +189,24 @@ def test_metrics_log_refuses_a_bucket_url_and_a_foreign_file(tmp_path):
     with pytest.raises(ValueError, match="line 1 is not a metrics record"):
         MetricsLog(str(foreign), 0)
     assert foreign.read_text() == "hello\n"  # left as it was
+
+
+def test_totals_follow_a_dataset_moved_to_a_bucket_only_in_the_same_stream():
+    totals = RunTotals.restored(["/local/web", "/local/code"], None)
+    totals.absorb(_sums([1.0, 1.0], [7, 3], [2, 1]))
+    meta = json.loads(json.dumps(totals.meta()))
+    # The run continues on the bucket's copy of /local/code (the loader state was accepted).
+    moved = RunTotals.restored(["/local/web", "gs://b/code"], meta, same_stream=True)
+    assert moved.tokens.tolist() == [7, 3] and moved.samples.tolist() == [2, 1]
+    assert moved.carried == {}
+    # A fresh stream (Megatron's next phase): a new name is a new dataset.
+    fresh = RunTotals.restored(["gs://b/code", "/local/web"], meta, same_stream=False)
+    assert fresh.tokens.tolist() == [0, 7] and "/local/code" in fresh.carried
+    # A schedule's future edit swapping a dataset that has not been read: same stream, and the
+    # names of the datasets read so far keep their positions.
+    edited = RunTotals.restored(["/local/web", "/local/code", "/d/new"],
+                                {**meta, "dataset_order": ["/local/web", "/local/code", "/d/old"],
+                                 "per_dataset": {**meta["per_dataset"],
+                                                 "/d/old": {"tokens": 0, "samples": 0}}},
+                                same_stream=True)
+    assert edited.tokens.tolist() == [7, 3, 0]
