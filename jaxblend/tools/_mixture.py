@@ -198,8 +198,12 @@ def plot(path: str, names: Sequence[str], ids: np.ndarray, sizes: np.ndarray,
             colors[j] = line.get_color()
             ax.hlines(seg_target[j], lo, hi, colors=colors[j], linestyles="--", linewidth=0.8)
     if spans is not None:
+        active = [s for s in spans if s.start_step <= start][-1]
+        if active.index:  # the range starts inside a later stage: name it, no boundary line
+            ax.annotate(f"stage {active.index}", (start, 1.0), xycoords=("data", "axes fraction"),
+                        xytext=(3, -12), textcoords="offset points", fontsize=8, color="0.2")
         for span in spans:
-            if span.index == 0 or not start <= span.start_step < end:
+            if span.index == 0 or not start < span.start_step < end:
                 continue
             x = span.start_step + span.start_offset / sizes[span.start_step - start]
             ax.axvline(x, color="0.3", linewidth=0.8)
