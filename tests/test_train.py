@@ -411,3 +411,16 @@ def test_per_dataset_figures_of_a_staged_run_resumed_with_a_future_edit(tmp_path
     assert records[8]["datasets"][b]["loss_tokens"] == 0  # b left the mixture at step 6
     assert re.search(r"^step\s+8  datasets: a loss [0-9.]+ tokens [0-9,]+ \| b loss - tokens "
                      r"[0-9,]+ \| d loss [0-9.]+ tokens [0-9,]+$", resumed, re.MULTILINE), resumed
+
+
+def test_metrics_jsonl_in_a_missing_directory_is_one_line_before_training(tmp_path):
+    missing = tmp_path / "missing" / "m.jsonl"
+    out = subprocess.run(
+        [sys.executable, "-m", "jaxblend.train", *TINY, "--train_iters=2",
+         f"--workdir={tmp_path}", f"--metrics_jsonl={missing}"],
+        capture_output=True, text=True, timeout=600, check=False,
+    )
+    assert out.returncode == 2, out.stdout[-2000:] + out.stderr[-3000:]
+    assert out.stderr.strip().splitlines() == [
+        f"error: --metrics_jsonl={missing}: directory {missing.parent} does not exist"]
+    assert "step" not in out.stdout
