@@ -63,7 +63,7 @@ def _schedule(size: int):
 
     return blend_schedule.BlendSchedule(
         (
-            stage(0, range(0, 900), rng.random(900) + 0.1),
+            stage(0, range(900), rng.random(900) + 0.1),
             stage(size // 2, range(100, 1000), rng.random(900) + 0.1),
             stage(9 * size // 10, range(0, 1000, 20), rng.random(50) + 0.1),
         )
@@ -159,10 +159,9 @@ def main() -> None:
         print(json.dumps(run_case(args.child, sizes[0])))
         return
     cases = [c.strip() for c in args.cases.split(",")]
-    if "megatron blend" in cases:
-        if importlib.util.find_spec("megatron") is None:
-            print("megatron-core is not installed: leaving its case out")
-            cases.remove("megatron blend")
+    if "megatron blend" in cases and importlib.util.find_spec("megatron") is None:
+        print("megatron-core is not installed: leaving its case out")
+        cases.remove("megatron blend")
     results: dict[tuple[str, int], float] = {}
     print("| case | samples | CPU s (best) | wall s | CPU ns/sample | slope vs previous size |")
     print("|---|---:|---:|---:|---:|---:|")

@@ -9,8 +9,8 @@ Megatron-cached per-dataset maps to a build through `PerDatasetMapsProvider`.
 
 from __future__ import annotations
 
-from jaxblend.index.blend_schedule import BlendSchedule, BlendStage
 from jaxblend.index.blend_index import build_blending_indices, build_exhaustive_blending_indices
+from jaxblend.index.blend_schedule import BlendSchedule, BlendStage
 from jaxblend.index.blend_spec import (
     Blend,
     blend_prefixes,

@@ -25,6 +25,7 @@ changes the past (`history_stages` cuts a schedule at r for the identity of that
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from collections.abc import Sequence
 
@@ -167,7 +168,7 @@ class BlendSchedule:
                 f"{last}; the split must run past the last stage's start"
             )
         starts = [s.start_sample for s in self.stages] + [int(num_samples)]
-        return list(zip(starts[:-1], starts[1:]))
+        return list(itertools.pairwise(starts))
 
     def truncated(self, num_samples: int) -> BlendSchedule | None:
         """The stages that hold samples `[0, num_samples)` (None when `num_samples` is 0)."""

@@ -122,7 +122,8 @@ def _dataset_epochs(
         block = samples[e * (n + 1) : (e + 1) * (n + 1)]
         block[:] = maps.sample_index
         block[:, 0] += e * per_doc
-        np.add(maps.shuffle_index, e * (n + 1), out=shuffle[e * n : (e + 1) * n], casting="unsafe")
+        shuffle[e * n : (e + 1) * n] = maps.shuffle_index  # widened first, then moved
+        shuffle[e * n : (e + 1) * n] += shuffle.dtype.type(e * (n + 1))
     return docs, samples, shuffle, n, dtypes, count
 
 

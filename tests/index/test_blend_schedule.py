@@ -11,7 +11,7 @@ import pytest
 from helpers_data import random_infos
 
 from jaxblend import index
-from jaxblend.index import blend_index, blend_schedule, data_maps, gpt, maps_key
+from jaxblend.index import blend_index, blend_schedule, data_maps, gpt, maps_key, staged_split
 from jaxblend.index import split as split_lib
 from jaxblend.index.estimate import estimate_plan
 
@@ -308,6 +308,22 @@ class TestStagedSplit:
         )
         key = data_maps.plan_fingerprint(config, data_maps.config_prefixes(config), infos)
         assert key == "644fe30af12a7b9ac7c0bdd82f18f129"  # main before issue 22
+
+    def test_wide_dtypes_when_epochs_overflow_megatrons(self, infos, monkeypatch):
+        # Many epochs can overflow the int32 sample positions / uint32 shuffle rows of one epoch;
+        # forced here with small limits: same samples through int64 arrays.
+        config = _config(_schedule(*BASE))
+        narrow = _train(config, infos)
+        monkeypatch.setattr(staged_split, "_INT32_MAX", 50)
+        monkeypatch.setattr(staged_split, "_UINT32_LIMIT", 50)
+        wide = _train(config, infos)
+        arrays, _ = data_maps.build_arrays(data_maps.DataMapsSpec.resolve(config, infos))
+        assert arrays["train.shuffle_index"].dtype == arrays["train.sample_index"].dtype == np.int64
+        c = wide.dataset_names.index("/d/c")
+        assert wide.dataset_epochs(c) > 2
+        blocks = wide.constituent(c, epoch=2)
+        assert blocks.sample_index.dtype == narrow.constituent(c, epoch=2).sample_index.dtype
+        _assert_same_samples(narrow, wide, 400)
 
     def test_draws_from_a_dataset_without_samples(self):
         tiny = random_infos(3, {"/d/a": (60, 200), "/d/t": (3, 3)})
