@@ -192,6 +192,7 @@ class _Resume:
     start: int = 0
     loader_state: dict | None = None
     meta: dict | None = None
+    same_stream: bool = False  # the loader continues the checkpoint's data stream
 
 
 def _data_spec(s: cli.TrainSettings, phase: PhaseStepPlan | None = None) -> _DataSpec:
@@ -490,7 +491,7 @@ def _run_steps(watch, loader, state: _Model, resume: _Resume, data: _Data, steps
 
     train_step, eval_step = steps
     totals = dataset_metrics.RunTotals.restored(
-        data.names, resume.meta, same_stream=resume.loader_state is not None
+        data.names, resume.meta, same_stream=resume.same_stream
     )
     if totals.note is not None:
         logging.warning("per-dataset figures: %s", totals.note)
@@ -601,7 +602,8 @@ def _train(watch, s: cli.TrainSettings) -> None:
     state = _init_model(s, spec.vocab_size, spec.seed, mesh)
     watch.phase = "restoring the checkpoint"
     resume = _restore(checkpoint, state, s)
-    _enter_phase(resume, data.plan)
+    loader_state = _enter_phase(resume, data.plan)
+    resume.same_stream = loader_state is not None
     train_step, eval_step = _compile_steps(state, len(data.names), mesh)
 
     watch.phase = "opening the data"
@@ -609,7 +611,7 @@ def _train(watch, s: cli.TrainSettings) -> None:
     loader = make_loader(
         data.train, mesh, plan=data.plan, batch_axes=batch_axes,
         prefetch=prefetch,
-        state=resume.loader_state, start_step=resume.start, history=data.history,
+        state=loader_state, start_step=resume.start, history=data.history,
     )
     if loader.step != resume.start:
         raise ValueError(f"checkpoint step {resume.start} but loader state step {loader.step}")
@@ -665,17 +667,17 @@ def _phase_plan(checkpoint, s: cli.TrainSettings) -> PhaseStepPlan | None:
     return transitions.plan(transitions.phase_of(start))
 
 
-def _enter_phase(resume: _Resume, plan) -> None:
-    """Resuming in one of Megatron's phases: the global batch size must be the checkpoint's, and at
-    a phase's first step the previous phase's stream (its loader state) ends: the phase reads its
-    fresh blend from sample 0. The per-dataset figures continue by dataset name (they count from
-    step 0 of the run)."""
+def _enter_phase(resume: _Resume, plan) -> dict | None:
+    """The loader state to resume from. In one of Megatron's phases the global batch size must be
+    the checkpoint's, and at a phase's first step the previous phase's stream (its loader state)
+    ends: the phase reads its fresh blend from sample 0 (None). The per-dataset figures continue
+    by dataset name (they count from step 0 of the run)."""
     import jax
 
     from jaxblend.sampling import PhaseStepPlan
 
     if not isinstance(plan, PhaseStepPlan) or resume.loader_state is None:
-        return
+        return resume.loader_state
     recorded = (resume.meta or {}).get("global_batch_size")
     if recorded is None:
         logging.warning(
@@ -689,14 +691,15 @@ def _enter_phase(resume: _Resume, plan) -> None:
             f"a fixed global batch size (Megatron refuses the change too); pass "
             f"--global_batch_size={recorded}"
         )
-    if resume.start == plan.first_step:
-        resume.loader_state = None
-        if jax.process_index() == 0:
-            print(
-                f"phase {plan.phase + 1} of {plan.transitions.num_phases} from step "
-                f"{resume.start}: a fresh blend of {plan.num_samples} samples from the data flags, "
-                "read from its first sample", flush=True,
-            )
+    if resume.start != plan.first_step:
+        return resume.loader_state
+    if jax.process_index() == 0:
+        print(
+            f"phase {plan.phase + 1} of {plan.transitions.num_phases} from step {resume.start}: a "
+            f"fresh blend of {plan.num_samples} samples from the data flags, read from its first "
+            "sample", flush=True,
+        )
+    return None
 
 
 def _phase_meta(plan) -> dict:

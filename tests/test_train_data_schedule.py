@@ -23,7 +23,7 @@ COMMON = [
     "--ffn_hidden_size=64", "--num_layers=1", "--num_attention_heads=2", "--vocab_size=512",
     "--eod_id=0", "--valid_samples=0",
 ]
-_LINE = re.compile(r"step\s+(\d+)\s+loss\s+([0-9.]+)\s+batch\s+\d+.*samples (.*)$", re.M)
+_LINE = re.compile(r"step\s+(\d+)\s+loss\s+([0-9.]+)\s+batch\s+\d+.*samples (.*)$", re.MULTILINE)
 
 
 @pytest.fixture(scope="module")

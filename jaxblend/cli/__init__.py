@@ -40,6 +40,7 @@ from jaxblend.cli.distributed_flags import (
 from jaxblend.cli.entry import run
 from jaxblend.cli.loader_flags import define_loader_flags, prefetch_from_flags
 from jaxblend.cli.mesh_flags import define_mesh_flags, mesh_from_flags
+from jaxblend.cli.schedule_flags import data_schedule_from_flags, staged_history
 from jaxblend.cli.schema_flags import define_schema_flags, schema_options_from_flags
 from jaxblend.cli.source_flags import (
     MockSettings,
@@ -52,7 +53,6 @@ from jaxblend.cli.source_flags import (
     source_settings_from_flags,
     validation_sources_from_flags,
 )
-from jaxblend.cli.schedule_flags import data_schedule_from_flags, staged_history
 from jaxblend.cli.step_plan_flags import (
     MEGATRON_NARGS,
     define_step_plan_flags,
@@ -78,8 +78,8 @@ __all__ = [
     "SourceSettings",
     "TrainSettings",
     "data_access_from_flags",
-    "data_schedule_from_flags",
     "data_config_from_flags",
+    "data_schedule_from_flags",
     "decoder_from_flags",
     "define_data_flags",
     "define_distributed_flags",

@@ -45,7 +45,7 @@ def read_data_schedule(path: str, access: DataAccess | None = None) -> DataSched
         text = read_text(path, access)
     except UnicodeDecodeError:
         raise ValueError(f"{source}: not a UTF-8 text file; expected a JSON schedule") from None
-    except Exception as err:  # an object store's error: say which file and why, in one line
+    except (ValueError, OSError, TimeoutError) as err:  # the store's failure, in one line
         raise ValueError(f"{source}: cannot read it ({' '.join(str(err).split())})") from None
     if text is None:
         raise ValueError(f"{source}: no such file; give the path or URL of the schedule's JSON")

@@ -22,6 +22,7 @@ trained (docs/schedules.md, "Edits at resume").
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 from collections.abc import Mapping, Sequence
@@ -48,6 +49,12 @@ def _stage_blend(blend: Sequence[str] | str, where: str) -> tuple[str, ...]:
         parsed = blend_spec.parse_blend(blend, "blend")
     except ValueError as err:
         raise ValueError(f"{where}: {err}") from None
+    repeated = [p for p, n in collections.Counter(parsed.prefixes).items() if n > 1]
+    if repeated:
+        raise ValueError(
+            f"{where}: blend names {repeated[0]} more than once; give each dataset once, with "
+            "the summed weight"
+        )
     if parsed.weights is None and len(parsed.prefixes) > 1:
         raise ValueError(
             f"{where}: blend {blend!r} names {len(parsed.prefixes)} datasets without "
@@ -120,7 +127,7 @@ class DataSchedule:
             raise ValueError(f"{self.source}: the schedule has no stages; give at least {EXAMPLE}")
         for k, stage in enumerate(stages):
             if not isinstance(stage, DataStage):
-                raise ValueError(
+                raise ValueError(  # noqa: TRY004 - one line through the CLIs' ValueError path
                     f"{self.source}: stage {k} is a {type(stage).__name__}, not a DataStage"
                 )
         if stages[0].start_step != 0:
@@ -160,7 +167,10 @@ class DataSchedule:
         for k, entry in enumerate(raw):
             where = f"{source}: stage {k}"
             if not isinstance(entry, Mapping):
-                raise ValueError(f"{where} is a {type(entry).__name__}, not an object {{\"start_step\", \"blend\"}}")
+                raise ValueError(  # noqa: TRY004 - a bad file, not a programming error
+                    f"{where} is a {type(entry).__name__}, not an object "
+                    "{\"start_step\", \"blend\"}"
+                )
             unknown = sorted(set(entry) - set(_STAGE_KEYS))
             if unknown:
                 raise ValueError(f"{where}: unknown keys {unknown} (a stage has {list(_STAGE_KEYS)})")
@@ -270,9 +280,12 @@ class DataSchedule:
         from jaxblend.index.blend_schedule import BlendSchedule, BlendStage
 
         starts = self.start_samples(plan)
-        return BlendSchedule(
-            tuple(BlendStage(start, s.blend) for start, s in zip(starts, self.stages, strict=True))
-        )
+        try:
+            return BlendSchedule(tuple(
+                BlendStage(start, s.blend) for start, s in zip(starts, self.stages, strict=True)
+            ))
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"{self.source}: {err}") from None
 
 
 def _blend_of_json(value: Any, where: str) -> tuple[str, ...]:

@@ -66,6 +66,7 @@ def test_numeric_weights_are_accepted():
         (_text([{"start_step": 0, "blend": ["0", "/d/a", "2", "/d/b"]}]), "must be > 0"),
         (_text([{"start_step": 0, "blend": ["x", "/d/a", "2", "/d/b"]}]), "mixes weights"),
         (_text([{"start_step": 0, "blend": ["/d/a", "/d/b"]}]), "without weights"),
+        (_text([{"start_step": 0, "blend": ["1", "/d/a", "2", "/d/a"]}]), "names /d/a more than once"),
         (_text([{"start_step": 0, "blend": {"a": 1}}]), "blend must be a list"),
     ],
 )
@@ -138,3 +139,14 @@ def test_token_budget_like_plans_are_refused():
 
     with pytest.raises(ValueError, match="needs a step plan"):
         first_sample(Unordered(), 3)
+
+
+def test_blend_schedule_gives_the_index_layer_stages():
+    from jaxblend.index import BlendSchedule
+
+    staged = _three().blend_schedule(FixedStepPlan(4, 30))
+    assert isinstance(staged, BlendSchedule)
+    assert [(s.start_sample, s.blend) for s in staged.stages] == [
+        (0, ("50", "/d/a", "50", "/d/b")), (40, ("20", "/d/a", "80", "/d/c")), (100, ("/d/c",)),
+    ]
+    assert staged.prefixes() == ["/d/a", "/d/b", "/d/c"]

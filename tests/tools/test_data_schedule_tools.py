@@ -81,7 +81,7 @@ def train_maps(out, schedule, cache):
 
 
 def test_dump_batches_follows_the_stages(data, tmp_path):
-    root, (a, b, c), base = data
+    base = data[2]
     batches = dump(str(tmp_path / "o"), base, str(tmp_path / "cache"), f"--steps={STEPS}")
     ids = batches["dataset_ids"]
     assert ids.shape == (STEPS, B)
@@ -95,13 +95,15 @@ def test_dump_batches_follows_the_stages(data, tmp_path):
 
 
 def test_future_edit_at_resume_keeps_the_past_and_repeats_nothing(data, tmp_path):
-    root, (a, b, c), base = data
+    a, b, c = data[1]
+    base = data[2]
     cache = str(tmp_path / "cache")
     r = 4  # mid stage 1
     state = tmp_path / "state.json"
     first = dump(str(tmp_path / "first"), base, cache, f"--steps={r}", f"--state_out={state}")
     saved = json.loads(state.read_text())
-    assert saved["step"] == r and saved["data_schedule"] == json.loads(open(base).read())
+    with open(base) as f:
+        assert saved["step"] == r and saved["data_schedule"] == json.load(f)
     # the future changes: stage 2 starts one step earlier and blends c and b
     future = write_schedule(
         tmp_path / "future.json", schedule_doc(a, b, c, 5, ["50", c, "50", b])
@@ -137,7 +139,8 @@ def test_future_edit_at_resume_keeps_the_past_and_repeats_nothing(data, tmp_path
 
 
 def test_past_edit_is_refused_in_one_line(data, tmp_path):
-    root, (a, b, c), base = data
+    a, b, c = data[1]
+    base = data[2]
     cache = str(tmp_path / "cache")
     state = tmp_path / "state.json"
     dump(str(tmp_path / "first"), base, cache, "--steps=7", f"--state_out={state}")
@@ -156,7 +159,8 @@ def test_past_edit_is_refused_in_one_line(data, tmp_path):
 
 
 def test_conflicting_flags_give_one_line(data, tmp_path):
-    root, (a, b, c), base = data
+    a, _, _ = data[1]
+    base = data[2]
     done = run(
         "jaxblend.tools.dump_batches", *common(base, str(tmp_path / "cache")), "--mesh_shape=4",
         "--num_cpu_devices=4", f"--out={tmp_path / 'o'}", "--steps=1", f"--train_data_path={a}",
@@ -168,7 +172,8 @@ def test_conflicting_flags_give_one_line(data, tmp_path):
 
 
 def test_build_index_and_inspect_take_the_schedule(data, tmp_path):
-    root, (a, b, c), base = data
+    a, b, c = data[1]
+    base = data[2]
     cache = str(tmp_path / "cache")
     done = run("jaxblend.tools.build_index", *common(base, cache),
                f"--data_path={a}", "--split=80,20,0", "--valid_samples=8")
@@ -185,13 +190,18 @@ def test_build_index_and_inspect_take_the_schedule(data, tmp_path):
     rows = json.loads(out.read_text())["rows"]
     assert {r["dataset"] for r in rows} == {b}  # stage 2: b alone
     assert [r["sample_id"] for r in rows] == list(range(7 * B, 8 * B))
+    stats = tmp_path / "stats.json"
+    done = run("jaxblend.tools.inspect", "stats", f"--data_schedule={base}", f"--json={stats}")
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert list(json.loads(stats.read_text())) == [a, b, c]  # every stage's datasets
     done = run("jaxblend.tools.inspect", "preflight", *common(base, cache)[:2],
                f"--global_batch_size={B}", f"--train_iters={STEPS}", "--vocab_size=600")
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
 
 
 def test_every_stage_dataset_is_checked_for_its_tokenizer(data, tmp_path):
-    root, (a, b, c), base = data
+    root = data[0]
+    a, _, c = data[1]
     other = write_random_dataset(str(root / "other_text_document"), np.random.default_rng(3),
                                  30, lengths=(2, 20), vocab=(1, 200))
     for name, facts in (("other", TokenizerFacts("ByteTokenizer", 263, 256, 257)),):
@@ -219,7 +229,7 @@ def _environment(server) -> dict[str, str]:
 
 
 def test_publication_record_path_matches_whole_maps(data, tmp_path, s3_server):
-    root, prefixes, base = data
+    prefixes = data[1]
     urls = [s3_server.upload(p, f"sched/{os.path.basename(p)}") for p in prefixes]
     doc = schedule_doc(*urls)
     s3_server.write("sched/base.json", json.dumps(doc).encode())
@@ -244,3 +254,30 @@ def test_publication_record_path_matches_whole_maps(data, tmp_path, s3_server):
                 f"--s3_endpoint={s3_server.url}", f"--steps={STEPS}", env=env)
     for key in rest:
         assert rest[key].tobytes() == full[key][STEPS - 2:].tobytes(), key
+
+
+@pytest.mark.parametrize(
+    "batch_flags",
+    # sizes 2, 2, 2, 2, 4, 4, 6, ... and 4 x 6 steps then 8 (thresholds in tokens of 16)
+    [["--rampup_batch_size=2 2 24"], ["--step_batch_size_schedule=0:4 384:8"]],
+    ids=["rampup", "step_batch_size_schedule"],
+)
+def test_stage_boundaries_stay_at_their_steps_with_variable_batches(data, tmp_path, batch_flags):
+    base = data[2]
+    args = [f"--data_schedule={base}", f"--seq_length={SEQ}", f"--train_samples={B * STEPS}",
+            f"--data_cache_path={tmp_path / 'cache'}", "--eod_id=0", "--mesh_shape=2",
+            "--num_cpu_devices=2", "--steps=8", f"--out={tmp_path / 'o'}", *batch_flags]
+    if "--rampup" in batch_flags[0]:
+        args.append(f"--global_batch_size={B}")
+    done = run("jaxblend.tools.dump_batches", *args)
+    assert done.returncode == 0, done.stderr[-4000:]
+    with np.load(tmp_path / "o" / "batches.npz") as f:
+        steps = {int(k.split("/")[1]): f[k] for k in f.files if k.startswith("dataset_ids/")}
+        first = {int(k.split("/")[1]): f[k] for k in f.files if k.startswith("sample_ids/")}
+    assert sorted(steps) == list(range(8))
+    assert len({v.size for v in steps.values()}) > 1  # the batch size changes
+    expected = {0: {0, 1}, 1: {0, 1}, 2: {0, 1}, 3: {0, 2}, 4: {0, 2}, 5: {0, 2}, 6: {1}, 7: {1}}
+    for k, ids in steps.items():
+        assert set(np.unique(ids)) <= expected[k], k
+    assert 2 in steps[3]  # c joins exactly at step 3
+    assert first[3][0] == sum(steps[k].size for k in range(3))

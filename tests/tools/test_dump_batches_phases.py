@@ -76,3 +76,24 @@ def test_steps_across_a_transition_are_one_line(prefixes, tmp_path):
                 tmp_path / "x")
     assert done.returncode != 0
     assert "crosses the phase transition at step 4" in done.stderr, done.stderr[-2000:]
+
+
+@pytest.mark.multiprocess
+def test_a_phase_is_the_same_on_two_processes(prefixes, tmp_path):
+    from helpers_multiproc import run_cli
+
+    b, c = prefixes["b"], prefixes["c"]
+    phase = [f"--data_path=30 {b} 70 {c}", "--train_samples=112",
+             "--phase_transition_iterations=4,9", "--start_step=5", "--steps=4", "--mesh_shape=4",
+             "--mesh_axes=data", f"--data_cache_path={tmp_path / 'maps'}"]
+    one = _dump([*phase, "--num_cpu_devices=4"], tmp_path / "one")
+    run_cli("jaxblend.tools.dump_batches", [
+        *phase, "--split=100,0,0", "--seq_length=16", f"--global_batch_size={B}",
+        f"--out={tmp_path / 'two'}",
+    ], 2, 2)
+    with np.load(tmp_path / "two" / "batches.npz") as f:
+        two = {k: f[k] for k in f.files}
+    assert one.keys() == two.keys()
+    for key, value in one.items():
+        assert two[key].tobytes() == value.tobytes(), key
+    np.testing.assert_array_equal(one["sample_ids"][0], np.arange(B, 2 * B))
