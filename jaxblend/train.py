@@ -26,8 +26,10 @@ With `--phase_transition_iterations="100,200"` (Megatron-LM's `--phase-transitio
 run saves a checkpoint and exits 0 at each listed step; relaunched with the next phase's data
 flags, it trains that phase on a fresh blend of the phase's length (docs/schedules.md).
 
-Logs step, loss, the step's global batch size, tokens/s, the fraction of step time spent waiting for data and per-dataset
-sample counts; saves model + optimizer + loader state (Orbax, every host its own shards) every
+Logs step, loss, the step's global batch size, tokens/s, the fraction of step time spent waiting
+for data and per-dataset sample counts, then a line of each dataset's loss since the last line and
+loss tokens since step 0 (`--log_datasets`; `--metrics_jsonl` writes both as JSON; validation
+reports each dataset of a blended validation split too: docs/training.md); saves model + optimizer + loader state (Orbax, every host its own shards) every
 `--save_interval` steps to `--checkpoint_dir` (a directory or a gs:// URL) and resumes from the
 newest checkpoint there, on any process count and mesh. SIGTERM (preemption) makes every process
 checkpoint the same step and exit 0. In a multi-process run a lost peer stops every process within
@@ -182,14 +184,15 @@ class _Model:
 
 @dataclasses.dataclass
 class _Resume:
-    """Where the run starts: the checkpointer, the first step, the loader state, sample counts."""
+    """Where the run starts: the checkpointer, the first step, the loader state, and the
+    checkpoint's metadata (per-dataset figures so far, a Megatron phase's batch size)."""
 
     ckpt: object
     directory: str
     start: int = 0
     loader_state: dict | None = None
-    counts: list | None = None
     meta: dict | None = None
+    same_stream: bool = False  # the loader continues the checkpoint's data stream
 
 
 def _data_spec(s: cli.TrainSettings, phase: PhaseStepPlan | None = None) -> _DataSpec:
@@ -333,7 +336,6 @@ def _restore(checkpoint, state: _Model, s: cli.TrainSettings) -> _Resume:
     resume.start = int(resume.loader_state["step"])
     if resume.start != last:
         raise ValueError(f"{directory} step {last}: its loader state is at step {resume.start}")
-    resume.counts = meta.get("samples_per_dataset")
     resume.meta = meta
     logging.info("resumed from %s step %d", directory, resume.start)
     if jax.process_index() == 0:
@@ -341,29 +343,43 @@ def _restore(checkpoint, state: _Model, s: cli.TrainSettings) -> _Resume:
     return resume
 
 
-def _compile_steps(state: _Model, num_datasets: int):
-    """The jitted train and eval steps (each traced once per batch shape of the plan)."""
-    import jax
-    import jax.numpy as jnp
+def _compile_steps(state: _Model, num_datasets: int, mesh):
+    """The jitted train and eval steps (each traced once per batch shape of the plan).
 
-    from jaxblend.training import model
+    `train_step(params, opt_state, sums, batch)` returns the updated parameters and optimizer
+    state, the batch's loss and `sums` plus the batch's per-dataset sums
+    (`jaxblend.training.dataset_metrics`: loss, loss tokens, rows of each of the split's
+    `num_datasets` datasets), all left on the device. `eval_step(params, batch, num_datasets)`
+    returns the batch's loss and its per-dataset sums.
+    """
+    import jax
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from jaxblend.training import dataset_metrics, model
 
     optax = _import_optax()
     cfg, optimizer = state.config, state.optimizer
+    replicated = NamedSharding(mesh, P())
 
-    @functools.partial(jax.jit, donate_argnums=(0, 1))
-    def train_step(params, opt_state, batch):
-        (loss, tokens), grads = jax.value_and_grad(
-            lambda p: model.loss_fn(p, cfg, batch), has_aux=True
+    def loss_and_sums(params, batch, datasets):
+        nll = model.token_losses(params, cfg, batch)
+        loss, _ = model.masked_mean(nll, batch["loss_mask"])
+        sums = dataset_metrics.batch_sums(nll, batch["loss_mask"], batch["dataset_ids"], datasets)
+        return loss, jax.lax.with_sharding_constraint(sums, replicated)
+
+    @functools.partial(jax.jit, donate_argnums=(0, 1, 2))
+    def train_step(params, opt_state, sums, batch):
+        (loss, batch_sums), grads = jax.value_and_grad(
+            lambda p: loss_and_sums(p, batch, num_datasets), has_aux=True
         )(params)
         updates, opt_state = optimizer.update(grads, opt_state, params)
         params = optax.apply_updates(params, updates)
-        counts = jnp.bincount(batch["dataset_ids"], length=num_datasets)
-        return params, opt_state, loss, tokens, counts
+        return params, opt_state, loss, dataset_metrics.add(sums, batch_sums)
 
-    @jax.jit
-    def eval_step(params, batch):
-        return model.loss_fn(params, cfg, batch)
+    @functools.partial(jax.jit, static_argnums=2)
+    def eval_step(params, batch, datasets):
+        return loss_and_sums(params, batch, datasets)
 
     return train_step, eval_step
 
@@ -378,25 +394,43 @@ class _LogWindow:
     def reset(self) -> None:
         self.began, self.wait, self.tokens = time.perf_counter(), self.loader.wait_seconds, 0
 
-    def line(self, done: int, loss: float, batch_size: int, names, seen) -> str:
+    def figures(self, loss: float, batch_size: int) -> dict:
+        """The log line's figures (also the `--metrics_jsonl` record's)."""
         elapsed = time.perf_counter() - self.began
         wait = self.loader.wait_seconds - self.wait
-        mix = " ".join(f"{os.path.basename(n)}={c}" for n, c in zip(names, seen, strict=True))
+        return {"loss": float(loss), "batch_size": int(batch_size),
+                "tokens_per_second": self.tokens / elapsed, "data_wait": wait / elapsed}
+
+    @staticmethod
+    def line(done: int, figures: dict, totals, top: int) -> str:
+        """The step's log line; `samples` lists the samples of each dataset since step 0 (the
+        `top` - 1 datasets with the most tokens and the others together, with many)."""
+        from jaxblend.training.dataset_metrics import short_names, shown
+
+        names = short_names(totals.names)
+        one, rest = shown(totals.tokens, top)
+        mix = [f"{names[j]}={int(totals.samples[j])}" for j in one]
+        if rest:
+            mix.append(f"others({len(rest)})={int(totals.samples[rest].sum())}")
         return (
-            f"step {done:5d}  loss {loss:.4f}  batch {batch_size}  "
-            f"{self.tokens / elapsed:9.0f} tok/s  data-wait {100 * wait / elapsed:4.1f}%  "
-            f"samples {mix}"
+            f"step {done:5d}  loss {figures['loss']:.4f}  batch {figures['batch_size']}  "
+            f"{figures['tokens_per_second']:9.0f} tok/s  "
+            f"data-wait {100 * figures['data_wait']:4.1f}%  samples {' '.join(mix)}"
         )
 
 
 def _evaluate(
-    done: int, params, eval_step, data: _Data, mesh, batch_axes, s: cli.TrainSettings
+    done: int, params, eval_step, data: _Data, mesh, batch_axes, s: cli.TrainSettings,
+    metrics_log=None,
 ) -> None:
-    """Prints the validation loss of every validation set."""
+    """Prints the validation loss of every validation set: the mean of its batches' losses and,
+    for a set blending several datasets, each dataset's loss (over that dataset's loss tokens of
+    the same batches)."""
     import jax
     import numpy as np
 
     from jaxblend.loading import make_loader
+    from jaxblend.training import dataset_metrics
 
     b = cli.final_global_batch_size(s.global_batch_size)
     for vname, valid_source in data.valid.items():
@@ -404,12 +438,24 @@ def _evaluate(
             valid_source, mesh, global_batch_size=b, batch_axes=batch_axes,
             num_steps=min(s.eval_batches, len(valid_source) // b),
         )
-        losses = [float(eval_step(params, vb)[0]) for vb in vloader]
+        names = list(getattr(valid_source, "dataset_names", ["mock"]))
+        outputs = jax.device_get([eval_step(params, vb, len(names)) for vb in vloader])
+        if not outputs or jax.process_index() != 0:
+            continue
+        loss = float(np.mean([float(batch_loss) for batch_loss, _ in outputs]))
+        sums = dataset_metrics.DatasetSums(
+            *(np.sum([np.asarray(getattr(bs, f)) for _, bs in outputs], axis=0)
+              for f in dataset_metrics.DatasetSums._fields)
+        )
+        label = "validation"
         if vname != "valid":  # one of --multiple_validation_sets
-            vname = f"{vname} ({os.path.basename(valid_source.dataset_names[0])})"
-        if losses and jax.process_index() == 0:
-            label = "validation" if vname == "valid" else f"validation {vname}"
-            print(f"step {done:5d}  {label} loss {np.mean(losses):.4f}", flush=True)
+            label = f"validation {vname} ({os.path.basename(names[0])})"
+        line = f"step {done:5d}  {label} loss {loss:.4f}"
+        if len(names) > 1:
+            line += "  " + dataset_metrics.validation_part(names, sums, s.log_datasets)
+        print(line, flush=True)
+        if metrics_log is not None:
+            metrics_log.write(dataset_metrics.validation_record(done, vname, loss, names, sums))
 
 
 def _advice(s: cli.TrainSettings):
@@ -429,21 +475,32 @@ def _run_steps(watch, loader, state: _Model, resume: _Resume, data: _Data, steps
                batch_axes, s: cli.TrainSettings):
     """Trains from `resume.start` to `--train_iters`; returns (last loss, preempted step).
 
-    The host reads the device's losses and sample counts only at log lines, evaluations and
+    The host reads the device's losses and per-dataset sums only at log lines, evaluations and
     checkpoints; a non-finite loss stops the run there (`jaxblend.training.divergence`), and a
-    checkpoint is saved only after its losses and state are checked finite.
+    checkpoint is saved only after its losses and state are checked finite. Each log line is
+    followed by a line of per-dataset losses and tokens (`jaxblend.training.dataset_metrics`),
+    and with `--metrics_jsonl` process 0 writes both as one JSON record.
     """
     import jax
-    import numpy as np
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
 
+    from jaxblend.training import dataset_metrics
     from jaxblend.training.divergence import DivergedError, DivergenceGuard
     from jaxblend.training.preemption import PreemptionNotice
 
     train_step, eval_step = steps
-    seen = np.zeros(len(data.names), np.int64)
-    if resume.counts is not None and len(resume.counts) == len(data.names):
-        seen += np.asarray(resume.counts, np.int64)
-    pending_counts = []
+    totals = dataset_metrics.RunTotals.restored(
+        data.names, resume.meta, same_stream=resume.same_stream
+    )
+    if totals.note is not None:
+        logging.warning("per-dataset figures: %s", totals.note)
+    sums = dataset_metrics.DeviceWindow(len(data.names), NamedSharding(mesh, P()))
+    metrics_log = None
+    if s.metrics_jsonl and jax.process_index() == 0:
+        from jaxblend.training.metrics_log import MetricsLog
+
+        metrics_log = MetricsLog(s.metrics_jsonl, resume.start)
     preemption = PreemptionNotice()
     guard = DivergenceGuard(
         _advice(s), resume.start if resume.loader_state is not None else None
@@ -461,38 +518,42 @@ def _run_steps(watch, loader, state: _Model, resume: _Resume, data: _Data, steps
     try:
         for step in range(resume.start, iters):
             watch.step = step
-            batch = next(loader)
-            state.params, state.opt_state, step_loss, _, counts = train_step(
-                state.params, state.opt_state, batch
-            )
-            pending_counts.append(counts)
             size = data.plan.batch_size(step)
+            if sums.must_read_before(size * seq):  # int32 counters: only in huge log windows
+                totals.absorb(sums.take())
+            batch = next(loader)
+            state.params, state.opt_state, step_loss, step_sums = train_step(
+                state.params, state.opt_state, sums.sums, batch
+            )
+            sums.added(step_sums, size * seq)
             window.tokens += size * seq
             done = step + 1
             watch.step = done
             guard.record(done, step_loss)
             if done % s.log_interval == 0 or done == iters or step == resume.start:
                 loss = guard.losses()
-                seen += sum(np.asarray(c) for c in jax.device_get(pending_counts))
-                pending_counts.clear()
-                line = window.line(done, loss, size, data.names, seen)
+                totals.absorb(sums.take())
+                figures = window.figures(loss, size)
                 if jax.process_index() == 0:
-                    print(line, flush=True)
+                    print(window.line(done, figures, totals, s.log_datasets), flush=True)
+                    print(dataset_metrics.dataset_line(done, totals, s.log_datasets), flush=True)
+                    if metrics_log is not None:
+                        metrics_log.write(dataset_metrics.train_record(done, figures, totals))
+                totals.end_window()
                 window.reset()
             if s.eval_interval and done % s.eval_interval == 0:
                 guard.losses()
-                _evaluate(done, state.params, eval_step, data, mesh, batch_axes, s)
+                _evaluate(done, state.params, eval_step, data, mesh, batch_axes, s, metrics_log)
             preempt = preemption.reached(done)
             phase_end = done == iters < s.train_iters  # saved whatever --save_interval
             if preempt or phase_end or (
                 s.save_interval and (done % s.save_interval == 0 or done == iters)
             ):
                 guard.check_state(done, (state.params, state.opt_state))
-                seen += sum(np.asarray(c) for c in jax.device_get(pending_counts))
-                pending_counts.clear()
+                totals.absorb(sums.take())
                 resume.ckpt.save(
                     done, (state.params, state.opt_state), loader,
-                    {"model": dataclasses.asdict(state.config), "samples_per_dataset": seen.tolist(),
+                    {"model": dataclasses.asdict(state.config), **totals.meta(),
                      **_phase_meta(data.plan)},
                 )
                 guard.saved(done)
@@ -503,6 +564,9 @@ def _run_steps(watch, loader, state: _Model, resume: _Resume, data: _Data, steps
     except DivergedError:
         resume.ckpt.close()  # commit the last (finite) checkpoint before the run stops
         raise
+    finally:
+        if metrics_log is not None:
+            metrics_log.close()
     return loss, preempted_at
 
 
@@ -521,6 +585,13 @@ def _train(watch, s: cli.TrainSettings) -> None:
             f"the training example saves Orbax checkpoints ({err}): pip install 'jaxblend[train]'"
         ) from None
 
+    if s.metrics_jsonl:
+        from jaxblend.training.metrics_log import check_path
+
+        try:
+            check_path(s.metrics_jsonl)
+        except ValueError as err:
+            raise app.UsageError(str(err)) from None
     watch.phase = "preparing the data"
     phase = _phase_plan(checkpoint, s)
     spec = _data_spec(s, phase)
@@ -532,7 +603,8 @@ def _train(watch, s: cli.TrainSettings) -> None:
     watch.phase = "restoring the checkpoint"
     resume = _restore(checkpoint, state, s)
     loader_state = _enter_phase(resume, data.plan)
-    train_step, eval_step = _compile_steps(state, len(data.names))
+    resume.same_stream = loader_state is not None
+    train_step, eval_step = _compile_steps(state, len(data.names), mesh)
 
     watch.phase = "opening the data"
     prefetch = cli.prefetch_from_flags()
@@ -597,8 +669,9 @@ def _phase_plan(checkpoint, s: cli.TrainSettings) -> PhaseStepPlan | None:
 
 def _enter_phase(resume: _Resume, plan) -> dict | None:
     """The loader state to resume from. In one of Megatron's phases the global batch size must be
-    the checkpoint's, and at a phase's first step the previous phase's stream (its loader state and
-    per-dataset counts) ends: the phase reads its fresh blend from sample 0 (None)."""
+    the checkpoint's, and at a phase's first step the previous phase's stream (its loader state)
+    ends: the phase reads its fresh blend from sample 0 (None). The per-dataset figures continue
+    by dataset name (they count from step 0 of the run)."""
     import jax
 
     from jaxblend.sampling import PhaseStepPlan
@@ -620,7 +693,6 @@ def _enter_phase(resume: _Resume, plan) -> dict | None:
         )
     if resume.start != plan.first_step:
         return resume.loader_state
-    resume.counts = None
     if jax.process_index() == 0:
         print(
             f"phase {plan.phase + 1} of {plan.transitions.num_phases} from step {resume.start}: a "

@@ -287,3 +287,140 @@ def test_missing_optax_is_one_line_naming_the_extra(tmp_path):
     assert out.stderr.strip().splitlines()[-1] == (
         "error: the training example needs optax: pip install 'jaxblend[train]'"
     )
+
+
+def test_per_dataset_tokens_match_the_batches_and_survive_resume(tmp_path):
+    """Per-dataset figures of a blend: tokens consumed per dataset equal the batches' loss-mask
+    counts by `dataset_ids` (dump_batches of the same steps), through a resume from a checkpoint;
+    validation reports each dataset of the validation blend."""
+    import json
+
+    import numpy as np
+    from helpers_data import write_random_dataset
+
+    rng = np.random.default_rng(5)
+    a, b = (write_random_dataset(str(tmp_path / n), rng, 150, lengths=(2, 40), vocab=(0, 127),
+                                 eod=127) for n in ("a", "b"))
+    data = [f"--data_path=30 {a} 70 {b}", "--split=90,10,0", "--seq_length=16",
+            "--train_samples=64", "--valid_samples=16", "--eod_id=127", "--eod_mask_loss",
+            f"--data_cache_path={tmp_path / 'cache'}", "--global_batch_size=8"]
+    metrics = tmp_path / "metrics.jsonl"
+    model = ["--vocab_size=128", "--hidden_size=32", "--ffn_hidden_size=64", "--num_layers=1",
+             "--num_attention_heads=2", "--log_interval=2", "--save_interval=3",
+             "--eval_interval=3", "--eval_iters=1", f"--workdir={tmp_path / 'run'}",
+             f"--metrics_jsonl={metrics}"]
+
+    def train(iters):
+        out = subprocess.run(
+            [sys.executable, "-m", "jaxblend.train", *data, *model, f"--train_iters={iters}"],
+            capture_output=True, text=True, timeout=600, check=False,
+        )
+        assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+        return out.stdout
+
+    first = train(6)
+    resumed = train(8)
+    assert "resumed from" in resumed and "step 6" in resumed
+    dumped = subprocess.run(
+        [sys.executable, "-m", "jaxblend.tools.dump_batches", *data, "--steps=8",
+         f"--out={tmp_path / 'dump'}"],
+        capture_output=True, text=True, timeout=600, check=False,
+    )
+    assert dumped.returncode == 0, dumped.stderr[-3000:]
+    with np.load(tmp_path / "dump" / "batches.npz") as f:
+        ids, mask = f["dataset_ids"], f["loss_mask"]  # [steps, B], [steps, B, S]
+    row_tokens = mask.sum(-1).astype(np.int64)
+
+    def expected(steps):
+        return [int(row_tokens[:steps][ids[:steps] == j].sum()) for j in (0, 1)], [
+            int((ids[:steps] == j).sum()) for j in (0, 1)]
+
+    records = [json.loads(line) for line in metrics.read_text().splitlines()]
+    train_records = {r["step"]: r for r in records if r["kind"] == "train"}
+    assert sorted(train_records) == [1, 2, 4, 6, 7, 8]  # the resumed run appends from step 7
+    for step, record in train_records.items():
+        tokens, samples = expected(step)
+        assert [record["datasets"][p]["tokens"] for p in (a, b)] == tokens, step
+        assert [record["datasets"][p]["samples"] for p in (a, b)] == samples, step
+    assert 0 < tokens[0] < tokens[1] < 16 * 8 * 8  # the 30/70 blend, EODs masked
+    # The log shows the same figures, per dataset, after each loss line.
+    line = re.search(r"^step\s+8  datasets: a loss [0-9.]+ tokens ([0-9,]+) \| b loss [0-9.]+ "
+                     r"tokens ([0-9,]+)$", resumed, re.MULTILINE)
+    assert line and [int(t.replace(",", "")) for t in line.groups()] == tokens, resumed[-2000:]
+    # Validation: the blend's loss and each of its datasets'.
+    valid = [r for r in records if r["kind"] == "validation"]
+    assert [r["step"] for r in valid] == [3, 6] and set(valid[0]["datasets"]) == {a, b}
+    assert all(d["loss"] > 0 and d["tokens"] > 0 for d in valid[0]["datasets"].values())
+    assert re.search(r"^step\s+3  validation loss [0-9.]+  datasets: a loss [0-9.]+ \| b loss "
+                     r"[0-9.]+$", first, re.MULTILINE), first[-2000:]
+
+
+def test_per_dataset_figures_of_a_staged_run_resumed_with_a_future_edit(tmp_path):
+    """A `--data_schedule` run: a dataset that has not joined yet shows `loss -` and 0 tokens;
+    resumed with a schedule whose future stage swaps a dataset for a new one, the figures continue
+    by dataset name and equal the loss-mask counts of the batches the edited schedule gives."""
+    import json
+
+    import numpy as np
+    from helpers_data import write_random_dataset
+
+    rng = np.random.default_rng(11)
+    a, b, c, d = (write_random_dataset(str(tmp_path / n), rng, 120, lengths=(2, 40),
+                                       vocab=(0, 127), eod=127) for n in "abcd")
+
+    def schedule(name, later):
+        path = tmp_path / name
+        path.write_text(json.dumps({"stages": [
+            {"start_step": 0, "blend": ["50", a, "50", b]},
+            {"start_step": 6, "blend": later}]}))
+        return f"--data_schedule={path}"
+
+    first_schedule = schedule("s1.json", ["50", b, "50", c])
+    edited = schedule("s2.json", ["40", a, "60", d])  # the future (step 6 on) changed at step 4
+    data = [f"--data_path={a}", "--split=90,10,0", "--seq_length=16", "--train_samples=64",
+            "--valid_samples=0", "--eod_id=127", "--eod_mask_loss", "--global_batch_size=8",
+            f"--data_cache_path={tmp_path / 'cache'}"]
+    metrics = tmp_path / "metrics.jsonl"
+    model = ["--vocab_size=128", "--hidden_size=32", "--ffn_hidden_size=64", "--num_layers=1",
+             "--num_attention_heads=2", "--log_interval=2", "--save_interval=4",
+             "--eval_interval=0", f"--workdir={tmp_path / 'run'}", f"--metrics_jsonl={metrics}"]
+
+    def run(module, *args):
+        out = subprocess.run([sys.executable, "-m", module, *args], capture_output=True,
+                             text=True, timeout=600, check=False)
+        assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+        return out.stdout
+
+    first = run("jaxblend.train", *data, first_schedule, *model, "--train_iters=4")
+    assert re.search(r"^step\s+4  datasets: a loss [0-9.]+ tokens [0-9,]+ \| b loss [0-9.]+ "
+                     r"tokens [0-9,]+ \| c loss - tokens 0$", first, re.MULTILINE), first
+    resumed = run("jaxblend.train", *data, edited, *model, "--train_iters=8")
+    assert "resumed from" in resumed
+    run("jaxblend.tools.dump_batches", *data, edited, "--steps=8", f"--out={tmp_path / 'dump'}")
+    with np.load(tmp_path / "dump" / "batches.npz") as f:
+        ids, mask = f["dataset_ids"], f["loss_mask"]
+    row_tokens = mask.sum(-1).astype(np.int64)
+    names = [a, b, d]  # the edited schedule's datasets, in order of first appearance
+    records = {r["step"]: r for r in map(json.loads, metrics.read_text().splitlines())}
+    assert sorted(records) == [1, 2, 4, 5, 6, 8]
+    for step in (6, 8):
+        expected = [int(row_tokens[:step][ids[:step] == j].sum()) for j in range(3)]
+        assert [records[step]["datasets"][n]["tokens"] for n in names] == expected, step
+    assert records[6]["datasets"][d] == {"loss": None, "loss_tokens": 0, "tokens": 0, "samples": 0}
+    assert records[8]["datasets"][d]["tokens"] > 0 and c not in records[8]["datasets"]
+    assert records[8]["datasets"][b]["loss_tokens"] == 0  # b left the mixture at step 6
+    assert re.search(r"^step\s+8  datasets: a loss [0-9.]+ tokens [0-9,]+ \| b loss - tokens "
+                     r"[0-9,]+ \| d loss [0-9.]+ tokens [0-9,]+$", resumed, re.MULTILINE), resumed
+
+
+def test_metrics_jsonl_in_a_missing_directory_is_one_line_before_training(tmp_path):
+    missing = tmp_path / "missing" / "m.jsonl"
+    out = subprocess.run(
+        [sys.executable, "-m", "jaxblend.train", *TINY, "--train_iters=2",
+         f"--workdir={tmp_path}", f"--metrics_jsonl={missing}"],
+        capture_output=True, text=True, timeout=600, check=False,
+    )
+    assert out.returncode == 2, out.stdout[-2000:] + out.stderr[-3000:]
+    assert out.stderr.strip().splitlines() == [
+        f"error: --metrics_jsonl={missing}: directory {missing.parent} does not exist"]
+    assert "step" not in out.stdout

@@ -34,6 +34,17 @@ def define_train_flags() -> None:
     flags.DEFINE_integer("ffn_hidden_size", 512, "MLP width.")
     flags.DEFINE_integer("log_interval", 20, "Steps between log lines.", lower_bound=1)
     flags.DEFINE_integer(
+        "log_datasets", 8,
+        "Entries of the per-dataset log lines: with more datasets, the ones with the most tokens "
+        "and one 'others' entry (0 = every dataset).", lower_bound=0,
+    )
+    flags.DEFINE_string(
+        "metrics_jsonl", None,
+        "Local file to which process 0 appends every log line and validation pass as a JSON "
+        "record, with every dataset's figures (a resumed run keeps the records up to its "
+        "checkpoint).",
+    )
+    flags.DEFINE_integer(
         "eval_interval", 100, "Steps between validations (0 = never).", lower_bound=0
     )
     flags.DEFINE_integer("eval_iters", 4, "Validation batches per evaluation.", lower_bound=1)
@@ -79,6 +90,8 @@ class TrainSettings:
     num_attention_heads: int
     ffn_hidden_size: int
     log_interval: int
+    log_datasets: int
+    metrics_jsonl: str | None
     eval_interval: int
     eval_iters: int
     checkpoint_dir: str

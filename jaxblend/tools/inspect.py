@@ -14,8 +14,12 @@ With `--rampup_batch_size` (Megatron's ramp-up), steps follow the ramp in every 
   With --decode, each row's text follows its pieces (one line, newlines shown as \n, at most
   --decode_chars characters), decoded with the tokenizer recorded with the data
   (`jaxblend.decode`; --tokenizer_type & co. for Megatron-made data).
+  With --data_schedule, it first names the stage of step N and the stage's blend.
 * mixture: realized vs target share of each dataset over a step range, as a table and (with
-  --plot, needs matplotlib) a PNG of the cumulative shares.
+  --plot, needs matplotlib) a PNG of the cumulative shares. With --data_schedule (a staged train
+  split) one table per stage (the stage's target: its normalized blend weights; realized: the
+  range's samples in the stage) and one over the range; the plot restarts the shares at each
+  stage and draws the stage boundaries as labelled vertical lines; --json holds the stages.
 * preflight: before training, estimated index-map memory/disk per split, token-dtype limits,
   epochs per dataset, missing caches, the number of distinct batch shapes (compiled programs);
   exits non-zero on problems.
@@ -123,6 +127,7 @@ def explain() -> dict:
     b = samples.size
     opened = {n: IndexedDataset(n, access=access) for n in dict.fromkeys(names)}
     doc_indices = {n: np.asarray(ds.document_indices) for n, ds in opened.items()}
+    stages = _stages_of_step(step, samples, names, len(plan), steps)
     rows = []
     print(f"global batch {step} ({flags.FLAGS.which}, B={b}): row  sample  dataset  pieces (document/sequence [start:stop))")
     for r, sample in enumerate(samples.tolist()):
@@ -145,7 +150,34 @@ def explain() -> dict:
             ])
             rows[-1]["text"] = decoder.detokenize(tokens)
             print(f"      text: {shorten(rows[-1]['text'], flags.FLAGS.decode_chars)}")
-    return {"step": step, "global_batch_size": b, "split": flags.FLAGS.which, "datasets": names, "rows": rows}
+    result = {"step": step, "global_batch_size": b, "split": flags.FLAGS.which, "datasets": names,
+              "rows": rows}
+    if stages is not None:
+        result["stages"] = stages
+    return result
+
+
+def _stages_of_step(
+    step: int, samples: np.ndarray, names, num_samples: int, steps
+) -> list[dict] | None:
+    """For a staged train split: prints and returns the stage(s) holding the step's `samples`
+    (one, unless a stage starts inside the step) with their blends; else None."""
+    from jaxblend.tools import _mixture
+
+    schedule = _train_schedule()
+    if schedule is None:
+        return None
+    spans = _mixture.stage_spans(schedule, names, num_samples, steps)
+    first = schedule.stage_of(int(samples[0]))
+    last = schedule.stage_of(int(samples[-1]))
+    out = []
+    for span in spans[first:last + 1]:
+        rows = [r for r, sample in enumerate(samples.tolist())
+                if span.start_sample <= sample < span.stop_sample]
+        out.append({**span.to_json(), "rows": [rows[0], rows[-1] + 1]})
+        within = "" if first == last else f" (rows [{rows[0]}, {rows[-1] + 1}))"
+        print(f"step {step}{within}: {span.label()} of {len(spans)}, blend {' '.join(span.blend)}")
+    return out
 
 
 def _target_weights(names: Sequence[str], plan) -> np.ndarray:
@@ -161,52 +193,43 @@ def _target_weights(names: Sequence[str], plan) -> np.ndarray:
     return w / w.sum()
 
 
+def _train_schedule():
+    """The staged blend of the train split the flags describe (`--data_schedule`), or None (other
+    splits, or a train split without stages)."""
+    if flags.FLAGS.which != "train" or flags.FLAGS.mock_data:
+        return None
+    return getattr(cli.data_config_from_flags(), "train_schedule", None)
+
+
 def mixture() -> dict:
-    """Realized vs target dataset shares over [--start_step, --end_step)."""
+    """Realized vs target dataset shares over [--start_step, --end_step), per stage of a staged
+    train split (`jaxblend.tools._mixture`)."""
+    from jaxblend.tools import _mixture
+
     _, plan, names = _plan_and_names()
     steps = cli.step_plan(len(plan), flags.FLAGS.global_batch_size)
+    start = flags.FLAGS.start_step
     end = flags.FLAGS.end_step if flags.FLAGS.end_step is not None else steps.num_steps
-    if not 0 <= flags.FLAGS.start_step < end <= steps.num_steps:
-        raise app.UsageError(f"step range [{flags.FLAGS.start_step}, {end}) outside [0, {steps.num_steps})")
-    sizes = np.array([steps.batch_size(k) for k in range(flags.FLAGS.start_step, end)], np.int64)
-    samples = np.concatenate([steps.sample_ids(k) for k in range(flags.FLAGS.start_step, end)])
+    if not 0 <= start < end <= steps.num_steps:
+        raise app.UsageError(f"step range [{start}, {end}) outside [0, {steps.num_steps})")
+    sizes = np.array([steps.batch_size(k) for k in range(start, end)], np.int64)
+    samples = np.concatenate([steps.sample_ids(k) for k in range(start, end)])
     ids = plan.dataset_ids(samples).astype(np.int64)
-    counts = np.bincount(ids, minlength=len(names))
-    realized = counts / counts.sum()
-    target = _target_weights(names, plan)
-    print(f"steps [{flags.FLAGS.start_step}, {end}) = {ids.size} samples ({flags.FLAGS.which})")
-    print(f"{'dataset':<40} {'samples':>10} {'realized':>9} {'target':>9} {'diff':>9}")
-    rows = []
-    for j, name in enumerate(names):
-        print(f"{os.path.basename(name)[-40:]:<40} {counts[j]:>10,} {realized[j]:>9.4f} {target[j]:>9.4f} "
-              f"{realized[j] - target[j]:>+9.4f}")
-        rows.append({"dataset": name, "samples": int(counts[j]), "realized": float(realized[j]),
-                     "target": float(target[j])})
+    schedule = _train_schedule()
+    spans = target = None
+    if schedule is None:
+        target = _target_weights(names, plan)
+    else:
+        spans = _mixture.stage_spans(schedule, names, len(plan), steps)
+    result = _mixture.report(names, samples, ids, target, spans, start, end, flags.FLAGS.which)
     if flags.FLAGS.plot:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        bounds = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-        cum = np.cumsum(
-            np.stack([np.add.reduceat(ids == j, bounds) for j in range(len(names))], 1), 0
+        lines = _mixture.plot(
+            flags.FLAGS.plot, names, ids, sizes, target, spans, start, end, flags.FLAGS.which
         )
-        share = cum / cum.sum(1, keepdims=True)
-        steps = np.arange(flags.FLAGS.start_step + 1, end + 1)
-        fig, ax = plt.subplots(figsize=(8, 4.5))
-        for j, name in enumerate(names):
-            line, = ax.plot(steps, share[:, j], label=f"{os.path.basename(name)} (realized)")
-            ax.axhline(target[j], color=line.get_color(), linestyle="--", linewidth=0.8)
-        ax.set_xlabel("step")
-        ax.set_ylabel("cumulative share of samples")
-        ax.set_title(f"Blend mixture, {flags.FLAGS.which} split (dashed: target)")
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        with atomic_write.atomic_path(flags.FLAGS.plot, suffix=".png") as tmp:
-            fig.savefig(tmp, dpi=100)
+        if spans is not None:
+            result["plot_stage_lines"] = lines
         print(f"wrote {flags.FLAGS.plot}")
-    return {"start_step": flags.FLAGS.start_step, "end_step": end, "rows": rows}
+    return result
 
 
 def verify() -> dict:

@@ -164,11 +164,19 @@ def forward(params: dict, config: ModelConfig, inputs, positions, segment_ids):
     return x @ params["embed"].T
 
 
-def loss_fn(params: dict, config: ModelConfig, batch: dict):
-    """Mean cross-entropy over positions with `loss_mask` 1; returns (loss, tokens counted)."""
+def token_losses(params: dict, config: ModelConfig, batch: dict):
+    """Cross-entropy of every position [B, S] (float32), before the loss mask."""
     logits = forward(params, config, batch["inputs"], batch["positions"], batch["segment_ids"])
     logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
-    nll = -jnp.take_along_axis(logp, batch["targets"][..., None], axis=-1)[..., 0]
-    mask = batch["loss_mask"]
+    return -jnp.take_along_axis(logp, batch["targets"][..., None], axis=-1)[..., 0]
+
+
+def masked_mean(nll, mask):
+    """(mean of `nll` over positions with `mask` 1, tokens counted)."""
     tokens = jnp.sum(mask)
     return jnp.sum(nll * mask) / jnp.maximum(tokens, 1.0), tokens
+
+
+def loss_fn(params: dict, config: ModelConfig, batch: dict):
+    """Mean cross-entropy over positions with `loss_mask` 1; returns (loss, tokens counted)."""
+    return masked_mean(token_losses(params, config, batch), batch["loss_mask"])
