@@ -94,6 +94,8 @@ class StepSegments:
         Run i holds steps `[steps[i], steps[i + 1])` (the last run every later step); a run
         counts if it shares a step with the range. Costs one pass over the runs.
         """
+        if stop <= start:
+            return frozenset()
         ends = np.append(self.steps[1:], np.iinfo(np.int64).max)
         used = (self.steps < stop) & (ends > start)
         return frozenset(int(s) for s in np.unique(self.sizes[used]))
