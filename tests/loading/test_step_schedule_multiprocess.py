@@ -31,12 +31,12 @@ def dump(tmp_path, name, args, procs, devices, mesh_shape, first=0):
             procs, devices)
     got = {}
     with np.load(out / "batches.npz") as f:
-        for name in f.files:  # "key/step" when sizes differ, else "key" stacked over steps
-            key, slash, step = name.partition("/")
+        for stored in f.files:  # "key/step" when sizes differ, else "key" stacked over steps
+            key, slash, step = stored.partition("/")
             if slash:
-                got[key, int(step)] = f[name]
+                got[key, int(step)] = f[stored]
             else:
-                got.update({(key, first + i): batch for i, batch in enumerate(f[name])})
+                got.update({(key, first + i): batch for i, batch in enumerate(f[stored])})
     return got
 
 
