@@ -352,7 +352,8 @@ def make_loader(
       batch_axes: mesh axes that split the batch dimension.
       prefetch: Grain workers, reader threads, buffers, read-ahead and device prefetch.
       start_step: first step (ignored when `state` is given).
-      state: a dict from `StepLoader.state()` to resume from.
+      state: a dict from `StepLoader.state()` to resume from; the mesh need only split the
+        batch sizes from its step on (a resume mid-schedule may use more data shards).
       process_index: this process (defaults to `jax.process_index()`).
       history: a staged train split's `StagedHistory` (a `--data_schedule` run): the state then
         checks only the steps before its own, so future stages may change at resume.
