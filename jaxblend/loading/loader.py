@@ -131,14 +131,20 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
       mesh: the training mesh (the same on every process).
       batch_axes: mesh axes that split the batch dimension.
       prefetch: reading and prefetching options.
-      start_step: first step.
+      start_step: first step (ignored when `state` is given).
       process_index: this process (defaults to `jax.process_index()`).
       history: for a staged train split, what a resume state checks instead of the whole
         source (`StagedHistory`): later stages may change at resume, earlier ones not.
+      state: a resume state (`state()`), checked as `restore` does; the loader starts at its step.
+
+    Only the batch sizes of the steps the loader runs (from its first step on) must split over
+    the batch axes: a run resumed in the middle of a batch-size schedule may use more data shards
+    than its early, smaller batches allowed.
 
     Raises:
-      ValueError: if the plan needs more samples than the source has, a batch size does not split
-        over the batch axes, or a bucketed plan meets a source without padded reads.
+      ValueError: if the plan needs more samples than the source has, a batch size from the first
+        step on does not split over the batch axes, a bucketed plan meets a source without padded
+        reads, or `state` is refused.
     """
 
     def __init__(
@@ -152,6 +158,7 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
         start_step: int = 0,
         process_index: int | None = None,
         history: StagedHistory | None = None,
+        state: Mapping[str, object] | None = None,
     ):
         if plan.num_samples > len(source):
             raise ValueError(
@@ -165,20 +172,31 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
         self.batch_axes = tuple(batch_axes)
         self.prefetch = prefetch
         self.process_index = jax.process_index() if process_index is None else process_index
-        sharding = global_batch.batch_sharding(mesh, self.batch_axes, 1)
-        self.process_rows = ProcessRows.of(plan, sharding, self.process_index)
-        self.host_source = HostStepSource(source, self.process_rows)
+        self._sharding = global_batch.batch_sharding(mesh, self.batch_axes, 1)
+        self.process_rows: ProcessRows | None = None
+        self.host_source: HostStepSource | None = None
         self.fingerprint = loader_fingerprint(source, plan)
         self.history = history
         self.wait_seconds = 0.0
         self._grain_iter: Iterator[dict[str, np.ndarray]] | None = None
         self._queue: collections.deque[dict[str, jax.Array]] = collections.deque()
-        self._start(start_step)
+        self._start(start_step if state is None else self.check_state(state))
 
     def _start(self, step: int) -> None:
-        self.close()
+        """Starts the stream at `step`: this process's rows of the steps from `step` on (each of
+        their batch sizes must split over the mesh; earlier ones need not), then the sampler.
+
+        Raises:
+          ValueError: if `step` is out of range or a batch size from it on does not split; the
+            loader is left as it was.
+        """
         if not 0 <= step <= self.num_steps:
             raise ValueError(f"start step {step} out of range [0, {self.num_steps}]")
+        if self.process_rows is None or self.process_rows.from_step != step:
+            rows = ProcessRows.of(self.plan, self._sharding, self.process_index, from_step=step)
+            host_source = HostStepSource(self.source, rows)
+            self.process_rows, self.host_source = rows, host_source
+        self.close()
         self._step = self._next_put = step
         self._queue: collections.deque[dict[str, jax.Array]] = collections.deque()
         loader = grain.DataLoader(
@@ -257,10 +275,13 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
         return state
 
     def restore(self, state: Mapping[str, object]) -> None:
-        """Continues the stream at `state["step"]` (any topology).
+        """Continues the stream at `state["step"]` (any topology whose data shards split every
+        batch size from that step on).
 
         Raises:
-          ValueError: if the state is malformed or comes from a different configuration.
+          ValueError: if the state is malformed or comes from a different configuration, or a
+            batch size from its step on does not split over the batch axes (the loader is then
+            left as it was).
         """
         self._start(self.check_state(state))
 
@@ -331,7 +352,8 @@ def make_loader(
       batch_axes: mesh axes that split the batch dimension.
       prefetch: Grain workers, reader threads, buffers, read-ahead and device prefetch.
       start_step: first step (ignored when `state` is given).
-      state: a dict from `StepLoader.state()` to resume from.
+      state: a dict from `StepLoader.state()` to resume from; the mesh need only split the
+        batch sizes from its step on (a resume mid-schedule may use more data shards).
       process_index: this process (defaults to `jax.process_index()`).
       history: a staged train split's `StagedHistory` (a `--data_schedule` run): the state then
         checks only the steps before its own, so future stages may change at resume.
@@ -358,10 +380,7 @@ def make_loader(
         )
     if plan is None:
         plan = FixedStepPlan.covering(len(source), global_batch_size, num_steps)
-    loader = StepLoader(
+    return StepLoader(
         source, plan, mesh, batch_axes=batch_axes, prefetch=prefetch, start_step=start_step,
-        process_index=process_index, history=history,
+        process_index=process_index, history=history, state=state,
     )
-    if state is not None:
-        loader.restore(state)
-    return loader

@@ -27,7 +27,7 @@ import dataclasses
 import numpy as np
 
 from jaxblend import identity
-from jaxblend.sampling.step_plan import BatchShape, FixedStepPlan, StepPlan
+from jaxblend.sampling.step_plan import BatchShape, FixedStepPlan, StepPlan, check_from_step
 from jaxblend.validation import require_int
 
 FLAG = "--phase_transition_iterations"
@@ -267,5 +267,8 @@ class PhaseStepPlan:
         self._in_phase(step)
         return None
 
-    def batch_shapes(self) -> frozenset[BatchShape]:
+    def batch_shapes(self, from_step: int = 0) -> frozenset[BatchShape]:
+        # Steps before the phase's first are not in the plan: from them on, the whole phase runs.
+        if check_from_step(from_step, self.num_steps) == self.num_steps:
+            return frozenset()
         return frozenset({BatchShape(self.global_batch_size, None)})

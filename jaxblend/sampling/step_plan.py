@@ -58,8 +58,26 @@ class StepPlan(Protocol):
     def padded_length(self, step: int) -> int | None:
         """Sequence length the rows of `step` are padded to; None for fixed-length samples."""
 
-    def batch_shapes(self) -> frozenset[BatchShape]:
-        """Every distinct batch shape of the plan's steps, known before the first step."""
+    def batch_shapes(self, from_step: int = 0) -> frozenset[BatchShape]:
+        """Every distinct batch shape of steps `[from_step, num_steps)`, known before they run.
+
+        A loader that starts (or resumes) at step k asks for `batch_shapes(k)`: the shapes it
+        will still compile and split over the mesh, not those of steps already trained.
+
+        Raises:
+          IndexError: if `from_step` is not in [0, num_steps].
+        """
+
+
+def check_from_step(from_step: int, num_steps: int) -> int:
+    """`from_step` as an int if it is in [0, num_steps] (num_steps: no step left).
+
+    Raises:
+      IndexError: naming the step and the range.
+    """
+    if isinstance(from_step, bool) or not 0 <= from_step <= num_steps:
+        raise IndexError(f"from_step {from_step} out of range [0, {num_steps}]")
+    return int(from_step)
 
 
 def check_step(step: int, num_steps: int) -> int:
@@ -127,7 +145,7 @@ class FixedStepPlan:
         check_step(step, self.num_steps)
         return None
 
-    def batch_shapes(self) -> frozenset[BatchShape]:
-        if self.num_steps == 0:
+    def batch_shapes(self, from_step: int = 0) -> frozenset[BatchShape]:
+        if check_from_step(from_step, self.num_steps) == self.num_steps:
             return frozenset()
         return frozenset({BatchShape(self.global_batch_size, None)})

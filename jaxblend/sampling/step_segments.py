@@ -17,7 +17,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from jaxblend.sampling.step_plan import BatchShape, check_step
+from jaxblend.sampling.step_plan import BatchShape, check_from_step, check_step
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -86,7 +86,19 @@ class StepSegments:
 
     def sizes_before(self, num_steps: int) -> frozenset[int]:
         """The distinct batch sizes of steps `[0, num_steps)`."""
-        return frozenset(int(s) for s in np.unique(self.sizes[self.steps < num_steps]))
+        return self.sizes_between(0, num_steps)
+
+    def sizes_between(self, start: int, stop: int) -> frozenset[int]:
+        """The distinct batch sizes of steps `[start, stop)` (empty if `stop <= start`).
+
+        Run i holds steps `[steps[i], steps[i + 1])` (the last run every later step); a run
+        counts if it shares a step with the range. Costs one pass over the runs.
+        """
+        if stop <= start:
+            return frozenset()
+        ends = np.append(self.steps[1:], np.iinfo(np.int64).max)
+        used = (self.steps < stop) & (ends > start)
+        return frozenset(int(s) for s in np.unique(self.sizes[used]))
 
 
 class SegmentedStepPlan:
@@ -122,8 +134,11 @@ class SegmentedStepPlan:
         check_step(step, self.num_steps)
         return None
 
-    def batch_shapes(self) -> frozenset[BatchShape]:
-        return frozenset(BatchShape(size, None) for size in self._segments.sizes_before(self.num_steps))
+    def batch_shapes(self, from_step: int = 0) -> frozenset[BatchShape]:
+        start = check_from_step(from_step, self.num_steps)
+        return frozenset(
+            BatchShape(size, None) for size in self._segments.sizes_between(start, self.num_steps)
+        )
 
 
 def steps_available(

@@ -7,7 +7,7 @@ import functools
 
 import numpy as np
 
-from jaxblend.sampling.step_plan import BatchShape, check_step
+from jaxblend.sampling.step_plan import BatchShape, check_from_step, check_step
 
 PLAN_VERSION = 1
 
@@ -66,8 +66,9 @@ class TokenBudgetPlan:
     def padded_length(self, step: int) -> int | None:
         return int(self.bucket_lengths[self.bucket(step)])
 
-    def batch_shapes(self) -> frozenset[BatchShape]:
-        used = np.unique(np.asarray(self.step_bucket))
+    def batch_shapes(self, from_step: int = 0) -> frozenset[BatchShape]:
+        start = check_from_step(from_step, len(self))
+        used = np.unique(np.asarray(self.step_bucket[start:]))
         return frozenset(
             BatchShape(int(self.bucket_rows[b]), int(self.bucket_lengths[b])) for b in used
         )
