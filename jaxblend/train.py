@@ -510,7 +510,7 @@ def _run_steps(watch, loader, state: _Model, resume: _Resume, data: _Data, steps
     logging.info(
         "training %d steps from %d: batch %s x %d tokens (%d batch shapes), mesh %s, datasets %s",
         iters, resume.start, cli.final_global_batch_size(s.global_batch_size), seq,
-        len(data.plan.batch_shapes()), dict(mesh.shape),
+        len(data.plan.batch_shapes(resume.start)), dict(mesh.shape),
         data.names,
     )
     watch.phase = "training"
