@@ -56,7 +56,7 @@ def configs(prefixes: list[str], seq: int, samples: int):
             index.BlendStage(samples * 9 // 10, tuple(anneal)),
         )
     )
-    common = dict(seq_length=seq, seed=1234, num_samples=(samples, None, None))
+    common = {"seq_length": seq, "seed": 1234, "num_samples": (samples, None, None)}
     plain = index.GPTDataConfig(blend=blend, split="100,0,0", **common)
     staged = index.GPTDataConfig(train_schedule=schedule, **common)
     return plain, staged

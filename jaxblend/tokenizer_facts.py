@@ -14,10 +14,10 @@ This module imports no tokenizer library: training and the tools read it.
 from __future__ import annotations
 
 import concurrent.futures
-from collections.abc import Mapping
 import dataclasses
 import json
 import os
+from collections.abc import Mapping
 from typing import Any
 
 from jaxblend.access import DataAccess

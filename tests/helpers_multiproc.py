@@ -109,3 +109,10 @@ class Job:
         return "\n".join(
             f"--- process {i} ---\n{''.join(o)[-4000:]}" for i, o in enumerate(self.outputs)
         )
+
+
+def assert_same_batches(x: dict, y: dict) -> None:
+    """Asserts two dumps of batches (name -> array) hold the same arrays, byte for byte."""
+    assert x.keys() == y.keys()
+    for key, value in x.items():
+        assert value.tobytes() == y[key].tobytes(), key

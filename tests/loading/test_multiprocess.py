@@ -11,7 +11,7 @@ import json
 import numpy as np
 import pytest
 from helpers_data import write_random_dataset
-from helpers_multiproc import run_cli
+from helpers_multiproc import assert_same_batches, run_cli
 
 pytestmark = pytest.mark.multiprocess
 
@@ -50,12 +50,6 @@ def dump(tmp_path, name, args, procs, devices, mesh_shape, mesh_axes, extra=()):
         return {k: f[k] for k in f.files}
 
 
-def assert_same(x, y):
-    assert x.keys() == y.keys()
-    for key in x:
-        assert x[key].tobytes() == y[key].tobytes(), key
-
-
 def test_blend_batches_identical_on_1_2_and_4_processes(tmp_path, blend):
     args = [*data_args(blend), "--steps=3", "--start_step=1"]
     one = dump(tmp_path, "p1", args, 1, 8, "8", "data")
@@ -64,8 +58,8 @@ def test_blend_batches_identical_on_1_2_and_4_processes(tmp_path, blend):
     assert one["inputs"].shape == (3, B, SEQ)
     np.testing.assert_array_equal(one["sample_ids"][0], np.arange(B, 2 * B))
     assert set(np.unique(one["dataset_ids"])) == {0, 1}
-    assert_same(one, two)
-    assert_same(one, four)
+    assert_same_batches(one, two)
+    assert_same_batches(one, four)
 
 
 def test_state_from_2_processes_resumes_on_4(tmp_path, blend):
@@ -86,7 +80,7 @@ def test_mock_data_with_fsdp_mesh(tmp_path):
     args = ["--mock_data", f"--seq_length={SEQ}", "--mock_num_samples=256", "--steps=2"]
     one = dump(tmp_path, "m1", args, 1, 8, "2,2,2", "data,fsdp,tensor")
     two = dump(tmp_path, "m2", args, 2, 4, "8", "data")
-    assert_same(one, two)
+    assert_same_batches(one, two)
 
 
 def test_rampup_state_from_2_processes_mid_ramp_resumes_on_4(tmp_path, blend):

@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 from helpers_data import write_random_dataset
-from helpers_multiproc import run_cli
+from helpers_multiproc import assert_same_batches, run_cli
 
 pytestmark = pytest.mark.multiprocess
 
@@ -44,12 +44,6 @@ def dump(tmp_path, name, args, procs, devices, mesh_shape, mesh_axes):
         return {k: f[k] for k in f.files}
 
 
-def assert_same(x, y):
-    assert x.keys() == y.keys()
-    for key in x:
-        assert x[key].tobytes() == y[key].tobytes(), key
-
-
 def test_staged_batches_identical_on_1_2_and_4_processes(tmp_path, scheduled):
     args = [*scheduled, f"--steps={STEPS}"]
     one = dump(tmp_path, "p1", args, 1, 8, "8", "data")
@@ -57,8 +51,8 @@ def test_staged_batches_identical_on_1_2_and_4_processes(tmp_path, scheduled):
     assert set(np.unique(ids[:3])) == {0, 1}
     assert set(np.unique(ids[3:6])) == {1, 2}
     assert set(np.unique(ids[6:])) == {0, 2}
-    assert_same(one, dump(tmp_path, "p2", args, 2, 4, "4,2", "data,tensor"))
-    assert_same(one, dump(tmp_path, "p4", args, 4, 2, "8", "data"))
+    assert_same_batches(one, dump(tmp_path, "p2", args, 2, 4, "4,2", "data,tensor"))
+    assert_same_batches(one, dump(tmp_path, "p4", args, 4, 2, "8", "data"))
 
 
 def test_state_mid_stage_on_2_processes_resumes_on_4(tmp_path, scheduled):
