@@ -471,6 +471,22 @@ def _advice(s: cli.TrainSettings):
     )
 
 
+def _announce_stage(data: _Data, step: int, first: int, top: int) -> None:
+    """Prints, on process 0, the stage of a `--data_schedule` that `step` begins (or resumes in)."""
+    import jax
+
+    if data.history is None or jax.process_index() != 0:
+        return
+    from jaxblend.training import dataset_metrics
+
+    schedule = data.history.schedule
+    k = schedule.stage_of(step)
+    start = schedule.stages[k].start_step
+    if step == first or start == step:
+        print(dataset_metrics.stage_line(step, k, len(schedule.stages), schedule.stages[k].blend,
+                                         top, resumed=start != step), flush=True)
+
+
 def _run_steps(watch, loader, state: _Model, resume: _Resume, data: _Data, steps, mesh,
                batch_axes, s: cli.TrainSettings):
     """Trains from `resume.start` to `--train_iters`; returns (last loss, preempted step).
@@ -521,6 +537,7 @@ def _run_steps(watch, loader, state: _Model, resume: _Resume, data: _Data, steps
             size = data.plan.batch_size(step)
             if sums.must_read_before(size * seq):  # int32 counters: only in huge log windows
                 totals.absorb(sums.take())
+            _announce_stage(data, step, resume.start, s.log_datasets)
             batch = next(loader)
             state.params, state.opt_state, step_loss, step_sums = train_step(
                 state.params, state.opt_state, sums.sums, batch

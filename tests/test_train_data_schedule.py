@@ -51,6 +51,10 @@ def train(workdir, sched, *extra):
     )
 
 
+def stage_lines(out) -> list[str]:
+    return [line for line in out.stdout.splitlines() if re.match(r"step\s+\d+\s+stage ", line)]
+
+
 def lines(out) -> dict[int, tuple[str, str]]:
     return {int(s): (loss, mix) for s, loss, mix in _LINE.findall(out.stdout)}
 
@@ -67,6 +71,11 @@ def test_resume_across_a_future_edit_and_refuse_a_past_one(tmp_path, datasets):
     first = train(tmp_path / "run", base, "--num_cpu_devices=8")
     assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-3000:]
     before = lines(first)
+    assert stage_lines(first) == [
+        "step     0  stage 0 of 3 begins: a 50.0% | b 50.0%",
+        "step     4  stage 1 of 3 begins: a 30.0% | c 70.0%",
+        "step     7  stage 2 of 3 begins: b 100.0%",
+    ]
     for k in range(1, 7):  # steps before the edit: the same losses and sample counts
         assert before[k] == expected[k], k
     # keep the step-6 checkpoint (mid stage 1) and resume with the future edited, on 4 devices
@@ -77,6 +86,10 @@ def test_resume_across_a_future_edit_and_refuse_a_past_one(tmp_path, datasets):
     assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-3000:]
     assert "resumed from" in resumed.stdout and "step 6" in resumed.stdout
     rest = lines(resumed)
+    assert stage_lines(resumed) == [
+        "step     6  stage 1 of 3 continues: a 30.0% | c 70.0%",
+        "step     8  stage 2 of 3 begins: c 60.0% | b 40.0%",
+    ]
     assert sorted(rest) == list(range(7, STEPS + 1))
     for k in rest:  # the edited future, continued from the checkpoint's counts
         assert rest[k][1] == expected[k][1], k

@@ -255,6 +255,27 @@ def dataset_line(step: int, totals: RunTotals, top: int) -> str:
     return f"step {step:5d}  datasets: " + " | ".join(parts)
 
 
+def stage_line(
+    step: int, index: int, count: int, blend: Sequence[str], top: int, resumed: bool = False
+) -> str:
+    """The line printed when a stage of a data schedule begins (or a run resumes inside it),
+    its weights in percent: `step    10  stage 1 of 3 begins: code 20.0% | prose 30.0% |
+    legal 50.0%` (stages count from 0, as in `--data_schedule` messages; the `top` - 1 heaviest
+    one by one and the rest as `others (N)` when there are more than `top`).
+    """
+    from jaxblend.index import BlendStage
+
+    stage = BlendStage(0, tuple(blend))
+    weights = np.asarray(stage.weights(), np.float64)
+    names = short_names(stage.parsed.prefixes)
+    one, rest = shown(np.round(weights * 1e9).astype(np.int64), top)
+    parts = [f"{names[j]} {100 * weights[j]:.1f}%" for j in one]
+    if rest:
+        parts.append(f"others ({len(rest)}) {100 * weights[rest].sum():.1f}%")
+    verb = "continues" if resumed else "begins"
+    return f"step {step:5d}  stage {index} of {count} {verb}: " + " | ".join(parts)
+
+
 def validation_part(names: Sequence[str], sums: DatasetSums, top: int) -> str:
     """The per-dataset losses of a validation pass: `datasets: a loss 2.1 | b loss 2.3`."""
     short = short_names(names)

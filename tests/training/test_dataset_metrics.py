@@ -210,3 +210,16 @@ def test_totals_follow_a_dataset_moved_to_a_bucket_only_in_the_same_stream():
                                                  "/d/old": {"tokens": 0, "samples": 0}}},
                                 same_stream=True)
     assert edited.tokens.tolist() == [7, 3, 0]
+
+
+def test_stage_line_gives_the_weights_in_percent_and_folds_the_light_ones():
+    blend = ["20", "/d/code", "30", "/d/prose", "50", "/e/legal"]
+    assert dataset_metrics.stage_line(10, 1, 3, blend, 8) == (
+        "step    10  stage 1 of 3 begins: code 20.0% | prose 30.0% | legal 50.0%"
+    )
+    assert dataset_metrics.stage_line(12, 1, 3, blend, 2, resumed=True) == (
+        "step    12  stage 1 of 3 continues: legal 50.0% | others (2) 50.0%"
+    )
+    assert dataset_metrics.stage_line(0, 0, 1, ["/d/only"], 8) == (
+        "step     0  stage 0 of 1 begins: only 100.0%"
+    )
