@@ -15,7 +15,8 @@ are accepted as well):
       --test_samples=100 --num=16 --out=/tmp/dump
 
 With `--data_schedule=sched.json` (docs/schedules.md) the train split is the schedule's staged
-blend (its `.npz` then also holds each dataset's epoch maps laid end to end); give the training
+blend, and its `.npz` holds each dataset's maps per epoch its stages draw,
+`ds{j}_epoch{e}_document_index` & co. (epoch 0 is Megatron's one-epoch map); give the training
 job's `--global_batch_size` (or `--rampup_batch_size` / `--step_batch_size_schedule`), which turns
 the stages' steps into samples.
 """
@@ -52,10 +53,11 @@ def split_arrays(split_maps: index.SplitMaps, datasets: dict, num: int) -> dict[
         out["dataset_index"] = np.asarray(split_maps.dataset_index)
         out["dataset_sample_index"] = np.asarray(split_maps.dataset_sample_index)
     for j in range(split_maps.num_datasets):
-        maps = split_maps.constituent(j)
-        out[f"ds{j}_document_index"] = np.asarray(maps.document_index)
-        out[f"ds{j}_sample_index"] = np.asarray(maps.sample_index)
-        out[f"ds{j}_shuffle_index"] = np.asarray(maps.shuffle_index)
+        if split_maps.is_staged:  # one-epoch maps, one set per epoch the stages draw
+            for e in range(split_maps.dataset_epochs(j)):
+                _put_maps(out, f"ds{j}_epoch{e}_", split_maps.constituent(j, epoch=e))
+        else:
+            _put_maps(out, f"ds{j}_", split_maps.constituent(j))
     count = min(num, len(split_maps))
     text = np.full((count, split_maps.window), -1, dtype=np.int64)
     spans = split_maps.spans(np.arange(count, dtype=np.int64))
@@ -68,6 +70,12 @@ def split_arrays(split_maps: index.SplitMaps, datasets: dict, num: int) -> dict[
         filled[r] += len(tokens)
     out["samples_text"] = text
     return out
+
+
+def _put_maps(out: dict[str, np.ndarray], key: str, maps: index.GPTIndexMaps) -> None:
+    out[f"{key}document_index"] = np.asarray(maps.document_index)
+    out[f"{key}sample_index"] = np.asarray(maps.sample_index)
+    out[f"{key}shuffle_index"] = np.asarray(maps.shuffle_index)
 
 
 def decoded_rows(samples_text: np.ndarray, decoder) -> list[str]:

@@ -281,3 +281,29 @@ def test_stage_boundaries_stay_at_their_steps_with_variable_batches(data, tmp_pa
         assert set(np.unique(ids)) <= expected[k], k
     assert 2 in steps[3]  # c joins exactly at step 3
     assert first[3][0] == sum(steps[k].size for k in range(3))
+
+
+def test_dump_samples_writes_each_epoch_of_a_dataset_that_wraps(data, tmp_path):
+    a, _, c = data[1]
+    sched = write_schedule(tmp_path / "wrap.json", {"stages": [
+        {"start_step": 0, "blend": [a]}, {"start_step": 1, "blend": [c]},
+    ]})
+    out = str(tmp_path / "s")
+    done = run("jaxblend.tools.dump_samples", f"--data_schedule={sched}", f"--seq_length={SEQ}",
+               "--train_samples=400", f"--global_batch_size={B}",
+               f"--data_cache_path={tmp_path / 'cache'}", "--num=2", f"--out={out}")
+    assert done.returncode == 0, done.stderr[-4000:]
+    with np.load(os.path.join(out, "train.npz")) as f:
+        arrays = {k: f[k] for k in f.files}
+    epochs = sorted(int(k.split("_")[1][5:]) for k in arrays if k.startswith("ds1_epoch")
+                    and k.endswith("_shuffle_index"))
+    assert len(epochs) > 2 and epochs == list(range(len(epochs)))  # c (40 documents) wraps
+    assert not any(k.startswith("ds1_document") for k in arrays)
+    per_epoch = len(arrays["ds1_epoch0_shuffle_index"])
+    drawn = int(np.count_nonzero(arrays["dataset_index"] == 1))
+    assert (len(epochs) - 1) * per_epoch < drawn <= len(epochs) * per_epoch
+    first = arrays["ds1_epoch0_document_index"]
+    for e in epochs[1:]:  # every epoch is a reshuffle of the same documents
+        doc = arrays[f"ds1_epoch{e}_document_index"]
+        assert sorted(doc.tolist()) == sorted(first.tolist())
+        assert doc.tolist() != first.tolist()
