@@ -4,7 +4,8 @@ Megatron-LM's `--phase-transition-iterations "100,200"` (that spelling is accept
 run into phases: at a listed step `jaxblend.train` saves a checkpoint and exits 0, and the next
 launch, given the next phase's data flags, trains that phase on a fresh blend of the phase's
 length read from its first sample (`jaxblend.sampling.PhaseTransitions`). `dump_batches` dumps the
-steps of the phase holding `--start_step`. The global batch size must stay fixed (no ramp-up, no
+steps of the phase holding `--start_step`; `inspect explain`/`mixture` show the phase holding
+`--step`/`--start_step` (a step range may not cross a transition). The global batch size must stay fixed (no ramp-up, no
 batch-size schedule) and the flag does not combine with staged blends (`--data_schedule`), which
 continue one stream across stages instead.
 """
@@ -136,3 +137,62 @@ def relaunch_line(plan: PhaseStepPlan, directory: str) -> str:
         f"and --train_iters to train steps [{first}, {end}) on a fresh blend of "
         f"{t.phase_samples(nxt)} samples"
     )
+
+
+def inspect_phase_plan_from_flags(
+    global_batch_size: int, first_step: int, end_step: int | None = None
+) -> PhaseStepPlan | None:
+    """The plan of the phase holding `first_step`, for `inspect explain`/`mixture` of the train
+    split; None without `--phase_transition_iterations`.
+
+    A phase is one launch with its own data flags, so the steps inspected at once stay within it:
+    `[first_step, end_step)` (`end_step` None: the phase's steps from `first_step` on) must not
+    cross the phase's transition.
+
+    Raises:
+      app.UsageError: one line: `--data_schedule`, a batch-size ramp-up or schedule beside the
+        flag, no `--train_samples`, a step outside the run, or a range crossing a transition
+        (naming it) or running past the run's end.
+    """
+    fl = flags.FLAGS
+    if fl.phase_transition_iterations is None:
+        return None
+    _refuse_combinations()  # before anything else: the data flags may not even parse together
+    plan = dump_phase_plan_from_flags(global_batch_size, first_step)
+    if end_step is None or end_step <= plan.num_steps:
+        return plan
+    t = plan.transitions
+    if plan.phase + 1 == t.num_phases:
+        raise app.UsageError(
+            f"steps [{first_step}, {end_step}) run past the run's {t.train_steps} steps "
+            f"(--train_samples={fl.train_samples} / --global_batch_size={global_batch_size})"
+        )
+    raise app.UsageError(
+        f"steps [{first_step}, {end_step}) cross the phase transition at step {plan.num_steps} "
+        f"({phase_label(plan)} ends there): the phases have different data flags, so inspect "
+        f"one phase per command (--end_step={plan.num_steps}, then --start_step={plan.num_steps} "
+        "with the next phase's data flags)"
+    )
+
+
+def phase_label(plan: PhaseStepPlan) -> str:
+    """`phase 2 of 3 (steps [100, 200), a fresh blend of 800 samples)` (phases numbered from 1,
+    as the relaunch line does)."""
+    t = plan.transitions
+    return (
+        f"phase {plan.phase + 1} of {t.num_phases} (steps [{plan.first_step}, {plan.num_steps}), "
+        f"a fresh blend of {plan.num_samples} samples)"
+    )
+
+
+def phase_json(plan: PhaseStepPlan) -> dict:
+    """`plan`'s phase as plain JSON: `phase` (0-based, as `PhaseTransitions.phase_of`),
+    `num_phases`, its steps `[first_step, exit_step)`, `phase_samples` (its fresh blend's size),
+    `run_samples` (its samples' place in the whole run) and the run's `transitions`."""
+    t = plan.transitions
+    return {
+        "phase": plan.phase, "num_phases": t.num_phases, "label": phase_label(plan),
+        "first_step": plan.first_step, "exit_step": plan.num_steps,
+        "phase_samples": plan.num_samples, "run_samples": list(t.sample_range(plan.phase)),
+        "transitions": t.to_json(),
+    }

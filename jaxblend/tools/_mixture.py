@@ -157,10 +157,11 @@ def report(names: Sequence[str], samples: np.ndarray, ids: np.ndarray, target: n
 
 def plot(path: str, names: Sequence[str], ids: np.ndarray, sizes: np.ndarray,
          target: np.ndarray | None, spans: list[StageSpan] | None, start: int, end: int,
-         split: str) -> list[dict]:
+         split: str, note: str | None = None) -> list[dict]:
     """Writes a PNG of each dataset's cumulative share after every step of [start, end) against
     its target (dashed). For a staged split the shares restart at each stage boundary (a vertical
-    line labelled with the stage), and the dashed targets follow the stages.
+    line labelled with the stage), and the dashed targets follow the stages. `note` (e.g. the
+    Megatron phase the range lies in) is added to the title.
 
     Returns:
       the vertical lines drawn: `[{"stage": k, "step": x}, ...]` (x fractional for a stage
@@ -212,8 +213,12 @@ def plot(path: str, names: Sequence[str], ids: np.ndarray, sizes: np.ndarray,
             lines.append({"stage": span.index, "step": float(x)})
     ax.set_xlabel("step")
     ax.set_ylabel("cumulative share of samples" + (" in the stage" if spans is not None else ""))
-    ax.set_title(f"Blend mixture, {split} split (dashed: target"
-                 + ("; vertical lines: stage boundaries)" if spans is not None else ")"))
+    title = f"Blend mixture, {split} split (dashed: target" + (
+        "; vertical lines: stage boundaries)" if spans is not None else ")")
+    if note:
+        ax.set_title(f"{title}\n{note}", fontsize=10)
+    else:
+        ax.set_title(title)
     ax.legend(fontsize=8)
     fig.tight_layout()
     with atomic_write.atomic_path(path, suffix=".png") as tmp:

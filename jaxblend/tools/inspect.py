@@ -15,11 +15,17 @@ With `--rampup_batch_size` (Megatron's ramp-up), steps follow the ramp in every 
   --decode_chars characters), decoded with the tokenizer recorded with the data
   (`jaxblend.decode`; --tokenizer_type & co. for Megatron-made data).
   With --data_schedule, it first names the stage of step N and the stage's blend.
+  With --phase_transition_iterations (Megatron's phases; needs --train_samples, the run's
+  samples), step N is read from the phase holding it, a fresh blend of the phase's length given
+  by the data flags (those of that phase's launch): it first names the phase, and the sample ids
+  are the phase's own (its first step reads its sample 0), as a relaunched Megatron job reads.
 * mixture: realized vs target share of each dataset over a step range, as a table and (with
   --plot, needs matplotlib) a PNG of the cumulative shares. With --data_schedule (a staged train
   split) one table per stage (the stage's target: its normalized blend weights; realized: the
   range's samples in the stage) and one over the range; the plot restarts the shares at each
   stage and draws the stage boundaries as labelled vertical lines; --json holds the stages.
+  With --phase_transition_iterations the range must lie within one phase (the phases have
+  different data flags: one command per phase) and the report is that phase's fresh blend.
 * preflight: before training, estimated index-map memory/disk per split, token-dtype limits,
   epochs per dataset, missing caches, the number of distinct batch shapes (compiled programs);
   exits non-zero on problems.
@@ -42,7 +48,7 @@ import numpy as np
 from absl import app, flags
 
 from jaxblend import atomic_write, cli
-from jaxblend.cli import tool_flags
+from jaxblend.cli import phase_flags, tool_flags
 
 COMMANDS = ("stats", "explain", "mixture", "preflight", "verify")
 
@@ -56,6 +62,7 @@ def define_flags() -> None:
     cli.define_tokenizer_flags()
     tool_flags.define_inspect_flags()
     tool_flags.define_decode_flags()
+    phase_flags.define_phase_flags()
 
 
 def _write_json(result) -> None:
@@ -101,9 +108,25 @@ def stats() -> dict:
     return result
 
 
-def _plan_and_names():
-    source = cli.source_from_flags(flags.FLAGS.which)
+def _plan_and_names(phase=None):
+    """The split's source, its index plan and dataset names; with `phase` (a `PhaseStepPlan`) the
+    train split built for that phase alone."""
+    if phase is None:
+        source = cli.source_from_flags(flags.FLAGS.which)
+    else:
+        source = phase_flags.phase_source_from_flags(phase, flags.FLAGS.which)
     return source, source.plan, source.dataset_names
+
+
+def _phase(first_step: int, end_step: int | None = None):
+    """The `PhaseStepPlan` of the phase holding `first_step` with `--phase_transition_iterations`
+    (train split only: validation and test splits are not phased), else None; refuses a range
+    `[first_step, end_step)` crossing a transition (`phase_flags.inspect_phase_plan_from_flags`)."""
+    if flags.FLAGS.which != "train":
+        return None
+    return phase_flags.inspect_phase_plan_from_flags(
+        flags.FLAGS.global_batch_size, first_step, end_step
+    )
 
 
 def explain() -> dict:
@@ -111,13 +134,14 @@ def explain() -> dict:
     from jaxblend.decode import shorten
     from jaxblend.storage import IndexedDataset
 
+    step = flags.FLAGS.step
+    phase = _phase(step)
     access = cli.data_access_from_flags()
     decoder = None
     if flags.FLAGS.decode:  # before any work: a tokenizer that cannot be found fails at once
         decoder = cli.decoder_from_flags(cli.prefixes_from_flags(), access)
-    _, plan, names = _plan_and_names()
-    step = flags.FLAGS.step
-    steps = cli.step_plan(len(plan), flags.FLAGS.global_batch_size)
+    _, plan, names = _plan_and_names(phase)
+    steps = phase if phase is not None else cli.step_plan(len(plan), flags.FLAGS.global_batch_size)
     if step >= steps.num_steps:
         raise app.UsageError(
             f"step {step} exceeds the {flags.FLAGS.which} split's {len(plan)} samples "
@@ -128,6 +152,7 @@ def explain() -> dict:
     opened = {n: IndexedDataset(n, access=access) for n in dict.fromkeys(names)}
     doc_indices = {n: np.asarray(ds.document_indices) for n, ds in opened.items()}
     stages = _stages_of_step(step, samples, names, len(plan), steps)
+    phased = None if phase is None else _phase_of_step(phase, step, samples)
     rows = []
     print(f"global batch {step} ({flags.FLAGS.which}, B={b}): row  sample  dataset  pieces (document/sequence [start:stop))")
     for r, sample in enumerate(samples.tolist()):
@@ -154,7 +179,20 @@ def explain() -> dict:
               "rows": rows}
     if stages is not None:
         result["stages"] = stages
+    if phased is not None:
+        result["phase"] = phased
     return result
+
+
+def _phase_of_step(phase, step: int, samples: np.ndarray) -> dict:
+    """Prints and returns the phase holding `step` (a `PhaseStepPlan`) and where the step's
+    in-phase `samples` lie in the phase's fresh blend and in the whole run."""
+    shift = phase.transitions.sample_range(phase.phase)[0]
+    lo, hi = int(samples[0]), int(samples[-1]) + 1
+    print(f"step {step}: {phase_flags.phase_label(phase)}, in-phase samples [{lo}, {hi}) "
+          f"(run samples [{lo + shift}, {hi + shift}))")
+    return {**phase_flags.phase_json(phase), "in_phase_samples": [lo, hi],
+            "step_run_samples": [lo + shift, hi + shift]}
 
 
 def _stages_of_step(
@@ -206,12 +244,17 @@ def mixture() -> dict:
     train split (`jaxblend.tools._mixture`)."""
     from jaxblend.tools import _mixture
 
-    _, plan, names = _plan_and_names()
-    steps = cli.step_plan(len(plan), flags.FLAGS.global_batch_size)
     start = flags.FLAGS.start_step
+    phase = _phase(start, flags.FLAGS.end_step)
+    _, plan, names = _plan_and_names(phase)
+    if phase is None:
+        steps = cli.step_plan(len(plan), flags.FLAGS.global_batch_size)
+        first = 0
+    else:
+        steps, first = phase, phase.first_step
     end = flags.FLAGS.end_step if flags.FLAGS.end_step is not None else steps.num_steps
-    if not 0 <= start < end <= steps.num_steps:
-        raise app.UsageError(f"step range [{start}, {end}) outside [0, {steps.num_steps})")
+    if not first <= start < end <= steps.num_steps:
+        raise app.UsageError(f"step range [{start}, {end}) outside [{first}, {steps.num_steps})")
     sizes = np.array([steps.batch_size(k) for k in range(start, end)], np.int64)
     samples = np.concatenate([steps.sample_ids(k) for k in range(start, end)])
     ids = plan.dataset_ids(samples).astype(np.int64)
@@ -221,10 +264,19 @@ def mixture() -> dict:
         target = _target_weights(names, plan)
     else:
         spans = _mixture.stage_spans(schedule, names, len(plan), steps)
+    label = None
+    if phase is not None:
+        label = phase_flags.phase_label(phase)
+        print(f"{label}: steps [{start}, {end}) read its samples [{int(samples[0])}, "
+              f"{int(samples[-1]) + 1}); target: the phase's blend")
     result = _mixture.report(names, samples, ids, target, spans, start, end, flags.FLAGS.which)
+    if phase is not None:
+        result["phase"] = {**phase_flags.phase_json(phase),
+                           "in_phase_samples": [int(samples[0]), int(samples[-1]) + 1]}
     if flags.FLAGS.plot:
         lines = _mixture.plot(
-            flags.FLAGS.plot, names, ids, sizes, target, spans, start, end, flags.FLAGS.which
+            flags.FLAGS.plot, names, ids, sizes, target, spans, start, end, flags.FLAGS.which,
+            note=label,
         )
         if spans is not None:
             result["plot_stage_lines"] = lines
