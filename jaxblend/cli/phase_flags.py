@@ -169,9 +169,9 @@ def inspect_phase_plan_from_flags(
         )
     raise app.UsageError(
         f"steps [{first_step}, {end_step}) cross the phase transition at step {plan.num_steps} "
-        f"({phase_label(plan)} ends there): the phases have different data flags, so inspect "
-        f"one phase per command (--end_step={plan.num_steps}, then --start_step={plan.num_steps} "
-        "with the next phase's data flags)"
+        f"(the end of phase {plan.phase + 1} of {t.num_phases}): the phases have different "
+        f"data flags, so inspect one phase per command (--end_step={plan.num_steps}, then "
+        f"--start_step={plan.num_steps} with the next phase's data flags)"
     )
 
 
