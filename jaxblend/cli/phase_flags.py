@@ -196,3 +196,14 @@ def phase_json(plan: PhaseStepPlan) -> dict:
         "phase_samples": plan.num_samples, "run_samples": list(t.sample_range(plan.phase)),
         "transitions": t.to_json(),
     }
+
+
+def check_phase_combinations() -> None:
+    """Refuses `--phase_transition_iterations` beside `--data_schedule`, a batch-size ramp-up or
+    schedule (where the phases themselves are not needed: `inspect` of a validation split).
+
+    Raises:
+      app.UsageError: one line naming the flags.
+    """
+    if flags.FLAGS.phase_transition_iterations is not None:
+        _refuse_combinations()

@@ -123,6 +123,7 @@ def _phase(first_step: int, end_step: int | None = None):
     (train split only: validation and test splits are not phased), else None; refuses a range
     `[first_step, end_step)` crossing a transition (`phase_flags.inspect_phase_plan_from_flags`)."""
     if flags.FLAGS.which != "train":
+        phase_flags.check_phase_combinations()
         return None
     return phase_flags.inspect_phase_plan_from_flags(
         flags.FLAGS.global_batch_size, first_step, end_step

@@ -136,6 +136,15 @@ def test_mixture_of_phase_2_is_a_plain_fresh_blend_of_its_length(data, tmp_path)
     assert (last["end_step"], last["phase"]["phase_samples"]) == (14, 40)
     # Same data flags and the same length as phase 2: the same fresh blend, read from sample 0.
     assert last["rows"] == json.loads((tmp_path / "q4.json").read_text())["rows"]
+    # The validation split is not phased (the same at every launch): the flag leaves it alone.
+    valid = [blend, "--split=90,10,0", f"--seq_length={SEQ}", "--global_batch_size=2",
+             "--valid_samples=8", "--which=valid", maps]
+    inspect("mixture", *valid, *RUN, f"--json={tmp_path / 'v1.json'}", cwd=tmp_path)
+    inspect("mixture", *valid, "--train_samples=112", f"--json={tmp_path / 'v2.json'}",
+            cwd=tmp_path)
+    phased_valid = json.loads((tmp_path / "v1.json").read_text())
+    assert "phase" not in phased_valid
+    assert phased_valid == json.loads((tmp_path / "v2.json").read_text())
 
 
 @pytest.mark.parametrize(("start", "end", "message"), [
@@ -164,6 +173,10 @@ def test_the_flag_needs_train_samples_and_refuses_a_data_schedule(data, tmp_path
                                                {"start_step": 4, "blend": [b]}]}))
     line = refused("explain", f"--data_schedule={schedule}", *common, *RUN, "--step=5",
                    cwd=tmp_path)
+    assert "--phase_transition_iterations" in line and "--data_schedule" in line, line
+    line = refused("mixture", f"--data_schedule={schedule}", f"--data_path={a}", "--split=90,10,0",
+                   f"--seq_length={SEQ}", "--global_batch_size=2", *RUN, "--valid_samples=8",
+                   "--which=valid", cwd=tmp_path)  # the validation split: refused just the same
     assert "--phase_transition_iterations" in line and "--data_schedule" in line, line
     line = refused("explain", f"--data_path={a}", *common, *RUN, "--rampup_batch_size=4 4 16",
                    "--step=1", cwd=tmp_path)
