@@ -281,7 +281,7 @@ def _open_data(spec: _DataSpec, s: cli.TrainSettings, phase: PhaseStepPlan | Non
             logging.warning("no validation: %s", err)
     plan = phase or cli.step_plan(len(train), s.global_batch_size, s.train_iters)
     names = getattr(train, "dataset_names", ["mock"])
-    history = cli.staged_history(spec.config, spec.schema, spec.sources.access)
+    history = cli.staged_history(spec.config, train, spec.sources.access)
     return _Data(train, plan, valid, names, spec.schema.seq_length, history)
 
 

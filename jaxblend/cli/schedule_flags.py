@@ -92,14 +92,15 @@ def train_blend_schedule(schedule: DataSchedule, train_samples: int) -> BlendSch
     return schedule.blend_schedule(plan)
 
 
-def staged_history(config, options, access: DataAccess, schedule: DataSchedule | None = None):
+def staged_history(config, source, access: DataAccess, schedule: DataSchedule | None = None):
     """The resume history of a staged train split (`jaxblend.loading.StagedHistory`), or None
     when `config` has no `train_schedule`.
 
     Args:
       config: the run's `GPTDataConfig` (None with mock data).
-      options: the train source's `GPTSchemaOptions`.
-      access: how the datasets and the schedule file are reached.
+      source: the train source opened from `config`: its schema options and its datasets'
+        fingerprints are the history's (nothing is opened again).
+      access: how the schedule file is reached.
       schedule: the schedule in steps (default: `--data_schedule`, read again).
     """
     if config is None or config.train_schedule is None:
@@ -109,4 +110,4 @@ def staged_history(config, options, access: DataAccess, schedule: DataSchedule |
     schedule = data_schedule_from_flags(access) if schedule is None else schedule
     if schedule is None:
         raise ValueError("the configuration has a train_schedule but --data_schedule is not given")
-    return gpt_train_history(schedule, config, options, access)
+    return gpt_train_history(schedule, config, source)

@@ -217,4 +217,4 @@ def history_from_flags(split: str, source):
         return None
     settings = source_settings_from_flags()
     config = _config_from_flags(settings)
-    return schedule_flags.staged_history(config, source.options, settings.access)
+    return schedule_flags.staged_history(config, source, settings.access)

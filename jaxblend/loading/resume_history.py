@@ -96,33 +96,23 @@ class GPTTrainHistory:
     `train_schedule`: `jaxblend.index.history_fingerprint` of the configuration and its datasets'
     contents, read with the schema options (as the source's own fingerprint is).
 
-    The datasets' content fingerprints come from the publication record with a bucket map store
-    (no `.idx` is opened), else from opening the datasets; they are taken once, on first use.
-
     Attributes:
       config: the data configuration (`GPTDataConfig`).
       options: the source's `GPTSchemaOptions`.
-      access: how the datasets (or the publication) are reached (`DataAccess`).
+      fingerprints: each dataset's content fingerprint, by prefix, as the source opened it (its
+        `dataset_fingerprints`: from the datasets, or from the publication record on a bucket
+        map store), so the history reads nothing again.
     """
 
     config: Any
     options: Any
-    access: Any
+    fingerprints: Mapping[str, str]
 
     @functools.cached_property
     def _infos(self) -> dict[str, Any]:
-        from jaxblend import opening
         from jaxblend.index import DatasetInfo
-        from jaxblend.map_store import publication
 
-        if publication.applies(self.access):
-            record = publication.read(self.config, self.access)
-            if record is not None:
-                return {
-                    d.prefix: DatasetInfo(d.prefix, _unread, _unread, d.fingerprint)
-                    for d in record.datasets
-                }
-        return opening.open_config_datasets(self.config, self.access)[1]
+        return {p: DatasetInfo(p, _unread, _unread, f) for p, f in self.fingerprints.items()}
 
     def __call__(self, num_samples: int) -> str:
         from jaxblend.index import history_fingerprint
@@ -136,7 +126,9 @@ def _unread():
     raise ValueError("a dataset's arrays are not needed for its history fingerprint")
 
 
-def gpt_train_history(schedule: DataSchedule, config: Any, options: Any, access: Any) -> StagedHistory:
-    """The `StagedHistory` of the train split of `config` (whose `train_schedule` is `schedule`
-    in samples), read with `options` through `access`."""
-    return StagedHistory(schedule, GPTTrainHistory(config, options, access))
+def gpt_train_history(schedule: DataSchedule, config: Any, source: Any) -> StagedHistory:
+    """The `StagedHistory` of `source`, the train split of `config` (whose `train_schedule` is
+    `schedule` in samples): its schema options and its datasets' fingerprints."""
+    return StagedHistory(
+        schedule, GPTTrainHistory(config, source.options, source.dataset_fingerprints)
+    )

@@ -147,13 +147,15 @@ def _published_sources(
         if split is None:
             sources[name] = None
             continue
+        published = pub.split_datasets(name)
         datasets = [
             BinDataset(d.prefix, d.dtype, d.bin_size, bytes.fromhex(d.generation) or None)
-            for d in pub.split_datasets(name)
+            for d in published
         ]
         sources[name] = RowTableSource(
             _row_tables(split.rows_url, name, access), datasets, options,
             fingerprint=pub.plan_key, split=name, length=split.length, access=access,
+            dataset_fingerprints={d.prefix: d.fingerprint for d in published},
         )
     return sources
 

@@ -139,6 +139,13 @@ class PlannedSource(base.BatchSource):
         return list(self._names)
 
     @property
+    def dataset_fingerprints(self) -> dict[str, str]:
+        """Content fingerprint of each constituent dataset, by name (as opened: nothing is read
+        again)."""
+        datasets, _ = self._materialize()
+        return {name: d.fingerprint for name, d in zip(self._names, datasets, strict=True)}
+
+    @property
     def plan(self) -> SplitMaps:
         """The split's index maps."""
         return self._materialize()[1]

@@ -16,7 +16,7 @@ open stores, chunk caches and threads.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -59,12 +59,14 @@ class RowTableSource(base.BatchSource):
         split: str,
         length: int,
         access: access_lib.DataAccess | None = None,
+        dataset_fingerprints: Mapping[str, str] | None = None,
     ):
         if isinstance(length, bool) or int(length) < 0:
             raise ValueError(f"length must be an integer >= 0, got {length!r}")
         self._tables = tables
         self._datasets = list(datasets)
         self._names = [d.prefix for d in self._datasets]
+        self._fingerprints = None if dataset_fingerprints is None else dict(dataset_fingerprints)
         self._length = int(length)
         self.options = options
         self.split = split
@@ -103,6 +105,20 @@ class RowTableSource(base.BatchSource):
     def dataset_names(self) -> list[str]:
         """Prefixes of the split's datasets, indexed by `dataset_ids`."""
         return list(self._names)
+
+    @property
+    def dataset_fingerprints(self) -> dict[str, str]:
+        """Content fingerprint of each dataset, by prefix, as the publication recorded them.
+
+        Raises:
+          ValueError: the source was built without them.
+        """
+        if self._fingerprints is None:
+            raise ValueError(
+                f"{self!r} was built without its datasets' fingerprints; pass "
+                "dataset_fingerprints= (open_gpt_sources does)"
+            )
+        return dict(self._fingerprints)
 
     @property
     def tables(self) -> RowTables:

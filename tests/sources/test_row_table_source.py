@@ -323,3 +323,18 @@ def test_loader_resumes_a_planned_run_on_the_row_table_path(published):
     assert len(rest) == 4
     for got, want in zip(rest, full[2:], strict=True):
         assert_same(got, want)
+
+
+def test_dataset_fingerprints_come_from_what_each_source_was_opened_with(prefixes):
+    cfg = config(["30", prefixes[0], "70", prefixes[1]])
+    planned, rows, _ = both(cfg, GPTSchemaOptions(seq_length=16))
+    datasets, _ = opening.open_config_datasets(cfg, DataAccess())
+    expected = {name: datasets[name].fingerprint for name in planned.dataset_names}
+    assert planned.dataset_fingerprints == expected
+    with pytest.raises(ValueError, match="built without its datasets' fingerprints"):
+        rows.dataset_fingerprints  # noqa: B018
+    recorded = RowTableSource(
+        rows.tables, describe(datasets, planned.dataset_names), rows.options,
+        fingerprint="f", split="train", length=len(rows), dataset_fingerprints=expected,
+    )
+    assert recorded.dataset_fingerprints == expected
