@@ -47,7 +47,7 @@ def open_datasets(
     access = DataAccess.from_env() if access is None else access
 
     def open_one(prefix: str) -> tuple[IndexedDataset, index.DatasetInfo]:
-        dataset = IndexedDataset(prefix, backend=access.backend, access=access)
+        dataset = IndexedDataset(prefix, access=access)
         return dataset, dataset_info(dataset, prefix)
 
     def open_remote(prefix: str) -> tuple[IndexedDataset, index.DatasetInfo]:

@@ -59,7 +59,7 @@ def test_every_sample_of_an_epoch_exactly_once(tmp_path):
     ids = np.concatenate([np.asarray(b["sample_ids"]) for b in batches])
     np.testing.assert_array_equal(np.sort(ids), np.arange(len(batches) * 8))
     # ...and the split's order is a permutation of all of the epoch's sample-index rows.
-    maps = src.plan.constituent(0)
+    maps = src.span_index.maps.constituent(0)
     assert sorted(np.asarray(maps.shuffle_index).tolist()) == list(range(len(src)))
 
 

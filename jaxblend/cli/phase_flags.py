@@ -113,7 +113,7 @@ def phase_data_config(config: index.GPTDataConfig, plan: PhaseStepPlan) -> index
     return dataclasses.replace(config, num_samples=(plan.num_samples, valid, test))
 
 
-def phase_source_from_flags(plan: PhaseStepPlan, split: str, *, whole_maps: bool = True):
+def phase_source_from_flags(plan: PhaseStepPlan, split: str):
     """`source_from_flags(split)` with the training split built for `plan`'s phase."""
     from jaxblend.cli import source_flags
 
@@ -122,7 +122,7 @@ def phase_source_from_flags(plan: PhaseStepPlan, split: str, *, whole_maps: bool
     if settings.mock is None:
         config = phase_data_config(data_flags.data_config_from_flags(), plan)
     options = source_flags._schema_from_flags(config, settings)
-    return source_flags.open_source(split, config, options, settings, whole_maps=whole_maps)
+    return source_flags.open_source(split, config, options, settings)
 
 
 def relaunch_line(plan: PhaseStepPlan, directory: str) -> str:

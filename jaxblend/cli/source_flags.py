@@ -94,20 +94,16 @@ def open_source(
     config: index.GPTDataConfig | None,
     options,
     settings: SourceSettings,
-    *,
-    whole_maps: bool = False,
 ):
     """The source of `split` ("train", "valid", "test", or "valid_<k>").
 
-    With a bucket map store the source starts from the publication (`open_gpt_sources`) unless
-    `whole_maps`.
+    With a bucket map store the source starts from the publication (`open_gpt_sources`).
 
     Args:
       split: the split; "valid_<k>" is the k-th of `multiple_validation_sets`.
       config: the data configuration (unused, may be None, with `settings.mock`).
       options: the `jaxblend.sources.GPTSchemaOptions` of the samples.
       settings: mock data, data access and validation sets.
-      whole_maps: open datasets and whole maps whatever the map store (a `PlannedSource`).
 
     Raises:
       ValueError: if the configuration has no such split.
@@ -126,7 +122,7 @@ def open_source(
             )
         return sets[split]
     sources = open_gpt_sources(
-        config, options, access=settings.access, splits=(split,), whole_maps=whole_maps
+        config, options, access=settings.access, splits=(split,)
     )
     if sources.get(split) is None:
         raise ValueError(
@@ -177,14 +173,11 @@ def _schema_from_flags(config: index.GPTDataConfig | None, settings: SourceSetti
     return options
 
 
-def source_from_flags(split: str, *, whole_maps: bool = True):
+def source_from_flags(split: str):
     """The source of `split` described by the data, schema and source flags.
 
     Args:
       split: as for `open_source`.
-      whole_maps: open the datasets and the whole maps whatever the map store (a
-        `PlannedSource` with `.plan`, as `inspect explain`/`mixture` need); False starts from
-        the publication with a bucket map store, as training does (`dump_batches`).
 
     Raises:
       ValueError: if the configuration has no such split.
@@ -194,7 +187,7 @@ def source_from_flags(split: str, *, whole_maps: bool = True):
     settings = source_settings_from_flags()
     config = _config_from_flags(settings)
     return open_source(
-        split, config, _schema_from_flags(config, settings), settings, whole_maps=whole_maps
+        split, config, _schema_from_flags(config, settings), settings
     )
 
 

@@ -58,7 +58,7 @@ from jaxblend.map_store.record import (
     rows_entry,
 )
 from jaxblend.map_store.store import MapStore, load_or_build_data_maps
-from jaxblend.storage import _location, _remote, bin_ranges
+from jaxblend.storage import _location, _remote
 from jaxblend.storage.idx_format import IndexFormatError
 from jaxblend.storage.reader import IndexedDataset
 from jaxblend.tokenizer_facts import TokenizerFacts
@@ -91,7 +91,7 @@ def describe_dataset(
 ) -> PublishedDataset:
     """The record's description of an opened dataset (computes its content fingerprint), with
     the tokenizer facts of its preprocessing record (None: it has none)."""
-    seen = bin_ranges.describe(dataset)
+    seen = dataset.bin_dataset
     # A local file's version stamp (device, inode, ...) means nothing on another host.
     remote = dataset.is_remote and seen.generation is not None
     return PublishedDataset(

@@ -1,12 +1,14 @@
-"""Grain data sources: GPT splits, weighted blends, masked-LM (BERT/T5) and mock samples.
+"""Grain data sources: GPT splits and weighted blends, masked-LM (BERT/T5) and mock samples.
 
 Every source is a Grain `RandomAccessDataSource` returning dicts of numpy arrays (the batch
 schema of docs/design.md, 'Batch schema') and also offers `get_batch(sample_ids)` for whole-batch
-reads.
+reads. A GPT split, single dataset or blend, is one class, `GPTSource`, over a `SpanIndex` (split
+maps or a published row table); `BlendedSource` is the same class under the public API's name.
 """
 
 from jaxblend.sources.base import BatchSource, stack_items
 from jaxblend.sources.factory import open_gpt_sources, open_validation_sets
+from jaxblend.sources.gpt_source import BlendedSource, GPTSource
 from jaxblend.sources.masked_base import MaskedSource
 from jaxblend.sources.masked_bert import BERTSource
 from jaxblend.sources.masked_config import (
@@ -17,11 +19,10 @@ from jaxblend.sources.masked_config import (
 )
 from jaxblend.sources.masked_t5 import T5Source
 from jaxblend.sources.mock import MockSource
-from jaxblend.sources.planned import BlendedSource, GPTSource, PlannedSource
-from jaxblend.sources.row_table_source import RowTableSource
 from jaxblend.sources.row_tables import ArrayRowTables, BucketRowTables, RowTables
 from jaxblend.sources.schema import GPT_KEYS, GPTSchemaOptions, windows_to_batch
 from jaxblend.sources.sequence import SequenceSource
+from jaxblend.sources.span_index import RowTableSpanIndex, SpanIndex, SplitMapsSpanIndex
 
 __all__ = [
     "GPT_KEYS",
@@ -37,10 +38,11 @@ __all__ = [
     "MaskedSource",
     "MaskedTokenizerInfo",
     "MockSource",
-    "PlannedSource",
-    "RowTableSource",
+    "RowTableSpanIndex",
     "RowTables",
     "SequenceSource",
+    "SpanIndex",
+    "SplitMapsSpanIndex",
     "T5MaskedConfig",
     "T5Source",
     "open_gpt_sources",

@@ -1,10 +1,15 @@
 """Opening the sources of every split of a GPT data configuration.
 
-`open_gpt_sources(config, options, access=...)` opens each prefix once (`IndexedDataset`), loads
-(or builds and caches) all index maps with `jaxblend.map_store.load_or_build_data_maps`, and
-returns a `GPTSource` (one prefix) or `BlendedSource` (several) per split, `None` for a split with
-no samples. With a bucket map store it instead starts from the published plan
-(`jaxblend.map_store.publication`): a `RowTableSource` per split, no dataset opened. The `DataAccess` travels with each source's re-open recipe into Grain workers, so a
+`open_gpt_sources(config, options, access=...)` returns one `GPTSource` per split (`None` for a
+split with no samples) and chooses only its span index (`jaxblend.sources.span_index`):
+
+* a local map store (or none): each prefix is opened once (`IndexedDataset`), all index maps are
+  loaded (or built and cached) with `jaxblend.map_store.load_or_build_data_maps`, and each split
+  reads through a `SplitMapsSpanIndex`;
+* a bucket map store: the published plan (`jaxblend.map_store.publication`) is read, and each
+  split reads through a `RowTableSpanIndex` over its row table; no dataset is opened.
+
+The `DataAccess` travels with each source (and its re-open recipe) into Grain workers, so a
 worker reaches storage, the map store and the identity memo exactly as its parent did.
 """
 
@@ -16,11 +21,12 @@ from jaxblend import index, opening
 from jaxblend.access import DataAccess
 from jaxblend.map_store import entries, load_or_build_data_maps, publication
 from jaxblend.map_store.store import MapStore
-from jaxblend.sources import base, planned, schema
-from jaxblend.sources.row_table_source import RowTableSource
+from jaxblend.sources import base, schema
+from jaxblend.sources.gpt_source import GPTSource
 from jaxblend.sources.row_tables import ArrayRowTables, BucketRowTables, RowTables
-from jaxblend.storage.bin_ranges import BinDataset
+from jaxblend.sources.span_index import RowTableSpanIndex, SpanIndex, SplitMapsSpanIndex
 from jaxblend.storage.reader import IndexedDataset
+from jaxblend.storage.token_reader import BinDataset
 
 SPLITS = ("train", "valid", "test")
 
@@ -67,18 +73,21 @@ def open_gpt_sources(
     *,
     access: DataAccess | None = None,
     splits: tuple[str, ...] | None = None,
-    whole_maps: bool = False,
 ) -> dict[str, base.BatchSource | None]:
     """Sources for the train, valid and test splits of `config` (a `GPTDataConfig`).
 
-    Two paths, the same samples, batches and fingerprints:
+    One source class, two span indexes, the same samples, batches and fingerprints:
 
     * a local map store (or none): every prefix is opened and the whole maps are loaded or built;
-      each split is a `GPTSource`/`BlendedSource` (`PlannedSource`, with `.plan`);
+      each split reads through a `SplitMapsSpanIndex` (`source.span_index.maps` is its
+      `SplitMaps`);
     * a bucket map store: the publication record (`jaxblend.map_store.publication`) is read, or
-      published by the builder, or waited for; each split is a `RowTableSource` reading its row
-      table by range and only the `.bin` ranges of the rows it serves, checked against the
-      published generations. No `.idx` is opened and no whole map entry is downloaded.
+      published by the builder, or waited for; each split reads through a `RowTableSpanIndex`
+      (its row table by range, and only the `.bin` ranges of the rows it serves, checked against
+      the published generations). No `.idx` is opened and no whole map entry is downloaded.
+
+    Tools that need the whole maps whatever the map store (`inspect explain`/`mixture`) take
+    them from `jaxblend.map_store.load_or_build_data_maps`.
 
     Args:
       config: the data configuration (blend, split, sequence length, seed, sample counts).
@@ -89,7 +98,6 @@ def open_gpt_sources(
         workers by the sources.
       splits: build only these splits' maps (default: all three); the others are left out of
         the result. (A publication always holds every split.)
-      whole_maps: take the first path whatever the map store (tools that need `SplitMaps`).
 
     Returns:
       `{"train": source | None, "valid": ..., "test": ...}` (only `splits` when given).
@@ -109,55 +117,65 @@ def open_gpt_sources(
             f"{config.add_extra_token_to_sequence}"
         )
     access = DataAccess.from_env() if access is None else access
-    if not whole_maps and publication.applies(access):
-        return _published_sources(config, options, access, splits)
+    if publication.applies(access):
+        indexes, fingerprint = _published_indexes(config, access, splits)
+    else:
+        indexes, fingerprint = _split_maps_indexes(config, access, splits)
+    return {
+        split: None if index is None else GPTSource(
+            index, options, fingerprint=fingerprint, split=split, access=access
+        )
+        for split, index in indexes.items()
+    }
+
+
+def _split_maps_indexes(
+    config: index.GPTDataConfig, access: DataAccess, splits: tuple[str, ...] | None
+) -> tuple[dict[str, SpanIndex | None], str]:
+    """`SplitMapsSpanIndex`es of the wanted splits (the datasets opened, the maps loaded or
+    built), and the plan's fingerprint."""
     datasets, plan = _open(config, access, splits)
-    sources: dict[str, base.BatchSource | None] = {}
+    indexes: dict[str, SpanIndex | None] = {}
     for split in plan.built:
         split_maps = plan.split(split)
         if split_maps is None or len(split_maps) == 0:
-            sources[split] = None
+            indexes[split] = None
             continue
-        members = [datasets[n] for n in split_maps.dataset_names]
-        cls = planned.GPTSource if len(members) == 1 else planned.BlendedSource
-        sources[split] = cls(
-            members, split_maps, options, fingerprint=plan.fingerprint, split=split,
+        indexes[split] = SplitMapsSpanIndex(
+            split_maps, [datasets[n] for n in split_maps.dataset_names],
             reopen=_SplitOpener(config, split, plan.fingerprint, access),
         )
-    return sources
+    return indexes, plan.fingerprint
 
 
-def _published_sources(
-    config: index.GPTDataConfig,
-    options: schema.GPTSchemaOptions,
-    access: DataAccess,
-    splits: tuple[str, ...] | None,
-) -> dict[str, base.BatchSource | None]:
-    """`RowTableSource`s of the wanted splits, from the publication of `config`."""
+def _published_indexes(
+    config: index.GPTDataConfig, access: DataAccess, splits: tuple[str, ...] | None
+) -> tuple[dict[str, SpanIndex | None], str]:
+    """`RowTableSpanIndex`es of the wanted splits, from the publication of `config`, and the
+    plan's key."""
     wanted = SPLITS if splits is None else tuple(splits)
     unknown = [s for s in wanted if s not in SPLITS]
     if unknown:
         raise ValueError(f"split names {unknown}; expected some of {SPLITS}")
     pub = publication.load_or_publish(config, access)
-    sources: dict[str, base.BatchSource | None] = {}
+    indexes: dict[str, SpanIndex | None] = {}
     for name in SPLITS:
         if name not in wanted:
             continue
         split = pub.splits.get(name)
         if split is None:
-            sources[name] = None
+            indexes[name] = None
             continue
         published = pub.split_datasets(name)
         datasets = [
             BinDataset(d.prefix, d.dtype, d.bin_size, bytes.fromhex(d.generation) or None)
             for d in published
         ]
-        sources[name] = RowTableSource(
-            _row_tables(split.rows_url, name, access), datasets, options,
-            fingerprint=pub.plan_key, split=name, length=split.length, access=access,
+        indexes[name] = RowTableSpanIndex(
+            _row_tables(split.rows_url, name, access), datasets, split.length,
             dataset_fingerprints={d.prefix: d.fingerprint for d in published},
         )
-    return sources
+    return indexes, pub.plan_key
 
 
 def _row_tables(rows_url: str, split: str, access: DataAccess) -> RowTables:
@@ -176,7 +194,6 @@ def open_validation_sets(
     *,
     access: DataAccess | None = None,
     full_validation: bool = False,
-    whole_maps: bool = False,
 ) -> dict[str, base.BatchSource]:
     """Megatron's multiple validation sets: each prefix of the valid blend as its own source.
 
@@ -190,11 +207,29 @@ def open_validation_sets(
       access: how data is reached (as for `open_gpt_sources`; default `DataAccess.from_env()`,
         evaluated once here).
       full_validation: one whole epoch of every set instead of the validation sample count.
-      whole_maps: as for `open_gpt_sources` (with a bucket map store each set is otherwise
-        published, and started from, on its own).
 
     Returns:
       `{prefix: source}` in blend order.
+
+    Raises:
+      ValueError: without a per-split validation blend.
+    """
+    access = DataAccess.from_env() if access is None else access
+    out: dict[str, base.BatchSource] = {}
+    for prefix, one in validation_set_configs(config, full_validation=full_validation).items():
+        source = open_gpt_sources(one, options, access=access)["valid"]
+        if source is None:
+            raise ValueError(f"validation set {prefix!r} has no samples")
+        out[prefix] = source
+    return out
+
+
+def validation_set_configs(
+    config: index.GPTDataConfig, *, full_validation: bool = False
+) -> dict[str, index.GPTDataConfig]:
+    """The data configuration of each of Megatron's multiple validation sets (see
+    `open_validation_sets`): `{prefix: config of that prefix alone}`, in blend order; each
+    configuration's "valid" split is the set.
 
     Raises:
       ValueError: without a per-split validation blend.
@@ -205,16 +240,11 @@ def open_validation_sets(
             "multiple validation sets need per-split blends with a validation blend "
             "(--valid_data_path or --per_split_data_args_path), as in Megatron-LM"
         )
-    access = DataAccess.from_env() if access is None else access
     blend = index.parse_blend(per_split[1], "blend_per_split[valid]")
     samples = None if full_validation else config.num_samples[1]
-    out: dict[str, base.BatchSource] = {}
-    for prefix in blend.prefixes:
-        one = dataclasses.replace(
+    return {
+        prefix: dataclasses.replace(
             config, blend_per_split=(None, (prefix,), None), num_samples=(None, samples, None)
         )
-        source = open_gpt_sources(one, options, access=access, whole_maps=whole_maps)["valid"]
-        if source is None:
-            raise ValueError(f"validation set {prefix!r} has no samples")
-        out[prefix] = source
-    return out
+        for prefix in blend.prefixes
+    }

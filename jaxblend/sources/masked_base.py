@@ -34,7 +34,7 @@ from jaxblend.map_store import load_or_build_masked_index
 from jaxblend.sources import base
 from jaxblend.sources.masked_config import MaskedConfig, MaskedTokenizerInfo
 from jaxblend.storage import IndexedDataset
-from jaxblend.storage.span_gather import SpanGather
+from jaxblend.storage.sequence_spans import SequenceSpans
 
 
 class MaskedSource(base.BatchSource):
@@ -42,7 +42,7 @@ class MaskedSource(base.BatchSource):
 
     Args:
       dataset: an `IndexedDataset` of sentence-split documents, or the prefix of one (read through
-        `SpanGather`, the storage layer's read path, one call per batch).
+        `SequenceSpans` over the package's one token reader, one call per batch).
       config: the subclass's config type (`config_type`).
       tokenizer: the special token ids.
       split: "train", "valid" or "test".
@@ -74,9 +74,9 @@ class MaskedSource(base.BatchSource):
             raise ValueError(f"split must be one of {split_lib.SPLIT_NAMES}, got {split!r}")
         access = DataAccess.from_env() if access is None else access
         if isinstance(dataset, (str, os.PathLike)):
-            dataset = IndexedDataset(dataset, backend=access.backend, access=access)
+            dataset = IndexedDataset(dataset, access=access)
         self.dataset = dataset
-        self._reader = SpanGather([dataset])
+        self._reader = SequenceSpans([dataset])
         self.config = config
         self.tokenizer = tokenizer
         self.split = split

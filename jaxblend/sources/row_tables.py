@@ -1,4 +1,4 @@
-"""Where a `RowTableSource` gets its rows: a split's row table, read by sample range.
+"""Where a `RowTableSpanIndex` gets its rows: a split's row table, read by sample range.
 
 * `ArrayRowTables`: the four arrays in memory, or memory-mapped from a local map-store entry;
 * `BucketRowTables`: the arrays as `.npy` objects of a map-store entry in a bucket, read by range:
@@ -26,8 +26,8 @@ import tensorstore as ts
 from jaxblend import access as access_lib
 from jaxblend.index import row_table
 from jaxblend.storage import _location, _remote
-from jaxblend.storage.bin_ranges import reader_context
 from jaxblend.storage.idx_format import IndexFormatError
+from jaxblend.storage.token_reader import reader_context
 
 RowSlices = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 

@@ -3,9 +3,9 @@
 The source for token-budget bucketed batching (`jaxblend.sampling.token_budget_planning`): sample i is sequence
 i of the dataset (e.g. one tokenized instruction/response example or one sentence), its length
 `lengths[i]` feeds `plan_token_budget`, and `get_padded_batch(ids, L)` returns the rows padded (or
-truncated) to the bucket length L. Each batch is one `SpanGather.read` (the storage layer's read
-path) straight into the padded rows (sequence ids and token counts; byte offsets stay inside
-`jaxblend.storage`).
+truncated) to the bucket length L. Each batch is one `SequenceSpans.read` (over the package's one
+token reader) straight into the padded rows (sequence ids and token counts; byte offsets stay
+inside `jaxblend.storage`).
 
 Batch keys (k rows, L tokens):
 
@@ -26,7 +26,7 @@ import numpy as np
 from jaxblend import identity
 from jaxblend.sources import base
 from jaxblend.storage import IndexedDataset
-from jaxblend.storage.span_gather import SpanGather
+from jaxblend.storage.sequence_spans import SequenceSpans
 from jaxblend.validation import require_int
 
 
@@ -49,7 +49,7 @@ class SequenceSource(base.BatchSource):
         if isinstance(dataset, (str, os.PathLike)):
             dataset = IndexedDataset(dataset)
         self.dataset = dataset
-        self._reader = SpanGather([dataset])
+        self._reader = SequenceSpans([dataset])
         self.max_length = int(max_length)
         self.pad_id = int(pad_id)
         self._fingerprint: str | None = None

@@ -1,8 +1,8 @@
 """The identity of a GPT sample stream, shared by every source that serves one.
 
-`PlannedSource` (index maps + `.idx`) and `RowTableSource` (row tables + `.bin` ranges) serve the
-same samples for the same data plan, split and schema options, so they carry the same
-fingerprint and a run may resume from one on the other.
+A `GPTSource` serves the same samples for the same data plan, split and schema options whichever
+span index it reads through (index maps + `.idx` pointers, or a published row table), so both
+carry the same fingerprint and a run may resume from one on the other.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 Writers (`IndexedDatasetBuilder`) produce local files byte-identical to Megatron-Core's; readers
 (`IndexedDataset`: Megatron-Core's `dataset[i]`, `dataset[i:j]`, `get`) read them from a local mmap
 or any TensorStore kvstore (file, gs://, s3://, memory://). Every read goes through one path,
-`SpanGather`: the token spans of a whole batch, across datasets, in one call.
+`TokenReader`: the `.bin` token ranges of a whole batch, across datasets, in one call
+(`SequenceSpans` turns sequence positions into those ranges).
 
 Names resolve on first use, so importing one module of the package loads only what it needs.
 """
@@ -22,15 +23,19 @@ _NAMES = {
     "ObjectStoreError": "jaxblend.storage.object_store",
     "IndexedDataset": "jaxblend.storage.reader",
     "exists": "jaxblend.storage.reader",
-    "SpanGather": "jaxblend.storage.span_gather",
+    "BinDataset": "jaxblend.storage.token_reader",
+    "TokenReader": "jaxblend.storage.token_reader",
+    "SequenceSpans": "jaxblend.storage.sequence_spans",
 }
 
 __all__ = [
+    "BinDataset",
     "IndexFormatError",
     "IndexedDataset",
     "IndexedDatasetBuilder",
     "ObjectStoreError",
-    "SpanGather",
+    "SequenceSpans",
+    "TokenReader",
     "exists",
     "open_kvstore",
     "shared_context",

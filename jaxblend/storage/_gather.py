@@ -4,12 +4,16 @@
 destination's dtype. A *source* is a flat array given by its address and item count, cut into
 "sequences" by an int64 array of byte pointers (also given by address). It serves every read:
 
-* memory-mapped datasets: sources are the `.bin` token arrays, pointers the `.idx` pointers
-  (`SpanGather`, for the spans of a whole batch across datasets, and so for `IndexedDataset.get`
-  and `dataset[i]`);
+* memory-mapped datasets: sources are the `.bin` token arrays, each one "sequence" at byte 0
+  (`token_reader.TokenReader`, for the ranges of a whole batch across datasets, and so for
+  `IndexedDataset.get` and `dataset[i]`);
 * object stores: sources are the downloaded byte buffers of coalesced range reads, each one
   "sequence" at byte 0 (`_remote.RangeRead` places them), then the downloaded tokens of each
-  dataset (`SpanGather` places them in the caller's buffer).
+  dataset when they need a dtype conversion (`place_runs`).
+
+`sequence_starts` is its companion for callers that speak in sequences: `.bin` token offsets of
+(sequence, offset) positions from the `.idx` byte pointers of several datasets
+(`sequence_spans.SequenceSpans`).
 
 Plain address arrays (rather than typed lists of arrays) keep the kernel in Numba's on-disk cache,
 so a new process (a Grain worker) does not compile it again. The caller keeps the arrays behind the
@@ -135,6 +139,39 @@ def place_buffers(
             f"range read {int(group[bad])} returned {len(buffers[int(group[bad])])} bytes, fewer "
             f"than the {int(rel[bad] + nbytes[bad])} asked"
         )
+
+
+def place_runs(flat: np.ndarray, length: np.ndarray, out: np.ndarray, out_pos: np.ndarray) -> None:
+    """Copies the consecutive runs of `flat` (of `length[j]` items each, in order) to
+    `out[out_pos[j] : out_pos[j] + length[j]]`, converting to `out.dtype` (`flat` as one source of
+    one sequence)."""
+    counts = np.ascontiguousarray(length, np.int64)
+    k = counts.shape[0]
+    gather(
+        np.zeros(1, np.int64), np.array([flat.ctypes.data], np.int64), np.array([flat.size], np.int64),
+        np.array([_ZERO_POINTER.ctypes.data], np.int64), np.ones(1, np.int64), flat[:0],
+        np.zeros(k, np.int64), np.zeros(k, np.int64), np.cumsum(counts) - counts, counts, out,
+        np.ascontiguousarray(out_pos, np.int64),
+    )
+
+
+@numba.njit(nogil=True, cache=True)
+def sequence_starts(
+    pointer_addr, sequence_count, itemsize, dataset, sequence, offset, out
+):  # pragma: no cover - compiled
+    """`out[j]` = the `.bin` token offset of token `offset[j]` of sequence `sequence[j]` of dataset
+    `dataset[j]`: its byte pointer (`sequence_count[d]` int64 at `pointer_addr[d]`) over
+    `itemsize[d]`, plus the offset. Returns the first position naming a missing sequence (or a
+    dataset whose pointers are not given: count -1) or a negative offset, else -1."""
+    pointer_like = np.zeros(0, np.int64)
+    for j in range(dataset.shape[0]):
+        d = dataset[j]
+        s = sequence[j]
+        if s < 0 or s >= sequence_count[d] or offset[j] < 0:
+            return j
+        ptrs = numba.carray(_typed_pointer(pointer_addr[d], pointer_like), (sequence_count[d],))
+        out[j] = ptrs[s] // itemsize[d] + offset[j]
+    return -1
 
 
 def _address(buf: bytes) -> int:

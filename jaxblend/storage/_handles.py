@@ -1,7 +1,8 @@
 """Per-process open state of an `IndexedDataset` and the settings it is opened with.
 
 `Handles` holds what one process has open for a dataset (the parsed `.idx` header, sizes, the
-`.idx` buffer and arrays, the `.bin` map or kvstore). It is created by `_local_open.open_local` or
+`.idx` buffer and arrays, the kvstore of a remote dataset; the `.bin` is read by the token
+reader, `token_reader.TokenReader`). It is created by `_local_open.open_local` or
 `_remote_open.open_remote`, completed lazily by `_remote_open.load_index` for remote datasets
 opened from `identity_memo`, and released by `release`. Nothing here is shared between
 processes: `IndexedDataset` pickles its settings and reopens.
@@ -10,12 +11,10 @@ processes: `IndexedDataset` pickles its settings and reopens.
 from __future__ import annotations
 
 import contextlib
-import copy
 import dataclasses
 import mmap
 from typing import Any
 
-import numpy as np
 import tensorstore as ts
 
 from jaxblend.access import IdentityStoreOptions, ObjectStoreOptions
@@ -36,71 +35,40 @@ class Handles:
     changed_at: float = 0.0  # local: when either file last changed (identity_memo.SETTLE_SECONDS)
     arrays: IndexArrays | None = None  # None until first needed (remote)
     idx_buffer: Any = None  # a read-only map (see _mapping) or bytes; the arrays alias it
-    bin_tokens: np.ndarray | None = None  # mmap backend: flat token view over the mapped .bin
-    bin_mmap: Any = None  # the `.bin` map (see _mapping)
 
 
 BACKENDS = ("auto", "mmap", "tensorstore")
-FILE_IO_MODES = ("memmap", "default", "direct")
 
 
 @dataclasses.dataclass(frozen=True)
 class OpenSettings:
-    """How a dataset's files are opened (validated at construction).
+    """How a dataset's files are opened (validated at construction; taken from `DataAccess`).
 
     Attributes:
       backend: "mmap" or "tensorstore" ("auto" until `IndexedDataset` resolves it from the
         prefix).
       multimodal: None to detect sequence modes, True to require them, False to ignore them.
-      file_io_mode: TensorStore file driver I/O mode.
-      io_concurrency: TensorStore request concurrency limit, or None.
-      context_spec: extra TensorStore context spec layered on jaxblend's shared context.
       store: object-store settings.
       identity: where dataset identities are remembered (`shared_url` resolved).
     """
 
     backend: str
     multimodal: bool | None
-    file_io_mode: str
-    io_concurrency: int | None
-    context_spec: dict[str, Any] | None
     store: ObjectStoreOptions
     identity: IdentityStoreOptions = dataclasses.field(default_factory=IdentityStoreOptions)
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
-        if self.file_io_mode not in FILE_IO_MODES:
-            raise ValueError(
-                f"file_io_mode must be one of {FILE_IO_MODES}, got {self.file_io_mode!r}"
-            )
-        limit = self.io_concurrency
-        if limit is not None:
-            if isinstance(limit, bool) or int(limit) < 1:
-                raise ValueError(f"io_concurrency must be None or an integer >= 1, got {limit!r}")
-            object.__setattr__(self, "io_concurrency", int(limit))
         if not (self.multimodal is None or isinstance(self.multimodal, bool)):
             raise ValueError(f"multimodal must be None, True or False, got {self.multimodal!r}")
-        if self.context_spec is not None and not isinstance(self.context_spec, dict):
-            raise ValueError(
-                "context must be a TensorStore context spec dict, got "
-                f"{type(self.context_spec).__name__}"
-            )
 
     def context(self, loc: _location.Location) -> ts.Context:
-        """The TensorStore context for `loc`: jaxblend's shared one plus these settings."""
-        spec: dict[str, Any] = {"file_io_mode": {"mode": self.file_io_mode}}
+        """The TensorStore context for `loc`: jaxblend's shared one plus the object-store settings
+        (one per distinct setting per process, so the token reader and `.idx` reads share it)."""
+        spec: dict[str, Any] = {"file_io_mode": {"mode": "default"}}
         if loc.local_prefix is None:
             spec.update(self.store.context_spec())
-        if self.io_concurrency is not None:
-            limit = {"limit": self.io_concurrency}
-            spec.update(
-                file_io_concurrency=limit,
-                gcs_request_concurrency=limit,
-                s3_request_concurrency=limit,
-            )
-        if self.context_spec:
-            spec.update(copy.deepcopy(self.context_spec))
         return _location.context_for(spec)
 
 
@@ -118,9 +86,7 @@ def open_kvstore(loc: _location.Location, context: ts.Context) -> ts.KvStore:
 
 def release(state: Handles) -> None:
     """Drops the arrays and closes the maps (views handed out earlier keep a map alive)."""
-    state.bin_tokens = None
     state.arrays = None
-    for mm in (state.bin_mmap, state.idx_buffer):
-        if isinstance(mm, mmap.mmap):
-            with contextlib.suppress(BufferError):
-                mm.close()
+    if isinstance(state.idx_buffer, mmap.mmap):
+        with contextlib.suppress(BufferError):
+            state.idx_buffer.close()

@@ -1,19 +1,19 @@
-"""Opens a local dataset: the `.idx` memory-mapped and validated, the `.bin` mapped or sized.
+"""Opens a local dataset: the `.idx` memory-mapped and validated, the `.bin` sized.
 
-With the "mmap" backend the whole `.bin` is mapped read-only and exposed as a flat token array
-(spans are gathered from it by a compiled kernel); with "tensorstore" only its size is read here
-and reads go through a file kvstore.
+The `.bin` is not opened here: the token reader (`token_reader.TokenReader`) maps it ("mmap"
+backend) or opens a file kvstore ("tensorstore") on the first read.
 """
 
 from __future__ import annotations
 
 import mmap
 import os
+import stat
 
 import numpy as np
 
 from jaxblend.storage import _identity, _location, _mapping, identity_memo, idx_format
-from jaxblend.storage._handles import Handles, OpenSettings, open_kvstore
+from jaxblend.storage._handles import Handles, OpenSettings
 from jaxblend.storage._prefix_hint import missing_prefix_hint
 from jaxblend.storage.idx_format import IndexFormatError
 
@@ -59,13 +59,6 @@ def open_local(loc: _location.Location, settings: OpenSettings) -> tuple[Handles
     )
     if known is None or (known.num_tokens, known.bin_size) != (h.num_tokens, bin_size):
         known = None
-    if settings.backend == "tensorstore":
-        h.kvstore = open_kvstore(loc, settings.context(loc))
-    elif bin_size:
-        h.bin_mmap = _map(loc.local_prefix + ".bin", bin_name, "data")
-        h.bin_tokens = np.frombuffer(h.bin_mmap, dtype=arrays.dtype)
-    else:
-        h.bin_tokens = np.zeros(0, dtype=arrays.dtype)
     return h, None if known is None else known.fingerprint
 
 
@@ -85,4 +78,6 @@ def _size(path: str, name: str) -> int:
         st = os.stat(path)
     except FileNotFoundError:
         raise IndexFormatError(f"{name}: data file does not exist") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise IndexFormatError(f"{name}: data file is a directory")
     return st.st_size

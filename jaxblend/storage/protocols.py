@@ -1,10 +1,11 @@
 """What sources need from storage, as `typing.Protocol`s (docs/design.md, 'Layers').
 
-Sources read in *sequence units*: sequence ids, token offsets within a sequence, token counts.
+A source learns what a dataset holds from `SequenceDataset` (which `IndexedDataset` satisfies).
 Byte pointers of the `.idx` (`sequence_pointers`) and the token dtype's width stay inside
-`jaxblend.storage`. A source learns what a dataset holds from `SequenceDataset` (which
-`IndexedDataset` satisfies) and reads it through a `SequenceReader`: `SpanGather`, the storage
-layer's one read path, one call per batch.
+`jaxblend.storage`: sources read `.bin` token ranges through `TokenReader` (the package's one read
+path, one call per batch), or spans in *sequence units* (sequence ids, token offsets within a
+sequence, token counts) through a `SequenceReader`, which `SequenceSpans` implements over the
+same `TokenReader`.
 """
 
 from __future__ import annotations

@@ -3,19 +3,20 @@
 `IndexedDataset` is the storage layer's reader. The `.bin` is never read whole: token spans are
 fetched by byte range.
 
-Backends:
+Backends (`DataAccess.backend`):
 * `"mmap"`: local files only; the `.idx` and `.bin` are memory-mapped and spans are gathered by a
   compiled kernel. Fastest on a local disk.
 * `"tensorstore"`: any kvstore TensorStore supports (file, gs://, s3://, memory://); the spans of
-  one call are sorted, coalesced (ranges closer than `coalesce_gap` bytes merge) and issued
-  together on one `ts.Batch` (`SpanGather` puts several datasets' reads on one batch).
+  one call are sorted, coalesced (ranges closer than `ObjectStoreOptions.coalesce_gap` bytes
+  merge) and issued together on one `ts.Batch`.
 * `"auto"` (default): `"mmap"` for local prefixes, `"tensorstore"` otherwise.
 
 Opening a remote dataset costs three rounds of small concurrent requests (the `.idx` header, its
 last length and pointer, two 1-byte probes of the `.bin` size), not a download: the `.idx` arrays
 are fetched on first use (`sequence_lengths`, reads), validated then, and the content fingerprint
 of an object version seen before comes from `identity_memo` without downloading the `.idx`.
-Object-store endpoints, retries, concurrency and timeouts are `ObjectStoreOptions`.
+Every read option (backend, object-store endpoints, retries, concurrency, coalescing, timeouts)
+comes from the one `DataAccess` a dataset is opened with.
 
 Accepted prefix forms are listed in `jaxblend.storage._location` (local path, `file://`, kvstore URL,
 kvstore spec dict). Objects pickle as their prefix and options; file handles reopen lazily (under a
@@ -23,15 +24,17 @@ lock) in each process, and a dataset whose files changed in between is refused.
 
 This module holds the reader's public face: Megatron-Core's (`dataset[i]`, `dataset[i:j]`,
 `get(i, offset, length)`, `len`, `sequence_lengths`, `document_indices`, `sequence_modes`), the
-metadata and pickling. Every read goes through the storage layer's one read path, `SpanGather`
-(`span_gather`; its kernel is `_gather.gather`). Opening lives in modules with one job each:
+metadata and pickling. Every read goes through the package's one token reader,
+`token_reader.TokenReader` (its kernel is `_gather.gather`), given the `.bin` token offsets the
+`.idx` pointers say. Opening lives in modules with one job each:
 `_handles` (the per-process open state and the settings), `_local_open` (memory-mapped local
 files), `_remote_open` (object-store opens and the lazy `.idx` download), `_remote` (TensorStore
 requests and coalesced range reads).
 
 Cost contract: opening a local dataset costs O(N) to validate the index (vectorized, blockwise);
 `get` and `dataset[i]` cost one bounds check plus the bytes read. Batches of spans (a loader's
-hot path) are read with one `SpanGather.read` call, not `get` in a loop.
+hot path) are read with one `TokenReader.read` call (`sequence_spans.SequenceSpans` in sequence
+units), not `get` in a loop.
 """
 
 from __future__ import annotations
@@ -50,7 +53,7 @@ from jaxblend.access import ObjectStoreOptions
 from jaxblend.storage import _identity, _local_open, _location, _remote, _remote_open
 from jaxblend.storage._handles import Handles, OpenSettings, open_kvstore, release
 from jaxblend.storage.idx_format import IndexArrays, IndexFormatError
-from jaxblend.storage.span_gather import SpanGather
+from jaxblend.storage.token_reader import BinDataset, TokenReader
 
 
 class IndexedDataset:
@@ -61,20 +64,13 @@ class IndexedDataset:
     Args:
         prefix: dataset prefix: local path, `file://`/`gs://`/`s3://`/`memory://` URL, or kvstore
             spec dict whose "path" ends with the file prefix.
-        backend: "auto", "mmap" (local only) or "tensorstore".
         multimodal: None to detect sequence modes from the `.idx` length; True to require them;
             False to ignore them.
-        file_io_mode: TensorStore file driver I/O mode: "default" (pread), "memmap" or "direct".
-            "default" measured 1.2-1.5x faster than "memmap" for random windows here (with
-            "memmap", copying each result out of TensorStore's per-read mapping page-faults).
-        io_concurrency: TensorStore request concurrency limit (file, GCS and S3), None for the
-            `object_store` setting (GCS, S3) and TensorStore's default (file).
-        context: extra TensorStore context spec (JSON dict) layered on jaxblend's shared context.
-        coalesce_gap: TensorStore backend: byte ranges separated by fewer bytes are read as one.
-        access: how data is reached (`jaxblend.access.DataAccess`): its object-store options
-            (endpoints, retries, concurrency, timeouts) and identity memo are used for this dataset
-            and kept when it is pickled (default: `DataAccess.from_env()`, evaluated once here).
-            Its `backend` is not used: `backend` above says how this dataset is read.
+        access: how data is reached (`jaxblend.access.DataAccess`), the one source of every read
+            option: its `backend` ("auto", "mmap" for local files only, "tensorstore"), its
+            object-store options (endpoints, retries, concurrency, coalescing, timeouts) and its
+            identity memo; kept when the dataset is pickled (default: `DataAccess.from_env()`,
+            evaluated once here).
 
     Raises:
         ValueError: on an invalid option or prefix.
@@ -86,29 +82,20 @@ class IndexedDataset:
         self,
         prefix: str | os.PathLike | dict,
         *,
-        backend: str = "auto",
         multimodal: bool | None = None,
-        file_io_mode: str = "default",
-        io_concurrency: int | None = None,
-        context: dict[str, Any] | None = None,
-        coalesce_gap: int = 4096,
         access: access_lib.DataAccess | None = None,
     ) -> None:
         if access is None:
             access = access_lib.DataAccess.from_env()
         elif not isinstance(access, access_lib.DataAccess):
             raise TypeError(f"access must be a DataAccess, got {type(access).__name__}")
+        backend = access.backend
         settings = OpenSettings(  # validates the options
             backend=backend,
             multimodal=multimodal,
-            file_io_mode=file_io_mode,
-            io_concurrency=io_concurrency,
-            context_spec=copy.deepcopy(context),
             store=access.object_store,
             identity=access.identity_store(),
         )
-        if isinstance(coalesce_gap, bool) or int(coalesce_gap) < 0:
-            raise ValueError(f"coalesce_gap must be an integer >= 0, got {coalesce_gap!r}")
         self._prefix: str | dict = (
             copy.deepcopy(prefix) if isinstance(prefix, dict) else os.fspath(prefix)
         )
@@ -117,15 +104,16 @@ class IndexedDataset:
         if backend == "mmap" and not local:
             raise ValueError(f"backend='mmap' needs a local prefix, got {self._location.display!r}")
         if backend == "auto":
-            settings = dataclasses.replace(settings, backend="mmap" if local else "tensorstore")
+            backend = "mmap" if local else "tensorstore"
+            settings = dataclasses.replace(settings, backend=backend)
         self._settings = settings
-        self._coalesce_gap = int(coalesce_gap)
+        self._access = dataclasses.replace(access, backend=backend)
         self._lock = threading.Lock()
         self._state: Handles | None = None
         self._meta: tuple[str, int, int, int] | None = None
         self._versions: tuple[bytes, bytes] | None = None  # file versions seen at the first open
         self._fingerprint: str | None = None
-        self._reader: SpanGather | None = None  # this dataset's read path, built on first read
+        self._reader: TokenReader | None = None  # this dataset's read path, built on first read
         self._handles()  # open eagerly so that bad files fail at construction
 
     # ---------------------------------------------------------------------------------- metadata
@@ -146,15 +134,21 @@ class IndexedDataset:
         return self._location.local_prefix is None
 
     @property
-    def _index_loaded(self) -> bool:
-        """Whether the `.idx` arrays are in memory (always for local files; remote: on first use)."""
-        state = self._state
-        return state is not None and state.arrays is not None
+    def access(self) -> access_lib.DataAccess:
+        """How this dataset is reached (its backend resolved: "mmap" or "tensorstore")."""
+        return self._access
 
     @property
     def object_store(self) -> ObjectStoreOptions:
         """The object-store settings this dataset reads with."""
         return self._settings.store
+
+    @property
+    def bin_dataset(self) -> BinDataset:
+        """What the token reader needs of this dataset's `.bin`: its prefix, token dtype, size and
+        the version it was opened at (object generation, or local version stamp)."""
+        h = self._handles()
+        return BinDataset(self.prefix, h.header.dtype.str, h.bin_size, h.bin_generation or None)
 
     @property
     def dtype(self) -> np.dtype:
@@ -288,71 +282,24 @@ class IndexedDataset:
         self, sequences: np.ndarray, offsets: np.ndarray, lengths: np.ndarray, total: int | None = None
     ) -> np.ndarray:
         """Token spans of this dataset's sequences (checked by the caller; `total` tokens),
-        concatenated, read through this dataset's `SpanGather`."""
+        concatenated, read through this dataset's `TokenReader`."""
         reader = self._reader
         if reader is None:
             with self._lock:
                 if self._reader is None:
-                    self._reader = SpanGather([self])
+                    self._reader = TokenReader([self.bin_dataset], self._access)
                 reader = self._reader
-        out = np.empty(int(lengths.sum()) if total is None else total, dtype=self._handles().header.dtype)
+        arrays = self._arrays()
+        out = np.empty(int(lengths.sum()) if total is None else total, dtype=arrays.dtype)
+        starts = arrays.sequence_pointers[sequences] // arrays.dtype.itemsize + offsets
         if sequences.shape[0] == 1:
-            reader.read(_ZERO, sequences, offsets, lengths, out, _ZERO)
+            reader.read(_ZERO, starts, lengths, out, _ZERO)
         else:
             reader.read(
-                np.zeros(sequences.shape[0], np.int64), sequences, offsets, lengths, out,
+                np.zeros(sequences.shape[0], np.int64), starts, lengths, out,
                 np.cumsum(lengths) - lengths,
             )
         return out
-
-    def _check_spans(self, starts: np.ndarray, counts: np.ndarray) -> None:
-        """Checks token spans lie inside the `.bin` (int64 arrays of equal length).
-
-        Raises:
-            IndexError: naming the first span that leaves the file.
-            ValueError: if the shapes disagree.
-        """
-        if starts.shape != counts.shape:
-            raise ValueError(
-                f"starts and counts must have the same length, got {starts.shape[0]} and {counts.shape[0]}"
-            )
-        total_tokens = self._handles().num_tokens
-        bad = np.flatnonzero((starts < 0) | (counts < 0) | (starts > total_tokens - counts))
-        if bad.size:
-            j = int(bad[0])
-            raise IndexError(
-                f"token span start={int(starts[j])}, count={int(counts[j])} (position {j}) outside the "
-                f"{total_tokens} tokens of {self._location.file_name('.bin')}"
-            )
-
-    def _token_view(self) -> np.ndarray | None:
-        """The whole `.bin` as a read-only token array (mmap backend), else None (for
-        `SpanGather`)."""
-        return self._handles().bin_tokens
-
-    def _begin_read(
-        self, starts: np.ndarray, counts: np.ndarray, dst: np.ndarray, batch: Any
-    ) -> _remote.RangeRead:
-        """Issues the reads of checked token spans on `batch` (tensorstore backend; for
-        `SpanGather`).
-
-        Args:
-            starts: int64[k] token offsets into the `.bin` (checked with `_check_spans`).
-            counts: int64[k] token counts.
-            dst: int64[k] token offsets of the spans in the destination buffer.
-            batch: a `ts.Batch`; the requests go out when its `with` block ends.
-
-        Returns:
-            The pending read; `finish(dest_bytes, timeout)` places the tokens.
-        """
-        h = self._handles()
-        if h.kvstore is None:
-            raise ValueError(f"{self._location.display}: reads by range need the tensorstore backend")
-        itemsize = h.header.dtype.itemsize
-        return _remote.RangeRead(
-            h.kvstore, self._location.bin_key, self._location.file_name(".bin"),
-            starts * itemsize, counts * itemsize, dst * itemsize, self._coalesce_gap, batch,
-        )
 
     # ----------------------------------------------------------------------------- housekeeping
 
@@ -374,7 +321,7 @@ class IndexedDataset:
         return {
             "prefix": self._prefix,
             "settings": self._settings,
-            "coalesce_gap": self._coalesce_gap,
+            "access": self._access,
             "meta": self._meta,
             "versions": self._versions,
             "fingerprint": self._fingerprint,
@@ -384,7 +331,7 @@ class IndexedDataset:
         self._prefix = state["prefix"]
         self._settings = state["settings"]
         self._location = _resolve(self._prefix, self._settings.store)
-        self._coalesce_gap = state["coalesce_gap"]
+        self._access = state["access"]
         self._meta = state["meta"]
         self._versions = state["versions"]
         self._fingerprint = state["fingerprint"]

@@ -111,10 +111,10 @@ def main(argv: Sequence[str]) -> None:
     if phase is not None and state is not None and state.get("step") == phase.first_step:
         start_step, state = phase.first_step, None  # a new phase: the previous stream ended
     if phase is None:
-        source = cli.source_from_flags(fl.which, whole_maps=False)  # as training reads
+        source = cli.source_from_flags(fl.which)  # as training reads
         plan = cli.step_plan(len(source), fl.global_batch_size)
     else:
-        source = phase_flags.phase_source_from_flags(phase, fl.which, whole_maps=False)
+        source = phase_flags.phase_source_from_flags(phase, fl.which)
         plan = phase
     prefetch = cli.prefetch_from_flags()
     loader = make_loader(

@@ -109,13 +109,36 @@ def stats() -> dict:
 
 
 def _plan_and_names(phase=None):
-    """The split's source, its index plan and dataset names; with `phase` (a `PhaseStepPlan`) the
-    train split built for that phase alone."""
-    if phase is None:
-        source = cli.source_from_flags(flags.FLAGS.which)
-    else:
-        source = phase_flags.phase_source_from_flags(phase, flags.FLAGS.which)
-    return source, source.plan, source.dataset_names
+    """The split's index maps and dataset names, from the map store (loaded, or built and
+    cached, whatever kind of map store); with `phase` (a `PhaseStepPlan`) the train split built
+    for that phase alone."""
+    from jaxblend import opening
+    from jaxblend.map_store import load_or_build_data_maps
+    from jaxblend.sources.factory import validation_set_configs
+
+    which = split = flags.FLAGS.which
+    settings = cli.source_settings_from_flags()
+    config = cli.data_config_from_flags()
+    if phase is not None:
+        config = phase_flags.phase_data_config(config, phase)
+    if which.startswith("valid_"):  # the k-th of --multiple_validation_sets
+        sets = {}
+        if settings.multiple_validation_sets:
+            configs = validation_set_configs(config, full_validation=settings.full_validation)
+            sets = {f"valid_{k}": one for k, one in enumerate(configs.values())}
+        if which not in sets:
+            raise ValueError(
+                f"no validation set {which!r} (sets: {sorted(sets)}; valid_<k> needs "
+                "--multiple_validation_sets)"
+            )
+        config, split = sets[which], "valid"
+    infos = opening.open_dataset_infos(opening.config_prefixes(config), settings.access)
+    plan = load_or_build_data_maps(config, infos, settings.access, (split,)).split(split)
+    if plan is None or len(plan) == 0:
+        raise ValueError(
+            f"the data configuration has no {which!r} split (check --split and --{which}_samples)"
+        )
+    return plan, list(plan.dataset_names)
 
 
 def _phase(first_step: int, end_step: int | None = None):
@@ -141,7 +164,7 @@ def explain() -> dict:
     decoder = None
     if flags.FLAGS.decode:  # before any work: a tokenizer that cannot be found fails at once
         decoder = cli.decoder_from_flags(cli.prefixes_from_flags(), access)
-    _, plan, names = _plan_and_names(phase)
+    plan, names = _plan_and_names(phase)
     steps = phase if phase is not None else cli.step_plan(len(plan), flags.FLAGS.global_batch_size)
     if step >= steps.num_steps:
         raise app.UsageError(
@@ -247,7 +270,7 @@ def mixture() -> dict:
 
     start = flags.FLAGS.start_step
     phase = _phase(start, flags.FLAGS.end_step)
-    _, plan, names = _plan_and_names(phase)
+    plan, names = _plan_and_names(phase)
     if phase is None:
         steps = cli.step_plan(len(plan), flags.FLAGS.global_batch_size)
         first = 0

@@ -39,7 +39,7 @@ batch = source.get_batch(np.arange(len(source)))
 h = hashlib.sha256()
 for k in sorted(batch):
     h.update(k.encode() + np.ascontiguousarray(batch[k]).tobytes())
-print(type(source).__name__, h.hexdigest(), flush=True)
+print(type(source.span_index).__name__, h.hexdigest(), flush=True)
 """
 
 
@@ -92,10 +92,10 @@ def test_host_started_before_the_publication_waits_then_reads_it(run):
     finally:
         if reader.poll() is None:
             reader.kill()
-    assert kind == "RowTableSource"
+    assert kind == "RowTableSpanIndex"
     builder = subprocess.run([sys.executable, *args("builder", builder=True)], cwd=ROOT, env=_env(),
                              capture_output=True, text=True, timeout=300, check=True)
-    assert builder.stdout.split() == ["present", "RowTableSource", digest]
+    assert builder.stdout.split() == ["present", "RowTableSpanIndex", digest]
 
 
 def test_publisher_killed_before_its_record_then_rerun(run):
@@ -116,4 +116,4 @@ def test_publisher_killed_before_its_record_then_rerun(run):
     out = subprocess.run([sys.executable, *args("reader", builder=False, wait=5)], cwd=ROOT,
                          env=_env(), capture_output=True, text=True, timeout=300, check=False)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.split()[:2] == ["present", "RowTableSource"]
+    assert out.stdout.split()[:2] == ["present", "RowTableSpanIndex"]

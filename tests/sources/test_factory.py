@@ -16,9 +16,13 @@ from jaxblend import index
 from jaxblend.access import DataAccess, IdentityStoreOptions, MapStoreOptions, ObjectStoreOptions
 from jaxblend.loading import PrefetchOptions, make_loader
 from jaxblend.map_store import bucket
-from jaxblend.sources import GPTSchemaOptions, open_gpt_sources, open_validation_sets
-from jaxblend.sources.planned import PlannedSource
-from jaxblend.sources.row_table_source import RowTableSource
+from jaxblend.sources import (
+    GPTSchemaOptions,
+    RowTableSpanIndex,
+    SplitMapsSpanIndex,
+    open_gpt_sources,
+    open_validation_sets,
+)
 from jaxblend.storage.idx_format import IndexFormatError
 from jaxblend.storage.reader import IndexedDataset
 
@@ -109,6 +113,12 @@ def published(object_store, local_prefixes, tmp_path, request):
     return _config(urls), host, url
 
 
+def _split_maps(access: DataAccess) -> DataAccess:
+    """`access` with its maps built in memory: sources over the whole split maps (the datasets
+    opened) instead of the publication."""
+    return access.with_maps(location=None, mirror=None)
+
+
 def _forbid(monkeypatch, what: str) -> None:
     """A reading host opens no dataset (no `.idx`) and downloads no whole map entry."""
 
@@ -130,32 +140,33 @@ def test_sources_from_the_record_equal_the_old_path(published, monkeypatch, mask
     config, host, _url = published
     options = GPTSchemaOptions(seq_length=SEQ, inter_document_masking=masking)
     builder = host("builder", builder=True)
-    old = open_gpt_sources(config, options, access=builder, whole_maps=True)
+    old = open_gpt_sources(config, options, access=_split_maps(builder))
     built = open_gpt_sources(config, options, access=builder)
     _forbid(monkeypatch, "opened a dataset or downloaded a map entry")
     read = open_gpt_sources(config, options, access=host("reader", builder=False))
     assert old["test"] is None and built["test"] is None and read["test"] is None
     for split in ("train", "valid"):
-        assert isinstance(old[split], PlannedSource)
+        assert isinstance(old[split].span_index, SplitMapsSpanIndex)
         for new in (built[split], read[split]):
-            assert isinstance(new, RowTableSource)
+            assert isinstance(new.span_index, RowTableSpanIndex)
             assert len(new) == len(old[split]) and new.fingerprint == old[split].fingerprint
             assert new.dataset_names == old[split].dataset_names
             ids = np.arange(len(new))[::-1].copy()
             _same(new.get_batch(ids), old[split].get_batch(ids))
     # The builder maps its own row tables; another host reads them from the bucket by range.
-    assert not built["train"].tables.is_remote
-    assert read["train"].tables.is_remote and read["train"].tables.requests > 0
+    assert not built["train"].span_index.tables.is_remote
+    assert read["train"].span_index.tables.is_remote
+    assert read["train"].span_index.tables.requests > 0
 
 
 def test_one_grain_worker_equals_none(published, monkeypatch):
     config, host, _url = published
     builder = host("builder", builder=True)
     open_gpt_sources(config, OPTIONS, access=builder)  # publishes
-    old = open_gpt_sources(config, OPTIONS, access=builder, whole_maps=True)
+    old = open_gpt_sources(config, OPTIONS, access=_split_maps(builder))
     reader = host("reader", builder=False)
     source = open_gpt_sources(config, OPTIONS, access=reader, splits=("train",))["train"]
-    assert isinstance(source, RowTableSource)
+    assert isinstance(source.span_index, RowTableSpanIndex)
     assert pickle.loads(pickle.dumps(source)).access == reader
     inline, worker = _batches(source, 0), _batches(source, 1)
     reference = _batches(old["train"], 0)
@@ -168,7 +179,7 @@ def test_resumed_host_reads_only_the_rows_from_its_step(published):
     config, host, _url = published
     open_gpt_sources(config, OPTIONS, access=host("builder", builder=True))
     source = open_gpt_sources(config, OPTIONS, access=host("reader", builder=False))["train"]
-    tables = source.tables
+    tables = source.span_index.tables
     k = 2
     mesh = jax.make_mesh((8,), ("data",))
     loader = make_loader(source, mesh, global_batch_size=B, start_step=k,
@@ -207,12 +218,13 @@ def test_validation_sets_from_their_publications(published, monkeypatch):
         blend_per_split=(config.blend, [config.blend[1], config.blend[3]], None),
     )
     builder = host("builder", builder=True)
-    old = open_validation_sets(per_split, OPTIONS, access=builder, whole_maps=True)
+    old = open_validation_sets(per_split, OPTIONS, access=_split_maps(builder))
     open_validation_sets(per_split, OPTIONS, access=builder)  # publishes one record per set
     _forbid(monkeypatch, "opened a dataset or downloaded a map entry")
     new = open_validation_sets(per_split, OPTIONS, access=host("reader", builder=False))
     assert list(new) == list(old) == [config.blend[1], config.blend[3]]
     for prefix, source in new.items():
-        assert isinstance(source, RowTableSource) and source.fingerprint == old[prefix].fingerprint
+        assert isinstance(source.span_index, RowTableSpanIndex)
+        assert source.fingerprint == old[prefix].fingerprint
         ids = np.arange(len(source))
         _same(source.get_batch(ids), old[prefix].get_batch(ids))

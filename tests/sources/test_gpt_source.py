@@ -1,4 +1,5 @@
-"""GPTSource / BlendedSource: windows, schema, pickling, and parity with Megatron-Core samples."""
+"""GPTSource (`BlendedSource` is the same class): windows, schema, pickling, and parity with
+Megatron-Core samples."""
 
 from __future__ import annotations
 
@@ -50,7 +51,7 @@ def test_windows_equal_piece_by_piece_reads(prefixes, extra):
     ids = np.random.default_rng(0).permutation(len(src))[:40]
     text, n_valid = src.windows(ids)
     for row, i in enumerate(ids):
-        ref = reference_window(src.plan, int(i), datasets, 16 + extra)
+        ref = reference_window(src.span_index.maps, int(i), datasets, 16 + extra)
         np.testing.assert_array_equal(text[row], ref)
         assert n_valid[row] == np.count_nonzero(ref >= 0)
 
@@ -85,7 +86,8 @@ def test_pickled_source_reopens_and_matches(prefixes, tmp_path):
     blob = pickle.dumps(src)
     assert len(blob) < 4096, "index maps must not travel with the pickled source"
     clone = pickle.loads(blob)
-    assert clone._reopen.access == access  # the worker reaches the data as the parent did
+    # the worker reaches the data as the parent did
+    assert clone.access == access and clone.span_index._reopen.access == access
     assert repr(clone) == repr(src) and clone.fingerprint == src.fingerprint
     ids = np.arange(len(src))
     for key, value in src.get_batch(ids).items():

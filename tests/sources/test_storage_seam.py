@@ -1,4 +1,4 @@
-"""Sources use storage through `jaxblend.storage.protocols` and one read path (`SpanGather`)."""
+"""Sources use storage through `jaxblend.storage.protocols` and one read path (`TokenReader`)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,8 @@ from jaxblend.sources import (
 from jaxblend.sources.schema import GPTSchemaOptions
 from jaxblend.storage import IndexedDataset
 from jaxblend.storage.protocols import SequenceDataset, SequenceReader
-from jaxblend.storage.span_gather import SpanGather
+from jaxblend.storage.sequence_spans import SequenceSpans
+from jaxblend.storage.token_reader import TokenReader
 
 PACKAGE = pathlib.Path(jaxblend.__file__).parent
 
@@ -35,7 +36,7 @@ DATASET_MEMBERS = (
 PUBLIC_DATASET_MEMBERS = {
     "get", "prefix", "backend", "is_remote", "exists", "object_store", "dtype", "fingerprint",
     "sequence_lengths", "sequence_pointers", "document_indices", "sequence_modes", "num_documents",
-    "num_tokens", "close",
+    "num_tokens", "close", "access", "bin_dataset",
 }
 
 
@@ -45,15 +46,33 @@ def test_storage_classes_provide_the_protocols():
     missing = [m for m in DATASET_MEMBERS if not hasattr(IndexedDataset, m)]
     assert not missing, f"IndexedDataset lacks {missing} of SequenceDataset"
     assert list(inspect.signature(SequenceReader.read).parameters) == list(
-        inspect.signature(SpanGather.read).parameters
+        inspect.signature(SequenceSpans.read).parameters
     )
-    assert SpanGather([]).requests == 0
+    assert SequenceSpans([]).requests == 0
 
 
 def test_dataset_keeps_a_small_public_surface():
     public = {n for n in vars(IndexedDataset) if not n.startswith("_")}
     assert public == PUBLIC_DATASET_MEMBERS
     assert list(inspect.signature(IndexedDataset.get).parameters) == ["self", "i", "offset", "length"]
+    # Every read option comes from the `DataAccess`: no backend or I/O knob of its own.
+    assert list(inspect.signature(IndexedDataset).parameters) == ["prefix", "multimodal", "access"]
+
+
+def test_no_class_calls_another_ones_private_members():
+    """The read path's classes talk through public names only (`obj._x` on `self` is fine)."""
+    import re
+
+    offenders = []
+    for module in ("storage/token_reader.py", "storage/sequence_spans.py", "storage/reader.py",
+                   "sources/gpt_source.py", "sources/span_index.py", "sources/factory.py"):
+        text = (PACKAGE / module).read_text()
+        # `owner._name` where the owner is neither the object itself nor a private module (a
+        # module path such as `jaxblend.storage._location` is not an object)
+        for owner, name in re.findall(r"(?<![.\w])([A-Za-z][A-Za-z0-9_]*)\._([a-z][a-z0-9_]*)", text):
+            if owner not in {"self", "cls"}:
+                offenders.append(f"{module}: {owner}._{name}")
+    assert not offenders, offenders
 
 
 def test_no_byte_pointers_outside_storage():
@@ -68,15 +87,15 @@ def test_no_byte_pointers_outside_storage():
 
 @pytest.fixture
 def counted_reads(monkeypatch):
-    """Every `SpanGather.read` call, as the number of spans it was given."""
+    """Every `TokenReader.read` call, as the number of ranges it was given."""
     calls: list[int] = []
-    read = SpanGather.read
+    read = TokenReader.read
 
-    def counting(self, dataset, *args, **kwargs):
-        calls.append(int(dataset.size))
-        return read(self, dataset, *args, **kwargs)
+    def counting(self, dataset, offset, length, *args, **kwargs):
+        calls.append(int(np.asarray(dataset).size))
+        return read(self, dataset, offset, length, *args, **kwargs)
 
-    monkeypatch.setattr(SpanGather, "read", counting)
+    monkeypatch.setattr(TokenReader, "read", counting)
     return calls
 
 

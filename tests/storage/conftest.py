@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from jaxblend.storage import IndexedDatasetBuilder, open_kvstore
-from jaxblend.storage.span_gather import SpanGather
+from jaxblend.storage.sequence_spans import SequenceSpans
 
 ALL_DTYPES = [np.uint8, np.int8, np.int16, np.int32, np.int64, np.float64, np.float32, np.uint16]
 
@@ -93,10 +93,10 @@ def write_corpus(
 
 def read_spans(dataset, sequence, offset, length) -> np.ndarray:
     """Tokens `[offset[j], offset[j] + length[j])` of sequence `sequence[j]` of `dataset`, for every
-    j, concatenated: one `SpanGather.read`, the storage layer's read path."""
+    j, concatenated: one `SequenceSpans.read`, over the package's one token reader."""
     sequence, offset, length = (np.asarray(a, np.int64).reshape(-1) for a in (sequence, offset, length))
     out = np.empty(int(length.sum()), dataset.dtype)
-    SpanGather([dataset]).read(
+    SequenceSpans([dataset]).read(
         np.zeros(sequence.size, np.int64), sequence, offset, length, out, np.cumsum(length) - length
     )
     return out

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from jaxblend.access import DataAccess
 from jaxblend.storage import IndexedDataset, IndexFormatError, content_digest, identity_memo
 
 from .conftest import Corpus
@@ -61,7 +62,7 @@ def test_same_size_token_change_changes_the_fingerprint(corpus: Corpus) -> None:
     _flip_middle_token(corpus.prefix)
     after = IndexedDataset(corpus.prefix).fingerprint
     assert after != before
-    assert IndexedDataset(corpus.prefix, backend="tensorstore").fingerprint == after
+    assert IndexedDataset(corpus.prefix, access=DataAccess(backend="tensorstore")).fingerprint == after
 
 
 def test_settled_version_is_remembered_and_a_rewrite_misses(corpus: Corpus, monkeypatch) -> None:

@@ -15,7 +15,7 @@ from helpers_fault_proxy import FaultProxy
 
 from jaxblend.access import DataAccess, IdentityStoreOptions, ObjectStoreOptions
 from jaxblend.storage import IndexedDataset, IndexFormatError, ObjectStoreError
-from jaxblend.storage.span_gather import SpanGather
+from jaxblend.storage.sequence_spans import SequenceSpans
 
 from .conftest import Corpus, random_docs, read_spans, write_corpus
 
@@ -64,7 +64,7 @@ def test_reads_equal_local_files(object_store, request, which: str) -> None:
         np.testing.assert_array_equal(a, b)
 
 
-def test_span_gather_mixes_local_and_remote(object_store, corpus, int32_corpus) -> None:
+def test_sequence_spans_mix_local_and_remote(object_store, corpus, int32_corpus) -> None:
     remote = IndexedDataset(_upload(object_store, int32_corpus))
     datasets = [IndexedDataset(corpus.prefix), remote, IndexedDataset(int32_corpus.prefix)]
     rng = np.random.default_rng(3)
@@ -75,7 +75,7 @@ def test_span_gather_mixes_local_and_remote(object_store, corpus, int32_corpus) 
     offset = np.zeros(k, np.int64)
     out_pos = np.cumsum(length) - length
     out = np.full(int(length.sum()), -1, np.int32)
-    gather = SpanGather(datasets)
+    gather = SequenceSpans(datasets)
     gather.read(ds, seq, offset, length, out, out_pos)
     expected = np.concatenate([datasets[d].get(s) for d, s in zip(ds, seq)]).astype(np.int32)
     np.testing.assert_array_equal(out, expected)

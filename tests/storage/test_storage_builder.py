@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from jaxblend.access import DataAccess
 from jaxblend.storage import IndexedDataset, IndexedDatasetBuilder, IndexFormatError, idx_format
 
 from .conftest import random_docs, write_corpus
@@ -243,7 +244,7 @@ def test_property_round_trip(spec: tuple[np.dtype, list[list[list[int]]], bool])
     with tempfile.TemporaryDirectory() as tmp:
         c = write_corpus(os.path.join(tmp, "p"), dtype, arrays, modes)
         for backend in ("mmap", "tensorstore"):
-            ds = IndexedDataset(c.prefix, backend=backend)
+            ds = IndexedDataset(c.prefix, access=DataAccess(backend=backend))
             assert len(ds) == len(c.sequences) and ds.num_documents == len(docs)
             np.testing.assert_array_equal(ds.document_indices, c.document_indices)
             sequences = ds[:] if ds.sequence_modes is None else ds[:][0]

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from jaxblend.access import DataAccess, ObjectStoreOptions
 from jaxblend.storage import IndexedDataset, IndexFormatError, idx_format, open_kvstore
 
 from .conftest import Corpus, copy_to_memory, random_docs, read_spans, write_corpus
@@ -31,7 +32,7 @@ def _patch(data: bytes, offset: int, fmt: str, value: int) -> bytes:
 
 def _expect_error(prefix: str, match: str, backend: str = "auto", **kwargs: object) -> None:
     with pytest.raises(IndexFormatError, match=match) as info:
-        IndexedDataset(prefix, backend=backend, **kwargs)
+        IndexedDataset(prefix, access=DataAccess(backend=backend), **kwargs)
     assert "corpus" in str(info.value)  # names the file
 
 
@@ -96,7 +97,7 @@ def test_corrupt_index_cases(plain_corpus: Corpus, backend: str) -> None:
         _rewrite(plain_corpus.prefix, ".idx", data)
         _expect_error(plain_corpus.prefix, match, backend)
     _rewrite(plain_corpus.prefix, ".idx", good)
-    IndexedDataset(plain_corpus.prefix, backend=backend)
+    IndexedDataset(plain_corpus.prefix, access=DataAccess(backend=backend))
 
 
 def test_corrupt_index_cases_memory(plain_corpus: Corpus) -> None:
@@ -169,16 +170,23 @@ def test_multimodal_required_but_absent(plain_corpus: Corpus) -> None:
 
 def test_bad_options(plain_corpus: Corpus) -> None:
     for kwargs, match in [
-        ({"backend": "s3"}, "backend must be one of"),
-        ({"file_io_mode": "fast"}, "file_io_mode must be one of"),
-        ({"io_concurrency": 0}, "io_concurrency must be None or an integer >= 1"),
-        ({"coalesce_gap": -1}, "coalesce_gap"),
         ({"multimodal": 1}, "multimodal must be"),
     ]:
         with pytest.raises(ValueError, match=match):
             IndexedDataset(plain_corpus.prefix, **kwargs)
+    # Every read option comes from the one `DataAccess`, validated there.
+    for make, match in [
+        (lambda: DataAccess(backend="s3"), "backend must be one of"),
+        (lambda: ObjectStoreOptions(request_concurrency=0), "request_concurrency"),
+        (lambda: ObjectStoreOptions(coalesce_gap=-1), "coalesce_gap"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            make()
+    for removed in ("backend", "coalesce_gap", "io_concurrency", "file_io_mode", "context"):
+        with pytest.raises(TypeError, match=removed):
+            IndexedDataset(plain_corpus.prefix, **{removed: None})
     with pytest.raises(ValueError, match="needs a local prefix"):
-        IndexedDataset("memory://x/y", backend="mmap")
+        IndexedDataset("memory://x/y", access=DataAccess(backend="mmap"))
     with pytest.raises(ValueError, match="names a directory"):
         IndexedDataset("memory://x/")
     with pytest.raises(ValueError, match="names a directory"):
@@ -230,7 +238,7 @@ def test_fuzz_index_mutations(tmp_path: Path, rng: np.random.Generator) -> None:
         _rewrite(c.prefix, ".idx", mutated)
         backend = "tensorstore" if k % 4 == 0 else "mmap"
         try:
-            ds = IndexedDataset(c.prefix, backend=backend)
+            ds = IndexedDataset(c.prefix, access=DataAccess(backend=backend))
         except IndexFormatError:
             clean_errors += 1
             continue
@@ -260,26 +268,26 @@ def test_missing_prefix_suggests_the_likely_fix(tmp_path: Path, backend: str) ->
     for suffix in (".bin", ".idx"):
         given = f"{out}_text_document{suffix}"
         with pytest.raises(IndexFormatError) as info:
-            IndexedDataset(given, backend=backend)
+            IndexedDataset(given, access=DataAccess(backend=backend))
         assert str(info.value) == (
             f"{given}.idx: index file does not exist; a prefix has no {suffix} suffix: give "
             f"{out}_text_document"
         )
     # preprocess's --output-prefix instead of the dataset it wrote.
     with pytest.raises(IndexFormatError) as info:
-        IndexedDataset(str(out), backend=backend)
+        IndexedDataset(str(out), access=DataAccess(backend=backend))
     assert str(info.value) == (
         f"{out}.idx: index file does not exist; preprocessing appends _{{key}}_{{level}} to its "
         f"output prefix: did you mean {out}_text_document?"
     )
     write_corpus(str(out) + "_title_document", np.uint16, docs)
     with pytest.raises(IndexFormatError, match=r"did you mean .*out_text_document\?$"):
-        IndexedDataset(str(out), backend=backend)
+        IndexedDataset(str(out), access=DataAccess(backend=backend))
     with pytest.raises(IndexFormatError, match=r"did you mean .*out_title_document\?$"):
-        IndexedDataset(str(tmp_path / "out_title"), backend=backend)
+        IndexedDataset(str(tmp_path / "out_title"), access=DataAccess(backend=backend))
     # Nothing better known: the plain message.
     with pytest.raises(IndexFormatError, match=r"nothing\.idx: index file does not exist$"):
-        IndexedDataset(str(tmp_path / "nothing"), backend=backend)
+        IndexedDataset(str(tmp_path / "nothing"), access=DataAccess(backend=backend))
 
 
 def test_missing_remote_prefix_with_a_suffix_suggests_the_prefix(plain_corpus: Corpus) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from jaxblend.access import DataAccess
 from jaxblend.storage import IndexedDataset, IndexedDatasetBuilder
 
 from .conftest import random_docs
@@ -122,7 +123,7 @@ def test_bytes_identical_and_cross_readable(tmp_path: Path, dtype: type, multimo
     # Megatron-written files read here; ours read in Megatron.
     for backend in ("mmap", "tensorstore"):
         _compare(
-            IndexedDataset(str(tmp_path / "meg"), backend=backend),
+            IndexedDataset(str(tmp_path / "meg"), access=DataAccess(backend=backend)),
             megatron_indexed.IndexedDataset(str(tmp_path / "ours"), multimodal=multimodal),
             multimodal,
         )

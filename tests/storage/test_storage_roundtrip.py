@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 import jaxblend
+from jaxblend.access import DataAccess, ObjectStoreOptions
 from jaxblend.storage import IndexedDataset, IndexedDatasetBuilder, exists, token_dtype_for_vocab
-from jaxblend.storage.span_gather import SpanGather
+from jaxblend.storage.sequence_spans import SequenceSpans
 
 from .conftest import ALL_DTYPES, Corpus, copy_to_memory, random_docs, read_spans, write_corpus
 
@@ -43,12 +44,12 @@ def test_round_trip_every_dtype(
     tmp_path: Path, rng: np.random.Generator, dtype: type, backend: str
 ) -> None:
     c = write_corpus(str(tmp_path / "d"), dtype, random_docs(rng, dtype, 12))
-    assert_matches(IndexedDataset(c.prefix, backend=backend), c)
+    assert_matches(IndexedDataset(c.prefix, access=DataAccess(backend=backend)), c)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_round_trip_multisequence_and_empty(corpus: Corpus, backend: str) -> None:
-    assert_matches(IndexedDataset(corpus.prefix, backend=backend), corpus)
+    assert_matches(IndexedDataset(corpus.prefix, access=DataAccess(backend=backend)), corpus)
 
 
 def test_add_document_equals_add_sequence(tmp_path: Path, rng: np.random.Generator) -> None:
@@ -64,9 +65,9 @@ def test_multimodal_modes(tmp_path: Path, rng: np.random.Generator, backend: str
     docs = random_docs(rng, np.uint8, 15)
     modes = [[int(rng.integers(-128, 128)) for _ in d] for d in docs]
     c = write_corpus(str(tmp_path / "mm"), np.uint8, docs, modes)
-    assert_matches(IndexedDataset(c.prefix, backend=backend), c)
-    assert_matches(IndexedDataset(c.prefix, backend=backend, multimodal=True), c)
-    plain = IndexedDataset(c.prefix, backend=backend, multimodal=False)
+    assert_matches(IndexedDataset(c.prefix, access=DataAccess(backend=backend)), c)
+    assert_matches(IndexedDataset(c.prefix, access=DataAccess(backend=backend), multimodal=True), c)
+    plain = IndexedDataset(c.prefix, access=DataAccess(backend=backend), multimodal=False)
     assert plain.sequence_modes is None
     c2 = write_corpus(str(tmp_path / "mm2"), np.uint8, docs, modes, use_add_document=True)
     assert Path(c.prefix + ".idx").read_bytes() == Path(c2.prefix + ".idx").read_bytes()
@@ -77,7 +78,7 @@ def test_empty_dataset(tmp_path: Path) -> None:
     with IndexedDatasetBuilder(prefix, np.uint16):
         pass
     for backend in BACKENDS:
-        ds = IndexedDataset(prefix, backend=backend)
+        ds = IndexedDataset(prefix, access=DataAccess(backend=backend))
         assert len(ds) == 0 and ds.num_documents == 0 and ds.num_tokens == 0
         assert read_spans(ds, [], [], []).shape == (0,)
         assert [s.shape for s in ds[:]] == [(0,)]  # Megatron's slice of nothing: one empty array
@@ -86,15 +87,13 @@ def test_empty_dataset(tmp_path: Path) -> None:
     assert len(mem) == 0 and [s.shape for s in mem[:]] == [(0,)]
 
 
-def test_tensorstore_options(corpus: Corpus) -> None:
-    for mode in ("memmap", "default", "direct"):
+def test_tensorstore_reads_with_the_access_options(corpus: Corpus) -> None:
+    for concurrency, gap in ((1, 0), (2, 4096), (64, 1 << 20)):
+        store = ObjectStoreOptions(request_concurrency=concurrency, coalesce_gap=gap)
         ds = IndexedDataset(
-            corpus.prefix,
-            backend="tensorstore",
-            file_io_mode=mode,
-            io_concurrency=2,
-            context={"data_copy_concurrency": {"limit": 1}},
+            corpus.prefix, access=DataAccess(backend="tensorstore", object_store=store)
         )
+        assert ds.object_store == store and ds.access.backend == "tensorstore"
         np.testing.assert_array_equal(np.concatenate(ds[:]), corpus.flat)
 
 
@@ -118,7 +117,7 @@ def test_file_url_and_pathlike(corpus: Corpus) -> None:
         ds = IndexedDataset(prefix)
         assert ds.backend == "mmap"
         assert_matches(ds, corpus)
-    assert_matches(IndexedDataset("file://" + corpus.prefix, backend="tensorstore"), corpus)
+    assert_matches(IndexedDataset("file://" + corpus.prefix, access=DataAccess(backend="tensorstore")), corpus)
     assert exists(corpus.prefix) and IndexedDataset.exists("file://" + corpus.prefix)
     assert not exists(corpus.prefix + "x")
 
@@ -136,7 +135,7 @@ def test_builder_accepts_file_url_and_torch_like(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_get_offsets_and_bounds(corpus: Corpus, backend: str) -> None:
-    ds = IndexedDataset(corpus.prefix, backend=backend)
+    ds = IndexedDataset(corpus.prefix, access=DataAccess(backend=backend))
     seqs = corpus.sequences
     i = int(np.argmax(corpus.lengths))
     np.testing.assert_array_equal(ds.get(i, 3, 5), seqs[i][3:8])
@@ -153,7 +152,7 @@ def test_get_offsets_and_bounds(corpus: Corpus, backend: str) -> None:
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_megatron_indexing_and_slices(corpus: Corpus, backend: str, rng: np.random.Generator) -> None:
-    ds = IndexedDataset(corpus.prefix, backend=backend)
+    ds = IndexedDataset(corpus.prefix, access=DataAccess(backend=backend))
     seqs = corpus.sequences
     n = len(seqs)
     for i in [*rng.integers(0, n, 10).tolist(), 0, n - 1, -1, -n, np.int64(3)]:
@@ -177,7 +176,7 @@ def test_megatron_indexing_and_slices(corpus: Corpus, backend: str, rng: np.rand
 def test_spans_out_of_order_overlapping(
     corpus: Corpus, backend: str, rng: np.random.Generator
 ) -> None:
-    ds = IndexedDataset(corpus.prefix, backend=backend)
+    ds = IndexedDataset(corpus.prefix, access=DataAccess(backend=backend))
     seqs = corpus.sequences
     n = len(seqs)
     idx = np.concatenate([rng.integers(0, n, 30), [5, 5, 4, 6, 3, 2, 1, 0, n - 1]])
@@ -207,13 +206,20 @@ def test_span_reads_backends_agree(tmp_path: Path, rng: np.random.Generator, gap
     starts = np.where(seq == 0, 0, 20_000) + offs
     expected = np.concatenate([flat[s : s + c] for s, c in zip(starts, counts)])
     mm = read_spans(IndexedDataset(prefix), seq, offs, counts)
-    tsr = read_spans(IndexedDataset(prefix, backend="tensorstore", coalesce_gap=gap), seq, offs, counts)
-    mem = read_spans(IndexedDataset(copy_to_memory(prefix), coalesce_gap=gap), seq, offs, counts)
+    coalesced = ObjectStoreOptions(coalesce_gap=gap)
+    tsr = read_spans(
+        IndexedDataset(prefix, access=DataAccess(backend="tensorstore", object_store=coalesced)),
+        seq, offs, counts,
+    )
+    mem = read_spans(
+        IndexedDataset(copy_to_memory(prefix), access=DataAccess(object_store=coalesced)),
+        seq, offs, counts,
+    )
     np.testing.assert_array_equal(mm, expected)
     np.testing.assert_array_equal(tsr, expected)
     np.testing.assert_array_equal(mem, expected)
-    for ds in (IndexedDataset(prefix), IndexedDataset(prefix, backend="tensorstore")):
-        with pytest.raises(IndexError, match=r"length 2\) leaves|start=49999, count=2 \(position 1\) outside"):
+    for ds in (IndexedDataset(prefix), IndexedDataset(prefix, access=DataAccess(backend="tensorstore"))):
+        with pytest.raises(IndexError, match=r"start=49999, length=2 leaves the 50000 tokens"):
             read_spans(ds, [0, 1], [0, 29_999], [1, 2])
         with pytest.raises(IndexError):
             read_spans(ds, [0], [-1], [1])
@@ -223,7 +229,7 @@ def test_span_reads_backends_agree(tmp_path: Path, rng: np.random.Generator, gap
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_pickle_before_and_after_open(corpus: Corpus, backend: str) -> None:
-    ds = IndexedDataset(corpus.prefix, backend=backend)
+    ds = IndexedDataset(corpus.prefix, access=DataAccess(backend=backend))
     fresh = pickle.loads(pickle.dumps(ds))
     assert repr(fresh) == repr(ds)
     assert fresh._state is None  # handles reopen lazily
@@ -309,21 +315,23 @@ def test_open_datasets_hold_no_file_descriptors(corpus) -> None:
     before = len(os.listdir("/proc/self/fd"))
     datasets = [IndexedDataset(corpus.prefix) for _ in range(64)]
     assert len(os.listdir("/proc/self/fd")) == before
-    view = datasets[0]._token_view()
-    first = datasets[0].get(1)
+    tokens = [ds.get(1) for ds in datasets]  # every `.bin` mapped by its token reader
+    assert len(os.listdir("/proc/self/fd")) == before
+    view = datasets[0].sequence_pointers
     for ds in datasets:
         ds.close()
-    np.testing.assert_array_equal(view[: first.size], IndexedDataset(corpus.prefix)._token_view()[: first.size])
+    np.testing.assert_array_equal(view, IndexedDataset(corpus.prefix).sequence_pointers)
+    np.testing.assert_array_equal(tokens[0], IndexedDataset(corpus.prefix).get(1))
     with pytest.raises(ValueError, match="read-only"):
         view[0] = 1
 
 
 def test_span_reads_refuse_a_destination_they_do_not_fit(corpus: Corpus) -> None:
     ds = IndexedDataset(corpus.prefix)
-    reader = SpanGather([ds])
+    reader = SequenceSpans([ds])
     seq = np.flatnonzero(ds.sequence_lengths >= 2)[:1].astype(np.int64)
     zero, two = np.zeros(1, np.int64), np.full(1, 2, np.int64)
-    with pytest.raises(ValueError, match=r"span 0 goes to out\[3:5\], outside the 4 items"):
+    with pytest.raises(ValueError, match=r"range 0 goes to out\[3:5\], outside the 4 items"):
         reader.read(zero, seq, zero, two, np.empty(4, ds.dtype), two + 1)
     with pytest.raises(ValueError, match="1-D C-contiguous"):
         reader.read(zero, seq, zero, two, np.empty((4, 2), ds.dtype)[:, 0], zero)

@@ -1,4 +1,4 @@
-"""`BinRanges`: `.bin` token ranges by offset, local and from buckets, opened lazily, versions checked."""
+"""`TokenReader`: `.bin` token ranges by offset, local and from buckets, opened lazily, versions checked."""
 
 from __future__ import annotations
 
@@ -11,14 +11,14 @@ from helpers_data import write_random_dataset
 
 from jaxblend.access import DataAccess, ObjectStoreOptions
 from jaxblend.storage import IndexFormatError, identity_memo
-from jaxblend.storage.bin_ranges import BinDataset, BinRanges
+from jaxblend.storage.token_reader import BinDataset, TokenReader
 
 DTYPES = (np.uint16, np.int32, np.uint16)
 
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
-    root = tmp_path_factory.mktemp("bin_ranges")
+    root = tmp_path_factory.mktemp("token_reader")
     rng = np.random.default_rng(3)
     prefixes = [
         write_random_dataset(str(root / f"d{i}"), rng, 40, vocab=(0, 60000), dtype=dtype)
@@ -59,7 +59,7 @@ def _read(reader, ds, offset, length, pos, size):
 
 def test_local_ranges_equal_the_file_and_open_only_touched(corpus):
     prefixes, tokens = corpus
-    reader = BinRanges(_describe(prefixes, tokens), DataAccess())
+    reader = TokenReader(_describe(prefixes, tokens), DataAccess())
     rng = np.random.default_rng(0)
     ds, offset, length, pos = _ranges(tokens, rng, 50, datasets=[0, 1])
     size = int((pos + length).max()) + 2
@@ -81,20 +81,20 @@ def test_local_ranges_equal_the_file_and_open_only_touched(corpus):
 def test_local_checks(corpus, tmp_path):
     prefixes, tokens = corpus
     good = identity_memo.local_version(prefixes[0] + ".bin")[0]
-    wrong_version = BinRanges([BinDataset(prefixes[0], "<u2", tokens[0].nbytes, b"x" + good[1:])])
+    wrong_version = TokenReader([BinDataset(prefixes[0], "<u2", tokens[0].nbytes, b"x" + good[1:])])
     one = (np.zeros(1, np.int64), np.zeros(1, np.int64), np.ones(1, np.int64))
     with pytest.raises(IndexFormatError, match=r"d0\.bin was rewritten after the index maps were "
                        r"published .*build_index"):
         wrong_version.read(*one, np.zeros(4, np.int32), np.zeros(1, np.int64))
-    BinRanges([BinDataset(prefixes[0], "<u2", tokens[0].nbytes, good)]).read(
+    TokenReader([BinDataset(prefixes[0], "<u2", tokens[0].nbytes, good)]).read(
         *one, np.zeros(4, np.int32), np.zeros(1, np.int64))
-    wrong_size = BinRanges([BinDataset(prefixes[0], "<u2", tokens[0].nbytes + 2)])
+    wrong_size = TokenReader([BinDataset(prefixes[0], "<u2", tokens[0].nbytes + 2)])
     with pytest.raises(IndexFormatError, match=r"d0\.bin is \d+ bytes but the index maps were published for"):
         wrong_size.read(*one, np.zeros(4, np.int32), np.zeros(1, np.int64))
-    missing = BinRanges([BinDataset(str(tmp_path / "nothing"), "<u2", 2)])
+    missing = TokenReader([BinDataset(str(tmp_path / "nothing"), "<u2", 2)])
     with pytest.raises(IndexFormatError, match="nothing.bin: data file does not exist"):
         missing.read(*one, np.zeros(4, np.int32), np.zeros(1, np.int64))
-    reader = BinRanges(_describe(prefixes, tokens))
+    reader = TokenReader(_describe(prefixes, tokens))
     n = tokens[1].size
     with pytest.raises(IndexError, match=rf"range start={n - 1}, length=2 leaves the {n} tokens of .*d1\.bin"):
         reader.read(np.array([1]), np.array([n - 1]), np.array([2]), np.zeros(4, np.int32), np.zeros(1))
@@ -116,7 +116,7 @@ def test_bucket_ranges_coalesced_counted_and_checked(corpus, object_store, reque
     urls = [object_store.upload(p, f"{base}/d{i}") for i, p in enumerate(prefixes)]
     generations = [_generation(object_store, f"{base}/d{i}.bin") for i in range(len(prefixes))]
     access = DataAccess.from_env(object_store=ObjectStoreOptions.from_env(coalesce_gap=64))
-    reader = BinRanges(_describe(urls, tokens, generations), access)
+    reader = TokenReader(_describe(urls, tokens, generations), access)
     rng = np.random.default_rng(1)
     ds, offset, length, pos = _ranges(tokens, rng, 40, datasets=[0, 2])
     size = int((pos + length).max())
@@ -137,7 +137,7 @@ def test_bucket_ranges_coalesced_counted_and_checked(corpus, object_store, reque
     assert reader.requests - before == 3
 
     # a published generation that is not the object's: refused, with what to do
-    stale = BinRanges(_describe(urls, tokens, [b"1234"] * 3), access)
+    stale = TokenReader(_describe(urls, tokens, [b"1234"] * 3), access)
     with pytest.raises(IndexFormatError) as e:
         _read(stale, ds, offset, length, pos, size)
     message = str(e.value)
@@ -147,7 +147,7 @@ def test_bucket_ranges_coalesced_counted_and_checked(corpus, object_store, reque
 
     # the object rewritten after the reader saw it (no published generation): refused too
     # (new bytes: an S3 generation is the ETag, the content's MD5)
-    loose = BinRanges(_describe(urls, tokens), access)
+    loose = TokenReader(_describe(urls, tokens), access)
     _read(loose, ds, offset, length, pos, size)
     object_store.write(f"{base}/d0.bin", Path(prefixes[0] + ".bin").read_bytes()[::-1])  # new content
     with pytest.raises(IndexFormatError, match=r"d0\.bin was rewritten after the index maps were first read"):
@@ -155,7 +155,7 @@ def test_bucket_ranges_coalesced_counted_and_checked(corpus, object_store, reque
 
     # an object shorter than published: one line saying so
     object_store.write(f"{base}/d2.bin", Path(prefixes[2] + ".bin").read_bytes()[:100])
-    short = BinRanges(_describe(urls, tokens), access)
+    short = TokenReader(_describe(urls, tokens), access)
     with pytest.raises(IndexFormatError, match=r"d2\.bin: a read within the \d+ bytes recorded when "
                        r"the maps were published got fewer bytes: .*build_index"):
         short.read(np.array([2]), np.array([200]), np.array([5]), np.zeros(5, np.int32), np.zeros(1))
@@ -168,7 +168,7 @@ def test_bucket_ranges_coalesced_counted_and_checked(corpus, object_store, reque
 
 def test_local_files_through_tensorstore_backend(corpus):
     prefixes, tokens = corpus
-    reader = BinRanges(_describe(prefixes, tokens), DataAccess(backend="tensorstore"))
+    reader = TokenReader(_describe(prefixes, tokens), DataAccess(backend="tensorstore"))
     rng = np.random.default_rng(5)
     ds, offset, length, pos = _ranges(tokens, rng, 30)
     size = int((pos + length).max())

@@ -1,20 +1,25 @@
-"""Token ranges of `.bin` files read by `.bin` position, without their `.idx`.
+"""The one token reader of the package: `.bin` token ranges, by token offset, in one call per batch.
 
-`SpanGather` speaks in sequences, so it needs each dataset's `.idx` (its byte pointers). A row
-table (`jaxblend.index.row_table`) already holds each piece's token offset in its `.bin`, so
-`BinRanges` reads `(dataset, token offset, length)` ranges knowing only, per dataset, what
-`BinDataset` records at publication: where the `.bin` is, its token dtype, its size and the object
-version the maps were built for. A dataset is opened the first time one of its ranges is read,
-so a host touches only the `.bin` objects of its own rows.
+Every token jaxblend reads goes through `TokenReader.read`: a source's batch (the pieces its span
+index gives, `jaxblend.sources.span_index`), `IndexedDataset.get`, `dataset[i]` and slices, and the
+masked-LM and sequence sources (through `sequence_spans.SequenceSpans`). A read names ranges as
+(dataset, token offset in its `.bin`, length, destination); the reader knows, per dataset, only
+what `BinDataset` records: where the `.bin` is, its token dtype, its size and the object version
+the ranges were computed for. No `.idx` is needed, and a dataset is opened the first time one of
+its ranges is read, so a host touches only the `.bin` objects of its own rows.
 
-* Local files ("auto"/"mmap" backend): the `.bin` is memory-mapped on first use (its size and,
-  when recorded, its version stamp checked) and the ranges are copied by the storage layer's one
-  gather kernel (`_gather.gather`, each `.bin` one "sequence" at byte 0).
+* Local files ("auto"/"mmap" backend of `DataAccess`): the `.bin` is memory-mapped on first use
+  (its size and, when recorded, its version stamp checked) and every range of every mapped
+  dataset is copied by the storage layer's one compiled kernel (`_gather.gather`, each `.bin` one
+  "sequence" at byte 0; one call per token dtype present, usually one).
 * Buckets (and the "tensorstore" backend): one kvstore per bucket; the ranges of one call are
   issued together on one `ts.Batch` through `_remote.RangeRead` (sorted, ranges closer than
-  `ObjectStoreOptions.coalesce_gap` merged, bounded by `request_concurrency`, retried and
-  timed out as every other read). Every answer's object generation is compared with the
-  published one: a rewritten `.bin` is refused with a message saying to publish the maps again.
+  `ObjectStoreOptions.coalesce_gap` merged, bounded by `request_concurrency`, retried and timed
+  out as every other read). Every answer's object generation is compared with the recorded one: a
+  rewritten `.bin` is refused.
+
+Every read option (backend, concurrency, coalescing, retries, timeout) comes from the one
+`DataAccess` the reader is given.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import json
 import os
 import threading
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import tensorstore as ts
@@ -32,10 +37,6 @@ import tensorstore as ts
 from jaxblend import access as access_lib
 from jaxblend.storage import _gather, _handles, _location, _mapping, _remote, identity_memo
 from jaxblend.storage.idx_format import IndexFormatError
-from jaxblend.storage.span_gather import _place
-
-if TYPE_CHECKING:
-    from jaxblend.storage.reader import IndexedDataset
 
 REPUBLISH = "publish the maps again with python -m jaxblend.tools.build_index"
 
@@ -62,8 +63,11 @@ class BinDataset:
         if not isinstance(self.prefix, str) or not self.prefix:
             raise ValueError(f"BinDataset.prefix must be a non-empty path or URL, got {self.prefix!r}")
         dtype = np.dtype(self.dtype)
-        if dtype.kind not in "iu":
-            raise ValueError(f"{self.prefix}.bin: token dtype must be an integer type, got {dtype}")
+        if dtype.kind not in "iuf":
+            raise ValueError(
+                f"{self.prefix}.bin: token dtype must be an integer or floating type (Megatron's "
+                f"`.idx` dtypes), got {dtype}"
+            )
         object.__setattr__(self, "dtype", dtype.str)
         if isinstance(self.bin_size, bool) or int(self.bin_size) < 0:
             raise ValueError(f"{self.prefix}.bin: bin_size must be an integer >= 0, got {self.bin_size!r}")
@@ -81,13 +85,6 @@ class BinDataset:
         return self.bin_size // np.dtype(self.dtype).itemsize
 
 
-def describe(dataset: IndexedDataset) -> BinDataset:
-    """What `BinRanges` needs of an opened dataset: its prefix, token dtype, `.bin` size and the
-    `.bin` version it was opened at (object generation, or local version stamp)."""
-    h = dataset._handles()  # the storage layer reading its own open state
-    return BinDataset(dataset.prefix, h.header.dtype.str, h.bin_size, h.bin_generation or None)
-
-
 @dataclasses.dataclass
 class _Opened:
     """One dataset's per-process state."""
@@ -101,7 +98,7 @@ class _Opened:
     check_stamps: bool = False  # whether read stamps are comparable with `generation`
 
 
-class BinRanges:
+class TokenReader:
     """Reads token ranges of several `.bin` files by token offset (thread-safe, picklable).
 
     Args:
@@ -176,7 +173,7 @@ class BinRanges:
             np.ascontiguousarray(a, np.int64).reshape(-1) for a in (dataset, offset, length, out_pos)
         )
         if out.ndim != 1 or not out.flags.c_contiguous or not out.flags.writeable:
-            raise ValueError("BinRanges.read needs a writeable 1-D C-contiguous `out`")
+            raise ValueError("TokenReader.read needs a writeable 1-D C-contiguous `out`")
         keep = length > 0
         if not keep.all():
             dataset, offset, length, out_pos = dataset[keep], offset[keep], length[keep], out_pos[keep]
@@ -199,7 +196,7 @@ class BinRanges:
             d = int(dataset[j])
             raise IndexError(
                 f"range start={int(offset[j])}, length={int(length[j])} leaves the "
-                f"{int(limit[j])} tokens of {self.datasets[d].prefix}.bin: the row table does "
+                f"{int(limit[j])} tokens of {self.datasets[d].prefix}.bin: the index maps (or row table) do "
                 f"not match the data; {REPUBLISH}"
             )
         touched = np.flatnonzero(np.bincount(dataset, minlength=len(self.datasets)))
@@ -274,7 +271,7 @@ class BinRanges:
                     ) from None
                 self._check_generations(d, opened[d], read.generations)
                 if flat is not None:
-                    _place(flat, sel, length, out, out_pos)
+                    _gather.place_runs(flat, length[sel], out, out_pos[sel])
         finally:
             with self._lock:
                 self.requests += sum(read.requests for *_, read in pending)
@@ -371,13 +368,9 @@ class BinRanges:
 
 
 def reader_context(store: access_lib.ObjectStoreOptions) -> ts.Context:
-    """The TensorStore context `IndexedDataset` reads a bucket with (same resources, so the same
-    shared context: one request-concurrency limit and one connection pool per process)."""
-    settings = _handles.OpenSettings(
-        backend="tensorstore", multimodal=None, file_io_mode="default", io_concurrency=None,
-        context_spec=None, store=store,
-    )
-    return settings.context(_REMOTE)
+    """The TensorStore context buckets are read with (the one `IndexedDataset` opens a bucket's
+    `.idx` with: one request-concurrency limit and one connection pool per process)."""
+    return _handles.OpenSettings(backend="tensorstore", multimodal=None, store=store).context(_REMOTE)
 
 
 def _show(generation: bytes) -> str:
