@@ -4,10 +4,10 @@ Builds (once, reused across runs) a uint16 IndexedDataset of `--size_gb` GB with
 lengths under `--data_dir`, warms the page cache, then reads the same random windows (inside
 sequences, so every method can serve them) with:
 
-* jaxblend mmap: `SpanGather.read` (the storage layer's one read path, what every source uses)
-  on batches of `--batch` windows, and `get` one by one;
-* jaxblend TensorStore file:// backend: batched `SpanGather.read` with file_io_mode memmap and
-  default;
+* jaxblend mmap: `SequenceSpans.read` (over the package's one token reader, what every source
+  uses) on batches of `--batch` windows, and `get` one by one;
+* jaxblend TensorStore file:// backend: batched `SequenceSpans.read` (`DataAccess(backend=
+  "tensorstore")`);
 * megatron-core `IndexedDataset.get(i, offset, length)` in a loop (when installed), both as is
   (it returns views into its mmap and copies nothing) and copying each window into a batch array
   (what a loader must do; the ratios are against this one).
@@ -26,8 +26,9 @@ from collections.abc import Callable
 import numpy as np
 from absl import app, flags, logging
 
+from jaxblend.access import DataAccess
 from jaxblend.storage import IndexedDataset, IndexedDatasetBuilder
-from jaxblend.storage.span_gather import SpanGather
+from jaxblend.storage.sequence_spans import SequenceSpans
 
 _DATA_DIR = flags.DEFINE_string(
     "data_dir", "/tmp/jaxblend_bench", "Directory for the generated dataset."
@@ -36,9 +37,6 @@ _SIZE_GB = flags.DEFINE_float("size_gb", 0.1, "Dataset size in GB (1e9 bytes) of
 _WINDOWS = flags.DEFINE_list("windows", ["2048", "8192"], "Window lengths in tokens.")
 _BATCH = flags.DEFINE_integer("batch", 256, "Windows per batched read.")
 _SECONDS = flags.DEFINE_float("seconds", 2.0, "Minimum measuring time per method and window size.")
-_IO_CONCURRENCY = flags.DEFINE_integer(
-    "io_concurrency", None, "TensorStore file_io_concurrency limit."
-)
 _SEED = flags.DEFINE_integer("seed", 0, "Random seed.")
 
 _MAX_DOC = 20_000
@@ -93,13 +91,8 @@ def main(argv: list[str]) -> None:
     if not IndexedDataset.exists(prefix):
         build_dataset(prefix, _SIZE_GB.value, _SEED.value)
     warm_page_cache(prefix + ".bin")
-    mm = IndexedDataset(prefix, backend="mmap")
-    ts_variants = {
-        mode: IndexedDataset(
-            prefix, backend="tensorstore", file_io_mode=mode, io_concurrency=_IO_CONCURRENCY.value
-        )
-        for mode in ("memmap", "default")
-    }
+    mm = IndexedDataset(prefix, access=DataAccess(backend="mmap"))
+    ts_variants = {"file kvstore": IndexedDataset(prefix, access=DataAccess(backend="tensorstore"))}
     try:
         from megatron.core.datasets.indexed_dataset import IndexedDataset as MegatronIndexedDataset
 
@@ -117,7 +110,7 @@ def main(argv: list[str]) -> None:
         methods = _methods(mm, ts_variants, megatron, seq, off, window)
         results = {name: measure(fn, n_batches, _SECONDS.value) for name, fn in methods.items()}
         base = results.get(MEGATRON_BATCH)
-        ours = results["jaxblend mmap SpanGather.read"]
+        ours = results["jaxblend mmap SequenceSpans.read"]
         for name, rate in results.items():
             rows.append((window, name, rate, rate / base if base else float("nan"), rate / ours))
 
@@ -147,8 +140,8 @@ def _methods(
     positions = np.arange(batch, dtype=np.int64) * window
 
     def windows(ds: IndexedDataset) -> Callable[[int], np.ndarray]:
-        """Batch k's windows of `ds`, read with one `SpanGather.read`."""
-        reader = SpanGather([ds])
+        """Batch k's windows of `ds`, read with one `SequenceSpans.read`."""
+        reader = SequenceSpans([ds])
 
         def read(k: int) -> np.ndarray:
             out = np.empty(batch * window, dtype=ds.dtype)
@@ -167,12 +160,12 @@ def _methods(
         return sum(mm.get(i, o, window).shape[0] for i, o in zip(seq[k].tolist(), off[k].tolist()))
 
     methods: dict[str, Callable[[int], int]] = {
-        "jaxblend mmap SpanGather.read": spans(mm),
+        "jaxblend mmap SequenceSpans.read": spans(mm),
         "jaxblend mmap get loop": gets,
     }
     for mode, ds in ts_variants.items():
         np.testing.assert_array_equal(windows(ds)(0), expected)
-        methods[f"jaxblend tensorstore ({mode}) SpanGather.read"] = spans(ds)
+        methods[f"jaxblend tensorstore ({mode}) SequenceSpans.read"] = spans(ds)
     if megatron is None:
         return methods
 

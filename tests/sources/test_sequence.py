@@ -1,4 +1,4 @@
-"""SequenceSource: one sequence per sample, read through `SpanGather`; its identity."""
+"""SequenceSource: one sequence per sample, read through `SequenceSpans` (the one token reader); its identity."""
 
 from __future__ import annotations
 
