@@ -125,7 +125,8 @@ class TokenReader:
         self._opened: dict[int, _Opened] = {}
         self._kvstores: dict[str, ts.KvStore] = {}
         n = len(self.datasets)
-        self._member: dict[str, np.ndarray] = {}  # per token dtype: d -> d if mapped, else -1
+        # per token dtype: (an empty array of it, d -> d if mapped else -1), for the kernel
+        self._member: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self._addr = np.zeros(n, np.int64)
         self._count = np.zeros(n, np.int64)
         self._pointer_addr = np.full(n, _ZERO.ctypes.data, np.int64)
@@ -189,26 +190,21 @@ class TokenReader:
         if dataset.min() < 0 or dataset.max() >= len(self.datasets):
             bad = int(dataset[(dataset < 0) | (dataset >= len(self.datasets))][0])
             raise IndexError(f"range names dataset {bad}; there are {len(self.datasets)}")
-        limit = self._num_tokens[dataset]
-        bad = np.flatnonzero((offset < 0) | (offset > limit - length))
-        if bad.size:
-            j = int(bad[0])
-            d = int(dataset[j])
-            raise IndexError(
-                f"range start={int(offset[j])}, length={int(length[j])} leaves the "
-                f"{int(limit[j])} tokens of {self.datasets[d].prefix}.bin: the index maps (or row table) do "
-                f"not match the data; {REPUBLISH}"
-            )
-        touched = np.flatnonzero(np.bincount(dataset, minlength=len(self.datasets)))
+        if len(self.datasets) == 1:
+            touched = _ONE
+        else:
+            touched = np.flatnonzero(np.bincount(dataset, minlength=len(self.datasets)))
         state = self._state  # 0 unopened, 1 mapped, 2 read by requests
-        if np.any(state[touched] == 0):
-            self._open_all([int(d) for d in touched[state[touched] == 0]])
         kinds = state[touched]
-        if np.all(kinds == 1):  # every range from local maps: no grouping needed
-            self._read_mapped(touched, dataset, offset, length, out, out_pos)
+        if (kinds == 0).any():
+            self._open_all([int(d) for d in touched[kinds == 0]])
+            kinds = state[touched]
+        if (kinds == 1).all():  # every range from local maps: the kernel checks the ranges
+            self._read_mapped(dataset, offset, length, out, out_pos, every_range=True)
             return
-        if np.any(kinds == 1):
-            self._read_mapped(touched[kinds == 1], dataset, offset, length, out, out_pos)
+        self._check_ranges(dataset, offset, length)
+        if (kinds == 1).any():
+            self._read_mapped(dataset, offset, length, out, out_pos, every_range=False)
         order = np.argsort(dataset, kind="stable")
         bounds = np.searchsorted(dataset[order], np.append(touched, len(self.datasets)))
         with self._lock:
@@ -218,22 +214,43 @@ class TokenReader:
 
     # ------------------------------------------------------------------------------ local maps
 
-    def _read_mapped(self, mapped, dataset, offset, length, out, out_pos) -> None:
-        """Copies the ranges of the mapped datasets `mapped` (with the gather kernel, one call per
-        token dtype; ranges of other datasets are skipped by the kernel)."""
-        dtypes = {self.datasets[int(d)].dtype for d in mapped}
+    def _read_mapped(self, dataset, offset, length, out, out_pos, every_range: bool) -> None:
+        """Copies the ranges of the mapped datasets with the gather kernel, one call per token
+        dtype mapped so far (usually one); the kernel skips ranges of other datasets.
+        `every_range`: whether every range is of a mapped dataset."""
         zeros = np.zeros(dataset.shape[0], np.int64)
-        for dtype in dtypes:
+        for like, member in list(self._member.values()):
             bad = _gather.gather(
-                self._member[dtype], self._addr, self._count, self._pointer_addr, self._ones,
-                np.zeros(0, dtype), dataset, zeros, offset, length, out, out_pos,
+                member, self._addr, self._count, self._pointer_addr, self._ones, like,
+                dataset, zeros, offset, length, out, out_pos,
             )
-            if bad >= 0:  # pragma: no cover - ranges were checked against the published sizes
+            if bad >= 0:  # a mapped `.bin` has its recorded size (checked when it was opened)
+                self._check_ranges(dataset, offset, length)
                 raise IndexError(f"range {bad} leaves {self.datasets[int(dataset[bad])].prefix}.bin")
-        copied = self._state[dataset] == 1
-        nbytes = int((length[copied] * self._itemsize[dataset[copied]]).sum())
+        if every_range:
+            nbytes = int(np.dot(length, self._itemsize[dataset]))
+        else:
+            copied = self._state[dataset] == 1
+            nbytes = int(np.dot(length[copied], self._itemsize[dataset[copied]]))
         with self._lock:
             self.bytes_read += nbytes
+
+    def _check_ranges(self, dataset, offset, length) -> None:
+        """Refuses the first range outside its `.bin` (as recorded).
+
+        Raises:
+          IndexError: naming the range and the file.
+        """
+        limit = self._num_tokens[dataset]
+        bad = np.flatnonzero((offset < 0) | (offset > limit - length))
+        if bad.size:
+            j = int(bad[0])
+            d = int(dataset[j])
+            raise IndexError(
+                f"range start={int(offset[j])}, length={int(length[j])} leaves the "
+                f"{int(limit[j])} tokens of {self.datasets[d].prefix}.bin: the index maps (or row "
+                f"table) do not match the data; {REPUBLISH}"
+            )
 
     # ---------------------------------------------------------------------------- object stores
 
@@ -312,9 +329,12 @@ class TokenReader:
     def _map_member(self, d: int, state: _Opened) -> None:
         """Enters a mapped `.bin` into the kernel's address arrays (under the lock)."""
         dtype = self.datasets[d].dtype
-        member = self._member.get(dtype)
-        if member is None:
-            member = self._member[dtype] = np.full(len(self.datasets), -1, np.int64)
+        entry = self._member.get(dtype)
+        if entry is None:
+            entry = self._member[dtype] = (
+                np.zeros(0, np.dtype(dtype)), np.full(len(self.datasets), -1, np.int64)
+            )
+        member = entry[1]
         self._addr[d] = state.tokens.ctypes.data if state.tokens.size else 0
         self._count[d] = state.tokens.shape[0]
         member[d] = d
@@ -383,4 +403,5 @@ def _show(generation: bytes) -> str:
 
 
 _ZERO = np.zeros(1, np.int64)
+_ONE = np.zeros(1, np.int64)  # the touched datasets of a reader of one dataset
 _REMOTE = _location.Location(kvstore={}, name="", local_prefix=None, display="")
