@@ -63,10 +63,9 @@ def plan_fingerprint(
     and the datasets' content fingerprints (never their paths; docs/format.md, "Fingerprint")."""
     position = {p: k for k, p in enumerate(prefixes)}
 
-    def encode(raw: Any) -> Any:
-        if raw is None:
+    def encode(b: blend_spec.Blend | None) -> Any:
+        if b is None:
             return None
-        b = blend_spec.parse_blend(raw)
         return {
             "datasets": [position[p] for p in b.prefixes],
             "weights": None if b.weights is None else [repr(float(w)) for w in b.weights],
@@ -208,7 +207,7 @@ def history_fingerprint(
             "stages": [
                 {
                     "start": s.start_sample,
-                    "datasets": [position[p] for p in s.parsed.prefixes],
+                    "datasets": [position[p] for p in s.blend.prefixes],
                     "weights": [float(w) for w in s.weights()],
                 }
                 for s in stages

@@ -206,7 +206,7 @@ def open_validation_sets(
             "(--valid_data_path or --per_split_data_args_path), as in Megatron-LM"
         )
     access = DataAccess.from_env() if access is None else access
-    blend = index.parse_blend(per_split[1], "blend_per_split[valid]")
+    blend = per_split[1]  # a Blend, parsed with the config
     samples = None if full_validation else config.num_samples[1]
     out: dict[str, base.BatchSource] = {}
     for prefix in blend.prefixes:
