@@ -137,8 +137,8 @@ def validate_weights(weights: Sequence[float], parameter: str) -> None:
     if len(negative) and len(positive):
         j, k = int(negative[0]), int(positive[0])
         raise ValueError(
-            f"{parameter}[{j}] = {values[j]!r} is negative while {parameter}[{k}] = "
-            f"{values[k]!r} is positive; weights must be > 0 (Megatron normalizes them by their "
+            f"{parameter}[{j}] = {float(values[j])!r} is negative while {parameter}[{k}] = "
+            f"{float(values[k])!r} is positive; weights must be > 0 (Megatron normalizes them by their "
             "sum)"
         )
     with np.errstate(over="ignore", under="ignore"):
