@@ -107,6 +107,9 @@ def _weight_text(w: float) -> str:
     return repr(float(w)).removesuffix(".0")
 
 
+_RULE = " (Megatron's rule: give positive weights)"
+
+
 def validate_weights(weights: Sequence[float], parameter: str) -> None:
     """The one rule for blend weights, Megatron-Core's: they must normalize.
 
@@ -124,22 +127,22 @@ def validate_weights(weights: Sequence[float], parameter: str) -> None:
             raise ValueError(f"{parameter}[{j}] = {w!r} is not a finite number")
     if len(values) and not np.any(values):
         raise ValueError(
-            f"{parameter} = {values.tolist()} are all zero; weights must be > 0 (Megatron "
-            "normalizes them by their sum)"
+            f"{parameter} = {values.tolist()} are all zero; every normalized weight "
+            f"w / sum(w) must be > 0{_RULE}"
         )
     zero = np.flatnonzero(values == 0)
     if len(zero):
         raise ValueError(
-            f"{parameter}[{zero[0]}] = 0.0 is zero; every weight must be > 0 (drop the dataset "
-            "instead)"
+            f"{parameter}[{zero[0]}] = 0.0 is zero; every normalized weight w / sum(w) must be "
+            "> 0 (drop the dataset instead)"
         )
     negative, positive = np.flatnonzero(values < 0), np.flatnonzero(values > 0)
     if len(negative) and len(positive):
         j, k = int(negative[0]), int(positive[0])
         raise ValueError(
             f"{parameter}[{j}] = {float(values[j])!r} is negative while {parameter}[{k}] = "
-            f"{float(values[k])!r} is positive; weights must be > 0 (Megatron normalizes them by their "
-            "sum)"
+            f"{float(values[k])!r} is positive; every normalized weight w / sum(w) must be > 0"
+            f"{_RULE}"
         )
     with np.errstate(over="ignore", under="ignore"):
         total = np.sum(values)
