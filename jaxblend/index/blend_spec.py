@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import math
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -121,10 +120,10 @@ def validate_weights(weights: Sequence[float], parameter: str) -> None:
     Raises:
       ValueError: one line naming `parameter` and the offending weight.
     """
-    values = np.asarray([float(w) for w in weights], dtype=np.float64)
-    for j, w in enumerate(values.tolist()):
-        if math.isnan(w) or math.isinf(w):
-            raise ValueError(f"{parameter}[{j}] = {w!r} is not a finite number")
+    values = np.asarray(weights, dtype=np.float64).reshape(-1)
+    bad = np.flatnonzero(~np.isfinite(values))
+    if len(bad):
+        raise ValueError(f"{parameter}[{bad[0]}] = {float(values[bad[0]])!r} is not a finite number")
     if len(values) and not np.any(values):
         raise ValueError(
             f"{parameter} = {values.tolist()} are all zero; every normalized weight "
