@@ -66,7 +66,7 @@ def map_readonly(path: str) -> np.ndarray | mmap.mmap:
     Raises:
       OSError: if the file cannot be opened or mapped.
     """
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    fd = os.open(path, os.O_RDONLY)  # (not inheritable: PEP 446)
     try:
         size = os.fstat(fd).st_size
         if _LIBC is None or size == 0:  # pragma: no cover - fallback
