@@ -31,7 +31,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-import tqdm
 from absl import logging
 
 from jaxblend import identity
@@ -454,6 +453,8 @@ def _dataset_maps(
 ) -> list[gpt.GPTIndexMaps]:
     """The GPT maps of every dataset of the split: from `provider` if it offers them, else
     built."""
+    import tqdm  # only where maps are built: a cached start does not load it
+
     maps: list[gpt.GPTIndexMaps] = []
     progress = tqdm.tqdm(
         total=len(spec.prefixes),

@@ -52,7 +52,7 @@ SETTLE_SECONDS = 2.0
 
 
 def _default_directory() -> Path:
-    return Path(os.path.expanduser("~")) / ".cache" / "jaxblend" / "identity"
+    return Path(os.path.join(os.path.expanduser("~"), ".cache", "jaxblend", "identity"))
 
 
 def _store(options: IdentityStoreOptions, remote_dataset: bool) -> Path | str | None:
@@ -73,8 +73,9 @@ def _bucket(url: str, store: ObjectStoreOptions) -> ts.KvStore:
 
 def _read(store: Path | str, name: str, access: ObjectStoreOptions) -> str | None:
     if isinstance(store, Path):
-        try:
-            return (store / name).read_text()
+        try:  # (plain `open`: read once per dataset at every start, pathlib's parsing is not free)
+            with open(os.path.join(store, name)) as f:
+                return f.read()
         except OSError:
             return None
     try:

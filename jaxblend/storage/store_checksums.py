@@ -32,9 +32,6 @@ import random
 import re
 import threading
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from typing import Any
 
 from jaxblend.access import ObjectStoreOptions
@@ -154,6 +151,10 @@ def parse_gcs_metadata(meta: dict[str, Any], stamp: bytes, name: str) -> StoreCh
 def _gcs(
     bucket: str, obj: str, stamp: bytes, name: str, store: ObjectStoreOptions
 ) -> StoreChecksum:
+    import urllib.error  # (here: http.client and email are not needed by a local start)
+    import urllib.parse
+    import urllib.request
+
     base = os.environ.get("TENSORSTORE_GCS_HTTP_URL") or GCS_DEFAULT_BASE
     url = (
         f"{base.rstrip('/')}/storage/v1/b/{urllib.parse.quote(bucket, safe='')}/o/"
