@@ -18,7 +18,8 @@ from __future__ import annotations
 import os
 
 from jaxblend.access import IdentityStoreOptions, ObjectStoreOptions
-from jaxblend.storage import _identity, _location, identity_memo, idx_format
+from jaxblend.storage import _identity, identity_memo, idx_format
+from jaxblend.storage.object_store.location import resolve
 
 
 def fingerprint_of(prefix: str, bin_md5: str) -> identity_memo.Identity:
@@ -53,7 +54,7 @@ def record_local(
         out[key] = fingerprint_of(prefix, md5s[key])
         if _identity.local_versions(prefix)[:2] != versions:
             continue  # changed meanwhile: not this run's bytes; the first open identifies it
-        loc = _location.resolve(prefix)
+        loc = resolve(prefix)
         identity_memo.record(
             _identity.memo_url(loc),
             *versions,
@@ -76,7 +77,7 @@ def record_published(
     for key, url in urls.items():
         if key not in generations or key not in identities:
             continue
-        loc = _location.resolve(url)
+        loc = resolve(url)
         identity_memo.record(
             _identity.memo_url(loc),
             *generations[key],

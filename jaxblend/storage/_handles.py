@@ -19,8 +19,9 @@ import numpy as np
 import tensorstore as ts
 
 from jaxblend.access import IdentityStoreOptions, ObjectStoreOptions
-from jaxblend.storage import _location, idx_format
+from jaxblend.storage import idx_format
 from jaxblend.storage.idx_format import IndexArrays, IndexFormatError
+from jaxblend.storage.object_store import location as _location
 
 
 @dataclasses.dataclass

@@ -38,7 +38,7 @@ import urllib.request
 from typing import Any
 
 from jaxblend.access import ObjectStoreOptions
-from jaxblend.storage.object_store import ObjectStoreError
+from jaxblend.storage.object_store.errors import ObjectStoreError
 
 GCS_DEFAULT_BASE = "https://storage.googleapis.com"
 _GCS_FIELDS = "generation,size,md5Hash,crc32c,componentCount"
