@@ -46,10 +46,11 @@ class ObjectDirectory:
         """The URL of object `key`."""
         return self.url + key
 
-    def wait(self, future: Any, key: str, what: str) -> Any:
+    def wait(self, future: Any, key: str, what: str, writing: bool = False) -> Any:
         """The result of a request about object `key` (see `requests.wait`)."""
         return requests.wait(
-            future, self.url_of(key), what, self.options.request_timeout, self.options.s3_endpoint
+            future, self.url_of(key), what, self.options.request_timeout, self.options.s3_endpoint,
+            writing,
         )
 
     def read(self, key: str, what: str = "reading it") -> bytes | None:
@@ -102,7 +103,7 @@ class ObjectDirectory:
         Raises:
           ObjectStoreError: the store failed or timed out.
         """
-        return bytes(self.wait(self.kvstore.write(key, data), key, what).generation)
+        return bytes(self.wait(self.kvstore.write(key, data), key, what, writing=True).generation)
 
     def start_write(self, key: str, data: bytes | None) -> Any:
         """Issues a write (None: delete) of object `key`; the future (finish it with `wait`)."""

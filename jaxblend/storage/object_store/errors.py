@@ -73,7 +73,9 @@ def endpoint_hint(url: str) -> str:
     return "check that the server runs"
 
 
-def describe(status: str, url: str, what: str, endpoint: str | None = None) -> str:
+def describe(
+    status: str, url: str, what: str, endpoint: str | None = None, writing: bool = False
+) -> str:
     """The one-line message of a failed request.
 
     Args:
@@ -81,6 +83,7 @@ def describe(status: str, url: str, what: str, endpoint: str | None = None) -> s
       url: the object (or directory) the request was about.
       what: what was being done ("reading the index file").
       endpoint: the server asked, when known (else taken from the status when it names one).
+      writing: the request was a write (a write finds nothing missing but the bucket).
 
     Returns:
       `<url>: <what happened>; <what to do>`.
@@ -102,7 +105,11 @@ def describe(status: str, url: str, what: str, endpoint: str | None = None) -> s
         return (
             f"{url}: cannot reach the server {server} while {what}{tried}; {endpoint_hint(url)}"
         )
-    if "NoSuchBucket" in status or "bucket does not exist" in status.lower():
+    if (
+        "NoSuchBucket" in status
+        or "bucket does not exist" in status.lower()
+        or (writing and status.startswith("NOT_FOUND"))
+    ):
         return f"{url}: the bucket {bucket_of(url)} does not exist; create it, or check the URL"
     return f"{url}: {what} failed: {short(status)}"
 

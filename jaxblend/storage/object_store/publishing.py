@@ -70,9 +70,9 @@ def publish(
             pending.append((key, directory.start_write(key, _content(data))))
             if in_flight is not None and len(pending) >= in_flight:
                 done, future = pending.popleft()
-                written[done] = bytes(directory.wait(future, done, what).generation)
+                written[done] = bytes(directory.wait(future, done, what, writing=True).generation)
         for key, future in pending:
-            written[key] = bytes(directory.wait(future, key, what).generation)
+            written[key] = bytes(directory.wait(future, key, what, writing=True).generation)
     key, data = marker
     written[key] = directory.write(key, data, f"{what}: writing the commit point")
     return written

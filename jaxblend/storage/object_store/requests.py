@@ -25,7 +25,14 @@ from jaxblend.storage.object_store.errors import ObjectStoreError, bucket_of, de
 _SIZE_IN_ERROR = re.compile(r"(?:value of size|total size|ActualObjectSize>)\s*(\d+)")
 
 
-def wait(future: Any, name: str, what: str, timeout: float, endpoint: str | None = None) -> Any:
+def wait(
+    future: Any,
+    name: str,
+    what: str,
+    timeout: float,
+    endpoint: str | None = None,
+    writing: bool = False,
+) -> Any:
     """`future.result()` bounded by `timeout` seconds, failures named after `name`.
 
     A failed request becomes one line (`errors.describe`): denied access names how credentials
@@ -47,7 +54,7 @@ def wait(future: Any, name: str, what: str, timeout: float, endpoint: str | None
         text = str(e)
         if text.startswith("OUT_OF_RANGE"):
             raise
-        raise ObjectStoreError(describe(text, name, what, endpoint)) from None
+        raise ObjectStoreError(describe(text, name, what, endpoint, writing)) from None
 
 
 def read(kv: ts.KvStore, key: str, byte_range: slice | None = None, batch: Any = None) -> Any:

@@ -1,0 +1,157 @@
+"""Bucket errors are one line naming the URL and the fix, against the real local servers.
+
+A denied request names the URL and how credentials are found; an unreachable server names the
+endpoint, the URL and `--s3_endpoint`, within the retry budget of the options; a missing bucket is
+one line naming it. With credentials in the environment, opening an S3 store logs nothing.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import pytest
+from helpers_fault_proxy import FaultProxy
+
+from jaxblend.access import DataAccess, ObjectStoreOptions
+from jaxblend.storage import IndexedDataset, IndexFormatError
+from jaxblend.storage.object_store import ObjectDirectory, ObjectStoreError, describe
+
+FAST = {"max_retries": 1, "initial_retry_delay": 0.05, "max_retry_delay": 0.1, "request_timeout": 20.0}
+
+
+def _access(**options) -> DataAccess:
+    return DataAccess.from_env(object_store=ObjectStoreOptions.from_env(**options))
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _open_error(url: str, **options) -> str:
+    with pytest.raises(ObjectStoreError) as info:
+        IndexedDataset(url, access=_access(**options))[:]
+    message = str(info.value)
+    assert "\n" not in message
+    return message
+
+
+def test_s3_without_credentials_names_the_url_and_the_aws_variables(
+    s3_server, corpus, monkeypatch
+) -> None:
+    url = s3_server.upload(corpus.prefix, "denied/corpus")
+    for name, value in s3_server.environ().items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+    message = _open_error(url, **FAST)
+    assert message.startswith(url + ".idx: access denied while ")
+    assert "(HTTP 403)" in message
+    assert "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or a profile" in message
+
+
+@pytest.mark.parametrize("status", [401, 403])
+def test_gcs_denied_names_the_url_and_gcloud_login(gcs_server, corpus, status) -> None:
+    url = gcs_server.upload(corpus.prefix, f"denied{status}/corpus")
+    with FaultProxy(gcs_server.url) as proxy, gcs_server.pointed_at(proxy.url):
+        proxy.fail_next(1000, status)
+        message = _open_error(url, **FAST)
+    assert message.startswith(url + ".idx: access denied while ")
+    assert "gcloud auth application-default login" in message
+
+
+def test_unreachable_s3_endpoint_names_it_the_url_and_the_flag(monkeypatch) -> None:
+    endpoint = f"http://127.0.0.1:{_closed_port()}"
+    monkeypatch.setenv("JAXBLEND_S3_ENDPOINT", endpoint)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
+    url = "s3://jaxblend-test/nowhere/corpus"
+    began = time.monotonic()
+    message = _open_error(url, **FAST)
+    assert time.monotonic() - began < 10  # one retry, not the default six
+    assert message.startswith(url + ".idx: cannot reach the server ")
+    assert endpoint.removeprefix("http://") in message
+    assert "--s3_endpoint" in message
+
+
+def test_unreachable_endpoint_is_bounded_by_the_retry_options(monkeypatch) -> None:
+    endpoint = f"http://127.0.0.1:{_closed_port()}"
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
+    options = ObjectStoreOptions(s3_endpoint=endpoint, **FAST)
+    directory = ObjectDirectory("s3://jaxblend-test/nowhere/", options)
+    began = time.monotonic()
+    with pytest.raises(ObjectStoreError) as info:
+        directory.read("record.json")
+    assert time.monotonic() - began < 10
+    assert str(info.value).startswith(
+        f"s3://jaxblend-test/nowhere/record.json: cannot reach the server {endpoint} while "
+    )
+    assert "--s3_endpoint" in str(info.value)
+
+
+def test_unreachable_gcs_endpoint_names_it(gcs_server, monkeypatch) -> None:
+    endpoint = f"http://127.0.0.1:{_closed_port()}"
+    for name, value in gcs_server.environ(endpoint).items():
+        monkeypatch.setenv(name, value)
+    url = "gs://jaxblend-test/nowhere/corpus"
+    message = _open_error(url, **FAST)
+    assert message.startswith(url + ".idx: cannot reach the server ")
+    assert endpoint.removeprefix("http://") in message and "TENSORSTORE_GCS_HTTP_URL" in message
+
+
+def test_missing_bucket_is_one_line_naming_it(object_store) -> None:
+    options = ObjectStoreOptions.from_env(**FAST)
+    url = object_store.prefix_url("d/", "no-such-bucket-jb")
+    bucket = f"{object_store.scheme}://no-such-bucket-jb"
+    with pytest.raises(ObjectStoreError) as info:
+        ObjectDirectory(url, options).write("k", b"x")
+    assert str(info.value) == (
+        f"{url}k: the bucket {bucket} does not exist; create it, or check the URL"
+    )
+    with pytest.raises(IndexFormatError) as info:
+        IndexedDataset(url + "corpus", access=_access(**FAST))
+    assert str(info.value).startswith(f"{url}corpus.idx: index file does not exist")
+    assert "\n" not in str(info.value)
+
+
+def test_s3_with_credentials_in_the_environment_logs_nothing(s3_server, capfd, monkeypatch) -> None:
+    for name, value in s3_server.environ().items():
+        monkeypatch.setenv(name, value)
+    options = ObjectStoreOptions.from_env(max_retries=3)  # a context of its own: a new client
+    capfd.readouterr()
+    assert ObjectDirectory("s3://jaxblend-test/quiet/", options).read("absent") is None
+    err = capfd.readouterr().err
+    assert "aws" not in err.lower() and "Failed to open file" not in err, err
+
+
+@pytest.mark.parametrize(
+    ("status", "expected"),
+    [
+        (
+            "PERMISSION_DENIED: Unknown [x-amzn-requestid='r'] [http_response_code='403']",
+            ("s3://b/d/x: access denied while reading it (HTTP 403); S3 credentials come from "
+            "AWS_ACCESS_KEY_ID"),
+        ),
+        (
+            ("ABORTED: All 6 retry attempts failed: CURL error Could not connect to server: Failed "
+            "to connect to 10.1.2.3 port 9000 after 0 ms: Could not connect to server "
+            "[curl_code='7']"),
+            ("s3://b/d/x: cannot reach the server 10.1.2.3:9000 while reading it after 6 attempts; "
+            "start the server, or name the right one with --s3_endpoint"),
+        ),
+        (
+            ("NOT_FOUND: NoSuchBucket: The specified bucket does not exist "
+            "[http_response_code='404'] [http_response_body='<Error/>']"),
+            "s3://b/d/x: the bucket s3://b does not exist; create it, or check the URL",
+        ),
+        (
+            "UNAVAILABLE: server said no [http_response_code='503'] [http_response_body='x\ny']",
+            "s3://b/d/x: reading it failed: UNAVAILABLE: server said no [http_response_code='503']",
+        ),
+    ],
+)
+def test_describe(status: str, expected: str) -> None:
+    assert describe(status, "s3://b/d/x", "reading it").startswith(expected)
