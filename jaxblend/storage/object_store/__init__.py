@@ -10,6 +10,8 @@
 * `publishing`: the one publish protocol (`publish`: payload, then the commit marker last) and
   `wait_for_publication`.
 * `errors`: `ObjectStoreError` and the one-line messages of failed requests (`describe`).
+* `sdk_logging`: the AWS SDK's credential-chain chatter, hidden unless `show_sdk_logging(True)`
+  (command-line tools: `--verbose`).
 
 How stores are reached (endpoint, region, concurrency, retries, timeouts) is
 `jaxblend.access.ObjectStoreOptions`, part of the `DataAccess` passed to everything that opens
@@ -39,6 +41,7 @@ _NAMES = {
     "wait": "requests",
     "publish": "publishing",
     "wait_for_publication": "publishing",
+    "show_sdk_logging": "sdk_logging",
 }
 
 __all__ = [
@@ -56,6 +59,7 @@ __all__ = [
     "read_existing",
     "resolve",
     "shared_context",
+    "show_sdk_logging",
     "wait",
     "wait_for_publication",
 ]

@@ -19,7 +19,8 @@ are per process: they do not survive pickling into another process.
 every request is bounded by the retry budget the flags give. An S3 store given no credential
 source takes `AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY` directly when both are set (the first
 link of the AWS chain, without the chain's search of profile files and instance metadata, which
-logs a line for each place it finds nothing).
+logs a line for each place it finds nothing). Otherwise the chain runs, once per store settings and
+context, under `sdk_logging.quietly` (one empty request of a probe key makes it run there).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from typing import Any
 import tensorstore as ts
 
 from jaxblend.access import ObjectStoreOptions
+from jaxblend.storage.object_store import sdk_logging
 from jaxblend.storage.object_store.errors import ObjectStoreError, describe
 from jaxblend.urls import is_url
 
@@ -88,6 +90,9 @@ def shared_context() -> ts.Context:
 
 
 _CHILD_CONTEXTS: dict[str, ts.Context] = {}
+_CHAIN_SEARCHED: set[str] = set()  # S3 stores whose credential chain has run (per context)
+_CHAIN_PROBE = ".jaxblend-credentials-probe"
+_CHAIN_PROBE_SECONDS = 2.0
 
 
 def context_for(spec: dict[str, Any]) -> ts.Context:
@@ -123,7 +128,24 @@ def open_kvstore(spec: str | dict[str, Any], context: ts.Context | None = None) 
     """
     if isinstance(spec, str):
         spec = ts.KvStore.Spec(spec).to_json()
-    return ts.KvStore.open(with_credentials(spec), context=context or shared_context()).result()
+    spec = with_credentials(spec)
+    context = context or shared_context()
+    if spec.get("driver") != "s3" or "aws_credentials" in spec:
+        return ts.KvStore.open(spec, context=context).result()
+    key = json.dumps([{k: v for k, v in spec.items() if k != "path"}, id(context)], sort_keys=True)
+    with _CONTEXT_LOCK:
+        searched = key in _CHAIN_SEARCHED
+        _CHAIN_SEARCHED.add(key)
+    if searched:
+        return ts.KvStore.open(spec, context=context).result()
+    with sdk_logging.quietly():  # the AWS SDK's default credential chain runs now, and logs
+        kv = ts.KvStore.open(spec, context=context).result()
+        probe = kv.read(_CHAIN_PROBE, byte_range=slice(0, 0))
+        try:
+            probe.result(timeout=_CHAIN_PROBE_SECONDS)
+        except (ValueError, TimeoutError):
+            probe.cancel()  # the real requests report what is wrong
+    return kv
 
 
 def with_credentials(spec: dict[str, Any]) -> dict[str, Any]:

@@ -155,3 +155,38 @@ def test_s3_with_credentials_in_the_environment_logs_nothing(s3_server, capfd, m
 )
 def test_describe(status: str, expected: str) -> None:
     assert describe(status, "s3://b/d/x", "reading it").startswith(expected)
+
+
+def _without_credentials(s3_server, monkeypatch) -> None:
+    s3_server.write("chain/k", b"x")  # an object an anonymous reader may not read
+    for name, value in s3_server.environ().items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+    monkeypatch.delenv("TENSORSTORE_VERBOSE_LOGGING", raising=False)
+
+
+def test_credential_chain_chatter_is_hidden(s3_server, capfd, monkeypatch) -> None:
+    _without_credentials(s3_server, monkeypatch)
+    options = ObjectStoreOptions.from_env(request_concurrency=17, **FAST)  # a new context
+    capfd.readouterr()
+    with pytest.raises(ObjectStoreError, match="access denied"):
+        ObjectDirectory("s3://jaxblend-test/chain/", options).read("k")
+    err = capfd.readouterr().err
+    assert "Failed to open file" not in err and "credentials provider" not in err, err
+
+
+def test_credential_chain_chatter_is_shown_when_asked(s3_server, capfd, monkeypatch) -> None:
+    from jaxblend.storage.object_store import show_sdk_logging
+
+    _without_credentials(s3_server, monkeypatch)
+    options = ObjectStoreOptions.from_env(request_concurrency=18, **FAST)
+    show_sdk_logging(True)
+    try:
+        capfd.readouterr()
+        with pytest.raises(ObjectStoreError, match="access denied"):
+            ObjectDirectory("s3://jaxblend-test/chain/", options).read("k")
+        err = capfd.readouterr().err
+    finally:
+        show_sdk_logging(False)
+    assert "credentials provider" in err or "Failed to open file" in err, err
