@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 
 from jaxblend.access import IdentityStoreOptions, ObjectStoreOptions
-from jaxblend.storage import _identity, identity_memo, idx_format
+from jaxblend.storage import dataset_identity, identity_memo, idx_format
 from jaxblend.storage.object_store.location import resolve
 
 
@@ -33,7 +33,7 @@ def fingerprint_of(prefix: str, bin_md5: str) -> identity_memo.Identity:
     arrays = idx_format.parse_index(idx_bytes, prefix + ".idx", multimodal=None)
     bin_size = os.path.getsize(prefix + ".bin")
     idx_format.check_bin_size(arrays, bin_size, prefix + ".idx", prefix + ".bin")
-    value = _identity.combine(idx_bytes, bin_size, bytes.fromhex(bin_md5))
+    value = dataset_identity.combine(idx_bytes, bin_size, bytes.fromhex(bin_md5))
     return identity_memo.Identity(value, arrays.num_tokens, bin_size)
 
 
@@ -50,13 +50,13 @@ def record_local(
     """
     out = {}
     for key, prefix in names.items():
-        versions = _identity.local_versions(prefix)[:2]
+        versions = dataset_identity.local_versions(prefix)[:2]
         out[key] = fingerprint_of(prefix, md5s[key])
-        if _identity.local_versions(prefix)[:2] != versions:
+        if dataset_identity.local_versions(prefix)[:2] != versions:
             continue  # changed meanwhile: not this run's bytes; the first open identifies it
         loc = resolve(prefix)
         identity_memo.record(
-            _identity.memo_url(loc),
+            dataset_identity.memo_url(loc),
             *versions,
             out[key],
             options=identity,
@@ -79,7 +79,7 @@ def record_published(
             continue
         loc = resolve(url)
         identity_memo.record(
-            _identity.memo_url(loc),
+            dataset_identity.memo_url(loc),
             *generations[key],
             identities[key],
             options=identity,

@@ -13,7 +13,8 @@ from __future__ import annotations
 import numpy as np
 import tensorstore as ts
 
-from jaxblend.storage import _identity, identity_memo, idx_format
+from jaxblend.storage import dataset_identity as _identity
+from jaxblend.storage import identity_memo, idx_format
 from jaxblend.storage._handles import Handles, OpenSettings
 from jaxblend.storage._prefix_hint import suffix_hint
 from jaxblend.storage.idx_format import IndexFormatError

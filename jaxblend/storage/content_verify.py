@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from jaxblend.storage import _identity, identity_memo
+from jaxblend.storage import dataset_identity, identity_memo
 from jaxblend.storage.reader import IndexedDataset
 
 
@@ -73,11 +73,11 @@ def verify_dataset(ds: IndexedDataset) -> Verification:
     ds._arrays()  # the `.idx`, downloaded and validated (the fingerprint covers its bytes)
     loc, h, settings = ds._location, ds._handles(), ds._settings
     bin_name = loc.file_name(".bin")
-    checksum = _identity.reported_md5(loc, h, settings.store)
-    read = _identity.read_md5(loc, h, settings.store)
-    fingerprint = _identity.combine(h.idx_buffer, h.bin_size, bytes.fromhex(read))
+    checksum = dataset_identity.reported_md5(loc, h, settings.store)
+    read = dataset_identity.read_md5(loc, h, settings.store)
+    fingerprint = dataset_identity.combine(h.idx_buffer, h.bin_size, bytes.fromhex(read))
     known = identity_memo.lookup(
-        _identity.memo_url(loc),
+        dataset_identity.memo_url(loc),
         h.idx_generation,
         h.bin_generation,
         options=settings.identity,
@@ -105,7 +105,7 @@ def verify_dataset(ds: IndexedDataset) -> Verification:
         and (loc.local_prefix is None or began - h.changed_at >= identity_memo.SETTLE_SECONDS)
     ):
         identity_memo.record(
-            _identity.memo_url(loc),
+            dataset_identity.memo_url(loc),
             h.idx_generation,
             h.bin_generation,
             identity_memo.Identity(fingerprint, h.num_tokens, h.bin_size),

@@ -47,7 +47,8 @@ import numpy as np
 
 from jaxblend import access as access_lib
 from jaxblend.access import ObjectStoreOptions
-from jaxblend.storage import _identity, _local_open, _remote_open
+from jaxblend.storage import _local_open, _remote_open
+from jaxblend.storage import dataset_identity as _identity
 from jaxblend.storage._handles import Handles, OpenSettings, open_kvstore, release
 from jaxblend.storage.idx_format import IndexArrays, IndexFormatError
 from jaxblend.storage.object_store import location as _location

@@ -18,7 +18,7 @@ import pytest
 from helpers_data import write_random_dataset
 
 from jaxblend.access import DataAccess, ObjectStoreOptions
-from jaxblend.storage import IndexedDataset, _identity, identity_memo, store_checksums
+from jaxblend.storage import IndexedDataset, dataset_identity, identity_memo, store_checksums
 from jaxblend.storage.content_verify import verify_dataset
 
 
@@ -61,7 +61,7 @@ def _plant_memo(prefix: str, fingerprint: str) -> None:
     h = ds._handles()
     access = DataAccess.from_env()
     identity_memo.record(
-        _identity.memo_url(ds._location),
+        dataset_identity.memo_url(ds._location),
         h.idx_generation,
         h.bin_generation,
         identity_memo.Identity(fingerprint, h.num_tokens, h.bin_size),
