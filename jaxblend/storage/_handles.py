@@ -112,7 +112,7 @@ def open_kvstore(loc: _location.Location, context: ts.Context) -> ts.KvStore:
       IndexFormatError: the kvstore spec does not open.
     """
     try:
-        return ts.KvStore.open(loc.kvstore, context=context).result()
+        return _location.open_kvstore(loc.kvstore, context)
     except ValueError as e:
         raise IndexFormatError(f"{loc.display}: cannot open the kvstore {loc.kvstore}: {e}") from e
 

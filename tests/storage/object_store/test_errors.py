@@ -7,7 +7,10 @@ one line naming it. With credentials in the environment, opening an S3 store log
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
+import sys
 import time
 
 import pytest
@@ -190,3 +193,22 @@ def test_credential_chain_chatter_is_shown_when_asked(s3_server, capfd, monkeypa
     finally:
         show_sdk_logging(False)
     assert "credentials provider" in err or "Failed to open file" in err, err
+
+
+def test_a_tool_without_s3_credentials_prints_one_line_and_no_sdk_chatter(
+    s3_server, corpus
+) -> None:
+    """The process boundary is the point: the SDK writes to file descriptor 2 of the tool."""
+    url = s3_server.upload(corpus.prefix, "tool/corpus")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "JAXBLEND_S3"))}
+    env["AWS_REGION"] = "us-east-1"
+    run = subprocess.run(
+        [sys.executable, "-m", "jaxblend.tools.inspect", "preflight", f"--data_path={url}",
+         f"--s3_endpoint={s3_server.url}", "--seq_length=8", "--global_batch_size=2",
+         "--train_iters=1", "--vocab_size=300", "--storage_retries=1"],
+        check=False, env=env, capture_output=True, text=True, timeout=120,
+    )
+    output = run.stdout + run.stderr
+    assert run.returncode != 0
+    assert f"{url}.idx: access denied while " in output and "AWS_ACCESS_KEY_ID" in output
+    assert "AuthCredentialsProvider" not in output and "Failed to open file" not in output, output
