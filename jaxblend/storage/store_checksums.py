@@ -38,7 +38,7 @@ import urllib.request
 from typing import Any
 
 from jaxblend.access import ObjectStoreOptions
-from jaxblend.storage.object_store.errors import ObjectStoreError
+from jaxblend.storage.object_store.errors import ObjectStoreError, credentials_hint
 
 GCS_DEFAULT_BASE = "https://storage.googleapis.com"
 _GCS_FIELDS = "generation,size,md5Hash,crc32c,componentCount"
@@ -167,6 +167,11 @@ def _gcs(
                 meta = json.loads(answer.read())
             break
         except urllib.error.HTTPError as e:
+            if e.code in (401, 403):
+                raise ObjectStoreError(
+                    f"{name}: access denied while reading the object's metadata (HTTP {e.code}); "
+                    f"{credentials_hint(name)}"
+                ) from None
             if e.code not in _RETRYABLE or attempt == store.max_retries:
                 raise ObjectStoreError(
                     f"{name}: reading the object's metadata failed with HTTP {e.code} ({url}); "

@@ -136,6 +136,20 @@ def test_gcs_credentials_missing_is_one_clear_error(gcs_server, corpus, monkeypa
             _ = ds.fingerprint
 
 
+def test_gcs_metadata_denied_names_the_object_and_gcloud_login(gcs_server, corpus) -> None:
+    url = _upload(gcs_server, corpus)
+    with gcs_server.pointed_at():
+        ds = IndexedDataset(url)
+        _ = ds.sequence_lengths
+    with FaultProxy(gcs_server.url) as proxy, gcs_server.pointed_at(proxy.url):
+        proxy.fail_next(1000, 403)
+        with pytest.raises(ObjectStoreError) as info:
+            _ = ds.fingerprint
+    message = str(info.value)
+    assert message.startswith(f"{url}.bin: access denied while reading the object's metadata (HTTP 403)")
+    assert "gcloud auth application-default login" in message and "\n" not in message
+
+
 # --------------------------------------------------------------------------- parsing, no server
 
 
