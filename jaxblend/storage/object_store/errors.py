@@ -22,7 +22,7 @@ import re
 
 _HTTP_CODE = re.compile(r"http_response_code='?(\d{3})")
 _CONNECT = re.compile(r"Failed to connect to (\S+) port (\d+)")
-_RESOLVE = re.compile(r"(?:Could not|Couldn't) resolve host:? '?([^\s':]+)")
+_RESOLVE = re.compile(r"(?:Could not|Couldn't) resolve host: '?([^\s'\[]+)")
 _RETRIES = re.compile(r"All (\d+) retry attempts failed")
 _UNREACHABLE = (
     "Could not connect to server",
@@ -101,7 +101,8 @@ def describe(
     if any(marker in status for marker in _UNREACHABLE):
         server = endpoint or _server_in(status) or "the store's server"
         retries = _RETRIES.search(status)
-        tried = f" after {retries.group(1)} attempts" if retries else ""
+        count = int(retries.group(1)) if retries else 0
+        tried = f" after {count} attempt{'s' if count != 1 else ''}" if retries else ""
         return (
             f"{url}: cannot reach the server {server} while {what}{tried}; {endpoint_hint(url)}"
         )

@@ -151,6 +151,12 @@ def test_s3_with_credentials_in_the_environment_logs_nothing(s3_server, capfd, m
             "s3://b/d/x: the bucket s3://b does not exist; create it, or check the URL",
         ),
         (
+            ("ABORTED: All 1 retry attempts failed: CURL error Could not resolve hostname: Could "
+            "not resolve host: storage.googleapis.com [curl_code='6']"),
+            ("s3://b/d/x: cannot reach the server storage.googleapis.com while reading it after 1 "
+            "attempts"),
+        ),
+        (
             "UNAVAILABLE: server said no [http_response_code='503'] [http_response_body='x\ny']",
             "s3://b/d/x: reading it failed: UNAVAILABLE: server said no [http_response_code='503']",
         ),
