@@ -154,7 +154,7 @@ def test_s3_with_credentials_in_the_environment_logs_nothing(s3_server, capfd, m
             ("ABORTED: All 1 retry attempts failed: CURL error Could not resolve hostname: Could "
             "not resolve host: storage.googleapis.com [curl_code='6']"),
             ("s3://b/d/x: cannot reach the server storage.googleapis.com while reading it after 1 "
-            "attempts"),
+            "attempt;"),
         ),
         (
             "UNAVAILABLE: server said no [http_response_code='503'] [http_response_body='x\ny']",
