@@ -18,8 +18,10 @@ import pytest
 from helpers_data import write_random_dataset
 
 from jaxblend.access import DataAccess, ObjectStoreOptions
-from jaxblend.storage import IndexedDataset, dataset_identity, identity_memo, store_checksums
-from jaxblend.storage.content_verify import verify_dataset
+from jaxblend.storage import IndexedDataset, dataset_identity
+from jaxblend.storage.dataset_identity import memo as identity_memo
+from jaxblend.storage.dataset_identity import store_checksums
+from jaxblend.storage.dataset_identity.verify import verify_dataset
 
 
 def _verify(*prefixes: str) -> subprocess.CompletedProcess:

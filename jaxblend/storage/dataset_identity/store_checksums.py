@@ -13,7 +13,7 @@ taken without reading its `.bin`.
   (AWS objects encrypted with SSE-C or SSE-KMS have ETags that are not MD5s; `inspect verify`
   reports such a dataset as a mismatch, docs/robustness.md.)
 * Anything else (local files, `memory://`, S3 multipart, GCS composite) has no reported MD5: the
-  caller reads the object once per version (`content_digest`) and `identity_memo` remembers it.
+  caller reads the object once per version (`content_digest`) and `memo` remembers it.
 
 GCS endpoint and credentials: the base URL is `$TENSORSTORE_GCS_HTTP_URL` when set (read at the
 request, exactly as TensorStore reads it, so both talk to the same server), else

@@ -19,15 +19,10 @@ import pytest
 from helpers_fault_proxy import FaultProxy
 
 from jaxblend.access import ObjectStoreOptions
-from jaxblend.storage import (
-    IndexedDataset,
-    IndexFormatError,
-    ObjectStoreError,
-    content_digest,
-    store_checksums,
-)
+from jaxblend.storage import IndexedDataset, IndexFormatError, ObjectStoreError
+from jaxblend.storage.dataset_identity import content_digest, store_checksums
 
-from .conftest import Corpus
+from ..conftest import Corpus
 
 _names = itertools.count()
 

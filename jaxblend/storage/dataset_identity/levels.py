@@ -1,27 +1,9 @@
-"""Dataset identity: what the data of a prefix is, as one content fingerprint.
+"""The fingerprint of an opened dataset, level by level (see `jaxblend.storage.dataset_identity`).
 
-The one entry point is `dataset_fingerprint(prefix, access)`; an open `IndexedDataset` gives the
-same value as its `fingerprint`. The fingerprint hashes the `.idx` bytes, the `.bin` size and the
-MD5 of the `.bin` (docs/format.md, "Fingerprint"), so a disk copy and a bucket copy of a dataset
-have the same one. It keys index-map caches, publication records and resume states: the value must
-never change for the same bytes.
-
-It is found at the cheapest of three levels (docs/object_stores.md, "Opening a dataset"; the costs
-are in docs/robustness.md, "Dataset identity"):
-
-1. **memo by version** (`identity_memo`): the fingerprint remembered for this (`.idx` version,
-   `.bin` version) pair (object generations; a local file's device, inode, size and times). A
-   rewritten file has a new version and misses. Cost: the open's version probes, nothing more.
-2. **store checksum** (`store_checksums`): the MD5 the store keeps for the `.bin` version that was
-   opened (GCS `md5Hash` from one metadata request, bound to the generation; a single-part S3
-   ETag, no request). No `.bin` byte is read.
-3. **full read** (`content_digest`): the `.bin` read once, sequentially, and hashed (local files,
-   `memory://`, S3 multipart uploads, GCS composite objects). A file that changes meanwhile is
-   refused.
-
-Levels 2 and 3 remember their result at level 1. Preprocessing records the fingerprint of what it
-writes at level 1 (`jaxblend.preprocess.identity_record`); `content_verify` reads every byte on
-request and checks levels 1 and 2 against it.
+`fingerprint` is what `IndexedDataset.fingerprint` calls for the handles of an open dataset whose
+version pair the memo did not know: the `.bin` MD5 reported by the store (level 2), else read
+(level 3), hashed with the `.idx` bytes and the `.bin` size (`combine`), and remembered by version
+(level 1, `memo`).
 """
 
 from __future__ import annotations
@@ -31,39 +13,16 @@ import os
 import time
 from typing import Any
 
-from jaxblend.access import DataAccess, IdentityStoreOptions, ObjectStoreOptions
-from jaxblend.storage import content_digest, identity_memo, store_checksums
+from jaxblend.access import IdentityStoreOptions, ObjectStoreOptions
 from jaxblend.storage._handles import Handles
+from jaxblend.storage.dataset_identity import content_digest, store_checksums
+from jaxblend.storage.dataset_identity import memo as identity_memo
 from jaxblend.storage.idx_format import IndexFormatError
 from jaxblend.storage.object_store import requests
-from jaxblend.storage.object_store.location import Location, Prefix
+from jaxblend.storage.object_store.location import Location
 
 _HASH_CHUNK = 64 << 20
 PERSON = b"jaxblend.idx.v3"  # v3: the `.bin` component is its MD5 (v2: chunked SHA-256)
-
-
-def dataset_fingerprint(prefix: Prefix, access: DataAccess | None = None) -> str:
-    """The content fingerprint of the dataset at `prefix` (local path, URL or kvstore spec).
-
-    The dataset is opened (its files' versions, sizes and `.idx` header checked) and identified at
-    the cheapest level that knows it (see the module docstring).
-
-    Args:
-      prefix: the dataset prefix.
-      access: how it is reached (default `DataAccess.from_env()`).
-
-    Raises:
-      IndexFormatError: a file is missing, malformed, or changed while it was identified.
-      ObjectStoreError: the store failed or timed out.
-    """
-    # The reader opens and validates the pair and calls back `fingerprint` below for the handles.
-    from jaxblend.storage.reader import IndexedDataset
-
-    dataset = IndexedDataset(prefix, access=access)
-    try:
-        return dataset.fingerprint
-    finally:
-        dataset.close()
 
 
 def memo_url(loc: Location) -> str:
