@@ -74,7 +74,7 @@ def endpoint_hint(url: str) -> str:
 
 
 def describe(
-    status: str, url: str, what: str, endpoint: str | None = None, writing: bool = False
+    status: str, url: str, what: str, s3_endpoint: str | None = None, writing: bool = False
 ) -> str:
     """The one-line message of a failed request.
 
@@ -82,7 +82,8 @@ def describe(
       status: TensorStore's error text.
       url: the object (or directory) the request was about.
       what: what was being done ("reading the index file").
-      endpoint: the server asked, when known (else taken from the status when it names one).
+      s3_endpoint: the server of an s3:// `url`, when known (else the server is taken from the
+        status when it names one).
       writing: the request was a write (a write finds nothing missing but the bucket).
 
     Returns:
@@ -99,6 +100,7 @@ def describe(
         reason = f"HTTP {http}" if http else short(status)
         return f"{url}: access denied while {what} ({reason}); {credentials_hint(url)}"
     if any(marker in status for marker in _UNREACHABLE):
+        endpoint = s3_endpoint if url.lower().startswith("s3://") else None
         server = endpoint or _server_in(status) or "the store's server"
         retries = _RETRIES.search(status)
         count = int(retries.group(1)) if retries else 0

@@ -30,14 +30,14 @@ def wait(
     name: str,
     what: str,
     timeout: float,
-    endpoint: str | None = None,
+    s3_endpoint: str | None = None,
     writing: bool = False,
 ) -> Any:
     """`future.result()` bounded by `timeout` seconds, failures named after `name`.
 
     A failed request becomes one line (`errors.describe`): denied access names how credentials
-    are found, an unreachable server names it (`endpoint`, when known) and the flag to change, a
-    missing bucket names it.
+    are found, an unreachable server names it and the flag to change, a
+    missing bucket names it (`s3_endpoint`: the server of an s3:// `name`, when known).
 
     Raises:
       ObjectStoreError: on a timeout or a failed request (other than OUT_OF_RANGE).
@@ -54,7 +54,7 @@ def wait(
         text = str(e)
         if text.startswith("OUT_OF_RANGE"):
             raise
-        raise ObjectStoreError(describe(text, name, what, endpoint, writing)) from None
+        raise ObjectStoreError(describe(text, name, what, s3_endpoint, writing)) from None
 
 
 def read(kv: ts.KvStore, key: str, byte_range: slice | None = None, batch: Any = None) -> Any:
