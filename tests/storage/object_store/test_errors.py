@@ -218,3 +218,18 @@ def test_a_tool_without_s3_credentials_prints_one_line_and_no_sdk_chatter(
     assert run.returncode != 0
     assert f"{url}.idx: access denied while " in output and "AWS_ACCESS_KEY_ID" in output
     assert "AuthCredentialsProvider" not in output and "Failed to open file" not in output, output
+
+
+def test_the_map_store_bucket_is_bounded_by_the_retry_options(monkeypatch) -> None:
+    from jaxblend.map_store.bucket import Bucket
+
+    endpoint = f"http://127.0.0.1:{_closed_port()}"
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
+    began = time.monotonic()
+    with pytest.raises(ObjectStoreError) as info:
+        Bucket("s3://jaxblend-test/maps", ObjectStoreOptions(s3_endpoint=endpoint, **FAST)).committed("k")
+    assert time.monotonic() - began < 10
+    assert str(info.value).startswith(
+        f"s3://jaxblend-test/maps/k/COMMITTED: cannot reach the server {endpoint} while "
+    )
