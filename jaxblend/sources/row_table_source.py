@@ -27,8 +27,8 @@ from jaxblend.sources import base, schema
 from jaxblend.sources.planned import _destinations
 from jaxblend.sources.row_tables import RowTables
 from jaxblend.sources.source_identity import gpt_source_fingerprint
-from jaxblend.storage import _location
 from jaxblend.storage.bin_ranges import BinDataset, BinRanges
+from jaxblend.storage.object_store import location as _location
 
 GROUP_GAP = 64
 """Sample ids of one call further apart than this are looked up as separate row ranges (a

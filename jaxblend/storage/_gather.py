@@ -8,7 +8,7 @@ destination's dtype. A *source* is a flat array given by its address and item co
   (`SpanGather`, for the spans of a whole batch across datasets, and so for `IndexedDataset.get`
   and `dataset[i]`);
 * object stores: sources are the downloaded byte buffers of coalesced range reads, each one
-  "sequence" at byte 0 (`_remote.RangeRead` places them), then the downloaded tokens of each
+  "sequence" at byte 0 (`object_store.RangeRead` places them), then the downloaded tokens of each
   dataset (`SpanGather` places them in the caller's buffer).
 
 Plain address arrays (rather than typed lists of arrays) keep the kernel in Numba's on-disk cache,

@@ -19,8 +19,9 @@ import numpy as np
 import tensorstore as ts
 
 from jaxblend.access import IdentityStoreOptions, ObjectStoreOptions
-from jaxblend.storage import _location, idx_format
+from jaxblend.storage import idx_format
 from jaxblend.storage.idx_format import IndexArrays, IndexFormatError
+from jaxblend.storage.object_store import location as _location
 
 
 @dataclasses.dataclass
@@ -111,7 +112,7 @@ def open_kvstore(loc: _location.Location, context: ts.Context) -> ts.KvStore:
       IndexFormatError: the kvstore spec does not open.
     """
     try:
-        return ts.KvStore.open(loc.kvstore, context=context).result()
+        return _location.open_kvstore(loc.kvstore, context)
     except ValueError as e:
         raise IndexFormatError(f"{loc.display}: cannot open the kvstore {loc.kvstore}: {e}") from e
 

@@ -285,7 +285,7 @@ def mixture() -> dict:
 def verify() -> dict:
     """Full content verification of every dataset of --data_path (and the per-split paths)."""
     from jaxblend.storage import IndexedDataset
-    from jaxblend.storage.content_verify import verify_dataset
+    from jaxblend.storage.dataset_identity.verify import verify_dataset
 
     access = cli.data_access_from_flags()
     result = {}

@@ -19,8 +19,9 @@ from jaxblend.map_store import entries
 from jaxblend.sources import GPTSchemaOptions, PlannedSource
 from jaxblend.sources.row_table_source import RowTableSource
 from jaxblend.sources.row_tables import ArrayRowTables, BucketRowTables
-from jaxblend.storage import IndexFormatError, bin_ranges, identity_memo
+from jaxblend.storage import IndexFormatError, bin_ranges
 from jaxblend.storage.bin_ranges import BinDataset
+from jaxblend.storage.dataset_identity import memo as identity_memo
 
 EOD = 0
 
