@@ -5,6 +5,9 @@ plan cache are built once under `--data_dir`; then a fresh process (as a trainin
 times each phase up to its first and second `get_batch` of `--batch` rows at `--seq_length`,
 and every Numba kernel the first batch loads from the on-disk cache (or compiles, for kernels
 without `cache=True`). Repeated `--repeats` times (fresh processes); the table gives the median.
+"process start to first batch" is measured from just before the parent starts the child, so it
+includes the interpreter's own start-up; "CPU" is the child's user + system time (every thread),
+which a loaded machine inflates much less than wall time.
 
   .venv/bin/python benchmarks/cached_start.py                  # 1,000 prefixes
   .venv/bin/python benchmarks/cached_start.py --prefixes 100
@@ -21,6 +24,7 @@ _T0 = time.perf_counter()
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -70,7 +74,9 @@ def prepare(args) -> None:
                 builder.add_sequence(tokens[pos : pos + n])
                 builder.end_document()
                 pos += n
-    open_gpt_sources(_config(args), GPTSchemaOptions(seq_length=args.seq_length), access=_access(args))
+    open_gpt_sources(
+        _config(args), GPTSchemaOptions(seq_length=args.seq_length), access=_access(args)
+    )
 
 
 class _KernelTimer:
@@ -91,6 +97,11 @@ class _KernelTimer:
                 timer.records.append((self_.py_func.__qualname__, time.perf_counter() - t))
 
         dispatcher.Dispatcher._compile_for_args = timed
+
+
+# Modules whose presence after the first batch says what the start paid for (Numba's compiler
+# target imports scipy.linalg for its BLAS check; a map build imports tqdm).
+_WATCHED = ("scipy.linalg", "numpy.f2py", "tqdm", "jax", "grain", "absl.logging")
 
 
 def start(args) -> dict:
@@ -118,13 +129,13 @@ def start(args) -> dict:
 
     phases["import tensorstore"] = time.perf_counter() - t
     t = time.perf_counter()
-    import jaxblend  # noqa: F401  (index + storage)
+    import jaxblend  # noqa: F401  (the lazy facade: loads nothing)
 
-    phases["import jaxblend (index, storage)"] = time.perf_counter() - t
+    phases["import jaxblend (lazy facade)"] = time.perf_counter() - t
     t = time.perf_counter()
     from jaxblend.sources import GPTSchemaOptions, open_gpt_sources
 
-    phases["import jaxblend.sources (grain)"] = time.perf_counter() - t
+    phases["import jaxblend.sources"] = time.perf_counter() - t
     config = _config(args)
     t = time.perf_counter()
     source = open_gpt_sources(
@@ -135,11 +146,21 @@ def start(args) -> dict:
     t = time.perf_counter()
     source.get_batch(ids)
     phases["first get_batch"] = time.perf_counter() - t
+    to_first_batch = time.time() - args.started_at if args.started_at else float("nan")
     first_kernels = list(timer.records)
+    loaded = [m for m in _WATCHED if m in sys.modules]
     t = time.perf_counter()
     source.get_batch(ids[::-1].copy())
     phases["second get_batch"] = time.perf_counter() - t
-    return {"phases": phases, "kernels": first_kernels, "total": time.perf_counter() - _T0}
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return {
+        "phases": phases,
+        "kernels": first_kernels,
+        "total": time.perf_counter() - _T0,
+        "process_to_first_batch": to_first_batch,
+        "cpu": usage.ru_utime + usage.ru_stime,
+        "loaded": loaded,
+    }
 
 
 def main() -> None:
@@ -157,6 +178,7 @@ def main() -> None:
         help="start Numba's compiler target before the timed phases (what AOT kernels remove)",
     )
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--started_at", type=float, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.data_dir is None:
         args.data_dir = os.path.join(
@@ -177,10 +199,18 @@ def main() -> None:
         f"--data_dir={args.data_dir}",
         "--child=start",
     ] + (["--numba_warm"] if args.numba_warm else [])
+    if sys.flags.dont_write_bytecode:
+        print(
+            "note: PYTHONDONTWRITEBYTECODE is set: modules without a cached .pyc are compiled "
+            "from source in every child (an installed package has its .pyc files)"
+        )
     runs = []
     for _ in range(args.repeats):
         out = subprocess.run(
-            [sys.executable, __file__, *argv], check=True, capture_output=True, text=True
+            [sys.executable, __file__, *argv, f"--started_at={time.time()!r}"],
+            check=True,
+            capture_output=True,
+            text=True,
         )
         runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
     print(
@@ -193,6 +223,13 @@ def main() -> None:
         print(f"| {name} | {statistics.median(r['phases'][name] for r in runs):.3f} |")
     print(
         f"| total, process start to second batch | {statistics.median(r['total'] for r in runs):.3f} |"
+    )
+    print(
+        "| **process start (interpreter included) to first batch** | "
+        f"{statistics.median(r['process_to_first_batch'] for r in runs):.3f} |"
+    )
+    print(
+        f"| CPU seconds of the child (user + system) | {statistics.median(r['cpu'] for r in runs):.3f} |"
     )
     after_import = [
         r["phases"]["open datasets + cached plan"] + r["phases"]["first get_batch"] for r in runs
@@ -208,6 +245,9 @@ def main() -> None:
     for k, (name, _) in enumerate(runs[0]["kernels"]):
         secs = statistics.median(r["kernels"][k][1] for r in runs if len(r["kernels"]) > k)
         print(f"| {name} | {secs:.3f} |")
+    print(
+        f"\nLoaded by the first batch: {', '.join(runs[0]['loaded']) or 'none'} (of {', '.join(_WATCHED)})"
+    )
 
 
 if __name__ == "__main__":

@@ -124,7 +124,7 @@ def digest_rows(path: str, repeats: int = 3) -> list[tuple[str, float, float]]:
     CPU seconds per GB do not depend on what else the machine runs (wall rates do, on a shared
     machine): with `c` CPU s/GB, one core does at most 1/c GB/s.
     """
-    from jaxblend.storage import content_digest
+    from jaxblend.storage.dataset_identity import content_digest
 
     size = os.path.getsize(path)
     _read_all([path.removesuffix(".bin")])
@@ -169,7 +169,7 @@ def _fresh_memo(work: Path) -> None:
 
 
 def local_rows(prefixes: list[str], label: str, work: Path, cold: bool) -> list[tuple]:
-    from jaxblend.storage import identity_memo
+    from jaxblend.storage.dataset_identity import memo as identity_memo
 
     identity_memo.SETTLE_SECONDS = 0.0  # the files were written a moment ago; see identity_memo
     size = sum(os.path.getsize(p + ".bin") for p in prefixes)

@@ -5,12 +5,16 @@
 * ``--per_split_data_args_path FILE``: a JSON object with ``train``, ``valid`` and ``test``, each a
   list of strings (``["0.3", "/d/a", "0.7", "/d/b"]``), one whitespace-separated string, or null.
 
-Both are read as Megatron-LM reads them (local files only).
+Both are read as Megatron-LM reads them (local files only) and parsed into `Blend`s here, once,
+with the blends' one weight rule (`jaxblend.index.blend_spec`); a bad blend is refused naming the
+flag, the file and the split.
 """
 
 from __future__ import annotations
 
 import json
+
+from jaxblend.index.blend_spec import Blend, parse_optional_blend
 
 SPLITS = ("train", "valid", "test")
 
@@ -27,23 +31,32 @@ def _read(path: str, flag: str) -> str:
         raise DataArgsError(f"--{flag}={path}: cannot read it ({e.strerror or e})") from e
 
 
-def read_data_args(path: str) -> tuple[str, ...]:
-    """The blend of a ``--data_args_path`` file, as ``--data_path`` tokens.
+def _parsed(tokens: tuple[str, ...], where: str) -> Blend | None:
+    try:
+        return parse_optional_blend(tokens, where)
+    except ValueError as e:
+        raise DataArgsError(str(e)) from None
+
+
+def read_data_args(path: str) -> Blend:
+    """The blend of a ``--data_args_path`` file (its items the file's ``--data_path`` tokens).
 
     Raises:
-      DataArgsError: the file cannot be read or holds nothing.
+      DataArgsError: the file cannot be read, holds nothing or holds a bad blend.
     """
     tokens = tuple(_read(path, "data_args_path").split())
     if not tokens:
         raise DataArgsError(f"--data_args_path={path}: the file is empty; it should hold the blend")
-    return tokens
+    return _parsed(tokens, f"--data_args_path={path}: blend")
 
 
-def read_per_split_data_args(path: str) -> tuple[tuple[str, ...] | None, ...]:
-    """The (train, valid, test) blends of a ``--per_split_data_args_path`` JSON file.
+def read_per_split_data_args(path: str) -> tuple[Blend | None, ...]:
+    """The (train, valid, test) blends of a ``--per_split_data_args_path`` JSON file (None: the
+    split is absent: null or empty).
 
     Raises:
-      DataArgsError: unreadable file, not JSON, a missing split or a value of another type.
+      DataArgsError: unreadable file, not JSON, a missing split, a value of another type or a bad
+        blend.
     """
     text = _read(path, "per_split_data_args_path")
     try:
@@ -54,17 +67,18 @@ def read_per_split_data_args(path: str) -> tuple[tuple[str, ...] | None, ...]:
         raise DataArgsError(
             f"--per_split_data_args_path={path}: expected an object with train, valid and test"
         )
-    out: list[tuple[str, ...] | None] = []
+    out: list[Blend | None] = []
     for split in SPLITS:
         if split not in data:
             raise DataArgsError(f"--per_split_data_args_path={path}: no {split!r} entry")
         value = data[split]
+        where = f"--per_split_data_args_path={path}: {split} blend"
         if value is None:
             out.append(None)
         elif isinstance(value, str):
-            out.append(tuple(value.split()) or None)
+            out.append(_parsed(tuple(value.split()), where))
         elif isinstance(value, list) and all(isinstance(v, (str, int, float)) for v in value):
-            out.append(tuple(str(v) for v in value) or None)
+            out.append(_parsed(tuple(str(v) for v in value), where))
         else:
             raise DataArgsError(
                 f"--per_split_data_args_path={path}: {split!r} must be a list of strings, a "

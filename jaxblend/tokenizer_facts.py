@@ -133,17 +133,13 @@ def read_text(path: str, access: DataAccess) -> str | None:
                 return f.read()
         except FileNotFoundError:
             return None
-    from jaxblend.storage import _location
+    from jaxblend.storage.object_store.directory import ObjectDirectory
+    from jaxblend.storage.object_store.location import resolve
 
-    loc = _location.resolve(path)
-    store = access.object_store
-    kv = _location.open_kvstore(
-        store.complete_spec(loc.kvstore), _location.context_for(store.context_spec())
-    )
-    res = kv.read(loc.name).result(timeout=store.request_timeout)
-    if res.state != "value":
-        return None
-    return bytes(res.value).decode("utf-8")
+    loc = resolve(path)
+    directory = ObjectDirectory(loc.kvstore, access.object_store, display=path[: -len(loc.name)])
+    data = directory.read(loc.name, "reading the preprocessing record")
+    return None if data is None else data.decode("utf-8")
 
 
 def read_facts(prefix: str, access: DataAccess | None = None) -> TokenizerFacts | None:

@@ -104,10 +104,11 @@ def define_data_flags() -> None:
 object_store_from_flags = object_store_flags.object_store_from_flags
 
 
-def _blend(value: list[str] | None) -> tuple[str, ...] | None:
+def _blend(value: list[str] | None, flag: str) -> index.Blend | None:
+    """The `Blend` of a blend flag's value (None: not given), refused naming `--flag`."""
     if not value:
         return None
-    return tuple(" ".join(value).split())
+    return index.parse_optional_blend(" ".join(value).split(), f"--{flag}")
 
 
 def _blends_from_flags(
@@ -122,8 +123,8 @@ def _blends_from_flags(
     form is refused and no blend at all is accepted (the run then has no valid/test splits).
     """
     fl = flags.FLAGS
-    per_split = tuple(_blend(getattr(fl, name)) for name in _BLEND_FLAGS)
-    blend = _blend(fl.data_path)
+    per_split = tuple(_blend(getattr(fl, name), name) for name in _BLEND_FLAGS)
+    blend = _blend(fl.data_path, "data_path")
     if fl.data_args_path:
         if blend is not None:
             raise ValueError("--data_args_path excludes --data_path")

@@ -16,7 +16,9 @@ from jaxblend.index.blend_spec import (
     blend_prefixes,
     normalize,
     parse_blend,
+    parse_optional_blend,
     swapped_weights_hint,
+    validate_weights,
 )
 from jaxblend.index.config import DatasetInfo, GPTDataConfig
 from jaxblend.index.data_maps import (
@@ -67,7 +69,9 @@ __all__ = [
     "history_fingerprint",
     "normalize",
     "parse_blend",
+    "parse_optional_blend",
     "parse_split",
     "split_matrix",
     "swapped_weights_hint",
+    "validate_weights",
 ]

@@ -502,6 +502,12 @@ def _tree_kernel(
 
 
 def _check_weights(weights: np.ndarray) -> None:
+    """What the greedy kernel needs of its float64 weights: finite, none negative, one > 0.
+
+    This is not the blends' weight rule (`blend_spec.validate_weights`, which every `Blend` has
+    passed before its normalized weights reach the kernel): like Megatron's C++ helper, the
+    kernel itself draws nothing from a zero weight, so it accepts one.
+    """
     if weights.ndim != 1 or weights.shape[0] == 0:
         raise ValueError(f"weights must be a non-empty 1-D array, got shape {weights.shape}")
     if not np.all(np.isfinite(weights)):

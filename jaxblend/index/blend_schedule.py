@@ -43,15 +43,16 @@ class BlendStage:
 
     Attributes:
       start_sample: the first train sample (split sample id) of the stage.
-      blend: a Megatron blend list: `("50", "/d/a", "50", "/d/b")`, or one prefix (`("/d/a",)`).
-        A white-space separated string is accepted and stored as the list.
+      blend: the stage's `Blend`: weight/prefix pairs (`("50", "/d/a", "50", "/d/b")`) or one
+        prefix (`("/d/a",)`). A blend list or a white-space separated string is accepted and
+        parsed (`blend_spec.parse_stage_blend`: the stages' rules).
 
     Raises:
       TypeError, ValueError: a bad start or a blend that does not parse, with one line.
     """
 
     start_sample: int
-    blend: tuple[str, ...]
+    blend: blend_spec.Blend
 
     def __post_init__(self) -> None:
         start = self.start_sample
@@ -60,35 +61,19 @@ class BlendStage:
         if not 0 <= start < _SAMPLE_LIMIT:
             raise ValueError(f"stage start_sample = {start} must be in [0, 2**53)")
         object.__setattr__(self, "start_sample", int(start))
-        raw = self.blend
-        if isinstance(raw, str):
-            raw = raw.split()
-        elif raw is None or not isinstance(raw, Sequence):
-            raise TypeError(f"stage blend = {raw!r} must be a list of strings")
-        object.__setattr__(self, "blend", tuple(str(b) for b in raw))
-        parsed = blend_spec.parse_blend(self.blend, f"stage at sample {start}: blend")
-        if len(parsed.prefixes) > 1 and parsed.weights is None:
-            raise ValueError(
-                f"stage at sample {start}: blend {list(self.blend)!r} has several datasets but "
-                "no weights; give [w1, p1, w2, p2, ...]"
-            )
-        seen: set[str] = set()
-        for p in parsed.prefixes:
-            if p in seen:
-                raise ValueError(
-                    f"stage at sample {start}: blend names dataset {p!r} twice; give it once "
-                    "with the summed weight"
-                )
-            seen.add(p)
+        if self.blend is None or not isinstance(self.blend, (str, Sequence)):
+            raise TypeError(f"stage blend = {self.blend!r} must be a list of strings")
+        blend = blend_spec.parse_stage_blend(self.blend, f"stage at sample {start}")
+        object.__setattr__(self, "blend", blend)
 
     @property
     def parsed(self) -> blend_spec.Blend:
-        """The parsed blend."""
-        return blend_spec.parse_blend(self.blend)
+        """The stage's blend (the same object as `blend`)."""
+        return self.blend
 
     def weights(self) -> list[float]:
         """The stage's weights as the blend uses them: normalized twice, as Megatron does."""
-        b = self.parsed
+        b = self.blend
         raw = [1.0] * len(b.prefixes) if b.weights is None else list(b.weights)
         return blend_spec.normalize(blend_spec.normalize(raw))
 
@@ -129,7 +114,7 @@ class BlendSchedule:
         object.__setattr__(self, "stages", stages)
 
     @classmethod
-    def single(cls, blend: Sequence[str] | str) -> BlendSchedule:
+    def single(cls, blend: blend_spec.Blend | Sequence[str] | str) -> BlendSchedule:
         """A one-stage schedule of `blend`."""
         return cls((BlendStage(0, blend),))
 
@@ -234,7 +219,7 @@ def staged_blend_indices(
     dataset_sample_index = np.empty(num_samples, dtype=np.int64)
     carry = np.zeros(len(prefixes), dtype=np.int64)
     for stage, (start, stop) in zip(schedule.stages, bounds):
-        global_id = np.array([position[p] for p in stage.parsed.prefixes], dtype=np.int64)
+        global_id = np.array([position[p] for p in stage.blend.prefixes], dtype=np.int64)
         # The stage's greedy blend is written straight into its slice of the split's arrays.
         view = (dataset_index[start:stop], dataset_sample_index[start:stop])
         blend_index.build_blending_indices(stage.weights(), stop - start, out=view)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import numpy as np
 
@@ -111,10 +111,12 @@ class GPTDataConfig:
     """Everything that fixes the sample order of a GPT data configuration.
 
     Attributes:
-      blend: Megatron blend list (`["p1", "p2"]` or `["30", "p1", "70", "p2"]`), or None when
-        `blend_per_split` is used. Split by `split`.
-      blend_per_split: `(train, valid, test)` blend lists (each None = no such split); each prefix
-        is used whole. Excludes `blend`; `split` is then ignored.
+      blend: the `Blend` of every split, split by `split`, or None when `blend_per_split` is
+        used. A Megatron blend list (`["p1", "p2"]`, `["30", "p1", "70", "p2"]`) or a
+        white-space separated string of one is accepted and parsed (`blend_spec.parse_blend`).
+      blend_per_split: `(train, valid, test)` `Blend`s (each None = no such split); each prefix
+        is used whole. Blend lists or strings are accepted and parsed, an empty one meaning None.
+        Excludes `blend`; `split` is then ignored.
       split: split string such as "969,30,1".
       seq_length: tokens per sample S (> 0).
       seed: RandomState seed of every dataset and split.
@@ -131,9 +133,9 @@ class GPTDataConfig:
         all of them.
     """
 
-    blend: Sequence[str] | None = None
+    blend: blend_spec.Blend | None = None
     blend_per_split: (
-        tuple[Sequence[str] | None, Sequence[str] | None, Sequence[str] | None] | None
+        tuple[blend_spec.Blend | None, blend_spec.Blend | None, blend_spec.Blend | None] | None
     ) = None
     split: str | None = "969,30,1"
     seq_length: int = 2048
@@ -151,10 +153,8 @@ class GPTDataConfig:
                 "BlendSchedule or None"
             )
         staged = self.train_schedule is not None
-        if isinstance(self.blend, str):
-            object.__setattr__(self, "blend", tuple(self.blend.split()))
-        elif self.blend is not None:
-            object.__setattr__(self, "blend", tuple(str(b) for b in self.blend))
+        if self.blend is not None:
+            object.__setattr__(self, "blend", blend_spec.parse_blend(self.blend, "blend"))
         if self.blend_per_split is not None:
             per = tuple(self.blend_per_split)
             if len(per) != 3:
@@ -162,10 +162,9 @@ class GPTDataConfig:
                     f"blend_per_split has {len(per)} entries; expected 3 (train, valid, test)"
                 )
             per = tuple(
-                None if b is None else tuple(b.split()) if isinstance(b, str) else tuple(b)
-                for b in per
+                blend_spec.parse_optional_blend(b, f"blend_per_split[{name}]")
+                for name, b in zip(split_lib.SPLIT_NAMES, per)
             )
-            per = tuple(None if b is not None and len(b) == 0 else b for b in per)
             if all(b is None for b in per) and not staged:
                 raise ValueError("blend_per_split = (None, None, None) names no dataset")
             object.__setattr__(self, "blend_per_split", per)
@@ -176,7 +175,6 @@ class GPTDataConfig:
         if self.blend is not None and self.blend_per_split is not None:
             raise ValueError("blend and blend_per_split are exclusive; give one of them")
         if self.blend is not None:
-            blend_spec.parse_blend(self.blend, "blend")
             if self.split is None:
                 raise ValueError("split must be given with blend (e.g. '969,30,1'), got None")
             matrix = split_lib.split_matrix(split_lib.parse_split(self.split))
@@ -185,10 +183,6 @@ class GPTDataConfig:
                     f"split = {self.split!r} leaves no documents to the train split, which "
                     "train_schedule draws from; give the train split a share (e.g. '969,30,1')"
                 )
-        elif self.blend_per_split is not None:
-            for name, b in zip(split_lib.SPLIT_NAMES, self.blend_per_split):
-                if b is not None and not (staged and name == "train"):
-                    blend_spec.parse_blend(b, f"blend_per_split[{name}]")
         if isinstance(self.seq_length, bool) or not isinstance(self.seq_length, (int, np.integer)):
             raise TypeError(f"seq_length = {self.seq_length!r} must be an int > 0")
         if not 0 < self.seq_length <= np.iinfo(np.int32).max - 1:
@@ -220,3 +214,19 @@ class GPTDataConfig:
             raise ValueError(
                 f"mid_level_dataset_surplus = {self.mid_level_dataset_surplus!r} must be finite and >= 0"
             )
+
+    def split_blend(self, name: str) -> blend_spec.Blend | None:
+        """The blend split `name` ("train", "valid" or "test") draws from, as written: `blend`
+        (all splits), else its `blend_per_split` entry (None: absent). A `train_schedule`'s stages
+        are not a single blend; they are `train_schedule.stages`.
+
+        Raises:
+          ValueError: an unknown split name.
+        """
+        if name not in split_lib.SPLIT_NAMES:
+            raise ValueError(f"split name {name!r}; expected one of {split_lib.SPLIT_NAMES}")
+        if self.blend is not None:
+            return self.blend
+        if self.blend_per_split is None:
+            return None
+        return self.blend_per_split[split_lib.SPLIT_NAMES.index(name)]

@@ -31,7 +31,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-import tqdm
 from absl import logging
 
 from jaxblend import identity
@@ -63,10 +62,9 @@ def plan_fingerprint(
     and the datasets' content fingerprints (never their paths; docs/format.md, "Fingerprint")."""
     position = {p: k for k, p in enumerate(prefixes)}
 
-    def encode(raw: Any) -> Any:
-        if raw is None:
+    def encode(b: blend_spec.Blend | None) -> Any:
+        if b is None:
             return None
-        b = blend_spec.parse_blend(raw)
         return {
             "datasets": [position[p] for p in b.prefixes],
             "weights": None if b.weights is None else [repr(float(w)) for w in b.weights],
@@ -208,7 +206,7 @@ def history_fingerprint(
             "stages": [
                 {
                     "start": s.start_sample,
-                    "datasets": [position[p] for p in s.parsed.prefixes],
+                    "datasets": [position[p] for p in s.blend.prefixes],
                     "weights": [float(w) for w in s.weights()],
                 }
                 for s in stages
@@ -455,6 +453,8 @@ def _dataset_maps(
 ) -> list[gpt.GPTIndexMaps]:
     """The GPT maps of every dataset of the split: from `provider` if it offers them, else
     built."""
+    import tqdm  # only where maps are built: a cached start does not load it
+
     maps: list[gpt.GPTIndexMaps] = []
     progress = tqdm.tqdm(
         total=len(spec.prefixes),

@@ -86,7 +86,7 @@ class SplitSpec:
             drawn = [0] * len(self.prefixes)
             bounds = self.schedule.bounds(self.num_samples)
             for stage, (start, stop) in zip(self.schedule.stages, bounds):
-                for p, w in zip(stage.parsed.prefixes, stage.weights()):
+                for p, w in zip(stage.blend.prefixes, stage.weights()):
                     drawn[position[p]] += math.ceil((stop - start) * w)
             return drawn
         if self.kind == "single":
@@ -102,13 +102,13 @@ def resolve_splits(
     """One spec per split name, in `SPLIT_NAMES` order (None: absent or not in `wanted`).
 
     Raises:
-      ValueError: a blend that does not parse, a bad split string, or a weighted blend without a
-        sample count.
+      ValueError: a bad split string, or a weighted blend without a sample count (the blends
+        were parsed and validated with the config).
     """
     specs: list[SplitSpec | None] = []
     staged = config.train_schedule is not None
     if config.blend is not None:
-        blend = blend_spec.parse_blend(config.blend, "blend")
+        blend = config.blend
         matrix = split_lib.split_matrix(split_lib.parse_split(config.split))
         for index, name in enumerate(split_lib.SPLIT_NAMES):
             if matrix[index] is None or name not in wanted:
@@ -119,15 +119,14 @@ def resolve_splits(
                 specs.append(_make_spec(config, name, blend, matrix[index], index, per_split=False))
         return specs
     for index, name in enumerate(split_lib.SPLIT_NAMES):
-        raw = None if config.blend_per_split is None else config.blend_per_split[index]
+        blend = None if config.blend_per_split is None else config.blend_per_split[index]
         if name not in wanted:
             specs.append(None)
         elif staged and name == "train":
             specs.append(_staged_spec(config, (0.0, 1.0)))
-        elif raw is None:
+        elif blend is None:
             specs.append(None)
         else:
-            blend = blend_spec.parse_blend(raw, f"blend_per_split[{name}]")
             specs.append(_make_spec(config, name, blend, (0.0, 1.0), index, per_split=True))
     return specs
 
@@ -174,8 +173,7 @@ def _make_spec(
             f"num_samples[{name}] = None but the {name} blend has weights; weighted blends "
             f"need a sample count (--{name}_samples)"
         )
-    weights = tuple(blend_spec.normalize(blend.weights))
-    return SplitSpec(kind="weighted", weights=weights, **common)
+    return SplitSpec(kind="weighted", weights=blend.normalized_weights(), **common)
 
 
 def dataset_info(infos: InfoSource, prefix: str) -> DatasetInfo:

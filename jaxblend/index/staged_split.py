@@ -19,7 +19,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import tqdm
 
 from jaxblend.index import blend_schedule, gpt, split_resolution
 from jaxblend.index import split as split_lib
@@ -51,6 +50,8 @@ def build_staged_arrays(
     dataset_index, dataset_sample_index, drawn = blend_schedule.staged_blend_indices(
         spec.schedule, spec.num_samples
     )
+    import tqdm  # only where maps are built: a cached start does not load it
+
     blocks = []
     progress = tqdm.tqdm(
         total=len(spec.prefixes), desc="index maps (train, staged)",

@@ -30,18 +30,16 @@ import json
 import os
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from typing import Any
 
-import tensorstore as ts
 from absl import logging
 
 from jaxblend import atomic_write
 from jaxblend.access import MapStoreOptions, ObjectStoreOptions
 from jaxblend.map_store import entries as cache
-from jaxblend.storage import _remote
-from jaxblend.storage._location import open_kvstore
+from jaxblend.storage.object_store.directory import ObjectDirectory
+from jaxblend.storage.object_store.publishing import publish, wait_for_publication
 
 MARKER = "COMMITTED"
 DOWNLOAD_CHUNK = 64 << 20
@@ -76,15 +74,10 @@ class Bucket:
     def __init__(self, url: str, object_store: ObjectStoreOptions) -> None:
         self.url = url.rstrip("/") + "/"
         self.object_store = object_store
-        spec = ts.KvStore.Spec(self.url).to_json()
-        self._kv = open_kvstore(object_store.complete_spec(spec))
+        self._dir = ObjectDirectory(self.url, object_store)
 
-    def _wait(self, future: Any, url: str, what: str) -> Any:
-        return _remote.wait(future, url, what, self.object_store.request_timeout)
-
-    def _read(self, key: str, url: str) -> bytes | None:
-        res = self._wait(self._kv.read(key), url + key, "reading the map store")
-        return bytes(res.value) if res.state == "value" else None
+    def _read(self, key: str) -> bytes | None:
+        return self._dir.read(key, "reading the map store")
 
     def read_object(self, key: str) -> bytes | None:
         """The whole object `key` under the store's URL (e.g. a publication record), or None.
@@ -92,7 +85,7 @@ class Bucket:
         Raises:
           ObjectStoreError: the bucket failed or timed out.
         """
-        return self._read(key, self.url)
+        return self._read(key)
 
     def write_object(self, key: str, data: bytes) -> str:
         """Writes object `key` under the store's URL in one request (atomic on GCS and S3); its URL.
@@ -100,12 +93,12 @@ class Bucket:
         Raises:
           ObjectStoreError: the bucket failed or timed out.
         """
-        self._wait(self._kv.write(key, data), self.url + key, "writing the map store")
-        return self.url + key
+        self._dir.write(key, data, "writing the map store")
+        return self._dir.url_of(key)
 
     def committed(self, key: str) -> bool:
         """Whether entry `key` has its commit marker in the bucket."""
-        return self._read(f"{key}/{MARKER}", self.url) is not None
+        return self._read(f"{key}/{MARKER}") is not None
 
     def fetch(self, key: str, local_dir: str) -> bool:
         """Downloads committed entry `key` into `local_dir` (if not there yet); whether it is there.
@@ -120,10 +113,10 @@ class Bucket:
         if cache.load(local_dir, key) is not None:
             return True
         where = entry_url(self.url, key)
-        marker = self._read(f"{key}/{MARKER}", where)
+        marker = self._read(f"{key}/{MARKER}")
         if marker is None:
             return False
-        manifest_bytes = self._read(f"{key}/{cache.MANIFEST}", where)
+        manifest_bytes = self._read(f"{key}/{cache.MANIFEST}")
         if manifest_bytes is None:
             raise ValueError(f"index cache {where}: committed but {cache.MANIFEST} is missing")
         manifest = json.loads(manifest_bytes)
@@ -162,7 +155,7 @@ class Bucket:
 
         def take(r: slice, fut: Any) -> bytes:
             try:
-                res = self._wait(fut, name, "downloading the map store")
+                res = self._dir.wait(fut, key, "downloading the map store")
             except ValueError:  # OUT_OF_RANGE: the object is shorter
                 res = None
             data = bytes(res.value) if res is not None and res.state == "value" else b""
@@ -176,7 +169,7 @@ class Bucket:
             pending: collections.deque = collections.deque()
             for offset in range(0, size, DOWNLOAD_CHUNK):
                 r = slice(offset, min(offset + DOWNLOAD_CHUNK, size))
-                pending.append((r, self._kv.read(key, byte_range=r)))
+                pending.append((r, self._dir.start_read(key, r)))
                 if len(pending) == DOWNLOAD_WINDOW:
                     yield take(*pending.popleft())
             while pending:
@@ -186,23 +179,26 @@ class Bucket:
             f.writelines(pieces())
 
     def publish(self, key: str, local_dir: str) -> str:
-        """Uploads local entry `key` of `local_dir` to the bucket, commit marker last; its URL."""
-        kv = self._kv
+        """Uploads local entry `key` of `local_dir` to the bucket, commit marker last
+        (`object_store.publish`); its URL."""
         where = entry_url(self.url, key)
         entry = cache.entry_path(local_dir, key)
         with open(os.path.join(entry, cache.MANIFEST), "rb") as f:
             manifest_bytes = f.read()
         checksum = json.loads(manifest_bytes)["checksum"]
-        self._wait(kv.write(f"{key}/{MARKER}", None), where, "removing a stale commit marker")
-        futures = []
-        for name in sorted(os.listdir(entry)):
-            if name.endswith(".npy"):
-                with open(os.path.join(entry, name), "rb") as f:
-                    futures.append((name, kv.write(f"{key}/{name}", f.read())))
-        futures.append((cache.MANIFEST, kv.write(f"{key}/{cache.MANIFEST}", manifest_bytes)))
-        for name, fut in futures:
-            self._wait(fut, where + name, "uploading the map store")
-        self._wait(kv.write(f"{key}/{MARKER}", checksum.encode()), where, "writing the commit marker")
+        arrays = [
+            (f"{key}/{name}", os.path.join(entry, name))
+            for name in sorted(os.listdir(entry))
+            if name.endswith(".npy")
+        ]
+        marker = f"{key}/{MARKER}"
+        publish(
+            self._dir,
+            [[*arrays, (f"{key}/{cache.MANIFEST}", manifest_bytes)]],
+            (marker, checksum.encode()),
+            retract=[marker],
+            what="uploading the map store",
+        )
         logging.info("published index cache entry %s", where)
         return where
 
@@ -212,18 +208,15 @@ class Bucket:
         Raises:
           TimeoutError: no commit marker within `wait_seconds` (names the entry's URL).
         """
-        deadline = time.monotonic() + options.wait_seconds
-        logging.info(
-            "waiting for process 0 to publish index cache entry %s", entry_url(self.url, key)
+        where = entry_url(self.url, key)
+        logging.info("waiting for process 0 to publish index cache entry %s", where)
+        wait_for_publication(
+            lambda: self.fetch(key, local_dir) or None,
+            f"index cache {where}",
+            options.wait_seconds,
+            options.poll_seconds,
+            "the building process (0) is slow or failed: check its log, or raise --data_cache_wait",
         )
-        while not self.fetch(key, local_dir):
-            if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"index cache {entry_url(self.url, key)}: not published within "
-                    f"{options.wait_seconds:g} s (--data_cache_wait); the building process (0) is "
-                    f"slow or failed: check its log, or raise --data_cache_wait"
-                )
-            time.sleep(options.poll_seconds)
 
     def check(self, key: str, options: MapStoreOptions) -> str | None:
         """Downloads committed entry `key` (if not mirrored yet) and verifies every byte; problem

@@ -34,9 +34,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import time
 from collections.abc import Mapping
-from typing import Any
 
 from absl import logging
 
@@ -58,8 +56,11 @@ from jaxblend.map_store.record import (
     rows_entry,
 )
 from jaxblend.map_store.store import MapStore, load_or_build_data_maps
-from jaxblend.storage import _location, _remote
 from jaxblend.storage.idx_format import IndexFormatError
+from jaxblend.storage.object_store import requests
+from jaxblend.storage.object_store.directory import ObjectDirectory
+from jaxblend.storage.object_store.location import resolve
+from jaxblend.storage.object_store.publishing import wait_for_publication
 from jaxblend.storage.reader import IndexedDataset
 from jaxblend.tokenizer_facts import TokenizerFacts
 from jaxblend.urls import is_url
@@ -239,19 +240,18 @@ def wait_for(config: GPTDataConfig, access: DataAccess) -> Publication:
     key = launch_key(config)
     url = record_url(store.url, key)
     options = access.maps
-    deadline = time.monotonic() + options.wait_seconds
     logging.info(
         "waiting for process 0 to publish index cache entry %s (the publication record)", url
     )
-    while (data := store.remote().read_object(record_key(key))) is None:
-        if time.monotonic() > deadline:
-            raise TimeoutError(
-                f"publication record {url}: not published within {options.wait_seconds:g} s "
-                "(--data_cache_wait); the publishing process (build_index, or process 0) is slow "
-                "or failed: check its log, publish first with python -m jaxblend.tools.build_index, "
-                "or raise --data_cache_wait"
-            )
-        time.sleep(options.poll_seconds)
+    remote = store.remote()
+    data = wait_for_publication(
+        lambda: remote.read_object(record_key(key)),
+        f"publication record {url}",
+        options.wait_seconds,
+        options.poll_seconds,
+        "the publishing process (build_index, or process 0) is slow or failed: check its log, "
+        "publish first with python -m jaxblend.tools.build_index, or raise --data_cache_wait",
+    )
     return _parse(data, store, key)
 
 
@@ -286,23 +286,24 @@ def check_bins_exist(config: GPTDataConfig, access: DataAccess) -> None:
       ObjectStoreError: the bucket failed or timed out.
     """
     store = access.object_store
-    kvstores: dict[str, Any] = {}
+    directories: dict[str, ObjectDirectory] = {}
     pending = []
     for prefix in opening.config_prefixes(config):
-        loc = _location.resolve(prefix)
+        loc = resolve(prefix)
         if loc.local_prefix is not None:
             if not os.path.isfile(loc.local_prefix + ".bin"):
                 raise IndexFormatError(f"{loc.file_name('.bin')}: data file does not exist")
             continue
-        spec = store.complete_spec(loc.kvstore)
-        name = json.dumps(spec, sort_keys=True)
-        if name not in kvstores:
-            kvstores[name] = _location.open_kvstore(spec)
-        pending.append((loc, kvstores[name].read(loc.bin_key, byte_range=slice(0, 0))))
+        name = json.dumps(loc.kvstore, sort_keys=True)
+        if name not in directories:
+            directories[name] = ObjectDirectory(loc.kvstore, store)
+        pending.append((loc, directories[name].start_read(loc.bin_key, slice(0, 0))))
     for loc, future in pending:
         try:
-            state = _remote.wait(future, loc.file_name(".bin"), "checking it exists",
-                                 store.request_timeout).state
+            state = requests.wait(
+                future, loc.file_name(".bin"), "checking it exists", store.request_timeout,
+                store.s3_endpoint,
+            ).state
         except ValueError:  # OUT_OF_RANGE: an empty object exists
             state = "value"
         if state != "value":

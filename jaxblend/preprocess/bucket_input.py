@@ -28,8 +28,7 @@ import tensorstore as ts
 from jaxblend import atomic_write
 from jaxblend.access import ObjectStoreOptions
 from jaxblend.preprocess.partitions import InputError
-from jaxblend.storage import _remote
-from jaxblend.storage._location import open_kvstore
+from jaxblend.storage.object_store.directory import ObjectDirectory
 from jaxblend.urls import is_url
 
 _CURRENT = "generation"
@@ -76,7 +75,7 @@ def _fetch(url: str, root: str, object_store: ObjectStoreOptions) -> str:
     parent, _, name = url.rpartition("/")
     if not name or not parent.partition("://")[2]:
         raise InputError(f"--input {url}: name an object, e.g. gs://bucket/data/part-0.jsonl")
-    kv = open_kvstore(object_store.complete_spec(ts.KvStore.Spec(parent + "/").to_json()))
+    directory = ObjectDirectory(parent + "/", object_store)
     home = os.path.join(root, _digest(url.encode()))
     current = os.path.join(home, _CURRENT)
     known = None
@@ -85,8 +84,7 @@ def _fetch(url: str, root: str, object_store: ObjectStoreOptions) -> str:
             known = f.read()
     if known is None or not os.path.exists(os.path.join(home, _digest(known), name)):
         known = None  # first download, or the copy is gone
-    timeout = object_store.request_timeout
-    first = _read_chunk(kv, name, url, 0, timeout, if_not_equal=known)
+    first = _read_chunk(directory, name, 0, if_not_equal=known)
     if first.state == "unspecified":  # unchanged since the download
         return os.path.join(home, _digest(known), name)
     if first.state != "value":
@@ -105,7 +103,7 @@ def _fetch(url: str, root: str, object_store: ObjectStoreOptions) -> str:
             offset += len(res.value)
             if len(res.value) < DOWNLOAD_CHUNK:
                 break
-            res = _read_chunk(kv, name, url, offset, timeout)
+            res = _read_chunk(directory, name, offset)
             if res.state != "value":
                 raise InputError(f"--input {url}: the object vanished while it was downloaded; rerun")
     os.utime(path, ns=(0, 0))
@@ -115,17 +113,13 @@ def _fetch(url: str, root: str, object_store: ObjectStoreOptions) -> str:
 
 
 def _read_chunk(
-    kv: ts.KvStore, name: str, url: str, offset: int, timeout: float, if_not_equal: bytes | None = None
+    directory: ObjectDirectory, name: str, offset: int, if_not_equal: bytes | None = None
 ) -> ts.KvStore.ReadResult:
     """Bytes ``[offset, offset + DOWNLOAD_CHUNK)`` of object ``name`` (fewer at its end)."""
-    kw = {} if if_not_equal is None else {"if_not_equal": if_not_equal}
+    what = "downloading the input"
     try:
-        return _remote.wait(
-            kv.read(name, byte_range=slice(offset, offset + DOWNLOAD_CHUNK), **kw), url,
-            "downloading the input", timeout,
+        return directory.read_result(
+            name, slice(offset, offset + DOWNLOAD_CHUNK), what, if_not_equal=if_not_equal
         )
     except ValueError:  # OUT_OF_RANGE: fewer bytes left than a chunk
-        return _remote.wait(
-            kv.read(name, byte_range=slice(offset, None), **kw), url, "downloading the input",
-            timeout,
-        )
+        return directory.read_result(name, slice(offset, None), what, if_not_equal=if_not_equal)

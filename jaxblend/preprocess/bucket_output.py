@@ -24,11 +24,9 @@ import os
 import tempfile
 from typing import Any
 
-import tensorstore as ts
-
 from jaxblend.access import ObjectStoreOptions
-from jaxblend.storage import _remote
-from jaxblend.storage._location import open_kvstore
+from jaxblend.storage.object_store.directory import ObjectDirectory
+from jaxblend.storage.object_store.publishing import publish
 
 
 def work_dir_for(url_prefix: str, work_dir: str | None = None) -> str:
@@ -68,11 +66,7 @@ class BucketOutput:
                 "e.g. gs://bucket/tokens/web"
             )
         self._root = root + "/"
-        spec = ts.KvStore.Spec(self._root).to_json()
-        self._kv = open_kvstore(object_store.complete_spec(spec))
-
-    def _wait(self, future: Any, key: str, what: str) -> Any:
-        return _remote.wait(future, self._root + key, what, self.object_store.request_timeout)
+        self._dir = ObjectDirectory(self._root, object_store)
 
     def _key(self, local_path: str) -> str:
         return os.path.basename(local_path)
@@ -80,43 +74,38 @@ class BucketOutput:
     def read_record(self) -> dict[str, Any] | None:
         """The published run record (``<prefix>.preprocess.json``), or None if absent/unparsable."""
         key = self._name + ".preprocess.json"
-        res = self._wait(self._kv.read(key), key, "reading the run record")
-        if res.state != "value":
+        data = self._dir.read(key, "reading the run record")
+        if data is None:
             return None
         try:
-            record = json.loads(bytes(res.value))
+            record = json.loads(data)
         except ValueError:
             return None
         return record if isinstance(record, dict) else None
-
-    def put(self, key: str, data: bytes | None, what: str) -> bytes:
-        """Writes (or with None deletes) object ``key`` under the prefix's directory; returns the
-        generation written (TensorStore's stamp, as a later read reports it)."""
-        return bytes(self._wait(self._kv.write(key, data), key, what).generation)
 
     def publish(
         self, local_names: dict[str, str], record: dict[str, Any], extras: tuple[str, ...] = ()
     ) -> dict[str, tuple[bytes, bytes]]:
         """Uploads the local run's datasets, then the ``extras`` files (the cleaning report), then
-        its record (see the module docstring).
+        its record, the commit point (`object_store.publish`; see the module docstring).
 
         Returns:
           key -> the generations of the uploaded (``.idx``, ``.bin``).
         """
-        written: dict[str, dict[str, bytes]] = {key: {} for key in local_names}
         record_key = self._name + ".preprocess.json"
-        self.put(record_key, None, "removing the old run record")
-        for name in local_names.values():
-            self.put(self._key(name) + ".idx", None, "removing an old .idx")
-        for ext in ("bin", "idx"):
-            for key, name in local_names.items():
-                with open(f"{name}.{ext}", "rb") as f:
-                    written[key][ext] = self.put(
-                        f"{self._key(name)}.{ext}", f.read(), f"uploading the .{ext}"
-                    )
-        for path in extras:
-            with open(path, "rb") as f:
-                self.put(self._key(path), f.read(), "uploading the cleaning report")
+        names = {key: self._key(name) for key, name in local_names.items()}
+        stages = [
+            [(f"{names[key]}.{ext}", f"{name}.{ext}") for key, name in local_names.items()]
+            for ext in ("bin", "idx")
+        ]
+        stages.append([(self._key(path), path) for path in extras])
         data = (json.dumps(record, indent=1, sort_keys=True) + "\n").encode()
-        self.put(record_key, data, "writing the run record")
-        return {key: (w["idx"], w["bin"]) for key, w in written.items()}
+        written = publish(
+            self._dir,
+            stages,
+            (record_key, data),
+            retract=[record_key, *(f"{n}.idx" for n in names.values())],
+            what="publishing the preprocessing outputs",
+            in_flight=1,
+        )
+        return {key: (written[f"{n}.idx"], written[f"{n}.bin"]) for key, n in names.items()}

@@ -3,8 +3,8 @@
 Preprocessing reads each finished `.bin` once anyway (the largest token id,
 `manifest.scan_outputs`), and takes its MD5 in the same pass. With it, the dataset's fingerprint
 (docs/format.md, "Fingerprint") is known the moment the files are final: it is recorded in the
-identity memo (`jaxblend.storage.identity_memo`) under the versions of the files just written (the
-local files' version stamps; for a bucket output, the generations the uploads returned), and the
+identity memo (`jaxblend.storage.dataset_identity.memo`) under the versions of the files just
+written (the local files' version stamps; for a bucket output, the generations the uploads returned), and the
 MD5s go in the run record (``bin_md5``).
 
 The memo's rule of not remembering a local version changed less than `SETTLE_SECONDS` ago guards
@@ -18,10 +18,12 @@ from __future__ import annotations
 import os
 
 from jaxblend.access import IdentityStoreOptions, ObjectStoreOptions
-from jaxblend.storage import _identity, _location, identity_memo, idx_format
+from jaxblend.storage import idx_format
+from jaxblend.storage.dataset_identity import levels, memo
+from jaxblend.storage.object_store.location import resolve
 
 
-def fingerprint_of(prefix: str, bin_md5: str) -> identity_memo.Identity:
+def fingerprint_of(prefix: str, bin_md5: str) -> memo.Identity:
     """The identity of the local dataset `prefix` whose `.bin` has MD5 `bin_md5`.
 
     Raises:
@@ -32,8 +34,8 @@ def fingerprint_of(prefix: str, bin_md5: str) -> identity_memo.Identity:
     arrays = idx_format.parse_index(idx_bytes, prefix + ".idx", multimodal=None)
     bin_size = os.path.getsize(prefix + ".bin")
     idx_format.check_bin_size(arrays, bin_size, prefix + ".idx", prefix + ".bin")
-    value = _identity.combine(idx_bytes, bin_size, bytes.fromhex(bin_md5))
-    return identity_memo.Identity(value, arrays.num_tokens, bin_size)
+    value = levels.combine(idx_bytes, bin_size, bytes.fromhex(bin_md5))
+    return memo.Identity(value, arrays.num_tokens, bin_size)
 
 
 def record_local(
@@ -41,7 +43,7 @@ def record_local(
     md5s: dict[str, str],
     identity: IdentityStoreOptions,
     object_store: ObjectStoreOptions,
-) -> dict[str, identity_memo.Identity]:
+) -> dict[str, memo.Identity]:
     """Remembers each written local dataset (key -> prefix) under its current file versions.
 
     Returns:
@@ -49,13 +51,13 @@ def record_local(
     """
     out = {}
     for key, prefix in names.items():
-        versions = _identity.local_versions(prefix)[:2]
+        versions = levels.local_versions(prefix)[:2]
         out[key] = fingerprint_of(prefix, md5s[key])
-        if _identity.local_versions(prefix)[:2] != versions:
+        if levels.local_versions(prefix)[:2] != versions:
             continue  # changed meanwhile: not this run's bytes; the first open identifies it
-        loc = _location.resolve(prefix)
-        identity_memo.record(
-            _identity.memo_url(loc),
+        loc = resolve(prefix)
+        memo.record(
+            levels.memo_url(loc),
             *versions,
             out[key],
             options=identity,
@@ -66,7 +68,7 @@ def record_local(
 
 def record_published(
     urls: dict[str, str],
-    identities: dict[str, identity_memo.Identity],
+    identities: dict[str, memo.Identity],
     generations: dict[str, tuple[bytes, bytes]],
     identity: IdentityStoreOptions,
     object_store: ObjectStoreOptions,
@@ -76,9 +78,9 @@ def record_published(
     for key, url in urls.items():
         if key not in generations or key not in identities:
             continue
-        loc = _location.resolve(url)
-        identity_memo.record(
-            _identity.memo_url(loc),
+        loc = resolve(url)
+        memo.record(
+            levels.memo_url(loc),
             *generations[key],
             identities[key],
             options=identity,

@@ -22,10 +22,9 @@ trained (docs/schedules.md, "Edits at resume").
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from jaxblend.index import blend_spec
@@ -38,40 +37,9 @@ _STAGE_KEYS = ("start_step", "blend")
 EXAMPLE = '{"stages": [{"start_step": 0, "blend": ["50", "/d/a", "50", "/d/b"]}, ...]}'
 
 
-def _stage_blend(blend: Sequence[str] | str, where: str) -> tuple[str, ...]:
-    """`blend` as a validated Megatron blend list: one prefix, or weight/prefix pairs.
-
-    Raises:
-      ValueError: naming `where`: an empty or odd list, a weight that is not a positive number,
-        several prefixes without weights.
-    """
-    try:
-        parsed = blend_spec.parse_blend(blend, "blend")
-    except ValueError as err:
-        raise ValueError(f"{where}: {err}") from None
-    repeated = [p for p, n in collections.Counter(parsed.prefixes).items() if n > 1]
-    if repeated:
-        raise ValueError(
-            f"{where}: blend names {repeated[0]} more than once; give each dataset once, with "
-            "the summed weight"
-        )
-    if parsed.weights is None and len(parsed.prefixes) > 1:
-        raise ValueError(
-            f"{where}: blend {blend!r} names {len(parsed.prefixes)} datasets without "
-            "weights; give weight, prefix pairs (e.g. [\"50\", \"/d/a\", \"50\", \"/d/b\"])"
-        )
-    items = [blend] if isinstance(blend, str) else [str(item).strip() for item in blend]
-    if len(items) == 1:
-        items = items[0].split()
-    return tuple(item for item in items if item)
-
-
-def _normalized(blend: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[float, ...] | None]:
+def _normalized(blend: blend_spec.Blend) -> tuple[tuple[str, ...], tuple[float, ...] | None]:
     """What a stage's samples depend on: its prefixes and its normalized weights."""
-    parsed = blend_spec.parse_blend(blend)
-    if parsed.weights is None:
-        return parsed.prefixes, None
-    return parsed.prefixes, tuple(blend_spec.normalize(parsed.weights))
+    return blend.prefixes, blend.normalized_weights()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,11 +48,13 @@ class DataStage:
 
     Attributes:
       start_step: the first training step of the stage.
-      blend: its Megatron blend list (``("50", "/d/a", "50", "/d/b")``, or one prefix).
+      blend: its `Blend` (``("50", "/d/a", "50", "/d/b")``, or one prefix); a blend list or a
+        white-space separated string is accepted and parsed with the stages' rules
+        (`blend_spec.parse_stage_blend`, the same as the index layer's `BlendStage`).
     """
 
     start_step: int
-    blend: tuple[str, ...]
+    blend: blend_spec.Blend
 
     def __post_init__(self) -> None:
         if (
@@ -93,7 +63,9 @@ class DataStage:
             or self.start_step < 0
         ):
             raise ValueError(f"DataStage.start_step must be an integer >= 0, got {self.start_step!r}")
-        object.__setattr__(self, "blend", _stage_blend(self.blend, "DataStage.blend"))
+        object.__setattr__(
+            self, "blend", blend_spec.parse_stage_blend(self.blend, "DataStage.blend")
+        )
 
     def same_samples(self, other: DataStage) -> bool:
         """Whether both stages start at the same step and draw alike (same datasets, in the same
@@ -288,8 +260,8 @@ class DataSchedule:
             raise ValueError(f"{self.source}: {err}") from None
 
 
-def _blend_of_json(value: Any, where: str) -> tuple[str, ...]:
-    """A stage's ``blend`` entry (a list of strings and numbers, or one string) as a blend list."""
+def _blend_of_json(value: Any, where: str) -> blend_spec.Blend:
+    """A stage's ``blend`` entry (a list of strings and numbers, or one string) as a `Blend`."""
     if isinstance(value, str):
         items = value.split()
     elif isinstance(value, list) and all(
@@ -304,7 +276,7 @@ def _blend_of_json(value: Any, where: str) -> tuple[str, ...]:
         )
     if not items:
         raise ValueError(f"{where}: blend is empty; give weight, prefix pairs or one prefix")
-    return _stage_blend(items, where)
+    return blend_spec.parse_stage_blend(items, where)
 
 
 def first_sample(plan: StepPlan, step: int) -> int:

@@ -240,7 +240,7 @@ def validation_set_configs(
             "multiple validation sets need per-split blends with a validation blend "
             "(--valid_data_path or --per_split_data_args_path), as in Megatron-LM"
         )
-    blend = index.parse_blend(per_split[1], "blend_per_split[valid]")
+    blend = per_split[1]  # a Blend, parsed with the config
     samples = None if full_validation else config.num_samples[1]
     return {
         prefix: dataclasses.replace(

@@ -25,8 +25,9 @@ import tensorstore as ts
 
 from jaxblend import access as access_lib
 from jaxblend.index import row_table
-from jaxblend.storage import _location, _remote
 from jaxblend.storage.idx_format import IndexFormatError
+from jaxblend.storage.object_store import location as _location
+from jaxblend.storage.object_store import requests as _remote
 from jaxblend.storage.token_reader import reader_context
 
 RowSlices = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]

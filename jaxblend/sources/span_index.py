@@ -33,7 +33,7 @@ import numpy as np
 from jaxblend.index import row_table
 from jaxblend.index.split_maps import SplitMaps
 from jaxblend.sources.row_tables import RowTables
-from jaxblend.storage import _location
+from jaxblend.storage.object_store import location
 from jaxblend.storage.reader import IndexedDataset
 from jaxblend.storage.sequence_spans import SequenceSpans
 from jaxblend.storage.token_reader import BinDataset
@@ -210,7 +210,7 @@ class RowTableSpanIndex:
         self._length = int(length)
         self._fingerprints = None if dataset_fingerprints is None else dict(dataset_fingerprints)
         self._remote_bins = any(
-            _location.resolve(d.prefix).local_prefix is None for d in self._datasets
+            location.resolve(d.prefix).local_prefix is None for d in self._datasets
         )
 
     def __len__(self) -> int:

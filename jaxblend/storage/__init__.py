@@ -15,12 +15,13 @@ import importlib
 from typing import Any
 
 _NAMES = {
-    "open_kvstore": "jaxblend.storage._location",
-    "shared_context": "jaxblend.storage._location",
+    "open_kvstore": "jaxblend.storage.object_store.location",
+    "shared_context": "jaxblend.storage.object_store.location",
     "IndexedDatasetBuilder": "jaxblend.storage.builder",
+    "dataset_fingerprint": "jaxblend.storage.dataset_identity",
     "IndexFormatError": "jaxblend.storage.idx_format",
     "token_dtype_for_vocab": "jaxblend.storage.idx_format",
-    "ObjectStoreError": "jaxblend.storage.object_store",
+    "ObjectStoreError": "jaxblend.storage.object_store.errors",
     "IndexedDataset": "jaxblend.storage.reader",
     "exists": "jaxblend.storage.reader",
     "BinDataset": "jaxblend.storage.token_reader",
@@ -36,6 +37,7 @@ __all__ = [
     "ObjectStoreError",
     "SequenceSpans",
     "TokenReader",
+    "dataset_fingerprint",
     "exists",
     "open_kvstore",
     "shared_context",

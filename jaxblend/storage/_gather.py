@@ -8,7 +8,7 @@ destination's dtype. A *source* is a flat array given by its address and item co
   (`token_reader.TokenReader`, for the ranges of a whole batch across datasets, and so for
   `IndexedDataset.get` and `dataset[i]`);
 * object stores: sources are the downloaded byte buffers of coalesced range reads, each one
-  "sequence" at byte 0 (`_remote.RangeRead` places them), then the downloaded tokens of each
+  "sequence" at byte 0 (`object_store.RangeRead` places them), then the downloaded tokens of each
   dataset when they need a dtype conversion (`place_runs`).
 
 `sequence_starts` is its companion for callers that speak in sequences: `.bin` token offsets of

@@ -18,8 +18,9 @@ from typing import Any
 import tensorstore as ts
 
 from jaxblend.access import IdentityStoreOptions, ObjectStoreOptions
-from jaxblend.storage import _location, idx_format
+from jaxblend.storage import idx_format
 from jaxblend.storage.idx_format import IndexArrays, IndexFormatError
+from jaxblend.storage.object_store import location as _location
 
 
 @dataclasses.dataclass
@@ -79,7 +80,7 @@ def open_kvstore(loc: _location.Location, context: ts.Context) -> ts.KvStore:
       IndexFormatError: the kvstore spec does not open.
     """
     try:
-        return ts.KvStore.open(loc.kvstore, context=context).result()
+        return _location.open_kvstore(loc.kvstore, context)
     except ValueError as e:
         raise IndexFormatError(f"{loc.display}: cannot open the kvstore {loc.kvstore}: {e}") from e
 

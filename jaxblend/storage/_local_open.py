@@ -12,10 +12,13 @@ import stat
 
 import numpy as np
 
-from jaxblend.storage import _identity, _location, _mapping, identity_memo, idx_format
+from jaxblend.storage import _mapping, idx_format
+from jaxblend.storage import dataset_identity as _identity
 from jaxblend.storage._handles import Handles, OpenSettings
 from jaxblend.storage._prefix_hint import missing_prefix_hint
+from jaxblend.storage.dataset_identity import memo as identity_memo
 from jaxblend.storage.idx_format import IndexFormatError
+from jaxblend.storage.object_store import location as _location
 
 
 def open_local(loc: _location.Location, settings: OpenSettings) -> tuple[Handles, str | None]:

@@ -13,10 +13,14 @@ from __future__ import annotations
 import numpy as np
 import tensorstore as ts
 
-from jaxblend.storage import _identity, _location, _remote, identity_memo, idx_format
+from jaxblend.storage import dataset_identity as _identity
+from jaxblend.storage import idx_format
 from jaxblend.storage._handles import Handles, OpenSettings
 from jaxblend.storage._prefix_hint import suffix_hint
+from jaxblend.storage.dataset_identity import memo as identity_memo
 from jaxblend.storage.idx_format import IndexFormatError
+from jaxblend.storage.object_store import location as _location
+from jaxblend.storage.object_store import requests as _remote
 
 
 def open_remote(

@@ -22,8 +22,9 @@ from typing import Any, Self
 
 import numpy as np
 
-from jaxblend.storage import _location, idx_format
+from jaxblend.storage import idx_format
 from jaxblend.storage.idx_format import IndexFormatError
+from jaxblend.storage.object_store import location as _location
 
 _WRITE_BUFFER = 8 << 20
 _COPY_CHUNK = 64 << 20

@@ -18,7 +18,7 @@ of an object version seen before comes from `identity_memo` without downloading 
 Every read option (backend, object-store endpoints, retries, concurrency, coalescing, timeouts)
 comes from the one `DataAccess` a dataset is opened with.
 
-Accepted prefix forms are listed in `jaxblend.storage._location` (local path, `file://`, kvstore URL,
+Accepted prefix forms are listed in `jaxblend.storage.object_store.location` (local path, `file://`, kvstore URL,
 kvstore spec dict). Objects pickle as their prefix and options; file handles reopen lazily (under a
 lock) in each process, and a dataset whose files changed in between is refused.
 
@@ -50,9 +50,12 @@ import numpy as np
 
 from jaxblend import access as access_lib
 from jaxblend.access import ObjectStoreOptions
-from jaxblend.storage import _identity, _local_open, _location, _remote, _remote_open
+from jaxblend.storage import _local_open, _remote_open
+from jaxblend.storage import dataset_identity as _identity
 from jaxblend.storage._handles import Handles, OpenSettings, open_kvstore, release
 from jaxblend.storage.idx_format import IndexArrays, IndexFormatError
+from jaxblend.storage.object_store import location as _location
+from jaxblend.storage.object_store import requests as _remote
 from jaxblend.storage.token_reader import BinDataset, TokenReader
 
 

@@ -35,8 +35,11 @@ import numpy as np
 import tensorstore as ts
 
 from jaxblend import access as access_lib
-from jaxblend.storage import _gather, _handles, _location, _mapping, _remote, identity_memo
+from jaxblend.storage import _gather, _handles, _mapping
+from jaxblend.storage.dataset_identity import memo as identity_memo
 from jaxblend.storage.idx_format import IndexFormatError
+from jaxblend.storage.object_store import location as _location
+from jaxblend.storage.object_store import requests as _remote
 
 REPUBLISH = "publish the maps again with python -m jaxblend.tools.build_index"
 

@@ -244,10 +244,7 @@ def _stages_of_step(
 
 def _target_weights(names: Sequence[str], plan) -> np.ndarray:
     cfg = cli.data_config_from_flags()
-    from jaxblend.index import parse_blend
-
-    blend = cfg.blend if cfg.blend is not None else cfg.blend_per_split[("train", "valid", "test").index(flags.FLAGS.which.split("_")[0])]
-    parsed = parse_blend(blend)
+    parsed = cfg.split_blend(flags.FLAGS.which.split("_")[0])  # a Blend, parsed with the config
     if parsed.weights is not None and len(parsed.weights) == len(names):
         w = np.asarray(parsed.weights, np.float64)
     else:  # weighted by size (unweighted blends)
@@ -311,7 +308,7 @@ def mixture() -> dict:
 def verify() -> dict:
     """Full content verification of every dataset of --data_path (and the per-split paths)."""
     from jaxblend.storage import IndexedDataset
-    from jaxblend.storage.content_verify import verify_dataset
+    from jaxblend.storage.dataset_identity.verify import verify_dataset
 
     access = cli.data_access_from_flags()
     result = {}

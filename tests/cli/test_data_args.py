@@ -25,7 +25,7 @@ def test_data_args_file_equals_data_path(fl, tmp_path):
     fl.data_args_path = None
     fl.data_path = ["0.3 /d/a 0.7 /d/b"]
     assert from_file == data_flags.data_config_from_flags()
-    assert from_file.blend == ("0.3", "/d/a", "0.7", "/d/b")
+    assert tuple(from_file.blend) == ("0.3", "/d/a", "0.7", "/d/b")
 
 
 def test_per_split_file_in_megatron_forms(fl, tmp_path):
@@ -36,7 +36,7 @@ def test_per_split_file_in_megatron_forms(fl, tmp_path):
     fl.per_split_data_args_path = str(path)
     config = data_flags.data_config_from_flags()
     assert config.blend is None
-    assert config.blend_per_split == (("0.3", "/d/a", "0.7", "/d/b"), ("/d/v",), None)
+    assert tuple(b and tuple(b) for b in config.blend_per_split) == (("0.3", "/d/a", "0.7", "/d/b"), ("/d/v",), None)
     fl.per_split_data_args_path = None
 
 

@@ -16,16 +16,16 @@ def fl(fl):
 def test_flags_accept_list_and_string(fl):
     fl.data_path = ["30 /d/a 70 /d/b"]
     config = data_flags.data_config_from_flags()
-    assert config.blend == ("30", "/d/a", "70", "/d/b")
+    assert tuple(config.blend) == ("30", "/d/a", "70", "/d/b")
     assert config.num_samples == (10, None, None)
     fl.data_path = ["30", "/d/a", "70", "/d/b"]
-    assert data_flags.data_config_from_flags().blend == ("30", "/d/a", "70", "/d/b")
+    assert tuple(data_flags.data_config_from_flags().blend) == ("30", "/d/a", "70", "/d/b")
 
 
 def test_default_blend_only_without_a_data_path(fl):
-    assert data_flags.data_config_from_flags(default_blend=("/d/x",)).blend == ("1", "/d/a")
+    assert tuple(data_flags.data_config_from_flags(default_blend=("/d/x",)).blend) == ("1", "/d/a")
     fl.data_path = None
-    assert data_flags.data_config_from_flags(default_blend=("/d/x",)).blend == ("/d/x",)
+    assert tuple(data_flags.data_config_from_flags(default_blend=("/d/x",)).blend) == ("/d/x",)
     with pytest.raises(ValueError, match="give --data_path"):
         data_flags.data_config_from_flags()
 

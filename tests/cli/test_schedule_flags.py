@@ -37,7 +37,7 @@ def test_schedule_alone_gives_a_train_split_only(fl):
     assert config.blend is None and config.blend_per_split is None
     stages = config.train_schedule.stages
     assert [s.start_sample for s in stages] == [0, 32]
-    assert stages[1].blend == ("20", "/d/a", "80", "/d/c")
+    assert tuple(stages[1].blend) == ("20", "/d/a", "80", "/d/c")
     assert data_flags.prefixes_from_flags() == ["/d/a", "/d/b", "/d/c"]
 
 
@@ -54,14 +54,14 @@ def test_rampup_turns_steps_into_samples(fl):
 def test_with_data_path_valid_and_test_come_from_the_blend(fl):
     fl.data_path, fl.split, fl.valid_samples = ["/d/v"], "90,10,0", 8
     config = data_flags.data_config_from_flags()
-    assert config.blend == ("/d/v",) and config.train_schedule is not None
+    assert tuple(config.blend) == ("/d/v",) and config.train_schedule is not None
     assert data_flags.prefixes_from_flags() == ["/d/a", "/d/b", "/d/c", "/d/v"]
 
 
 def test_with_per_split_valid_path(fl):
     fl.valid_data_path = ["/d/v"]
     config = data_flags.data_config_from_flags()
-    assert config.blend_per_split == (None, ("/d/v",), None)
+    assert tuple(b and tuple(b) for b in config.blend_per_split) == (None, ("/d/v",), None)
 
 
 def test_train_blend_given_twice_is_refused(fl, tmp_path):
@@ -105,7 +105,7 @@ def test_missing_and_malformed_files_name_the_flag_and_file(fl, tmp_path):
 def test_no_schedule_keeps_the_old_behaviour(fl):
     fl.data_schedule, fl.data_path = None, ["/d/a"]
     config = data_flags.data_config_from_flags()
-    assert config.train_schedule is None and config.blend == ("/d/a",)
+    assert config.train_schedule is None and tuple(config.blend) == ("/d/a",)
     fl.data_path = None
     with pytest.raises(ValueError, match="give --data_path"):
         data_flags.data_config_from_flags()

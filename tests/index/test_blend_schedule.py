@@ -86,7 +86,7 @@ class TestValidation:
         assert "\n" not in str(info.value)
 
     def test_stage_forms(self):
-        assert index.BlendStage(0, "30 /d/a 70 /d/b").blend == ("30", "/d/a", "70", "/d/b")
+        assert tuple(index.BlendStage(0, "30 /d/a 70 /d/b").blend) == ("30", "/d/a", "70", "/d/b")
         assert index.BlendStage(np.int64(7), ["/d/a"]).start_sample == 7
         assert index.BlendStage(0, ["/d/a"]).weights() == [1.0]
 

@@ -189,6 +189,47 @@ def test_exhaustive_blend(data):
     _check(data, blend=["a", "b", "c", "multi"], split="70,20,10", seq_length=12)
 
 
+def test_weights_that_normalize_are_accepted_as_by_megatron(data):
+    # The one weight rule is Megatron's: all-negative weights normalize as their absolute values,
+    # and Megatron's builder accepts them; the maps are those of the positive weights.
+    _check(
+        data,
+        blend=["-0.6", "a", "-0.3", "b", "-0.1", "c"],
+        split="90,8,2",
+        seq_length=10,
+        num_samples=(3000, 41, 3),
+    )
+    _check(data, blend=["-2", "b"], split="90,8,2", seq_length=10, num_samples=(90, 5, 1))
+    _check(
+        data,
+        blend_per_split=[["-1", "a", "-2", "b"], ["c"], None],
+        seq_length=8,
+        num_samples=(400, 30, None),
+    )
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # Megatron's normalize of such weights
+@pytest.mark.parametrize(
+    ("weights", "says"),
+    [
+        (("0", "1"), "is zero"),
+        (("-1", "2"), "is negative"),
+        (("nan", "1"), "not a finite number"),
+        (("inf", "1"), "not a finite number"),
+        (("0", "0"), "all zero"),
+        (("1e308", "1e308"), "do not normalize"),
+    ],
+)
+def test_weights_that_do_not_normalize_are_refused_as_by_megatron(data, weights, says):
+    p, _, _ = data
+    blend = [weights[0], p["a"], weights[1], p["b"]]
+    settings = {"split": "90,8,2", "seq_length": 10, "num_samples": (300, 5, 1)}
+    with pytest.raises((AssertionError, ValueError)):  # BlendedDataset's `weights > 0` and co.
+        H.megatron_build(blend=blend, seed=1234, **settings)
+    with pytest.raises(ValueError, match=says):
+        index.GPTDataConfig(blend=blend, **settings)
+
+
 def test_single_prefix_with_weight_is_a_blend(data):
     plan, _ = _check(data, blend=["1", "b"], split="90,8,2", seq_length=10, num_samples=(90, 5, 1))
     assert plan.split("train").is_blended

@@ -43,7 +43,7 @@ class _Identity:
         self.schedule, self.salt = schedule, salt
 
     def __call__(self, num_samples: int) -> str:
-        cut = [(s.start_step, s.blend) for s in self.schedule.stages if s.start_step * B < num_samples]
+        cut = [(s.start_step, list(s.blend)) for s in self.schedule.stages if s.start_step * B < num_samples]
         return json.dumps([self.salt, cut])
 
 

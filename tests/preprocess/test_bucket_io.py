@@ -19,9 +19,10 @@ from jaxblend.preprocess import bucket_input, bucket_output, pipeline
 from jaxblend.preprocess import manifest as manifest_lib
 from jaxblend.preprocess.cleaning import CleaningConfig
 from jaxblend.preprocess.partitions import InputError
-from jaxblend.storage._location import open_kvstore
 from jaxblend.storage.idx_format import IndexFormatError
-from jaxblend.storage.object_store import ObjectStoreError
+from jaxblend.storage.object_store.directory import ObjectDirectory
+from jaxblend.storage.object_store.errors import ObjectStoreError
+from jaxblend.storage.object_store.location import open_kvstore
 from jaxblend.tokenizer_facts import read_facts
 from tests.preprocess.conftest import read_bytes, small_run_config, write_jsonl
 
@@ -83,14 +84,22 @@ def test_publish_killed_midway_is_unfinished_and_rerun_completes(
     path = f"out-{uuid.uuid4().hex}/corpus"
     url = object_store.prefix_url(path)
     config = small_run_config(url, [src], work_dir=str(tmp_path / "work"))
-    put = bucket_output.BucketOutput.put
+    start_write, write = ObjectDirectory.start_write, ObjectDirectory.write
 
-    def failing_put(self, key, data, what):
+    def fail(key, data):
         if data is not None and key.endswith(failing):
             raise ObjectStoreError(f"injected failure uploading {key}")
-        return put(self, key, data, what)
 
-    monkeypatch.setattr(bucket_output.BucketOutput, "put", failing_put)
+    def failing_start_write(self, key, data):
+        fail(key, data)
+        return start_write(self, key, data)
+
+    def failing_write(self, key, data, what="writing it"):
+        fail(key, data)
+        return write(self, key, data, what)
+
+    monkeypatch.setattr(ObjectDirectory, "start_write", failing_start_write)
+    monkeypatch.setattr(ObjectDirectory, "write", failing_write)
     with pytest.raises(ObjectStoreError, match="injected"):
         pipeline.preprocess(config)
     assert not _exists(object_store, path + ".preprocess.json")  # no commit point: unfinished
@@ -104,7 +113,8 @@ def test_publish_killed_midway_is_unfinished_and_rerun_completes(
             with pytest.raises(IndexFormatError, match="does not exist"):
                 storage.IndexedDataset(url + "_text_document")
 
-    monkeypatch.setattr(bucket_output.BucketOutput, "put", put)
+    monkeypatch.setattr(ObjectDirectory, "start_write", start_write)
+    monkeypatch.setattr(ObjectDirectory, "write", write)
     result = pipeline.preprocess(config)
     assert result.published.startswith(f"published to {url} ")
     assert result.partitions_reused == 3  # the partitions were kept in the work directory
@@ -253,10 +263,10 @@ def test_object_changing_mid_download_is_refused(tmp_path, monkeypatch):
     kv.write("a.jsonl", b"0123456789" * 3).result()
     real = bucket_input._read_chunk
 
-    def rewrite_after_first(kv_, name, url, offset, *a, **k):
+    def rewrite_after_first(directory, name, offset, *a, **k):
         if offset:
             kv.write("a.jsonl", b"z" * 30).result()
-        return real(kv_, name, url, offset, *a, **k)
+        return real(directory, name, offset, *a, **k)
 
     monkeypatch.setattr(bucket_input, "_read_chunk", rewrite_after_first)
     with pytest.raises(InputError) as e:

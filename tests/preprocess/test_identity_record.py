@@ -14,7 +14,8 @@ from helpers_fault_proxy import FaultProxy
 
 from jaxblend.access import DataAccess, IdentityStoreOptions
 from jaxblend.preprocess import pipeline
-from jaxblend.storage import IndexedDataset, content_digest
+from jaxblend.storage import IndexedDataset
+from jaxblend.storage.dataset_identity import content_digest
 from tests.preprocess.conftest import small_run_config, write_jsonl
 
 

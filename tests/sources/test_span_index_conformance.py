@@ -32,7 +32,8 @@ from jaxblend.sources import (
 )
 from jaxblend.sources.row_tables import ArrayRowTables, BucketRowTables
 from jaxblend.sources.source_identity import gpt_source_fingerprint
-from jaxblend.storage import BinDataset, IndexFormatError, identity_memo
+from jaxblend.storage import BinDataset, IndexFormatError
+from jaxblend.storage.dataset_identity import memo as identity_memo
 
 EOD = 0
 

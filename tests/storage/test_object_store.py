@@ -119,7 +119,7 @@ def test_same_size_token_change_is_a_new_identity(object_store, corpus) -> None:
 @pytest.mark.parametrize("how", ["environment", "index cache default"])
 def test_identity_memo_in_a_bucket_is_shared(object_store, corpus, monkeypatch, how) -> None:
     """With the memo at a bucket URL, a version hashed by one host is known to every other host."""
-    from jaxblend.storage import content_digest
+    from jaxblend.storage.dataset_identity import content_digest
 
     url = _upload(object_store, corpus)
     memo_url = object_store.prefix_url(f"memo{next(_names)}/")

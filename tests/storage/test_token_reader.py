@@ -10,7 +10,8 @@ import pytest
 from helpers_data import write_random_dataset
 
 from jaxblend.access import DataAccess, ObjectStoreOptions
-from jaxblend.storage import IndexFormatError, identity_memo
+from jaxblend.storage import IndexFormatError
+from jaxblend.storage.dataset_identity import memo as identity_memo
 from jaxblend.storage.token_reader import BinDataset, TokenReader
 
 DTYPES = (np.uint16, np.int32, np.uint16)

@@ -18,8 +18,10 @@ import pytest
 from helpers_data import write_random_dataset
 
 from jaxblend.access import DataAccess, ObjectStoreOptions
-from jaxblend.storage import IndexedDataset, _identity, identity_memo, store_checksums
-from jaxblend.storage.content_verify import verify_dataset
+from jaxblend.storage import IndexedDataset, dataset_identity
+from jaxblend.storage.dataset_identity import memo as identity_memo
+from jaxblend.storage.dataset_identity import store_checksums
+from jaxblend.storage.dataset_identity.verify import verify_dataset
 
 
 def _verify(*prefixes: str) -> subprocess.CompletedProcess:
@@ -61,7 +63,7 @@ def _plant_memo(prefix: str, fingerprint: str) -> None:
     h = ds._handles()
     access = DataAccess.from_env()
     identity_memo.record(
-        _identity.memo_url(ds._location),
+        dataset_identity.memo_url(ds._location),
         h.idx_generation,
         h.bin_generation,
         identity_memo.Identity(fingerprint, h.num_tokens, h.bin_size),

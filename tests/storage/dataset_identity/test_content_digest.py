@@ -14,9 +14,11 @@ import numpy as np
 import pytest
 
 from jaxblend.access import DataAccess
-from jaxblend.storage import IndexedDataset, IndexFormatError, content_digest, identity_memo
+from jaxblend.storage import IndexedDataset, IndexFormatError
+from jaxblend.storage.dataset_identity import content_digest
+from jaxblend.storage.dataset_identity import memo as identity_memo
 
-from .conftest import Corpus
+from ..conftest import Corpus
 
 
 def _flip_middle_token(prefix: str) -> None:

@@ -41,10 +41,9 @@ import json
 import os
 from pathlib import Path
 
-import tensorstore as ts
-
 from jaxblend import atomic_write
 from jaxblend.access import IdentityStoreOptions, ObjectStoreOptions
+from jaxblend.storage.object_store.directory import ObjectDirectory
 from jaxblend.urls import is_url
 
 FORMAT = b"v3"  # v3: the `.bin` component is its MD5 (v2: chunked SHA-256; entries not reused)
@@ -52,7 +51,7 @@ SETTLE_SECONDS = 2.0
 
 
 def _default_directory() -> Path:
-    return Path(os.path.expanduser("~")) / ".cache" / "jaxblend" / "identity"
+    return Path(os.path.join(os.path.expanduser("~"), ".cache", "jaxblend", "identity"))
 
 
 def _store(options: IdentityStoreOptions, remote_dataset: bool) -> Path | str | None:
@@ -64,24 +63,23 @@ def _store(options: IdentityStoreOptions, remote_dataset: bool) -> Path | str | 
     return Path(options.local_dir) if options.local_dir else _default_directory()
 
 
-def _bucket(url: str, store: ObjectStoreOptions) -> ts.KvStore:
-    """The memo's kvstore, reached with `store`'s endpoint and region."""
-    from jaxblend.storage._location import open_kvstore
-
-    return open_kvstore(store.complete_spec(ts.KvStore.Spec(url).to_json()))
+def _bucket(url: str, store: ObjectStoreOptions) -> ObjectDirectory:
+    """The memo's bucket directory, reached with `store`'s options."""
+    return ObjectDirectory(url, store)
 
 
 def _read(store: Path | str, name: str, access: ObjectStoreOptions) -> str | None:
     if isinstance(store, Path):
-        try:
-            return (store / name).read_text()
+        try:  # (plain `open`: read once per dataset at every start, pathlib's parsing is not free)
+            with open(os.path.join(store, name)) as f:
+                return f.read()
         except OSError:
             return None
     try:
-        res = _bucket(store, access).read(name).result(timeout=access.request_timeout)
-    except (ValueError, TimeoutError):
+        data = _bucket(store, access).read(name, "reading the identity memo")
+    except (ValueError, OSError):  # a memo that cannot be read is a miss
         return None
-    return bytes(res.value).decode(errors="replace") if res.state == "value" else None
+    return None if data is None else data.decode(errors="replace")
 
 
 def _write(store: Path | str, name: str, text: str, access: ObjectStoreOptions) -> None:
@@ -94,8 +92,8 @@ def _write(store: Path | str, name: str, text: str, access: ObjectStoreOptions) 
             pass
         return
     try:  # an object-store write is atomic: readers see the old object or the new one
-        _bucket(store, access).write(name, text.encode()).result(timeout=access.request_timeout)
-    except (ValueError, TimeoutError):
+        _bucket(store, access).write(name, text.encode(), "writing the identity memo")
+    except (ValueError, OSError):
         pass
 
 

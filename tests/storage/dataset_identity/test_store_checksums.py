@@ -19,15 +19,10 @@ import pytest
 from helpers_fault_proxy import FaultProxy
 
 from jaxblend.access import ObjectStoreOptions
-from jaxblend.storage import (
-    IndexedDataset,
-    IndexFormatError,
-    ObjectStoreError,
-    content_digest,
-    store_checksums,
-)
+from jaxblend.storage import IndexedDataset, IndexFormatError, ObjectStoreError
+from jaxblend.storage.dataset_identity import content_digest, store_checksums
 
-from .conftest import Corpus
+from ..conftest import Corpus
 
 _names = itertools.count()
 
@@ -134,6 +129,20 @@ def test_gcs_credentials_missing_is_one_clear_error(gcs_server, corpus, monkeypa
         monkeypatch.setattr(google.auth, "default", no_credentials)
         with pytest.raises(ObjectStoreError, match=r"\.bin: no GCS credentials .* `gcloud auth"):
             _ = ds.fingerprint
+
+
+def test_gcs_metadata_denied_names_the_object_and_gcloud_login(gcs_server, corpus) -> None:
+    url = _upload(gcs_server, corpus)
+    with gcs_server.pointed_at():
+        ds = IndexedDataset(url)
+        _ = ds.sequence_lengths
+    with FaultProxy(gcs_server.url) as proxy, gcs_server.pointed_at(proxy.url):
+        proxy.fail_next(1000, 403)
+        with pytest.raises(ObjectStoreError) as info:
+            _ = ds.fingerprint
+    message = str(info.value)
+    assert message.startswith(f"{url}.bin: access denied while reading the object's metadata (HTTP 403)")
+    assert "gcloud auth application-default login" in message and "\n" not in message
 
 
 # --------------------------------------------------------------------------- parsing, no server

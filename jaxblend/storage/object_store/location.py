@@ -1,4 +1,4 @@
-"""Where an IndexedDataset lives: prefix forms -> local path or TensorStore kvstore + keys.
+"""Where data lives: prefix forms -> local path or TensorStore kvstore + keys, and opening stores.
 
 Accepted `prefix` forms (the dataset is the pair `<prefix>.bin` + `<prefix>.idx`):
 
@@ -13,6 +13,14 @@ Accepted `prefix` forms (the dataset is the pair `<prefix>.bin` + `<prefix>.idx`
 All kvstores are opened on one process-wide `ts.Context` (see `shared_context`), so a `memory://`
 store written through `open_kvstore` is visible to every reader in the same process. Memory stores
 are per process: they do not survive pickling into another process.
+
+`open_store` is how the package opens a store: the URL or spec completed with the
+`ObjectStoreOptions` (S3 endpoint and region) on the context of its retries and concurrency, so
+every request is bounded by the retry budget the flags give. An S3 store given no credential
+source takes `AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY` directly when both are set (the first
+link of the AWS chain, without the chain's search of profile files and instance metadata, which
+logs a line for each place it finds nothing). Otherwise the chain runs, once per store settings and
+context, under `sdk_logging.quietly` (one empty request of a probe key makes it run there).
 """
 
 from __future__ import annotations
@@ -27,6 +35,9 @@ from typing import Any
 
 import tensorstore as ts
 
+from jaxblend.access import ObjectStoreOptions
+from jaxblend.storage.object_store import sdk_logging
+from jaxblend.storage.object_store.errors import ObjectStoreError, describe
 from jaxblend.urls import is_url
 
 Prefix = str | os.PathLike | dict
@@ -79,6 +90,9 @@ def shared_context() -> ts.Context:
 
 
 _CHILD_CONTEXTS: dict[str, ts.Context] = {}
+_CHAIN_SEARCHED: set[str] = set()  # S3 stores whose credential chain has run (per context)
+_CHAIN_PROBE = ".jaxblend-credentials-probe"
+_CHAIN_PROBE_SECONDS = 2.0
 
 
 def context_for(spec: dict[str, Any]) -> ts.Context:
@@ -112,7 +126,54 @@ def open_kvstore(spec: str | dict[str, Any], context: ts.Context | None = None) 
     Returns:
         The open kvstore.
     """
-    return ts.KvStore.open(spec, context=context or shared_context()).result()
+    if isinstance(spec, str):
+        spec = ts.KvStore.Spec(spec).to_json()
+    spec = with_credentials(spec)
+    context = context or shared_context()
+    if spec.get("driver") != "s3" or "aws_credentials" in spec:
+        return ts.KvStore.open(spec, context=context).result()
+    key = json.dumps([{k: v for k, v in spec.items() if k != "path"}, id(context)], sort_keys=True)
+    with _CONTEXT_LOCK:
+        searched = key in _CHAIN_SEARCHED
+        _CHAIN_SEARCHED.add(key)
+    if searched:
+        return ts.KvStore.open(spec, context=context).result()
+    with sdk_logging.quietly():  # the AWS SDK's default credential chain runs now, and logs
+        kv = ts.KvStore.open(spec, context=context).result()
+        probe = kv.read(_CHAIN_PROBE, byte_range=slice(0, 0))
+        try:
+            probe.result(timeout=_CHAIN_PROBE_SECONDS)
+        except (ValueError, TimeoutError):
+            probe.cancel()  # the real requests report what is wrong
+    return kv
+
+
+def with_credentials(spec: dict[str, Any]) -> dict[str, Any]:
+    """An S3 spec naming no credential source gets the environment's key pair when both
+    `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY` are set (copy; other specs as they are)."""
+    if spec.get("driver") != "s3" or "aws_credentials" in spec:
+        return spec
+    if not (os.environ.get("AWS_ACCESS_KEY_ID") and os.environ.get("AWS_SECRET_ACCESS_KEY")):
+        return spec
+    return {**spec, "aws_credentials": {"type": "environment"}}
+
+
+def open_store(url: str | dict[str, Any], options: ObjectStoreOptions) -> ts.KvStore:
+    """Opens the store at `url` (a directory URL ending in "/", or a kvstore spec) with
+    `options`: endpoint and region filled in, on the context of its retries and concurrency.
+
+    Raises:
+      ObjectStoreError: the store cannot be opened (one line naming the URL and the fix).
+      ValueError: `url` is not a kvstore URL TensorStore understands.
+    """
+    spec = ts.KvStore.Spec(url).to_json() if isinstance(url, str) else copy.deepcopy(url)
+    display = url if isinstance(url, str) else spec_url(spec)
+    try:
+        return open_kvstore(options.complete_spec(spec), context_for(options.context_spec()))
+    except ValueError as e:
+        raise ObjectStoreError(
+            describe(str(e), display, "opening the store", options.s3_endpoint)
+        ) from None
 
 
 def resolve(prefix: Prefix) -> Location:
@@ -131,7 +192,7 @@ def resolve(prefix: Prefix) -> Location:
         spec = copy.deepcopy(prefix)
         if "driver" not in spec:
             raise ValueError(f"kvstore spec prefix {prefix!r} has no 'driver' member")
-        display = _display_of_spec(spec)
+        display = spec_url(spec)
     elif isinstance(prefix, (str, os.PathLike)):
         text = os.fspath(prefix)
         if not isinstance(text, str):
@@ -207,7 +268,8 @@ def _file_url_path(url: str) -> str:
     return urllib.parse.unquote(parsed.path)
 
 
-def _display_of_spec(spec: dict[str, Any]) -> str:
+def spec_url(spec: dict[str, Any]) -> str:
+    """The URL of a kvstore spec, for messages (its `repr` when it has none)."""
     try:
         return ts.KvStore.Spec(spec).url
     except (ValueError, TypeError, AttributeError):

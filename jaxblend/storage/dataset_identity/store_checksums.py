@@ -13,7 +13,7 @@ taken without reading its `.bin`.
   (AWS objects encrypted with SSE-C or SSE-KMS have ETags that are not MD5s; `inspect verify`
   reports such a dataset as a mismatch, docs/robustness.md.)
 * Anything else (local files, `memory://`, S3 multipart, GCS composite) has no reported MD5: the
-  caller reads the object once per version (`content_digest`) and `identity_memo` remembers it.
+  caller reads the object once per version (`content_digest`) and `memo` remembers it.
 
 GCS endpoint and credentials: the base URL is `$TENSORSTORE_GCS_HTTP_URL` when set (read at the
 request, exactly as TensorStore reads it, so both talk to the same server), else
@@ -32,13 +32,10 @@ import random
 import re
 import threading
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from typing import Any
 
 from jaxblend.access import ObjectStoreOptions
-from jaxblend.storage.object_store import ObjectStoreError
+from jaxblend.storage.object_store.errors import ObjectStoreError, credentials_hint
 
 GCS_DEFAULT_BASE = "https://storage.googleapis.com"
 _GCS_FIELDS = "generation,size,md5Hash,crc32c,componentCount"
@@ -154,6 +151,10 @@ def parse_gcs_metadata(meta: dict[str, Any], stamp: bytes, name: str) -> StoreCh
 def _gcs(
     bucket: str, obj: str, stamp: bytes, name: str, store: ObjectStoreOptions
 ) -> StoreChecksum:
+    import urllib.error  # (here: http.client and email are not needed by a local start)
+    import urllib.parse
+    import urllib.request
+
     base = os.environ.get("TENSORSTORE_GCS_HTTP_URL") or GCS_DEFAULT_BASE
     url = (
         f"{base.rstrip('/')}/storage/v1/b/{urllib.parse.quote(bucket, safe='')}/o/"
@@ -167,6 +168,11 @@ def _gcs(
                 meta = json.loads(answer.read())
             break
         except urllib.error.HTTPError as e:
+            if e.code in (401, 403):
+                raise ObjectStoreError(
+                    f"{name}: access denied while reading the object's metadata (HTTP {e.code}); "
+                    f"{credentials_hint(name)}"
+                ) from None
             if e.code not in _RETRYABLE or attempt == store.max_retries:
                 raise ObjectStoreError(
                     f"{name}: reading the object's metadata failed with HTTP {e.code} ({url}); "

@@ -20,13 +20,24 @@ import tensorstore as ts
 
 from jaxblend.storage import _gather
 from jaxblend.storage.idx_format import IndexFormatError
-from jaxblend.storage.object_store import ObjectStoreError
+from jaxblend.storage.object_store.errors import ObjectStoreError, bucket_of, describe
 
 _SIZE_IN_ERROR = re.compile(r"(?:value of size|total size|ActualObjectSize>)\s*(\d+)")
 
 
-def wait(future: Any, name: str, what: str, timeout: float) -> Any:
+def wait(
+    future: Any,
+    name: str,
+    what: str,
+    timeout: float,
+    s3_endpoint: str | None = None,
+    writing: bool = False,
+) -> Any:
     """`future.result()` bounded by `timeout` seconds, failures named after `name`.
+
+    A failed request becomes one line (`errors.describe`): denied access names how credentials
+    are found, an unreachable server names it and the flag to change, a
+    missing bucket names it (`s3_endpoint`: the server of an s3:// `name`, when known).
 
     Raises:
       ObjectStoreError: on a timeout or a failed request (other than OUT_OF_RANGE).
@@ -43,7 +54,7 @@ def wait(future: Any, name: str, what: str, timeout: float) -> Any:
         text = str(e)
         if text.startswith("OUT_OF_RANGE"):
             raise
-        raise ObjectStoreError(f"{name}: {what} failed: {_short(text)}") from None
+        raise ObjectStoreError(describe(text, name, what, s3_endpoint, writing)) from None
 
 
 def read(kv: ts.KvStore, key: str, byte_range: slice | None = None, batch: Any = None) -> Any:
@@ -81,7 +92,10 @@ def missing_message(kv: ts.KvStore, key: str, name: str, what: str, timeout: flo
         wait(kv.list(range=ts.KvStore.KeyRange(key, key + "\x00")), name, "listing", timeout)
     except (ObjectStoreError, ValueError) as e:
         if "NoSuchBucket" in str(e) or "bucket" in str(e).lower():
-            return f"{name}: {what} does not exist: the bucket does not exist ({_short(str(e))})"
+            return (
+                f"{name}: {what} does not exist: the bucket {bucket_of(name)} does not exist "
+                "(create it, or check the URL)"
+            )
     return f"{name}: {what} does not exist (check the path, the bucket name and the credentials)"
 
 
@@ -129,12 +143,6 @@ def size_from_error(e: Exception) -> int | None:
     """The object size some servers report in a range error, if any."""
     m = _SIZE_IN_ERROR.search(str(e))
     return int(m.group(1)) if m else None
-
-
-def _short(text: str) -> str:
-    """First line of a TensorStore status, without the echoed response body."""
-    text = text.split("\n", 1)[0]
-    return text.split(" [http_response_body", 1)[0][:300]
 
 
 class RangeRead:

@@ -1,11 +1,9 @@
-"""A dataset's content fingerprint: its `.idx` bytes, its `.bin` size and the MD5 of its `.bin`.
+"""The fingerprint of an opened dataset, level by level (see `jaxblend.storage.dataset_identity`).
 
-See docs/format.md, "Fingerprint". The `.bin` MD5 comes, in this order of preference, from what
-the object store reports for the version that was opened (`store_checksums`: GCS `md5Hash`, a
-single-part S3 ETag; a few hundred bytes, no `.bin` read), or from reading the file once
-(`content_digest`: local files, S3 multipart uploads, GCS composite objects). Either way the result
-is remembered by `identity_memo` under the versions recorded in the open handles (local version
-stamps or object generations), so later opens of the same versions take it from there.
+`fingerprint` is what `IndexedDataset.fingerprint` calls for the handles of an open dataset whose
+version pair the memo did not know: the `.bin` MD5 reported by the store (level 2), else read
+(level 3), hashed with the `.idx` bytes and the `.bin` size (`combine`), and remembered by version
+(level 1, `memo`).
 """
 
 from __future__ import annotations
@@ -16,15 +14,18 @@ import time
 from typing import Any
 
 from jaxblend.access import IdentityStoreOptions, ObjectStoreOptions
-from jaxblend.storage import _location, _remote, content_digest, identity_memo, store_checksums
 from jaxblend.storage._handles import Handles
+from jaxblend.storage.dataset_identity import content_digest, store_checksums
+from jaxblend.storage.dataset_identity import memo as identity_memo
 from jaxblend.storage.idx_format import IndexFormatError
+from jaxblend.storage.object_store import requests
+from jaxblend.storage.object_store.location import Location
 
 _HASH_CHUNK = 64 << 20
 PERSON = b"jaxblend.idx.v3"  # v3: the `.bin` component is its MD5 (v2: chunked SHA-256)
 
 
-def memo_url(loc: _location.Location) -> str:
+def memo_url(loc: Location) -> str:
     """The key a dataset is remembered under: its real local path, or its URL."""
     return loc.display if loc.local_prefix is None else os.path.realpath(loc.local_prefix)
 
@@ -37,7 +38,7 @@ def local_versions(prefix: str) -> tuple[bytes, bytes, float]:
 
 
 def fingerprint(
-    loc: _location.Location,
+    loc: Location,
     h: Handles,
     store: ObjectStoreOptions,
     memo: IdentityStoreOptions,
@@ -72,7 +73,7 @@ def combine(idx_bytes: Any, bin_size: int, bin_md5: bytes) -> str:
 
 
 def reported_md5(
-    loc: _location.Location, h: Handles, store: ObjectStoreOptions
+    loc: Location, h: Handles, store: ObjectStoreOptions
 ) -> store_checksums.StoreChecksum:
     """What the store reports for the `.bin` version in `h` (no MD5 for local files).
 
@@ -89,7 +90,7 @@ def reported_md5(
         raise IndexFormatError(str(e)) from None
 
 
-def bin_md5(loc: _location.Location, h: Handles, store: ObjectStoreOptions) -> str:
+def bin_md5(loc: Location, h: Handles, store: ObjectStoreOptions) -> str:
     """MD5 (hex) of the `.bin` version in `h`: reported by the store when it keeps one, else read."""
     checksum = reported_md5(loc, h, store)
     if checksum.md5 is not None:
@@ -97,7 +98,7 @@ def bin_md5(loc: _location.Location, h: Handles, store: ObjectStoreOptions) -> s
     return read_md5(loc, h, store)
 
 
-def read_md5(loc: _location.Location, h: Handles, store: ObjectStoreOptions) -> str:
+def read_md5(loc: Location, h: Handles, store: ObjectStoreOptions) -> str:
     """MD5 (hex) of the `.bin` read in full, checking that it is the version seen at open."""
     bin_name = loc.file_name(".bin")
     if loc.local_prefix is not None:
@@ -115,7 +116,7 @@ def read_md5(loc: _location.Location, h: Handles, store: ObjectStoreOptions) -> 
     kv, timeout = h.kvstore, store.request_timeout
 
     def finish(future: Any) -> bytes:
-        res = _remote.wait(future, bin_name, "reading the data file to hash it", timeout)
+        res = requests.wait(future, bin_name, "reading the data file to hash it", timeout)
         if res.state != "value" or bytes(res.stamp.generation) != h.bin_generation:
             raise IndexFormatError(
                 f"{bin_name}: the data file was rewritten while it was being opened; open it again"
@@ -123,5 +124,5 @@ def read_md5(loc: _location.Location, h: Handles, store: ObjectStoreOptions) -> 
         return res.value
 
     return content_digest.streamed_digest(
-        h.bin_size, lambda lo, hi: _remote.read(kv, loc.bin_key, slice(lo, hi)), finish
+        h.bin_size, lambda lo, hi: requests.read(kv, loc.bin_key, slice(lo, hi)), finish
     )

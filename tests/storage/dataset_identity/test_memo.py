@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from jaxblend.access import DataAccess, IdentityStoreOptions, MapStoreOptions, ObjectStoreOptions
-from jaxblend.storage import identity_memo
+from jaxblend.storage.dataset_identity import memo as identity_memo
 
 IDENTITY = identity_memo.Identity("ab" * 16, num_tokens=10, bin_size=20)
 STORE = ObjectStoreOptions()

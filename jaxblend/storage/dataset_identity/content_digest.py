@@ -15,7 +15,7 @@ party wrote, not against an adversary who crafts collisions.)
 Computing it is one sequential pass: MD5 cannot be split into independent chunks. Reads run ahead
 of the hashing (`_IN_FLIGHT` chunks of `CHUNK_BYTES`, in threads for local files, as concurrent
 range requests for objects), so the pass runs at the speed of one core's MD5 when the bytes arrive
-fast enough. It is paid once per file version: `identity_memo` remembers the result (local:
+fast enough. It is paid once per file version: `memo` remembers the result (local:
 device, inode, size, mtime, ctime; buckets: object generations). Measured figures:
 benchmarks/dataset_identity.py.
 """

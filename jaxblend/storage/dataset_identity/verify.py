@@ -1,7 +1,7 @@
 """Full content verification of a dataset, on request: every byte of the `.bin` is read.
 
 Opening a dataset checks sizes and file versions only (docs/robustness.md, "Dataset identity"): a
-version pair remembered (`identity_memo`) or reported by the store (`store_checksums`) is not read.
+version pair remembered (`memo`) or reported by the store (`store_checksums`) is not read.
 That trusts the bytes behind a version to stay what they were. `verify_dataset` checks it: it reads
 the whole `.bin` of the version opened, recomputes its MD5 and compares it with
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from jaxblend.storage import _identity, identity_memo
+from jaxblend.storage.dataset_identity import levels, memo
 from jaxblend.storage.reader import IndexedDataset
 
 
@@ -73,11 +73,11 @@ def verify_dataset(ds: IndexedDataset) -> Verification:
     ds._arrays()  # the `.idx`, downloaded and validated (the fingerprint covers its bytes)
     loc, h, settings = ds._location, ds._handles(), ds._settings
     bin_name = loc.file_name(".bin")
-    checksum = _identity.reported_md5(loc, h, settings.store)
-    read = _identity.read_md5(loc, h, settings.store)
-    fingerprint = _identity.combine(h.idx_buffer, h.bin_size, bytes.fromhex(read))
-    known = identity_memo.lookup(
-        _identity.memo_url(loc),
+    checksum = levels.reported_md5(loc, h, settings.store)
+    read = levels.read_md5(loc, h, settings.store)
+    fingerprint = levels.combine(h.idx_buffer, h.bin_size, bytes.fromhex(read))
+    known = memo.lookup(
+        levels.memo_url(loc),
         h.idx_generation,
         h.bin_generation,
         options=settings.identity,
@@ -102,13 +102,13 @@ def verify_dataset(ds: IndexedDataset) -> Verification:
     if (
         not problems
         and remembered is None
-        and (loc.local_prefix is None or began - h.changed_at >= identity_memo.SETTLE_SECONDS)
+        and (loc.local_prefix is None or began - h.changed_at >= memo.SETTLE_SECONDS)
     ):
-        identity_memo.record(
-            _identity.memo_url(loc),
+        memo.record(
+            levels.memo_url(loc),
             h.idx_generation,
             h.bin_generation,
-            identity_memo.Identity(fingerprint, h.num_tokens, h.bin_size),
+            memo.Identity(fingerprint, h.num_tokens, h.bin_size),
             options=settings.identity,
             object_store=settings.store,
         )

@@ -1,0 +1,95 @@
+"""Dataset identity: what the data of a prefix is, as one content fingerprint.
+
+The one entry point is `dataset_fingerprint(prefix, access)`; an open `IndexedDataset` gives the
+same value as its `fingerprint`. The fingerprint hashes the `.idx` bytes, the `.bin` size and the
+MD5 of the `.bin` (docs/format.md, "Fingerprint"), so a disk copy and a bucket copy of a dataset
+have the same one. It keys index-map caches, publication records and resume states: the value must
+never change for the same bytes.
+
+It is found at the cheapest of three levels (docs/object_stores.md, "Opening a dataset"; the costs
+are in docs/robustness.md, "Dataset identity"):
+
+1. **memo by version** (`memo`): the fingerprint remembered for this (`.idx` version,
+   `.bin` version) pair (object generations; a local file's device, inode, size and times). A
+   rewritten file has a new version and misses. Cost: the open's version probes, nothing more.
+2. **store checksum** (`store_checksums`): the MD5 the store keeps for the `.bin` version that was
+   opened (GCS `md5Hash` from one metadata request, bound to the generation; a single-part S3
+   ETag, no request). No `.bin` byte is read.
+3. **full read** (`content_digest`): the `.bin` read once, sequentially, and hashed (local files,
+   `memory://`, S3 multipart uploads, GCS composite objects). A file that changes meanwhile is
+   refused.
+
+Levels 2 and 3 remember their result at level 1. Preprocessing records the fingerprint of what it
+writes at level 1 (`jaxblend.preprocess.identity_record`); `verify` reads every byte on
+request and checks levels 1 and 2 against it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from jaxblend.access import DataAccess
+    from jaxblend.storage.object_store.location import Prefix
+
+_NAMES = {
+    "Identity": "memo",
+    "bin_md5": "levels",
+    "combine": "levels",
+    "fingerprint": "levels",
+    "local_versions": "levels",
+    "memo_url": "levels",
+    "read_md5": "levels",
+    "reported_md5": "levels",
+    "verify_dataset": "verify",
+}
+
+__all__ = [
+    "Identity",
+    "bin_md5",
+    "combine",
+    "dataset_fingerprint",
+    "fingerprint",
+    "local_versions",
+    "memo_url",
+    "read_md5",
+    "reported_md5",
+    "verify_dataset",
+]
+
+
+def dataset_fingerprint(prefix: Prefix, access: DataAccess | None = None) -> str:
+    """The content fingerprint of the dataset at `prefix` (local path, URL or kvstore spec).
+
+    The dataset is opened (its files' versions, sizes and `.idx` header checked) and identified at
+    the cheapest level that knows it (see the module docstring).
+
+    Args:
+      prefix: the dataset prefix.
+      access: how it is reached (default `DataAccess.from_env()`).
+
+    Raises:
+      IndexFormatError: a file is missing, malformed, or changed while it was identified.
+      ObjectStoreError: the store failed or timed out.
+    """
+    # The reader opens and validates the pair and calls back `fingerprint` below for the handles.
+    from jaxblend.storage.reader import IndexedDataset
+
+    dataset = IndexedDataset(prefix, access=access)
+    try:
+        return dataset.fingerprint
+    finally:
+        dataset.close()
+
+
+def __getattr__(name: str) -> Any:
+    """Resolves a public name on first use (the reader imports `levels`; this package must not
+    import the reader)."""
+    if name in _NAMES:
+        return getattr(importlib.import_module(f"{__name__}.{_NAMES[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_NAMES])
