@@ -98,8 +98,7 @@ class SplitMapsSpanIndex:
         datasets and maps (a Grain worker re-opens them, the maps memory-mapped from the cache).
     """
 
-    is_remote = False
-    requests = 0
+    requests = 0  # the maps are local (memory-mapped from the map store, or in memory)
     bytes_read = 0
 
     def __init__(

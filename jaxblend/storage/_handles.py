@@ -30,7 +30,7 @@ class Handles:
     header: idx_format.IndexHeader
     num_tokens: int
     bin_size: int
-    kvstore: ts.KvStore | None  # tensorstore backend (and remote index reads)
+    kvstore: ts.KvStore | None  # remote datasets: `.idx` reads (tokens: `token_reader`)
     idx_generation: bytes = b""  # file versions seen at open (generations; local: version stamps)
     bin_generation: bytes = b""
     changed_at: float = 0.0  # local: when either file last changed (identity_memo.SETTLE_SECONDS)
