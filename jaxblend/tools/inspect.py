@@ -113,6 +113,7 @@ def _plan_and_names(phase=None):
     cached, whatever kind of map store); with `phase` (a `PhaseStepPlan`) the train split built
     for that phase alone."""
     from jaxblend import opening
+    from jaxblend.cli import source_flags
     from jaxblend.map_store import load_or_build_data_maps
     from jaxblend.sources.factory import validation_set_configs
 
@@ -121,6 +122,8 @@ def _plan_and_names(phase=None):
     config = cli.data_config_from_flags()
     if phase is not None:
         config = phase_flags.phase_data_config(config, phase)
+    # the checks a source of these flags makes: one tokenizer, EOD and pad ids in its vocabulary
+    source_flags._schema_from_flags(config, settings)
     if which.startswith("valid_"):  # the k-th of --multiple_validation_sets
         sets = {}
         if settings.multiple_validation_sets:
