@@ -59,7 +59,6 @@ class SequenceReader(Protocol):
         length: np.ndarray,
         out: np.ndarray,
         out_pos: np.ndarray,
-        timeout: float | None = None,
     ) -> None:
         """Copies tokens `[offset[j], offset[j] + length[j])` of sequence `sequence[j]` of dataset
         `dataset[j]` to `out[out_pos[j] : out_pos[j] + length[j]]`, for every j (int64 arrays).

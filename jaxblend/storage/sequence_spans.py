@@ -118,13 +118,12 @@ class SequenceSpans:
         length: np.ndarray,
         out: np.ndarray,
         out_pos: np.ndarray,
-        timeout: float | None = None,
     ) -> None:
         """Copies tokens `[offset[j], offset[j] + length[j])` of sequence `sequence[j]` of dataset
         `dataset[j]` to `out[out_pos[j] : out_pos[j] + length[j]]`, for every j (one
         `TokenReader.read`; errors as there, plus `IndexError` for a missing sequence)."""
         starts = self.token_offsets(dataset, sequence, offset)
-        self.tokens.read(dataset, starts, length, out, out_pos, timeout)
+        self.tokens.read(dataset, starts, length, out, out_pos)
 
     def _hold_pointers(self, ids: list[int]) -> None:
         """Takes the `.idx` pointers of datasets `ids` (remote ones fetched concurrently)."""

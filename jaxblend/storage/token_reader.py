@@ -157,7 +157,6 @@ class TokenReader:
         length: np.ndarray,
         out: np.ndarray,
         out_pos: np.ndarray,
-        timeout: float | None = None,
     ) -> None:
         """Copies range j (tokens `[offset[j], offset[j] + length[j])` of dataset `dataset[j]`'s
         `.bin`) to `out[out_pos[j] : out_pos[j] + length[j]]`, converting to `out.dtype`.
@@ -165,7 +164,6 @@ class TokenReader:
         Args:
           dataset, offset, length, out_pos: int64[k] range descriptions (empty ranges are skipped).
           out: 1-D C-contiguous writeable destination.
-          timeout: longest wait for object-store reads, seconds (default: `request_timeout`).
 
         Raises:
           IndexError: a range outside its `.bin` (as published) or an unknown dataset.
@@ -213,7 +211,7 @@ class TokenReader:
         with self._lock:
             opened = {int(d): self._opened[int(d)] for d in touched[kinds == 2]}
         self._read_remote(sorted(opened), order, bounds, touched, opened, dataset, offset, length,
-                          out, out_pos, timeout)
+                          out, out_pos)
 
     # ------------------------------------------------------------------------------ local maps
 
@@ -258,7 +256,7 @@ class TokenReader:
     # ---------------------------------------------------------------------------- object stores
 
     def _read_remote(self, remote, order, bounds, touched, opened, dataset, offset, length, out,
-                     out_pos, timeout) -> None:
+                     out_pos) -> None:
         index_of = {int(d): t for t, d in enumerate(touched.tolist())}
         pending = []
         with ts.Batch() as batch:
@@ -278,7 +276,7 @@ class TokenReader:
                     dst * itemsize, self.access.object_store.coalesce_gap, batch,
                 )
                 pending.append((d, sel, flat, read))
-        wait = timeout or self.access.object_store.request_timeout
+        wait = self.access.object_store.request_timeout
         try:
             for d, sel, flat, read in pending:
                 try:
