@@ -51,6 +51,7 @@ class SequenceSpans:
         self._sequence_count = np.full(n, -1, np.int64)  # -1 until the pointers are held
         self._itemsize = np.ones(n, np.int64)
         self._pointers: list[Any] = [None] * n  # keeps the arrays behind the addresses alive
+        self._all_held = False  # set once every dataset's pointers are held
 
     def __getstate__(self) -> dict[str, Any]:
         return {"datasets": self.datasets, "access": self.access}
@@ -91,7 +92,9 @@ class SequenceSpans:
         if dataset.min() < 0 or dataset.max() >= n:
             bad = int(dataset[(dataset < 0) | (dataset >= n)][0])
             raise IndexError(f"a span names dataset {bad}; there are {n}")
-        if n == 1:
+        if self._all_held:
+            missing = []
+        elif n == 1:
             missing = [0] if self._sequence_count[0] < 0 else []
         else:
             touched = np.flatnonzero(np.bincount(dataset, minlength=n))
@@ -142,3 +145,4 @@ class SequenceSpans:
                 self._pointer_addr[d] = pointers.ctypes.data
                 self._itemsize[d] = ds.dtype.itemsize
                 self._sequence_count[d] = pointers.shape[0]  # last: now readable
+                self._all_held = bool((self._sequence_count >= 0).all())

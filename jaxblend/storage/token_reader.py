@@ -137,6 +137,9 @@ class TokenReader:
         self._state = np.zeros(n, np.int8)  # 0 unopened, 1 mapped, 2 read by requests
         self._num_tokens = np.array([d.num_tokens for d in self.datasets], np.int64)
         self._itemsize = np.array([np.dtype(d.dtype).itemsize for d in self.datasets], np.int64)
+        sizes = set(self._itemsize.tolist())
+        self._same_itemsize = sizes.pop() if len(sizes) == 1 else 0  # 0: several token widths
+        self._all_mapped = False  # set once every dataset is mapped (then no per-call grouping)
 
     def __getstate__(self) -> dict[str, Any]:
         return {"datasets": self.datasets, "access": self.access}
@@ -191,6 +194,9 @@ class TokenReader:
         if dataset.min() < 0 or dataset.max() >= len(self.datasets):
             bad = int(dataset[(dataset < 0) | (dataset >= len(self.datasets))][0])
             raise IndexError(f"range names dataset {bad}; there are {len(self.datasets)}")
+        if self._all_mapped:  # every `.bin` is mapped: the kernel checks the ranges
+            self._read_mapped(dataset, offset, length, out, out_pos, every_range=True)
+            return
         if len(self.datasets) == 1:
             touched = _ONE
         else:
@@ -229,7 +235,8 @@ class TokenReader:
                 self._check_ranges(dataset, offset, length)
                 raise IndexError(f"range {bad} leaves {self.datasets[int(dataset[bad])].prefix}.bin")
         if every_range:
-            nbytes = int(np.dot(length, self._itemsize[dataset]))
+            nbytes = (int(length.sum()) * self._same_itemsize if self._same_itemsize
+                      else int(np.dot(length, self._itemsize[dataset])))
         else:
             copied = self._state[dataset] == 1
             nbytes = int(np.dot(length[copied], self._itemsize[dataset[copied]]))
@@ -324,6 +331,7 @@ class TokenReader:
                     if state.tokens is not None:
                         self._map_member(d, state)
                     self._state[d] = 1 if state.tokens is not None else 2  # last: now readable
+                    self._all_mapped = bool((self._state == 1).all())
         with self._lock:
             return {d: self._opened[d] for d in ids}
 
