@@ -57,7 +57,6 @@ def run(
     config: index.GPTDataConfig,
     access: DataAccess,
     plan: StepPlan,
-    steps_given: bool,
     vocab_size: int | None,
     max_gb: float,
     tokenizer: TokenizerCheck | None = None,
@@ -65,11 +64,10 @@ def run(
     """Runs the preflight and prints its report; returns it as a dict (with `problems`).
 
     Args:
-      config: the data configuration checked.
+      config: the data configuration checked (the one training assembles from the same flags:
+        `jaxblend.cli.assembly`, so "cached" means training loads the maps without building).
       access: where and how the datasets and their cached maps are reached.
-      plan: the training step plan (its batch shapes are reported; with `steps_given`, its
-        samples are the training samples when `--train_samples` is not set).
-      steps_given: whether `plan.num_steps` is the run's length (`--train_iters`).
+      plan: the training step plan (`--train_iters` steps; its batch shapes are reported).
       vocab_size: the tokenizer's vocabulary, checked against the token dtypes.
       max_gb: index-map size above which the preflight fails.
       tokenizer: the datasets' tokenizer facts and the ids the run uses: a blend of different
@@ -81,8 +79,6 @@ def run(
     from jaxblend.storage import IndexedDataset
 
     problems: list[str] = []
-    if steps_given and config.num_samples[0] is None:
-        config = dataclasses.replace(config, num_samples=(plan.num_samples, *config.num_samples[1:]))
     datasets: dict[str, IndexedDataset] = {}
 
     def info(prefix: str):

@@ -33,8 +33,8 @@ def test_schema_options_and_the_default_eod(fl):
 def test_mock_source_settings_and_source(fl):
     fl.mock_data, fl.mock_num_samples, fl.mock_vocab_size, fl.seed = True, 40, 99, 5
     fl.seq_length = 8
-    settings = cli.source_settings_from_flags()
-    assert settings.mock == cli.MockSettings(40, 99, 5)
+    run = cli.run_config_from_flags()
+    assert run.mock == cli.MockSettings(40, 99, 5) and run.config is None
     source = cli.source_from_flags("train")
     assert isinstance(source, MockSource) and len(source) == 40
     assert set(cli.validation_sources_from_flags()) == {"valid"}
@@ -42,7 +42,7 @@ def test_mock_source_settings_and_source(fl):
 
 def test_source_settings_are_validated(fl):
     fl.storage_backend = "tensorstore"
-    assert cli.source_settings_from_flags().access.backend == "tensorstore"
+    assert cli.data_access_from_flags().backend == "tensorstore"
     with pytest.raises(ValueError, match="DataAccess.backend"):
         DataAccess(backend="disk")
     with pytest.raises(ValueError, match="--mock_num_samples"):
