@@ -167,6 +167,7 @@ class _Data:
     valid: dict[str, LoaderSource]
     names: list[str]
     seq_length: int
+    steps: cli.StepSettings
     history: object = None  # a `--data_schedule` run's `StagedHistory` (resume across edits)
 
 
@@ -260,7 +261,7 @@ def _open_data(spec: _DataSpec, s: cli.TrainSettings, phase: PhaseStepPlan | Non
     plan = phase or run.steps.covering(len(train), run.steps.train_iters)
     names = getattr(train, "dataset_names", ["mock"])
     history = cli.history_of("train", train, run)
-    return _Data(train, plan, valid, names, run.schema.seq_length, history)
+    return _Data(train, plan, valid, names, run.schema.seq_length, run.steps, history)
 
 
 def _import_optax():
@@ -410,7 +411,7 @@ def _evaluate(
     from jaxblend.loading import make_loader
     from jaxblend.training import dataset_metrics
 
-    b = cli.final_global_batch_size(s.global_batch_size)
+    b = data.steps.final_global_batch_size
     for vname, valid_source in data.valid.items():
         vloader = make_loader(
             valid_source, mesh, global_batch_size=b, batch_axes=batch_axes,
@@ -503,7 +504,7 @@ def _run_steps(watch, loader, state: _Model, resume: _Resume, data: _Data, steps
     iters, seq = data.plan.num_steps, data.seq_length  # a phase of Megatron's ends before the run
     logging.info(
         "training %d steps from %d: batch %s x %d tokens (%d batch shapes), mesh %s, datasets %s",
-        iters, resume.start, cli.final_global_batch_size(s.global_batch_size), seq,
+        iters, resume.start, data.steps.final_global_batch_size, seq,
         len(data.plan.batch_shapes(resume.start)), dict(mesh.shape),
         data.names,
     )
@@ -635,7 +636,7 @@ def _print_outcome(
     elif loss is not None:
         print(f"finished at step {s.train_iters}: final loss {float(loss):.4f}", flush=True)
     else:
-        available = cli.step_plan(len(data.train), s.global_batch_size).num_steps
+        available = data.steps.covering(len(data.train)).num_steps
         print(
             f"already trained to step {resume.start} (checkpoint in {resume.directory}); raise "
             f"--train_iters (the data stream holds {available} steps) to continue, or delete the "

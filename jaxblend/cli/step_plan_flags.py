@@ -14,15 +14,11 @@ of `--seq_length`); with neither, every step has `--global_batch_size` samples.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
 
 from absl import flags
 
 from jaxblend.cli import data_flags, flag_values
 from jaxblend.cli.steps import StepSettings
-
-if TYPE_CHECKING:  # the sampling layer imports JAX: deferred to the functions that plan steps
-    from jaxblend.sampling import Rampup, StepBatchSchedule, StepPlan
 
 # Flags given as space-separated lists in Megatron-LM's spelling (see `megatron_argv`).
 # `--step-batch-size-schedule` is one quoted argument in Megatron, so it is not among them.
@@ -73,34 +69,3 @@ def step_settings_from_flags(global_batch_size: int | None = None) -> StepSettin
     if global_batch_size is not None:
         settings = dataclasses.replace(settings, global_batch_size=global_batch_size)
     return settings
-
-
-def rampup_from_flags() -> Rampup | None:
-    """The ramp of `--rampup_batch_size`, or None (`StepSettings.rampup`)."""
-    return step_settings_from_flags().rampup()
-
-
-def step_batch_schedule_from_flags() -> StepBatchSchedule | None:
-    """The schedule of `--step_batch_size_schedule`, or None (`StepSettings.batch_schedule`)."""
-    return step_settings_from_flags().batch_schedule()
-
-
-def final_global_batch_size(global_batch_size: int) -> int:
-    """The global batch size the flags' plan ends at (`StepSettings.final_global_batch_size`)."""
-    return step_settings_from_flags(global_batch_size).final_global_batch_size
-
-
-def step_plan(num_samples: int, global_batch_size: int, num_steps: int | None = None) -> StepPlan:
-    """The step plan of the flags over a source of `num_samples` samples
-    (`StepSettings.covering`)."""
-    return step_settings_from_flags(global_batch_size).covering(num_samples, num_steps)
-
-
-def samples_for(global_batch_size: int, num_steps: int) -> int:
-    """Samples `num_steps` steps of the flags' plan consume (`StepSettings.samples_for`)."""
-    return step_settings_from_flags(global_batch_size).samples_for(num_steps)
-
-
-def planned_steps(global_batch_size: int, num_steps: int | None = None) -> StepPlan:
-    """The flags' plan without a source (`StepSettings.planned`)."""
-    return step_settings_from_flags(global_batch_size).planned(num_steps)

@@ -47,7 +47,7 @@ def test_rampup_turns_steps_into_samples(fl):
     config = cli.run_config_from_flags().config
     from jaxblend.cli import step_plan_flags  # the ramp's steps 0..3 are smaller than 8
 
-    plan = step_plan_flags.step_plan(80, 8)
+    plan = step_plan_flags.step_settings_from_flags(8).covering(80)
     assert config.train_schedule.stages[1].start_sample == sum(plan.batch_size(k) for k in range(4))
     assert config.train_schedule.stages[1].start_sample != 32
 
