@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Any
 from absl import flags
 
 from jaxblend import index
-from jaxblend.access import DataAccess, MapStoreOptions, ObjectStoreOptions
-from jaxblend.cli import data_flags, schedule_flags
+from jaxblend.access import DataAccess, MapStoreOptions
+from jaxblend.cli import data_flags, object_store_flags, schedule_flags
 from jaxblend.cli.flag_values import DataFlagValues, read_flag_values
 from jaxblend.cli.steps import StepSettings
 from jaxblend.urls import is_url
@@ -116,16 +116,7 @@ def data_access(values: DataFlagValues, default_map_location: str | None = None)
       ValueError: one line naming the bad flag.
     """
     env = DataAccess.from_env()  # the environment's mirror and identity memo, under the flags
-    try:
-        store = ObjectStoreOptions.from_env(
-            s3_endpoint=values.s3_endpoint,
-            s3_region=values.s3_region,
-            request_concurrency=values.storage_concurrency,
-            max_retries=values.storage_retries,
-            request_timeout=values.storage_timeout,
-        )
-    except ValueError as e:
-        raise ValueError(f"object-store flags: {e}") from None
+    store = object_store_flags.object_store_options(values)
     location = values.data_cache_path or default_map_location
     try:
         maps = MapStoreOptions(
