@@ -1,7 +1,8 @@
 """`inspect preflight`: check a data configuration before training, without building anything.
 
 Reports per split and dataset: tokens, requested samples, epochs, samples and index-map bytes;
-the total index-map memory/disk; whether the maps are cached; token-dtype limits against the
+the total index-map memory/disk; whether the maps are cached (with a bucket cache: and published,
+what training starts from); token-dtype limits against the
 vocabulary; the number of distinct batch shapes of the step plan (a batch-size ramp-up has one per
 size). Problems (missing or corrupt files, splits without tokens asked for samples, a
 vocabulary the token dtype cannot hold, maps above the memory limit) are listed and make the
@@ -74,7 +75,7 @@ def run(
         tokenizers, ids outside the vocabulary and data holding ids >= `vocab_size` are problems.
     """
     from jaxblend.index.estimate import estimate_plan
-    from jaxblend.map_store import data_maps_status
+    from jaxblend.map_store import data_maps_status, publication
     from jaxblend.opening import dataset_info
     from jaxblend.storage import IndexedDataset
 
@@ -94,9 +95,20 @@ def run(
     problems += estimate.problems
     status = data_maps_status(estimate.fingerprint, estimate.specs, access)
     problems += status.problems
+    cached = status.cached
+    if cached and publication.applies(access):  # a bucket: training starts from the record
+        try:
+            published = publication.read(config, access) is not None
+        except ValueError as err:
+            problems.append(str(err))
+            published = False
+        if not published:
+            cached = False
+            print("index maps cached but not published: training's first process publishes "
+                  "them (python -m jaxblend.tools.build_index does it ahead)")
 
     print(f"index maps {estimate.fingerprint}: "
-          f"{'cached at ' + str(status.where) if status.cached else 'not cached (will be built)'}")
+          f"{'cached at ' + str(status.where) if cached else 'not cached (will be built)'}")
     print(f"{'split':<6} {'dataset':<34} {'tokens':>14} {'requested':>11} {'epochs':>6} {'samples':>12} {'maps':>10}")
     for e in estimate.datasets:
         print(f"{e.split:<6} {os.path.basename(e.prefix)[-34:]:<34} {e.tokens:>14,} "
@@ -142,7 +154,7 @@ def run(
         print(f"PROBLEM: {p}")
     print("preflight: " + ("FAILED" if problems else "ok"))
     return {
-        "fingerprint": estimate.fingerprint, "cached": status.cached,
+        "fingerprint": estimate.fingerprint, "cached": cached,
         "total_bytes": estimate.total_bytes, "blend_sizes": estimate.blend_sizes,
         "datasets": [dataclasses.asdict(e) for e in estimate.datasets], "problems": problems,
         "batch_shapes": len(shapes),

@@ -1,7 +1,8 @@
 """The same flags give the same index-map key and publication key in every program: what
 `build_index` builds is what `inspect` (preflight, explain, mixture), `dump_samples`,
 `dump_batches` and training load without building anything, and `inspect preflight` says
-"cached" exactly when training will not build.
+"cached" exactly when training will not build (with a bucket cache: only once the maps are
+published).
 
 Each program runs in this process on one set of flag values (with and without `--data_schedule`,
 with and without explicit sample counts, with a local and a bucket `--data_cache_path`): the
@@ -141,6 +142,13 @@ def _check_every_program(fl, store: _Store, tmp_path, capsys, bucket: bool) -> N
     _run(inspect_tool.main, ["inspect", "preflight"], capsys)
     before = json.loads((tmp_path / "preflight.json").read_text())
     assert before["cached"] is False and before["problems"] == [], before
+
+    if bucket:  # maps in the bucket but no publication record: training would still publish
+        fl.out, fl.num = str(tmp_path / "early"), 1
+        _run(dump_samples.main, ["dump_samples"], capsys)
+        out = _run(inspect_tool.main, ["inspect", "preflight"], capsys)
+        assert "cached but not published" in out, out
+        assert json.loads((tmp_path / "preflight.json").read_text())["cached"] is False
 
     out = _run(build_index.main, ["build_index"], capsys)
     key = next(line for line in out.splitlines() if line.startswith("index maps ")).split()[2]
