@@ -12,10 +12,9 @@ from absl import flags
 
 from jaxblend.access import BACKENDS
 from jaxblend.cli import schedule_flags, tokenizer_flags
-from jaxblend.cli.assembly import MockSettings, RunConfig, run_config_from_flags
+from jaxblend.cli.assembly import RunConfig, run_config_from_flags
 
 __all__ = [
-    "MockSettings",
     "checked_run_config_from_flags",
     "define_source_flags",
     "history_of",
