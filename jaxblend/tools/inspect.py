@@ -58,7 +58,7 @@ def define_flags() -> None:
     cli.define_data_flags()
     cli.define_schema_flags()
     cli.define_source_flags()
-    cli.define_step_plan_flags(default_global_batch_size=8)
+    cli.define_step_plan_flags()
     cli.define_tokenizer_flags()
     tool_flags.define_inspect_flags()
     tool_flags.define_decode_flags()
@@ -108,14 +108,11 @@ def stats() -> dict:
     return result
 
 
-def _plan_and_names(phase=None):
-    """The split's source, its index plan and dataset names; with `phase` (a `PhaseStepPlan`) the
-    train split built for that phase alone."""
-    if phase is None:
-        source = cli.source_from_flags(flags.FLAGS.which)
-    else:
-        source = phase_flags.phase_source_from_flags(phase, flags.FLAGS.which)
-    return source, source.plan, source.dataset_names
+def _plan_and_names(run):
+    """The split's index plan and dataset names in the assembled configuration `run` (with a
+    phase, the train split built for that phase alone)."""
+    source = cli.open_source(flags.FLAGS.which, run, whole_maps=True)
+    return source.plan, source.dataset_names
 
 
 def _phase(first_step: int, end_step: int | None = None):
@@ -141,8 +138,9 @@ def explain() -> dict:
     decoder = None
     if flags.FLAGS.decode:  # before any work: a tokenizer that cannot be found fails at once
         decoder = cli.decoder_from_flags(cli.prefixes_from_flags(), access)
-    _, plan, names = _plan_and_names(phase)
-    steps = phase if phase is not None else cli.step_plan(len(plan), flags.FLAGS.global_batch_size)
+    run = cli.checked_run_config_from_flags(phase=phase)
+    plan, names = _plan_and_names(run)
+    steps = phase if phase is not None else run.steps.covering(len(plan))
     if step >= steps.num_steps:
         raise app.UsageError(
             f"step {step} exceeds the {flags.FLAGS.which} split's {len(plan)} samples "
@@ -152,7 +150,7 @@ def explain() -> dict:
     b = samples.size
     opened = {n: IndexedDataset(n, access=access) for n in dict.fromkeys(names)}
     doc_indices = {n: np.asarray(ds.document_indices) for n, ds in opened.items()}
-    stages = _stages_of_step(step, samples, names, len(plan), steps)
+    stages = _stages_of_step(run, step, samples, names, len(plan), steps)
     phased = None if phase is None else _phase_of_step(phase, step, samples)
     rows = []
     print(f"global batch {step} ({flags.FLAGS.which}, B={b}): row  sample  dataset  pieces (document/sequence [start:stop))")
@@ -197,13 +195,13 @@ def _phase_of_step(phase, step: int, samples: np.ndarray) -> dict:
 
 
 def _stages_of_step(
-    step: int, samples: np.ndarray, names, num_samples: int, steps
+    run, step: int, samples: np.ndarray, names, num_samples: int, steps
 ) -> list[dict] | None:
     """For a staged train split: prints and returns the stage(s) holding the step's `samples`
     (one, unless a stage starts inside the step) with their blends; else None."""
     from jaxblend.tools import _mixture
 
-    schedule = _train_schedule()
+    schedule = _train_schedule(run)
     if schedule is None:
         return None
     spans = _mixture.stage_spans(schedule, names, num_samples, steps)
@@ -219,8 +217,7 @@ def _stages_of_step(
     return out
 
 
-def _target_weights(names: Sequence[str], plan) -> np.ndarray:
-    cfg = cli.data_config_from_flags()
+def _target_weights(cfg, names: Sequence[str], plan) -> np.ndarray:
     parsed = cfg.split_blend(flags.FLAGS.which.split("_")[0])  # a Blend, parsed with the config
     if parsed.weights is not None and len(parsed.weights) == len(names):
         w = np.asarray(parsed.weights, np.float64)
@@ -229,12 +226,12 @@ def _target_weights(names: Sequence[str], plan) -> np.ndarray:
     return w / w.sum()
 
 
-def _train_schedule():
-    """The staged blend of the train split the flags describe (`--data_schedule`), or None (other
-    splits, or a train split without stages)."""
-    if flags.FLAGS.which != "train" or flags.FLAGS.mock_data:
+def _train_schedule(run):
+    """The staged blend of the train split of `run` (`--data_schedule`), or None (other splits,
+    mock data, or a train split without stages)."""
+    if flags.FLAGS.which != "train" or run.config is None:
         return None
-    return getattr(cli.data_config_from_flags(), "train_schedule", None)
+    return run.config.train_schedule
 
 
 def mixture() -> dict:
@@ -244,9 +241,10 @@ def mixture() -> dict:
 
     start = flags.FLAGS.start_step
     phase = _phase(start, flags.FLAGS.end_step)
-    _, plan, names = _plan_and_names(phase)
+    run = cli.checked_run_config_from_flags(phase=phase)
+    plan, names = _plan_and_names(run)
     if phase is None:
-        steps = cli.step_plan(len(plan), flags.FLAGS.global_batch_size)
+        steps = run.steps.covering(len(plan))
         first = 0
     else:
         steps, first = phase, phase.first_step
@@ -256,10 +254,10 @@ def mixture() -> dict:
     sizes = np.array([steps.batch_size(k) for k in range(start, end)], np.int64)
     samples = np.concatenate([steps.sample_ids(k) for k in range(start, end)])
     ids = plan.dataset_ids(samples).astype(np.int64)
-    schedule = _train_schedule()
+    schedule = _train_schedule(run)
     spans = target = None
     if schedule is None:
-        target = _target_weights(names, plan)
+        target = _target_weights(run.config, names, plan)
     else:
         spans = _mixture.stage_spans(schedule, names, len(plan), steps)
     label = None
@@ -324,22 +322,22 @@ def main(argv: Sequence[str]) -> None:
         from jaxblend.tools import _preflight
 
         fl = flags.FLAGS
-        train_samples = None  # a --data_schedule's steps need the train split's size
-        if fl.data_schedule and fl.train_iters is not None:
-            train_samples = cli.samples_for(fl.global_batch_size, fl.train_iters)
-        config = cli.data_config_from_flags(default_train_samples=train_samples)
-        access = cli.data_access_from_flags()
-        try:
-            recorded, mixed = cli.run_tokenizer_from_flags(config, access), None
-        except TokenizerMismatchError as err:
-            recorded, mixed = cli.RunTokenizer({}), str(err)
+        mixed = []
+
+        def tokenizer(config, access):  # a blend of different tokenizers is a problem reported
+            try:
+                return cli.run_tokenizer_from_flags(config, access)
+            except TokenizerMismatchError as err:
+                mixed.append(str(err))
+                return cli.RunTokenizer({})
+
+        run = cli.run_config_from_flags(tokenizer=tokenizer)
+        recorded = run.tokenizer
         result = _preflight.run(
-            config, access,
-            cli.planned_steps(fl.global_batch_size, fl.train_iters), fl.train_iters is not None,
+            run.config, run.access, run.steps.planned(run.steps.train_iters),
             fl.vocab_size if fl.vocab_size is not None else recorded.vocab_size, fl.max_index_gb,
             tokenizer=_preflight.TokenizerCheck(
-                recorded.facts, fl.eod_id if fl.eod_id is not None else recorded.eod_id,
-                fl.pad_id, mixed,
+                recorded.facts, run.schema.eod_id, run.schema.pad_id, mixed[0] if mixed else None,
             ),
         )
         _write_json(result)
