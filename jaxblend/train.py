@@ -69,7 +69,7 @@ def define_flags() -> None:
     cli.define_data_flags()
     cli.define_schema_flags()
     cli.define_source_flags()
-    cli.define_step_plan_flags(default_global_batch_size=16)
+    cli.define_step_plan_flags()
     cli.define_mesh_flags()
     cli.define_loader_flags()
     cli.define_distributed_flags()
@@ -150,12 +150,10 @@ def main(argv: Sequence[str]) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class _DataSpec:
-    """What the run reads, completed from the flags: the data configuration (None with mock
-    data), the sample schema, how sources are opened, and the model's vocabulary."""
+    """What the run reads, assembled once from the flags (`cli.RunConfig`: access, step plan,
+    data configuration, schema, mock data, validation sets) and the model's vocabulary."""
 
-    config: object
-    schema: object
-    sources: cli.SourceSettings
+    run: cli.RunConfig
     vocab_size: int
     seed: int
 
@@ -169,6 +167,7 @@ class _Data:
     valid: dict[str, LoaderSource]
     names: list[str]
     seq_length: int
+    steps: cli.StepSettings
     history: object = None  # a `--data_schedule` run's `StagedHistory` (resume across edits)
 
 
@@ -196,9 +195,14 @@ class _Resume:
 
 
 def _data_spec(s: cli.TrainSettings, phase: PhaseStepPlan | None = None) -> _DataSpec:
-    """The run's data from the flags, completed with the run's defaults: the built-in corpus (and
-    its vocabulary, EOD id and index cache) without data flags, and sample counts from
-    `--train_iters` and the evaluation settings when `--*_samples` are not given."""
+    """The run's data, assembled from the flags (`cli.run_config_from_flags`) with the run's
+    defaults: the built-in corpus (and its vocabulary, EOD id and index cache) without data
+    flags; the sample counts not given by `--*_samples` derive from the step-plan flags
+    (`jaxblend.cli.steps`, as in every tool); `--vocab_size` and the EOD id default to what the
+    datasets' records say (their tokenizer's), and a blend of different tokenizers is refused here,
+    before anything is built."""
+    from jaxblend.tokenizer_facts import TokenizerMismatchError
+
     fl = flags.FLAGS
     default_blend, vocab_size, eod_id, cache = None, s.vocab_size, None, None
     if not _has_data_flags():
@@ -209,61 +213,35 @@ def _data_spec(s: cli.TrainSettings, phase: PhaseStepPlan | None = None) -> _Dat
         default_blend = tuple(blend.split())
         vocab_size = vocab_size if vocab_size is not None else corpus_vocab
         cache = os.path.join(s.workdir, "index_cache")
-    sources = cli.source_settings_from_flags(default_map_location=cache)
-    if vocab_size is None and sources.mock is not None:
-        vocab_size = sources.mock.vocab_size
-    config = None
-    if sources.mock is None:
-        b = s.global_batch_size
-        config = cli.data_config_from_flags(
-            default_blend=default_blend, default_train_samples=cli.samples_for(b, s.train_iters)
-        )
-        train, valid, test = config.num_samples
-        config = dataclasses.replace(
-            config,
-            num_samples=(
-                train,
-                valid if valid is not None else s.eval_batches * cli.final_global_batch_size(b),
-                test if test is not None else 0,
-            ),
-        )
-        if phase is not None:  # Megatron's phases: the train split holds this phase alone
-            config = phase_flags.phase_data_config(config, phase)
-    vocab_size, eod_id, facts = _tokenizer_defaults(config, sources, vocab_size, eod_id)
-    schema = cli.schema_options_from_flags(eod_id=eod_id)
-    _check_token_ids(vocab_size, schema, facts, sources)
-    return _DataSpec(config, schema, sources, vocab_size, fl.seed)
-
-
-def _tokenizer_defaults(config, sources: cli.SourceSettings, vocab_size, eod_id):
-    """`--vocab_size` and the EOD id, defaulting to what the datasets' records say (their
-    tokenizer's), and the datasets' facts; a blend of different tokenizers is refused here, before
-    anything is built."""
-    from jaxblend.tokenizer_facts import TokenizerMismatchError
-
     try:
-        recorded = cli.run_tokenizer_from_flags(config, sources.access)
+        run = cli.run_config_from_flags(
+            default_blend=default_blend, default_map_location=cache, default_eod_id=eod_id,
+            phase=phase,  # Megatron's phases: the train split holds this phase alone
+            tokenizer=cli.run_tokenizer_from_flags,
+        )
     except TokenizerMismatchError as err:
         raise app.UsageError(str(err)) from None
+    if vocab_size is None and run.mock is not None:
+        vocab_size = run.mock.vocab_size
     if vocab_size is None:
-        vocab_size = recorded.vocab_size
+        vocab_size = run.tokenizer.vocab_size
     if vocab_size is None:
         raise app.UsageError(
             "--vocab_size is required with --data_path when the datasets have no preprocessing "
             "record (made by Megatron-LM): pass --vocab_size, or --tokenizer_type (and its files)"
         )
-    eod_id = recorded.eod_id if recorded.eod_id is not None else eod_id
-    return vocab_size, eod_id, recorded.facts
+    _check_token_ids(vocab_size, run.schema, run.tokenizer.facts, run.access)
+    return _DataSpec(run, vocab_size, fl.seed)
 
 
-def _check_token_ids(vocab_size: int, schema, facts: dict, sources: cli.SourceSettings) -> None:
+def _check_token_ids(vocab_size: int, schema, facts: dict, access) -> None:
     """Refuses an EOD or pad id outside the vocabulary, and data holding ids the model cannot
     embed (datasets with a known tokenizer; the record's largest id, else a scan, logged)."""
     from jaxblend.tokenizer_facts import TokenizerMismatchError, check_ids
 
     try:
         check_ids(
-            vocab_size, schema.eod_id, schema.pad_id, facts, sources.access,
+            vocab_size, schema.eod_id, schema.pad_id, facts, access,
             log=logging.warning,
         )
     except TokenizerMismatchError as err:
@@ -272,17 +250,18 @@ def _check_token_ids(vocab_size: int, schema, facts: dict, sources: cli.SourceSe
 
 def _open_data(spec: _DataSpec, s: cli.TrainSettings, phase: PhaseStepPlan | None = None) -> _Data:
     """Opens the training and validation sources and the training step plan."""
-    train = cli.open_source("train", spec.config, spec.schema, spec.sources)
+    run = spec.run
+    train = cli.open_source("train", run)
     valid = {}
-    if s.eval_batches:
+    if run.steps.eval_batches:
         try:
-            valid = cli.open_validation_sources(spec.config, spec.schema, spec.sources)
+            valid = cli.open_validation_sources(run)
         except ValueError as err:
             logging.warning("no validation: %s", err)
-    plan = phase or cli.step_plan(len(train), s.global_batch_size, s.train_iters)
+    plan = phase or run.steps.covering(len(train), run.steps.train_iters)
     names = getattr(train, "dataset_names", ["mock"])
-    history = cli.staged_history(spec.config, train, spec.sources.access)
-    return _Data(train, plan, valid, names, spec.schema.seq_length, history)
+    history = cli.history_of("train", train, run)
+    return _Data(train, plan, valid, names, run.schema.seq_length, run.steps, history)
 
 
 def _import_optax():
@@ -432,7 +411,7 @@ def _evaluate(
     from jaxblend.loading import make_loader
     from jaxblend.training import dataset_metrics
 
-    b = cli.final_global_batch_size(s.global_batch_size)
+    b = data.steps.final_global_batch_size
     for vname, valid_source in data.valid.items():
         vloader = make_loader(
             valid_source, mesh, global_batch_size=b, batch_axes=batch_axes,
@@ -525,7 +504,7 @@ def _run_steps(watch, loader, state: _Model, resume: _Resume, data: _Data, steps
     iters, seq = data.plan.num_steps, data.seq_length  # a phase of Megatron's ends before the run
     logging.info(
         "training %d steps from %d: batch %s x %d tokens (%d batch shapes), mesh %s, datasets %s",
-        iters, resume.start, cli.final_global_batch_size(s.global_batch_size), seq,
+        iters, resume.start, data.steps.final_global_batch_size, seq,
         len(data.plan.batch_shapes(resume.start)), dict(mesh.shape),
         data.names,
     )
@@ -657,7 +636,7 @@ def _print_outcome(
     elif loss is not None:
         print(f"finished at step {s.train_iters}: final loss {float(loss):.4f}", flush=True)
     else:
-        available = cli.step_plan(len(data.train), s.global_batch_size).num_steps
+        available = data.steps.covering(len(data.train)).num_steps
         print(
             f"already trained to step {resume.start} (checkpoint in {resume.directory}); raise "
             f"--train_iters (the data stream holds {available} steps) to continue, or delete the "

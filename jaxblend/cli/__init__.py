@@ -5,14 +5,20 @@ entry point (a tool's or the training example's) before absl parses the command 
 any jaxblend module defines no flag, and nothing outside this package reads `absl.flags.FLAGS`
 (the entry-point modules excepted): the library takes plain arguments and config objects.
 
-  data_flags         Megatron-LM data flags -> `GPTDataConfig` (`data_config_from_flags`)
-  schedule_flags     --data_schedule (a data flag): the JSON file -> `DataSchedule`, its steps ->
-                     the config's `train_schedule` in samples, the resume history
+  flag_values        every data, storage, source, step-plan and schema flag, read once into a
+                     frozen `DataFlagValues` (`read_flag_values`)
+  assembly           `assemble(values)`: the one function that builds `DataAccess` -> step plan
+                     -> `--data_schedule` -> `GPTDataConfig` -> `GPTSchemaOptions` (a
+                     `RunConfig`), without flags; `run_config_from_flags()` on the parsed flags
+  steps              `StepSettings`: the step plan and the rule deriving the sample counts
+  data_flags         Megatron-LM data flags (definitions; the blend flags' values)
+  schedule_flags     --data_schedule (a data flag): the JSON file -> `DataSchedule`, the resume
+                     history of a staged train split
   access_flags       storage and cache flags -> `DataAccess` (`data_access_from_flags`)
   schema_flags       sample-schema flags -> `GPTSchemaOptions`
-  source_flags       mock data, storage backend -> `SourceSettings`; opens a split's source
-  step_plan_flags    --global_batch_size, --rampup_batch_size, --step_batch_size_schedule
-                     -> `StepPlan`
+  source_flags       mock data, storage backend; opens a split's source of a `RunConfig`
+  step_plan_flags    --global_batch_size, --rampup_batch_size, --step_batch_size_schedule,
+                     --train_iters, --eval_interval, --eval_iters -> `StepSettings`
   phase_flags        --phase_transition_iterations -> `PhaseTransitions` (Megatron's phases)
   mesh_flags         --mesh_shape, --mesh_axes -> `jax.sharding.Mesh`
   distributed_flags  --coordinator_address, ... -> `DistributedConfig`
@@ -25,44 +31,43 @@ any jaxblend module defines no flag, and nothing outside this package reads `abs
   megatron_argv      Megatron-LM's spellings (dashes, space-separated lists)
 """
 
-from jaxblend.cli.access_flags import data_access_from_flags
-from jaxblend.cli.data_flags import (
-    data_config_from_flags,
-    define_data_flags,
-    object_store_from_flags,
-    prefixes_from_flags,
+from jaxblend.cli.access_flags import data_access_from_flags, prefixes_from_flags
+from jaxblend.cli.assembly import (
+    MockSettings,
+    RunConfig,
+    ValidationSets,
+    assemble,
+    phase_data_config,
+    run_config_from_flags,
 )
+from jaxblend.cli.data_flags import define_data_flags
 from jaxblend.cli.distributed_flags import (
     define_distributed_flags,
     distributed_config_from_flags,
     initialize_from_flags,
 )
 from jaxblend.cli.entry import run
+from jaxblend.cli.flag_values import DataFlagValues, read_flag_values
 from jaxblend.cli.loader_flags import define_loader_flags, prefetch_from_flags
 from jaxblend.cli.mesh_flags import define_mesh_flags, mesh_from_flags
-from jaxblend.cli.schedule_flags import data_schedule_from_flags, staged_history
+from jaxblend.cli.object_store_flags import object_store_from_flags
+from jaxblend.cli.schedule_flags import staged_history
 from jaxblend.cli.schema_flags import define_schema_flags, schema_options_from_flags
 from jaxblend.cli.source_flags import (
-    MockSettings,
-    SourceSettings,
+    checked_run_config_from_flags,
     define_source_flags,
-    history_from_flags,
+    history_of,
     open_source,
     open_validation_sources,
     source_from_flags,
-    source_settings_from_flags,
     validation_sources_from_flags,
 )
 from jaxblend.cli.step_plan_flags import (
     MEGATRON_NARGS,
     define_step_plan_flags,
-    final_global_batch_size,
-    planned_steps,
-    rampup_from_flags,
-    samples_for,
-    step_batch_schedule_from_flags,
-    step_plan,
+    step_settings_from_flags,
 )
+from jaxblend.cli.steps import StepSettings
 from jaxblend.cli.tokenizer_flags import (
     RunTokenizer,
     decoder_from_flags,
@@ -73,13 +78,16 @@ from jaxblend.cli.train_flags import TrainSettings, define_train_flags, train_se
 
 __all__ = [
     "MEGATRON_NARGS",
+    "DataFlagValues",
     "MockSettings",
+    "RunConfig",
     "RunTokenizer",
-    "SourceSettings",
+    "StepSettings",
     "TrainSettings",
+    "ValidationSets",
+    "assemble",
+    "checked_run_config_from_flags",
     "data_access_from_flags",
-    "data_config_from_flags",
-    "data_schedule_from_flags",
     "decoder_from_flags",
     "define_data_flags",
     "define_distributed_flags",
@@ -91,26 +99,23 @@ __all__ = [
     "define_tokenizer_flags",
     "define_train_flags",
     "distributed_config_from_flags",
-    "final_global_batch_size",
-    "history_from_flags",
+    "history_of",
     "initialize_from_flags",
     "mesh_from_flags",
     "object_store_from_flags",
     "open_source",
     "open_validation_sources",
-    "planned_steps",
+    "phase_data_config",
     "prefetch_from_flags",
     "prefixes_from_flags",
-    "rampup_from_flags",
+    "read_flag_values",
     "run",
+    "run_config_from_flags",
     "run_tokenizer_from_flags",
-    "samples_for",
     "schema_options_from_flags",
     "source_from_flags",
-    "source_settings_from_flags",
     "staged_history",
-    "step_batch_schedule_from_flags",
-    "step_plan",
+    "step_settings_from_flags",
     "train_settings_from_flags",
     "validation_sources_from_flags",
 ]

@@ -11,7 +11,8 @@
   --split                    "969,30,1"
   --seq_length               tokens per sample (required)
   --seed                     RandomState seed (1234)
-  --train_samples, --valid_samples, --test_samples         omitted = None (Megatron's None)
+  --train_samples, --valid_samples, --test_samples         omitted: derived from the step-plan
+                             flags (`jaxblend.cli.steps`), the same in every tool and training
   --add_extra_token_to_sequence, --drop_last_partial_validation_sequence   (both default True)
   --mid_level_dataset_surplus  (0.005)
   --data_cache_path          index-map cache: directory or bucket URL (--data_cache_wait)
@@ -19,9 +20,10 @@
   --s3_endpoint, --s3_region, --storage_concurrency, --storage_retries, --storage_timeout
                              object-store access (`jaxblend.access.ObjectStoreOptions`)
 
-`data_config_from_flags()` turns them into a validated `jaxblend.index.GPTDataConfig` (what the data
-is); `jaxblend.cli.access_flags.data_access_from_flags()` turns the storage and cache flags into a `jaxblend.access.DataAccess`
-(how it is reached), to pass to every function that opens data. Neither sets any process state.
+Their values (`jaxblend.cli.flag_values.read_flag_values`) are assembled, with the step-plan,
+source and schema flags' values, by `jaxblend.cli.assembly.assemble` into the run's
+`jaxblend.access.DataAccess` (how the data is reached) and `jaxblend.index.GPTDataConfig` (what
+it is); `blends_from_values` reads the blend flags' values (and Megatron's data-args files).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from absl import flags
 
 from jaxblend import data_args, index
 from jaxblend.cli import object_store_flags
+from jaxblend.cli.flag_values import DataFlagValues
 
 _BLEND_FLAGS = ("train_data_path", "valid_data_path", "test_data_path")
 # Megatron-LM spells these as space-separated lists (`--data-path 0.3 /d/a 0.7 /d/b`).
@@ -58,15 +61,21 @@ def define_data_flags() -> None:
         'JSON file (local path, gs:// or s3:// URL) of the train split\'s mixture over steps: '
         '{"stages": [{"start_step": 0, "blend": ["50", "/d/a", "50", "/d/b"]}, {"start_step": '
         '100, "blend": [...]}]}. Replaces the train blend; --data_path/--split or '
-        "--valid_data_path/--test_data_path still give the validation and test splits. Needs "
-        "--train_samples (the training example derives it from --train_iters).",
+        "--valid_data_path/--test_data_path still give the validation and test splits. The "
+        "train split holds --train_samples samples (omitted: those of --train_iters steps).",
     )
     flags.DEFINE_string("split", "969,30,1", "train,valid,test proportions (with --data_path).")
     flags.DEFINE_integer("seq_length", None, "Tokens per sample S.")
     flags.DEFINE_integer("seed", 1234, "RandomState seed of every dataset and split.")
-    flags.DEFINE_integer("train_samples", None, "Training samples (omitted = None).")
-    flags.DEFINE_integer("valid_samples", None, "Validation samples (omitted = None).")
-    flags.DEFINE_integer("test_samples", None, "Test samples (omitted = None).")
+    flags.DEFINE_integer(
+        "train_samples", None, "Training samples (omitted: the samples of --train_iters steps)."
+    )
+    flags.DEFINE_integer(
+        "valid_samples", None,
+        "Validation samples (omitted: --eval_iters batches of the final global batch size; 0 "
+        "with --eval_interval=0).",
+    )
+    flags.DEFINE_integer("test_samples", None, "Test samples (omitted: 0).")
     flags.DEFINE_bool(
         "add_extra_token_to_sequence", True, "Samples of S + 1 tokens (inputs/targets shifted)."
     )
@@ -101,28 +110,26 @@ def define_data_flags() -> None:
     object_store_flags.define_object_store_flags()
 
 
-object_store_from_flags = object_store_flags.object_store_from_flags
-
-
-def _blend(value: list[str] | None, flag: str) -> index.Blend | None:
+def _blend(value: tuple[str, ...] | None, flag: str) -> index.Blend | None:
     """The `Blend` of a blend flag's value (None: not given), refused naming `--flag`."""
     if not value:
         return None
-    return index.parse_optional_blend(" ".join(value).split(), f"--{flag}")
+    return index.parse_optional_blend(value, f"--{flag}")
 
 
-def _blends_from_flags(
+def blends_from_values(
+    fl: DataFlagValues,
     default_blend: tuple[str, ...] | None = None,
     scheduled: bool = False,
 ) -> tuple[tuple[str, ...] | None, tuple[tuple[str, ...] | None, ...]]:
-    """(--data_path blend, per-split blends), checked to be exactly one of the two forms.
+    """(--data_path blend, per-split blends) of the flags' values `fl`, checked to be exactly one
+    of the two forms.
 
     Megatron's data-args files (`--data_args_path`, `--per_split_data_args_path`) stand in for
     `--data_path` and the per-split paths; `default_blend` stands in when no data path is given.
     With `scheduled` (`--data_schedule` gives the train blend) a train blend of the per-split
     form is refused and no blend at all is accepted (the run then has no valid/test splits).
     """
-    fl = flags.FLAGS
     per_split = tuple(_blend(getattr(fl, name), name) for name in _BLEND_FLAGS)
     blend = _blend(fl.data_path, "data_path")
     if fl.data_args_path:
@@ -157,68 +164,3 @@ def _blends_from_flags(
     if blend is None and all(b is None for b in per_split):
         raise ValueError("give --data_path or --train_data_path/--valid_data_path/--test_data_path")
     return blend, per_split
-
-
-def prefixes_from_flags() -> list[str]:
-    """Every distinct dataset prefix the data flags name, in order (needs no --seq_length).
-
-    Raises:
-      ValueError: no data path, both forms given, or a malformed blend.
-    """
-    from jaxblend.cli import schedule_flags
-
-    schedule = schedule_flags.data_schedule_from_flags()
-    blend, per_split = _blends_from_flags(scheduled=schedule is not None)
-    named = index.blend_prefixes([blend] if blend is not None else per_split)
-    if schedule is None:
-        return named
-    return list(dict.fromkeys([*schedule.prefixes(), *named]))
-
-
-def data_config_from_flags(
-    default_blend: tuple[str, ...] | None = None,
-    default_train_samples: int | None = None,
-) -> index.GPTDataConfig:
-    """The `GPTDataConfig` described by the data flags.
-
-    Args:
-      default_blend: the blend used when no data path flag is given (e.g. a built-in corpus).
-      default_train_samples: the train split's size when `--train_samples` is not given (the
-        training example's `--train_iters` steps); a `--data_schedule` needs one of the two.
-
-    Raises:
-      ValueError: missing --seq_length, no data path, both --data_path and per-split paths, an
-        unreadable data-args file, or a bad `--data_schedule` (unreadable, malformed, a stage
-        past the run's end, a train blend given twice).
-    """
-    from jaxblend.cli import schedule_flags
-
-    fl = flags.FLAGS
-    if fl.seq_length is None:
-        raise ValueError("--seq_length is required")
-    schedule = schedule_flags.data_schedule_from_flags()
-    blend, per_split = _blends_from_flags(default_blend, scheduled=schedule is not None)
-    train_samples = fl.train_samples if fl.train_samples is not None else default_train_samples
-    valid_samples, test_samples = fl.valid_samples, fl.test_samples
-    train_schedule = None
-    if schedule is not None:
-        if train_samples is None:
-            raise ValueError(
-                f"--data_schedule {schedule_flags.flag_value()} counts steps: give --train_samples "
-                "(the train split's size; the run's steps are the full batches it holds)"
-            )
-        train_schedule = schedule_flags.train_blend_schedule(schedule, train_samples)
-        if blend is None and all(b is None for b in per_split):
-            per_split = None  # no validation or test split
-    return index.GPTDataConfig(
-        blend=blend,
-        blend_per_split=None if blend is not None else per_split,
-        train_schedule=train_schedule,
-        split=fl.split,
-        seq_length=fl.seq_length,
-        seed=fl.seed,
-        num_samples=(train_samples, valid_samples, test_samples),
-        add_extra_token_to_sequence=fl.add_extra_token_to_sequence,
-        drop_last_partial_validation_sequence=fl.drop_last_partial_validation_sequence,
-        mid_level_dataset_surplus=fl.mid_level_dataset_surplus,
-    )

@@ -2,8 +2,9 @@
 
 `define_object_store_flags()` defines --s3_endpoint, --s3_region, --storage_concurrency,
 --storage_retries and --storage_timeout (the data flags include it; the preprocessing CLI calls
-it directly); `object_store_from_flags()` turns them, over the environment's endpoint and region
-(`ObjectStoreOptions.from_env`), into the options.
+it directly); `object_store_options(values)` turns their values, over the environment's endpoint
+and region (`ObjectStoreOptions.from_env`), into the options (`object_store_from_flags()`: of the
+parsed flags).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from absl import flags
 
 from jaxblend import access
+from jaxblend.cli.flag_values import DataFlagValues, read_flag_values
 
 
 def define_object_store_flags() -> None:
@@ -37,20 +39,24 @@ def define_object_store_flags() -> None:
     )
 
 
-def object_store_from_flags() -> access.ObjectStoreOptions:
-    """The object-store flags, over the environment's endpoint and region.
+def object_store_options(values: DataFlagValues) -> access.ObjectStoreOptions:
+    """The object-store flags' values, over the environment's endpoint and region.
 
     Raises:
       ValueError: naming the bad flag.
     """
-    fl = flags.FLAGS
     try:
         return access.ObjectStoreOptions.from_env(
-            s3_endpoint=fl.s3_endpoint,
-            s3_region=fl.s3_region,
-            request_concurrency=fl.storage_concurrency,
-            max_retries=fl.storage_retries,
-            request_timeout=fl.storage_timeout,
+            s3_endpoint=values.s3_endpoint,
+            s3_region=values.s3_region,
+            request_concurrency=values.storage_concurrency,
+            max_retries=values.storage_retries,
+            request_timeout=values.storage_timeout,
         )
     except ValueError as e:
         raise ValueError(f"object-store flags: {e}") from None
+
+
+def object_store_from_flags() -> access.ObjectStoreOptions:
+    """`object_store_options` of the parsed flags."""
+    return object_store_options(read_flag_values())

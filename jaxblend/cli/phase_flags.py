@@ -12,15 +12,11 @@ continue one stream across stages instead.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import TYPE_CHECKING
 
 from absl import app, flags
 
-from jaxblend.cli import data_flags
-
 if TYPE_CHECKING:
-    from jaxblend import index
     from jaxblend.sampling import PhaseStepPlan, PhaseTransitions
 
 FLAG = "--phase_transition_iterations"
@@ -104,25 +100,6 @@ def dump_phase_plan_from_flags(global_batch_size: int, start_step: int) -> Phase
             f"(--train_samples={fl.train_samples} / --global_batch_size={global_batch_size})"
         )
     return transitions.plan(transitions.phase_of(start_step))
-
-
-def phase_data_config(config: index.GPTDataConfig, plan: PhaseStepPlan) -> index.GPTDataConfig:
-    """`config` with its training split sized for `plan`'s phase alone (a fresh blend of
-    Megatron's `train_samples_in_current_phase` samples)."""
-    _, valid, test = config.num_samples
-    return dataclasses.replace(config, num_samples=(plan.num_samples, valid, test))
-
-
-def phase_source_from_flags(plan: PhaseStepPlan, split: str):
-    """`source_from_flags(split)` with the training split built for `plan`'s phase."""
-    from jaxblend.cli import source_flags
-
-    settings = source_flags.source_settings_from_flags()
-    config = None
-    if settings.mock is None:
-        config = phase_data_config(data_flags.data_config_from_flags(), plan)
-    options = source_flags._schema_from_flags(config, settings)
-    return source_flags.open_source(split, config, options, settings)
 
 
 def relaunch_line(plan: PhaseStepPlan, directory: str) -> str:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from absl import flags
 
+from jaxblend.cli import assembly
+from jaxblend.cli.flag_values import read_flag_values
+
 
 def define_schema_flags() -> None:
     """Defines the GPT sample-schema flags (`--seq_length` and `--add_extra_token_to_sequence`
@@ -32,7 +35,8 @@ def define_schema_flags() -> None:
 
 
 def schema_options_from_flags(eod_id: int | None = None):
-    """The `jaxblend.sources.GPTSchemaOptions` of the flags.
+    """The `jaxblend.sources.GPTSchemaOptions` of the flags (`assembly.schema_options` of their
+    values; `--seq_length` and `--add_extra_token_to_sequence` as the data flags give them).
 
     Args:
       eod_id: the end-of-document id when `--eod_id` is not given (e.g. a built-in tokenizer's, or
@@ -41,17 +45,4 @@ def schema_options_from_flags(eod_id: int | None = None):
     Raises:
       ValueError: an inconsistent combination (the message names the option).
     """
-    from jaxblend.sources import GPTSchemaOptions
-
-    fl = flags.FLAGS
-    return GPTSchemaOptions(
-        seq_length=fl.seq_length,
-        add_extra_token_to_sequence=fl.add_extra_token_to_sequence,
-        eod_id=fl.eod_id if fl.eod_id is not None else eod_id,
-        eod_mask_loss=fl.eod_mask_loss,
-        reset_position_ids=fl.reset_position_ids,
-        reset_attention_mask=fl.reset_attention_mask,
-        megatron_compat=fl.megatron_compat,
-        pad_id=fl.pad_id,
-        inter_document_masking=fl.inter_document_masking,
-    )
+    return assembly.schema_options(read_flag_values(), None, eod_id)

@@ -49,9 +49,6 @@ def define_inspect_flags() -> None:
     flags.DEFINE_string("plot", None, "mixture: write a PNG plot here.")
     flags.DEFINE_string("json", None, "Also write the result as JSON here.")
     flags.DEFINE_integer(
-        "train_iters", None, "preflight: training steps (sets --train_samples)."
-    )
-    flags.DEFINE_integer(
         "vocab_size", None,
         "preflight: the model vocabulary (default: the one recorded with the datasets by "
         "jaxblend.tools.preprocess, or of --tokenizer_type).",

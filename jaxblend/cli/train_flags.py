@@ -13,11 +13,11 @@ from absl import flags
 
 
 def define_train_flags() -> None:
-    """Defines the training example's own flags."""
+    """Defines the training example's own flags (`--train_iters`, `--eval_interval` and
+    `--eval_iters` are step-plan flags: `define_step_plan_flags`)."""
     flags.DEFINE_string(
         "workdir", "runs/demo", "Where the default corpus, caches and checkpoints go."
     )
-    flags.DEFINE_integer("train_iters", 300, "Training steps.", lower_bound=1)
     flags.DEFINE_float("lr", 3e-3, "Peak learning rate.")
     flags.DEFINE_float("min_lr", 3e-4, "Final learning rate (cosine decay).")
     flags.DEFINE_integer("lr_warmup_iters", 30, "Linear warm-up steps.", lower_bound=0)
@@ -44,10 +44,6 @@ def define_train_flags() -> None:
         "record, with every dataset's figures (a resumed run keeps the records up to its "
         "checkpoint).",
     )
-    flags.DEFINE_integer(
-        "eval_interval", 100, "Steps between validations (0 = never).", lower_bound=0
-    )
-    flags.DEFINE_integer("eval_iters", 4, "Validation batches per evaluation.", lower_bound=1)
     flags.DEFINE_string(
         "checkpoint_dir", None,
         "Orbax checkpoint directory: local path or bucket URL, e.g. gs://b/run1 "

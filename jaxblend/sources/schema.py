@@ -83,6 +83,17 @@ class GPTSchemaOptions:
         if self.pad_id is not None and not self.megatron_compat:
             raise ValueError("pad_id applies only with megatron_compat (Megatron's padding)")
 
+    @classmethod
+    def for_config(cls, config, **options) -> GPTSchemaOptions:
+        """The options of the samples of a data configuration (`jaxblend.index.GPTDataConfig`):
+        `seq_length` and `add_extra_token_to_sequence` are the configuration's, read from it
+        (they are facts of the data, given once); `options` are the other fields."""
+        return cls(
+            seq_length=config.seq_length,
+            add_extra_token_to_sequence=config.add_extra_token_to_sequence,
+            **options,
+        )
+
     def identity_fields(self) -> dict[str, object]:
         """The options that change the batch, as named fingerprint fields (`jaxblend.identity`).
 

@@ -1,7 +1,8 @@
 """`inspect preflight`: check a data configuration before training, without building anything.
 
 Reports per split and dataset: tokens, requested samples, epochs, samples and index-map bytes;
-the total index-map memory/disk; whether the maps are cached; token-dtype limits against the
+the total index-map memory/disk; whether the maps are cached (with a bucket cache: and published,
+what training starts from); token-dtype limits against the
 vocabulary; the number of distinct batch shapes of the step plan (a batch-size ramp-up has one per
 size). Problems (missing or corrupt files, splits without tokens asked for samples, a
 vocabulary the token dtype cannot hold, maps above the memory limit) are listed and make the
@@ -57,7 +58,6 @@ def run(
     config: index.GPTDataConfig,
     access: DataAccess,
     plan: StepPlan,
-    steps_given: bool,
     vocab_size: int | None,
     max_gb: float,
     tokenizer: TokenizerCheck | None = None,
@@ -65,24 +65,21 @@ def run(
     """Runs the preflight and prints its report; returns it as a dict (with `problems`).
 
     Args:
-      config: the data configuration checked.
+      config: the data configuration checked (the one training assembles from the same flags:
+        `jaxblend.cli.assembly`, so "cached" means training loads the maps without building).
       access: where and how the datasets and their cached maps are reached.
-      plan: the training step plan (its batch shapes are reported; with `steps_given`, its
-        samples are the training samples when `--train_samples` is not set).
-      steps_given: whether `plan.num_steps` is the run's length (`--train_iters`).
+      plan: the training step plan (`--train_iters` steps; its batch shapes are reported).
       vocab_size: the tokenizer's vocabulary, checked against the token dtypes.
       max_gb: index-map size above which the preflight fails.
       tokenizer: the datasets' tokenizer facts and the ids the run uses: a blend of different
         tokenizers, ids outside the vocabulary and data holding ids >= `vocab_size` are problems.
     """
     from jaxblend.index.estimate import estimate_plan
-    from jaxblend.map_store import data_maps_status
+    from jaxblend.map_store import data_maps_status, publication
     from jaxblend.opening import dataset_info
     from jaxblend.storage import IndexedDataset
 
     problems: list[str] = []
-    if steps_given and config.num_samples[0] is None:
-        config = dataclasses.replace(config, num_samples=(plan.num_samples, *config.num_samples[1:]))
     datasets: dict[str, IndexedDataset] = {}
 
     def info(prefix: str):
@@ -98,9 +95,20 @@ def run(
     problems += estimate.problems
     status = data_maps_status(estimate.fingerprint, estimate.specs, access)
     problems += status.problems
+    cached = status.cached
+    if cached and publication.applies(access):  # a bucket: training starts from the record
+        try:
+            published = publication.read(config, access) is not None
+        except ValueError as err:
+            problems.append(str(err))
+            published = False
+        if not published:
+            cached = False
+            print("index maps cached but not published: training's first process publishes "
+                  "them (python -m jaxblend.tools.build_index does it ahead)")
 
     print(f"index maps {estimate.fingerprint}: "
-          f"{'cached at ' + str(status.where) if status.cached else 'not cached (will be built)'}")
+          f"{'cached at ' + str(status.where) if cached else 'not cached (will be built)'}")
     print(f"{'split':<6} {'dataset':<34} {'tokens':>14} {'requested':>11} {'epochs':>6} {'samples':>12} {'maps':>10}")
     for e in estimate.datasets:
         print(f"{e.split:<6} {os.path.basename(e.prefix)[-34:]:<34} {e.tokens:>14,} "
@@ -146,7 +154,7 @@ def run(
         print(f"PROBLEM: {p}")
     print("preflight: " + ("FAILED" if problems else "ok"))
     return {
-        "fingerprint": estimate.fingerprint, "cached": status.cached,
+        "fingerprint": estimate.fingerprint, "cached": cached,
         "total_bytes": estimate.total_bytes, "blend_sizes": estimate.blend_sizes,
         "datasets": [dataclasses.asdict(e) for e in estimate.datasets], "problems": problems,
         "batch_shapes": len(shapes),

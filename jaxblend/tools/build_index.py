@@ -4,10 +4,13 @@
       --seq_length=2048 --train_samples=25600000 --valid_samples=25600 --test_samples=0 \
       --data_cache_path=/data/index_cache
 
-With `--data_schedule=sched.json` (docs/schedules.md) the train split is the staged blend of the
-schedule's stages; `--global_batch_size` (and `--rampup_batch_size` or
-`--step_batch_size_schedule`) turn the stages' steps into samples exactly as training does, so
-give the same values as the training job.
+It takes the training job's data and step-plan flags (`--global_batch_size`,
+`--rampup_batch_size`, `--step_batch_size_schedule`, `--train_iters`, `--eval_interval`,
+`--eval_iters`): the sample counts not given by `--train_samples`, `--valid_samples` and
+`--test_samples` derive from them exactly as in training (`jaxblend.cli.steps`), so the maps it
+builds are the ones training loads. With `--data_schedule=sched.json` (docs/schedules.md) the
+train split is the staged blend of the schedule's stages, its steps turned into samples by the
+same step plan.
 
 Run it once per cache location (on each pod host with a local cache, or once for a shared
 filesystem) so the training job starts by memory-mapping the maps. Prints, per split, its size,
@@ -64,9 +67,10 @@ def split_summary(name: str, split: SplitMaps | None) -> str:
 def main(argv: Sequence[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    config = data_flags.data_config_from_flags()
+    run = cli.run_config_from_flags()
+    config = run.config
     # A cached entry is checked byte for byte here (training starts check only a summary).
-    access = cli.data_access_from_flags().with_maps(verify="full")
+    access = run.access.with_maps(verify="full")
     if access.maps.location is None:
         raise app.UsageError("--data_cache_path is required: build_index fills a cache")
     began = time.perf_counter()
@@ -83,9 +87,10 @@ def main(argv: Sequence[str]) -> None:
 
 
 def define_flags() -> None:
-    """The data flags and the step-plan flags (which turn `--data_schedule` steps into samples)."""
+    """The data flags and the step-plan flags (the sample counts not given, and the samples of
+    `--data_schedule`'s steps, derive from them as in training)."""
     data_flags.define_data_flags()
-    cli.define_step_plan_flags(default_global_batch_size=8)
+    cli.define_step_plan_flags()
 
 
 if __name__ == "__main__":

@@ -47,7 +47,7 @@ def define_flags() -> None:
     cli.define_data_flags()
     cli.define_schema_flags()
     cli.define_source_flags()
-    cli.define_step_plan_flags(default_global_batch_size=8)
+    cli.define_step_plan_flags()
     cli.define_mesh_flags()
     cli.define_loader_flags()
     cli.define_distributed_flags()
@@ -110,17 +110,14 @@ def main(argv: Sequence[str]) -> None:
     start_step = fl.start_step
     if phase is not None and state is not None and state.get("step") == phase.first_step:
         start_step, state = phase.first_step, None  # a new phase: the previous stream ended
-    if phase is None:
-        source = cli.source_from_flags(fl.which)  # as training reads
-        plan = cli.step_plan(len(source), fl.global_batch_size)
-    else:
-        source = phase_flags.phase_source_from_flags(phase, fl.which)
-        plan = phase
+    run = cli.checked_run_config_from_flags(phase=phase)
+    source = cli.open_source(fl.which, run)  # as training reads
+    plan = run.steps.covering(len(source)) if phase is None else phase
     prefetch = cli.prefetch_from_flags()
     loader = make_loader(
         source, mesh, plan=plan, batch_axes=default_batch_axes(mesh.axis_names),
         prefetch=prefetch,
-        start_step=start_step, state=state, history=cli.history_from_flags(fl.which, source),
+        start_step=start_step, state=state, history=cli.history_of(fl.which, source, run),
     )
     steps = fl.steps
     if loader.step + steps > loader.num_steps:

@@ -18,7 +18,8 @@ With `--data_schedule=sched.json` (docs/schedules.md) the train split is the sch
 blend, and its `.npz` holds each dataset's maps per epoch its stages draw,
 `ds{j}_epoch{e}_document_index` & co. (epoch 0 is Megatron's one-epoch map); give the training
 job's `--global_batch_size` (or `--rampup_batch_size` / `--step_batch_size_schedule`), which turns
-the stages' steps into samples.
+the stages' steps into samples. Sample counts not given by `--train_samples`, `--valid_samples`,
+`--test_samples` derive from the step-plan flags as in training (`jaxblend.cli.steps`).
 """
 
 from __future__ import annotations
@@ -37,10 +38,10 @@ from jaxblend.map_store import load_or_build_data_maps
 
 
 def define_flags() -> None:
-    """The data flags, the step-plan flags (steps of `--data_schedule` -> samples), the tokenizer
-    flags, `--num`, `--out` and `--decode`."""
+    """The data flags, the step-plan flags (sample counts, steps of `--data_schedule` -> samples),
+    the tokenizer flags, `--num`, `--out` and `--decode`."""
     data_flags.define_data_flags()
-    cli.define_step_plan_flags(default_global_batch_size=8)
+    cli.define_step_plan_flags()
     cli.define_tokenizer_flags()
     tool_flags.define_dump_samples_flags()
     tool_flags.define_decode_flags()
@@ -132,8 +133,9 @@ def main(argv: Sequence[str]) -> None:
     fl = flags.FLAGS
     if not fl.out:
         raise app.UsageError("--out is required")
-    config, access = data_flags.data_config_from_flags(), cli.data_access_from_flags()
-    cli.run_tokenizer_from_flags(config, access)  # refuses a blend of different tokenizers
+    # The tokenizer step refuses a blend of different tokenizers.
+    run = cli.run_config_from_flags(tokenizer=cli.run_tokenizer_from_flags)
+    config, access = run.config, run.access
     decoder = cli.decoder_from_flags(index.config_prefixes(config), access) if fl.decode else None
     dump(config, fl.out, fl.num, access, decoder)
 

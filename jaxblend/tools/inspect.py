@@ -58,7 +58,7 @@ def define_flags() -> None:
     cli.define_data_flags()
     cli.define_schema_flags()
     cli.define_source_flags()
-    cli.define_step_plan_flags(default_global_batch_size=8)
+    cli.define_step_plan_flags()
     cli.define_tokenizer_flags()
     tool_flags.define_inspect_flags()
     tool_flags.define_decode_flags()
@@ -108,26 +108,22 @@ def stats() -> dict:
     return result
 
 
-def _plan_and_names(phase=None):
-    """The split's index maps and dataset names, from the map store (loaded, or built and
-    cached, whatever kind of map store); with `phase` (a `PhaseStepPlan`) the train split built
-    for that phase alone."""
+def _plan_and_names(run):
+    """The split's index maps and dataset names in the assembled configuration `run` (with a
+    phase, the train split built for that phase alone), from the map store: loaded, or built and
+    cached, whatever kind of map store."""
     from jaxblend import opening
-    from jaxblend.cli import source_flags
     from jaxblend.map_store import load_or_build_data_maps
     from jaxblend.sources.factory import validation_set_configs
 
     which = split = flags.FLAGS.which
-    settings = cli.source_settings_from_flags()
-    config = cli.data_config_from_flags()
-    if phase is not None:
-        config = phase_flags.phase_data_config(config, phase)
-    # the checks a source of these flags makes: one tokenizer, EOD and pad ids in its vocabulary
-    source_flags._schema_from_flags(config, settings)
+    config = run.config
+    if config is None:
+        raise ValueError("inspect explain and mixture read the datasets' index maps: drop --mock_data")
     if which.startswith("valid_"):  # the k-th of --multiple_validation_sets
         sets = {}
-        if settings.multiple_validation_sets:
-            configs = validation_set_configs(config, full_validation=settings.full_validation)
+        if run.validation.multiple:
+            configs = validation_set_configs(config, full_validation=run.validation.full)
             sets = {f"valid_{k}": one for k, one in enumerate(configs.values())}
         if which not in sets:
             raise ValueError(
@@ -135,8 +131,8 @@ def _plan_and_names(phase=None):
                 "--multiple_validation_sets)"
             )
         config, split = sets[which], "valid"
-    infos = opening.open_dataset_infos(opening.config_prefixes(config), settings.access)
-    plan = load_or_build_data_maps(config, infos, settings.access, (split,)).split(split)
+    infos = opening.open_dataset_infos(opening.config_prefixes(config), run.access)
+    plan = load_or_build_data_maps(config, infos, run.access, (split,)).split(split)
     if plan is None or len(plan) == 0:
         raise ValueError(
             f"the data configuration has no {which!r} split (check --split and --{which}_samples)"
@@ -167,8 +163,9 @@ def explain() -> dict:
     decoder = None
     if flags.FLAGS.decode:  # before any work: a tokenizer that cannot be found fails at once
         decoder = cli.decoder_from_flags(cli.prefixes_from_flags(), access)
-    plan, names = _plan_and_names(phase)
-    steps = phase if phase is not None else cli.step_plan(len(plan), flags.FLAGS.global_batch_size)
+    run = cli.checked_run_config_from_flags(phase=phase)
+    plan, names = _plan_and_names(run)
+    steps = phase if phase is not None else run.steps.covering(len(plan))
     if step >= steps.num_steps:
         raise app.UsageError(
             f"step {step} exceeds the {flags.FLAGS.which} split's {len(plan)} samples "
@@ -178,7 +175,7 @@ def explain() -> dict:
     b = samples.size
     opened = {n: IndexedDataset(n, access=access) for n in dict.fromkeys(names)}
     doc_indices = {n: np.asarray(ds.document_indices) for n, ds in opened.items()}
-    stages = _stages_of_step(step, samples, names, len(plan), steps)
+    stages = _stages_of_step(run, step, samples, names, len(plan), steps)
     phased = None if phase is None else _phase_of_step(phase, step, samples)
     rows = []
     print(f"global batch {step} ({flags.FLAGS.which}, B={b}): row  sample  dataset  pieces (document/sequence [start:stop))")
@@ -223,13 +220,13 @@ def _phase_of_step(phase, step: int, samples: np.ndarray) -> dict:
 
 
 def _stages_of_step(
-    step: int, samples: np.ndarray, names, num_samples: int, steps
+    run, step: int, samples: np.ndarray, names, num_samples: int, steps
 ) -> list[dict] | None:
     """For a staged train split: prints and returns the stage(s) holding the step's `samples`
     (one, unless a stage starts inside the step) with their blends; else None."""
     from jaxblend.tools import _mixture
 
-    schedule = _train_schedule()
+    schedule = _train_schedule(run)
     if schedule is None:
         return None
     spans = _mixture.stage_spans(schedule, names, num_samples, steps)
@@ -245,8 +242,7 @@ def _stages_of_step(
     return out
 
 
-def _target_weights(names: Sequence[str], plan) -> np.ndarray:
-    cfg = cli.data_config_from_flags()
+def _target_weights(cfg, names: Sequence[str], plan) -> np.ndarray:
     parsed = cfg.split_blend(flags.FLAGS.which.split("_")[0])  # a Blend, parsed with the config
     if parsed.weights is not None and len(parsed.weights) == len(names):
         w = np.asarray(parsed.weights, np.float64)
@@ -255,12 +251,12 @@ def _target_weights(names: Sequence[str], plan) -> np.ndarray:
     return w / w.sum()
 
 
-def _train_schedule():
-    """The staged blend of the train split the flags describe (`--data_schedule`), or None (other
-    splits, or a train split without stages)."""
-    if flags.FLAGS.which != "train" or flags.FLAGS.mock_data:
+def _train_schedule(run):
+    """The staged blend of the train split of `run` (`--data_schedule`), or None (other splits,
+    mock data, or a train split without stages)."""
+    if flags.FLAGS.which != "train" or run.config is None:
         return None
-    return getattr(cli.data_config_from_flags(), "train_schedule", None)
+    return run.config.train_schedule
 
 
 def mixture() -> dict:
@@ -270,9 +266,10 @@ def mixture() -> dict:
 
     start = flags.FLAGS.start_step
     phase = _phase(start, flags.FLAGS.end_step)
-    plan, names = _plan_and_names(phase)
+    run = cli.checked_run_config_from_flags(phase=phase)
+    plan, names = _plan_and_names(run)
     if phase is None:
-        steps = cli.step_plan(len(plan), flags.FLAGS.global_batch_size)
+        steps = run.steps.covering(len(plan))
         first = 0
     else:
         steps, first = phase, phase.first_step
@@ -282,10 +279,10 @@ def mixture() -> dict:
     sizes = np.array([steps.batch_size(k) for k in range(start, end)], np.int64)
     samples = np.concatenate([steps.sample_ids(k) for k in range(start, end)])
     ids = plan.dataset_ids(samples).astype(np.int64)
-    schedule = _train_schedule()
+    schedule = _train_schedule(run)
     spans = target = None
     if schedule is None:
-        target = _target_weights(names, plan)
+        target = _target_weights(run.config, names, plan)
     else:
         spans = _mixture.stage_spans(schedule, names, len(plan), steps)
     label = None
@@ -350,22 +347,22 @@ def main(argv: Sequence[str]) -> None:
         from jaxblend.tools import _preflight
 
         fl = flags.FLAGS
-        train_samples = None  # a --data_schedule's steps need the train split's size
-        if fl.data_schedule and fl.train_iters is not None:
-            train_samples = cli.samples_for(fl.global_batch_size, fl.train_iters)
-        config = cli.data_config_from_flags(default_train_samples=train_samples)
-        access = cli.data_access_from_flags()
-        try:
-            recorded, mixed = cli.run_tokenizer_from_flags(config, access), None
-        except TokenizerMismatchError as err:
-            recorded, mixed = cli.RunTokenizer({}), str(err)
+        mixed = []
+
+        def tokenizer(config, access):  # a blend of different tokenizers is a problem reported
+            try:
+                return cli.run_tokenizer_from_flags(config, access)
+            except TokenizerMismatchError as err:
+                mixed.append(str(err))
+                return cli.RunTokenizer({})
+
+        run = cli.run_config_from_flags(tokenizer=tokenizer)
+        recorded = run.tokenizer
         result = _preflight.run(
-            config, access,
-            cli.planned_steps(fl.global_batch_size, fl.train_iters), fl.train_iters is not None,
+            run.config, run.access, run.steps.planned(run.steps.train_iters),
             fl.vocab_size if fl.vocab_size is not None else recorded.vocab_size, fl.max_index_gb,
             tokenizer=_preflight.TokenizerCheck(
-                recorded.facts, fl.eod_id if fl.eod_id is not None else recorded.eod_id,
-                fl.pad_id, mixed,
+                recorded.facts, run.schema.eod_id, run.schema.pad_id, mixed[0] if mixed else None,
             ),
         )
         _write_json(result)

@@ -10,8 +10,8 @@ import re
 
 import pytest
 
-from jaxblend import index
-from jaxblend.cli import data_flags, phase_flags
+from jaxblend import cli, index
+from jaxblend.cli import phase_flags
 from jaxblend.sampling import PhaseTransitions
 
 REFUSED = [
@@ -44,24 +44,24 @@ def _config_through(fl, tmp_path, entry: str, blend: list[str]) -> tuple[index.B
     """The blend `entry` gives for `blend`, and the pattern its refusals start with."""
     if entry in ("data_path", "train_data_path"):
         fl[entry].value = [" ".join(blend)]
-        config = data_flags.data_config_from_flags()
+        config = cli.run_config_from_flags().config
         return config.split_blend("train"), f"--{entry}"
     if entry == "data_args_path":
         path = tmp_path / "blend.txt"
         path.write_text(" ".join(blend))
         fl.data_args_path = str(path)
-        return data_flags.data_config_from_flags().blend, r"--data_args_path=.*blend\.txt: blend"
+        return cli.run_config_from_flags().config.blend, r"--data_args_path=.*blend\.txt: blend"
     if entry == "per_split_data_args_path":
         path = tmp_path / "per_split.json"
         path.write_text(json.dumps({"train": blend, "valid": None, "test": None}))
         fl.per_split_data_args_path = str(path)
-        config = data_flags.data_config_from_flags()
+        config = cli.run_config_from_flags().config
         return config.blend_per_split[0], r"--per_split_data_args_path=.*per_split\.json: train blend"
     if entry == "data_schedule":
         path = tmp_path / "sched.json"
         path.write_text(json.dumps({"stages": [{"start_step": 0, "blend": blend}]}))
         fl.data_schedule = str(path)
-        config = data_flags.data_config_from_flags()
+        config = cli.run_config_from_flags().config
         return (
             config.train_schedule.stages[0].blend,
             r"--data_schedule .*sched\.json: stage 0 \(start_step 0\): blend",
@@ -70,7 +70,7 @@ def _config_through(fl, tmp_path, entry: str, blend: list[str]) -> tuple[index.B
     fl.phase_transition_iterations = "4"
     fl.data_path = [" ".join(blend)]
     plan = PhaseTransitions((4,), 8, 10).plan(1)
-    config = phase_flags.phase_data_config(data_flags.data_config_from_flags(), plan)
+    config = cli.phase_data_config(cli.run_config_from_flags().config, plan)
     assert config.num_samples[0] == plan.num_samples
     return config.blend, "--data_path"
 

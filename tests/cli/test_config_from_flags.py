@@ -33,8 +33,8 @@ def test_schema_options_and_the_default_eod(fl):
 def test_mock_source_settings_and_source(fl):
     fl.mock_data, fl.mock_num_samples, fl.mock_vocab_size, fl.seed = True, 40, 99, 5
     fl.seq_length = 8
-    settings = cli.source_settings_from_flags()
-    assert settings.mock == cli.MockSettings(40, 99, 5)
+    run = cli.run_config_from_flags()
+    assert run.mock == cli.MockSettings(40, 99, 5) and run.config is None
     source = cli.source_from_flags("train")
     assert isinstance(source, MockSource) and len(source) == 40
     assert set(cli.validation_sources_from_flags()) == {"valid"}
@@ -42,7 +42,7 @@ def test_mock_source_settings_and_source(fl):
 
 def test_source_settings_are_validated(fl):
     fl.storage_backend = "tensorstore"
-    assert cli.source_settings_from_flags().access.backend == "tensorstore"
+    assert cli.data_access_from_flags().backend == "tensorstore"
     with pytest.raises(ValueError, match="DataAccess.backend"):
         DataAccess(backend="disk")
     with pytest.raises(ValueError, match="--mock_num_samples"):
@@ -50,16 +50,16 @@ def test_source_settings_are_validated(fl):
 
 
 def test_step_plan_with_and_without_a_ramp(fl):
-    assert cli.step_plan(100, 10, 4) == FixedStepPlan.covering(100, 10, 4)
+    assert cli.step_settings_from_flags(10).covering(100, 4) == FixedStepPlan.covering(100, 10, 4)
     fl.rampup_batch_size = "4 4 16"
-    plan = cli.step_plan(100, 12, 5)
+    plan = cli.step_settings_from_flags(12).covering(100, 5)
     assert isinstance(plan, RampupStepPlan)
     # Megatron: one increment per 8 samples consumed (16 ramp samples, 2 increments).
     assert [plan.batch_size(k) for k in range(5)] == [4, 4, 8, 12, 12]
-    assert cli.samples_for(12, 5) == 40
+    assert cli.step_settings_from_flags(12).samples_for(5) == 40
     fl.rampup_batch_size = "4 5 16"
     with pytest.raises(app.UsageError):
-        cli.step_plan(100, 12, 5)
+        cli.step_settings_from_flags(12).covering(100, 5)
 
 
 def test_mesh_from_flags(fl):

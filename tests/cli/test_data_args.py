@@ -6,8 +6,7 @@ import json
 
 import pytest
 
-from jaxblend import data_args
-from jaxblend.cli import data_flags
+from jaxblend import cli, data_args
 
 
 @pytest.fixture
@@ -21,10 +20,10 @@ def test_data_args_file_equals_data_path(fl, tmp_path):
     path = tmp_path / "blend.txt"
     path.write_text("0.3 /d/a\n0.7\t/d/b\n")
     fl.data_args_path = str(path)
-    from_file = data_flags.data_config_from_flags()
+    from_file = cli.run_config_from_flags().config
     fl.data_args_path = None
     fl.data_path = ["0.3 /d/a 0.7 /d/b"]
-    assert from_file == data_flags.data_config_from_flags()
+    assert from_file == cli.run_config_from_flags().config
     assert tuple(from_file.blend) == ("0.3", "/d/a", "0.7", "/d/b")
 
 
@@ -34,7 +33,7 @@ def test_per_split_file_in_megatron_forms(fl, tmp_path):
         json.dumps({"train": ["0.3", "/d/a", "0.7", "/d/b"], "valid": "/d/v", "test": None})
     )
     fl.per_split_data_args_path = str(path)
-    config = data_flags.data_config_from_flags()
+    config = cli.run_config_from_flags().config
     assert config.blend is None
     assert tuple(b and tuple(b) for b in config.blend_per_split) == (("0.3", "/d/a", "0.7", "/d/b"), ("/d/v",), None)
     fl.per_split_data_args_path = None
@@ -55,6 +54,6 @@ def test_errors_name_flag_and_file(fl, tmp_path):
     fl.data_args_path = str(tmp_path / "b.txt")
     fl.data_path = ["/d/x"]
     with pytest.raises(ValueError, match="--data_args_path excludes --data_path"):
-        data_flags.data_config_from_flags()
+        cli.run_config_from_flags()
     fl.data_path = None
     fl.data_args_path = None

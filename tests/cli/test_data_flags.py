@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from jaxblend import cli
 from jaxblend.access import DataAccess
-from jaxblend.cli import data_flags
 from jaxblend.cli.access_flags import data_access_from_flags
 
 
@@ -37,7 +37,7 @@ def test_every_storage_and_cache_flag_is_in_the_access(fl, monkeypatch):
     assert access.object_store.s3_endpoint == "http://127.0.0.1:9000"
     assert (access.object_store.max_retries, access.object_store.request_timeout) == (1, 12.0)
     # The data configuration carries none of it, and reading the flags sets nothing.
-    config = data_flags.data_config_from_flags()
+    config = cli.run_config_from_flags().config
     assert not hasattr(config, "cache_dir")
     assert DataAccess.from_env().object_store.s3_endpoint is None
 

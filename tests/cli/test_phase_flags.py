@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from absl import app
 
-from jaxblend import index
+from jaxblend import cli, index
 from jaxblend.cli import phase_flags
 from jaxblend.cli.megatron_argv import normalize_argv
 from jaxblend.sampling import PhaseTransitions
@@ -66,7 +66,7 @@ def test_the_train_split_is_sized_for_the_phase():
     config = index.GPTDataConfig(blend=["/d/a"], split="99,1,0", seq_length=8,
                                  num_samples=(2400, 32, 0))
     plan = PhaseTransitions((100, 250), 8, 300).plan(1)
-    assert phase_flags.phase_data_config(config, plan).num_samples == (1200, 32, 0)
+    assert cli.phase_data_config(config, plan).num_samples == (1200, 32, 0)
 
 
 def test_megatrons_spelling():

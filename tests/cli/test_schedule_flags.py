@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from jaxblend.cli import data_flags, schedule_flags
+from jaxblend import cli
+from jaxblend.cli import assembly
 from jaxblend.cli.access_flags import data_access_from_flags
 
 STAGES = [
@@ -33,60 +34,61 @@ def fl(fl, sched, monkeypatch):
 
 
 def test_schedule_alone_gives_a_train_split_only(fl):
-    config = data_flags.data_config_from_flags()
+    config = cli.run_config_from_flags().config
     assert config.blend is None and config.blend_per_split is None
     stages = config.train_schedule.stages
     assert [s.start_sample for s in stages] == [0, 32]
     assert tuple(stages[1].blend) == ("20", "/d/a", "80", "/d/c")
-    assert data_flags.prefixes_from_flags() == ["/d/a", "/d/b", "/d/c"]
+    assert cli.prefixes_from_flags() == ["/d/a", "/d/b", "/d/c"]
 
 
 def test_rampup_turns_steps_into_samples(fl):
     fl.rampup_batch_size = "2 2 16"
-    config = data_flags.data_config_from_flags()
+    config = cli.run_config_from_flags().config
     from jaxblend.cli import step_plan_flags  # the ramp's steps 0..3 are smaller than 8
 
-    plan = step_plan_flags.step_plan(80, 8)
+    plan = step_plan_flags.step_settings_from_flags(8).covering(80)
     assert config.train_schedule.stages[1].start_sample == sum(plan.batch_size(k) for k in range(4))
     assert config.train_schedule.stages[1].start_sample != 32
 
 
 def test_with_data_path_valid_and_test_come_from_the_blend(fl):
     fl.data_path, fl.split, fl.valid_samples = ["/d/v"], "90,10,0", 8
-    config = data_flags.data_config_from_flags()
+    config = cli.run_config_from_flags().config
     assert tuple(config.blend) == ("/d/v",) and config.train_schedule is not None
-    assert data_flags.prefixes_from_flags() == ["/d/a", "/d/b", "/d/c", "/d/v"]
+    assert cli.prefixes_from_flags() == ["/d/a", "/d/b", "/d/c", "/d/v"]
 
 
 def test_with_per_split_valid_path(fl):
     fl.valid_data_path = ["/d/v"]
-    config = data_flags.data_config_from_flags()
+    config = cli.run_config_from_flags().config
     assert tuple(b and tuple(b) for b in config.blend_per_split) == (None, ("/d/v",), None)
 
 
 def test_train_blend_given_twice_is_refused(fl, tmp_path):
     fl.train_data_path = ["/d/t"]
     with pytest.raises(ValueError, match="--data_schedule gives the train split's blend and so does --train_data_path"):
-        data_flags.data_config_from_flags()
+        cli.run_config_from_flags()
     fl.train_data_path = None
     per_split = tmp_path / "per_split.json"
     per_split.write_text(json.dumps({"train": ["/d/t"], "valid": None, "test": None}))
     fl.per_split_data_args_path = str(per_split)
     with pytest.raises(ValueError, match="per_split_data_args_path's \"train\" entry"):
-        data_flags.data_config_from_flags()
+        cli.run_config_from_flags()
 
 
-def test_train_samples_is_required(fl):
-    fl.train_samples = None
-    with pytest.raises(ValueError, match="counts steps: give --train_samples"):
-        data_flags.data_config_from_flags()
-    assert data_flags.data_config_from_flags(default_train_samples=40).num_samples[0] == 40
+def test_without_train_samples_the_train_split_holds_the_runs_steps(fl):
+    fl.train_samples, fl.train_iters = None, 5  # 5 steps of 8
+    assert cli.run_config_from_flags().config.num_samples[0] == 40
+    fl.train_iters = 4  # 32 samples: stage 1 (step 4) would start at the run's end
+    with pytest.raises(ValueError, match=r"stage 1 \(start_step 4\) starts at or after the end"):
+        cli.run_config_from_flags()
 
 
 def test_a_stage_past_the_end_is_refused(fl):
     fl.train_samples = 32  # 4 steps: stage 1 starts at step 4
     with pytest.raises(ValueError) as err:
-        data_flags.data_config_from_flags()
+        cli.run_config_from_flags()
     assert str(err.value).startswith(f"--data_schedule {fl.data_schedule}: stage 1 (start_step 4) "
                                      "starts at or after the end of the run (4 steps")
 
@@ -94,21 +96,21 @@ def test_a_stage_past_the_end_is_refused(fl):
 def test_missing_and_malformed_files_name_the_flag_and_file(fl, tmp_path):
     fl.data_schedule = str(tmp_path / "nope.json")
     with pytest.raises(ValueError, match=r"--data_schedule .*nope.json: no such file"):
-        data_flags.data_config_from_flags()
+        cli.run_config_from_flags()
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"stages": [{"start_step": 0, "blend": ["50", "/d/a", "50"]}]}))
     fl.data_schedule = str(bad)
     with pytest.raises(ValueError, match=r"--data_schedule .*bad.json: stage 0 \(start_step 0\): .*odd length"):
-        data_flags.data_config_from_flags()
+        cli.run_config_from_flags()
 
 
 def test_no_schedule_keeps_the_old_behaviour(fl):
     fl.data_schedule, fl.data_path = None, ["/d/a"]
-    config = data_flags.data_config_from_flags()
+    config = cli.run_config_from_flags().config
     assert config.train_schedule is None and tuple(config.blend) == ("/d/a",)
     fl.data_path = None
     with pytest.raises(ValueError, match="give --data_path"):
-        data_flags.data_config_from_flags()
+        cli.run_config_from_flags()
 
 
 def test_reads_the_schedule_from_a_bucket(fl, object_store):
@@ -117,17 +119,16 @@ def test_reads_the_schedule_from_a_bucket(fl, object_store):
     if object_store.scheme == "s3":
         fl.s3_endpoint = object_store.url
     fl.data_schedule = url
-    schedule = schedule_flags.data_schedule_from_flags(data_access_from_flags())
+    schedule = assembly.read_schedule(cli.read_flag_values(), data_access_from_flags())
     assert schedule.to_json() == {"stages": STAGES}
     assert schedule.source == f"--data_schedule {url}"
     fl.data_schedule = object_store.prefix_url("sched/missing.json")
     with pytest.raises(ValueError, match="missing.json: no such file"):
-        schedule_flags.data_schedule_from_flags(data_access_from_flags())
+        assembly.read_schedule(cli.read_flag_values(), data_access_from_flags())
 
 
 def test_mock_data_is_refused_beside_a_schedule(fl):
-    from jaxblend.cli import source_flags
 
     fl.mock_data = True
     with pytest.raises(ValueError, match="--mock_data replaces them"):
-        source_flags.source_settings_from_flags()
+        cli.run_config_from_flags()

@@ -110,7 +110,7 @@ def test_stats_needs_no_seq_length(files):
 
 
 def test_single_split_tools_ignore_the_other_splits(files, tmp_path):
-    # The valid split of a weighted blend has no count: only dump_batches' own split is built.
+    # Only dump_batches' own split is built (the train split's maps alone).
     root, good = files
     other = write_random_dataset(str(root / "other"), np.random.default_rng(1), 60)
     args = [f"--data_path=0.7 {good} 0.3 {other}", "--split=98,2,0", "--seq_length=8",
@@ -118,6 +118,11 @@ def test_single_split_tools_ignore_the_other_splits(files, tmp_path):
     out = _run(TOOLS + "dump_batches", args)
     assert out.returncode == 0, out.stderr[-2000:]
     assert (tmp_path / "batches.npz").is_file()
-    # Asking for the valid split says which flag is missing.
+    # The valid split's count, not given, is --eval_iters batches, as in training.
     out = _run(TOOLS + "dump_batches", [*args, "--which=valid"])
-    assert out.returncode == 1 and out.stderr.strip().splitlines()[-1].endswith("(--valid_samples)")
+    assert out.returncode == 0, out.stderr[-2000:]
+    # Without evaluation it holds no sample: asking for it says which flags to check.
+    out = _run(TOOLS + "dump_batches", [*args, "--which=valid", "--eval_interval=0"])
+    assert out.returncode == 1 and out.stderr.strip().splitlines()[-1].endswith(
+        "(check --split and --valid_samples)"
+    )

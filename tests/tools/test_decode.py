@@ -20,7 +20,7 @@ from jaxblend.storage import IndexedDataset
 from tests.preprocess.conftest import make_documents, small_run_config, write_jsonl
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-DATA = ["--split=100,0,0", "--seq_length=24", "--train_samples=32"]
+DATA = ["--split=100,0,0", "--seq_length=24", "--train_samples=32", "--global_batch_size=8"]
 ENDPOINT_ENVS = ("JAXBLEND_S3_ENDPOINT", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
 HOW = "pass --tokenizer_type and --tokenizer_model (or --vocab_file, --merge_file)"
 

@@ -1,0 +1,325 @@
+"""The run's configuration, assembled once from the flags' values.
+
+`assemble(values)` is the one function that turns the values of the data, storage, source,
+step-plan and schema flags (`jaxblend.cli.flag_values.DataFlagValues`) into what a program reads,
+in this order:
+
+  1. `DataAccess`    where and how the data and its index maps are reached;
+  2. `StepSettings`  the step plan: global batch sizes, steps, evaluation batches;
+  3. `DataSchedule`  `--data_schedule`'s stages (read with the access), or None;
+  4. `GPTDataConfig` the data: blends, split, sequence length, seed, and the sample counts of
+                     `StepSettings.sample_counts` (the same in every tool and in training, so
+                     they all compute the same index-map key and publication key);
+  5. `GPTSchemaOptions` the sample schema, its sequence length and extra token taken from the
+                     data configuration (each fact is read once, from one place).
+
+It reads no absl flag and may be called from Python and tests with values built by hand;
+`run_config_from_flags()` is the same call on the program's parsed flags, used by every tool and
+by the training example.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from absl import flags
+
+from jaxblend import index
+from jaxblend.access import DataAccess, MapStoreOptions
+from jaxblend.cli import data_flags, object_store_flags, schedule_flags
+from jaxblend.cli.flag_values import DataFlagValues, read_flag_values
+from jaxblend.cli.steps import StepSettings
+from jaxblend.urls import is_url
+
+if TYPE_CHECKING:  # the sampling and source layers load JAX/Numba: deferred
+    from jaxblend.sampling import DataSchedule, PhaseStepPlan
+    from jaxblend.sources import GPTSchemaOptions
+
+
+@dataclasses.dataclass(frozen=True)
+class MockSettings:
+    """A synthetic source (`jaxblend.sources.MockSource`) instead of datasets.
+
+    Attributes:
+      num_samples: samples of the source.
+      vocab_size: token ids are drawn below this.
+      seed: the source's random seed.
+    """
+
+    num_samples: int
+    vocab_size: int
+    seed: int
+
+    def __post_init__(self) -> None:
+        if self.num_samples < 1 or self.vocab_size < 1:
+            raise ValueError(
+                f"--mock_num_samples and --mock_vocab_size must be >= 1, got {self.num_samples} "
+                f"and {self.vocab_size}"
+            )
+
+
+@dataclasses.dataclass(frozen=True)
+class ValidationSets:
+    """How the validation split is read (each option changes the validation batches).
+
+    Attributes:
+      multiple: each prefix of the validation blend is its own validation set.
+      full: with `multiple`, one whole epoch of each set.
+    """
+
+    multiple: bool = False
+    full: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    """What a program reads, assembled by `assemble`.
+
+    Attributes:
+      access: where and how the datasets and their index maps are reached.
+      steps: the step plan's settings (global batch sizes, steps, evaluation).
+      schedule: `--data_schedule`'s stages in steps, or None.
+      config: the data configuration (None with mock data).
+      schema: the sample schema.
+      mock: the synthetic source replacing the datasets, or None.
+      validation: how the validation split is read.
+      tokenizer: what the tokenizer step returned (`jaxblend.cli.RunTokenizer`), or None when
+        none was asked for.
+    """
+
+    access: DataAccess
+    steps: StepSettings
+    schedule: DataSchedule | None
+    config: index.GPTDataConfig | None
+    schema: GPTSchemaOptions
+    mock: MockSettings | None = None
+    validation: ValidationSets = ValidationSets()
+    tokenizer: Any = None
+
+
+def data_access(values: DataFlagValues, default_map_location: str | None = None) -> DataAccess:
+    """Where and how the flags' data is reached.
+
+    `--s3_endpoint`, `--s3_region`, `--storage_concurrency`, `--storage_retries` and
+    `--storage_timeout` give the object-store options (over the environment's endpoint and
+    region); `--data_cache_path`, `--data_cache_mirror` and `--data_cache_wait` the map store; a
+    bucket `--data_cache_path` also holds the shared identity memo (`<path>/identity/`);
+    `--storage_backend` how `.bin` files are read.
+
+    Args:
+      values: the flags' values.
+      default_map_location: the map store's location when `--data_cache_path` is not given.
+
+    Raises:
+      ValueError: one line naming the bad flag.
+    """
+    env = DataAccess.from_env()  # the environment's mirror and identity memo, under the flags
+    store = object_store_flags.object_store_options(values)
+    location = values.data_cache_path or default_map_location
+    try:
+        maps = MapStoreOptions(
+            location=location,
+            mirror=values.data_cache_mirror or env.maps.mirror,
+            wait_seconds=values.data_cache_wait,
+        )
+    except ValueError as e:
+        raise ValueError(f"--data_cache_path/--data_cache_mirror/--data_cache_wait: {e}") from None
+    identity = env.identity
+    if is_url(location):
+        identity = dataclasses.replace(identity, shared_url=f"{location.rstrip('/')}/identity/")
+    return DataAccess(
+        object_store=store, maps=maps, identity=identity, backend=values.storage_backend
+    )
+
+
+def mock_settings(values: DataFlagValues) -> MockSettings | None:
+    """The synthetic source of `--mock_data`, or None.
+
+    Raises:
+      ValueError: `--mock_data` beside `--data_schedule`, or bad mock sizes.
+    """
+    if not values.mock_data:
+        return None
+    if values.data_schedule:
+        raise ValueError(
+            f"--data_schedule={values.data_schedule} blends datasets but --mock_data replaces "
+            "them with synthetic samples: drop one of the two"
+        )
+    return MockSettings(values.mock_num_samples, values.mock_vocab_size, values.seed)
+
+
+def read_schedule(values: DataFlagValues, access: DataAccess) -> DataSchedule | None:
+    """The stages of `--data_schedule` (None without it), read with `access`.
+
+    Raises:
+      ValueError: as `schedule_flags.read_data_schedule`.
+    """
+    if not values.data_schedule:
+        return None
+    return schedule_flags.read_data_schedule(values.data_schedule, access)
+
+
+def prefixes(values: DataFlagValues, access: DataAccess | None = None) -> list[str]:
+    """Every distinct dataset prefix the data flags name, in order (needs no --seq_length).
+
+    Raises:
+      ValueError: no data path, both forms given, a malformed blend or schedule.
+    """
+    access = data_access(values) if access is None else access
+    schedule = read_schedule(values, access)
+    blend, per_split = data_flags.blends_from_values(values, scheduled=schedule is not None)
+    named = index.blend_prefixes([blend] if blend is not None else per_split)
+    if schedule is None:
+        return named
+    return list(dict.fromkeys([*schedule.prefixes(), *named]))
+
+
+def data_config(
+    values: DataFlagValues,
+    steps: StepSettings,
+    schedule: DataSchedule | None,
+    default_blend: tuple[str, ...] | None = None,
+    phase: PhaseStepPlan | None = None,
+) -> index.GPTDataConfig:
+    """The `GPTDataConfig` of the data flags' values.
+
+    Args:
+      values: the flags' values.
+      steps: the step plan (the sample counts not given, and a schedule's steps in samples).
+      schedule: `--data_schedule`'s stages, or None.
+      default_blend: the blend used when no data path flag is given (e.g. a built-in corpus).
+      phase: one of Megatron's phases: the train split then holds that phase alone.
+
+    Raises:
+      ValueError: missing --seq_length, no data path, both --data_path and per-split paths, an
+        unreadable data-args file, or a schedule stage past the run's end.
+    """
+    if values.seq_length is None:
+        raise ValueError("--seq_length is required")
+    blend, per_split = data_flags.blends_from_values(
+        values, default_blend, scheduled=schedule is not None
+    )
+    counts = steps.sample_counts(values.train_samples, values.valid_samples, values.test_samples)
+    train_schedule = None
+    if schedule is not None:
+        train_schedule = schedule.blend_schedule(steps.covering(counts[0]))
+        if blend is None and all(b is None for b in per_split):
+            per_split = None  # no validation or test split
+    config = index.GPTDataConfig(
+        blend=blend,
+        blend_per_split=None if blend is not None else per_split,
+        train_schedule=train_schedule,
+        split=values.split,
+        seq_length=values.seq_length,
+        seed=values.seed,
+        num_samples=counts,
+        add_extra_token_to_sequence=values.add_extra_token_to_sequence,
+        drop_last_partial_validation_sequence=values.drop_last_partial_validation_sequence,
+        mid_level_dataset_surplus=values.mid_level_dataset_surplus,
+    )
+    return config if phase is None else phase_data_config(config, phase)
+
+
+def phase_data_config(
+    config: index.GPTDataConfig, plan: PhaseStepPlan
+) -> index.GPTDataConfig:
+    """`config` with its training split sized for `plan`'s phase alone (a fresh blend of
+    Megatron's `train_samples_in_current_phase` samples)."""
+    _, valid, test = config.num_samples
+    return dataclasses.replace(config, num_samples=(plan.num_samples, valid, test))
+
+
+def schema_options(
+    values: DataFlagValues, config: index.GPTDataConfig | None, eod_id: int | None = None
+) -> GPTSchemaOptions:
+    """The sample schema of the schema flags' values; its sequence length and extra token are the
+    data configuration's (the flags' with mock data).
+
+    Args:
+      values: the flags' values.
+      config: the data configuration, or None (mock data).
+      eod_id: the end-of-document id when `--eod_id` is not given.
+
+    Raises:
+      ValueError: an inconsistent combination (the message names the option).
+    """
+    from jaxblend.sources import GPTSchemaOptions
+
+    options = {
+        "eod_id": values.eod_id if values.eod_id is not None else eod_id,
+        "eod_mask_loss": values.eod_mask_loss,
+        "reset_position_ids": values.reset_position_ids,
+        "reset_attention_mask": values.reset_attention_mask,
+        "megatron_compat": values.megatron_compat,
+        "pad_id": values.pad_id,
+        "inter_document_masking": values.inter_document_masking,
+    }
+    if config is not None:
+        return GPTSchemaOptions.for_config(config, **options)
+    return GPTSchemaOptions(
+        seq_length=values.seq_length,
+        add_extra_token_to_sequence=values.add_extra_token_to_sequence,
+        **options,
+    )
+
+
+TokenizerStep = Callable[[index.GPTDataConfig | None, DataAccess], Any]
+
+
+def assemble(
+    values: DataFlagValues,
+    *,
+    default_blend: tuple[str, ...] | None = None,
+    default_map_location: str | None = None,
+    default_eod_id: int | None = None,
+    phase: PhaseStepPlan | None = None,
+    tokenizer: TokenizerStep | None = None,
+) -> RunConfig:
+    """The run's configuration: access, step plan, schedule, data configuration, schema.
+
+    Args:
+      values: the flags' values (`read_flag_values`, or built in Python).
+      default_blend: the blend when no data path flag is given (the training example's built-in
+        corpus).
+      default_map_location: the index-map cache when `--data_cache_path` is not given.
+      default_eod_id: the EOD id when neither `--eod_id` nor the datasets' record gives one.
+      phase: one of Megatron's phases (`--phase_transition_iterations`): the train split holds
+        that phase's fresh blend.
+      tokenizer: called with the data configuration and the access before the schema is built
+        (e.g. `jaxblend.cli.tokenizer_flags.run_tokenizer_from_flags`, which refuses a blend of
+        different tokenizers); its result's `eod_id`, when not None, is the schema's default EOD
+        id, and the result is kept as `RunConfig.tokenizer`.
+
+    Raises:
+      ValueError: one line naming the bad flag or file.
+      app.UsageError: inconsistent step-plan flags.
+    """
+    access = data_access(values, default_map_location)
+    steps = StepSettings.from_values(values)
+    mock = mock_settings(values)
+    schedule = read_schedule(values, access)
+    config = None if mock is not None else data_config(
+        values, steps, schedule, default_blend, phase
+    )
+    recorded = None if tokenizer is None else tokenizer(config, access)
+    eod_id = default_eod_id
+    if recorded is not None and recorded.eod_id is not None:
+        eod_id = recorded.eod_id
+    return RunConfig(
+        access=access,
+        steps=steps,
+        schedule=schedule,
+        config=config,
+        schema=schema_options(values, config, eod_id),
+        mock=mock,
+        validation=ValidationSets(values.multiple_validation_sets, values.full_validation),
+        tokenizer=recorded,
+    )
+
+
+def run_config_from_flags(fl: flags.FlagValues | None = None, **options: Any) -> RunConfig:
+    """`assemble(read_flag_values(fl), **options)`: the configuration of the parsed flags (`fl`,
+    default absl's `FLAGS`)."""
+    return assemble(read_flag_values(fl), **options)

@@ -1,0 +1,202 @@
+"""`StepSettings`: the step plan of a run (global batch sizes over steps, steps, evaluation), and
+the one rule that turns it into the sample counts of the data configuration.
+
+Built from the step-plan flags' values (`--global_batch_size`, `--rampup_batch_size`,
+`--step_batch_size_schedule`, `--train_iters`, `--eval_interval`, `--eval_iters`); no absl flag is
+read here. With `--rampup_batch_size`, global batches follow Megatron-LM's `--rampup-batch-size`
+(`jaxblend.sampling.RampupStepPlan`); with `--step_batch_size_schedule`, megatron-core's
+`--step-batch-size-schedule` (`jaxblend.sampling.StepBatchSchedulePlan`, its thresholds in tokens
+of `seq_length`); with neither, every step has `global_batch_size` samples.
+
+Sample counts (`sample_counts`), the same in every tool and in training:
+
+  train  `--train_samples`, else the samples of `--train_iters` steps of the plan;
+  valid  `--valid_samples`, else `--eval_iters` batches of the final global batch size
+         (0 with `--eval_interval=0`: no evaluation);
+  test   `--test_samples`, else 0.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING
+
+from absl import app
+
+from jaxblend.cli import flag_values
+
+if TYPE_CHECKING:
+    from jaxblend.sampling import Rampup, StepBatchSchedule, StepPlan
+
+
+@dataclasses.dataclass(frozen=True)
+class StepSettings:
+    """The run's steps and global batch sizes.
+
+    Attributes:
+      global_batch_size: the size of every step (the size after a ramp; unused with a schedule).
+      rampup_batch_size: Megatron's `--rampup-batch-size` "START INCREMENT RAMP_SAMPLES", or None.
+      step_batch_size_schedule: megatron-core's `--step-batch-size-schedule`, or None.
+      global_batch_size_given: `--global_batch_size` was given explicitly (refused beside a
+        schedule, as Megatron does).
+      seq_length: tokens per sample (a schedule's thresholds count tokens; None: samples).
+      train_iters: the run's training steps.
+      eval_interval: steps between evaluations (0: none).
+      eval_iters: batches per evaluation.
+    """
+
+    global_batch_size: int = flag_values.DEFAULT_GLOBAL_BATCH_SIZE
+    rampup_batch_size: str | None = None
+    step_batch_size_schedule: str | None = None
+    global_batch_size_given: bool = False
+    seq_length: int | None = None
+    train_iters: int = flag_values.DEFAULT_TRAIN_ITERS
+    eval_interval: int = flag_values.DEFAULT_EVAL_INTERVAL
+    eval_iters: int = flag_values.DEFAULT_EVAL_ITERS
+
+    @classmethod
+    def from_values(cls, values: flag_values.DataFlagValues) -> StepSettings:
+        """The settings of the step-plan flags' values."""
+        return cls(
+            global_batch_size=values.global_batch_size,
+            rampup_batch_size=values.rampup_batch_size or None,
+            step_batch_size_schedule=values.step_batch_size_schedule,
+            global_batch_size_given=values.global_batch_size_given,
+            seq_length=values.seq_length,
+            train_iters=values.train_iters,
+            eval_interval=values.eval_interval,
+            eval_iters=values.eval_iters,
+        )
+
+    def rampup(self) -> Rampup | None:
+        """The ramp of `--rampup_batch_size`, or None.
+
+        Raises:
+          app.UsageError: one line naming the flag.
+        """
+        from jaxblend.sampling import Rampup
+
+        if not self.rampup_batch_size:
+            return None
+        try:
+            return Rampup.parse(self.rampup_batch_size)
+        except ValueError as err:
+            raise app.UsageError(str(err)) from None
+
+    def batch_schedule(self) -> StepBatchSchedule | None:
+        """The schedule of `--step_batch_size_schedule` (thresholds in tokens of `seq_length`), or
+        None.
+
+        Raises:
+          app.UsageError: one line naming the flag: a bad schedule, or the schedule together with
+            `--rampup_batch_size` or an explicit `--global_batch_size` (as Megatron, which takes
+            the final batch size from the schedule).
+        """
+        from jaxblend.sampling import StepBatchSchedule
+
+        value = self.step_batch_size_schedule
+        if value is None:
+            return None
+        if self.rampup_batch_size:
+            raise app.UsageError(
+                "--step_batch_size_schedule and --rampup_batch_size both describe the batch-size "
+                "schedule: give one (a ramp 'START INCREMENT RAMP_SAMPLES' is the schedule "
+                "'0:START T1:START+INCREMENT ...' with thresholds at the ramp's steps)"
+            )
+        if self.global_batch_size_given:
+            raise app.UsageError(
+                f"--step_batch_size_schedule={value!r} sets every batch size (the last entry is "
+                "the final global batch size): drop --global_batch_size, as Megatron refuses both"
+            )
+        try:
+            return StepBatchSchedule.from_megatron(value, self.seq_length)
+        except ValueError as err:
+            raise app.UsageError(str(err)) from None
+
+    @property
+    def final_global_batch_size(self) -> int:
+        """The global batch size the plan ends at: the schedule's last size, or
+        `global_batch_size` (also the size after a ramp).
+
+        Raises:
+          app.UsageError: as `batch_schedule`.
+        """
+        schedule = self.batch_schedule()
+        return self.global_batch_size if schedule is None else schedule.global_batch_size
+
+    @property
+    def eval_batches(self) -> int:
+        """Validation batches per evaluation (0 when evaluation is off)."""
+        return self.eval_iters if self.eval_interval else 0
+
+    def covering(self, num_samples: int, num_steps: int | None = None) -> StepPlan:
+        """The plan over a source of `num_samples` samples.
+
+        Args:
+          num_samples: samples of the source.
+          num_steps: steps wanted; None = every full step of the source.
+
+        Raises:
+          app.UsageError: if the ramp does not fit `global_batch_size`, the schedule settings
+            are inconsistent, or the steps need more samples than the source has.
+        """
+        from jaxblend.sampling import FixedStepPlan, RampupStepPlan, StepBatchSchedulePlan
+
+        schedule = self.batch_schedule()
+        rampup = self.rampup()
+        try:
+            if schedule is not None:
+                return StepBatchSchedulePlan.covering(num_samples, schedule, num_steps)
+            if rampup is None:
+                return FixedStepPlan.covering(num_samples, self.global_batch_size, num_steps)
+            return RampupStepPlan.covering(num_samples, rampup, self.global_batch_size, num_steps)
+        except ValueError as err:
+            raise app.UsageError(str(err)) from None
+
+    def planned(self, num_steps: int | None = None) -> StepPlan:
+        """The plan without a source: `num_steps` steps, or (None) the ramp or schedule and one
+        step of its final size, which shows every batch shape.
+
+        Raises:
+          app.UsageError: if the ramp does not fit `global_batch_size`, or the schedule settings
+            are inconsistent.
+        """
+        from jaxblend.sampling import FixedStepPlan, RampupStepPlan, StepBatchSchedulePlan
+
+        schedule = self.batch_schedule()
+        if schedule is not None:
+            plan = StepBatchSchedulePlan(schedule, 0 if num_steps is None else num_steps)
+            if num_steps is None:
+                return dataclasses.replace(plan, num_steps=plan.schedule_steps + 1)
+            return plan
+        rampup = self.rampup()
+        if rampup is None:
+            return FixedStepPlan(self.global_batch_size, 1 if num_steps is None else num_steps)
+        try:
+            plan = RampupStepPlan(
+                rampup, self.global_batch_size, 0 if num_steps is None else num_steps
+            )
+        except ValueError as err:
+            raise app.UsageError(str(err)) from None
+        if num_steps is None:
+            return dataclasses.replace(plan, num_steps=plan.ramp_steps + 1)
+        return plan
+
+    def samples_for(self, num_steps: int) -> int:
+        """Samples `num_steps` steps of the plan consume."""
+        return self.planned(num_steps).num_samples
+
+    def sample_counts(
+        self, train: int | None, valid: int | None, test: int | None
+    ) -> tuple[int, int, int]:
+        """The data configuration's `(train, valid, test)` sample counts: the given ones, the
+        others derived from the steps (the module docstring's rule).
+
+        Raises:
+          app.UsageError: as `planned` (the train count needs the plan).
+        """
+        return (
+            train if train is not None else self.samples_for(self.train_iters),
+            valid if valid is not None else self.eval_batches * self.final_global_batch_size,
+            test if test is not None else 0,
+        )

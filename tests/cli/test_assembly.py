@@ -1,0 +1,78 @@
+"""`assemble`: the run's configuration from plain flag values, without absl; `DataFlagValues`'
+defaults are the flags' own, so a program that lacks a flag assembles what one with its default
+does."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from jaxblend import cli
+from jaxblend.cli import assembly
+from jaxblend.cli.flag_values import DataFlagValues
+from jaxblend.sources import GPTSchemaOptions
+
+VALUES = DataFlagValues(
+    data_path=("30", "/d/a", "70", "/d/b"), seq_length=32, global_batch_size=4, train_iters=10,
+    eval_interval=5, eval_iters=3, add_extra_token_to_sequence=False, eod_id=2,
+    reset_position_ids=True, multiple_validation_sets=True,
+)
+
+
+def test_assemble_without_flags():
+    run = cli.assemble(VALUES, default_map_location="/maps")
+    assert run.config.num_samples == (40, 12, 0)  # 10 steps of 4; 3 batches of 4; no test
+    assert tuple(run.config.blend) == ("30", "/d/a", "70", "/d/b") and run.schedule is None
+    assert run.schema == GPTSchemaOptions(
+        seq_length=32, add_extra_token_to_sequence=False, eod_id=2, reset_position_ids=True
+    )
+    assert run.access.maps.location == "/maps" and run.mock is None and run.tokenizer is None
+    assert run.validation == cli.ValidationSets(multiple=True, full=False)
+    assert run.steps.final_global_batch_size == 4 and run.steps.eval_batches == 3
+
+
+def test_given_counts_win_and_no_evaluation_means_no_validation_samples():
+    run = cli.assemble(VALUES.replace(train_samples=7, test_samples=5))
+    assert run.config.num_samples == (7, 12, 5)
+    assert cli.assemble(VALUES.replace(eval_interval=0)).config.num_samples == (40, 0, 0)
+
+
+def test_a_batch_size_schedule_sizes_the_counts():
+    run = cli.assemble(VALUES.replace(step_batch_size_schedule="0:2 256:4"))  # 256 tokens: 8
+    assert run.steps.final_global_batch_size == 4
+    assert run.config.num_samples == (run.steps.planned(10).num_samples, 3 * 4, 0)
+    assert run.config.num_samples[0] == 4 * 2 + 6 * 4
+
+
+def test_the_schema_reads_the_data_configurations_facts():
+    config = cli.assemble(VALUES).config
+    schema = assembly.schema_options(VALUES.replace(seq_length=999), config)
+    assert schema.seq_length == 32 and not schema.add_extra_token_to_sequence
+
+
+def test_the_tokenizer_step_gives_the_default_eod():
+    seen = []
+
+    def tokenizer(config, access):
+        seen.append((config.seq_length, access.maps.location))
+        return cli.RunTokenizer({}, vocab_size=100, eod_id=9)
+
+    run = cli.assemble(VALUES.replace(eod_id=None), tokenizer=tokenizer, default_eod_id=1)
+    assert seen == [(32, None)] and run.schema.eod_id == 9 and run.tokenizer.vocab_size == 100
+    assert cli.assemble(VALUES, tokenizer=tokenizer).schema.eod_id == 2  # --eod_id wins
+
+
+def test_mock_data_has_no_data_configuration():
+    run = cli.assemble(VALUES.replace(mock_data=True, mock_num_samples=8))
+    assert run.config is None and run.mock == cli.MockSettings(8, 32000, 1234)
+    assert run.schema.seq_length == 32
+    with pytest.raises(ValueError, match="--mock_data replaces them"):
+        cli.assemble(VALUES.replace(mock_data=True, data_schedule="s.json"))
+
+
+def test_the_values_defaults_are_the_flags_defaults(fl):
+    assert cli.read_flag_values(fl) == DataFlagValues()  # every flag at its default
+    assert {f.name for f in dataclasses.fields(DataFlagValues)} - set(fl) == {
+        "global_batch_size_given"
+    }
