@@ -96,7 +96,8 @@ def test_your_own_data_walkthrough_runs_as_written(kind, request, tmp_path):
     _, tokenize, inspect, train, bucket = blocks
 
     _bash(tokenize, env, cwd)
-    for name in ("corpus_text_document.bin", "corpus_text_document.idx", "corpus.preprocess.json"):
+    for name in ("corpus_text_document.bin", "corpus_text_document.idx",
+                 ".jaxblend/corpus.preprocess.json"):
         assert os.path.isfile(os.path.join(data, "tok", name))
 
     out = _bash(inspect, env, cwd)
@@ -111,6 +112,6 @@ def test_your_own_data_walkthrough_runs_as_written(kind, request, tmp_path):
 
     out = _bash(bucket, env, cwd).splitlines()
     assert out[:3] == [f"copied {n}" for n in (
-        "corpus.preprocess.json", "corpus_text_document.bin", "corpus_text_document.idx")]
+        ".jaxblend/corpus.preprocess.json", "corpus_text_document.bin", "corpus_text_document.idx")]
     assert f"resumed from {data}/checkpoints step 12" in out
     assert any(s.startswith("finished at step 18: final loss") for s in out), out

@@ -8,9 +8,12 @@ built locally and uploaded afterwards:
   ``<tmp>/jaxblend-preprocess/<hash of the URL>`` (`work_dir_for`), never a local path named after
   the URL. A rerun with the same settings resumes there exactly as a local run does.
 * `BucketOutput.publish` uploads in this order: delete the old run record
-  (``<prefix>.preprocess.json``) and each old ``.idx``; upload every ``.bin``; then every ``.idx``;
-  then the cleaning report if any (``<prefix>.cleaning.json``/``.png``); then the run record, last. The record is the commit point: a prefix whose record is missing, or
-  differs from the run's, is unfinished; a rerun then publishes again.
+  (``<dir>/.jaxblend/<name>.preprocess.json``, and ``<prefix>.preprocess.json`` where records were
+  written before) and each old ``.idx``; upload every ``.bin``; then every ``.idx``; then the
+  cleaning report if any (``<dir>/.jaxblend/<name>.cleaning.json``/``.png``); then the run record,
+  last. The side files sit where a local run puts them (`jaxblend.tokenizer_facts.side_path`).
+  The record is the commit point: a prefix whose record is missing, or differs from the run's, is
+  unfinished; a rerun then publishes again.
   Mid-upload a reader sees no ``.idx`` (the dataset cannot be opened) or a ``.bin`` whose ``.idx``
   is not uploaded yet; it never sees an ``.idx`` beside a ``.bin`` it does not describe, and
   ``IndexedDataset`` checks the ``.bin`` size against the ``.idx`` besides.
@@ -29,6 +32,7 @@ import tensorstore as ts
 from jaxblend.access import ObjectStoreOptions
 from jaxblend.storage import _remote
 from jaxblend.storage._location import open_kvstore
+from jaxblend.tokenizer_facts import SIDE_DIR, legacy_record_path, record_path
 
 
 def work_dir_for(url_prefix: str, work_dir: str | None = None) -> str:
@@ -78,10 +82,13 @@ class BucketOutput:
         return os.path.basename(local_path)
 
     def read_record(self) -> dict[str, Any] | None:
-        """The published run record (``<prefix>.preprocess.json``), or None if absent/unparsable."""
-        key = self._name + ".preprocess.json"
-        res = self._wait(self._kv.read(key), key, "reading the run record")
-        if res.state != "value":
+        """The published run record (`record_path`, else `legacy_record_path`), or None if
+        absent/unparsable."""
+        for key in (record_path(self._name), legacy_record_path(self._name)):
+            res = self._wait(self._kv.read(key), key, "reading the run record")
+            if res.state == "value":
+                break
+        else:
             return None
         try:
             record = json.loads(bytes(res.value))
@@ -97,15 +104,16 @@ class BucketOutput:
     def publish(
         self, local_names: dict[str, str], record: dict[str, Any], extras: tuple[str, ...] = ()
     ) -> dict[str, tuple[bytes, bytes]]:
-        """Uploads the local run's datasets, then the ``extras`` files (the cleaning report), then
-        its record (see the module docstring).
+        """Uploads the local run's datasets, then the ``extras`` files (the cleaning report, side
+        files of the local run: uploaded to `SIDE_DIR` beside the datasets), then its record (see the module docstring).
 
         Returns:
           key -> the generations of the uploaded (``.idx``, ``.bin``).
         """
         written: dict[str, dict[str, bytes]] = {key: {} for key in local_names}
-        record_key = self._name + ".preprocess.json"
+        record_key = record_path(self._name)
         self.put(record_key, None, "removing the old run record")
+        self.put(legacy_record_path(self._name), None, "removing the old run record")
         for name in local_names.values():
             self.put(self._key(name) + ".idx", None, "removing an old .idx")
         for ext in ("bin", "idx"):
@@ -116,7 +124,8 @@ class BucketOutput:
                     )
         for path in extras:
             with open(path, "rb") as f:
-                self.put(self._key(path), f.read(), "uploading the cleaning report")
+                key = f"{SIDE_DIR}/{os.path.basename(path)}"  # where the local run put it
+                self.put(key, f.read(), "uploading the cleaning report")
         data = (json.dumps(record, indent=1, sort_keys=True) + "\n").encode()
         self.put(record_key, data, "writing the run record")
         return {key: (w["idx"], w["bin"]) for key, w in written.items()}

@@ -184,7 +184,7 @@ def test_a_changed_or_missing_tokenizer_file_is_refused_unless_a_copy_is_given(
 ):
     root = tmp_path_factory.mktemp("changed")
     prefix, model = _make(root, "own", data["docs"])
-    record = f"{root / 'own'}.preprocess.json"
+    record = str(root / ".jaxblend" / "own.preprocess.json")
     copy = str(root / "copy.json")
     shutil.copy(model, copy)
     with open(model, "a") as f:
@@ -212,8 +212,8 @@ def test_explain_decodes_bucket_data_with_its_record_in_the_bucket(data, s3_serv
     """The record is read from the bucket and the dataset opened with `--s3_endpoint` (the only
     place the endpoint is given)."""
     url = s3_server.upload(data["prefix"], "decode/web_text_document")
-    with open(str(data["root"] / "web.preprocess.json"), "rb") as f:
-        s3_server.write("decode/web.preprocess.json", f.read())
+    with open(str(data["root"] / ".jaxblend" / "web.preprocess.json"), "rb") as f:
+        s3_server.write("decode/.jaxblend/web.preprocess.json", f.read())
     env = {k: v for k, v in os.environ.items() if k not in ENDPOINT_ENVS}
     env.update({k: v for k, v in s3_server.environ().items() if k not in ENDPOINT_ENVS})
     env["PYTHONPATH"] = ROOT
