@@ -26,7 +26,9 @@ Three things stand between a script and Grain's worker processes (grain 0.2):
   included.
 
 `prepare` (Grain's flag default and the release at exit) runs where jaxblend hands data to Grain:
-`make_loader` with workers and `jaxblend.open_gpt_sources`.
+`make_loader` with workers and `jaxblend.open_gpt_sources`; `refuse_unguarded_main` runs in
+`make_loader` and where a source is pickled for a worker (`GPTSource`, `BlendedSource`,
+`RowTableSource`).
 """
 
 from __future__ import annotations
@@ -134,13 +136,16 @@ def release() -> None:
     their shared memory blocks are unlinked.
 
     Grain unlinks a block when its array is freed, on a thread pool of its own when one is running
-    (``SharedMemoryArray.enable_async_del``, one thread); a no-op task queued behind the unlinks
-    returns once they are done.
+    (``SharedMemoryArray.enable_async_del``, one thread, kept in the class attribute
+    ``_del_thread_pool``); a no-op task queued behind the unlinks returns once they are done.
     """
     gc.collect()
     pool = getattr(SharedMemoryArray, "_del_thread_pool", None)
     if pool is not None:
-        pool.apply(int)
+        try:
+            pool.apply(int)
+        except ValueError:  # the pool was shut down already: nothing is queued on it
+            pass
 
 
 def _at_exit() -> None:

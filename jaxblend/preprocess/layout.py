@@ -26,7 +26,7 @@ import shutil
 from typing import Any
 
 from jaxblend import atomic_write
-from jaxblend.tokenizer_facts import legacy_record_path, record_path
+from jaxblend.tokenizer_facts import legacy_record_path, record_path, side_path
 
 MANIFEST_VERSION = 1
 
@@ -41,17 +41,22 @@ def manifest_path(output_prefix: str) -> str:
     return record_path(output_prefix)
 
 
+# Side files that runs before `.jaxblend/` wrote beside the data (`P<suffix>`).
+LEGACY_SIDE_SUFFIXES = (".preprocess.json", ".cleaning.json", ".cleaning.png")
+
+
 def read_manifest(output_prefix: str) -> dict[str, Any] | None:
-    """The run manifest of ``output_prefix``, or None; one at the older ``P.preprocess.json``
-    (written before the side files moved) is moved to `manifest_path` first."""
-    path = manifest_path(output_prefix)
-    manifest = read_json(path)
-    legacy = legacy_record_path(output_prefix)
-    if manifest is None and os.path.exists(legacy):
-        manifest = read_json(legacy)
-        if manifest is not None:
-            write_json_atomic(path, manifest)
-            os.remove(legacy)
+    """The run manifest of ``output_prefix``, or None. A run written before the side files moved
+    (manifest at ``P.preprocess.json``) has its side files moved into ``.jaxblend/`` first."""
+    manifest = read_json(manifest_path(output_prefix))
+    if manifest is None and read_json(legacy_record_path(output_prefix)) is not None:
+        for suffix in LEGACY_SIDE_SUFFIXES:
+            old = output_prefix + suffix
+            if os.path.exists(old):
+                new = side_path(output_prefix, suffix)
+                os.makedirs(os.path.dirname(os.path.abspath(new)), exist_ok=True)
+                os.replace(old, new)
+        manifest = read_json(manifest_path(output_prefix))
     return manifest
 
 

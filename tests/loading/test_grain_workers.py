@@ -144,3 +144,20 @@ def main():
     out = run_script(data, "flags", body, GUARD)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout == "False\nTrue\n"
+
+
+def test_the_readme_example_runs_as_written(tmp_path):
+    """README, "Grain worker processes": the script block, saved to a file and run."""
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+        readme = f.read()
+    section = readme.split("### Grain worker processes", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    assert 'if __name__ == "__main__":' in code
+    script = tmp_path / "loader_demo.py"
+    script.write_text(code)
+    env = dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu")
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         timeout=600, check=False, cwd=str(tmp_path), env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.splitlines()[-1].startswith("read 16 batches of (64, 128)"), out.stdout
+    assert LEAK not in out.stderr, out.stderr

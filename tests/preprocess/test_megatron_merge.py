@@ -54,6 +54,9 @@ def megatron_merge(prefixes: list[str], output_prefix: str) -> None:
     builder.finalize(get_idx_path(output_prefix))
 
 
+CLEANING = CleaningConfig(pii=True, quality=("dup_paragraphs",), exact_dedup=True, plot=True)
+
+
 @pytest.fixture
 def out_dir(tmp_path):
     """``out/`` with two runs: ``a`` plain, ``b`` cleaned (report and plot)."""
@@ -62,8 +65,7 @@ def out_dir(tmp_path):
     b = write_jsonl(str(tmp_path / "b.jsonl"), docs[40:] + docs[40:50])  # duplicates to drop
     out = tmp_path / "out"
     pipeline.preprocess(small_run_config(str(out / "a"), [a]))
-    cleaning = CleaningConfig(pii=True, quality=("dup_paragraphs",), exact_dedup=True, plot=True)
-    result = pipeline.preprocess(small_run_config(str(out / "b"), [b], cleaning=cleaning))
+    result = pipeline.preprocess(small_run_config(str(out / "b"), [b], cleaning=CLEANING))
     assert result.cleaning is not None
     return out
 
@@ -110,4 +112,16 @@ def test_a_record_written_before_is_read_and_moved_by_a_rerun(out_dir, tmp_path)
     assert again.partitions_reused == again.partitions  # the old record was taken as this run's
     assert not os.path.exists(legacy_record_path(prefix))
     assert layout.read_json(record_path(prefix))["status"] == "complete"
+    assert len(merge_tool_prefixes(str(out_dir))) == 2
+
+
+def test_a_cleaned_run_written_before_has_its_report_moved_too(out_dir, tmp_path):
+    prefix = str(out_dir / "b")
+    for suffix in (".preprocess.json", ".cleaning.json", ".cleaning.png"):
+        shutil.move(str(out_dir / ".jaxblend" / f"b{suffix}"), prefix + suffix)
+    assert read_facts(prefix + "_text_document") is not None
+    again = pipeline.preprocess(small_run_config(prefix, [tmp_path / "b.jsonl"], cleaning=CLEANING))
+    assert again.partitions_reused == again.partitions
+    assert sorted(os.listdir(out_dir / ".jaxblend")) == [
+        "a.preprocess.json", "b.cleaning.json", "b.cleaning.png", "b.preprocess.json"]
     assert len(merge_tool_prefixes(str(out_dir))) == 2
