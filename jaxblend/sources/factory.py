@@ -109,6 +109,9 @@ def open_gpt_sources(
             f"{config.add_extra_token_to_sequence}"
         )
     access = DataAccess.from_env() if access is None else access
+    from jaxblend.loading import grain_workers  # a plain script's grain.DataLoader workers
+
+    grain_workers.prepare()
     if not whole_maps and publication.applies(access):
         return _published_sources(config, options, access, splits)
     datasets, plan = _open(config, access, splits)

@@ -79,6 +79,9 @@ class RowTableSource(base.BatchSource):
         self._reader: BinRanges | None = None
 
     def __getstate__(self) -> dict[str, Any]:
+        from jaxblend.loading import grain_workers  # pickled for a Grain worker
+
+        grain_workers.refuse_unguarded_main()
         state = dict(self.__dict__)
         state.pop("_lock")
         state["_reader"] = None
