@@ -1,12 +1,16 @@
 """Turning a dataset's token ids back into text with the tokenizer it was made with (``--decode``).
 
-`python -m jaxblend.tools.preprocess` records its tokenizer in ``<output_prefix>.preprocess.json``
-(``settings.tokenizer``: the type, its options and every file with its SHA-256).
+`python -m jaxblend.tools.preprocess` records its tokenizer in the run record
+(``<dir>/.jaxblend/<name>.preprocess.json``, or ``<dir>/<name>.preprocess.json`` when written
+before; `jaxblend.tokenizer_facts.record_paths`), entry ``settings.tokenizer``: the type, its
+options and every file with its SHA-256.
 `recorded_spec(prefix, access, fallback)` rebuilds the `TokenizerSpec` from that record, checking
 that each recorded file still exists and has the recorded SHA-256 (or that the files of
 ``fallback``, from ``--tokenizer_type`` & co., have it: a copy elsewhere);
 `load_decoder(prefixes, access, fallback)` loads one tokenizer for a run's datasets (offline, from
-local files), with ``fallback`` for data without a record (made by Megatron-LM).
+local files), with ``fallback`` for data without a record (made by Megatron-LM), as a
+`DocumentDecoder`: every end-of-document token shows as `EOD_MARK`, so a row of three documents
+reads as three texts.
 """
 
 from __future__ import annotations
@@ -14,9 +18,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from typing import Protocol
+
+import numpy as np
 
 from jaxblend.access import DataAccess
-from jaxblend.tokenizer_facts import RECORD_SUFFIX, read_text, record_candidates
+from jaxblend.tokenizer_facts import read_text, record_paths
+
+EOD_MARK = "[EOD]"
+"""What decoded text shows where a document ends (tokenizers drop their own EOD token)."""
 
 _HOW = "pass --tokenizer_type and --tokenizer_model (or --vocab_file, --merge_file)"
 
@@ -36,8 +46,7 @@ def _sha256(path: str) -> str:
 def _recorded_tokenizer(prefix: str, access: DataAccess) -> tuple[str, dict] | None:
     """(record path, its ``settings.tokenizer`` entry) of dataset ``prefix``; None without one."""
     name = os.path.basename(prefix)
-    for candidate in record_candidates(prefix):
-        path = candidate + RECORD_SUFFIX
+    for path in record_paths(prefix):
         text = read_text(path, access)
         if text is None:
             continue
@@ -128,8 +137,40 @@ def recorded_spec(prefix: str, access: DataAccess | None = None, fallback=None):
     return _spec_of(entry)
 
 
-def load_decoder(prefixes: list[str], access: DataAccess | None = None, fallback=None):
-    """The tokenizer that decodes the datasets ``prefixes`` (their first record, else ``fallback``).
+class _Detokenizer(Protocol):
+    eod: int | None
+
+    def detokenize(self, ids) -> str: ...
+
+
+class DocumentDecoder:
+    """A tokenizer's ``detokenize`` that marks where each document ends.
+
+    The text between two end-of-document tokens is decoded on its own and the token itself shows
+    as `EOD_MARK` (tokenizers skip it as a special token, which runs documents together).
+    """
+
+    def __init__(self, tokenizer: _Detokenizer) -> None:
+        self.tokenizer = tokenizer
+        self.eod = tokenizer.eod
+
+    def detokenize(self, ids) -> str:
+        """The text of ``ids``, with `EOD_MARK` at each end-of-document token."""
+        arr = np.asarray(ids)
+        if self.eod is None:
+            return self.tokenizer.detokenize(arr)
+        cuts = np.flatnonzero(arr == self.eod)
+        pieces = np.split(arr, cuts)
+        texts = [self.tokenizer.detokenize(pieces[0])]
+        texts += [self.tokenizer.detokenize(p[1:]) for p in pieces[1:]]
+        return EOD_MARK.join(texts)
+
+
+def load_decoder(
+    prefixes: list[str], access: DataAccess | None = None, fallback=None
+) -> DocumentDecoder:
+    """The decoder of the datasets ``prefixes``: the tokenizer of their first record, else of
+    ``fallback``, with each end-of-document token shown as `EOD_MARK`.
 
     Args:
       prefixes: the datasets to decode.
@@ -155,7 +196,7 @@ def load_decoder(prefixes: list[str], access: DataAccess | None = None, fallback
             f"--decode: {prefixes[0]} has no preprocessing record naming its tokenizer; {_HOW} "
             "to decode it"
         )
-    return tokenizers.load_tokenizer(spec if spec is not None else fallback)
+    return DocumentDecoder(tokenizers.load_tokenizer(spec if spec is not None else fallback))
 
 
 def shorten(text: str, limit: int) -> str:

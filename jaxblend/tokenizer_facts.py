@@ -1,7 +1,10 @@
 """What a dataset's tokenizer was: the facts preprocessing records beside the data, and reading them.
 
-`python -m jaxblend.tools.preprocess` writes ``<output_prefix>.preprocess.json`` (the run record,
-`jaxblend.preprocess.layout`). Its ``tokenizer_facts`` entry holds a `TokenizerFacts` (identity,
+`python -m jaxblend.tools.preprocess` writes the run record (`jaxblend.preprocess.layout`) of
+``<dir>/<name>`` to ``<dir>/.jaxblend/<name>.preprocess.json`` (`record_path`): the side files live
+in a subdirectory so that ``<dir>`` holds only ``.bin``/``.idx`` pairs, as Megatron-LM's
+``tools/merge_datasets.py`` requires; records written before sit at ``<dir>/<name>.preprocess.json``
+and are still read (`record_paths`). Its ``tokenizer_facts`` entry holds a `TokenizerFacts` (identity,
 vocabulary size, EOD and pad ids) and its ``max_token_id`` entry the largest token id of each
 output dataset ``<output_prefix>_<key>_<level>``. `read_facts(prefix, access)` finds the record of a
 dataset prefix (a local path or a bucket URL, read through TensorStore with the access's
@@ -24,6 +27,10 @@ from jaxblend.access import DataAccess
 from jaxblend.urls import is_url
 
 RECORD_SUFFIX = ".preprocess.json"
+SIDE_DIR = ".jaxblend"
+"""The subdirectory of a dataset directory that holds preprocessing's side files (run record,
+cleaning report): every regular file directly in the directory is then half of a ``.bin``/``.idx``
+pair."""
 _LEVELS = ("document", "sentence")
 
 
@@ -124,6 +131,29 @@ def record_candidates(prefix: str) -> list[str]:
         out.append(stem[:cut])
 
 
+def side_path(output_prefix: str, suffix: str) -> str:
+    """Where preprocessing keeps side file ``suffix`` of ``output_prefix`` ``<dir>/<name>`` (a path
+    or URL): ``<dir>/.jaxblend/<name><suffix>``."""
+    head, sep, name = output_prefix.rpartition("/")
+    return f"{head}{sep}{SIDE_DIR}/{name}{suffix}"
+
+
+def record_path(output_prefix: str) -> str:
+    """The run record of ``output_prefix``: ``<dir>/.jaxblend/<name>.preprocess.json``."""
+    return side_path(output_prefix, RECORD_SUFFIX)
+
+
+def legacy_record_path(output_prefix: str) -> str:
+    """Where records were written before they moved to `SIDE_DIR`: ``<output_prefix>.preprocess.json``."""
+    return output_prefix + RECORD_SUFFIX
+
+
+def record_paths(prefix: str) -> list[str]:
+    """The run records dataset ``prefix`` may have, in the order to try: for each of its
+    `record_candidates`, `record_path` then `legacy_record_path`."""
+    return [p for c in record_candidates(prefix) for p in (record_path(c), legacy_record_path(c))]
+
+
 def read_text(path: str, access: DataAccess) -> str | None:
     """The text of a local file or bucket object; None when it does not exist."""
     if not is_url(path) or path.lower().startswith("file://"):
@@ -154,8 +184,7 @@ def read_facts(prefix: str, access: DataAccess | None = None) -> TokenizerFacts 
     """
     access = DataAccess.from_env() if access is None else access
     name = os.path.basename(prefix)
-    for candidate in record_candidates(prefix):
-        path = candidate + RECORD_SUFFIX
+    for path in record_paths(prefix):
         text = read_text(path, access)
         if text is None:
             continue

@@ -1,11 +1,16 @@
 """README "Your own data" runs as written: its bash blocks, in order, against the local S3 (moto)
-and GCS (fake-gcs-server) servers.
+and GCS (fake-gcs-server) servers, the way the README says to run them.
 
-The first block only sets the walkthrough's placeholders (`$DATA`, `$TOKENIZER`, `$BUCKET`,
-`$S3_ENDPOINT`); the test gives them its own values (a temporary directory holding a generated
+The first block activates the virtual environment, sets the walkthrough's placeholders (`$DATA`,
+`$TOKENIZER`, `$BUCKET`, `$S3_ENDPOINT`) and, for a local S3 server, dummy credentials. The test
+runs it as it is except for the placeholders' values (a temporary directory holding a generated
 `corpus.jsonl` and `tokenizer.json`, a fresh bucket path on the local server and its endpoint) and
-runs every other block unchanged with bash, checking what each should have done. The S3 endpoint
-reaches the bucket run only through the README's `--s3_endpoint` (none in the environment).
+the path of the environment it activates (the one running this test: `.venv/` of the clone under
+`dev.py test`); every later block runs unchanged after it in one bash at the repository root,
+checked for what it should have done. Nothing else is set up: no interpreter on `PATH`, no
+credentials and no endpoint in the environment (the S3 endpoint reaches the bucket run only through
+the README's `--s3_endpoint`); only the fake GCS server's own emulator settings are given, which
+a real bucket does not need.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import itertools
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 
@@ -26,6 +32,10 @@ pytestmark = pytest.mark.slow
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PLACEHOLDERS = ["DATA", "TOKENIZER", "BUCKET", "S3_ENDPOINT"]
 ENDPOINT_ENVS = ("JAXBLEND_S3_ENDPOINT", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
+# What the walkthrough's shell must get from the README alone.
+USER_ENVS = (*ENDPOINT_ENVS, "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
+             "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE", "VIRTUAL_ENV", "XLA_FLAGS")
+ACTIVATE = "source .venv/bin/activate"
 _runs = itertools.count()
 
 
@@ -72,7 +82,25 @@ def test_the_placeholder_block_sets_exactly_the_placeholders():
         blocks = section_blocks(f.read())
     names = re.findall(r"^export (\w+)=", blocks[0], flags=re.MULTILINE)
     assert names == PLACEHOLDERS
-    assert all(not s.strip() or s.startswith(("#", "export ")) for s in blocks[0].splitlines())
+    lines = blocks[0].splitlines()
+    assert lines[0].split("#")[0].strip() == ACTIVATE
+    credentials = [s for s in lines if not s.startswith(("#", "export ", ACTIVATE))]
+    assert credentials[0].startswith('[ -z "$S3_ENDPOINT" ] || export ')  # only with S3_ENDPOINT
+    assert re.findall(r"(\w+)=\$\{", " ".join(credentials)) == [
+        "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION"]
+
+
+def _setup(block: str, values: dict[str, str]) -> str:
+    """The first block with the test's placeholder values and this test's environment activated."""
+    lines = []
+    for line in block.splitlines():
+        name = re.match(r"export (\w+)=", line)
+        if name and name.group(1) in values:
+            line = f"export {name.group(1)}={shlex.quote(values[name.group(1)])}"
+        elif line.startswith(ACTIVATE):
+            line = f"source {shlex.quote(os.path.join(sys.prefix, 'bin', 'activate'))}"
+        lines.append(line)
+    return "\n".join(lines)
 
 
 @pytest.mark.parametrize("kind", ["s3", "gcs"])
@@ -82,21 +110,23 @@ def test_your_own_data_walkthrough_runs_as_written(kind, request, tmp_path):
         blocks = section_blocks(f.read())
     assert len(blocks) == 5, "the walkthrough's blocks changed: update this test"
     data = str(tmp_path / "data")
-    env = {k: v for k, v in os.environ.items() if k not in (*ENDPOINT_ENVS, "XLA_FLAGS")}
-    env.update({k: v for k, v in server.environ().items() if k not in ENDPOINT_ENVS})
-    env.update(
-        PATH=os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", ""),
-        PYTHONPATH=ROOT,
-        DATA=data,
-        TOKENIZER=_user_inputs(data, str(tmp_path / "model")),
-        BUCKET=server.prefix_url(f"walkthrough{next(_runs)}"),
-        S3_ENDPOINT=server.url if kind == "s3" else "",
-    )
-    cwd = str(tmp_path)
-    _, tokenize, inspect, train, bucket = blocks
+    env = {k: v for k, v in os.environ.items() if k not in USER_ENVS}
+    if kind == "gcs":  # the fake GCS server's emulator settings (a real bucket needs none)
+        env.update(server.environ())
+    # The clone's own package (a no-op in a clone; a worktree's venv may point elsewhere).
+    env["PYTHONPATH"] = ROOT
+    setup = _setup(blocks[0], {
+        "DATA": data,
+        "TOKENIZER": _user_inputs(data, str(tmp_path / "model")),
+        "BUCKET": server.prefix_url(f"walkthrough{next(_runs)}"),
+        "S3_ENDPOINT": server.url if kind == "s3" else "",
+    })
+    cwd = ROOT
+    _, tokenize, inspect, train, bucket = (setup + "\n" + b for b in blocks)
 
     _bash(tokenize, env, cwd)
-    for name in ("corpus_text_document.bin", "corpus_text_document.idx", "corpus.preprocess.json"):
+    for name in ("corpus_text_document.bin", "corpus_text_document.idx",
+                 ".jaxblend/corpus.preprocess.json"):
         assert os.path.isfile(os.path.join(data, "tok", name))
 
     out = _bash(inspect, env, cwd)
@@ -111,6 +141,6 @@ def test_your_own_data_walkthrough_runs_as_written(kind, request, tmp_path):
 
     out = _bash(bucket, env, cwd).splitlines()
     assert out[:3] == [f"copied {n}" for n in (
-        "corpus.preprocess.json", "corpus_text_document.bin", "corpus_text_document.idx")]
+        ".jaxblend/corpus.preprocess.json", "corpus_text_document.bin", "corpus_text_document.idx")]
     assert f"resumed from {data}/checkpoints step 12" in out
     assert any(s.startswith("finished at step 18: final loss") for s in out), out

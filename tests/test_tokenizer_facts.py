@@ -4,6 +4,7 @@ id checks against the model vocabulary."""
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -15,8 +16,12 @@ from jaxblend.tokenizer_facts import (
     TokenizerMismatchError,
     blend_facts,
     check_ids,
+    legacy_record_path,
     read_facts,
     record_candidates,
+    record_path,
+    record_paths,
+    side_path,
 )
 from tests.helpers_data import write_random_dataset
 
@@ -34,6 +39,29 @@ def _record(output_prefix, key: str, facts: TokenizerFacts | None, max_id: int |
     with open(f"{output_prefix}.preprocess.json", "w") as f:
         json.dump(record, f)
     return name
+
+
+def test_side_files_and_record_paths():
+    assert side_path("/d/corpus", ".cleaning.json") == "/d/.jaxblend/corpus.cleaning.json"
+    assert record_path("/d/corpus") == "/d/.jaxblend/corpus.preprocess.json"
+    assert record_path("gs://b/tok/web") == "gs://b/tok/.jaxblend/web.preprocess.json"
+    assert record_path("corpus") == ".jaxblend/corpus.preprocess.json"
+    assert legacy_record_path("/d/corpus") == "/d/corpus.preprocess.json"
+    assert record_paths("/d/my_corpus_text_document") == [  # new place first, for each candidate
+        "/d/.jaxblend/my_corpus.preprocess.json", "/d/my_corpus.preprocess.json",
+        "/d/.jaxblend/my.preprocess.json", "/d/my.preprocess.json",
+    ]
+    assert record_paths("/d/corpus") == []
+
+
+def test_the_record_in_jaxblend_dir_comes_before_one_beside_the_data(tmp_path):
+    """`_record` writes where runs before wrote it; the `.jaxblend/` record, when present, wins."""
+    name = _record(str(tmp_path / "c"), "text", HF)
+    assert read_facts(name) == HF
+    os.makedirs(tmp_path / ".jaxblend")
+    os.replace(tmp_path / "c.preprocess.json", tmp_path / ".jaxblend" / "c.preprocess.json")
+    _record(str(tmp_path / "c"), "text", BYTE)
+    assert read_facts(name) == HF
 
 
 def test_record_candidates():

@@ -33,7 +33,7 @@ import numpy as np
 from jax.sharding import Mesh
 
 from jaxblend import identity
-from jaxblend.loading import global_batch
+from jaxblend.loading import global_batch, grain_workers
 from jaxblend.loading.host_source import HostStepSource
 from jaxblend.loading.protocols import LoaderSource
 from jaxblend.loading.resume_history import STATE_KEY, StagedHistory, explain_unscheduled
@@ -199,6 +199,8 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
         self.close()
         self._step = self._next_put = step
         self._queue: collections.deque[dict[str, jax.Array]] = collections.deque()
+        if self.prefetch.worker_count:
+            grain_workers.prepare()
         loader = grain.DataLoader(
             data_source=self.host_source,
             sampler=StepSampler(self.num_steps, step),
@@ -209,6 +211,8 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
         )
         self._grain_iter = iter(loader)
         self._exhausted = False
+        if self.prefetch.worker_count:
+            grain_workers.track(self)
 
     @property
     def step(self) -> int:
@@ -224,7 +228,7 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
             try:
                 host = next(self._grain_iter)
             except StopIteration:
-                self._exhausted = True
+                self._stop_grain()
                 break
             step = self._next_put
             self._next_put += 1
@@ -241,14 +245,25 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
         return batch
 
     def close(self) -> None:
-        """Stops Grain's reader threads and worker processes; the loader is unusable after.
+        """Stops Grain's reader threads and worker processes and releases the shared memory of
+        their batches; the loader is unusable after (`restore` starts it again).
 
         Grain's iterator releases them when it is released (its pipeline closes on deletion), so
-        the loader drops its only reference.
+        the loader drops its only reference. A loader with workers that is still open at exit is
+        closed then (`grain_workers.track`).
         """
-        self._grain_iter = None
         self._queue.clear()
+        self._stop_grain()
+
+    def _stop_grain(self) -> None:
+        """Drops the Grain pipeline (at its end, or on `close`); with workers, frees the batches it
+        keeps in reference cycles, unlinking their shared memory (`grain_workers.release`)."""
+        had_workers = self._grain_iter is not None and self.prefetch.worker_count > 0
+        self._grain_iter = None
         self._exhausted = True
+        if had_workers:
+            grain_workers.untrack(self)
+            grain_workers.release()
 
     def __enter__(self) -> Self:
         return self
@@ -358,14 +373,20 @@ def make_loader(
       history: a staged train split's `StagedHistory` (a `--data_schedule` run): the state then
         checks only the steps before its own, so future stages may change at resume.
 
+    With `prefetch.worker_count > 0`, Grain's worker processes are started with `spawn`: a script
+    must keep its top-level code under `if __name__ == "__main__":` (a worker that runs it anyway
+    stops with one line saying so); see `jaxblend.loading.grain_workers`.
+
     Returns:
       A `StepLoader`.
 
     Raises:
+      SystemExit: in a Grain worker process running a script's unguarded top-level code.
       TypeError: if `mesh` is not a `Mesh` or `prefetch` not a `PrefetchOptions`.
       ValueError: unless exactly one of `plan` and `global_batch_size` is given (`num_steps` only
         with `global_batch_size`), or on any `StepLoader` error.
     """
+    grain_workers.refuse_unguarded_main()
     if not isinstance(mesh, Mesh):
         raise TypeError(
             f"make_loader(source, mesh, *, plan=... or global_batch_size=...): the second argument "

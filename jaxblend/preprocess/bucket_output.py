@@ -8,9 +8,12 @@ built locally and uploaded afterwards:
   ``<tmp>/jaxblend-preprocess/<hash of the URL>`` (`work_dir_for`), never a local path named after
   the URL. A rerun with the same settings resumes there exactly as a local run does.
 * `BucketOutput.publish` uploads in this order: delete the old run record
-  (``<prefix>.preprocess.json``) and each old ``.idx``; upload every ``.bin``; then every ``.idx``;
-  then the cleaning report if any (``<prefix>.cleaning.json``/``.png``); then the run record, last. The record is the commit point: a prefix whose record is missing, or
-  differs from the run's, is unfinished; a rerun then publishes again.
+  (``<dir>/.jaxblend/<name>.preprocess.json``, and ``<prefix>.preprocess.json`` where records were
+  written before) and each old ``.idx``; upload every ``.bin``; then every ``.idx``; then the
+  cleaning report if any (``<dir>/.jaxblend/<name>.cleaning.json``/``.png``); then the run record,
+  last. The side files sit where a local run puts them (`jaxblend.tokenizer_facts.side_path`).
+  The record is the commit point: a prefix whose record is missing, or differs from the run's, is
+  unfinished; a rerun then publishes again.
   Mid-upload a reader sees no ``.idx`` (the dataset cannot be opened) or a ``.bin`` whose ``.idx``
   is not uploaded yet; it never sees an ``.idx`` beside a ``.bin`` it does not describe, and
   ``IndexedDataset`` checks the ``.bin`` size against the ``.idx`` besides.
@@ -27,6 +30,7 @@ from typing import Any
 from jaxblend.access import ObjectStoreOptions
 from jaxblend.storage.object_store.directory import ObjectDirectory
 from jaxblend.storage.object_store.publishing import publish
+from jaxblend.tokenizer_facts import SIDE_DIR, legacy_record_path, record_path
 
 
 def work_dir_for(url_prefix: str, work_dir: str | None = None) -> str:
@@ -72,10 +76,13 @@ class BucketOutput:
         return os.path.basename(local_path)
 
     def read_record(self) -> dict[str, Any] | None:
-        """The published run record (``<prefix>.preprocess.json``), or None if absent/unparsable."""
-        key = self._name + ".preprocess.json"
-        data = self._dir.read(key, "reading the run record")
-        if data is None:
+        """The published run record (`record_path`, else `legacy_record_path`), or None if
+        absent/unparsable."""
+        for key in (record_path(self._name), legacy_record_path(self._name)):
+            data = self._dir.read(key, "reading the run record")
+            if data is not None:
+                break
+        else:
             return None
         try:
             record = json.loads(data)
@@ -86,25 +93,29 @@ class BucketOutput:
     def publish(
         self, local_names: dict[str, str], record: dict[str, Any], extras: tuple[str, ...] = ()
     ) -> dict[str, tuple[bytes, bytes]]:
-        """Uploads the local run's datasets, then the ``extras`` files (the cleaning report), then
-        its record, the commit point (`object_store.publish`; see the module docstring).
+        """Uploads the local run's datasets, then the ``extras`` files (the cleaning report, side
+        files of the local run: uploaded to `SIDE_DIR` beside the datasets), then its record, the
+        commit point (`object_store.publish`; see the module docstring).
 
         Returns:
           key -> the generations of the uploaded (``.idx``, ``.bin``).
         """
-        record_key = self._name + ".preprocess.json"
+        record_key = record_path(self._name)
         names = {key: self._key(name) for key, name in local_names.items()}
         stages = [
             [(f"{names[key]}.{ext}", f"{name}.{ext}") for key, name in local_names.items()]
             for ext in ("bin", "idx")
         ]
-        stages.append([(self._key(path), path) for path in extras])
+        stages.append([(f"{SIDE_DIR}/{os.path.basename(path)}", path) for path in extras])
         data = (json.dumps(record, indent=1, sort_keys=True) + "\n").encode()
         written = publish(
             self._dir,
             stages,
             (record_key, data),
-            retract=[record_key, *(f"{n}.idx" for n in names.values())],
+            retract=[
+                record_key, legacy_record_path(self._name),
+                *(f"{n}.idx" for n in names.values()),
+            ],
             what="publishing the preprocessing outputs",
             in_flight=1,
         )

@@ -4,10 +4,13 @@ For ``--output_prefix P``, key ``K`` and level ``L`` (``document``, or ``sentenc
 ``--split_sentences``) the final dataset is ``P_K_L.bin``/``P_K_L.idx`` (Megatron-LM's
 ``preprocess_data.py`` naming). Work in progress lives beside it:
 
-- ``P.preprocess.json`` — the run manifest: the settings that determine the output (inputs with sizes
-  and mtimes, keys, tokenizer with file hashes, partition plan, ...), the status
+- ``<dir of P>/.jaxblend/<name of P>.preprocess.json`` — the run manifest (the run record,
+  `jaxblend.tokenizer_facts.record_path`): the settings that determine the output (inputs with
+  sizes and mtimes, keys, tokenizer with file hashes, partition plan, ...), the status
   (``running``/``complete``) and, when complete, the summary. A rerun with different settings is
-  refused unless ``overwrite``.
+  refused unless ``overwrite``. Side files live in ``.jaxblend/`` so that the output directory
+  holds only ``.bin``/``.idx`` pairs (Megatron-LM's ``tools/merge_datasets.py`` takes every file
+  in it as half of one); a manifest at the older ``P.preprocess.json`` is read and moved there.
 - ``P.parts/part-NNNNN_K_L.{bin,idx}`` — partition NNNNN's partial dataset for key K.
 - ``P.parts/part-NNNNN.done.json`` — written (atomically) only after all of the partition's files are
   complete; it records their sizes. A partition counts as finished only if its marker parses and the
@@ -23,6 +26,7 @@ import shutil
 from typing import Any
 
 from jaxblend import atomic_write
+from jaxblend.tokenizer_facts import legacy_record_path, record_path, side_path
 
 MANIFEST_VERSION = 1
 
@@ -33,8 +37,27 @@ def dataset_name(output_prefix: str, key: str, level: str) -> str:
 
 
 def manifest_path(output_prefix: str) -> str:
-    """Returns the run manifest path."""
-    return output_prefix + ".preprocess.json"
+    """Returns the run manifest path (``<dir>/.jaxblend/<name>.preprocess.json``)."""
+    return record_path(output_prefix)
+
+
+# Side files that runs before `.jaxblend/` wrote beside the data (`P<suffix>`).
+LEGACY_SIDE_SUFFIXES = (".preprocess.json", ".cleaning.json", ".cleaning.png")
+
+
+def read_manifest(output_prefix: str) -> dict[str, Any] | None:
+    """The run manifest of ``output_prefix``, or None. A run written before the side files moved
+    (manifest at ``P.preprocess.json``) has its side files moved into ``.jaxblend/`` first."""
+    manifest = read_json(manifest_path(output_prefix))
+    if manifest is None and read_json(legacy_record_path(output_prefix)) is not None:
+        for suffix in LEGACY_SIDE_SUFFIXES:
+            old = output_prefix + suffix
+            if os.path.exists(old):
+                new = side_path(output_prefix, suffix)
+                os.makedirs(os.path.dirname(os.path.abspath(new)), exist_ok=True)
+                os.replace(old, new)
+        manifest = read_json(manifest_path(output_prefix))
+    return manifest
 
 
 def parts_dir(output_prefix: str) -> str:
@@ -58,7 +81,9 @@ def file_sizes(prefix: str) -> dict[str, int]:
 
 
 def write_json_atomic(path: str, payload: Any) -> None:
-    """Writes JSON atomically and durably (`jaxblend.atomic_write.atomic_file`)."""
+    """Writes JSON atomically and durably (`jaxblend.atomic_write.atomic_file`), making its
+    directory if needed."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with atomic_write.atomic_file(path, "w") as f:
         json.dump(payload, f, indent=1, sort_keys=True)
         f.write("\n")
@@ -114,7 +139,8 @@ def remove_outputs(output_prefix: str, names: list[str]) -> None:
                 os.remove(f"{name}.{ext}")
             except FileNotFoundError:
                 pass
-    try:
-        os.remove(manifest_path(output_prefix))
-    except FileNotFoundError:
-        pass
+    for path in (manifest_path(output_prefix), legacy_record_path(output_prefix)):
+        try:
+            os.remove(path)
+        except FileNotFoundError:
+            pass

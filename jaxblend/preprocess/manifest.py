@@ -108,7 +108,7 @@ def prepare(config: PreprocessConfig, settings: dict[str, Any]) -> dict[str, Any
         manifest, and ``overwrite`` is off.
     """
     mpath = layout.manifest_path(config.output_prefix)
-    manifest = layout.read_json(mpath)
+    manifest = layout.read_manifest(config.output_prefix)
     names = list(config.output_names().values())
     if manifest is not None and manifest.get("settings") != settings:
         if not config.overwrite:

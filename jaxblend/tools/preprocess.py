@@ -24,7 +24,7 @@ Example::
     # the same on Apache Beam (any runner; parts must be on a filesystem all workers see)
     python -m jaxblend.tools.preprocess ... --engine=beam --beam_options=--runner=DirectRunner
 
-    # cleaning before tokenization (docs/cleaning.md): report in out/corpus.cleaning.json/.png
+    # cleaning before tokenization (docs/cleaning.md): report in out/.jaxblend/corpus.cleaning.json/.png
     python -m jaxblend.tools.preprocess --input data.jsonl --output-prefix out/corpus \
       --tokenizer-type HuggingFaceTokenizer --tokenizer-model /models/llama3 \
       --clean_pii --clean_quality=all --clean_exact_dedup --clean_near_dedup \

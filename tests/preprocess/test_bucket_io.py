@@ -23,7 +23,7 @@ from jaxblend.storage.idx_format import IndexFormatError
 from jaxblend.storage.object_store.directory import ObjectDirectory
 from jaxblend.storage.object_store.errors import ObjectStoreError
 from jaxblend.storage.object_store.location import open_kvstore
-from jaxblend.tokenizer_facts import read_facts
+from jaxblend.tokenizer_facts import legacy_record_path, read_facts, record_path, side_path
 from tests.preprocess.conftest import read_bytes, small_run_config, write_jsonl
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -59,10 +59,10 @@ def test_bucket_output_is_byte_identical_published_once_and_cwd_clean(object_sto
     result = pipeline.preprocess(small_run_config(url, [src]))
     assert result.outputs == {"text": url + "_text_document"}
     assert result.published == (
-        f"published to {url} (.bin, then .idx, then run record {url}.preprocess.json)"
+        f"published to {url} (.bin, then .idx, then run record {record_path(url)})"
     )
     assert _remote_bytes(object_store, path + "_text_document") == read_bytes(ref)
-    assert _exists(object_store, path + ".preprocess.json")
+    assert _exists(object_store, record_path(path))
     local = bucket_output.local_prefix(url)
     assert local.startswith(os.path.join(tempfile.gettempdir(), "jaxblend-preprocess", ""))
     assert "gs:" not in local and "s3:" not in local
@@ -70,7 +70,7 @@ def test_bucket_output_is_byte_identical_published_once_and_cwd_clean(object_sto
 
     again = pipeline.preprocess(small_run_config(url, [src]))
     assert again.published == (
-        f"{url} is already published (run record {url}.preprocess.json); nothing uploaded"
+        f"{url} is already published (run record {record_path(url)}); nothing uploaded"
     )
     assert again.partitions_reused == again.partitions == 3
     assert os.listdir(cwd) == []
@@ -102,7 +102,7 @@ def test_publish_killed_midway_is_unfinished_and_rerun_completes(
     monkeypatch.setattr(ObjectDirectory, "write", failing_write)
     with pytest.raises(ObjectStoreError, match="injected"):
         pipeline.preprocess(config)
-    assert not _exists(object_store, path + ".preprocess.json")  # no commit point: unfinished
+    assert not _exists(object_store, record_path(path))  # no commit point: unfinished
     assert _exists(object_store, path + "_text_document.bin")
     assert _exists(object_store, path + "_text_document.idx") == (failing != ".idx")
     with object_store.pointed_at():
@@ -122,7 +122,7 @@ def test_publish_killed_midway_is_unfinished_and_rerun_completes(
         assert read_facts(url + "_text_document") is not None
         assert len(storage.IndexedDataset(url + "_text_document")) == 120
     assert _remote_bytes(object_store, path + "_text_document") == read_bytes(ref)
-    assert _exists(object_store, path + ".preprocess.json")
+    assert _exists(object_store, record_path(path))
     assert os.listdir(cwd) == []
 
 
@@ -196,8 +196,47 @@ def test_cleaning_report_is_published_before_the_record(object_store, run_dirs):
     with object_store.pointed_at():
         result = pipeline.preprocess(config)
     assert result.cleaning is not None and result.published.startswith("published to ")
-    assert _exists(object_store, path + ".cleaning.json")
+    assert _exists(object_store, side_path(path, ".cleaning.json"))
+    assert not _exists(object_store, path + ".cleaning.json")  # beside the record, not the data
     assert os.listdir(cwd) == []
+
+
+def test_side_files_are_published_where_a_local_run_puts_them(object_store, run_dirs):
+    """Directly under the prefix's directory only the .bin/.idx pairs; the record and the cleaning
+    report under `.jaxblend/`, as in a local output directory."""
+    src, _, _ = run_dirs
+    base = f"side-{uuid.uuid4().hex}"
+    url = object_store.prefix_url(f"{base}/c")
+    config = small_run_config(url, [src], cleaning=CleaningConfig(pii=True, exact_dedup=True))
+    with object_store.pointed_at():
+        pipeline.preprocess(config)
+        keys = sorted(k.decode() for k in object_store.kvstore().list().result())
+    mine = [k[len(base) + 1:] for k in keys if k.startswith(base + "/")]
+    assert mine == [".jaxblend/c.cleaning.json", ".jaxblend/c.preprocess.json",
+                    "c_text_document.bin", "c_text_document.idx"]
+
+
+def test_a_prefix_published_before_the_side_files_moved_is_still_read(object_store, run_dirs):
+    """A record at the older `<prefix>.preprocess.json` is found by readers and by a rerun; a new
+    publication removes it."""
+    src, _, _ = run_dirs
+    path = f"legacy-{uuid.uuid4().hex}/c"
+    url = object_store.prefix_url(path)
+    with object_store.pointed_at():
+        pipeline.preprocess(small_run_config(url, [src]))
+        kv = object_store.kvstore()
+        record = bytes(kv.read(record_path(path)).result().value)
+        kv.write(legacy_record_path(path), record).result()
+        kv.write(record_path(path), None).result()
+        assert read_facts(url + "_text_document") is not None
+        again = pipeline.preprocess(small_run_config(url, [src]))
+        assert again.published == (
+            f"{url} is already published (run record {record_path(url)}); nothing uploaded"
+        )
+        other = small_run_config(url, [src], append_eod=False)
+        pipeline.preprocess(dataclasses.replace(other, overwrite=True))
+    assert _exists(object_store, record_path(path))
+    assert not _exists(object_store, legacy_record_path(path))
 
 
 def test_other_settings_into_a_published_prefix_refused_unless_overwrite(object_store, run_dirs,
@@ -212,7 +251,7 @@ def test_other_settings_into_a_published_prefix_refused_unless_overwrite(object_
             pipeline.preprocess(other)
         assert str(e.value) == (
             f"output prefix {url} holds a run made with different settings "
-            f"({url}.preprocess.json); rerun with the original settings, choose another "
+            f"({record_path(url)}); rerun with the original settings, choose another "
             "--output_prefix, or pass --overwrite to replace it"
         )
         result = pipeline.preprocess(dataclasses.replace(other, overwrite=True))

@@ -37,7 +37,7 @@ def test_local_output_is_identified_without_reading(tmp_path, corpus_docs, monke
     src = write_jsonl(str(tmp_path / "in.jsonl"), corpus_docs[:60])
     result = pipeline.preprocess(small_run_config(str(tmp_path / "out" / "c"), [src]))
     prefix = result.outputs["text"]
-    record = json.loads(Path(str(tmp_path / "out" / "c") + ".preprocess.json").read_text())
+    record = json.loads((tmp_path / "out" / ".jaxblend" / "c.preprocess.json").read_text())
     assert record["bin_md5"]["text"] == hashlib.md5(Path(prefix + ".bin").read_bytes()).hexdigest()
     expected = _computed(prefix)
     _no_bin_reads(monkeypatch)

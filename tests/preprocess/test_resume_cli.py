@@ -99,6 +99,7 @@ def test_cli_errors_are_clear(tmp_path):
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 1 and "no.model" in err and "does not exist" in err
     assert not os.path.exists(str(tmp_path / "o") + ".preprocess.json")
+    assert not os.path.exists(tmp_path / ".jaxblend" / "o.preprocess.json")
 
 
 def test_cli_exits_non_zero_when_no_document_is_written(tmp_path):

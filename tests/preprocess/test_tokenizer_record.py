@@ -71,6 +71,6 @@ def test_cli_prints_the_ids_it_used(tmp_path, tokenizer_files, corpus_docs):
         timeout=300, check=False,
     )
     assert byte.returncode == 0, byte.stderr[-2000:]
-    record = json.loads((tmp_path / "b.preprocess.json").read_text())
+    record = json.loads((tmp_path / ".jaxblend" / "b.preprocess.json").read_text())
     line = f"tokenizer ByteTokenizer (vocab {record['tokenizer_facts']['vocab_size']}): eod 256"
     assert any(s.startswith(line) for s in byte.stdout.splitlines()), byte.stdout

@@ -13,6 +13,7 @@ import sys
 import numpy as np
 import pytest
 
+from jaxblend.decode import EOD_MARK, DocumentDecoder
 from jaxblend.preprocess import pipeline
 from jaxblend.preprocess import tokenizer_spec as tok_spec
 from jaxblend.preprocess import tokenizers as toks
@@ -84,12 +85,25 @@ def _decoder(model: str):
 
 def _check(text: str, tokens: np.ndarray, decoder, corpus: str) -> None:
     """``text`` is the decoded ``tokens`` of a sample: between EODs, each part is a piece of the
-    corpus (the documents of a sample follow the shuffled order)."""
+    corpus (the documents of a sample follow the shuffled order), and each EOD shows as
+    `EOD_MARK`."""
     assert len(text) > 20
     cuts = np.flatnonzero(tokens == decoder.eod)
     parts = [decoder.detokenize(p) for p in np.split(tokens, cuts)]
     assert all(p.replace("<|endoftext|>", "") in corpus for p in parts), parts
-    assert text == "".join(parts)
+    assert text == EOD_MARK.join(parts)
+    assert text.count(EOD_MARK) == len(cuts)
+
+
+def test_each_end_of_document_shows_as_a_mark():
+    """A row of three documents reads as three texts, not one (the tokenizer drops its EOD)."""
+    byte = toks.ByteTokenizer()
+    row = np.concatenate([byte.tokenize("ab"), [byte.eod], byte.tokenize("cd"), [byte.eod],
+                          byte.tokenize("e")])
+    assert byte.detokenize(row) == "abcde"
+    assert DocumentDecoder(byte).detokenize(row) == f"ab{EOD_MARK}cd{EOD_MARK}e"
+    assert DocumentDecoder(byte).detokenize(row[2:]) == f"{EOD_MARK}cd{EOD_MARK}e"
+    assert DocumentDecoder(byte).detokenize(np.asarray([byte.eod, byte.eod])) == EOD_MARK * 2
 
 
 def test_dump_samples_writes_each_sample_as_text(data, tmp_path):
@@ -170,7 +184,7 @@ def test_a_changed_or_missing_tokenizer_file_is_refused_unless_a_copy_is_given(
 ):
     root = tmp_path_factory.mktemp("changed")
     prefix, model = _make(root, "own", data["docs"])
-    record = f"{root / 'own'}.preprocess.json"
+    record = str(root / ".jaxblend" / "own.preprocess.json")
     copy = str(root / "copy.json")
     shutil.copy(model, copy)
     with open(model, "a") as f:
@@ -198,8 +212,8 @@ def test_explain_decodes_bucket_data_with_its_record_in_the_bucket(data, s3_serv
     """The record is read from the bucket and the dataset opened with `--s3_endpoint` (the only
     place the endpoint is given)."""
     url = s3_server.upload(data["prefix"], "decode/web_text_document")
-    with open(str(data["root"] / "web.preprocess.json"), "rb") as f:
-        s3_server.write("decode/web.preprocess.json", f.read())
+    with open(str(data["root"] / ".jaxblend" / "web.preprocess.json"), "rb") as f:
+        s3_server.write("decode/.jaxblend/web.preprocess.json", f.read())
     env = {k: v for k, v in os.environ.items() if k not in ENDPOINT_ENVS}
     env.update({k: v for k, v in s3_server.environ().items() if k not in ENDPOINT_ENVS})
     env["PYTHONPATH"] = ROOT

@@ -3,8 +3,9 @@
 :func:`build` aggregates the partitions' results (their ``dropped`` reasons with input bytes and
 ``file:line`` examples, and their ``cleaning`` section: PII replacements, quality-score histograms,
 kept records) with the duplicate join's statistics. :func:`write` puts
-``{output_prefix}.cleaning.json`` (and, with matplotlib, ``{output_prefix}.cleaning.png``: one panel
-per enabled quality filter, the score distribution with its bounds) beside the output.
+``<dir>/.jaxblend/<name>.cleaning.json`` (and, with matplotlib, ``<name>.cleaning.png``: one panel
+per enabled quality filter, the score distribution with its bounds) beside the run record of output
+prefix ``<dir>/<name>`` (:func:`paths`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import numpy as np
 from jaxblend import atomic_write
 from jaxblend.preprocess.cleaning import cleaner, quality
 from jaxblend.preprocess.cleaning.config import CleaningConfig
+from jaxblend.tokenizer_facts import side_path
 
 STEPS = ("validation", "quality", "language", "decontamination", "exact_dedup", "near_dedup")
 _STEP_OF = {
@@ -115,8 +117,9 @@ def table(report: Mapping[str, Any]) -> str:
 
 
 def paths(output_prefix: str) -> tuple[str, str]:
-    """The report's JSON and PNG paths."""
-    return f"{output_prefix}.cleaning.json", f"{output_prefix}.cleaning.png"
+    """The report's JSON and PNG paths, beside the run record:
+    ``<dir>/.jaxblend/<name>.cleaning.json`` and ``.png`` (`jaxblend.tokenizer_facts.side_path`)."""
+    return side_path(output_prefix, ".cleaning.json"), side_path(output_prefix, ".cleaning.png")
 
 
 def plot(report: Mapping[str, Any], path: str) -> bool:

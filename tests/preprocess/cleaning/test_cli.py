@@ -44,14 +44,14 @@ def test_readme_cleaning_run(tmp_path):
         f"--clean_decontaminate={demo}/eval.jsonl",
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    with open(demo / "out" / "web.cleaning.json") as f:
+    with open(demo / "out" / ".jaxblend" / "web.cleaning.json") as f:
         report = json.load(f)
     for step in ("quality", "exact_dedup", "near_dedup", "decontamination"):
         assert report["removed"][step]["documents"] > 0, step
         assert f"{step} " in proc.stdout
     assert report["pii"]["email"] > 0 and report["pii"]["ipv4"] > 0
     assert f"{demo}/corpus.jsonl:" in proc.stdout
-    assert (demo / "out" / "web.cleaning.png").stat().st_size > 1000
+    assert (demo / "out" / ".jaxblend" / "web.cleaning.png").stat().st_size > 1000
     assert (demo / "out" / "web_text_document.bin").exists()
 
 
@@ -103,8 +103,8 @@ def test_clean_config_file(tmp_path):
         timeout=120,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    with open(tmp_path / "o" / "c.cleaning.json") as f:
+    with open(tmp_path / "o" / ".jaxblend" / "c.cleaning.json") as f:
         report = json.load(f)
     assert report["removed"]["exact_dedup"]["documents"] == 1
     assert report["pii"]["email"] == 2
-    assert not (tmp_path / "o" / "c.cleaning.png").exists()
+    assert not (tmp_path / "o" / ".jaxblend" / "c.cleaning.png").exists()

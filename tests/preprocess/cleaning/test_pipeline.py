@@ -75,7 +75,7 @@ def test_planted_problems_removed_and_the_rest_kept(tmp_path, files, corpus):
     assert rep["kept"]["documents"] == len(corpus.expected_kept())
     assert rep["removed"]["near_dedup"]["documents"] == len(corpus.similarities["near"])
     assert rep["dedup"]["exact_duplicates"] == expected["exact_duplicate"]
-    with open(tmp_path / "out" / "c.cleaning.json") as f:
+    with open(tmp_path / "out" / ".jaxblend" / "c.cleaning.json") as f:
         on_disk = json.load(f)
     assert on_disk["removed"]["quality"]["documents"] == 5
     assert on_disk["removed"]["decontamination"]["bytes"] == sum(
@@ -83,7 +83,7 @@ def test_planted_problems_removed_and_the_rest_kept(tmp_path, files, corpus):
         for i, why in corpus.reasons.items()
         if why == "contaminated"
     )
-    assert os.path.getsize(tmp_path / "out" / "c.cleaning.png") > 1000
+    assert os.path.getsize(tmp_path / "out" / ".jaxblend" / "c.cleaning.png") > 1000
     assert "near_duplicate" in r.summary() and "kept" in r.summary()
 
 
