@@ -32,8 +32,8 @@ import jax
 import numpy as np
 from jax.sharding import Mesh
 
-from jaxblend import identity
-from jaxblend.loading import global_batch, grain_workers
+from jaxblend import grain_workers, identity
+from jaxblend.loading import global_batch
 from jaxblend.loading.host_source import HostStepSource
 from jaxblend.loading.protocols import LoaderSource
 from jaxblend.loading.resume_history import STATE_KEY, StagedHistory, explain_unscheduled
@@ -375,7 +375,7 @@ def make_loader(
 
     With `prefetch.worker_count > 0`, Grain's worker processes are started with `spawn`: a script
     must keep its top-level code under `if __name__ == "__main__":` (a worker that runs it anyway
-    stops with one line saying so); see `jaxblend.loading.grain_workers`.
+    stops with one line saying so); see `jaxblend.grain_workers`.
 
     Returns:
       A `StepLoader`.

@@ -117,7 +117,7 @@ def open_gpt_sources(
             f"{config.add_extra_token_to_sequence}"
         )
     access = DataAccess.from_env() if access is None else access
-    from jaxblend.loading import grain_workers  # a plain script's grain.DataLoader workers
+    from jaxblend import grain_workers  # a plain script's grain.DataLoader workers
 
     grain_workers.prepare()
     if publication.applies(access):

@@ -75,7 +75,7 @@ class GPTSource(base.BatchSource):
         self._reader: TokenReader | None = None  # built on first read, per process
 
     def __getstate__(self) -> dict[str, Any]:
-        from jaxblend.loading import grain_workers  # pickled for a Grain worker
+        from jaxblend import grain_workers  # pickled for a Grain worker
 
         grain_workers.refuse_unguarded_main()
         state = dict(self.__dict__)

@@ -24,7 +24,7 @@ ENTRY_MODULES = {
 }
 # Grain reads one flag of its own before absl has parsed (grain 0.2): this module lets it, and
 # touches no other flag (checked below).
-GRAIN_FLAG_MODULE = "loading/grain_workers.py"
+GRAIN_FLAG_MODULE = "grain_workers.py"
 _READS = re.compile(r"(?<![A-Za-z0-9_])FLAGS\b")
 _DEFINES = re.compile(r"\bDEFINE_[a-z_]+\(|\bflags\.declare_key_flag\(")
 

@@ -27,16 +27,13 @@ request and checks levels 1 and 2 against it.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from jaxblend.access import DataAccess
-    from jaxblend.storage.object_store.location import Prefix
+from typing import Any
 
 _NAMES = {
     "Identity": "memo",
     "bin_md5": "levels",
     "combine": "levels",
+    "dataset_fingerprint": "entry",
     "fingerprint": "levels",
     "local_versions": "levels",
     "memo_url": "levels",
@@ -59,33 +56,9 @@ __all__ = [
 ]
 
 
-def dataset_fingerprint(prefix: Prefix, access: DataAccess | None = None) -> str:
-    """The content fingerprint of the dataset at `prefix` (local path, URL or kvstore spec).
-
-    The dataset is opened (its files' versions, sizes and `.idx` header checked) and identified at
-    the cheapest level that knows it (see the module docstring).
-
-    Args:
-      prefix: the dataset prefix.
-      access: how it is reached (default `DataAccess.from_env()`).
-
-    Raises:
-      IndexFormatError: a file is missing, malformed, or changed while it was identified.
-      ObjectStoreError: the store failed or timed out.
-    """
-    # The reader opens and validates the pair and calls back `fingerprint` below for the handles.
-    from jaxblend.storage.reader import IndexedDataset
-
-    dataset = IndexedDataset(prefix, access=access)
-    try:
-        return dataset.fingerprint
-    finally:
-        dataset.close()
-
-
 def __getattr__(name: str) -> Any:
-    """Resolves a public name on first use (the reader imports `levels`; this package must not
-    import the reader)."""
+    """Resolves a public name on first use (the reader imports `levels`, so this package imports
+    neither the reader nor `entry`, which opens datasets with it)."""
     if name in _NAMES:
         return getattr(importlib.import_module(f"{__name__}.{_NAMES[name]}"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -17,10 +17,10 @@ import textwrap
 import numpy as np
 import pytest
 
-from jaxblend.loading import grain_workers
+from jaxblend import grain_workers
 from tests.helpers_data import write_random_dataset
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LEAK = "leaked shared_memory"
 
 OPEN = """
@@ -135,7 +135,7 @@ def test_grain_flags_still_parse_after_the_default(data):
     body = """
 def main():
     from absl import flags
-    from jaxblend.loading import grain_workers
+    from jaxblend import grain_workers
     grain_workers.default_grain_flags()
     print(flags.FLAGS.grain_enable_multiprocess_worker_profiling)
     flags.FLAGS(["prog", "--grain_enable_multiprocess_worker_profiling=true"])
