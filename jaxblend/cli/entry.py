@@ -154,7 +154,6 @@ def _process_state_restored() -> Iterator[None]:
     ours = [name for name in fl if _is_jaxblend_flag(fl, name)]
     with _set_aside(fl, ours):
         before = {name: _flag_state(fl[name]) for name in fl}
-        verbosity = absl_logging.get_verbosity()
         levels = {
             name: logging.getLogger(name).level for name in ("", "absl", "jax._src.xla_bridge")
         }
@@ -168,9 +167,8 @@ def _process_state_restored() -> Iterator[None]:
                 _remove_flag(fl, name, fl[name])
             for flag, value, present, default in before.values():
                 if flag.value != value:
-                    flag.value = value
+                    flag.value = value  # --verbosity's value sets the logging levels back too
                 flag.present, flag.using_default_value = present, default
-            absl_logging.set_verbosity(verbosity)
             for name, level in levels.items():
                 logging.getLogger(name).setLevel(level)
             for sig, handler in handlers.items():
