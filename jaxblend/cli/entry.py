@@ -51,8 +51,9 @@ def _fail(err: BaseException, code: int, verbose: bool) -> None:
     sys.exit(code)
 
 
-def _define(define: Callable[[], None] | None, quiet_logs: bool) -> None:
-    """Defines `--verbose` and `define`'s flags, the latter as key flags of the main module."""
+def _define(define: Callable[[], None] | None, quiet_logs: bool) -> set[str]:
+    """Defines `--verbose` and `define`'s flags, the latter as key flags of the main module;
+    returns the names defined."""
     fl = flags.FLAGS
     before = set(fl)
     help_text = "On failure, print the Python traceback too."
@@ -61,8 +62,10 @@ def _define(define: Callable[[], None] | None, quiet_logs: bool) -> None:
     flags.DEFINE_bool("verbose", False, help_text)
     if define is not None:
         define()
-    for name in sorted(set(fl) - before):
+    defined = set(fl) - before
+    for name in sorted(defined):
         fl.register_key_flag_for_module(sys.argv[0], fl[name])
+    return defined
 
 
 def _flagfile_error(err: flags.CantOpenFlagFileError) -> BaseException:
@@ -146,9 +149,10 @@ def _flag_state(flag: flags.Flag) -> tuple[flags.Flag, object, int, bool]:
 
 
 @contextlib.contextmanager
-def _process_state_restored() -> Iterator[None]:
+def _process_state_restored() -> Iterator[set[str]]:
     """Restores what a program changes in the process: the values of the flags defined before
-    it, logging levels, signal handlers and environment variables; removes the flags it defined."""
+    it, logging levels, signal handlers and environment variables; removes the flags it defined
+    (the names added to the set it yields, and any `jaxblend` flag)."""
     fl = flags.FLAGS
     app.define_help_flags()  # absl's --help flags stay defined, as in every absl program
     ours = [name for name in fl if _is_jaxblend_flag(fl, name)]
@@ -159,11 +163,13 @@ def _process_state_restored() -> Iterator[None]:
         }
         handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
         environ = dict(os.environ)
+        defined: set[str] = set()
         try:
-            yield
+            yield defined
         finally:
             # The program's flags go; flags that libraries define when imported stay defined.
-            for name in [n for n in fl if n not in before and _is_jaxblend_flag(fl, n)]:
+            new = [n for n in fl if n not in before]
+            for name in [n for n in new if n in defined or _is_jaxblend_flag(fl, n)]:
                 _remove_flag(fl, name, fl[name])
             for flag, value, present, default in before.values():
                 if flag.value != value:
@@ -207,8 +213,8 @@ def call(
       usage error, `ERROR_EXIT` for any other failure.
     """
     command = [sys.argv[0], *(sys.argv[1:] if argv is None else argv)]
-    with _process_state_restored():
-        _define(define, quiet_logs)
+    with _process_state_restored() as defined:
+        defined |= _define(define, quiet_logs)
 
         def guarded(args: list[str]) -> int | None:
             if not flags.FLAGS.verbose:
