@@ -27,6 +27,9 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from absl import logging as absl_logging
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # this checkout's jaxblend
+# Where the captured output goes: the system's temporary directory, whatever a test later makes
+# `tempfile` use (some point it at a missing directory to prove nothing is written there).
+_CAPTURE_DIR = tempfile.gettempdir()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,7 +174,8 @@ def run_program(
     captured, as `run_tool` does."""
     args = [str(a) for a in argv]
     _device_count()  # JAX's backend starts before the program, with the test process's devices
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+    with tempfile.TemporaryFile(dir=_CAPTURE_DIR) as out, \
+            tempfile.TemporaryFile(dir=_CAPTURE_DIR) as err:
         with _environment(env, cwd), _captured((out, err)):
             code = program(args)
         out.seek(0)
