@@ -48,6 +48,7 @@ import dataclasses
 import functools
 import os
 import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -707,5 +708,14 @@ def _phase_meta(plan) -> dict:
     return {"global_batch_size": plan.global_batch_size, "phase": plan.phase}
 
 
+def run(argv: Sequence[str] | None = None) -> int:
+    """Runs the training example as its command line does, in this process; returns the exit code.
+
+    Args:
+      argv: the arguments after the program name (`sys.argv[1:]` when None).
+    """
+    return cli.call(main, argv, cli.MEGATRON_NARGS, define=define_flags, quiet_logs=True)
+
+
 if __name__ == "__main__":
-    cli.run(main, megatron_nargs=cli.MEGATRON_NARGS, define=define_flags, quiet_logs=True)
+    sys.exit(run())

@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from helpers_cli import run_tool
 from helpers_multiproc import Job
 
 from jaxblend.training import corpus
@@ -33,11 +34,8 @@ def workdir(tmp_path_factory):
 
 
 def test_demo_builds_corpus_and_loss_falls(workdir):
-    out = subprocess.run(
-        [sys.executable, "-m", "jaxblend.train", *SMALL, f"--workdir={workdir}",
-         "--train_iters=40", "--save_interval=20"],
-        capture_output=True, text=True, timeout=600, cwd=".", check=False,
-    )
+    out = run_tool("jaxblend.train", [*SMALL, f"--workdir={workdir}",
+         "--train_iters=40", "--save_interval=20"])
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     curve = losses(out.stdout)
     assert sorted(curve) == [1, 5, 10, 15, 20, 25, 30, 35, 40]
@@ -80,18 +78,12 @@ def test_fsdp_tensor_mesh_and_resume_on_another_mesh(tmp_path):
         "--hidden_size=64", "--ffn_hidden_size=128", "--num_attention_heads=4",
         "--mock_num_samples=64", "--mock_vocab_size=512",
     ]
-    first = subprocess.run(
-        [sys.executable, "-m", "jaxblend.train", *common, "--train_iters=3",
-         "--mesh_shape=2,2,2", "--mesh_axes=data,fsdp,tensor"],
-        capture_output=True, text=True, timeout=600, check=False,
-    )
+    first = run_tool("jaxblend.train", [*common, "--train_iters=3",
+         "--mesh_shape=2,2,2", "--mesh_axes=data,fsdp,tensor"])
     assert first.returncode == 0, first.stderr[-3000:]
     assert "finished at step 3" in first.stdout
-    second = subprocess.run(
-        [sys.executable, "-m", "jaxblend.train", *common, "--train_iters=6", "--mesh_shape=8",
-         "--mesh_axes=data"],
-        capture_output=True, text=True, timeout=600, check=False,
-    )
+    second = run_tool("jaxblend.train", [*common, "--train_iters=6", "--mesh_shape=8",
+         "--mesh_axes=data"])
     assert second.returncode == 0, second.stderr[-3000:]
     assert "resumed from" in second.stdout and sorted(losses(second.stdout)) == [4, 6]
 
@@ -107,11 +99,14 @@ def test_rampup_batch_size_resumed_mid_ramp_on_another_mesh(tmp_path):
     ]
     batch = re.compile(r"step\s+(\d+)\s+loss\s+([0-9.]+)\s+batch\s+(\d+)")
 
-    def run(workdir, *extra):
-        out = subprocess.run(
-            [sys.executable, "-m", "jaxblend.train", *common, f"--workdir={workdir}", *extra],
-            capture_output=True, text=True, timeout=600, check=False,
-        )
+    def run(workdir, *extra, in_process=True):
+        if in_process:
+            out = run_tool("jaxblend.train", [*common, f"--workdir={workdir}", *extra])
+        else:  # another device count than the test process's: a process of its own
+            out = subprocess.run(
+                [sys.executable, "-m", "jaxblend.train", *common, f"--workdir={workdir}", *extra],
+                capture_output=True, text=True, timeout=600, check=False,
+            )
         assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
         return out, {int(s): (loss, int(b)) for s, loss, b in batch.findall(out.stdout)}
 
@@ -122,7 +117,8 @@ def test_rampup_batch_size_resumed_mid_ramp_on_another_mesh(tmp_path):
     shutil.copytree(tmp_path / "full", tmp_path / "resumed")
     for step in ("10", "12"):
         shutil.rmtree(tmp_path / "resumed" / "checkpoints" / step)
-    out, rest = run(tmp_path / "resumed", "--rampup_batch_size=8 8 64", "--num_cpu_devices=4")
+    out, rest = run(tmp_path / "resumed", "--rampup_batch_size=8 8 64", "--num_cpu_devices=4",
+                   in_process=False)
     assert "resumed from" in out.stdout and sorted(rest) == list(range(6, 13))
     assert rest == {k: full[k] for k in range(6, 13)}
 
@@ -148,11 +144,8 @@ def test_step_batch_size_schedule_trains_and_validates_at_the_final_size(tmp_pat
 
 
 def test_bad_rampup_is_one_line_naming_the_flag(tmp_path):
-    out = subprocess.run(
-        [sys.executable, "-m", "jaxblend.train", "--mock_data", "--seq_length=16",
-         "--global_batch_size=32", "--rampup_batch_size=8 10 64", f"--workdir={tmp_path}"],
-        capture_output=True, text=True, timeout=600, check=False,
-    )
+    out = run_tool("jaxblend.train", ["--mock_data", "--seq_length=16",
+         "--global_batch_size=32", "--rampup_batch_size=8 10 64", f"--workdir={tmp_path}"])
     assert out.returncode == 2
     assert out.stderr.strip().splitlines()[-1].startswith("error: --rampup_batch_size='8 10 64'")
 
@@ -202,11 +195,8 @@ def _all_finite_checkpoints(directory) -> list[int]:
     ],
 )
 def test_a_diverging_run_stops_with_one_line_and_checkpoints_no_nan(tmp_path, settings, cause):
-    out = subprocess.run(
-        [sys.executable, "-m", "jaxblend.train", *TINY, *settings, "--train_iters=20",
-         "--lr=1e4", f"--workdir={tmp_path}"],
-        capture_output=True, text=True, timeout=600, check=False,
-    )
+    out = run_tool("jaxblend.train", [*TINY, *settings, "--train_iters=20",
+         "--lr=1e4", f"--workdir={tmp_path}"])
     assert out.returncode == 1, out.stdout[-2000:] + out.stderr[-3000:]
     assert "finished" not in out.stdout
     lines = out.stderr.strip().splitlines()
@@ -250,11 +240,8 @@ _INFO_LINE = re.compile(r"^I\d{4} \d\d:\d\d:\d\d", re.MULTILINE)
 
 def test_library_info_logs_only_with_verbose(tmp_path):
     def train(workdir, *extra):
-        out = subprocess.run(
-            [sys.executable, "-m", "jaxblend.train", *TINY, "--log_interval=2", "--save_interval=2",
-             "--train_iters=4", f"--workdir={workdir}", *extra],
-            capture_output=True, text=True, timeout=600, check=False,
-        )
+        out = run_tool("jaxblend.train", [*TINY, "--log_interval=2", "--save_interval=2",
+             "--train_iters=4", f"--workdir={workdir}", *extra])
         assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
         return out
 
@@ -311,21 +298,15 @@ def test_per_dataset_tokens_match_the_batches_and_survive_resume(tmp_path):
              f"--metrics_jsonl={metrics}"]
 
     def train(iters):
-        out = subprocess.run(
-            [sys.executable, "-m", "jaxblend.train", *data, *model, f"--train_iters={iters}"],
-            capture_output=True, text=True, timeout=600, check=False,
-        )
+        out = run_tool("jaxblend.train", [*data, *model, f"--train_iters={iters}"])
         assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
         return out.stdout
 
     first = train(6)
     resumed = train(8)
     assert "resumed from" in resumed and "step 6" in resumed
-    dumped = subprocess.run(
-        [sys.executable, "-m", "jaxblend.tools.dump_batches", *data, "--steps=8",
-         f"--out={tmp_path / 'dump'}"],
-        capture_output=True, text=True, timeout=600, check=False,
-    )
+    dumped = run_tool("jaxblend.tools.dump_batches", [*data, "--steps=8",
+         f"--out={tmp_path / 'dump'}"])
     assert dumped.returncode == 0, dumped.stderr[-3000:]
     with np.load(tmp_path / "dump" / "batches.npz") as f:
         ids, mask = f["dataset_ids"], f["loss_mask"]  # [steps, B], [steps, B, S]
@@ -386,8 +367,7 @@ def test_per_dataset_figures_of_a_staged_run_resumed_with_a_future_edit(tmp_path
              "--eval_interval=0", f"--workdir={tmp_path / 'run'}", f"--metrics_jsonl={metrics}"]
 
     def run(module, *args):
-        out = subprocess.run([sys.executable, "-m", module, *args], capture_output=True,
-                             text=True, timeout=600, check=False)
+        out = run_tool(module, [*args])
         assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
         return out.stdout
 
@@ -415,11 +395,8 @@ def test_per_dataset_figures_of_a_staged_run_resumed_with_a_future_edit(tmp_path
 
 def test_metrics_jsonl_in_a_missing_directory_is_one_line_before_training(tmp_path):
     missing = tmp_path / "missing" / "m.jsonl"
-    out = subprocess.run(
-        [sys.executable, "-m", "jaxblend.train", *TINY, "--train_iters=2",
-         f"--workdir={tmp_path}", f"--metrics_jsonl={missing}"],
-        capture_output=True, text=True, timeout=600, check=False,
-    )
+    out = run_tool("jaxblend.train", [*TINY, "--train_iters=2",
+         f"--workdir={tmp_path}", f"--metrics_jsonl={missing}"])
     assert out.returncode == 2, out.stdout[-2000:] + out.stderr[-3000:]
     assert out.stderr.strip().splitlines() == [
         f"error: --metrics_jsonl={missing}: directory {missing.parent} does not exist"]

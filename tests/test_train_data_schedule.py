@@ -7,11 +7,10 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
-import sys
 
 import numpy as np
 import pytest
+from helpers_cli import run_tool
 from helpers_data import write_random_dataset
 
 pytestmark = pytest.mark.slow
@@ -44,11 +43,8 @@ def schedule(path, a, b, c, second=4, third=7, third_blend=None):
 
 
 def train(workdir, sched, *extra):
-    return subprocess.run(
-        [sys.executable, "-m", "jaxblend.train", *COMMON, f"--workdir={workdir}",
-         f"--data_schedule={sched}", f"--data_cache_path={workdir}/cache", *extra],
-        capture_output=True, text=True, timeout=600, check=False,
-    )
+    return run_tool("jaxblend.train", [*COMMON, f"--workdir={workdir}",
+         f"--data_schedule={sched}", f"--data_cache_path={workdir}/cache", *extra])
 
 
 def stage_lines(out) -> list[str]:

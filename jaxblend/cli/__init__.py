@@ -27,7 +27,8 @@ any jaxblend module defines no flag, and nothing outside this package reads `abs
   tokenizer_flags    --allow_mixed_tokenizers, --tokenizer_type, ... -> `RunTokenizer` (the
                      datasets' recorded tokenizer facts: --vocab_size, --eod_id defaults)
   tool_flags         each tool's own flags; preprocess_flags: the preprocessing CLI's
-  entry              `run(main, define=...)`: defines the flags, parses, one-line failures
+  entry              `call(main, argv, define=...)` -> exit code (in-process), `run` (`__main__`):
+                     defines the flags, parses, one-line failures, then leaves the process clean
   megatron_argv      Megatron-LM's spellings (dashes, space-separated lists)
 """
 
@@ -46,7 +47,7 @@ from jaxblend.cli.distributed_flags import (
     distributed_config_from_flags,
     initialize_from_flags,
 )
-from jaxblend.cli.entry import run
+from jaxblend.cli.entry import call, run
 from jaxblend.cli.flag_values import DataFlagValues, read_flag_values
 from jaxblend.cli.loader_flags import define_loader_flags, prefetch_from_flags
 from jaxblend.cli.mesh_flags import define_mesh_flags, mesh_from_flags
@@ -86,6 +87,7 @@ __all__ = [
     "TrainSettings",
     "ValidationSets",
     "assemble",
+    "call",
     "checked_run_config_from_flags",
     "data_access_from_flags",
     "decoder_from_flags",

@@ -1,9 +1,13 @@
 """The entry point of every CLI (`jaxblend.tools.*`, `jaxblend.train`): flags defined when the
-program runs, failures in one line.
+program runs, failures in one line, callable in-process.
 
-`run(main, define=...)` replaces `absl.app.run(main)`. It defines `--verbose` and the program's
-flags (`define`, which calls the `define_*` functions of `jaxblend.cli`: importing a module
-defines no flag), then parses the command line. Flags that `define` defines count as the
+`call(main, argv, define=...)` runs a program as its command line does and returns its exit code;
+`run(main, define=...)` (the `__main__` of a module) does the same with `sys.argv` and exits with
+that code. Each CLI module exposes `run(argv=None) -> int` built on `call`, so a test or a Python
+caller runs `jaxblend.tools.inspect.run(["stats", "--data_path=..."])` without a subprocess.
+
+`call` defines `--verbose` and the program's flags (`define`, which calls the `define_*`
+functions of `jaxblend.cli`: importing a module defines no flag), then parses the command line. Flags that `define` defines count as the
 program's own, so `--help` lists them (`--helpfull` lists every flag).
 
 A bad flag, bad input or any other failure prints one line `error: ...` on stderr (the
@@ -15,14 +19,23 @@ error is not preceded by unrelated log lines. A missing `--flagfile` is one line
 A program that passes `quiet_logs=True` (the training example) logs only warnings and errors
 unless `--verbose` or an explicit `--verbosity` is given: the INFO lines of absl, Orbax, Grain,
 JAX and jaxblend are hidden, and the program's output is what it prints.
+
+When the program ends, `call` leaves the process as it found it: the flags it defined are removed
+(flags that `jaxblend.cli` functions defined earlier in the process are set aside during the call
+and put back; flags that libraries define when first imported, such as Grain's, stay, as in any
+process), and the values of the other flags, the logging levels, the SIGTERM/SIGINT handlers and
+the environment variables are restored. So the next call starts as clean as a new process, except
+for what cannot be undone in-process: JAX's device count and backend, fixed at its first use.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import signal
 import sys
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 
 from absl import app, flags
 from absl import logging as absl_logging
@@ -30,7 +43,7 @@ from absl import logging as absl_logging
 from jaxblend.cli import megatron_argv
 from jaxblend.errors import ERROR_EXIT, USAGE_EXIT, print_failure
 
-__all__ = ["run"]
+__all__ = ["call", "run"]
 
 
 def _fail(err: BaseException, code: int, verbose: bool) -> None:
@@ -38,8 +51,9 @@ def _fail(err: BaseException, code: int, verbose: bool) -> None:
     sys.exit(code)
 
 
-def _define(define: Callable[[], None] | None, quiet_logs: bool) -> None:
-    """Defines `--verbose` and `define`'s flags, the latter as key flags of the main module."""
+def _define(define: Callable[[], None] | None, quiet_logs: bool) -> set[str]:
+    """Defines `--verbose` and `define`'s flags, the latter as key flags of the main module;
+    returns the names defined."""
     fl = flags.FLAGS
     before = set(fl)
     help_text = "On failure, print the Python traceback too."
@@ -48,8 +62,10 @@ def _define(define: Callable[[], None] | None, quiet_logs: bool) -> None:
     flags.DEFINE_bool("verbose", False, help_text)
     if define is not None:
         define()
-    for name in sorted(set(fl) - before):
+    defined = set(fl) - before
+    for name in sorted(defined):
         fl.register_key_flag_for_module(sys.argv[0], fl[name])
+    return defined
 
 
 def _flagfile_error(err: flags.CantOpenFlagFileError) -> BaseException:
@@ -76,6 +92,156 @@ def _parse_flags(argv: Sequence[str], megatron_nargs: Collection[str] | None = N
         raise  # not reached: _fail exits
 
 
+def _exit_code(err: SystemExit) -> int:
+    """The exit status of `sys.exit(code)`, as the interpreter computes it."""
+    if err.code is None:
+        return 0
+    if isinstance(err.code, int):
+        return err.code
+    print(err.code, file=sys.stderr)
+    return 1
+
+
+def _is_jaxblend_flag(fl: flags.FlagValues, name: str) -> bool:
+    return (fl.find_module_defining_flag(name) or "").startswith("jaxblend")
+
+
+@contextlib.contextmanager
+def _set_aside(fl: flags.FlagValues, names: Collection[str]) -> Iterator[None]:
+    """Removes the flags `names` from `fl` for the duration, then puts them back as they were
+    (same flag objects, values and module registrations)."""
+    objects = {name: fl[name] for name in names}
+    owners = {
+        name: (
+            [m for m, fs in fl.flags_by_module_dict().items() if flag in fs],
+            [m for m, fs in fl.flags_by_module_id_dict().items() if flag in fs],
+            [m for m, fs in fl.key_flags_by_module_dict().items() if flag in fs],
+        )
+        for name, flag in objects.items()
+    }
+    for name, flag in objects.items():
+        _remove_flag(fl, name, flag)
+    try:
+        yield
+    finally:
+        for name, flag in objects.items():
+            fl[name] = flag
+            if flag.short_name:
+                fl[flag.short_name] = flag
+            by_module, by_id, key_of = owners[name]
+            for module in by_module:
+                fl.register_flag_by_module(module, flag)
+            for module_id in by_id:
+                fl.register_flag_by_module_id(module_id, flag)
+            for module in key_of:
+                fl.register_key_flag_for_module(module, flag)
+
+
+def _remove_flag(fl: flags.FlagValues, name: str, flag: flags.Flag) -> None:
+    if flag.short_name and flag.short_name in fl and fl[flag.short_name] is flag:
+        delattr(fl, flag.short_name)
+    if name in fl:
+        delattr(fl, name)
+
+
+def _flag_state(flag: flags.Flag) -> tuple[flags.Flag, object, int, bool]:
+    return flag, flag.value, flag.present, flag.using_default_value
+
+
+@contextlib.contextmanager
+def _process_state_restored() -> Iterator[set[str]]:
+    """Restores what a program changes in the process: the values of the flags defined before
+    it, logging levels, signal handlers and environment variables; removes the flags it defined
+    (the names added to the set it yields, and any `jaxblend` flag)."""
+    fl = flags.FLAGS
+    app.define_help_flags()  # absl's --help flags stay defined, as in every absl program
+    ours = [name for name in fl if _is_jaxblend_flag(fl, name)]
+    with _set_aside(fl, ours):
+        before = {name: _flag_state(fl[name]) for name in fl}
+        levels = {
+            name: logging.getLogger(name).level for name in ("", "absl", "jax._src.xla_bridge")
+        }
+        handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+        environ = dict(os.environ)
+        defined: set[str] = set()
+        try:
+            yield defined
+        finally:
+            # The program's flags go; flags that libraries define when imported stay defined.
+            new = [n for n in fl if n not in before]
+            for name in [n for n in new if n in defined or _is_jaxblend_flag(fl, n)]:
+                _remove_flag(fl, name, fl[name])
+            for flag, value, present, default in before.values():
+                if flag.value != value:
+                    flag.value = value  # --verbosity's value sets the logging levels back too
+                flag.present, flag.using_default_value = present, default
+            for name, level in levels.items():
+                logging.getLogger(name).setLevel(level)
+            for sig, handler in handlers.items():
+                if signal.getsignal(sig) is not handler and handler is not None:
+                    with contextlib.suppress(ValueError):  # not the main thread: left as set
+                        signal.signal(sig, handler)
+            for key in set(os.environ) - set(environ):
+                del os.environ[key]
+            os.environ.update({k: v for k, v in environ.items() if os.environ.get(k) != v})
+
+
+def call(
+    main: Callable[[list[str]], int | None],
+    argv: Sequence[str] | None = None,
+    megatron_nargs: Collection[str] | None = None,
+    *,
+    define: Callable[[], None] | None = None,
+    quiet_logs: bool = False,
+) -> int:
+    """Runs a program as its command line does, in this process; returns its exit code.
+
+    Defines the flags, parses `argv` (Megatron spellings, flagfiles, one-line failures on stderr
+    as on the command line), runs `main` like `absl.app.run`, then removes the flags it defined
+    and restores the process state (see the module docstring).
+
+    Args:
+      main: the program (takes the arguments left after the flags, program name first).
+      argv: the command line after the program name (`sys.argv[1:]` when None).
+      megatron_nargs: when given, Megatron-LM's spellings are accepted too (dashes, `--no-x`, and
+        these flags as space-separated lists; see `megatron_argv`).
+      define: defines the program's flags (called once, before the command line is parsed).
+      quiet_logs: without `--verbose` (or an explicit `--verbosity`), log only warnings and errors.
+
+    Returns:
+      The exit code: `main`'s return value or `sys.exit` code (0 for None), `USAGE_EXIT` for a
+      usage error, `ERROR_EXIT` for any other failure.
+    """
+    command = [sys.argv[0], *(sys.argv[1:] if argv is None else argv)]
+    with _process_state_restored() as defined:
+        defined |= _define(define, quiet_logs)
+
+        def guarded(args: list[str]) -> int | None:
+            if not flags.FLAGS.verbose:
+                logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)
+                if quiet_logs and not flags.FLAGS["verbosity"].present:
+                    absl_logging.set_verbosity("warning")
+            try:
+                return main(args)
+            except app.UsageError as err:
+                _fail(err, USAGE_EXIT, flags.FLAGS.verbose)
+            except Exception as err:  # noqa: BLE001 - every failure becomes one line
+                _fail(err, ERROR_EXIT, flags.FLAGS.verbose)
+            return None
+
+        def parse(args: list[str]) -> list[str]:
+            rest = _parse_flags(args, megatron_nargs)
+            if flags.FLAGS["verbosity"].using_default_value:
+                flags.FLAGS.verbosity = 0  # INFO, as `app.run` sets it once per process
+            return rest
+
+        try:
+            app.run(guarded, argv=command, flags_parser=parse)
+        except SystemExit as err:
+            return _exit_code(err)
+    return 0
+
+
 def run(
     main: Callable[[list[str]], int | None],
     megatron_nargs: Collection[str] | None = None,
@@ -83,28 +249,6 @@ def run(
     define: Callable[[], None] | None = None,
     quiet_logs: bool = False,
 ) -> None:
-    """Defines the flags, then runs `main` like `absl.app.run`, every failure in one line.
-
-    Args:
-      main: the program.
-      megatron_nargs: when given, Megatron-LM's spellings are accepted too (dashes, `--no-x`, and
-        these flags as space-separated lists; see `megatron_argv`).
-      define: defines the program's flags (called once, before the command line is parsed).
-      quiet_logs: without `--verbose` (or an explicit `--verbosity`), log only warnings and errors.
-    """
-    _define(define, quiet_logs)
-
-    def guarded(argv: list[str]) -> int | None:
-        if not flags.FLAGS.verbose:
-            logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)
-            if quiet_logs and not flags.FLAGS["verbosity"].present:
-                absl_logging.set_verbosity("warning")
-        try:
-            return main(argv)
-        except app.UsageError as err:
-            _fail(err, USAGE_EXIT, flags.FLAGS.verbose)
-        except Exception as err:  # noqa: BLE001 - every failure becomes one line
-            _fail(err, ERROR_EXIT, flags.FLAGS.verbose)
-        return None
-
-    app.run(guarded, flags_parser=lambda argv: _parse_flags(argv, megatron_nargs))
+    """Runs the program on `sys.argv` (see `call`) and exits with its code: the `__main__` of a
+    CLI module."""
+    sys.exit(call(main, None, megatron_nargs, define=define, quiet_logs=quiet_logs))

@@ -28,6 +28,7 @@ dataset: it publishes anew.
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import Sequence
 
@@ -93,5 +94,14 @@ def define_flags() -> None:
     cli.define_step_plan_flags()
 
 
+def run(argv: Sequence[str] | None = None) -> int:
+    """Runs the tool as its command line does, in this process; returns the exit code.
+
+    Args:
+      argv: the arguments after the program name (`sys.argv[1:]` when None).
+    """
+    return cli.call(main, argv, cli.MEGATRON_NARGS, define=define_flags)
+
+
 if __name__ == "__main__":
-    cli.run(main, megatron_nargs=cli.MEGATRON_NARGS, define=define_flags)
+    sys.exit(run())

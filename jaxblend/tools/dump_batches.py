@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Sequence
 
 from absl import app, flags, logging
@@ -155,5 +156,14 @@ def main(argv: Sequence[str]) -> None:
     multihost_utils.sync_global_devices("dump_batches done")
 
 
+def run(argv: Sequence[str] | None = None) -> int:
+    """Runs the tool as its command line does, in this process; returns the exit code.
+
+    Args:
+      argv: the arguments after the program name (`sys.argv[1:]` when None).
+    """
+    return cli.call(main, argv, cli.MEGATRON_NARGS, define=define_flags)
+
+
 if __name__ == "__main__":
-    cli.run(main, megatron_nargs=cli.MEGATRON_NARGS, define=define_flags)
+    sys.exit(run())

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Sequence
 
 import numpy as np
@@ -140,6 +141,14 @@ def main(argv: Sequence[str]) -> None:
     dump(config, fl.out, fl.num, access, decoder)
 
 
+def run(argv: Sequence[str] | None = None) -> int:
+    """Runs the tool (Megatron-LM's spellings work too: --data-path 0.3 /d/a 0.7 /d/b) as its command line does, in this process; returns the exit code.
+
+    Args:
+      argv: the arguments after the program name (`sys.argv[1:]` when None).
+    """
+    return cli.call(main, argv, cli.MEGATRON_NARGS, define=define_flags)
+
+
 if __name__ == "__main__":
-    # Megatron-LM's spellings work too: --data-path 0.3 /d/a 0.7 /d/b --seq-length 4096 ...
-    cli.run(main, megatron_nargs=cli.MEGATRON_NARGS, define=define_flags)
+    sys.exit(run())

@@ -382,5 +382,14 @@ def main(argv: Sequence[str]) -> None:
             sys.exit(1)
 
 
+def run(argv: Sequence[str] | None = None) -> int:
+    """Runs the tool as its command line does, in this process; returns the exit code.
+
+    Args:
+      argv: the arguments after the program name (`sys.argv[1:]` when None).
+    """
+    return cli.call(main, argv, cli.MEGATRON_NARGS, define=define_flags)
+
+
 if __name__ == "__main__":
-    cli.run(main, megatron_nargs=cli.MEGATRON_NARGS, define=define_flags)
+    sys.exit(run())

@@ -132,5 +132,14 @@ def main(argv: Sequence[str]) -> None:
     sys.exit(code)
 
 
+def run(argv: Sequence[str] | None = None) -> int:
+    """Runs the launcher as its command line does, in this process; returns the exit code.
+
+    Args:
+      argv: the arguments after the program name (`sys.argv[1:]` when None).
+    """
+    return cli.call(main, argv, define=tool_flags.define_launch_local_flags)
+
+
 if __name__ == "__main__":
-    cli.run(main, define=tool_flags.define_launch_local_flags)
+    sys.exit(run())

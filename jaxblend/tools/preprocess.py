@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 
 from absl import app, flags
 
@@ -73,13 +74,18 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def run() -> None:
-    """Entry point: parses Megatron or absl spellings, then runs :func:`main` (one-line errors)."""
-    entry.run(
-        main, megatron_nargs=preprocess_flags.MEGATRON_NARGS,
+def run(argv: Sequence[str] | None = None) -> int:
+    """Runs preprocessing as its command line does (Megatron or absl spellings, one-line errors),
+    in this process; returns the exit code.
+
+    Args:
+      argv: the arguments after the program name (`sys.argv[1:]` when None).
+    """
+    return entry.call(
+        main, argv, preprocess_flags.MEGATRON_NARGS,
         define=preprocess_flags.define_preprocess_flags,
     )
 
 
 if __name__ == "__main__":
-    run()
+    sys.exit(run())

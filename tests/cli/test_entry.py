@@ -1,22 +1,28 @@
-"""`jaxblend.cli.run`: flags defined when a program runs, `--help` listing the program's flags,
-Megatron's spellings, one-line failures."""
+"""`jaxblend.cli.call`/`run`: flags defined when a program runs, `--help` listing the program's
+flags, Megatron's spellings, one-line failures; a program run in-process leaves the process as it
+found it. The programs run in this process (`helpers_cli.run_tool`), but for one `python -m` smoke
+test (`tests/tools/test_cli_errors.py` runs every tool's failures as processes)."""
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 
 import pytest
+from absl import flags
+from absl import logging as absl_logging
+from helpers_cli import run_program, run_tool
+
+from jaxblend import cli
+from jaxblend.cli import entry
 
 _ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
 
 
-def _run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", *args], capture_output=True, text=True, env=_ENV, timeout=300,
-        check=False,
-    )
+def _run(module: str, *args: str):
+    return run_tool(module, args)
 
 
 @pytest.mark.parametrize(
@@ -55,10 +61,8 @@ def test_missing_flagfile_is_one_line_naming_it(module, tmp_path):
 
 
 def test_relative_missing_flagfile_says_where_it_was_looked_for(tmp_path):
-    out = subprocess.run(
-        [sys.executable, "-m", "jaxblend.tools.inspect", "--flagfile=configs/nope.flags", "stats"],
-        capture_output=True, text=True, env=_ENV, timeout=300, check=False, cwd=tmp_path,
-    )
+    out = run_tool("jaxblend.tools.inspect", ["--flagfile=configs/nope.flags", "stats"],
+                   cwd=tmp_path)
     assert out.returncode == 2, out.stderr
     assert out.stderr.strip().splitlines() == [
         f"error: --flagfile=configs/nope.flags: no such file (relative to {tmp_path})"
@@ -66,7 +70,11 @@ def test_relative_missing_flagfile_says_where_it_was_looked_for(tmp_path):
 
 
 def test_unknown_flag_is_one_usage_line():
-    out = _run("jaxblend.tools.dump_samples", "--no_such_flag=1")
+    # `python -m` itself: a process of its own.
+    out = subprocess.run(
+        [sys.executable, "-m", "jaxblend.tools.dump_samples", "--no_such_flag=1"],
+        capture_output=True, text=True, env=_ENV, timeout=300, check=False,
+    )
     assert out.returncode == 2
     assert out.stderr.strip().splitlines()[-1].startswith("error: ")
     assert "no_such_flag" in out.stderr
@@ -81,3 +89,60 @@ def test_megatron_spellings_reach_the_flags(tmp_path):
     # Parsed: the failure is the missing dataset, named with its path, not a flag error.
     assert out.returncode == 1, out.stderr
     assert str(tmp_path / "a") in out.stderr.strip().splitlines()[-1]
+
+
+def _define_probe_flags() -> None:
+    flags.DEFINE_integer("probe_count", 1, "A flag of the test program.")
+
+
+def _probe(seen: dict):
+    def main(argv: list[str]) -> int:
+        seen["argv"] = argv
+        seen["count"] = flags.FLAGS.probe_count
+        seen["verbosity"] = absl_logging.get_verbosity()
+        signal.signal(signal.SIGTERM, lambda *_: None)
+        os.environ["JAXBLEND_TEST_PROBE"] = "set by the program"
+        return 3
+    return main
+
+
+def test_call_returns_the_code_and_leaves_the_process_clean():
+    fl = flags.FLAGS
+    handler = signal.getsignal(signal.SIGTERM)
+    verbosity = absl_logging.get_verbosity()
+    for count in (5, 6):  # twice: the second call defines the flags again
+        seen: dict = {}
+        out = run_program(
+            lambda argv, seen=seen: entry.call(_probe(seen), argv, define=_define_probe_flags),
+            [f"--probe_count={count}", "rest"],
+        )
+        assert out.returncode == 3 and out.stderr == "", out
+        assert seen["count"] == count and seen["argv"][1:] == ["rest"]
+        assert seen["verbosity"] == 0  # INFO, as in a fresh absl program
+        assert "probe_count" not in fl and "verbose" not in fl
+        assert signal.getsignal(signal.SIGTERM) is handler
+        assert "JAXBLEND_TEST_PROBE" not in os.environ
+        assert absl_logging.get_verbosity() == verbosity
+
+
+def test_call_sets_aside_jaxblend_flags_defined_before_and_puts_them_back():
+    fl = flags.FLAGS
+    if "seq_length" not in fl:
+        cli.define_schema_flags()
+    before = fl["seq_length"]
+    value = before.value
+    # The program defines --seq_length itself (a second definition would fail) and parses it.
+    out = run_tool("jaxblend.tools.dump_samples", ["--seq_length=notanumber"])
+    assert out.returncode == 2 and "--seq_length" in out.stderr.strip().splitlines()[-1], out
+    assert fl["seq_length"] is before and fl["seq_length"].value == value
+
+
+def test_call_turns_a_failure_into_one_line_and_its_code():
+    def main(argv: list[str]) -> None:
+        raise ValueError("--probe_count=7: too many")
+
+    out = run_program(lambda argv: entry.call(main, argv), [])
+    assert out.returncode == 1
+    assert out.stderr.strip().splitlines() == ["error: --probe_count=7: too many"]
+    out = run_program(lambda argv: entry.call(lambda a: sys.exit(4), argv), [])
+    assert out.returncode == 4 and out.stderr == ""

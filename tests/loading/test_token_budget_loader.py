@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import itertools
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import jax
 import numpy as np
 import pytest
+from helpers_cli import run_tool
 from helpers_data import write_random_dataset
 
 from jaxblend import index
@@ -112,11 +111,10 @@ def test_worker_process_reads_the_bucket(s3_server, local_prefixes, monkeypatch)
 
 
 def _dump(data_path: str, out: Path, env: dict[str, str], *extra: str) -> dict[str, np.ndarray]:
-    cmd = [sys.executable, "-m", "jaxblend.tools.dump_batches", f"--data_path={data_path}",
-           "--split=90,10,0", f"--seq_length={SEQ}", "--seed=3", f"--train_samples={B * 6}",
-           f"--valid_samples={B}", f"--global_batch_size={B}", "--steps=2", f"--out={out}", *extra]
-    proc = subprocess.run(cmd, check=False, cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=300)
+    args = [f"--data_path={data_path}", "--split=90,10,0", f"--seq_length={SEQ}", "--seed=3",
+            f"--train_samples={B * 6}", f"--valid_samples={B}", f"--global_batch_size={B}",
+            "--steps=2", f"--out={out}", *extra]
+    proc = run_tool("jaxblend.tools.dump_batches", args, cwd=ROOT, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     with np.load(out / "batches.npz") as z:
         return dict(z)

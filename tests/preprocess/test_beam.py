@@ -6,6 +6,7 @@ import gzip
 import json
 
 import pytest
+from helpers_cli import run_tool
 
 from jaxblend.preprocess import config as config_lib
 from jaxblend.preprocess import pipeline
@@ -44,8 +45,6 @@ def test_beam_direct_runner_matches_local(tmp_path, tokenizer_files, corpus_docs
 
 
 def test_cli_engine_beam(tmp_path, corpus_docs):
-    import subprocess
-    import sys
 
     from tests.preprocess.test_resume_cli import _ROOT
 
@@ -60,26 +59,14 @@ def test_cli_engine_beam(tmp_path, corpus_docs):
             progress=False,
         )
     )
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "jaxblend.tools.preprocess",
-            f"--input={src}",
+    proc = run_tool("jaxblend.tools.preprocess", [f"--input={src}",
             f"--output_prefix={tmp_path / 'beam' / 'c'}",
             "--tokenizer_type=byte",
             "--append_eod",
             "--partitions=3",
             "--engine=beam",
             "--beam_options=--runner=DirectRunner",
-            "--noprogress",
-        ],
-        cwd=_ROOT,
-        capture_output=True,
-        check=False,
-        text=True,
-        timeout=300,
-    )
+            "--noprogress"], cwd=_ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "60 documents" in proc.stdout
     beam_out = str(tmp_path / "beam" / "c_text_document")

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import subprocess
-import sys
 import tempfile
 import uuid
 from pathlib import Path
 
 import pytest
+from helpers_cli import run_tool
 
 from jaxblend import storage
 from jaxblend.access import ObjectStoreOptions
@@ -25,8 +24,6 @@ from jaxblend.storage.object_store.errors import ObjectStoreError
 from jaxblend.storage.object_store.location import open_kvstore
 from jaxblend.tokenizer_facts import legacy_record_path, read_facts, record_path, side_path
 from tests.preprocess.conftest import read_bytes, small_run_config, write_jsonl
-
-_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _remote_bytes(server, path: str) -> tuple[bytes, bytes]:
@@ -130,14 +127,11 @@ def test_cli_publishes_to_bucket_with_object_store_flags(object_store, run_dirs,
     src, ref, cwd = run_dirs
     path = f"out-{uuid.uuid4().hex}/corpus"
     url = object_store.prefix_url(path)
-    env = dict(os.environ, PYTHONPATH=_ROOT, **object_store.environ())
-    proc = subprocess.run(
-        [sys.executable, "-m", "jaxblend.tools.preprocess", f"--input={src}",
+    env = dict(os.environ, **object_store.environ())
+    proc = run_tool("jaxblend.tools.preprocess", [f"--input={src}",
          f"--output-prefix={url}", "--tokenizer-type=byte", "--append-eod", "--partitions=3",
          "--workers=1", "--noprogress", f"--work_dir={tmp_path / 'work'}",
-         "--storage_retries=1", "--storage_timeout=30"],
-        check=False, cwd=cwd, env=env, capture_output=True, text=True, timeout=300,
-    )
+         "--storage_retries=1", "--storage_timeout=30"], cwd=cwd, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"published to {url} " in proc.stdout
     assert _remote_bytes(object_store, path + "_text_document") == read_bytes(ref)

@@ -12,19 +12,16 @@ import itertools
 import json
 import os
 import shutil
-import subprocess
-import sys
 
 import numpy as np
 import pytest
+from helpers_cli import run_tool
 
 from jaxblend import storage
 from jaxblend.preprocess import pipeline, sentences, worker
 from jaxblend.preprocess import tokenizer_spec as tok_spec
 from jaxblend.preprocess import tokenizers as tok_lib
 from tests.preprocess.conftest import make_documents, read_bytes, small_run_config
-
-_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # Mixed scripts plus the texts Megatron keeps that a cleaning pass would drop.
 _ODD_TEXTS = ["", "\n", "\u3000", " ", "\t\t", "Привет, мир.", "東京は大きい。", "مرحبا", "x"]
@@ -252,16 +249,8 @@ def test_split_sentences_without_punkt_data_names_it(tmp_path, monkeypatch):
 
 
 def _cli(args, cwd, env_extra=None):
-    env = dict(os.environ, PYTHONPATH=_ROOT, **(env_extra or {}))
-    return subprocess.run(
-        [sys.executable, "-m", "jaxblend.tools.preprocess", *args],
-        cwd=cwd,
-        env=env,
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    env = dict(os.environ, **(env_extra or {}))
+    return run_tool("jaxblend.tools.preprocess", [*args], cwd=cwd, env=env)
 
 
 @pytest.mark.parity

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
+from helpers_cli import run_tool
 
 from jaxblend.preprocess import layout, pipeline, tokenizers
 from jaxblend.preprocess import tokenizer_spec as tok_spec
@@ -53,23 +52,15 @@ def test_same_files_elsewhere_are_the_same_identity(tmp_path, tokenizer_files):
 
 def test_cli_prints_the_ids_it_used(tmp_path, tokenizer_files, corpus_docs):
     src = write_jsonl(str(tmp_path / "in.jsonl"), corpus_docs[:20])
-    out = subprocess.run(
-        [sys.executable, "-m", "jaxblend.tools.preprocess", f"--input={src}",
+    out = run_tool("jaxblend.tools.preprocess", [f"--input={src}",
          f"--output_prefix={tmp_path / 'o'}", "--tokenizer-type", "HuggingFaceTokenizer",
          "--tokenizer-model", tokenizer_files["hf_bpe"]["model"], "--append-eod", "--workers=1",
-         "--noprogress"],
-        capture_output=True, text=True, cwd=_ROOT, env=dict(os.environ, PYTHONPATH=_ROOT),
-        timeout=300, check=False,
-    )
+         "--noprogress"], cwd=_ROOT)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "tokenizer HuggingFaceTokenizer (vocab 400): eod 0, pad 1" in out.stdout.splitlines()
-    byte = subprocess.run(
-        [sys.executable, "-m", "jaxblend.tools.preprocess", f"--input={src}",
+    byte = run_tool("jaxblend.tools.preprocess", [f"--input={src}",
          f"--output_prefix={tmp_path / 'b'}", "--tokenizer-type", "ByteTokenizer", "--workers=1",
-         "--noprogress"],
-        capture_output=True, text=True, cwd=_ROOT, env=dict(os.environ, PYTHONPATH=_ROOT),
-        timeout=300, check=False,
-    )
+         "--noprogress"], cwd=_ROOT)
     assert byte.returncode == 0, byte.stderr[-2000:]
     record = json.loads((tmp_path / ".jaxblend" / "b.preprocess.json").read_text())
     line = f"tokenizer ByteTokenizer (vocab {record['tokenizer_facts']['vocab_size']}): eod 256"

@@ -3,26 +3,19 @@ rerun with unchanged data writes nothing (fake-gcs-server and moto)."""
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 
 import numpy as np
+from helpers_cli import run_tool
 from helpers_data import write_random_dataset
 
 from jaxblend import index
 from jaxblend.access import DataAccess, MapStoreOptions
 from jaxblend.map_store import publication, record
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
 
 def _build_index(args: list[str], cwd: str) -> subprocess.CompletedProcess:
-    done = subprocess.run(
-        [sys.executable, "-m", "jaxblend.tools.build_index", *args], cwd=cwd,
-        env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True, text=True, timeout=600,
-        check=False,
-    )
+    done = run_tool("jaxblend.tools.build_index", [*args], cwd=cwd)
     assert done.returncode == 0, done.stderr[-3000:]
     return done
 

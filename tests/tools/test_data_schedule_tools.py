@@ -6,17 +6,15 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
+from helpers_cli import run_tool
 from helpers_data import write_random_dataset
 
 from jaxblend.tokenizer_facts import TokenizerFacts
 
 B, SEQ, STEPS = 8, 16, 9
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ENDPOINT_ENVS = ("JAXBLEND_S3_ENDPOINT", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
 
 
@@ -48,11 +46,7 @@ def write_schedule(path, doc) -> str:
 
 
 def run(module, *args, env=None):
-    env = dict(os.environ if env is None else env, PYTHONPATH=ROOT)
-    return subprocess.run(
-        [sys.executable, "-m", module, *args], capture_output=True, text=True, timeout=600,
-        check=False, env=env,
-    )
+    return run_tool(module, [*args], env=env)
 
 
 def common(schedule, cache, *extra):

@@ -7,11 +7,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 
 import numpy as np
 import pytest
+from helpers_cli import run_tool
 
 from jaxblend.decode import EOD_MARK, DocumentDecoder
 from jaxblend.preprocess import pipeline
@@ -67,10 +66,7 @@ def data(tmp_path_factory):
 
 
 def run(module, *args):
-    return subprocess.run(
-        [sys.executable, "-m", module, *args], capture_output=True, text=True, timeout=300,
-        check=False, cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT),
-    )
+    return run_tool(module, [*args], cwd=ROOT)
 
 
 def _error(out) -> str:
@@ -216,13 +212,11 @@ def test_explain_decodes_bucket_data_with_its_record_in_the_bucket(data, s3_serv
         s3_server.write("decode/.jaxblend/web.preprocess.json", f.read())
     env = {k: v for k, v in os.environ.items() if k not in ENDPOINT_ENVS}
     env.update({k: v for k, v in s3_server.environ().items() if k not in ENDPOINT_ENVS})
-    env["PYTHONPATH"] = ROOT
     args = ["inspect", "explain", f"--data_path={url}", *DATA, "--global_batch_size=4",
             f"--data_cache_path={tmp_path / 'maps'}", "--decode", "--decode_chars=0",
             f"--json={tmp_path / 'explain.json'}"]
-    out = subprocess.run([sys.executable, "-m", "jaxblend.tools.inspect", *args[1:],
-                          f"--s3_endpoint={s3_server.url}"], env=env, cwd=ROOT,
-                         capture_output=True, text=True, timeout=300, check=False)
+    out = run_tool("jaxblend.tools.inspect", [*args[1:],
+                          f"--s3_endpoint={s3_server.url}"], env=env, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-3000:]
     rows = json.loads((tmp_path / "explain.json").read_text())["rows"]
     shown = [s for s in out.stdout.splitlines() if s.startswith("      text: ")]

@@ -4,15 +4,11 @@ transition are refused with one line."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import numpy as np
 import pytest
+from helpers_cli import run_tool
 from helpers_data import write_random_dataset
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 B = 8
 
 
@@ -27,11 +23,9 @@ def prefixes(tmp_path_factory):
 
 
 def _run(args, out):
-    cmd = [sys.executable, "-m", "jaxblend.tools.dump_batches", "--split=100,0,0",
-           "--seq_length=16", f"--global_batch_size={B}", "--num_cpu_devices=2",
-           f"--out={out}", *args]
-    return subprocess.run(cmd, env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True,
-                          text=True, timeout=600, check=False, cwd=str(out.parent))
+    return run_tool("jaxblend.tools.dump_batches", [
+        "--split=100,0,0", "--seq_length=16", f"--global_batch_size={B}", "--num_cpu_devices=2",
+        f"--out={out}", *args], cwd=str(out.parent))
 
 
 def _dump(args, out):

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 
 import numpy as np
 import pytest
+from helpers_cli import run_tool
 
 import jaxblend
 
@@ -35,9 +35,6 @@ def test_dump_samples_matches_megatron(tmp_path):
     b = _write(str(tmp_path / "b"), rng, 90)
     out = tmp_path / "out"
     cmd = [
-        sys.executable,
-        "-m",
-        "jaxblend.tools.dump_samples",
         # Megatron-LM's own spelling of its data arguments, verbatim
         *("--data-path", "30", a, "70", b),
         *("--split", "90,8,2", "--seq-length", "9", "--seed", "77"),
@@ -46,8 +43,7 @@ def test_dump_samples_matches_megatron(tmp_path):
         "--num=12",
         f"--out={out}",
     ]
-    env = dict(os.environ, PYTHONPATH=REPO)
-    subprocess.run(cmd, check=True, env=env, cwd=REPO, timeout=300)
+    run_tool("jaxblend.tools.dump_samples", cmd, check=True, cwd=REPO)
     theirs = H.megatron_build(
         blend=["30", a, "70", b], split="90,8,2", seq_length=9, seed=77, num_samples=(300, 20, 5)
     )

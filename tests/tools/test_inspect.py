@@ -5,14 +5,15 @@ from __future__ import annotations
 import glob
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
+from absl import flags
+from helpers_cli import run_program, run_tool
 from helpers_data import write_random_dataset
 
-from jaxblend import IndexedDataset
+import jaxblend.train
+from jaxblend import IndexedDataset, cli
 
 B, SEQ = 8, 16
 
@@ -30,7 +31,7 @@ def data(tmp_path_factory):
 
 
 def run(module, *args, check=True):
-    out = subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, timeout=300, check=False)
+    out = run_tool(module, [*args])
     if check:
         assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
     return out
@@ -157,13 +158,14 @@ def test_config_flagfiles_are_found():
 
 @pytest.mark.parametrize("flagfile", CONFIGS, ids=os.path.basename)
 def test_configs_parse_with_the_training_flags(flagfile):
-    code = (
-        "import sys; from absl import flags; import jaxblend.train; jaxblend.train.define_flags(); "
-        f"flags.FLAGS(['train', '--flagfile={flagfile}']); print(flags.FLAGS.seq_length)"
-    )
+    def show_seq_length(argv):
+        print(flags.FLAGS.seq_length)
+
+    def parse(argv):
+        return cli.call(show_seq_length, argv, define=jaxblend.train.define_flags)
+
     # Flagfiles name each other relative to the repository root, where the README runs them.
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                         check=False, cwd=REPO)
+    out = run_program(parse, [f"--flagfile={flagfile}"], cwd=REPO)
     assert out.returncode == 0, out.stderr[-2000:]
     assert int(out.stdout.strip()) > 0
 

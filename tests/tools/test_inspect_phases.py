@@ -6,17 +6,14 @@ transition; the flag needs --train_samples and refuses --data_schedule, each in 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
+from helpers_cli import run_tool
 from helpers_data import write_random_dataset
 
 from jaxblend import IndexedDataset
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 B, SEQ = 8, 16
 # A 14-step run (112 samples) with transitions at 4 and 9: phase 2 is steps [4, 9), a fresh blend
 # of 5 x 8 = 40 samples.
@@ -34,10 +31,7 @@ def data(tmp_path_factory):
 
 
 def _run(module, *args, cwd):
-    return subprocess.run(
-        [sys.executable, "-m", module, *args], env=dict(os.environ, PYTHONPATH=ROOT),
-        capture_output=True, text=True, timeout=600, check=False, cwd=str(cwd),
-    )
+    return run_tool(module, [*args], cwd=str(cwd))
 
 
 def inspect(*args, cwd):

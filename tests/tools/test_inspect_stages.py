@@ -5,11 +5,10 @@ per-stage arithmetic (`jaxblend.tools._mixture`) with a stage starting inside a 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
+from helpers_cli import run_tool
 from helpers_data import write_random_dataset
 
 from jaxblend.index import BlendSchedule, BlendStage
@@ -38,8 +37,7 @@ def staged(tmp_path_factory):
 
 
 def run(*args):
-    out = subprocess.run([sys.executable, "-m", "jaxblend.tools.inspect", *args],
-                         capture_output=True, text=True, timeout=300, check=False)
+    out = run_tool("jaxblend.tools.inspect", [*args])
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
     return out.stdout
 

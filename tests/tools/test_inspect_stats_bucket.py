@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
+from helpers_cli import run_tool
 from helpers_data import write_random_dataset
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -19,14 +18,10 @@ def test_stats_of_bucket_data_with_the_endpoint_given_as_a_flag(s3_server, tmp_p
     url = s3_server.upload(prefix, "stats/d")
     env = {k: v for k, v in os.environ.items() if k not in ENDPOINT_ENVS}
     env.update({k: v for k, v in s3_server.environ().items() if k not in ENDPOINT_ENVS})
-    env["PYTHONPATH"] = ROOT
 
     def stats(data_path: str, *extra: str) -> dict:
-        out = subprocess.run(
-            [sys.executable, "-m", "jaxblend.tools.inspect", "stats", f"--data_path={data_path}",
-             f"--json={tmp_path / 'stats.json'}", *extra],
-            env=env, cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
-        )
+        out = run_tool("jaxblend.tools.inspect", ["stats", f"--data_path={data_path}",
+             f"--json={tmp_path / 'stats.json'}", *extra], env=env, cwd=ROOT)
         assert out.returncode == 0, out.stderr[-3000:]
         return json.loads((tmp_path / "stats.json").read_text())
 

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers_cli import run_tool
 from helpers_data import write_random_dataset
 
 from jaxblend.access import DataAccess, ObjectStoreOptions
@@ -25,19 +25,8 @@ from jaxblend.storage.dataset_identity.verify import verify_dataset
 
 
 def _verify(*prefixes: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "jaxblend.tools.inspect",
-            "verify",
-            "--data_path=" + " ".join(prefixes),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    return run_tool("jaxblend.tools.inspect", ["verify",
+            "--data_path=" + " ".join(prefixes)])
 
 
 @pytest.fixture

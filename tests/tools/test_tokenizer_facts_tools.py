@@ -5,11 +5,10 @@ problems, and Megatron's `--tokenizer-type` for data without a record."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
+from helpers_cli import run_tool
 from helpers_data import write_random_dataset
 
 from jaxblend.tokenizer_facts import TokenizerFacts
@@ -45,10 +44,7 @@ def data(tmp_path_factory):
 
 
 def run(module, *args):
-    return subprocess.run(
-        [sys.executable, "-m", module, *args], capture_output=True, text=True, timeout=300,
-        check=False,
-    )
+    return run_tool(module, [*args])
 
 
 def test_preflight_reports_the_recorded_tokenizer_and_its_vocabulary(data):
