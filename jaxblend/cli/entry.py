@@ -42,6 +42,7 @@ from absl import logging as absl_logging
 
 from jaxblend.cli import megatron_argv
 from jaxblend.errors import ERROR_EXIT, USAGE_EXIT, print_failure
+from jaxblend.storage.object_store import sdk_logging
 
 __all__ = ["call", "run"]
 
@@ -217,16 +218,21 @@ def call(
         defined |= _define(define, quiet_logs)
 
         def guarded(args: list[str]) -> int | None:
-            if not flags.FLAGS.verbose:
+            verbose = flags.FLAGS.verbose
+            if not verbose:
                 logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)
                 if quiet_logs and not flags.FLAGS["verbosity"].present:
                     absl_logging.set_verbosity("warning")
+            sdk_shown = sdk_logging.shown()
+            sdk_logging.show_sdk_logging(verbose or sdk_shown)  # the AWS SDK's chain lines
             try:
                 return main(args)
             except app.UsageError as err:
-                _fail(err, USAGE_EXIT, flags.FLAGS.verbose)
+                _fail(err, USAGE_EXIT, verbose)
             except Exception as err:  # noqa: BLE001 - every failure becomes one line
-                _fail(err, ERROR_EXIT, flags.FLAGS.verbose)
+                _fail(err, ERROR_EXIT, verbose)
+            finally:
+                sdk_logging.show_sdk_logging(sdk_shown)
             return None
 
         def parse(args: list[str]) -> list[str]:

@@ -128,7 +128,7 @@ def test_call_returns_the_code_and_leaves_the_process_clean():
 def test_call_sets_aside_jaxblend_flags_defined_before_and_puts_them_back():
     fl = flags.FLAGS
     if "seq_length" not in fl:
-        cli.define_schema_flags()
+        cli.define_data_flags()
     before = fl["seq_length"]
     value = before.value
     # The program defines --seq_length itself (a second definition would fail) and parses it.
@@ -146,3 +146,18 @@ def test_call_turns_a_failure_into_one_line_and_its_code():
     assert out.stderr.strip().splitlines() == ["error: --probe_count=7: too many"]
     out = run_program(lambda argv: entry.call(lambda a: sys.exit(4), argv), [])
     assert out.returncode == 4 and out.stderr == ""
+
+
+def test_verbose_shows_the_sdk_credential_lines_for_the_run_only(monkeypatch):
+    from jaxblend.storage.object_store import sdk_logging
+
+    monkeypatch.delenv("TENSORSTORE_VERBOSE_LOGGING", raising=False)
+    seen = []
+
+    def main(argv: list[str]) -> None:
+        seen.append(sdk_logging.shown())
+
+    assert not sdk_logging.shown()
+    for argv, shown in (([], False), (["--verbose"], True), ([], False)):
+        assert run_program(lambda a: entry.call(main, a), argv).returncode == 0
+        assert seen.pop() is shown and not sdk_logging.shown()
