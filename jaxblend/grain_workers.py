@@ -38,6 +38,7 @@ import gc
 import os
 import sys
 import threading
+import time
 import weakref
 from typing import Protocol
 
@@ -148,7 +149,27 @@ def release() -> None:
             pass
 
 
+GRAIN_THREAD_PREFIX = "grain-"
+"""Grain names its reader threads ``grain-thread-prefetch-*`` and ``grain-prefetch_*``."""
+
+
+def _join_grain_threads(timeout: float) -> None:
+    """Waits (at most `timeout` seconds in all) for Grain's reader threads to end.
+
+    A reader thread that is still winding down when its pipeline stops keeps its last batch
+    reachable from its frame, so `release` cannot free it yet; at exit every pipeline has stopped,
+    so each such thread ends promptly and its batch becomes garbage.
+    """
+    deadline = time.monotonic() + timeout
+    for thread in threading.enumerate():
+        if thread is not threading.current_thread() and thread.name.startswith(
+            GRAIN_THREAD_PREFIX
+        ):
+            thread.join(max(0.0, deadline - time.monotonic()))
+
+
 def _at_exit() -> None:
     for loader in list(_open):
         loader.close()
+    _join_grain_threads(timeout=10.0)
     release()

@@ -98,6 +98,7 @@ def run_tool(
     env: Mapping[str, str] | None = None,
     cwd: str | os.PathLike | None = None,
     check: bool = False,
+    own_process: bool = False,
 ) -> Ran:
     """Runs `python -m module *argv` in this process.
 
@@ -107,8 +108,10 @@ def run_tool(
       env: the environment during the run (the current one when None), restored afterwards.
       cwd: the working directory during the run, restored afterwards.
       check: fail (AssertionError with the output) on a non-zero exit code.
+      own_process: run `python -m module` in a process of its own (where what is checked is a
+        fresh process's state, such as which libraries' log lines it shows).
     """
-    if _needs_own_process(argv):
+    if own_process or _needs_own_process(argv):
         return _run_subprocess(module, argv, env=env, cwd=cwd, check=check)
     program = importlib.import_module(module).run
     return run_program(program, argv, env=env, cwd=cwd, check=check, name=module)

@@ -240,8 +240,10 @@ _INFO_LINE = re.compile(r"^I\d{4} \d\d:\d\d:\d\d", re.MULTILINE)
 
 def test_library_info_logs_only_with_verbose(tmp_path):
     def train(workdir, *extra):
+        # A process of its own: which libraries log, and where, is set up once per process (absl,
+        # Orbax), so a fresh program is what shows what a user sees.
         out = run_tool("jaxblend.train", [*TINY, "--log_interval=2", "--save_interval=2",
-             "--train_iters=4", f"--workdir={workdir}", *extra])
+             "--train_iters=4", f"--workdir={workdir}", *extra], own_process=True)
         assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
         return out
 
