@@ -42,8 +42,6 @@ import time
 import weakref
 from typing import Protocol
 
-from grain.multiprocessing import SharedMemoryArray
-
 GRAIN_PROFILING_FLAG = "grain_enable_multiprocess_worker_profiling"
 GUARD_HELP = (
     "a Grain worker process ran this script's top-level code: Grain starts workers with 'spawn', "
@@ -141,6 +139,10 @@ def release() -> None:
     ``_del_thread_pool``); a no-op task queued behind the unlinks returns once they are done.
     """
     gc.collect()
+    if "grain" not in sys.modules:  # no Grain pipeline ran: nothing to wait for (and no import)
+        return
+    from grain.multiprocessing import SharedMemoryArray
+
     pool = getattr(SharedMemoryArray, "_del_thread_pool", None)
     if pool is not None:
         try:
