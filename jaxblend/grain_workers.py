@@ -77,10 +77,20 @@ def _in_spawned_main_import() -> bool:
 
     `multiprocessing` runs the script in a spawned child as module ``__mp_main__``, registered in
     `sys.modules` while it runs; only once it has finished does ``__main__`` become that module.
-    The test holds in every thread of the process (Grain starts workers from threads).
+    The test holds in every thread of the process (Grain starts workers from threads). Only a
+    process that `multiprocessing` started counts: in any process, importing `multiprocessing`
+    registers ``__mp_main__`` as the ``__main__`` of that moment, which a program run through
+    `runpy` (``python -m``, a wrapper script) later replaces.
     """
     running = sys.modules.get("__mp_main__")
-    return running is not None and running is not sys.modules.get("__main__")
+    if running is None or running is sys.modules.get("__main__"):
+        return False
+    import multiprocessing
+
+    # While a spawned child imports the main module, multiprocessing marks its process object as
+    # inheriting (the flag behind its own "bootstrapping phase" error); afterwards it has a parent.
+    child = multiprocessing.current_process()
+    return bool(getattr(child, "_inheriting", False)) or multiprocessing.parent_process() is not None
 
 
 def refuse_unguarded_main() -> None:

@@ -107,6 +107,25 @@ def test_make_loader_with_workers_in_a_plain_script(data):
     assert LEAK not in out.stderr and "UnparsedFlagAccessError" not in out.stderr, out.stderr
 
 
+def test_a_program_run_through_runpy_is_not_taken_for_an_unguarded_worker(data):
+    # Importing multiprocessing registers the __main__ of that moment as __mp_main__; `python -m`
+    # and wrapper scripts then run the program through runpy as another __main__.
+    prefix, maps, root = data
+    inner = root / "inner_make_loader.py"
+    inner.write_text(textwrap.dedent(OPEN) + MAKE_LOADER + "\n\n" + GUARD)
+    wrapper = root / "wrapper.py"
+    wrapper.write_text(
+        "import multiprocessing, runpy, sys\n"
+        f"sys.argv = [{str(inner)!r}, *sys.argv[1:]]\n"
+        f"runpy.run_path({str(inner)!r}, run_name='__main__')\n"
+    )
+    env = dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu")
+    out = subprocess.run([sys.executable, str(wrapper), prefix, maps], capture_output=True,
+                         text=True, timeout=600, check=False, cwd=str(root), env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.startswith("make_loader True "), out.stdout + out.stderr[-3000:]
+
+
 def test_a_loader_left_open_releases_its_shared_memory_at_exit(data):
     out = run_script(data, "early_break", EARLY_BREAK, GUARD)
     assert out.returncode == 0, out.stderr[-3000:]
