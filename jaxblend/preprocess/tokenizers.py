@@ -106,6 +106,10 @@ class ByteTokenizer:
         arr = np.asarray(ids)
         return arr[arr < 256].astype(np.uint8).tobytes().decode("utf-8", errors="replace")
 
+    def token_to_id(self, token: str) -> int | None:
+        """Byte vocabularies name no tokens: always None."""
+        return None
+
 
 class _VocabSpecials:
     """Looks special ids up by token string in a vocabulary lookup function."""
@@ -201,6 +205,11 @@ class HuggingFaceTokenizer(_VocabSpecials):
         """Decodes ids to text."""
         return self._tok.decode([int(i) for i in ids])
 
+    def token_to_id(self, token: str) -> int | None:
+        """The id of vocabulary entry ``token`` (added tokens included), or None."""
+        tid = self._tok.token_to_id(token)
+        return None if tid is None else int(tid)
+
 
 class GPT2BPETokenizer(HuggingFaceTokenizer):
     """GPT-2 style byte-level BPE from ``vocab.json`` + ``merges.txt`` (Megatron's default type)."""
@@ -271,6 +280,11 @@ class SentencePieceTokenizer:
     def detokenize(self, ids: Sequence[int] | np.ndarray) -> str:
         """Decodes ids to text."""
         return self._sp.decode([int(i) for i in ids])
+
+    def token_to_id(self, token: str) -> int | None:
+        """The id of piece ``token``, or None when the model lacks it."""
+        tid = self._sp.piece_to_id(token)
+        return None if tid == self._sp.unk_id() and token != self._sp.id_to_piece(tid) else int(tid)
 
 
 def read_tiktoken_ranks(path: str) -> dict[bytes, int]:
@@ -346,6 +360,13 @@ class TikTokenizer:
     def detokenize(self, ids: Sequence[int] | np.ndarray) -> str:
         """Decodes ids to text."""
         return self._enc.decode([int(i) for i in ids])
+
+    def token_to_id(self, token: str) -> int | None:
+        """The id of ``token`` (a special token or one vocabulary entry), or None."""
+        try:
+            return int(self._enc.encode_single_token(token))
+        except KeyError:
+            return None
 
 
 # Megatron's TikTokenizer: its pre-tokenizer patterns and the special tokens every vocabulary has.
@@ -467,6 +488,13 @@ class MegatronTikTokenizer:
         """Decodes ids to text."""
         return self._enc.decode([int(i) for i in ids])
 
+    def token_to_id(self, token: str) -> int | None:
+        """The id of ``token`` (a special token or one vocabulary entry), or None."""
+        try:
+            return int(self._enc.encode_single_token(token))
+        except KeyError:
+            return None
+
 
 class NullTokenizer:
     """Megatron's ``NullTokenizer``: the text is space-separated integer ids; eod = vocab_size.
@@ -498,6 +526,14 @@ class NullTokenizer:
     def detokenize(self, ids: Sequence[int] | np.ndarray) -> str:
         """Joins the ids with spaces."""
         return " ".join(str(int(i)) for i in ids)
+
+    def token_to_id(self, token: str) -> int | None:
+        """``int(token)`` when it is an id of the vocabulary, else None."""
+        try:
+            value = int(token)
+        except ValueError:
+            return None
+        return value if 0 <= value < self.vocab_size else None
 
 
 def load_tokenizer(spec: TokenizerSpec) -> Tokenizer:

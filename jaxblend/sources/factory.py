@@ -102,8 +102,13 @@ def open_gpt_sources(
     Returns:
       `{"train": source | None, "valid": ..., "test": ...}` (only `splits` when given).
 
+    With `options.fim` (fill-in-the-middle) every source rewrites its windows with one
+    `jaxblend.sources.fim.FIMTransform` (the tokenizer recorded with the data, else
+    `options.fim.tokenizer`; the configuration's seed).
+
     Raises:
-      ValueError: if the schema options disagree with the configuration.
+      ValueError: if the schema options disagree with the configuration, or FIM's tokenizer or a
+        sentinel token cannot be found.
     """
     if options.seq_length != config.seq_length:
         raise ValueError(
@@ -120,13 +125,21 @@ def open_gpt_sources(
     from jaxblend import grain_workers  # a plain script's grain.DataLoader workers
 
     grain_workers.prepare()
+    transform = None
+    if options.fim is not None:  # the tokenizer and its sentinels first: a bad name fails at once
+        from jaxblend.sources.fim import open_fim_transform
+
+        transform = open_fim_transform(
+            options.fim, index.config_prefixes(config), config.seed, access
+        )
     if publication.applies(access):
         indexes, fingerprint = _published_indexes(config, access, splits)
     else:
         indexes, fingerprint = _split_maps_indexes(config, access, splits)
     return {
         split: None if index is None else GPTSource(
-            index, options, fingerprint=fingerprint, split=split, access=access
+            index, options, fingerprint=fingerprint, split=split, access=access,
+            transform=transform,
         )
         for split, index in indexes.items()
     }

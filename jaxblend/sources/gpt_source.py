@@ -10,7 +10,9 @@ kernel. Sample windows equal Megatron-Core's (`GPTDataset`/`BlendedDataset`) for
 configuration and seed, whichever span index answers.
 
 Batch assembly plugs in after `windows`: the raw form (`schema.raw_windows`: windows, valid
-lengths, dataset ids, sample ids, document pieces) is what a new schema builds on.
+lengths, dataset ids, sample ids, document pieces) is what a new schema builds on. A window
+transform (`WindowTransform`, e.g. fill-in-the-middle, `jaxblend.sources.fim`) rewrites that raw
+form inside `read_batch`, where the reads run (Grain reader threads or worker processes).
 
 Pickling (Grain workers) keeps the span index's recipe, the options and the `DataAccess`, and
 drops the token reader: each worker opens the `.bin` files it reads (and, for split maps, re-opens
@@ -20,7 +22,7 @@ the datasets and maps, refusing a plan whose fingerprint changed).
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Any, Protocol
 
 import numba
 import numpy as np
@@ -43,6 +45,18 @@ def _destinations(span_row, span_length, num_rows):  # pragma: no cover - compil
     return dest, n_valid
 
 
+class WindowTransform(Protocol):
+    """Rewrites the windows of a batch's raw form (`schema.raw_windows`) before assembly.
+
+    `apply` must be a pure function of the raw form, the split and each row's sample id (never of
+    the order in which batches are read), and the transform picklable (Grain workers).
+    """
+
+    def apply(self, raw: dict[str, np.ndarray], split: str, megatron_compat: bool) -> dict: ...
+
+    def identity_fields(self) -> dict[str, object]: ...
+
+
 class GPTSource(base.BatchSource):
     """Samples of one split of a GPT dataset or blend, read in batches.
 
@@ -53,6 +67,8 @@ class GPTSource(base.BatchSource):
       fingerprint: identity of the data plan (`DataMaps.fingerprint`, a publication's plan key).
       split: the split name, for messages, repr and the fingerprint.
       access: how the `.bin` files are read (default: `DataAccess.from_env()`).
+      transform: rewrites each batch's windows after they are read (`WindowTransform`; the FIM
+        transform of `options.fim`), or None. Its identity enters the fingerprint.
     """
 
     def __init__(
@@ -63,14 +79,23 @@ class GPTSource(base.BatchSource):
         fingerprint: str,
         split: str = "train",
         access: access_lib.DataAccess | None = None,
+        transform: WindowTransform | None = None,
     ):
+        if (options.fim is None) != (transform is None):
+            raise ValueError(
+                "GPTSource: schema options with fim need the FIM transform (open_gpt_sources "
+                "builds it), and a transform needs options.fim"
+            )
         self._index = span_index
         self._length = len(span_index)
         self._names = list(span_index.dataset_names)
         self.options = options
         self.split = split
         self.access = access if access is not None else access_lib.DataAccess.from_env()
-        self._fingerprint = gpt_source_fingerprint(fingerprint, split, options)
+        self.transform = transform
+        self._fingerprint = gpt_source_fingerprint(
+            fingerprint, split, options, None if transform is None else transform.identity_fields()
+        )
         self._lock = threading.Lock()
         self._reader: TokenReader | None = None  # built on first read, per process
 
@@ -177,7 +202,10 @@ class GPTSource(base.BatchSource):
         dataset_ids = np.zeros(ids.size, np.int32)
         dataset_ids[pieces.row[::-1]] = pieces.dataset[::-1]  # each row's first piece
         masking = (pieces.row, pieces.length) if self.options.inter_document_masking else None
-        return schema.raw_windows(text, n_valid, dataset_ids, ids, masking)
+        raw = schema.raw_windows(text, n_valid, dataset_ids, ids, masking)
+        if self.transform is not None:
+            raw = self.transform.apply(raw, self.split, self.options.megatron_compat)
+        return raw
 
     def assemble_batch(self, raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         return schema.assemble_windows(raw, self.options)

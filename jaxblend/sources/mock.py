@@ -64,6 +64,11 @@ class MockSource(base.BatchSource):
             raise ValueError(f"vocab_size must be >= 2, got {vocab_size}")
         if mean_doc_length < 1:
             raise ValueError(f"mean_doc_length must be >= 1, got {mean_doc_length}")
+        if options.fim is not None:
+            raise ValueError(
+                "fill-in-the-middle (--fim_data) needs real data and its tokenizer; mock data has "
+                "neither: drop --fim_data or --mock_data"
+            )
         self.num_samples = num_samples
         self.vocab_size = vocab_size
         self.seed = seed

@@ -39,6 +39,7 @@ import numba
 import numpy as np
 
 from jaxblend import identity
+from jaxblend.sources.fim import FIMOptions
 
 GPT_KEYS = ("inputs", "targets", "loss_mask", "positions", "segment_ids", "dataset_ids", "sample_ids")
 
@@ -59,6 +60,8 @@ class GPTSchemaOptions:
       pad_id: Megatron's pad token id (the tokenizer's pad id unless it collides with another
         special id; None = -1, no pad token). Only with `megatron_compat`.
       inter_document_masking: also return `cu_seqlens`/`max_seqlen`, positions per document.
+      fim: fill-in-the-middle settings (`jaxblend.sources.fim`, Megatron's `--fim-data`): each
+        window is rewritten before the arrays are built; None = plain windows.
     """
 
     seq_length: int
@@ -70,6 +73,7 @@ class GPTSchemaOptions:
     megatron_compat: bool = False
     pad_id: int | None = None
     inter_document_masking: bool = False
+    fim: FIMOptions | None = None
 
     def __post_init__(self):
         if self.seq_length <= 0:
@@ -111,6 +115,9 @@ class GPTSchemaOptions:
             "megatron_compat": identity.unless_default(self.megatron_compat, False),
             "pad_id": identity.unless_default(self.pad_id, None),
             "inter_document_masking": identity.unless_default(self.inter_document_masking, False),
+            "fim": identity.unless_default(
+                None if self.fim is None else self.fim.identity_fields(), None
+            ),
         }
 
     @property

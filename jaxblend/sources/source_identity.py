@@ -11,9 +11,12 @@ from jaxblend import identity
 from jaxblend.sources.schema import GPTSchemaOptions
 
 
-def gpt_source_fingerprint(data_maps: str, split: str, options: GPTSchemaOptions) -> str:
+def gpt_source_fingerprint(
+    data_maps: str, split: str, options: GPTSchemaOptions, transform: dict | None = None
+) -> str:
     """Fingerprint of split `split` of the data plan `data_maps` (`DataMaps.fingerprint`) read
-    with `options`."""
+    with `options` (and a window transform's `identity_fields()`, e.g. FIM's tokenizer)."""
     return identity.fingerprint(
-        "gpt_source", 1, data_maps=data_maps, split=split, schema=options.identity_fields()
+        "gpt_source", 1, data_maps=data_maps, split=split, schema=options.identity_fields(),
+        transform=identity.unless_default(transform, None),
     )
