@@ -15,7 +15,8 @@ any jaxblend module defines no flag, and nothing outside this package reads `abs
   schedule_flags     --data_schedule (a data flag): the JSON file -> `DataSchedule`, the resume
                      history of a staged train split
   access_flags       storage and cache flags -> `DataAccess` (`data_access_from_flags`)
-  schema_flags       sample-schema flags -> `GPTSchemaOptions`
+  schema_flags       sample-schema flags -> `GPTSchemaOptions`; fim_flags: Megatron's --fim-*
+                     flags (part of the schema flags) -> `GPTSchemaOptions.fim`
   source_flags       mock data, storage backend; opens a split's source of a `RunConfig`
   step_plan_flags    --global_batch_size, --rampup_batch_size, --step_batch_size_schedule,
                      --train_iters, --eval_interval, --eval_iters -> `StepSettings`

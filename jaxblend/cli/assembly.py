@@ -28,7 +28,7 @@ from absl import flags
 
 from jaxblend import index
 from jaxblend.access import DataAccess, MapStoreOptions
-from jaxblend.cli import data_flags, object_store_flags, schedule_flags
+from jaxblend.cli import data_flags, fim_flags, object_store_flags, schedule_flags
 from jaxblend.cli.flag_values import DataFlagValues, read_flag_values
 from jaxblend.cli.steps import StepSettings
 from jaxblend.urls import is_url
@@ -142,6 +142,11 @@ def mock_settings(values: DataFlagValues) -> MockSettings | None:
     """
     if not values.mock_data:
         return None
+    if values.fim_data:
+        raise ValueError(
+            "--fim_data rewrites real documents with their tokenizer; --mock_data has neither: "
+            "drop one of the two"
+        )
     if values.data_schedule:
         raise ValueError(
             f"--data_schedule={values.data_schedule} blends datasets but --mock_data replaces "
@@ -232,7 +237,10 @@ def phase_data_config(
 
 
 def schema_options(
-    values: DataFlagValues, config: index.GPTDataConfig | None, eod_id: int | None = None
+    values: DataFlagValues,
+    config: index.GPTDataConfig | None,
+    eod_id: int | None = None,
+    tokenizer: Any = None,
 ) -> GPTSchemaOptions:
     """The sample schema of the schema flags' values; its sequence length and extra token are the
     data configuration's (the flags' with mock data).
@@ -241,6 +249,8 @@ def schema_options(
       values: the flags' values.
       config: the data configuration, or None (mock data).
       eod_id: the end-of-document id when `--eod_id` is not given.
+      tokenizer: the `TokenizerSpec` of `--tokenizer_type` & co., which `--fim_data` uses for
+        data without a preprocessing record.
 
     Raises:
       ValueError: an inconsistent combination (the message names the option).
@@ -255,6 +265,7 @@ def schema_options(
         "megatron_compat": values.megatron_compat,
         "pad_id": values.pad_id,
         "inter_document_masking": values.inter_document_masking,
+        "fim": fim_flags.fim_options(values, tokenizer),
     }
     if config is not None:
         return GPTSchemaOptions.for_config(config, **options)
@@ -312,7 +323,7 @@ def assemble(
         steps=steps,
         schedule=schedule,
         config=config,
-        schema=schema_options(values, config, eod_id),
+        schema=schema_options(values, config, eod_id, getattr(recorded, "spec", None)),
         mock=mock,
         validation=ValidationSets(values.multiple_validation_sets, values.full_validation),
         tokenizer=recorded,

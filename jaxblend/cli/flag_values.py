@@ -91,6 +91,18 @@ class DataFlagValues:
     inter_document_masking: bool = False
     reset_position_ids: bool = False
     reset_attention_mask: bool = False
+    # fill-in-the-middle flags (`define_fim_flags`, part of the schema flags)
+    fim_data: bool = False
+    fim_rate: float = 0.5
+    fim_spm_rate: float = 0.5
+    fim_split_sample: str | None = None
+    fim_fragment_rate: float | None = None
+    fim_no_prefix: str | None = None
+    fim_prefix_token: str = "<fim_prefix>"
+    fim_middle_token: str = "<fim_middle>"
+    fim_suffix_token: str = "<fim_suffix>"
+    fim_pad_token: str = "<fim_pad>"
+    fim_eod_token: str = "<|endoftext|>"
 
     def replace(self, **changes) -> DataFlagValues:
         """A copy with `changes` (field name -> value)."""

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from absl import flags
 
-from jaxblend.cli import assembly
+from jaxblend.cli import assembly, fim_flags
 from jaxblend.cli.flag_values import read_flag_values
 
 
 def define_schema_flags() -> None:
-    """Defines the GPT sample-schema flags (`--seq_length` and `--add_extra_token_to_sequence`
-    are data flags: `define_data_flags`)."""
+    """Defines the GPT sample-schema flags, the fill-in-the-middle ones included
+    (`fim_flags.define_fim_flags`); `--seq_length` and `--add_extra_token_to_sequence` are data
+    flags (`define_data_flags`)."""
+    fim_flags.define_fim_flags()
     flags.DEFINE_integer(
         "eod_id", None,
         "End-of-document token id, needed by the options below (default: the id recorded with the "

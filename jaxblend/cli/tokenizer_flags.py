@@ -13,6 +13,7 @@ defaults of `--vocab_size` and `--eod_id`.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from absl import flags, logging
 
@@ -47,12 +48,15 @@ class RunTokenizer:
         `--allow_mixed_tokenizers`), None when unknown.
       eod_id: the recorded EOD id (default of `--eod_id`), None when unknown or absent.
       pad_id: the recorded pad id, None when unknown or absent.
+      spec: the `TokenizerSpec` of `--tokenizer_type` & co., or None (what `--fim_data` loads
+        for data without a preprocessing record).
     """
 
     facts: dict[str, TokenizerFacts]
     vocab_size: int | None = None
     eod_id: int | None = None
     pad_id: int | None = None
+    spec: Any = None
 
 
 def spec_from_flags():
@@ -102,14 +106,15 @@ def run_tokenizer_from_flags(
         return RunTokenizer({})
     from jaxblend.map_store import publication
 
+    spec = spec_from_flags()
     facts = blend_facts(
         index.config_prefixes(config), access, fallback_facts_from_flags(),
         allow_mixed=flags.FLAGS.allow_mixed_tokenizers,
         known=publication.published_tokenizers(config, access),
     )
     if not facts:
-        return RunTokenizer({})
+        return RunTokenizer({}, spec=spec)
     first = next(iter(facts.values()))
     logging.info("tokenizer of the data: %s", first.describe())
     vocab = max(f.vocab_size for f in facts.values())  # mixed tokenizers: the largest
-    return RunTokenizer(facts, vocab, first.eod_id, first.pad_id)
+    return RunTokenizer(facts, vocab, first.eod_id, first.pad_id, spec)
