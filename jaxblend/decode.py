@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Mapping
 from typing import Protocol
 
 import numpy as np
@@ -147,23 +148,36 @@ class DocumentDecoder:
     """A tokenizer's ``detokenize`` that marks where each document ends.
 
     The text between two end-of-document tokens is decoded on its own and the token itself shows
-    as `EOD_MARK` (tokenizers skip it as a special token, which runs documents together).
+    as `EOD_MARK` (tokenizers skip it as a special token, which runs documents together). Other
+    ids given in ``marks`` (e.g. fill-in-the-middle sentinels, `jaxblend.sources.fim.MARKS`) show
+    as their mark the same way.
     """
 
-    def __init__(self, tokenizer: _Detokenizer) -> None:
+    def __init__(self, tokenizer: _Detokenizer, marks: Mapping[int, str] | None = None) -> None:
         self.tokenizer = tokenizer
         self.eod = tokenizer.eod
+        self.marks = dict(marks or {})
+        if self.eod is not None:
+            self.marks.setdefault(int(self.eod), EOD_MARK)
+
+    def with_marks(self, marks: Mapping[int, str]) -> DocumentDecoder:
+        """This decoder, also showing each id of ``marks`` as its mark."""
+        return DocumentDecoder(self.tokenizer, {**self.marks, **marks})
 
     def detokenize(self, ids) -> str:
-        """The text of ``ids``, with `EOD_MARK` at each end-of-document token."""
+        """The text of ``ids``, with `EOD_MARK` at each end-of-document token (and each id of
+        ``marks`` as its mark)."""
         arr = np.asarray(ids)
-        if self.eod is None:
+        if not self.marks:
             return self.tokenizer.detokenize(arr)
-        cuts = np.flatnonzero(arr == self.eod)
-        pieces = np.split(arr, cuts)
-        texts = [self.tokenizer.detokenize(pieces[0])]
-        texts += [self.tokenizer.detokenize(p[1:]) for p in pieces[1:]]
-        return EOD_MARK.join(texts)
+        cuts = np.flatnonzero(np.isin(arr, list(self.marks)))
+        texts = []
+        start = 0
+        for cut in cuts.tolist():
+            texts += [self.tokenizer.detokenize(arr[start:cut]), self.marks[int(arr[cut])]]
+            start = cut + 1
+        texts.append(self.tokenizer.detokenize(arr[start:]))
+        return "".join(texts)
 
 
 def load_decoder(

@@ -367,7 +367,12 @@ class FIMTransform:
             "tokens": dataclasses.asdict(self.tokens),
         }
 
+    def marks(self) -> dict[int, str]:
+        """Sentinel id -> how decoded text shows it (`--decode`)."""
+        return self.tokens.marks()
+
     def rewriter(self) -> FIMRewriter:
+        """The rewrite of one sample with this process's tokenizer."""
         return FIMRewriter(self.options, self.tokens, self.tokenizer)
 
     def rewrite(

@@ -113,6 +113,9 @@ def main(argv: Sequence[str]) -> None:
         start_step, state = phase.first_step, None  # a new phase: the previous stream ended
     run = cli.checked_run_config_from_flags(phase=phase)
     source = cli.open_source(fl.which, run)  # as training reads
+    transform = getattr(source, "transform", None)
+    if decoder is not None and transform is not None:  # fill-in-the-middle sentinels shown
+        decoder = decoder.with_marks(transform.marks())
     plan = run.steps.covering(len(source)) if phase is None else phase
     prefetch = cli.prefetch_from_flags()
     loader = make_loader(

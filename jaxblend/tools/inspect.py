@@ -13,7 +13,9 @@ With `--rampup_batch_size` (Megatron's ramp-up), steps follow the ramp in every 
   sample, straight from the index maps (the loader's batch N holds exactly these tokens).
   With --decode, each row's text follows its pieces (one line, newlines shown as \n, at most
   --decode_chars characters), decoded with the tokenizer recorded with the data
-  (`jaxblend.decode`; --tokenizer_type & co. for Megatron-made data).
+  (`jaxblend.decode`; --tokenizer_type & co. for Megatron-made data). With --fim_data the text is
+  the sample after its fill-in-the-middle rewrite, the sentinels shown as [FIM_PREFIX],
+  [FIM_SUFFIX], [FIM_MIDDLE] and [FIM_PAD].
   With --data_schedule, it first names the stage of step N and the stage's blend.
   With --phase_transition_iterations (Megatron's phases; needs --train_samples, the run's
   samples), step N is read from the phase holding it, a fresh blend of the phase's length given
@@ -165,6 +167,12 @@ def explain() -> dict:
         decoder = cli.decoder_from_flags(cli.prefixes_from_flags(), access)
     run = cli.checked_run_config_from_flags(phase=phase)
     plan, names = _plan_and_names(run)
+    fim = None
+    if decoder is not None and run.schema.fim is not None:  # the rewritten windows, sentinels shown
+        from jaxblend.sources.fim import open_fim_transform
+
+        fim = open_fim_transform(run.schema.fim, names, run.config.seed, access)
+        decoder = decoder.with_marks(fim.marks())
     steps = phase if phase is not None else run.steps.covering(len(plan))
     if step >= steps.num_steps:
         raise app.UsageError(
@@ -197,6 +205,9 @@ def explain() -> dict:
                                                    length=q["stop"] - q["start"])
                 for q in pieces
             ])
+            if fim is not None:
+                tokens = fim.rewrite(tokens, flags.FLAGS.which.split("_")[0], sample,
+                                     run.schema.megatron_compat)
             rows[-1]["text"] = decoder.detokenize(tokens)
             print(f"      text: {shorten(rows[-1]['text'], flags.FLAGS.decode_chars)}")
     result = {"step": step, "global_batch_size": b, "split": flags.FLAGS.which, "datasets": names,
