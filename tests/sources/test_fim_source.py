@@ -201,3 +201,27 @@ def test_mock_source_refuses_fim():
 
     with pytest.raises(ValueError, match="drop --fim_data or --mock_data"):
         MockSource(8, GPTSchemaOptions(seq_length=8, fim=FIMOptions()))
+
+
+def test_a_grain_worker_loads_the_tokenizer_and_reads_the_same_batches(data):
+    import jax
+    from jax.sharding import Mesh
+
+    from jaxblend.loading import PrefetchOptions, make_loader
+
+    src = _open(data, FIMOptions(rate=0.8, spm_rate=0.5))
+    mesh = Mesh(np.array(jax.devices()[:8]).reshape(8), ("data",))
+
+    def batches(**kw):
+        loader = make_loader(src, mesh, global_batch_size=8, num_steps=5, start_step=2, **kw)
+        try:
+            return [{k: np.asarray(v) for k, v in next(loader).items()} for _ in range(3)]
+        finally:
+            loader.close()
+
+    ref = batches()
+    got = batches(prefetch=PrefetchOptions(worker_count=1))
+    for x, y in zip(got, ref, strict=True):
+        for key in x:
+            np.testing.assert_array_equal(x[key], y[key])
+    np.testing.assert_array_equal(ref[0]["inputs"], src.get_batch(np.arange(16, 24))["inputs"])
