@@ -4,10 +4,13 @@ Every source is a Grain `RandomAccessDataSource` returning dicts of numpy arrays
 schema of docs/design.md, 'Batch schema') and also offers `get_batch(sample_ids)` for whole-batch
 reads. A GPT split, single dataset or blend, is one class, `GPTSource`, over a `SpanIndex` (split
 maps or a published row table); `BlendedSource` is the same class under the public API's name.
+`FIMOptions` (`GPTSchemaOptions.fim`) turns its windows into fill-in-the-middle samples
+(`jaxblend.sources.fim`, docs/samples.md).
 """
 
 from jaxblend.sources.base import BatchSource, stack_items
 from jaxblend.sources.factory import open_gpt_sources, open_validation_sets
+from jaxblend.sources.fim import FIMOptions, FIMTransform
 from jaxblend.sources.gpt_source import BlendedSource, GPTSource
 from jaxblend.sources.masked_base import MaskedSource
 from jaxblend.sources.masked_bert import BERTSource
@@ -32,6 +35,8 @@ __all__ = [
     "BatchSource",
     "BlendedSource",
     "BucketRowTables",
+    "FIMOptions",
+    "FIMTransform",
     "GPTSchemaOptions",
     "GPTSource",
     "MaskedConfig",
