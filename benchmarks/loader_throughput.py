@@ -13,6 +13,10 @@
     weights, lognormal documents): open time with and without cached maps, `get_batch` tokens/s
     (and its ratio to the 1-dataset figure) and end-to-end loader tokens/s on the devices.
     `--widths` picks the widths.
+(e) Sample constructions: `get_batch` tokens/s of fill-in-the-middle (`--fim_data`, Megatron's
+    rewrite with the data's byte-level BPE) against plain concatenated samples (`concat`) on a
+    generated Python-like corpus, one thread; `--constructions` adds it, `--only_constructions`
+    runs it alone.
 
 Prints a markdown table.
 """
@@ -95,9 +99,14 @@ def main() -> None:
     parser.add_argument("--skip_megatron", action="store_true")
     parser.add_argument("--widths", default="1,100,1000,10000", help="(d) blend widths; '' skips")
     parser.add_argument("--only_widths", action="store_true", help="run (d) only")
+    parser.add_argument("--constructions", action="store_true", help="also run (e)")
+    parser.add_argument("--only_constructions", action="store_true", help="run (e) only")
     args = parser.parse_args()
     if args.only_widths:
         blend_width_rows(args)
+        return
+    if args.only_constructions:
+        construction_rows(args)
         return
 
     import jax
@@ -170,6 +179,104 @@ def main() -> None:
         print(f"| {name} | {tps/1e6:.1f} | {'' if ratio is None else f'{ratio:.2f}x'} |")
     if args.widths:
         blend_width_rows(args)
+    if args.constructions:
+        construction_rows(args)
+
+
+def code_corpus(path: str, num_docs: int, seed: int = 0) -> list[str]:
+    """Python-like documents (functions, some repositories of files joined by `<file_sep>`),
+    written as jsonl to `path`."""
+    import json
+    import random
+
+    rng = random.Random(seed)
+    names = ["alpha", "beta", "gamma", "delta", "items", "total", "value", "index", "count", "row"]
+    docs = []
+    for _ in range(num_docs):
+        files = []
+        for _ in range(rng.choice([1, 1, 2, 3])):
+            lines = []
+            for _ in range(rng.randint(2, 8)):
+                a, b = rng.sample(names, 2)
+                lines.append(f"def {a}_{rng.randint(0, 999)}({b}, {a}=None):")
+                lines += [f"    {b} = {b} * {rng.randint(1, 99)} + len({a} or [])"
+                          for _ in range(rng.randint(1, 6))]
+                lines.append(f"    return {b}\n")
+            files.append("\n".join(lines))
+        docs.append("<file_sep>".join(files))
+    with open(path, "w", encoding="utf-8") as f:
+        f.writelines(json.dumps({"text": d}) + "\n" for d in docs)
+    return docs
+
+
+def construction_rows(args) -> None:
+    """(e): FIM reads against concat on the same code corpus and tokenizer."""
+    import tokenizers
+    from tokenizers import decoders, models, pre_tokenizers, trainers
+
+    from jaxblend import index
+    from jaxblend.preprocess import pipeline
+    from jaxblend.preprocess import tokenizer_spec as tok_spec
+    from jaxblend.preprocess.config import PreprocessConfig
+    from jaxblend.sources import FIMOptions, GPTSchemaOptions, open_gpt_sources
+
+    seq, batch = (512, 16) if args.quick else (2048, 32)
+    num_docs = 4_000 if args.quick else 20_000
+    seconds = 1.0 if args.quick else args.seconds
+    root = os.path.join(args.data_dir, f"code_{num_docs}")
+    prefix = os.path.join(root, "code_text_document")
+    os.makedirs(root, exist_ok=True)
+    from jaxblend import IndexedDataset
+
+    if not IndexedDataset.exists(prefix):
+        docs = code_corpus(os.path.join(root, "code.jsonl"), num_docs)
+        bpe = tokenizers.Tokenizer(models.BPE())
+        bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        bpe.decoder = decoders.ByteLevel()
+        bpe.train_from_iterator(docs, trainers.BpeTrainer(
+            vocab_size=4096, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            special_tokens=["<|endoftext|>", "<fim_prefix>", "<fim_middle>", "<fim_suffix>",
+                            "<fim_pad>", "<file_sep>"],
+        ))
+        bpe.save(os.path.join(root, "tokenizer.json"))
+        spec = tok_spec.TokenizerSpec(type="hf", model=os.path.join(root, "tokenizer.json"))
+        pipeline.preprocess(PreprocessConfig(
+            input=(os.path.join(root, "code.jsonl"),), output_prefix=os.path.join(root, "code"),
+            tokenizer=spec, append_eod=True, workers=1, partitions=1, progress=False,
+        ))
+    num_tokens = IndexedDataset(prefix).num_tokens
+    samples = (num_tokens - 1) // (seq + 1)
+    config = index.GPTDataConfig(
+        blend=[prefix], split="100,0,0", seq_length=seq, seed=1234,
+        num_samples=(samples, None, None),
+    )
+    variants = [
+        ("concat", None),
+        ("FIM, rate 0.5, SPM 0.5", FIMOptions(rate=0.5, spm_rate=0.5)),
+        ("FIM, rate 0.9, SPM 0.5", FIMOptions(rate=0.9, spm_rate=0.5)),
+        ("FIM, rate 0.9, split <file_sep>, fragments 0.5",
+         FIMOptions(rate=0.9, spm_rate=0.5, split_sample="<file_sep>", fragment_rate=0.5)),
+    ]
+    rng = np.random.default_rng(0)
+    results = []
+    for name, fim in variants:
+        source = open_gpt_sources(config, GPTSchemaOptions(seq_length=seq, fim=fim))["train"]
+        ids_list = [rng.integers(0, len(source), batch) for _ in range(16)]
+        it = iter(range(1 << 30))
+
+        def read(source=source, ids_list=ids_list, it=it):
+            source.get_batch(ids_list[next(it) % 16])
+
+        elapsed, calls = time_it(read, seconds)
+        results.append((name, calls * batch * seq / elapsed))
+        print(results[-1], flush=True)
+    base = results[0][1]
+    print(f"\n(e) sample constructions: seq {seq}, batch {batch}, {num_tokens / 1e6:.1f} M tokens of "
+          f"code, get_batch in one thread\n")
+    print("| construction | M tokens/s | vs concat |")
+    print("|---|---:|---:|")
+    for name, tps in results:
+        print(f"| {name} | {tps / 1e6:.3f} | {tps / base:.3f}x |")
 
 
 def blend_width_rows(args) -> None:

@@ -151,7 +151,9 @@ class FIMOptions:
 class FIMTokenizer(Protocol):
     """What FIM needs of a tokenizer (every `jaxblend.preprocess.tokenizers` adapter)."""
 
-    def tokenize(self, text: str) -> np.ndarray: ...
+    def tokenize_batch(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(the ids of every text concatenated, each text's number of ids)."""
+        ...
 
     def detokenize(self, ids: Sequence[int] | np.ndarray) -> str: ...
 
@@ -259,8 +261,9 @@ class FIMRewriter:
         if self.options.no_prefix is not None and text.startswith(self.options.no_prefix):
             return tokens
         lo, hi = draws.cuts(len(text))
-        encode = self.tokenizer.tokenize
-        prefix, middle, suffix = encode(text[:lo]), encode(text[lo:hi]), encode(text[hi:])
+        flat, lengths = self.tokenizer.tokenize_batch([text[:lo], text[lo:hi], text[hi:]])
+        ends = np.cumsum(lengths)
+        prefix, middle, suffix = flat[: ends[0]], flat[ends[0] : ends[1]], flat[ends[1] : ends[2]]
         t = self.tokens
         if draws.coin(self.options.spm_rate):
             parts = [[t.prefix, t.suffix], suffix, [t.middle], prefix, middle]

@@ -28,8 +28,9 @@ class CharTokenizer:
     """One id per character (its code point); special ids (>= 1000) are dropped when decoding,
     as Megatron decodes with `remove_special_tokens=True`."""
 
-    def tokenize(self, text: str) -> np.ndarray:
-        return np.array([ord(c) for c in text], np.int64)
+    def tokenize_batch(self, texts):
+        ids = [ord(c) for text in texts for c in text]
+        return np.array(ids, np.int64), np.array([len(text) for text in texts], np.int64)
 
     def detokenize(self, ids) -> str:
         return "".join(chr(int(i)) for i in ids if int(i) < 1000)
