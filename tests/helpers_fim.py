@@ -45,9 +45,12 @@ def train_tokenizer(path: str, docs: list[str]) -> str:
     return path
 
 
-def make_code_dataset(root, name: str = "code", n: int = 120, seed: int = 0) -> tuple[str, str]:
+def make_code_dataset(
+    root, name: str = "code", n: int = 120, seed: int = 0, model: str | None = None
+) -> tuple[str, str]:
     """Preprocesses `code_documents` into ``<root>/<name>_text_document`` (EOD appended, the
-    tokenizer recorded); returns (prefix, tokenizer file)."""
+    tokenizer recorded) with tokenizer file ``model`` (default: one trained on them); returns
+    (prefix, tokenizer file)."""
     from jaxblend.preprocess import pipeline
     from jaxblend.preprocess import tokenizer_spec as tok_spec
     from tests.preprocess.conftest import small_run_config, write_jsonl
@@ -55,7 +58,8 @@ def make_code_dataset(root, name: str = "code", n: int = 120, seed: int = 0) -> 
     root = str(root)
     docs = code_documents(n, seed)
     os.makedirs(os.path.join(root, name), exist_ok=True)
-    model = train_tokenizer(os.path.join(root, name, "tokenizer.json"), docs)
+    if model is None:
+        model = train_tokenizer(os.path.join(root, name, "tokenizer.json"), docs)
     src = write_jsonl(os.path.join(root, f"{name}.jsonl"), docs)
     spec = tok_spec.TokenizerSpec(type="hf", model=model)
     pipeline.preprocess(small_run_config(os.path.join(root, name), [src], tokenizer=spec))

@@ -28,7 +28,7 @@ SEQ = 32
 def data(tmp_path_factory):
     root = tmp_path_factory.mktemp("fim_source")
     prefix, model = make_code_dataset(root, "code", n=120, seed=0)
-    other, _ = make_code_dataset(root, "more", n=80, seed=1)
+    other, _ = make_code_dataset(root, "more", n=80, seed=1, model=model)
     return {"root": root, "prefix": prefix, "model": model, "other": other}
 
 

@@ -6,6 +6,7 @@ batches equal the Python API's FIM source), `inspect explain --decode` and `dump
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -125,3 +126,47 @@ def test_training_example_trains_on_fim_samples(data, tmp_path):
     ])
     assert out.returncode == 0, out.stderr[-3000:]
     assert "finished at step 2" in out.stdout
+
+
+def _dump(tmp_path, name, *args, env=None):
+    out = run_tool("jaxblend.tools.dump_batches", [*DATA, *FIM, "--global_batch_size=8",
+                                                   f"--out={tmp_path / name}", *args], env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    with np.load(tmp_path / name / "batches.npz") as f:
+        return {k: f[k] for k in f.files}
+
+
+def test_stages_and_resume_with_fim(data, tmp_path):
+    other, _ = make_code_dataset(data["root"], "other", n=80, seed=3, model=data["model"])
+    schedule = tmp_path / "stages.json"
+    schedule.write_text(json.dumps({"stages": [
+        {"start_step": 0, "blend": [data["prefix"]]},
+        {"start_step": 2, "blend": ["50", data["prefix"], "50", other]},
+    ]}))
+    common = [f"--data_schedule={schedule}", f"--data_path={data['prefix']}", "--train_iters=6",
+              f"--data_cache_path={tmp_path / 'maps'}"]
+    whole = _dump(tmp_path, "whole", *common, "--steps=5")
+    first = _dump(tmp_path, "first", *common, "--steps=3", f"--state_out={tmp_path / 'state.json'}")
+    rest = _dump(tmp_path, "rest", *common, "--steps=2", f"--state_in={tmp_path / 'state.json'}")
+    for key in ("inputs", "targets", "loss_mask", "sample_ids", "dataset_ids"):
+        np.testing.assert_array_equal(np.concatenate([first[key], rest[key]]), whole[key])
+    assert set(np.unique(whole["dataset_ids"][2:])) == {0, 1}  # the second stage blends both
+    state = json.loads((tmp_path / "state.json").read_text())
+    plain = run_tool("jaxblend.tools.dump_batches", [
+        *DATA, *common, "--global_batch_size=8", "--steps=2", f"--state_in={tmp_path / 'state.json'}",
+        f"--out={tmp_path / 'plain'}"])
+    assert state["step"] == 3  # a FIM state does not resume a plain run:
+    assert "comes from a different data configuration" in _error(plain)
+
+
+def test_bucket_data_reads_its_record_from_the_bucket(data, s3_server, tmp_path):
+    url = s3_server.upload(data["prefix"], "fim/code_text_document")
+    with open(str(data["root"] / ".jaxblend" / "code.preprocess.json"), "rb") as f:
+        s3_server.write("fim/.jaxblend/code.preprocess.json", f.read())
+    env = {**os.environ, **s3_server.environ()}
+    remote = _dump(tmp_path, "remote", f"--data_path={url}", f"--s3_endpoint={s3_server.url}",
+                   f"--data_cache_path={tmp_path / 'maps_remote'}", "--steps=2", env=env)
+    local = _dump(tmp_path, "local", f"--data_path={data['prefix']}", "--steps=2",
+                  f"--data_cache_path={tmp_path / 'maps_local'}")
+    np.testing.assert_array_equal(remote["inputs"], local["inputs"])
+    assert (remote["inputs"][:, :, 0] == 1).any()  # <fim_prefix> (id 1) starts rewritten rows
