@@ -422,10 +422,13 @@ def resolve_spec(
       ValueError: neither exists (one line saying how to name the tokenizer), or the recorded
         tokenizer's files cannot be verified.
     """
-    from jaxblend.decode import recorded_spec
+    from jaxblend.decode import DecodeError, recorded_spec
 
     for prefix in dict.fromkeys(prefixes):
-        spec = recorded_spec(prefix, access, options.tokenizer)
+        try:
+            spec = recorded_spec(prefix, access, options.tokenizer)
+        except DecodeError as err:  # the same check as --decode's, named for this flag
+            raise ValueError(str(err).replace("--decode:", "--fim_data:", 1)) from None
         if spec is not None:
             return spec
     if options.tokenizer is not None:

@@ -8,6 +8,7 @@ worker) or a second opening. The tokenizer and its sentinels come from the data'
 from __future__ import annotations
 
 import dataclasses
+import os
 import pickle
 import shutil
 
@@ -191,6 +192,17 @@ def test_missing_sentinel_and_missing_tokenizer_are_one_line(data, tmp_path):
         _open(data, FIMOptions(), blend=[bare])
     spec = tok_spec.TokenizerSpec(type="hf", model=data["model"])
     named = _open(data, FIMOptions(rate=0.8, tokenizer=spec), blend=[bare])
+    # a record whose tokenizer file is gone: one line naming the file and this flag
+    moved = tmp_path / "moved"
+    shutil.copytree(os.path.dirname(data["model"]), moved)
+    os.rename(data["model"], data["model"] + ".away")
+    try:
+        with pytest.raises(ValueError, match=r"^--fim_data: tokenizer file .*tokenizer.json recorded in"):
+            _open(data, FIMOptions(rate=0.8))
+        copy = tok_spec.TokenizerSpec(type="hf", model=str(moved / "tokenizer.json"))
+        assert _open(data, FIMOptions(rate=0.8, tokenizer=copy)).transform.spec == copy
+    finally:
+        os.rename(data["model"] + ".away", data["model"])
     recorded = _open(data, FIMOptions(rate=0.8))
     np.testing.assert_array_equal(named.get_batch(np.arange(8))["inputs"],
                                   recorded.get_batch(np.arange(8))["inputs"])
