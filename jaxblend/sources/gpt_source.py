@@ -188,7 +188,7 @@ class GPTSource(base.BatchSource):
         return text, n_valid, pieces
 
     def windows(self, sample_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Raw token windows of `sample_ids`.
+        """Raw token windows of `sample_ids` (the documents' tokens, before any `transform`).
 
         Returns:
           (int32 `[k, seq_length + extra]` windows padded with -1, int64 `[k]` valid lengths).
