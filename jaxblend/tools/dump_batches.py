@@ -1,4 +1,4 @@
-"""Dumps the global batches the loader produces, to prove data order across topologies.
+r"""Dumps the global batches the loader produces, to prove data order across topologies.
 
 Runs `make_loader` for `--steps` steps from `--start_step` on the current process group; process 0
 writes `<out>/batches.npz` with every batch key stacked as `[steps, global_batch, ...]` (gathered
@@ -40,6 +40,7 @@ from absl import app, flags, logging
 
 from jaxblend import atomic_write, cli
 from jaxblend.cli import phase_flags, tool_flags
+from jaxblend.tools import _training_flags
 
 
 def define_flags() -> None:
@@ -162,7 +163,9 @@ def run(argv: Sequence[str] | None = None) -> int:
     Args:
       argv: the arguments after the program name (`sys.argv[1:]` when None).
     """
-    return cli.call(main, argv, cli.MEGATRON_NARGS, define=define_flags)
+    return cli.call(
+        main, argv, cli.MEGATRON_NARGS, define=define_flags, shared=_training_flags.TRAINING
+    )
 
 
 if __name__ == "__main__":

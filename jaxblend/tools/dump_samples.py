@@ -1,4 +1,4 @@
-"""Dumps a data configuration's index maps and first samples, to compare with Megatron-LM.
+r"""Dumps a data configuration's index maps and first samples, to compare with Megatron-LM.
 
 Writes `<out>/<split>.npz` for each split that exists, holding `dataset_index` and
 `dataset_sample_index` (blends only), `ds{j}_document_index`, `ds{j}_sample_index`,
@@ -36,6 +36,7 @@ from jaxblend import atomic_write, cli, index, opening
 from jaxblend.access import DataAccess
 from jaxblend.cli import data_flags, tool_flags
 from jaxblend.map_store import load_or_build_data_maps
+from jaxblend.tools import _training_flags
 
 
 def define_flags() -> None:
@@ -147,7 +148,9 @@ def run(argv: Sequence[str] | None = None) -> int:
     Args:
       argv: the arguments after the program name (`sys.argv[1:]` when None).
     """
-    return cli.call(main, argv, cli.MEGATRON_NARGS, define=define_flags)
+    return cli.call(
+        main, argv, cli.MEGATRON_NARGS, define=define_flags, shared=_training_flags.TRAINING
+    )
 
 
 if __name__ == "__main__":
