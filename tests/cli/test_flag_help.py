@@ -105,7 +105,7 @@ def test_train_help_groups_flags_by_what_they_configure():
 @pytest.mark.parametrize("module", PROGRAMS)
 def test_every_flag_says_its_default_or_where_an_omitted_value_comes_from(module):
     for entry in _entries(_help(module)):
-        assert re.search(r"default|required", entry, re.I), entry
+        assert re.search(r"default|required", entry, re.IGNORECASE), entry
 
 
 def test_train_samples_says_it_comes_from_the_steps():
@@ -192,9 +192,8 @@ def test_group_marks_the_flags_defined_in_it_the_inner_group_winning():
     assert [flag_help.group_of(fl[n]) for n in "abc"] == [
         flag_help.DATA, flag_help.STORAGE, flag_help.OTHER,
     ]
-    with pytest.raises(ValueError, match="unknown help group"):
-        with flag_help.group("nonsense", fl):
-            pass
+    with pytest.raises(ValueError, match="unknown help group"), flag_help.group("nonsense", fl):
+        pass
 
 
 def test_help_as_a_process_exits_0():
