@@ -23,6 +23,10 @@ With a bucket `--data_cache_path` (gs://, s3://) it also publishes what training
 prints the record's URL (`published: gs://.../published/<key>.json`, or `already published:` when
 the bucket holds it for the same data: nothing is rewritten). Run it again after changing a
 dataset: it publishes anew.
+
+The training job's flagfile works as it is (`--flagfile=run.flags`): the flags of
+`jaxblend.train` this tool does not use (model, optimizer, run, ...) are ignored, with one note
+line naming them.
 """
 
 from __future__ import annotations

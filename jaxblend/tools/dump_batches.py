@@ -27,6 +27,10 @@ nothing is published yet), else from the datasets and the whole maps.
 With `--decode`, process 0 also writes `<out>/batches.decoded.json`: `{"<step>": [text of each
 row's inputs, ...]}`, decoded with the tokenizer recorded with the data (`jaxblend.decode`;
 `--tokenizer_type` & co. for Megatron-made data).
+
+The training job's flagfile works as it is (`--flagfile=run.flags`): the flags of
+`jaxblend.train` this tool does not use (model, optimizer, run, ...) are ignored, with one note
+line naming them.
 """
 
 from __future__ import annotations

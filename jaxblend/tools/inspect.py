@@ -35,6 +35,10 @@ With `--rampup_batch_size` (Megatron's ramp-up), steps follow the ramp in every 
   identity").
 
 Data flags are those of `jaxblend.tools.dump_samples` (Megatron-LM names).
+
+The training job's flagfile works as it is (`--flagfile=run.flags`): the flags of
+`jaxblend.train` this tool does not use (model, optimizer, run, ...) are ignored, with one note
+line naming them.
 """
 
 from __future__ import annotations
