@@ -41,7 +41,7 @@ ORDER = (
 )
 
 _ATTRIBUTE = "jaxblend_help_group"
-HELP_FLAGS = ("help", "helpshort", "?")
+HELP_FLAGS = ("help", "helpshort", "?", "h")
 HELPFULL_FLAGS = ("helpfull",)
 
 

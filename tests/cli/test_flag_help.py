@@ -163,7 +163,7 @@ def test_other_programs_say_once_that_megatron_spellings_work():
     assert "Megatron-LM's spellings work too" not in _help("jaxblend.tools.launch_local")
 
 
-@pytest.mark.parametrize("spelling", ["-?", "--helpshort", "--helpfull"])
+@pytest.mark.parametrize("spelling", ["-?", "-h", "--helpshort", "--helpfull"])
 def test_every_help_flag_exits_0(spelling):
     out = run_tool("jaxblend.tools.dump_samples", [spelling])
     assert out.returncode == 0, out.stderr
