@@ -1,4 +1,4 @@
-"""Training example: a small decoder-only LM in JAX, fed by jaxblend's host-sharded loader.
+r"""Training example: a small decoder-only LM in JAX, fed by jaxblend's host-sharded loader.
 
 With no data flags it first builds the built-in default corpus (three datasets generated from
 fixed grammars, the same bytes on every machine, tokenized by the real preprocessing CLI with the

@@ -1,7 +1,8 @@
 """The command-line layer: every absl flag of jaxblend, and the config objects they describe.
 
 Flags are grouped by what they configure; each group has a `define_*()` function, called by an
-entry point (a tool's or the training example's) before absl parses the command line. Importing
+entry point (a tool's or the training example's) before absl parses the command line, which marks
+each flag with its `--help` group (`flag_help.group`: data, storage, sequence and schema, ...). Importing
 any jaxblend module defines no flag, and nothing outside this package reads `absl.flags.FLAGS`
 (the entry-point modules excepted): the library takes plain arguments and config objects.
 
@@ -29,7 +30,9 @@ any jaxblend module defines no flag, and nothing outside this package reads `abs
                      datasets' recorded tokenizer facts: --vocab_size, --eod_id defaults)
   tool_flags         each tool's own flags; preprocess_flags: the preprocessing CLI's
   entry              `call(main, argv, define=...)` -> exit code (in-process), `run` (`__main__`):
-                     defines the flags, parses, one-line failures, then leaves the process clean
+                     defines the flags, parses, one-line failures, then leaves the process clean;
+                     `SharedFlags`: the training job's flagfile accepted by the data tools
+  flag_help          `--help`: the program's docstring and its flags by group (`group`, `ORDER`)
   megatron_argv      Megatron-LM's spellings (dashes, space-separated lists)
 """
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 from absl import flags
 
 from jaxblend import data_args, index
-from jaxblend.cli import object_store_flags
+from jaxblend.cli import flag_help, object_store_flags
 from jaxblend.cli.flag_values import DataFlagValues
 
 _BLEND_FLAGS = ("train_data_path", "valid_data_path", "test_data_path")
@@ -41,20 +41,66 @@ MEGATRON_NARGS = ("data_path", *_BLEND_FLAGS)
 
 def define_data_flags() -> None:
     """Defines the data flags (absl refuses a second definition: call it once per program)."""
+    with flag_help.group(flag_help.DATA):
+        _define_blend_flags()
+    with flag_help.group(flag_help.SCHEMA):
+        flags.DEFINE_integer(
+            "seq_length", None,
+            "Tokens per sample S (required to read samples; inspect stats and verify do "
+            "without).",
+        )
+        flags.DEFINE_bool(
+            "add_extra_token_to_sequence", True,
+            "Samples of S + 1 tokens (inputs/targets shifted).",
+        )
+        flags.DEFINE_bool(
+            "drop_last_partial_validation_sequence", True,
+            "Drop the valid split's last partial sample.",
+        )
+    with flag_help.group(flag_help.STORAGE):
+        flags.DEFINE_string(
+            "data_cache_path", None,
+            "Index-map cache: a local directory, or a bucket URL (gs://, s3://) shared by all "
+            "hosts (default: none, the maps are built in memory; the training example uses "
+            "<workdir>/index_cache).",
+        )
+        flags.DEFINE_string(
+            "data_cache_mirror", None,
+            "Local directory of index maps downloaded from a bucket --data_cache_path "
+            "(default: $JAXBLEND_INDEX_MIRROR, else <tmp>/jaxblend-index-mirror).",
+        )
+        flags.DEFINE_float(
+            "data_cache_wait", 900.0,
+            "Seconds a process waits for process 0 to publish the index maps to a bucket cache.",
+            lower_bound=0.001,
+        )
+        object_store_flags.define_object_store_flags()
+
+
+def _define_blend_flags() -> None:
+    """What is read: the blends, the splits, the sample counts, the seed."""
     flags.DEFINE_list(
         "data_path",
         None,
-        'Blend: "30 /d/a 70 /d/b" (one string), 30,/d/a,70,/d/b, or a single prefix.',
+        'Blend: "30 /d/a 70 /d/b" (one string), 30,/d/a,70,/d/b, or a single prefix (default: '
+        "the per-split blends; the training example builds its demo corpus without either).",
     )
     for name in _BLEND_FLAGS:
-        flags.DEFINE_list(name, None, f"Blend of the {name.split('_')[0]} split only.")
+        flags.DEFINE_list(
+            name, None,
+            f"Blend of the {name.split('_')[0]} split only, instead of --data_path (default: none, "
+            "the splits come from --data_path and --split).",
+        )
     flags.DEFINE_string(
-        "data_args_path", None, "File holding the --data_path blend (whitespace-separated)."
+        "data_args_path", None,
+        "File holding the --data_path blend (whitespace-separated), instead of --data_path "
+        "(default: none).",
     )
     flags.DEFINE_string(
         "per_split_data_args_path",
         None,
-        'JSON file {"train": [...], "valid": [...], "test": [...]} of per-split blends.',
+        'JSON file {"train": [...], "valid": [...], "test": [...]} of per-split blends, instead '
+        "of --train_data_path & co. (default: none).",
     )
     flags.DEFINE_string(
         "data_schedule", None,
@@ -62,42 +108,23 @@ def define_data_flags() -> None:
         '{"stages": [{"start_step": 0, "blend": ["50", "/d/a", "50", "/d/b"]}, {"start_step": '
         '100, "blend": [...]}]}. Replaces the train blend; --data_path/--split or '
         "--valid_data_path/--test_data_path still give the validation and test splits. The "
-        "train split holds --train_samples samples (omitted: those of --train_iters steps).",
+        "train split holds --train_samples samples (default: those of --train_iters steps).",
     )
     flags.DEFINE_string("split", "969,30,1", "train,valid,test proportions (with --data_path).")
-    flags.DEFINE_integer("seq_length", None, "Tokens per sample S.")
     flags.DEFINE_integer("seed", 1234, "RandomState seed of every dataset and split.")
     flags.DEFINE_integer(
-        "train_samples", None, "Training samples (omitted: the samples of --train_iters steps)."
+        "train_samples", None,
+        "Training samples (default: the samples of --train_iters steps of --global_batch_size, "
+        "or of the batch-size ramp or schedule).",
     )
     flags.DEFINE_integer(
         "valid_samples", None,
-        "Validation samples (omitted: --eval_iters batches of the final global batch size; 0 "
+        "Validation samples (default: --eval_iters batches of the final global batch size; 0 "
         "with --eval_interval=0).",
     )
-    flags.DEFINE_integer("test_samples", None, "Test samples (omitted: 0).")
-    flags.DEFINE_bool(
-        "add_extra_token_to_sequence", True, "Samples of S + 1 tokens (inputs/targets shifted)."
-    )
-    flags.DEFINE_bool(
-        "drop_last_partial_validation_sequence", True, "Drop the valid split's last partial sample."
-    )
+    flags.DEFINE_integer("test_samples", None, "Test samples (default: 0).")
     flags.DEFINE_float(
         "mid_level_dataset_surplus", 0.005, "Extra samples built per blended dataset."
-    )
-    flags.DEFINE_string(
-        "data_cache_path", None,
-        "Index-map cache: a local directory, or a bucket URL (gs://, s3://) shared by all hosts.",
-    )
-    flags.DEFINE_string(
-        "data_cache_mirror", None,
-        "Local directory of index maps downloaded from a bucket --data_cache_path "
-        "(default: $JAXBLEND_INDEX_MIRROR, else <tmp>/jaxblend-index-mirror).",
-    )
-    flags.DEFINE_float(
-        "data_cache_wait", 900.0,
-        "Seconds a process waits for process 0 to publish the index maps to a bucket cache.",
-        lower_bound=0.001,
     )
     flags.DEFINE_bool(
         "multiple_validation_sets",
@@ -107,7 +134,6 @@ def define_data_flags() -> None:
     flags.DEFINE_bool(
         "full_validation", False, "With --multiple_validation_sets: one whole epoch of each set."
     )
-    object_store_flags.define_object_store_flags()
 
 
 def _blend(value: tuple[str, ...] | None, flag: str) -> index.Blend | None:

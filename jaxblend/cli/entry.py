@@ -7,8 +7,15 @@ that code. Each CLI module exposes `run(argv=None) -> int` built on `call`, so a
 caller runs `jaxblend.tools.inspect.run(["stats", "--data_path=..."])` without a subprocess.
 
 `call` defines `--verbose` and the program's flags (`define`, which calls the `define_*`
-functions of `jaxblend.cli`: importing a module defines no flag), then parses the command line. Flags that `define` defines count as the
-program's own, so `--help` lists them (`--helpfull` lists every flag).
+functions of `jaxblend.cli`: importing a module defines no flag), then parses the command line.
+Flags that `define` defines count as the program's own: `--help` prints the program's module
+docstring and those flags grouped by what they configure (`jaxblend.cli.flag_help`) and exits 0;
+`--helpfull` lists every flag, absl's included (exit 0 too).
+
+A program that reads data only (`build_index`, `dump_samples`, `dump_batches`, `inspect`) accepts
+the flagfile of the training job: `call(..., shared=SharedFlags("jaxblend.train", define))` drops
+the flags of that program which this one does not define (given in a flagfile or on the command
+line), with one note line on stderr naming them; any other unknown flag is still an error.
 
 A bad flag, bad input or any other failure prints one line `error: ...` on stderr (the
 exception's text, which names the flag or file) and exits non-zero: 2 for usage errors (unknown
@@ -31,25 +38,52 @@ for what cannot be undone in-process: JAX's device count and backend, fixed at i
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import signal
 import sys
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 
 from absl import app, flags
 from absl import logging as absl_logging
 
-from jaxblend.cli import megatron_argv
+from jaxblend.cli import flag_help, megatron_argv
 from jaxblend.errors import ERROR_EXIT, USAGE_EXIT, print_failure
 from jaxblend.storage.object_store import sdk_logging
 
-__all__ = ["call", "run"]
+__all__ = ["SharedFlags", "call", "run"]
+
+
+@dataclasses.dataclass(frozen=True)
+class SharedFlags:
+    """Another program whose flagfile a program accepts (its flags that the program does not
+    define are ignored, with a note).
+
+    Attributes:
+      program: its name in the note, e.g. "jaxblend.train".
+      define: defines its flags (called once, then the flags are removed again).
+    """
+
+    program: str
+    define: Callable[[], None]
 
 
 def _fail(err: BaseException, code: int, verbose: bool) -> None:
     print_failure(err, verbose)
     sys.exit(code)
+
+
+def _flags_of(shared: SharedFlags) -> dict[str, bool]:
+    """The flags `shared.define` defines that are not defined yet (name -> boolean?), defined
+    and removed again."""
+    fl = flags.FLAGS
+    before = set(fl)
+    shared.define()
+    added = {name: fl[name] for name in set(fl) - before}
+    for name, flag in added.items():
+        _remove_flag(fl, name, flag)
+    return {name: flag.boolean for name, flag in added.items()}
 
 
 def _define(define: Callable[[], None] | None, quiet_logs: bool) -> set[str]:
@@ -60,7 +94,8 @@ def _define(define: Callable[[], None] | None, quiet_logs: bool) -> set[str]:
     help_text = "On failure, print the Python traceback too."
     if quiet_logs:
         help_text += " Also show the INFO logs of the libraries (absl, Orbax, Grain, JAX)."
-    flags.DEFINE_bool("verbose", False, help_text)
+    with flag_help.group(flag_help.RUN):
+        flags.DEFINE_bool("verbose", False, help_text)
     if define is not None:
         define()
     defined = set(fl) - before
@@ -80,11 +115,54 @@ def _flagfile_error(err: flags.CantOpenFlagFileError) -> BaseException:
     return app.UsageError(f"--flagfile={path}: {reason}{where}")
 
 
-def _parse_flags(argv: Sequence[str], megatron_nargs: Collection[str] | None = None) -> list[str]:
+def _drop_ignored(args: Sequence[str], ignored: Mapping[str, bool]) -> tuple[list[str], list[str]]:
+    """(`args` without the flags `ignored` (name -> boolean?), the names dropped in order).
+
+    A flag is recognized in absl's and Megatron's spellings (`--a_b=v`, `--a-b v`, `--noa_b`,
+    `--no-a-b`); the value of a non-boolean flag given as the next argument goes with it.
+    Everything after a bare `--` is kept.
+    """
+    kept: list[str] = []
+    dropped: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        i += 1
+        if arg == "--":
+            kept.extend(args[i - 1:])
+            break
+        name, eq, _ = arg.lstrip("-").partition("=")
+        name = name.replace("-", "_")
+        if not arg.startswith("-") or not name:
+            kept.append(arg)
+            continue
+        if name not in ignored and name.startswith("no") and ignored.get(name[2:].lstrip("_")):
+            name = name[2:].lstrip("_")  # --noa_b, --no-a-b of a boolean flag
+        elif name not in ignored:
+            kept.append(arg)
+            continue
+        if not eq and not ignored[name] and i < len(args) and not args[i].startswith("--"):
+            i += 1  # `--flag value`: the value goes too
+        if name not in dropped:
+            dropped.append(name)
+    return kept, dropped
+
+
+def _parse_flags(
+    argv: Sequence[str],
+    megatron_nargs: Collection[str] | None = None,
+    ignored: Mapping[str, bool] | None = None,
+) -> tuple[list[str], list[str]]:
+    """(the arguments left after the flags, the `ignored` flags that were given and dropped)."""
     if megatron_nargs is not None:
         argv = megatron_argv.normalize_argv(list(argv), set(flags.FLAGS), megatron_nargs)
     try:
-        return flags.FLAGS(list(argv))
+        dropped: list[str] = []
+        if ignored:
+            args = flags.FLAGS.read_flags_from_files(list(argv[1:]), force_gnu=False)
+            args, dropped = _drop_ignored(args, ignored)
+            argv = [argv[0], *args]
+        return flags.FLAGS(list(argv)), dropped
     except flags.CantOpenFlagFileError as err:
         _fail(_flagfile_error(err), USAGE_EXIT, "--verbose" in argv)
         raise  # not reached: _fail exits
@@ -194,6 +272,8 @@ def call(
     *,
     define: Callable[[], None] | None = None,
     quiet_logs: bool = False,
+    shared: SharedFlags | None = None,
+    dashed_help: bool = False,
 ) -> int:
     """Runs a program as its command line does, in this process; returns its exit code.
 
@@ -208,14 +288,19 @@ def call(
         these flags as space-separated lists; see `megatron_argv`).
       define: defines the program's flags (called once, before the command line is parsed).
       quiet_logs: without `--verbose` (or an explicit `--verbosity`), log only warnings and errors.
+      shared: another program whose flagfile this one accepts: its flags that this program does
+        not define are ignored, with one note line on stderr naming those given.
+      dashed_help: `--help` shows each flag's dashed (Megatron-LM) spelling beside it.
 
     Returns:
-      The exit code: `main`'s return value or `sys.exit` code (0 for None), `USAGE_EXIT` for a
+      The exit code (0 after `--help`/`--helpfull`): `main`'s return value or `sys.exit` code (0 for None), `USAGE_EXIT` for a
       usage error, `ERROR_EXIT` for any other failure.
     """
     command = [sys.argv[0], *(sys.argv[1:] if argv is None else argv)]
     with _process_state_restored() as defined:
+        foreign = _flags_of(shared) if shared is not None else {}
         defined |= _define(define, quiet_logs)
+        ignored = {name: boolean for name, boolean in foreign.items() if name not in flags.FLAGS}
 
         def guarded(args: list[str]) -> int | None:
             verbose = flags.FLAGS.verbose
@@ -236,7 +321,17 @@ def call(
             return None
 
         def parse(args: list[str]) -> list[str]:
-            rest = _parse_flags(args, megatron_nargs)
+            wanted = flag_help.help_requested(args[1:])
+            if wanted is not None:
+                _print_help(wanted, main, defined, megatron_nargs, dashed_help)
+                sys.exit(0)
+            rest, dropped = _parse_flags(args, megatron_nargs, ignored)
+            if dropped:
+                print(
+                    f"note: ignored the flags of {shared.program} that {_name(main)} does not "
+                    f"use: {', '.join('--' + name for name in dropped)}",
+                    file=sys.stderr, flush=True,
+                )
             if flags.FLAGS["verbosity"].using_default_value:
                 flags.FLAGS.verbosity = 0  # INFO, as `app.run` sets it once per process
             return rest
@@ -248,13 +343,52 @@ def call(
     return 0
 
 
+def _name(main: Callable) -> str:
+    """The program's name: its module's (`jaxblend.tools.inspect`, also when run as `python -m`),
+    or the function's."""
+    module = getattr(main, "__module__", None)
+    if module == "__main__":
+        spec = getattr(sys.modules["__main__"], "__spec__", None)
+        module = spec.name if spec is not None else None
+    return module or getattr(main, "__name__", "program")
+
+
+def _print_help(
+    wanted: str,
+    main: Callable,
+    names: Collection[str],
+    megatron_nargs: Collection[str] | None,
+    dashed: bool,
+) -> None:
+    """Prints `--help` (the program's docstring and own flags, grouped) or `--helpfull` (absl's
+    list of every flag) on stdout."""
+    module = sys.modules.get(getattr(main, "__module__", ""), None)
+    doc = getattr(module, "__doc__", None)
+    if wanted == "helpfull":
+        text = f"{(doc or '').strip()}\n\nflags:\n{flags.FLAGS.get_help()}\n"
+    else:
+        text = flag_help.program_help(doc, flags.FLAGS, names, megatron_nargs, dashed)
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:  # `--help | head`
+        pass
+
+
 def run(
     main: Callable[[list[str]], int | None],
     megatron_nargs: Collection[str] | None = None,
     *,
     define: Callable[[], None] | None = None,
     quiet_logs: bool = False,
+    shared: SharedFlags | None = None,
+    dashed_help: bool = False,
 ) -> None:
     """Runs the program on `sys.argv` (see `call`) and exits with its code: the `__main__` of a
     CLI module."""
-    sys.exit(call(main, None, megatron_nargs, define=define, quiet_logs=quiet_logs))
+    sys.exit(
+        call(
+            main, None, megatron_nargs, define=define, quiet_logs=quiet_logs, shared=shared,
+            dashed_help=dashed_help,
+        )
+    )

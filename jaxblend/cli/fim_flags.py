@@ -38,13 +38,17 @@ def define_fim_flags() -> None:
     )
     flags.DEFINE_string(
         "fim_split_sample", None,
-        "With --fim_data: token at which segments are cut into fragments, each rewritten on its own.",
+        "With --fim_data: token at which segments are cut into fragments, each rewritten on its own "
+        "(default: none, segments are not cut).",
     )
     flags.DEFINE_float(
-        "fim_fragment_rate", None, "With --fim_split_sample: probability that a fragment is rewritten."
+        "fim_fragment_rate", None,
+        "With --fim_split_sample: probability that a fragment is rewritten (required with it; "
+        "default: none).",
     )
     flags.DEFINE_string(
-        "fim_no_prefix", None, "With --fim_data: fragments whose text starts with this stay as they are."
+        "fim_no_prefix", None,
+        "With --fim_data: fragments whose text starts with this stay as they are (default: none).",
     )
     for name, default in (
         ("prefix", "<fim_prefix>"), ("middle", "<fim_middle>"), ("suffix", "<fim_suffix>"),

@@ -4,14 +4,20 @@ from __future__ import annotations
 
 from absl import flags
 
+from jaxblend.cli import flag_help
+
 
 def define_loader_flags() -> None:
     """Defines `--worker_count` and `--read_ahead`."""
-    flags.DEFINE_integer("worker_count", 0, "Grain worker processes.", lower_bound=0)
-    flags.DEFINE_integer(
-        "read_ahead", 0, "Steps read concurrently ahead of use (0: 8 from a bucket, else 1).",
-        lower_bound=0,
-    )
+    with flag_help.group(flag_help.PROCESSES):
+        flags.DEFINE_integer(
+            "worker_count", 0, "Grain worker processes (0: read in this process's threads).",
+            lower_bound=0,
+        )
+        flags.DEFINE_integer(
+            "read_ahead", 0, "Steps read concurrently ahead of use (0: 8 from a bucket, else 1).",
+            lower_bound=0,
+        )
 
 
 def prefetch_from_flags():

@@ -5,18 +5,20 @@ from __future__ import annotations
 from absl import flags
 
 from jaxblend import mesh as mesh_lib
+from jaxblend.cli import flag_help
 
 
 def define_mesh_flags() -> None:
     """Defines `--mesh_shape` and `--mesh_axes`."""
-    flags.DEFINE_string(
-        "mesh_shape", None,
-        "Mesh shape, e.g. 8 or 4,2; one size may be -1 (default: all devices on one axis).",
-    )
-    flags.DEFINE_string(
-        "mesh_axes", "data",
-        "Mesh axis names, e.g. data or data,tensor (data and fsdp split the batch).",
-    )
+    with flag_help.group(flag_help.PROCESSES):
+        flags.DEFINE_string(
+            "mesh_shape", None,
+            "Mesh shape, e.g. 8 or 4,2; one size may be -1 (default: all devices on one axis).",
+        )
+        flags.DEFINE_string(
+            "mesh_axes", "data",
+            "Mesh axis names, e.g. data or data,tensor (data and fsdp split the batch).",
+        )
 
 
 def mesh_from_flags():

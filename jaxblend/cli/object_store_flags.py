@@ -12,31 +12,37 @@ from __future__ import annotations
 from absl import flags
 
 from jaxblend import access
+from jaxblend.cli import flag_help
 from jaxblend.cli.flag_values import DataFlagValues, read_flag_values
 
 
 def define_object_store_flags() -> None:
     """Defines the object-store flags (once per program)."""
-    flags.DEFINE_string(
-        "s3_endpoint", None,
-        f"S3-compatible server for s3:// URLs (MinIO, R2, Ceph, a local server); default: "
-        f"${access.ENDPOINT_ENV}, then $AWS_ENDPOINT_URL_S3 / $AWS_ENDPOINT_URL, else AWS.",
-    )
-    flags.DEFINE_string("s3_region", None, "S3 region (default: $AWS_REGION).")
-    defaults = access.ObjectStoreOptions()
-    flags.DEFINE_integer(
-        "storage_concurrency", defaults.request_concurrency,
-        "Object-store requests in flight per process.", lower_bound=1,
-    )
-    flags.DEFINE_integer(
-        "storage_retries", defaults.max_retries,
-        "Retries of an object-store request that failed with 429 or 5xx (exponential backoff).",
-        lower_bound=0,
-    )
-    flags.DEFINE_float(
-        "storage_timeout", defaults.request_timeout,
-        "Seconds to wait for object-store reads before failing (never hang).", lower_bound=0.001,
-    )
+    with flag_help.group(flag_help.STORAGE):
+        flags.DEFINE_string(
+            "s3_endpoint", None,
+            f"S3-compatible server for s3:// URLs (MinIO, R2, Ceph, a local server); default: "
+            f"${access.ENDPOINT_ENV}, then $AWS_ENDPOINT_URL_S3 / $AWS_ENDPOINT_URL, else AWS.",
+        )
+        flags.DEFINE_string(
+            "s3_region", None,
+            "S3 region (default: $AWS_REGION or $AWS_DEFAULT_REGION; else us-east-1 with "
+            "--s3_endpoint, TensorStore's default without).",
+        )
+        defaults = access.ObjectStoreOptions()
+        flags.DEFINE_integer(
+            "storage_concurrency", defaults.request_concurrency,
+            "Object-store requests in flight per process.", lower_bound=1,
+        )
+        flags.DEFINE_integer(
+            "storage_retries", defaults.max_retries,
+            "Retries of an object-store request that failed with 429 or 5xx (exponential backoff).",
+            lower_bound=0,
+        )
+        flags.DEFINE_float(
+            "storage_timeout", defaults.request_timeout,
+            "Seconds to wait for object-store reads before failing (never hang).", lower_bound=0.001,
+        )
 
 
 def object_store_options(values: DataFlagValues) -> access.ObjectStoreOptions:

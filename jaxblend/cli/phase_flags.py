@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 
 from absl import app, flags
 
+from jaxblend.cli import flag_help
+
 if TYPE_CHECKING:
     from jaxblend.sampling import PhaseStepPlan, PhaseTransitions
 
@@ -24,13 +26,15 @@ FLAG = "--phase_transition_iterations"
 
 def define_phase_flags() -> None:
     """Defines `--phase_transition_iterations`."""
-    flags.DEFINE_string(
-        "phase_transition_iterations", None,
-        "Megatron-LM's --phase-transition-iterations: comma-separated steps, e.g. '100,200'. At "
-        "each the run saves a checkpoint and exits; relaunch it with the next phase's data flags "
-        "(and the same --global_batch_size): each phase trains on a fresh blend of its own "
-        "length, read from its first sample. Needs a fixed global batch size.",
-    )
+    with flag_help.group(flag_help.STEPS):
+        flags.DEFINE_string(
+            "phase_transition_iterations", None,
+            "Megatron-LM's --phase-transition-iterations: comma-separated steps, e.g. '100,200'. At "
+            "each the run saves a checkpoint and exits; relaunch it with the next phase's data flags "
+            "(and the same --global_batch_size): each phase trains on a fresh blend of its own "
+            "length, read from its first sample. Needs a fixed global batch size (default: none, "
+            "one phase).",
+        )
 
 
 def _refuse_combinations() -> None:

@@ -13,7 +13,7 @@ import os
 
 from absl import app, flags
 
-from jaxblend.cli import object_store_flags
+from jaxblend.cli import flag_help, object_store_flags
 from jaxblend.preprocess import config as config_lib
 from jaxblend.preprocess import partitions, records, sentences
 from jaxblend.preprocess import tokenizer_spec as tok_lib
@@ -46,20 +46,77 @@ _DATASET_IMPL = "mmap"
 
 
 def define_preprocess_flags() -> None:
-    """Defines the preprocessing flags (Megatron-LM's `preprocess_data.py` names, and cleaning)."""
-    flags.DEFINE_multi_string(
-        "input", None,
-        "Input files or globs, or gs:// / s3:// objects; comma-separated and/or repeated.",
-        required=True
-    )
+    """Defines the preprocessing flags (Megatron-LM's `preprocess_data.py` names, and cleaning),
+    grouped for `--help`: the common ones (input, output prefix, tokenizer, workers) first."""
+    with flag_help.group(flag_help.INPUT):
+        flags.DEFINE_multi_string(
+            "input", None,
+            "Input files or globs, or gs:// / s3:// objects; comma-separated and/or repeated "
+            "(required).",
+            required=True
+        )
+        flags.DEFINE_list(
+            "json_keys", ["text"],
+            "Fields to tokenize, one dataset per key (comma- or space-separated).",
+        )
+        flags.DEFINE_enum(
+            "text_mode", "line", list(partitions.TEXT_MODES),
+            ".txt inputs: one document per line or per file.",
+        )
+        flags.DEFINE_enum(
+            "on_error", "skip", list(records.ON_ERROR), "Bad records: skip (count, report) or fail."
+        )
+    with flag_help.group(flag_help.OUTPUT):
+        _define_output_flags()
+    with flag_help.group(flag_help.TOKENIZER):
+        _define_tokenizer_flags()
+    with flag_help.group(flag_help.WORKERS):
+        flags.DEFINE_integer("workers", 0, "Worker processes (0 = all cores).", lower_bound=0)
+        flags.DEFINE_integer(
+            "partitions", 0, "Partitions (0 = one per 32 MiB of input, at least 8).", lower_bound=0
+        )
+        flags.DEFINE_enum("engine", "local", ["local", "beam"], "Where partitions run.")
+        flags.DEFINE_multi_string(
+            "beam_options",
+            [],
+            "Beam pipeline options passed through, e.g. --beam_options=--runner=DirectRunner.",
+        )
+    with flag_help.group(flag_help.DOCUMENTS):
+        _define_document_flags()
+    object_store_flags.define_object_store_flags()
+    with flag_help.group(flag_help.RUN):
+        flags.DEFINE_bool("progress", True, "Show a progress bar.")
+        flags.DEFINE_integer(
+            "log_interval", 100_000, "Log progress every this many documents (0 = never).",
+            lower_bound=0,
+        )
+    with flag_help.group(flag_help.MEGATRON):
+        _define_megatron_compat_flags()
+    with flag_help.group(flag_help.CLEANING):
+        _define_cleaning_flags()
+
+
+def _define_output_flags() -> None:
     flags.DEFINE_string(
         "output_prefix", None,
-        "Output prefix (local, or gs:// / s3://): writes {prefix}_{key}_{level}.bin/.idx.",
+        "Output prefix (local, or gs:// / s3://): writes {prefix}_{key}_{level}.bin/.idx "
+        "(required).",
         required=True
     )
-    flags.DEFINE_list(
-        "json_keys", ["text"], "Fields to tokenize, one dataset per key (comma- or space-separated)."
+    flags.DEFINE_bool("overwrite", False, "Discard a run with different settings.")
+    flags.DEFINE_bool("keep_parts", False, "Keep partial datasets instead of merging.")
+    flags.DEFINE_string(
+        "work_dir", None,
+        "With a gs:// or s3:// --output_prefix: local directory where the run is built (and "
+        "resumed) before it is published; default <tmp>/jaxblend-preprocess/<hash of the URL>. "
+        "Also holds the downloaded gs:// / s3:// --input objects (<work_dir>/inputs).",
     )
+    flags.DEFINE_string(
+        "summary_json", None, "Also write the result as JSON here (default: not written)."
+    )
+
+
+def _define_tokenizer_flags() -> None:
     flags.DEFINE_string(
         "tokenizer_type",
         None,
@@ -70,15 +127,22 @@ def define_preprocess_flags() -> None:
     flags.DEFINE_string(
         "tokenizer_model",
         None,
-        "Tokenizer file or a directory holding it (tokenizer.json, tokenizer.model, ...).",
+        "Tokenizer file or a directory holding it (tokenizer.json, tokenizer.model, ...); "
+        "default: none, for the types that need no file or take --vocab_file.",
     )
-    flags.DEFINE_string("vocab_file", None, "HF tokenizer.json or GPT-2 vocab.json.")
-    flags.DEFINE_string("merge_file", None, "GPT-2 merges.txt.")
+    flags.DEFINE_bool("append_eod", False, "Append the EOD token to every document.")
+    flags.DEFINE_string(
+        "vocab_file", None, "HF tokenizer.json or GPT-2 vocab.json (default: none)."
+    )
+    flags.DEFINE_string("merge_file", None, "GPT-2 merges.txt (default: none).")
+    flags.DEFINE_integer(
+        "vocab_size", None, "NullTokenizer: vocabulary size (required by that type only)."
+    )
     flags.DEFINE_string(
         "tiktoken_pattern",
         None,
         "TikTokenizer regex: v1/v2 (Megatron's, with a tiktoken JSON vocabulary), or gpt2/cl100k/"
-        "a literal regex (with a base64 ranks file).",
+        "a literal regex (with a base64 ranks file); default: none.",
     )
     flags.DEFINE_integer(
         "tiktoken_num_special_tokens", 1000, "TikTokenizer: ids reserved for special tokens."
@@ -86,25 +150,12 @@ def define_preprocess_flags() -> None:
     flags.DEFINE_list(
         "tokenizer_special_tokens",
         None,
-        "TikTokenizer: its first special tokens (space-separated; must include Megatron's seven).",
+        "TikTokenizer: its first special tokens (space-separated; must include Megatron's "
+        "seven; default: Megatron's seven).",
     )
-    flags.DEFINE_list(
-        "tiktoken_special_tokens", None, "Accepted for Megatron command lines; unused by Megatron too."
-    )
-    flags.DEFINE_integer("vocab_size", None, "NullTokenizer: vocabulary size.")
-    flags.DEFINE_bool(
-        "legacy_tokenizer",
-        False,
-        "Megatron's legacy tokenizer classes: accepted for "
-        + ", ".join(LEGACY_SAME_IDS)
-        + " (same ids as without it), refused for the other types.",
-    )
-    flags.DEFINE_string(
-        "dataset_impl",
-        None,
-        "Accepted for older Megatron command lines: only 'mmap', the one format written.",
-    )
-    flags.DEFINE_bool("append_eod", False, "Append the EOD token to every document.")
+
+
+def _define_document_flags() -> None:
     flags.DEFINE_bool(
         "split_sentences", False, "One sequence per sentence; level 'sentence'."
     )
@@ -119,29 +170,10 @@ def define_preprocess_flags() -> None:
         "keep_newlines", False, "Keep newlines between sentences when splitting (Punkt)."
     )
     flags.DEFINE_bool(
-        "keep_sequential_samples",
-        True,
-        "Accepted for Megatron command lines: the output always keeps the input order.",
-    )
-    flags.DEFINE_bool(
         "drop_empty_documents",
         False,
         "Drop records whose text has no tokens (counted as 'empty'); by default they are kept as "
         "documents with zero sequences, as Megatron does.",
-    )
-    flags.DEFINE_enum(
-        "text_mode", "line", list(partitions.TEXT_MODES), ".txt inputs: one document per line or per file."
-    )
-    flags.DEFINE_integer("workers", 0, "Worker processes (0 = all cores).", lower_bound=0)
-    flags.DEFINE_integer(
-        "partitions", 0, "Partitions (0 = one per 32 MiB of input, at least 8).", lower_bound=0
-    )
-    flags.DEFINE_bool("keep_parts", False, "Keep partial datasets instead of merging.")
-    flags.DEFINE_integer(
-        "log_interval", 100_000, "Log progress every this many documents (0 = never).", lower_bound=0
-    )
-    flags.DEFINE_enum(
-        "on_error", "skip", list(records.ON_ERROR), "Bad records: skip (count, report) or fail."
     )
     flags.DEFINE_integer(
         "max_document_chars",
@@ -149,29 +181,41 @@ def define_preprocess_flags() -> None:
         "Drop documents longer than this (characters; 0 = no limit).",
         lower_bound=0,
     )
-    flags.DEFINE_bool("overwrite", False, "Discard a run with different settings.")
-    flags.DEFINE_string(
-        "work_dir", None,
-        "With a gs:// or s3:// --output_prefix: local directory where the run is built (and "
-        "resumed) before it is published; default <tmp>/jaxblend-preprocess/<hash of the URL>. "
-        "Also holds the downloaded gs:// / s3:// --input objects (<work_dir>/inputs).",
-    )
-    object_store_flags.define_object_store_flags()
-    flags.DEFINE_bool("progress", True, "Show a progress bar.")
-    flags.DEFINE_enum("engine", "local", ["local", "beam"], "Where partitions run.")
-    flags.DEFINE_multi_string(
-        "beam_options",
-        [],
-        "Beam pipeline options passed through, e.g. --beam_options=--runner=DirectRunner.",
-    )
-    flags.DEFINE_string("summary_json", None, "Also write the result as JSON here.")
 
-    # Cleaning before tokenization (docs/cleaning.md); every step is off unless asked for.
+
+def _define_megatron_compat_flags() -> None:
+    flags.DEFINE_bool(
+        "legacy_tokenizer",
+        False,
+        "Megatron's legacy tokenizer classes: accepted for "
+        + ", ".join(LEGACY_SAME_IDS)
+        + " (same ids as without it), refused for the other types.",
+    )
+    flags.DEFINE_string(
+        "dataset_impl",
+        None,
+        "Accepted for older Megatron command lines: only 'mmap', the one format written "
+        "(default: mmap).",
+    )
+    flags.DEFINE_bool(
+        "keep_sequential_samples",
+        True,
+        "Accepted for Megatron command lines: the output always keeps the input order.",
+    )
+    flags.DEFINE_list(
+        "tiktoken_special_tokens", None,
+        "Accepted for Megatron command lines; unused by Megatron too (default: none).",
+    )
+
+
+def _define_cleaning_flags() -> None:
+    """Cleaning before tokenization (docs/cleaning.md); every step is off unless asked for."""
     flags.DEFINE_string(
         "clean_config",
         None,
         'JSON file of cleaning settings (the fields of CleaningConfig, e.g. {"pii": true, '
-        '"quality": ["all"]}); --clean_* flags given on the command line override it.',
+        '"quality": ["all"]}); --clean_* flags given on the command line override it '
+        "(default: none, every step off).",
     )
     flags.DEFINE_bool("clean_pii", False, "Replace e-mail and IP addresses.")
     flags.DEFINE_bool(
@@ -186,7 +230,9 @@ def define_preprocess_flags() -> None:
         "Bound overrides, e.g. word_count.min=20,dup_lines.max=0.5.",
     )
     flags.DEFINE_string(
-        "clean_lang_model", None, "fastText language-ID model file (e.g. lid.176.bin); not downloaded."
+        "clean_lang_model", None,
+        "fastText language-ID model file (e.g. lid.176.bin); not downloaded (default: none, no "
+        "language filter).",
     )
     flags.DEFINE_list("clean_languages", [], "Languages to keep, e.g. en,fr.")
     flags.DEFINE_float(

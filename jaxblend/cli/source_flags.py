@@ -11,7 +11,7 @@ from __future__ import annotations
 from absl import flags
 
 from jaxblend.access import BACKENDS
-from jaxblend.cli import schedule_flags, tokenizer_flags
+from jaxblend.cli import flag_help, schedule_flags, tokenizer_flags
 from jaxblend.cli.assembly import RunConfig, run_config_from_flags
 
 __all__ = [
@@ -27,10 +27,15 @@ __all__ = [
 
 def define_source_flags() -> None:
     """Defines the mock-data and storage-backend flags."""
-    flags.DEFINE_bool("mock_data", False, "Use synthetic samples instead of --data_path.")
-    flags.DEFINE_integer("mock_num_samples", 1 << 20, "Samples of the mock source.", lower_bound=1)
-    flags.DEFINE_integer("mock_vocab_size", 32000, "Vocabulary size of the mock source.")
-    flags.DEFINE_enum("storage_backend", "auto", list(BACKENDS), "How .bin files are read.")
+    with flag_help.group(flag_help.DATA):
+        flags.DEFINE_bool("mock_data", False, "Use synthetic samples instead of --data_path.")
+        flags.DEFINE_integer("mock_num_samples", 1 << 20, "Samples of the mock source.", lower_bound=1)
+        flags.DEFINE_integer("mock_vocab_size", 32000, "Vocabulary size of the mock source.")
+    with flag_help.group(flag_help.STORAGE):
+        flags.DEFINE_enum(
+            "storage_backend", "auto", list(BACKENDS),
+            "How .bin files are read (auto: memory-mapped when local, TensorStore from a bucket).",
+        )
 
 
 def open_source(split: str, run: RunConfig):

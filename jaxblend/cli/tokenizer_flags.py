@@ -19,23 +19,33 @@ from absl import flags, logging
 
 from jaxblend import index
 from jaxblend.access import DataAccess
+from jaxblend.cli import flag_help
 from jaxblend.tokenizer_facts import TokenizerFacts, blend_facts
 
 
 def define_tokenizer_flags() -> None:
     """Defines the tokenizer flags (once per program)."""
-    flags.DEFINE_bool(
-        "allow_mixed_tokenizers", False,
-        "Accept a blend whose datasets were tokenized by different tokenizers.",
-    )
-    flags.DEFINE_string(
-        "tokenizer_type", None,
-        "Tokenizer of datasets without a preprocessing record (Megatron-LM's names, e.g. "
-        "HuggingFaceTokenizer); datasets made by jaxblend.tools.preprocess record their own.",
-    )
-    flags.DEFINE_string("tokenizer_model", None, "With --tokenizer_type: its model file.")
-    flags.DEFINE_string("vocab_file", None, "With --tokenizer_type: HF tokenizer.json or GPT-2 vocab.json.")
-    flags.DEFINE_string("merge_file", None, "With --tokenizer_type: GPT-2 merges.txt.")
+    with flag_help.group(flag_help.DATA):
+        flags.DEFINE_bool(
+            "allow_mixed_tokenizers", False,
+            "Accept a blend whose datasets were tokenized by different tokenizers.",
+        )
+        flags.DEFINE_string(
+            "tokenizer_type", None,
+            "Tokenizer of datasets without a preprocessing record (Megatron-LM's names, e.g. "
+            "HuggingFaceTokenizer); datasets made by jaxblend.tools.preprocess record their own "
+        "(default: none, the recorded tokenizers only).",
+        )
+        flags.DEFINE_string(
+            "tokenizer_model", None, "With --tokenizer_type: its model file (default: none)."
+        )
+        flags.DEFINE_string(
+            "vocab_file", None,
+            "With --tokenizer_type: HF tokenizer.json or GPT-2 vocab.json (default: none).",
+        )
+        flags.DEFINE_string(
+            "merge_file", None, "With --tokenizer_type: GPT-2 merges.txt (default: none)."
+        )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Builds (or verifies) the cached index maps of a data configuration ahead of training.
+r"""Builds (or verifies) the cached index maps of a data configuration ahead of training.
 
   python -m jaxblend.tools.build_index --data_path="30 /d/a 70 /d/b" --split=969,30,1 \
       --seq_length=2048 --train_samples=25600000 --valid_samples=25600 --test_samples=0 \
@@ -23,6 +23,10 @@ With a bucket `--data_cache_path` (gs://, s3://) it also publishes what training
 prints the record's URL (`published: gs://.../published/<key>.json`, or `already published:` when
 the bucket holds it for the same data: nothing is rewritten). Run it again after changing a
 dataset: it publishes anew.
+
+The training job's flagfile works as it is (`--flagfile=run.flags`): the flags of
+`jaxblend.train` this tool does not use (model, optimizer, run, ...) are ignored, with one note
+line naming them.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from jaxblend import cli, opening
 from jaxblend.cli import data_flags
 from jaxblend.index import SplitMaps
 from jaxblend.map_store import load_or_build_data_maps, publication
+from jaxblend.tools import _training_flags
 
 
 def drawn_per_dataset(split: SplitMaps) -> np.ndarray:
@@ -100,7 +105,9 @@ def run(argv: Sequence[str] | None = None) -> int:
     Args:
       argv: the arguments after the program name (`sys.argv[1:]` when None).
     """
-    return cli.call(main, argv, cli.MEGATRON_NARGS, define=define_flags)
+    return cli.call(
+        main, argv, cli.MEGATRON_NARGS, define=define_flags, shared=_training_flags.TRAINING
+    )
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Dumps the global batches the loader produces, to prove data order across topologies.
+r"""Dumps the global batches the loader produces, to prove data order across topologies.
 
 Runs `make_loader` for `--steps` steps from `--start_step` on the current process group; process 0
 writes `<out>/batches.npz` with every batch key stacked as `[steps, global_batch, ...]` (gathered
@@ -27,6 +27,10 @@ nothing is published yet), else from the datasets and the whole maps.
 With `--decode`, process 0 also writes `<out>/batches.decoded.json`: `{"<step>": [text of each
 row's inputs, ...]}`, decoded with the tokenizer recorded with the data (`jaxblend.decode`;
 `--tokenizer_type` & co. for Megatron-made data).
+
+The training job's flagfile works as it is (`--flagfile=run.flags`): the flags of
+`jaxblend.train` this tool does not use (model, optimizer, run, ...) are ignored, with one note
+line naming them.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from absl import app, flags, logging
 
 from jaxblend import atomic_write, cli
 from jaxblend.cli import phase_flags, tool_flags
+from jaxblend.tools import _training_flags
 
 
 def define_flags() -> None:
@@ -165,7 +170,9 @@ def run(argv: Sequence[str] | None = None) -> int:
     Args:
       argv: the arguments after the program name (`sys.argv[1:]` when None).
     """
-    return cli.call(main, argv, cli.MEGATRON_NARGS, define=define_flags)
+    return cli.call(
+        main, argv, cli.MEGATRON_NARGS, define=define_flags, shared=_training_flags.TRAINING
+    )
 
 
 if __name__ == "__main__":

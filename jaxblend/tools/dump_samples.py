@@ -1,4 +1,4 @@
-"""Dumps a data configuration's index maps and first samples, to compare with Megatron-LM.
+r"""Dumps a data configuration's index maps and first samples, to compare with Megatron-LM.
 
 Writes `<out>/<split>.npz` for each split that exists, holding `dataset_index` and
 `dataset_sample_index` (blends only), `ds{j}_document_index`, `ds{j}_sample_index`,
@@ -6,9 +6,10 @@ Writes `<out>/<split>.npz` for each split that exists, holding `dataset_index` a
 (int64 `[num, seq_length + extra]`, the raw token window of each of the first `num` samples,
 padded with -1). With `--decode`, also `<out>/<split>.decoded.json`: the text of each of those
 samples (a list, row i = `samples_text` row i), decoded with the tokenizer recorded with the data
-(`jaxblend.decode`; `--tokenizer_type` & co. for Megatron-made data). A blend of datasets made with different tokenizers (their preprocessing records
-say so) is refused unless `--allow_mixed_tokenizers`. Flags are named after Megatron-LM's (its dashed, space-separated spellings
-are accepted as well):
+(`jaxblend.decode`; `--tokenizer_type` & co. for Megatron-made data). A blend of datasets made
+with different tokenizers (their preprocessing records say so) is refused unless
+`--allow_mixed_tokenizers`. Flags are named after Megatron-LM's (its dashed, space-separated
+spellings are accepted as well):
 
   python -m jaxblend.tools.dump_samples --data_path="30 /d/a 70 /d/b" --split=969,30,1 \
       --seq_length=2048 --seed=1234 --train_samples=100000 --valid_samples=1000 \
@@ -20,6 +21,10 @@ blend, and its `.npz` holds each dataset's maps per epoch its stages draw,
 job's `--global_batch_size` (or `--rampup_batch_size` / `--step_batch_size_schedule`), which turns
 the stages' steps into samples. Sample counts not given by `--train_samples`, `--valid_samples`,
 `--test_samples` derive from the step-plan flags as in training (`jaxblend.cli.steps`).
+
+The training job's flagfile works as it is (`--flagfile=run.flags`): the flags of
+`jaxblend.train` this tool does not use (model, optimizer, run, ...) are ignored, with one note
+line naming them.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from jaxblend import atomic_write, cli, index, opening
 from jaxblend.access import DataAccess
 from jaxblend.cli import data_flags, tool_flags
 from jaxblend.map_store import load_or_build_data_maps
+from jaxblend.tools import _training_flags
 
 
 def define_flags() -> None:
@@ -147,7 +153,9 @@ def run(argv: Sequence[str] | None = None) -> int:
     Args:
       argv: the arguments after the program name (`sys.argv[1:]` when None).
     """
-    return cli.call(main, argv, cli.MEGATRON_NARGS, define=define_flags)
+    return cli.call(
+        main, argv, cli.MEGATRON_NARGS, define=define_flags, shared=_training_flags.TRAINING
+    )
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Inspect datasets, batches and blends without running the loader.
+r"""Inspect datasets, batches and blends without running the loader.
 
   python -m jaxblend.tools.inspect stats --data_path="30 /d/a 70 /d/b"
   python -m jaxblend.tools.inspect explain --step=N --global_batch_size=B <data flags>
@@ -37,6 +37,10 @@ With `--rampup_batch_size` (Megatron's ramp-up), steps follow the ramp in every 
   identity").
 
 Data flags are those of `jaxblend.tools.dump_samples` (Megatron-LM names).
+
+The training job's flagfile works as it is (`--flagfile=run.flags`): the flags of
+`jaxblend.train` this tool does not use (model, optimizer, run, ...) are ignored, with one note
+line naming them.
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ from absl import app, flags
 
 from jaxblend import atomic_write, cli
 from jaxblend.cli import phase_flags, tool_flags
+from jaxblend.tools import _training_flags
 
 COMMANDS = ("stats", "explain", "mixture", "preflight", "verify")
 
@@ -399,7 +404,9 @@ def run(argv: Sequence[str] | None = None) -> int:
     Args:
       argv: the arguments after the program name (`sys.argv[1:]` when None).
     """
-    return cli.call(main, argv, cli.MEGATRON_NARGS, define=define_flags)
+    return cli.call(
+        main, argv, cli.MEGATRON_NARGS, define=define_flags, shared=_training_flags.TRAINING
+    )
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Runs N JAX processes of one command on this machine, joined with jax.distributed on localhost.
+r"""Runs N JAX processes of one command on this machine, joined with jax.distributed on localhost.
 
 Usage:
   python -m jaxblend.tools.launch_local --num_processes=2 --devices_per_process=4 -- \

@@ -83,7 +83,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     """
     return entry.call(
         main, argv, preprocess_flags.MEGATRON_NARGS,
-        define=preprocess_flags.define_preprocess_flags,
+        define=preprocess_flags.define_preprocess_flags, dashed_help=True,
     )
 
 

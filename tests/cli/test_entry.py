@@ -38,7 +38,7 @@ def _run(module: str, *args: str):
 )
 def test_help_lists_the_programs_own_flags(module, own_flags):
     out = _run(module, "--help")
-    assert out.returncode == 1, out.stderr  # absl exits 1 after printing the help
+    assert out.returncode == 0, out.stderr  # help asked for is a success (absl's exits 1)
     for flag in own_flags:
         assert flag in out.stdout, (flag, out.stdout[:2000])
     assert "--[no]verbose" in out.stdout
@@ -48,7 +48,7 @@ def test_help_lists_the_programs_own_flags(module, own_flags):
 
 def test_helpfull_lists_every_flag():
     out = _run("jaxblend.tools.dump_samples", "--helpfull")
-    assert out.returncode == 1, out.stderr
+    assert out.returncode == 0, out.stderr
     assert "--data_path" in out.stdout and "--[no]logtostderr" in out.stdout
 
 

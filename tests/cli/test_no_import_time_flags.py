@@ -78,4 +78,6 @@ def test_importing_the_launcher_leaves_num_processes_to_the_jax_flags():
     out = subprocess.run(
         [sys.executable, "-c", _LAUNCHER_AND_JAX_FLAGS], capture_output=True, text=True, check=True
     )
-    assert out.stdout.strip() == "Number of JAX processes in the run."
+    assert out.stdout.strip() == (
+        "Number of JAX processes in the run (default: detected by JAX; 1 on a single host)."
+    )
