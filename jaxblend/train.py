@@ -56,7 +56,7 @@ from typing import TYPE_CHECKING
 from absl import app, flags, logging
 
 from jaxblend import cli
-from jaxblend.cli import phase_flags
+from jaxblend.cli import assembly, phase_flags
 
 if TYPE_CHECKING:  # the data layers import JAX, which must wait for the flags
     from jaxblend.loading import LoaderSource
@@ -202,6 +202,7 @@ def _data_spec(s: cli.TrainSettings, phase: PhaseStepPlan | None = None) -> _Dat
     (`jaxblend.cli.steps`, as in every tool); `--vocab_size` and the EOD id default to what the
     datasets' records say (their tokenizer's), and a blend of different tokenizers is refused here,
     before anything is built."""
+    from jaxblend.index import config_prefixes
     from jaxblend.tokenizer_facts import TokenizerMismatchError
 
     fl = flags.FLAGS
@@ -227,9 +228,12 @@ def _data_spec(s: cli.TrainSettings, phase: PhaseStepPlan | None = None) -> _Dat
     if vocab_size is None:
         vocab_size = run.tokenizer.vocab_size
     if vocab_size is None:
+        assembly.check_datasets_exist(run.config, run.access)  # a wrong path is the real error
         raise app.UsageError(
             "--vocab_size is required with --data_path when the datasets have no preprocessing "
-            "record (made by Megatron-LM): pass --vocab_size, or --tokenizer_type (and its files)"
+            "record (made by Megatron-LM, or a renamed copy): "
+            f"{assembly.without_record(config_prefixes(run.config))}; pass --vocab_size (and "
+            "--eod_id), or --tokenizer_type (and its files)"
         )
     _check_token_ids(vocab_size, run.schema, run.tokenizer.facts, run.access)
     return _DataSpec(run, vocab_size, fl.seed)
