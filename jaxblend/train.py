@@ -31,12 +31,17 @@ for data and per-dataset sample counts, then a line of each dataset's loss since
 loss tokens since step 0 (`--log_datasets`; `--metrics_jsonl` writes both as JSON; validation
 reports each dataset of a blended validation split too: docs/training.md); saves model + optimizer + loader state (Orbax, every host its own shards) every
 `--save_interval` steps to `--checkpoint_dir` (a directory or a gs:// URL) and resumes from the
-newest checkpoint there, on any process count and mesh. SIGTERM (preemption) makes every process
+newest checkpoint there, on any process count and mesh (a directory holding another model's
+checkpoint is refused with one line naming it and the flag that chose it, `--checkpoint_dir` or
+`--workdir`; "resumed from" is printed once the loader has accepted the checkpoint). SIGTERM (preemption) makes every process
 checkpoint the same step and exit 0. In a multi-process run a lost peer stops every process within
 `--peer_timeout` seconds with one line naming the process and step (`jaxblend.peer_watch`). A
 non-finite loss stops every process at the latest at the next log line, evaluation or checkpoint
 with one line (the step, the last finite loss, the flags to change, the checkpoint to resume
 from) and exit code 1; no checkpoint holds a non-finite state (`jaxblend.training.divergence`).
+
+A training dataset shorter than one sequence, or repeated more than `--warn_epochs` epochs, is a
+warning before training (`jaxblend.cli.data_warnings`, the lines `inspect preflight` prints).
 
 Its output is what it prints (the loss lines); the libraries' INFO logs (absl, Orbax, Grain,
 JAX) show only with `--verbose`, warnings and errors always.
