@@ -24,7 +24,7 @@ from typing import Protocol
 import numpy as np
 
 from jaxblend.access import DataAccess
-from jaxblend.tokenizer_facts import read_text, record_paths
+from jaxblend.tokenizer_facts import read_text, record_paths, where_records_were_sought
 
 EOD_MARK = "[EOD]"
 """What decoded text shows where a document ends (tokenizers drop their own EOD token)."""
@@ -194,6 +194,8 @@ def load_decoder(
     Raises:
       DecodeError: no dataset has a record and no fallback is given, or the recorded tokenizer
         cannot be verified (one line saying how to supply the tokenizer).
+      IndexFormatError: no dataset has a record, no fallback is given, and a dataset does not
+        exist (that is said first).
     """
     from jaxblend.preprocess import tokenizers
 
@@ -206,9 +208,12 @@ def load_decoder(
     if spec is None and not prefixes and fallback is None:
         raise DecodeError(f"--decode: mock data has no recorded tokenizer; {_HOW} to decode it")
     if spec is None and fallback is None:
+        from jaxblend.opening import check_datasets_exist
+
+        check_datasets_exist(prefixes, access)  # a dataset that does not exist is the real error
         raise DecodeError(
-            f"--decode: {prefixes[0]} has no preprocessing record naming its tokenizer; {_HOW} "
-            "to decode it"
+            f"--decode: {prefixes[0]} has no preprocessing record naming its tokenizer "
+            f"({where_records_were_sought(prefixes[0])}); {_HOW} to decode it"
         )
     return DocumentDecoder(tokenizers.load_tokenizer(spec if spec is not None else fallback))
 

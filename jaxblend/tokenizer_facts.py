@@ -154,6 +154,19 @@ def record_paths(prefix: str) -> list[str]:
     return [p for c in record_candidates(prefix) for p in (record_path(c), legacy_record_path(c))]
 
 
+def where_records_were_sought(prefix: str) -> str:
+    """Where `read_facts` looked for the record of dataset ``prefix``, for a message saying it has
+    none: ``looked for <dir>/.jaxblend/<P>.preprocess.json or <dir>/<P>.preprocess.json``, or why
+    no record was looked for (a name preprocessing does not give its outputs)."""
+    paths = record_paths(prefix)
+    if not paths:
+        return (
+            f"its name does not end in _<key>_{_LEVELS[0]} or _<key>_{_LEVELS[1]}, as "
+            "jaxblend.tools.preprocess names its outputs, so no record was looked for"
+        )
+    return "looked for " + " or ".join(paths)
+
+
 def read_text(path: str, access: DataAccess) -> str | None:
     """The text of a local file or bucket object; None when it does not exist."""
     if not is_url(path) or path.lower().startswith("file://"):

@@ -31,12 +31,17 @@ for data and per-dataset sample counts, then a line of each dataset's loss since
 loss tokens since step 0 (`--log_datasets`; `--metrics_jsonl` writes both as JSON; validation
 reports each dataset of a blended validation split too: docs/training.md); saves model + optimizer + loader state (Orbax, every host its own shards) every
 `--save_interval` steps to `--checkpoint_dir` (a directory or a gs:// URL) and resumes from the
-newest checkpoint there, on any process count and mesh. SIGTERM (preemption) makes every process
+newest checkpoint there, on any process count and mesh (a directory holding another model's
+checkpoint is refused with one line naming it and the flag that chose it, `--checkpoint_dir` or
+`--workdir`; "resumed from" is printed once the loader has accepted the checkpoint). SIGTERM (preemption) makes every process
 checkpoint the same step and exit 0. In a multi-process run a lost peer stops every process within
 `--peer_timeout` seconds with one line naming the process and step (`jaxblend.peer_watch`). A
 non-finite loss stops every process at the latest at the next log line, evaluation or checkpoint
 with one line (the step, the last finite loss, the flags to change, the checkpoint to resume
 from) and exit code 1; no checkpoint holds a non-finite state (`jaxblend.training.divergence`).
+
+A training dataset shorter than one sequence, or repeated more than `--warn_epochs` epochs, is a
+warning before training (`jaxblend.cli.data_warnings`, the lines `inspect preflight` prints).
 
 Its output is what it prints (the loss lines); the libraries' INFO logs (absl, Orbax, Grain,
 JAX) show only with `--verbose`, warnings and errors always.
@@ -56,7 +61,7 @@ from typing import TYPE_CHECKING
 from absl import app, flags, logging
 
 from jaxblend import cli
-from jaxblend.cli import phase_flags
+from jaxblend.cli import assembly, data_warnings, phase_flags
 
 if TYPE_CHECKING:  # the data layers import JAX, which must wait for the flags
     from jaxblend.loading import LoaderSource
@@ -77,6 +82,7 @@ def define_flags() -> None:
     cli.define_train_flags()
     cli.define_tokenizer_flags()
     phase_flags.define_phase_flags()
+    data_warnings.define_data_warning_flags()
 
 
 def _has_data_flags() -> bool:
@@ -202,6 +208,7 @@ def _data_spec(s: cli.TrainSettings, phase: PhaseStepPlan | None = None) -> _Dat
     (`jaxblend.cli.steps`, as in every tool); `--vocab_size` and the EOD id default to what the
     datasets' records say (their tokenizer's), and a blend of different tokenizers is refused here,
     before anything is built."""
+    from jaxblend.index import config_prefixes
     from jaxblend.tokenizer_facts import TokenizerMismatchError
 
     fl = flags.FLAGS
@@ -227,9 +234,12 @@ def _data_spec(s: cli.TrainSettings, phase: PhaseStepPlan | None = None) -> _Dat
     if vocab_size is None:
         vocab_size = run.tokenizer.vocab_size
     if vocab_size is None:
+        assembly.check_datasets_exist(run.config, run.access)  # a wrong path is the real error
         raise app.UsageError(
             "--vocab_size is required with --data_path when the datasets have no preprocessing "
-            "record (made by Megatron-LM): pass --vocab_size, or --tokenizer_type (and its files)"
+            "record (made by Megatron-LM, or a renamed copy): "
+            f"{assembly.without_record(config_prefixes(run.config))}; pass --vocab_size (and "
+            "--eod_id), or --tokenizer_type (and its files)"
         )
     _check_token_ids(vocab_size, run.schema, run.tokenizer.facts, run.access)
     return _DataSpec(run, vocab_size, fl.seed)
@@ -263,6 +273,40 @@ def _open_data(spec: _DataSpec, s: cli.TrainSettings, phase: PhaseStepPlan | Non
     names = getattr(train, "dataset_names", ["mock"])
     history = cli.history_of("train", train, run)
     return _Data(train, plan, valid, names, run.schema.seq_length, run.steps, history)
+
+
+def _warn_about_data(run: cli.RunConfig, data: _Data) -> None:
+    """Logs (process 0) a warning for each training dataset shorter than one sequence or repeated
+    more than `--warn_epochs` epochs (`cli.data_warnings`), from the estimate `inspect preflight`
+    prints, over the datasets the sources opened. With a bucket map store the hosts open no
+    `.idx` (they start from the publication): there `inspect preflight` says it."""
+    import jax
+
+    from jaxblend import opening
+    from jaxblend.index.estimate import estimate_plan
+    from jaxblend.map_store import publication
+    from jaxblend.storage import IndexedDataset
+
+    if run.config is None or jax.process_index() != 0 or publication.applies(run.access):
+        return
+    opened = {}
+    for source in (data.train, *data.valid.values()):
+        index = getattr(source, "span_index", None)
+        for name, dataset in zip(
+            getattr(index, "dataset_names", ()), getattr(index, "datasets", ()), strict=False
+        ):
+            opened[name] = dataset
+
+    def info(prefix: str):
+        if prefix not in opened:  # a dataset of the test split only
+            opened[prefix] = IndexedDataset(prefix, access=run.access)
+        return opening.dataset_info(opened[prefix], prefix)
+
+    estimate = estimate_plan(run.config, info)
+    for line in data_warnings.training_data_warnings(
+        estimate.datasets, run.config.seq_length, flags.FLAGS.warn_epochs
+    ):
+        logging.warning("%s", line)
 
 
 def _import_optax():
@@ -301,26 +345,75 @@ def _init_model(s: cli.TrainSettings, vocab_size: int, seed: int, mesh) -> _Mode
     return _Model(cfg, optimizer, params, opt_state)
 
 
-def _restore(checkpoint, state: _Model, s: cli.TrainSettings) -> _Resume:
-    """Restores the newest checkpoint into `state`, if there is one."""
-    import jax
+# The model flags of each `ModelConfig` field, for messages.
+_MODEL_FLAGS = {
+    "vocab_size": "--vocab_size", "d_model": "--hidden_size", "num_layers": "--num_layers",
+    "num_heads": "--num_attention_heads", "mlp_dim": "--ffn_hidden_size",
+}
 
+
+def _checkpoint_flag() -> str:
+    """The flag that chose the run's checkpoint directory: `--checkpoint_dir` when given, else
+    `--workdir` (its `checkpoints/` directory is the default)."""
+    return "--checkpoint_dir" if flags.FLAGS["checkpoint_dir"].present else "--workdir"
+
+
+def _model_differences(saved: dict | None, model: dict) -> str | None:
+    """What differs between the model a checkpoint records and this run's, as flags
+    (`it was trained with --hidden_size=128, this run has --hidden_size=64`); None when they are
+    equal or the checkpoint records none."""
+    if not isinstance(saved, dict):
+        return None
+    names = [n for n in model if n in saved and saved[n] != model[n]]
+    if not names:
+        return None
+
+    def flags_of(values: dict) -> str:
+        return " ".join(f"{_MODEL_FLAGS.get(n, n)}={values[n]}" for n in names)
+
+    return f"it was trained with {flags_of(saved)}, this run has {flags_of(model)}"
+
+
+def _restore(checkpoint, state: _Model, s: cli.TrainSettings) -> _Resume:
+    """Restores the newest checkpoint into `state`, if there is one; a checkpoint of another
+    model (another run's, e.g. the demo's under the default `--workdir`) is refused first, with
+    the directory and the flag that chose it."""
     directory = s.checkpoint_dir
-    resume = _Resume(checkpoint.Checkpointer(directory, keep=s.keep_checkpoints), directory)
-    last = resume.ckpt.latest_step()
+    ckpt = checkpoint.Checkpointer(
+        directory, keep=s.keep_checkpoints, chosen_by=_checkpoint_flag()
+    )
+    resume = _Resume(ckpt, directory)
+    last = ckpt.latest_step()
     if last is None:
         return resume
-    (state.params, state.opt_state), resume.loader_state, meta = resume.ckpt.restore(
+    differs = _model_differences(
+        ckpt.metadata(last).get("model"), dataclasses.asdict(state.config)
+    )
+    if differs is not None:
+        raise app.UsageError(ckpt.another_run(last, differs))
+    (state.params, state.opt_state), resume.loader_state, meta = ckpt.restore(
         last, (state.params, state.opt_state)
     )
     resume.start = int(resume.loader_state["step"])
     if resume.start != last:
         raise ValueError(f"{directory} step {last}: its loader state is at step {resume.start}")
     resume.meta = meta
-    logging.info("resumed from %s step %d", directory, resume.start)
-    if jax.process_index() == 0:
-        print(f"resumed from {directory} step {resume.start}", flush=True)
     return resume
+
+
+def _announce_resume(resume: _Resume, phase_line: str | None) -> None:
+    """Says where the run resumes (and the Megatron phase it enters), once the loader has
+    accepted the checkpoint's state: a refused resume prints no "resumed" line."""
+    import jax
+
+    if resume.loader_state is None:
+        return
+    logging.info("resumed from %s step %d", resume.directory, resume.start)
+    if jax.process_index() != 0:
+        return
+    print(f"resumed from {resume.directory} step {resume.start}", flush=True)
+    if phase_line is not None:
+        print(phase_line, flush=True)
 
 
 def _compile_steps(state: _Model, num_datasets: int, mesh):
@@ -595,11 +688,12 @@ def _train(watch, s: cli.TrainSettings) -> None:
     mesh = cli.mesh_from_flags()
     batch_axes = default_batch_axes(mesh.axis_names)
     data = _open_data(spec, s, phase)
+    _warn_about_data(spec.run, data)
     watch.phase = "initializing the model"
     state = _init_model(s, spec.vocab_size, spec.seed, mesh)
     watch.phase = "restoring the checkpoint"
     resume = _restore(checkpoint, state, s)
-    loader_state = _enter_phase(resume, data.plan)
+    loader_state, phase_line = _enter_phase(resume, data.plan)
     resume.same_stream = loader_state is not None
     train_step, eval_step = _compile_steps(state, len(data.names), mesh)
 
@@ -612,6 +706,7 @@ def _train(watch, s: cli.TrainSettings) -> None:
     )
     if loader.step != resume.start:
         raise ValueError(f"checkpoint step {resume.start} but loader state step {loader.step}")
+    _announce_resume(resume, phase_line)
     loss, preempted_at = _run_steps(
         watch, loader, state, resume, data, (train_step, eval_step), mesh, batch_axes, s
     )
@@ -664,17 +759,16 @@ def _phase_plan(checkpoint, s: cli.TrainSettings) -> PhaseStepPlan | None:
     return transitions.plan(transitions.phase_of(start))
 
 
-def _enter_phase(resume: _Resume, plan) -> dict | None:
-    """The loader state to resume from. In one of Megatron's phases the global batch size must be
-    the checkpoint's, and at a phase's first step the previous phase's stream (its loader state)
-    ends: the phase reads its fresh blend from sample 0 (None). The per-dataset figures continue
-    by dataset name (they count from step 0 of the run)."""
-    import jax
-
+def _enter_phase(resume: _Resume, plan) -> tuple[dict | None, str | None]:
+    """The loader state to resume from, and the line announcing a new phase (None: none). In one
+    of Megatron's phases the global batch size must be the checkpoint's, and at a phase's first
+    step the previous phase's stream (its loader state) ends: the phase reads its fresh blend
+    from sample 0 (None). The per-dataset figures continue by dataset name (they count from step
+    0 of the run)."""
     from jaxblend.sampling import PhaseStepPlan
 
     if not isinstance(plan, PhaseStepPlan) or resume.loader_state is None:
-        return resume.loader_state
+        return resume.loader_state, None
     recorded = (resume.meta or {}).get("global_batch_size")
     if recorded is None:
         logging.warning(
@@ -689,14 +783,12 @@ def _enter_phase(resume: _Resume, plan) -> dict | None:
             f"--global_batch_size={recorded}"
         )
     if resume.start != plan.first_step:
-        return resume.loader_state
-    if jax.process_index() == 0:
-        print(
-            f"phase {plan.phase + 1} of {plan.transitions.num_phases} from step {resume.start}: a "
-            f"fresh blend of {plan.num_samples} samples from the data flags, read from its first "
-            "sample", flush=True,
-        )
-    return None
+        return resume.loader_state, None
+    return None, (
+        f"phase {plan.phase + 1} of {plan.transitions.num_phases} from step {resume.start}: a "
+        f"fresh blend of {plan.num_samples} samples from the data flags, read from its first "
+        "sample"
+    )
 
 
 def _phase_meta(plan) -> dict:

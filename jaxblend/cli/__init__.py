@@ -29,6 +29,8 @@ any jaxblend module defines no flag, and nothing outside this package reads `abs
   tokenizer_flags    --allow_mixed_tokenizers, --tokenizer_type, ... -> `RunTokenizer` (the
                      datasets' recorded tokenizer facts: --vocab_size, --eod_id defaults)
   tool_flags         each tool's own flags; preprocess_flags: the preprocessing CLI's
+  data_warnings      --warn_epochs; a training dataset shorter than one sequence or repeated
+                     more epochs than that, as warning lines (training, inspect preflight)
   entry              `call(main, argv, define=...)` -> exit code (in-process), `run` (`__main__`):
                      defines the flags, parses, one-line failures, then leaves the process clean;
                      `SharedFlags`: the training job's flagfile accepted by the data tools

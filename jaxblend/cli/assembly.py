@@ -24,7 +24,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from absl import flags
+from absl import app, flags
 
 from jaxblend import index
 from jaxblend.access import DataAccess, MapStoreOptions
@@ -278,6 +278,80 @@ def schema_options(
 
 TokenizerStep = Callable[[index.GPTDataConfig | None, DataAccess], Any]
 
+_EOD_FLAGS = ("eod_mask_loss", "reset_position_ids", "reset_attention_mask")
+
+
+def check_datasets_exist(config: index.GPTDataConfig, access: DataAccess) -> None:
+    """Refuses a configuration naming a dataset that does not exist, with the line opening it
+    would give (and the likely prefix): called before a program asks for a fact the datasets'
+    records would give, so that a wrong path is said first (`jaxblend.opening.check_datasets_exist`).
+
+    Raises:
+      IndexFormatError: a dataset does not exist.
+    """
+    from jaxblend import opening
+
+    opening.check_datasets_exist(
+        index.config_prefixes(config), access, opening.config_blends(config)
+    )
+
+
+def without_record(prefixes: list[str]) -> str:
+    """Says that ``prefixes`` have no preprocessing record and where the first one's was sought:
+    ``/d/x_text_document has none (looked for /d/.jaxblend/x.preprocess.json or ...)``."""
+    from jaxblend.tokenizer_facts import where_records_were_sought
+
+    note = f"{prefixes[0]} has none ({where_records_were_sought(prefixes[0])})"
+    if len(prefixes) > 1:
+        others = len(prefixes) - 1
+        note += f", nor {'has' if others == 1 else 'have'} {others} other dataset{'s' * (others > 1)}"
+    return note
+
+
+def require_eod_id(
+    values: DataFlagValues,
+    config: index.GPTDataConfig | None,
+    access: DataAccess,
+    eod_id: int | None,
+    recorded: Any = None,
+) -> None:
+    """Refuses `--eod_mask_loss`, `--reset_position_ids` or `--reset_attention_mask` without an EOD
+    id (neither `--eod_id` nor a record gives one); a dataset that does not exist is said first.
+
+    Args:
+      values: the flags' values.
+      config: the data configuration (None: mock data).
+      access: how the datasets are reached.
+      eod_id: the EOD id the records (or the program) give, or None.
+      recorded: the tokenizer step's result (its `facts`: prefix -> recorded facts), or None when
+        the program has no tokenizer step.
+
+    Raises:
+      IndexFormatError: a dataset does not exist.
+      app.UsageError: one line naming the flags, where the records were sought, and how to give
+        it.
+    """
+    needing = [f"--{name}" for name in _EOD_FLAGS if getattr(values, name)]
+    if not needing or values.eod_id is not None or eod_id is not None:
+        return
+    what = f"--eod_id is required with {' and '.join(needing)}"
+    if config is None:
+        raise app.UsageError(f"{what}: mock data has no end-of-document id")
+    facts = dict(getattr(recorded, "facts", None) or {})
+    prefixes = index.config_prefixes(config)
+    check_datasets_exist(config, access)
+    if facts:
+        first = next(iter(facts))
+        raise app.UsageError(
+            f"{what}: the tokenizer recorded with {first} ({facts[first].describe()}) has no "
+            "end-of-document id; pass --eod_id"
+        )
+    how = "pass --eod_id" + (", or --tokenizer_type (and its files)" if recorded is not None else "")
+    raise app.UsageError(
+        f"{what} when the datasets have no preprocessing record: {without_record(prefixes)}; "
+        f"{how}"
+    )
+
 
 def assemble(
     values: DataFlagValues,
@@ -305,6 +379,8 @@ def assemble(
 
     Raises:
       ValueError: one line naming the bad flag or file.
+      IndexFormatError: a dataset does not exist, found before a fact its record would give is
+        asked for (`require_eod_id`).
       app.UsageError: inconsistent step-plan flags.
     """
     access = data_access(values, default_map_location)
@@ -318,6 +394,7 @@ def assemble(
     eod_id = default_eod_id
     if recorded is not None and recorded.eod_id is not None:
         eod_id = recorded.eod_id
+    require_eod_id(values, config, access, eod_id, recorded)
     return RunConfig(
         access=access,
         steps=steps,

@@ -6,7 +6,9 @@ what training starts from); token-dtype limits against the
 vocabulary; the number of distinct batch shapes of the step plan (a batch-size ramp-up has one per
 size). Problems (missing or corrupt files, splits without tokens asked for samples, a
 vocabulary the token dtype cannot hold, maps above the memory limit) are listed and make the
-command exit non-zero.
+command exit non-zero. Warnings (a training dataset shorter than one sequence, or repeated more
+than `--warn_epochs` epochs: `jaxblend.cli.data_warnings`) are listed as `WARNING:` lines and the
+last line then says `preflight: ok, with N warning(s)`, never a bare `ok`.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import numpy as np
 
 from jaxblend import index
 from jaxblend.access import DataAccess
+from jaxblend.cli.data_warnings import DEFAULT_WARN_EPOCHS, training_data_warnings
 from jaxblend.sampling import StepPlan
 from jaxblend.tokenizer_facts import TokenizerFacts, TokenizerMismatchError, check_ids
 
@@ -61,6 +64,7 @@ def run(
     vocab_size: int | None,
     max_gb: float,
     tokenizer: TokenizerCheck | None = None,
+    warn_epochs: int = DEFAULT_WARN_EPOCHS,
 ) -> dict:
     """Runs the preflight and prints its report; returns it as a dict (with `problems`).
 
@@ -73,6 +77,7 @@ def run(
       max_gb: index-map size above which the preflight fails.
       tokenizer: the datasets' tokenizer facts and the ids the run uses: a blend of different
         tokenizers, ids outside the vocabulary and data holding ids >= `vocab_size` are problems.
+      warn_epochs: a training dataset repeated more epochs than this is a warning (0: never).
     """
     from jaxblend.index.estimate import estimate_plan
     from jaxblend.map_store import data_maps_status, publication
@@ -150,12 +155,22 @@ def run(
     shapes = sorted(shape.rows for shape in plan.batch_shapes())
     print(f"batch shapes: {len(shapes)} (one compiled train step each; global batch sizes "
           f"{_sizes(shapes)})")
+    warnings = training_data_warnings(estimate.datasets, config.seq_length, warn_epochs)
+    for w in warnings:
+        print(f"WARNING: {w}")
     for p in problems:
         print(f"PROBLEM: {p}")
-    print("preflight: " + ("FAILED" if problems else "ok"))
+    print("preflight: " + ("FAILED" if problems else "ok" + _with_warnings(len(warnings))))
     return {
         "fingerprint": estimate.fingerprint, "cached": cached,
         "total_bytes": estimate.total_bytes, "blend_sizes": estimate.blend_sizes,
         "datasets": [dataclasses.asdict(e) for e in estimate.datasets], "problems": problems,
-        "batch_shapes": len(shapes),
+        "warnings": warnings, "batch_shapes": len(shapes),
     }
+
+
+def _with_warnings(count: int) -> str:
+    """`, with 2 warnings (WARNING lines above)` after `ok` ('' without warnings)."""
+    if not count:
+        return ""
+    return f", with {count} warning{'s' * (count > 1)} (WARNING lines above)"

@@ -30,7 +30,9 @@ With `--rampup_batch_size` (Megatron's ramp-up), steps follow the ramp in every 
   different data flags: one command per phase) and the report is that phase's fresh blend.
 * preflight: before training, estimated index-map memory/disk per split, token-dtype limits,
   epochs per dataset, missing caches, the number of distinct batch shapes (compiled programs);
-  exits non-zero on problems.
+  exits non-zero on problems. A training dataset shorter than one sequence, or repeated more
+  than --warn_epochs epochs (default 16), is a WARNING line, and the last line then says
+  `preflight: ok, with N warning(s)`.
 * verify: reads every byte of each dataset's `.bin`, recomputes its MD5 and compares it with the
   store's checksum (GCS md5Hash, single-part S3 ETag) and the identity remembered for that file
   version; one line per dataset, exits non-zero on a mismatch (docs/robustness.md, "Dataset
@@ -54,7 +56,7 @@ import numpy as np
 from absl import app, flags
 
 from jaxblend import atomic_write, cli
-from jaxblend.cli import phase_flags, tool_flags
+from jaxblend.cli import data_warnings, phase_flags, tool_flags
 from jaxblend.tools import _training_flags
 
 COMMANDS = ("stats", "explain", "mixture", "preflight", "verify")
@@ -70,6 +72,7 @@ def define_flags() -> None:
     tool_flags.define_inspect_flags()
     tool_flags.define_decode_flags()
     phase_flags.define_phase_flags()
+    data_warnings.define_data_warning_flags()
 
 
 def _write_json(result) -> None:
@@ -380,6 +383,7 @@ def main(argv: Sequence[str]) -> None:
             tokenizer=_preflight.TokenizerCheck(
                 recorded.facts, run.schema.eod_id, run.schema.pad_id, mixed[0] if mixed else None,
             ),
+            warn_epochs=fl.warn_epochs,
         )
         _write_json(result)
         if result["problems"]:

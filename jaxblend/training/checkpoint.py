@@ -61,11 +61,21 @@ class Checkpointer:
       directory: local path or bucket URL (`gs://...`).
       keep: how many of the newest checkpoints to keep.
       asynchronous: write in the background (`wait()` blocks until the last save is committed).
+      chosen_by: how the program's user chose `directory`, for messages that say how to give the
+        run another one (e.g. ``--checkpoint_dir``, or ``--workdir`` when it is the default under
+        the work directory).
     """
 
-    def __init__(self, directory: str, keep: int = 2, asynchronous: bool = True) -> None:
+    def __init__(
+        self,
+        directory: str,
+        keep: int = 2,
+        asynchronous: bool = True,
+        chosen_by: str = "--checkpoint_dir",
+    ) -> None:
         _refuse_npz_layout(directory)
         self.directory = directory
+        self.chosen_by = chosen_by
         options = ocp.CheckpointManagerOptions(
             max_to_keep=keep, create=True, enable_async_checkpointing=asynchronous,
         )
@@ -77,6 +87,32 @@ class Checkpointer:
         """The newest committed step, or None."""
         self._manager.reload()
         return self._manager.latest_step()
+
+    def metadata(self, step: int) -> dict[str, Any]:
+        """The `meta` item of checkpoint `step` alone (no array is read).
+
+        Raises:
+          ValueError: it cannot be read.
+        """
+        try:
+            restored = self._manager.restore(
+                step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())
+            )
+        except (ValueError, KeyError, FileNotFoundError) as err:
+            raise ValueError(
+                f"checkpoint {self.directory} step {step}: its metadata cannot be read "
+                f"({' '.join(str(err).split())[:300]})"
+            ) from None
+        return dict(restored["meta"] or {})
+
+    def another_run(self, step: int, why: str) -> str:
+        """The line refusing checkpoint `step` as another run's (`why`: what differs), with how to
+        give this run a directory of its own."""
+        return (
+            f"{self.directory} (from {self.chosen_by}) holds another run's checkpoint (step "
+            f"{step}): {why}; give this run its own {self.chosen_by}, or delete {self.directory} "
+            "to start over"
+        )
 
     def save(self, step: int, state: Any, loader: Any, meta: dict[str, Any]) -> None:
         """Starts saving checkpoint `step` (committed in the background unless synchronous).
@@ -126,8 +162,9 @@ class Checkpointer:
             )
         except (ValueError, KeyError) as err:
             raise ValueError(
-                f"checkpoint {self.directory} step {step} cannot be restored into this model "
-                f"(other model flags, or an incomplete copy of the checkpoint): "
+                f"checkpoint {self.directory} (from {self.chosen_by}) step {step} cannot be "
+                "restored into this model (another run's checkpoint, or an incomplete copy): give "
+                f"this run its own {self.chosen_by}, or delete {self.directory} to start over; "
                 f"{' '.join(str(err).split())[:300]}"
             ) from None
         return restored["state"], restored["loader"], restored["meta"]

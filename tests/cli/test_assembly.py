@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pytest
+from absl import app
+from helpers_data import write_random_dataset
 
 from jaxblend import cli
 from jaxblend.cli import assembly
 from jaxblend.cli.flag_values import DataFlagValues
 from jaxblend.sources import GPTSchemaOptions
+from jaxblend.storage.idx_format import IndexFormatError
 
 VALUES = DataFlagValues(
     data_path=("30", "/d/a", "70", "/d/b"), seq_length=32, global_batch_size=4, train_iters=10,
@@ -76,3 +80,20 @@ def test_the_values_defaults_are_the_flags_defaults(fl):
     assert {f.name for f in dataclasses.fields(DataFlagValues)} - set(fl) == {
         "global_batch_size_given"
     }
+
+
+def test_an_eod_needing_flag_without_an_eod_id_names_a_missing_dataset_first(tmp_path):
+    missing = VALUES.replace(data_path=(str(tmp_path / "a_text_document"),), eod_id=None)
+    with pytest.raises(IndexFormatError, match=r"a_text_document\.idx: index file does not exist"):
+        cli.assemble(missing, tokenizer=lambda config, access: cli.RunTokenizer({}))
+    prefix = write_random_dataset(str(tmp_path / "a_text_document"), np.random.default_rng(0), 4)
+    with pytest.raises(app.UsageError) as err:
+        cli.assemble(missing, tokenizer=lambda config, access: cli.RunTokenizer({}))
+    assert str(err.value) == (
+        "--eod_id is required with --reset_position_ids when the datasets have no preprocessing "
+        f"record: {prefix} has none (looked for {tmp_path}/.jaxblend/a.preprocess.json or "
+        f"{tmp_path}/a.preprocess.json); pass --eod_id, or --tokenizer_type (and its files)"
+    )
+    with pytest.raises(app.UsageError, match=r"^--eod_id is required with --reset_position_ids: "
+                       "mock data has no end-of-document id$"):
+        cli.assemble(VALUES.replace(mock_data=True, eod_id=None))

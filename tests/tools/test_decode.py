@@ -160,9 +160,12 @@ def test_inspect_explain_prints_each_rows_text_after_its_pieces(data, tmp_path):
 def test_data_without_a_record_decodes_with_the_tokenizer_flags(data, tmp_path):
     args = [f"--data_path={data['megatron']}", *DATA, "--num=3", "--decode"]
     out = run("jaxblend.tools.dump_samples", *args, f"--out={tmp_path / 'a'}")
+    directory, name = os.path.split(data["megatron"])
+    stem = name[: -len("_text_document")]
     assert _error(out) == (
-        f"error: --decode: {data['megatron']} has no preprocessing record naming its tokenizer; "
-        f"{HOW} to decode it"
+        f"error: --decode: {data['megatron']} has no preprocessing record naming its tokenizer "
+        f"(looked for {directory}/.jaxblend/{stem}.preprocess.json or "
+        f"{directory}/{stem}.preprocess.json); {HOW} to decode it"
     )
     out = run("jaxblend.tools.dump_samples", *args, f"--out={tmp_path / 'b'}",
               "--tokenizer-type=HuggingFaceTokenizer", f"--tokenizer-model={data['model']}")

@@ -23,7 +23,7 @@ from absl import flags
 from helpers_data import write_random_dataset
 
 from jaxblend import cli, train
-from jaxblend.cli import phase_flags, tool_flags
+from jaxblend.cli import data_warnings, phase_flags, tool_flags
 from jaxblend.sources.source_identity import gpt_source_fingerprint
 from jaxblend.tools import build_index, dump_batches, dump_samples
 from jaxblend.tools import inspect as inspect_tool
@@ -57,7 +57,7 @@ def _every_programs_flags():
             cli.define_distributed_flags, cli.define_tokenizer_flags, cli.define_train_flags,
             phase_flags.define_phase_flags, tool_flags.define_inspect_flags,
             tool_flags.define_decode_flags, tool_flags.define_dump_samples_flags,
-            tool_flags.define_dump_batches_flags,
+            tool_flags.define_dump_batches_flags, data_warnings.define_data_warning_flags,
         ):
             define()
         flags.DEFINE_bool("verbose", False, "entry.run's flag")  # the patched DEFINE: once
