@@ -11,9 +11,14 @@ from jaxblend import identity
 from jaxblend.sources.schema import GPTSchemaOptions
 
 
-def gpt_source_fingerprint(data_maps: str, split: str, options: GPTSchemaOptions) -> str:
-    """Fingerprint of split `split` of the data plan `data_maps` (`DataMaps.fingerprint`) read
-    with `options`."""
-    return identity.fingerprint(
-        "gpt_source", 1, data_maps=data_maps, split=split, schema=options.identity_fields()
-    )
+def gpt_source_fingerprint(
+    data_maps: str,
+    split: str,
+    options: GPTSchemaOptions,
+    seq_length: int,
+    add_extra_token_to_sequence: bool,
+) -> str:
+    """Fingerprint of split `split` of the data plan `data_maps` (`DataMaps.fingerprint`), its
+    windows of `seq_length` (+ 1) tokens read with `options`."""
+    schema = options.identity_fields(seq_length, add_extra_token_to_sequence)
+    return identity.fingerprint("gpt_source", 1, data_maps=data_maps, split=split, schema=schema)

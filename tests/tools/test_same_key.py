@@ -184,7 +184,10 @@ def _check_every_program(fl, store: _Store, tmp_path, capsys, bucket: bool) -> N
     spec = train._data_spec(settings)
     data = train._open_data(spec, settings)
     assert store.contents() == built, "training built maps"
-    assert data.train.fingerprint == gpt_source_fingerprint(key, "train", spec.run.schema)
+    assert data.train.fingerprint == gpt_source_fingerprint(
+        key, "train", spec.run.schema, spec.run.config.seq_length,
+        spec.run.config.add_extra_token_to_sequence,
+    )
     assert set(data.valid) == {"valid"} and len(data.valid["valid"]) > 0
 
 
