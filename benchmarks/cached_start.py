@@ -75,7 +75,7 @@ def prepare(args) -> None:
                 builder.end_document()
                 pos += n
     open_gpt_sources(
-        _config(args), GPTSchemaOptions(seq_length=args.seq_length), access=_access(args)
+        _config(args), GPTSchemaOptions(), access=_access(args)
     )
 
 
@@ -139,7 +139,7 @@ def start(args) -> dict:
     config = _config(args)
     t = time.perf_counter()
     source = open_gpt_sources(
-        config, GPTSchemaOptions(seq_length=args.seq_length), access=_access(args)
+        config, GPTSchemaOptions(), access=_access(args)
     )["train"]
     phases["open datasets + cached plan"] = time.perf_counter() - t
     ids = np.random.default_rng(1).integers(0, len(source), args.batch)

@@ -129,7 +129,7 @@ def main() -> None:
         num_samples=(samples, None, None),
     )
     access = DataAccess.from_env().with_maps(location=os.path.join(args.data_dir, "cache"))
-    source = open_gpt_sources(config, GPTSchemaOptions(seq_length=seq), access=access)["train"]
+    source = open_gpt_sources(config, GPTSchemaOptions(), access=access)["train"]
     rng = np.random.default_rng(0)
     rows = []
 
@@ -306,7 +306,7 @@ def blend_width_rows(args) -> None:
             blend=blend, split="100,0,0", seq_length=seq, seed=1234,
             num_samples=(batch * steps, None, None),
         )
-        options = GPTSchemaOptions(seq_length=seq)
+        options = GPTSchemaOptions()
         access = DataAccess.from_env().with_maps(location=cache)
         start = time.perf_counter()
         open_gpt_sources(config, options, access=access)

@@ -95,7 +95,7 @@ def measure_jaxblend(urls, proxy, work: Path, args) -> dict:
     from jaxblend.sources import GPTSchemaOptions, open_gpt_sources
 
     total_steps = args.warmup + args.steps
-    options = GPTSchemaOptions(seq_length=SEQ)
+    options = GPTSchemaOptions()
     memo = tempfile.mkdtemp(dir=work, prefix="memo-")
     cache = tempfile.mkdtemp(dir=work, prefix="cache-")
     os.environ["JAXBLEND_IDENTITY_CACHE"] = memo

@@ -83,7 +83,7 @@ def main() -> None:
     total_samples = args.datasets * args.tokens_per_dataset // args.seq_length
     plain, staged = configs(prefixes, args.seq_length, total_samples // 2)
     access = DataAccess.from_env().with_maps(location=os.path.join(args.data_dir, "cache"))
-    options = GPTSchemaOptions(seq_length=args.seq_length)
+    options = GPTSchemaOptions()
     sources = {
         name: open_gpt_sources(config, options, access=access)["train"]
         for name, config in (("blend", plain), ("staged", staged))

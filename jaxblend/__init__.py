@@ -8,8 +8,7 @@ never imports JAX.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from jaxblend import _lazy
 
 _LAZY = {
     "index": None,  # the subpackage itself
@@ -44,14 +43,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        module = _LAZY[name]
-        if module is None:
-            return importlib.import_module(f"jaxblend.{name}")
-        return getattr(importlib.import_module(module), name)
-    raise AttributeError(f"module 'jaxblend' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_LAZY])
+__getattr__, __dir__ = _lazy.exports(__name__, _LAZY)

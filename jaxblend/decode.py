@@ -16,7 +16,6 @@ reads as three texts.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from collections.abc import Mapping
 from typing import Protocol
@@ -24,7 +23,10 @@ from typing import Protocol
 import numpy as np
 
 from jaxblend.access import DataAccess
-from jaxblend.tokenizer_facts import read_text, record_paths, where_records_were_sought
+from jaxblend.tokenizer_facts import (
+    dataset_record,
+    where_records_were_sought,
+)
 
 EOD_MARK = "[EOD]"
 """What decoded text shows where a document ends (tokenizers drop their own EOD token)."""
@@ -46,21 +48,15 @@ def _sha256(path: str) -> str:
 
 def _recorded_tokenizer(prefix: str, access: DataAccess) -> tuple[str, dict] | None:
     """(record path, its ``settings.tokenizer`` entry) of dataset ``prefix``; None without one."""
-    name = os.path.basename(prefix)
-    for path in record_paths(prefix):
-        text = read_text(path, access)
-        if text is None:
-            continue
-        try:
-            record = json.loads(text)
-        except ValueError as err:
-            raise DecodeError(f"{path}: not a preprocessing record ({err})") from None
-        outputs = record.get("outputs") or {}
-        if not any(os.path.basename(str(v)) == name for v in outputs.values()):
-            continue  # another run's record
-        entry = (record.get("settings") or {}).get("tokenizer")
-        return (path, entry) if isinstance(entry, dict) else None
-    return None
+    try:
+        found = dataset_record(prefix, access)
+    except ValueError as err:
+        raise DecodeError(str(err)) from None
+    if found is None:
+        return None
+    path, record, _ = found
+    entry = (record.get("settings") or {}).get("tokenizer")
+    return (path, entry) if isinstance(entry, dict) else None
 
 
 def _spec_of(entry: dict):

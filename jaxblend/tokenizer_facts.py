@@ -196,6 +196,26 @@ def read_facts(prefix: str, access: DataAccess | None = None) -> TokenizerFacts 
       ValueError: the record exists but cannot be read as one (names the file).
     """
     access = DataAccess.from_env() if access is None else access
+    found = dataset_record(prefix, access)
+    if found is None:
+        return None
+    path, record, key = found
+    facts = record.get("tokenizer_facts")
+    if facts is None:
+        return None  # made before the facts were recorded
+    try:
+        return TokenizerFacts.from_json(facts, (record.get("max_token_id") or {}).get(key))
+    except ValueError as err:
+        raise ValueError(f"{path}: {err}") from None
+
+
+def dataset_record(prefix: str, access: DataAccess) -> tuple[str, dict, str] | None:
+    """The preprocessing record that made dataset ``prefix``: (its path, the record, the
+    dataset's key in its ``outputs``); None when no record names the dataset.
+
+    Raises:
+      ValueError: a record file that is not JSON (names the file).
+    """
     name = os.path.basename(prefix)
     for path in record_paths(prefix):
         text = read_text(path, access)
@@ -207,15 +227,8 @@ def read_facts(prefix: str, access: DataAccess | None = None) -> TokenizerFacts 
             raise ValueError(f"{path}: not a preprocessing record ({err}); delete or fix it") from None
         outputs = record.get("outputs") or {}
         key = next((k for k, v in outputs.items() if os.path.basename(str(v)) == name), None)
-        if key is None:
-            continue  # another run's record
-        facts = record.get("tokenizer_facts")
-        if facts is None:
-            return None  # made before the facts were recorded
-        try:
-            return TokenizerFacts.from_json(facts, (record.get("max_token_id") or {}).get(key))
-        except ValueError as err:
-            raise ValueError(f"{path}: {err}") from None
+        if key is not None:  # else another run's record
+            return path, record, key
     return None
 
 

@@ -272,7 +272,7 @@ def _open_data(spec: _DataSpec, s: cli.TrainSettings, phase: PhaseStepPlan | Non
     plan = phase or run.steps.covering(len(train), run.steps.train_iters)
     names = getattr(train, "dataset_names", ["mock"])
     history = cli.history_of("train", train, run)
-    return _Data(train, plan, valid, names, run.schema.seq_length, run.steps, history)
+    return _Data(train, plan, valid, names, run.seq_length, run.steps, history)
 
 
 def _warn_about_data(run: cli.RunConfig, data: _Data) -> None:
@@ -317,7 +317,7 @@ def _import_optax():
     return optax
 
 
-def _init_model(s: cli.TrainSettings, vocab_size: int, seed: int, mesh) -> _Model:
+def _init_model(s: cli.TrainSettings, train_iters: int, vocab_size: int, seed: int, mesh) -> _Model:
     """The model, AdamW with warm-up and cosine decay, initialized sharded on `mesh`."""
     import jax
 
@@ -329,7 +329,7 @@ def _init_model(s: cli.TrainSettings, vocab_size: int, seed: int, mesh) -> _Mode
         num_heads=s.num_attention_heads, mlp_dim=s.ffn_hidden_size,
     )
     shardings = model.param_shardings(cfg, mesh)
-    iters, warmup = s.train_iters, s.lr_warmup_iters
+    iters, warmup = train_iters, s.lr_warmup_iters
     schedule = optax.warmup_cosine_decay_schedule(
         0.0, s.lr, warmup, max(iters, warmup + 1), s.min_lr
     )
@@ -509,7 +509,7 @@ def _evaluate(
     for vname, valid_source in data.valid.items():
         vloader = make_loader(
             valid_source, mesh, global_batch_size=b, batch_axes=batch_axes,
-            num_steps=min(s.eval_batches, len(valid_source) // b),
+            num_steps=min(data.steps.eval_batches, len(valid_source) // b),
         )
         names = list(getattr(valid_source, "dataset_names", ["mock"]))
         outputs = jax.device_get([eval_step(params, vb, len(names)) for vb in vloader])
@@ -631,11 +631,11 @@ def _run_steps(watch, loader, state: _Model, resume: _Resume, data: _Data, steps
                         metrics_log.write(dataset_metrics.train_record(done, figures, totals))
                 totals.end_window()
                 window.reset()
-            if s.eval_interval and done % s.eval_interval == 0:
+            if data.steps.eval_interval and done % data.steps.eval_interval == 0:
                 guard.losses()
                 _evaluate(done, state.params, eval_step, data, mesh, batch_axes, s, metrics_log)
             preempt = preemption.reached(done)
-            phase_end = done == iters < s.train_iters  # saved whatever --save_interval
+            phase_end = done == iters < data.steps.train_iters  # saved whatever --save_interval
             if preempt or phase_end or (
                 s.save_interval and (done % s.save_interval == 0 or done == iters)
             ):
@@ -690,7 +690,7 @@ def _train(watch, s: cli.TrainSettings) -> None:
     data = _open_data(spec, s, phase)
     _warn_about_data(spec.run, data)
     watch.phase = "initializing the model"
-    state = _init_model(s, spec.vocab_size, spec.seed, mesh)
+    state = _init_model(s, data.steps.train_iters, spec.vocab_size, spec.seed, mesh)
     watch.phase = "restoring the checkpoint"
     resume = _restore(checkpoint, state, s)
     loader_state, phase_line = _enter_phase(resume, data.plan)
@@ -727,10 +727,10 @@ def _print_outcome(
             f"preempted: saved checkpoint step {preempted_at} in {resume.directory}; exiting "
             "(rerun the same command, on any number of hosts, to resume)", flush=True,
         )
-    elif loss is not None and data.plan.num_steps < s.train_iters:
+    elif loss is not None and data.plan.num_steps < data.steps.train_iters:
         print(phase_flags.relaunch_line(data.plan, resume.directory), flush=True)
     elif loss is not None:
-        print(f"finished at step {s.train_iters}: final loss {float(loss):.4f}", flush=True)
+        print(f"finished at step {data.steps.train_iters}: final loss {float(loss):.4f}", flush=True)
     else:
         available = data.steps.covering(len(data.train)).num_steps
         print(
@@ -743,8 +743,10 @@ def _print_outcome(
 def _phase_plan(checkpoint, s: cli.TrainSettings) -> PhaseStepPlan | None:
     """With `--phase_transition_iterations`, the plan of the phase the run is in: the one holding
     the newest checkpoint's step (Megatron's phase transitions); else None."""
+    values = cli.read_flag_values()  # the step plan's values, before the run is assembled
+    steps = cli.StepSettings.from_values(values)
     transitions = phase_flags.phase_transitions_from_flags(
-        s.global_batch_size, s.train_iters, flags.FLAGS.train_samples
+        steps.global_batch_size, steps.train_iters, values.train_samples
     )
     if transitions is None:
         return None
@@ -752,9 +754,10 @@ def _phase_plan(checkpoint, s: cli.TrainSettings) -> PhaseStepPlan | None:
     last = ckpt.latest_step()
     ckpt.close()
     start = 0 if last is None else last
-    if start > s.train_iters:
+    if start > steps.train_iters:
         raise app.UsageError(
-            f"checkpoint {s.checkpoint_dir} is at step {start}, past --train_iters={s.train_iters}"
+            f"checkpoint {s.checkpoint_dir} is at step {start}, past "
+            f"--train_iters={steps.train_iters}"
         )
     return transitions.plan(transitions.phase_of(start))
 

@@ -36,7 +36,7 @@ def open_source(prefix, maps):
     config = jaxblend.index.GPTDataConfig(
         blend=[prefix], split="100,0,0", seq_length=16, seed=1, num_samples=(64, 0, 0))
     access = jaxblend.DataAccess.from_env().with_maps(location=maps)
-    options = jaxblend.GPTSchemaOptions(seq_length=16, eod_id=1000)
+    options = jaxblend.GPTSchemaOptions(eod_id=1000)
     return jaxblend.open_gpt_sources(config, options, access=access)["train"]
 
 

@@ -52,7 +52,7 @@ blend = [str(v) for p in prefixes for v in (1.0, p)]
 config = index.GPTDataConfig(
     blend=blend, split="100,0,0", seq_length=16, seed=7, num_samples=(64, None, None)
 )
-source = open_gpt_sources(config, GPTSchemaOptions(seq_length=16), access=access)["train"]
+source = open_gpt_sources(config, GPTSchemaOptions(), access=access)["train"]
 print(sorted(m for m in {modules!r} if m in sys.modules))
 source.get_batch([0, 5, 9])
 print(sorted(m for m in {modules!r} if m in sys.modules))
@@ -79,7 +79,7 @@ def test_a_cached_open_calls_no_kernel_and_loads_no_build_module(tmp_path):
         blend=[str(v) for p in prefixes for v in (1.0, p)], split="100,0,0", seq_length=16,
         seed=7, num_samples=(64, None, None),
     )
-    open_gpt_sources(config, GPTSchemaOptions(seq_length=16), access=access)  # builds the maps
+    open_gpt_sources(config, GPTSchemaOptions(), access=access)  # builds the maps
     entries = sorted(os.listdir(cache))
     code = _CACHED_OPEN.format(
         prefixes=prefixes, cache=cache, memo=memo, modules=_NOT_AT_A_CACHED_OPEN

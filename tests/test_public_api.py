@@ -26,7 +26,7 @@ def test_readme_example_and_grain_protocol(tmp_path):
         num_samples=(batch * 10, batch, 0))
     access = jaxblend.DataAccess.from_env().with_maps(location=str(tmp_path / "cache"))
     sources = jaxblend.open_gpt_sources(
-        config, jaxblend.GPTSchemaOptions(seq_length=seq, eod_id=50256, eod_mask_loss=True),
+        config, jaxblend.GPTSchemaOptions(eod_id=50256, eod_mask_loss=True),
         access=access)
     mesh = jax.make_mesh((jax.device_count(),), ("data",))
     loader = jaxblend.make_loader(sources["train"], mesh, global_batch_size=batch)
@@ -44,7 +44,7 @@ def test_readme_example_and_grain_protocol(tmp_path):
     assert len(ds) == len(src)
     np.testing.assert_array_equal(ds[5]["inputs"], src[5]["inputs"])
     assert repr(pickle.loads(pickle.dumps(src))) == repr(src)
-    mock = jaxblend.MockSource(64, jaxblend.GPTSchemaOptions(seq_length=8))
+    mock = jaxblend.MockSource(64, jaxblend.GPTSchemaOptions(), seq_length=8)
     np.testing.assert_array_equal(pickle.loads(pickle.dumps(mock))[3]["inputs"], mock[3]["inputs"])
 
 
@@ -52,7 +52,7 @@ def test_every_sample_of_an_epoch_exactly_once(tmp_path):
     rng = np.random.default_rng(1)
     prefix = write_random_dataset(str(tmp_path / "d"), rng, 200, lengths=(5, 60))
     config = jaxblend.index.GPTDataConfig(blend=[prefix], split="100,0,0", seq_length=16)
-    src = jaxblend.open_gpt_sources(config, jaxblend.GPTSchemaOptions(seq_length=16))["train"]
+    src = jaxblend.open_gpt_sources(config, jaxblend.GPTSchemaOptions())["train"]
     mesh = jax.make_mesh((4, 2), ("data", "tensor"))
     batches = list(jaxblend.make_loader(src, mesh, global_batch_size=8))
     assert len(batches) == len(src) // 8

@@ -42,7 +42,6 @@ from jaxblend.cli.access_flags import data_access_from_flags, prefixes_from_flag
 from jaxblend.cli.assembly import (
     MockSettings,
     RunConfig,
-    ValidationSets,
     assemble,
     phase_data_config,
     run_config_from_flags,
@@ -91,7 +90,6 @@ __all__ = [
     "RunTokenizer",
     "StepSettings",
     "TrainSettings",
-    "ValidationSets",
     "assemble",
     "call",
     "checked_run_config_from_flags",

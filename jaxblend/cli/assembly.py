@@ -10,8 +10,9 @@ in this order:
   4. `GPTDataConfig` the data: blends, split, sequence length, seed, and the sample counts of
                      `StepSettings.sample_counts` (the same in every tool and in training, so
                      they all compute the same index-map key and publication key);
-  5. `GPTSchemaOptions` the sample schema, its sequence length and extra token taken from the
-                     data configuration (each fact is read once, from one place).
+  5. `GPTSchemaOptions` the sample schema: what the arrays of a window hold (the window itself,
+                     sequence length and extra token, is the data configuration's: each fact
+                     is stored once, and every option that changes a batch's tokens is there).
 
 It reads no absl flag and may be called from Python and tests with values built by hand;
 `run_config_from_flags()` is the same call on the program's parsed flags, used by every tool and
@@ -40,17 +41,22 @@ if TYPE_CHECKING:  # the sampling and source layers load JAX/Numba: deferred
 
 @dataclasses.dataclass(frozen=True)
 class MockSettings:
-    """A synthetic source (`jaxblend.sources.MockSource`) instead of datasets.
+    """A synthetic source (`jaxblend.sources.MockSource`) instead of datasets: the data
+    configuration of mock data.
 
     Attributes:
       num_samples: samples of the source.
       vocab_size: token ids are drawn below this.
       seed: the source's random seed.
+      seq_length: tokens per sample.
+      add_extra_token_to_sequence: windows hold `seq_length + 1` tokens.
     """
 
     num_samples: int
     vocab_size: int
     seed: int
+    seq_length: int
+    add_extra_token_to_sequence: bool = True
 
     def __post_init__(self) -> None:
         if self.num_samples < 1 or self.vocab_size < 1:
@@ -61,19 +67,6 @@ class MockSettings:
 
 
 @dataclasses.dataclass(frozen=True)
-class ValidationSets:
-    """How the validation split is read (each option changes the validation batches).
-
-    Attributes:
-      multiple: each prefix of the validation blend is its own validation set.
-      full: with `multiple`, one whole epoch of each set.
-    """
-
-    multiple: bool = False
-    full: bool = False
-
-
-@dataclasses.dataclass(frozen=True)
 class RunConfig:
     """What a program reads, assembled by `assemble`.
 
@@ -81,10 +74,9 @@ class RunConfig:
       access: where and how the datasets and their index maps are reached.
       steps: the step plan's settings (global batch sizes, steps, evaluation).
       schedule: `--data_schedule`'s stages in steps, or None.
-      config: the data configuration (None with mock data).
+      config: the data configuration (None with mock data), validation sets included.
       schema: the sample schema.
       mock: the synthetic source replacing the datasets, or None.
-      validation: how the validation split is read.
       tokenizer: what the tokenizer step returned (`jaxblend.cli.RunTokenizer`), or None when
         none was asked for.
     """
@@ -95,8 +87,12 @@ class RunConfig:
     config: index.GPTDataConfig | None
     schema: GPTSchemaOptions
     mock: MockSettings | None = None
-    validation: ValidationSets = ValidationSets()
     tokenizer: Any = None
+
+    @property
+    def seq_length(self) -> int:
+        """Tokens per sample: the data configuration's (the mock data's)."""
+        return (self.mock if self.config is None else self.config).seq_length
 
 
 def data_access(values: DataFlagValues, default_map_location: str | None = None) -> DataAccess:
@@ -152,7 +148,12 @@ def mock_settings(values: DataFlagValues) -> MockSettings | None:
             f"--data_schedule={values.data_schedule} blends datasets but --mock_data replaces "
             "them with synthetic samples: drop one of the two"
         )
-    return MockSettings(values.mock_num_samples, values.mock_vocab_size, values.seed)
+    if values.seq_length is None:
+        raise ValueError("--seq_length is required")
+    return MockSettings(
+        values.mock_num_samples, values.mock_vocab_size, values.seed, values.seq_length,
+        values.add_extra_token_to_sequence,
+    )
 
 
 def read_schedule(values: DataFlagValues, access: DataAccess) -> DataSchedule | None:
@@ -223,6 +224,8 @@ def data_config(
         add_extra_token_to_sequence=values.add_extra_token_to_sequence,
         drop_last_partial_validation_sequence=values.drop_last_partial_validation_sequence,
         mid_level_dataset_surplus=values.mid_level_dataset_surplus,
+        multiple_validation_sets=values.multiple_validation_sets,
+        full_validation=values.full_validation,
     )
     return config if phase is None else phase_data_config(config, phase)
 
@@ -237,17 +240,13 @@ def phase_data_config(
 
 
 def schema_options(
-    values: DataFlagValues,
-    config: index.GPTDataConfig | None,
-    eod_id: int | None = None,
-    tokenizer: Any = None,
+    values: DataFlagValues, eod_id: int | None = None, tokenizer: Any = None
 ) -> GPTSchemaOptions:
-    """The sample schema of the schema flags' values; its sequence length and extra token are the
-    data configuration's (the flags' with mock data).
+    """The sample schema of the schema flags' values (the window, `--seq_length` and
+    `--add_extra_token_to_sequence`, is the data configuration's).
 
     Args:
       values: the flags' values.
-      config: the data configuration, or None (mock data).
       eod_id: the end-of-document id when `--eod_id` is not given.
       tokenizer: the `TokenizerSpec` of `--tokenizer_type` & co., which `--fim_data` uses for
         data without a preprocessing record.
@@ -257,22 +256,15 @@ def schema_options(
     """
     from jaxblend.sources import GPTSchemaOptions
 
-    options = {
-        "eod_id": values.eod_id if values.eod_id is not None else eod_id,
-        "eod_mask_loss": values.eod_mask_loss,
-        "reset_position_ids": values.reset_position_ids,
-        "reset_attention_mask": values.reset_attention_mask,
-        "megatron_compat": values.megatron_compat,
-        "pad_id": values.pad_id,
-        "inter_document_masking": values.inter_document_masking,
-        "fim": fim_flags.fim_options(values, tokenizer),
-    }
-    if config is not None:
-        return GPTSchemaOptions.for_config(config, **options)
     return GPTSchemaOptions(
-        seq_length=values.seq_length,
-        add_extra_token_to_sequence=values.add_extra_token_to_sequence,
-        **options,
+        eod_id=values.eod_id if values.eod_id is not None else eod_id,
+        eod_mask_loss=values.eod_mask_loss,
+        reset_position_ids=values.reset_position_ids,
+        reset_attention_mask=values.reset_attention_mask,
+        megatron_compat=values.megatron_compat,
+        pad_id=values.pad_id,
+        inter_document_masking=values.inter_document_masking,
+        fim=fim_flags.fim_options(values, tokenizer),
     )
 
 
@@ -400,9 +392,8 @@ def assemble(
         steps=steps,
         schedule=schedule,
         config=config,
-        schema=schema_options(values, config, eod_id, getattr(recorded, "spec", None)),
+        schema=schema_options(values, eod_id, getattr(recorded, "spec", None)),
         mock=mock,
-        validation=ValidationSets(values.multiple_validation_sets, values.full_validation),
         tokenizer=recorded,
     )
 

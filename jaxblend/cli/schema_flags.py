@@ -39,7 +39,8 @@ def define_schema_flags() -> None:
 
 def schema_options_from_flags(eod_id: int | None = None):
     """The `jaxblend.sources.GPTSchemaOptions` of the flags (`assembly.schema_options` of their
-    values; `--seq_length` and `--add_extra_token_to_sequence` as the data flags give them).
+    values; the window, `--seq_length` and `--add_extra_token_to_sequence`, is the data
+    configuration's).
 
     Args:
       eod_id: the end-of-document id when `--eod_id` is not given (e.g. a built-in tokenizer's, or
@@ -48,4 +49,4 @@ def schema_options_from_flags(eod_id: int | None = None):
     Raises:
       ValueError: an inconsistent combination (the message names the option).
     """
-    return assembly.schema_options(read_flag_values(), None, eod_id)
+    return assembly.schema_options(read_flag_values(), eod_id)

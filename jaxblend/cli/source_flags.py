@@ -45,7 +45,7 @@ def open_source(split: str, run: RunConfig):
 
     Args:
       split: the split; "valid_<k>" is the k-th of `--multiple_validation_sets`.
-      run: the assembled configuration (its data, schema, access, mock data, validation sets).
+      run: the assembled configuration (its data, schema, access, mock data).
 
     Raises:
       ValueError: if the configuration has no such split.
@@ -54,7 +54,11 @@ def open_source(split: str, run: RunConfig):
 
     if run.mock is not None:
         m = run.mock
-        return MockSource(m.num_samples, run.schema, vocab_size=m.vocab_size, seed=m.seed)
+        return MockSource(
+            m.num_samples, run.schema, seq_length=m.seq_length,
+            add_extra_token_to_sequence=m.add_extra_token_to_sequence, vocab_size=m.vocab_size,
+            seed=m.seed,
+        )
     if split.startswith("valid_"):
         sets = open_validation_sources(run)
         if split not in sets:
@@ -80,13 +84,11 @@ def open_validation_sources(run: RunConfig) -> dict:
     Raises:
       ValueError: if the configuration has no validation split.
     """
-    if not run.validation.multiple or run.mock is not None:
+    if run.mock is not None or not run.config.multiple_validation_sets:
         return {"valid": open_source("valid", run)}
     from jaxblend.sources import open_validation_sets
 
-    sets = open_validation_sets(
-        run.config, run.schema, access=run.access, full_validation=run.validation.full
-    )
+    sets = open_validation_sets(run.config, run.schema, access=run.access)
     return {f"valid_{k}": source for k, source in enumerate(sets.values())}
 
 

@@ -83,12 +83,10 @@ def _define_run_flags() -> None:
 
 @dataclasses.dataclass(frozen=True)
 class TrainSettings:
-    """The training example's settings (one field per flag of `define_train_flags`, plus the
-    global batch size of the step-plan flags)."""
+    """The training example's settings: one field per flag of `define_train_flags` (the batch
+    sizes, steps and evaluation are the step plan's: `StepSettings`)."""
 
     workdir: str
-    global_batch_size: int
-    train_iters: int
     lr: float
     min_lr: float
     lr_warmup_iters: int
@@ -102,26 +100,12 @@ class TrainSettings:
     log_interval: int
     log_datasets: int
     metrics_jsonl: str | None
-    eval_interval: int
-    eval_iters: int
     checkpoint_dir: str
     save_interval: int
     keep_checkpoints: int
     peer_timeout: float
     default_corpus_mb: float
     default_corpus_weights: tuple[str, ...]
-
-    def __post_init__(self) -> None:
-        if self.global_batch_size < 1 or self.train_iters < 1:
-            raise ValueError(
-                f"--global_batch_size and --train_iters must be >= 1, got "
-                f"{self.global_batch_size} and {self.train_iters}"
-            )
-
-    @property
-    def eval_batches(self) -> int:
-        """Validation batches per evaluation (0 when evaluation is off)."""
-        return self.eval_iters if self.eval_interval else 0
 
 
 def train_settings_from_flags() -> TrainSettings:

@@ -87,11 +87,6 @@ class Blend(Sequence[str]):
     def __iter__(self) -> Iterator[str]:
         return iter(self.items)
 
-    @property
-    def weighted(self) -> bool:
-        """Whether the blend gives weights (else it follows the datasets' sizes)."""
-        return self.weights is not None
-
     def normalized_weights(self) -> tuple[float, ...] | None:
         """The weights normalized once, `w / sum(w)` as Megatron's `normalize`, or None."""
         return None if self.weights is None else tuple(normalize(self.weights))

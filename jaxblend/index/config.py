@@ -131,6 +131,12 @@ class GPTDataConfig:
         valid and test splits (both may be None: no valid/test split). With `blend` + `split`,
         every schedule dataset trains on `split`'s train portion of its documents, otherwise on
         all of them.
+      multiple_validation_sets: Megatron's `--multiple-validation-sets`: each prefix of the
+        validation blend of `blend_per_split` is a validation set of its own
+        (`jaxblend.sources.open_validation_sets`); the index maps of this configuration are
+        unchanged.
+      full_validation: with `multiple_validation_sets`, each set is one whole epoch of its
+        prefix instead of `num_samples[valid]` samples.
     """
 
     blend: blend_spec.Blend | None = None
@@ -145,6 +151,8 @@ class GPTDataConfig:
     drop_last_partial_validation_sequence: bool = True
     mid_level_dataset_surplus: float = 0.005
     train_schedule: BlendSchedule | None = None
+    multiple_validation_sets: bool = False
+    full_validation: bool = False
 
     def __post_init__(self) -> None:
         if self.train_schedule is not None and not isinstance(self.train_schedule, BlendSchedule):
@@ -214,6 +222,22 @@ class GPTDataConfig:
             raise ValueError(
                 f"mid_level_dataset_surplus = {self.mid_level_dataset_surplus!r} must be finite and >= 0"
             )
+
+    def sample_fields(self) -> dict[str, object]:
+        """The scalar settings that fix the samples of every split, as named fingerprint fields
+        (`jaxblend.identity`) of the index maps' and the publication's keys. The validation-set
+        options are not among them: they choose which configurations are opened, not the maps
+        of this one."""
+        return {
+            "seq_length": int(self.seq_length),
+            "seed": int(self.seed),
+            "num_samples": list(self.num_samples),
+            "add_extra_token_to_sequence": bool(self.add_extra_token_to_sequence),
+            "drop_last_partial_validation_sequence": bool(
+                self.drop_last_partial_validation_sequence
+            ),
+            "mid_level_dataset_surplus": float(self.mid_level_dataset_surplus),
+        }
 
     def split_blend(self, name: str) -> blend_spec.Blend | None:
         """The blend split `name` ("train", "valid" or "test") draws from, as written: `blend`

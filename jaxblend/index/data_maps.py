@@ -85,12 +85,7 @@ def plan_fingerprint(
         if schedule is None
         else [{"start": s.start_sample, "blend": encode(s.blend)} for s in schedule.stages],
         split=config.split if config.blend is not None else None,
-        seq_length=int(config.seq_length),
-        seed=int(config.seed),
-        num_samples=list(config.num_samples),
-        add_extra_token_to_sequence=bool(config.add_extra_token_to_sequence),
-        drop_last_partial_validation_sequence=bool(config.drop_last_partial_validation_sequence),
-        mid_level_dataset_surplus=float(config.mid_level_dataset_surplus),
+        **config.sample_fields(),
         datasets=[infos[p].fingerprint for p in prefixes],
     )
 

@@ -119,7 +119,10 @@ class GPTTrainHistory:
         from jaxblend.sources.source_identity import gpt_source_fingerprint
 
         history = history_fingerprint(self.config, self._infos, int(num_samples))
-        return gpt_source_fingerprint(history, "train-history", self.options)
+        return gpt_source_fingerprint(
+            history, "train-history", self.options, self.config.seq_length,
+            self.config.add_extra_token_to_sequence,
+        )
 
 
 def _unread():

@@ -21,8 +21,7 @@ reading it). Names resolve on first use.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from jaxblend import _lazy
 
 _NAMES = {
     "CacheStatus": "jaxblend.map_store.store",
@@ -47,11 +46,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name in _NAMES:
-        return getattr(importlib.import_module(_NAMES[name]), name)
-    raise AttributeError(f"module 'jaxblend.map_store' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_NAMES])
+__getattr__, __dir__ = _lazy.exports(__name__, _NAMES)

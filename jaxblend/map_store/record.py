@@ -52,12 +52,7 @@ def launch_key(config: GPTDataConfig) -> str:
         if config.blend_per_split is None
         else [None if b is None else list(b) for b in config.blend_per_split],
         split=config.split,
-        seq_length=int(config.seq_length),
-        seed=int(config.seed),
-        num_samples=list(config.num_samples),
-        add_extra_token_to_sequence=bool(config.add_extra_token_to_sequence),
-        drop_last_partial_validation_sequence=bool(config.drop_last_partial_validation_sequence),
-        mid_level_dataset_surplus=float(config.mid_level_dataset_surplus),
+        **config.sample_fields(),
     )
 
 

@@ -53,12 +53,6 @@ def run_settings(
 SCAN_TOKENS = 1 << 24  # tokens per block of `scan_outputs`
 
 
-def max_token_ids(names: dict[str, str], dtype: np.dtype) -> dict[str, int | None]:
-    """The largest token id of each finished dataset (key -> None for an empty one), read from
-    its ``.bin`` in chunks."""
-    return scan_outputs(names, dtype)[0]
-
-
 def scan_outputs(
     names: dict[str, str], dtype: np.dtype
 ) -> tuple[dict[str, int | None], dict[str, str]]:

@@ -10,8 +10,7 @@ every host, for any topology, before and after a resume (docs/design.md, "Global
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from jaxblend import _lazy
 
 _NAMES = {
     "DataSchedule": "jaxblend.sampling.data_schedule",
@@ -60,12 +59,5 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    """Resolves a public name on first use (the Grain sampler loads Grain; the plans do not)."""
-    if name in _NAMES:
-        return getattr(importlib.import_module(_NAMES[name]), name)
-    raise AttributeError(f"module 'jaxblend.sampling' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_NAMES])
+# Names resolve on first use (the Grain sampler loads Grain; the plans do not).
+__getattr__, __dir__ = _lazy.exports(__name__, _NAMES)

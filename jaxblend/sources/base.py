@@ -12,9 +12,29 @@ form, run where the data is read) and `assemble_batch` (run in the training proc
 from __future__ import annotations
 
 import abc
+import threading
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
+
+
+class PerProcess:
+    """Pickling of an object with per-process members (Grain workers): its `_lock` is made anew
+    and the members named in `PER_PROCESS` travel as None, each process building its own on
+    first use."""
+
+    PER_PROCESS: tuple[str, ...] = ()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        del state["_lock"]
+        state.update(dict.fromkeys(self.PER_PROCESS))
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
 
 
 class BatchSource(abc.ABC):

@@ -91,8 +91,8 @@ def open_gpt_sources(
 
     Args:
       config: the data configuration (blend, split, sequence length, seed, sample counts).
-      options: schema options; `seq_length` and `add_extra_token_to_sequence` must equal the
-        configuration's.
+      options: schema options (what a sample's arrays hold); the window (`seq_length`, the extra
+        token) is the configuration's.
       access: how data is reached: storage backend, object-store options, the map store and the
         identity memo (default: `DataAccess.from_env()`, evaluated once here); carried into Grain
         workers by the sources.
@@ -107,20 +107,8 @@ def open_gpt_sources(
     `options.fim.tokenizer`; the configuration's seed).
 
     Raises:
-      ValueError: if the schema options disagree with the configuration, or FIM's tokenizer or a
-        sentinel token cannot be found.
+      ValueError: if FIM's tokenizer or a sentinel token cannot be found.
     """
-    if options.seq_length != config.seq_length:
-        raise ValueError(
-            f"schema seq_length={options.seq_length} differs from the data configuration's "
-            f"seq_length={config.seq_length}"
-        )
-    if options.add_extra_token_to_sequence != config.add_extra_token_to_sequence:
-        raise ValueError(
-            "schema add_extra_token_to_sequence="
-            f"{options.add_extra_token_to_sequence} differs from the data configuration's "
-            f"{config.add_extra_token_to_sequence}"
-        )
     access = DataAccess.from_env() if access is None else access
     from jaxblend import grain_workers  # a plain script's grain.DataLoader workers
 
@@ -138,8 +126,9 @@ def open_gpt_sources(
         indexes, fingerprint = _split_maps_indexes(config, access, splits)
     return {
         split: None if index is None else GPTSource(
-            index, options, fingerprint=fingerprint, split=split, access=access,
-            transform=transform,
+            index, options, seq_length=config.seq_length,
+            add_extra_token_to_sequence=config.add_extra_token_to_sequence,
+            fingerprint=fingerprint, split=split, access=access, transform=transform,
         )
         for split, index in indexes.items()
     }
@@ -209,20 +198,20 @@ def open_validation_sets(
     options: schema.GPTSchemaOptions,
     *,
     access: DataAccess | None = None,
-    full_validation: bool = False,
 ) -> dict[str, base.BatchSource]:
     """Megatron's multiple validation sets: each prefix of the valid blend as its own source.
 
     As megatron-core's builder does with `multiple_validation_sets`, every prefix of the per-split
     validation blend (weights are ignored) becomes a separate GPT dataset drawing the validation
-    sample count (one epoch with `full_validation`), so each set's samples equal Megatron's.
+    sample count (one epoch with the configuration's `full_validation`), so each set's samples
+    equal Megatron's.
 
     Args:
-      config: a `GPTDataConfig` with `blend_per_split` naming a validation blend.
+      config: a `GPTDataConfig` with `blend_per_split` naming a validation blend (its
+        `full_validation` says whether each set is one whole epoch).
       options: schema options (as for `open_gpt_sources`).
       access: how data is reached (as for `open_gpt_sources`; default `DataAccess.from_env()`,
         evaluated once here).
-      full_validation: one whole epoch of every set instead of the validation sample count.
 
     Returns:
       `{prefix: source}` in blend order.
@@ -232,7 +221,7 @@ def open_validation_sets(
     """
     access = DataAccess.from_env() if access is None else access
     out: dict[str, base.BatchSource] = {}
-    for prefix, one in validation_set_configs(config, full_validation=full_validation).items():
+    for prefix, one in validation_set_configs(config).items():
         source = open_gpt_sources(one, options, access=access)["valid"]
         if source is None:
             raise ValueError(f"validation set {prefix!r} has no samples")
@@ -240,9 +229,7 @@ def open_validation_sets(
     return out
 
 
-def validation_set_configs(
-    config: index.GPTDataConfig, *, full_validation: bool = False
-) -> dict[str, index.GPTDataConfig]:
+def validation_set_configs(config: index.GPTDataConfig) -> dict[str, index.GPTDataConfig]:
     """The data configuration of each of Megatron's multiple validation sets (see
     `open_validation_sets`): `{prefix: config of that prefix alone}`, in blend order; each
     configuration's "valid" split is the set.
@@ -257,7 +244,7 @@ def validation_set_configs(
             "(--valid_data_path or --per_split_data_args_path), as in Megatron-LM"
         )
     blend = per_split[1]  # a Blend, parsed with the config
-    samples = None if full_validation else config.num_samples[1]
+    samples = None if config.full_validation else config.num_samples[1]
     return {
         prefix: dataclasses.replace(
             config, blend_per_split=(None, (prefix,), None), num_samples=(None, samples, None)

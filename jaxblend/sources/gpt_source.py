@@ -35,14 +35,19 @@ from jaxblend.storage.token_reader import TokenReader
 
 
 @numba.njit(cache=True, nogil=True)
-def _destinations(span_row, span_length, num_rows):  # pragma: no cover - compiled
+def _destinations(span_row, span_length, num_rows, window):  # pragma: no cover - compiled
+    # Each piece's position in the flat `[num_rows, window]` text, each row's valid length, and
+    # the longest row (more than `window` tokens: the span index was built for another window).
     dest = np.empty(span_row.shape[0], np.int64)
     n_valid = np.zeros(num_rows, np.int64)
     for s in range(span_row.shape[0]):
         r = span_row[s]
-        dest[s] = n_valid[r]
+        dest[s] = r * window + n_valid[r]
         n_valid[r] += span_length[s]
-    return dest, n_valid
+    longest = 0
+    for r in range(num_rows):
+        longest = max(longest, n_valid[r])
+    return dest, n_valid, longest
 
 
 class WindowTransform(Protocol):
@@ -57,13 +62,15 @@ class WindowTransform(Protocol):
     def identity_fields(self) -> dict[str, object]: ...
 
 
-class GPTSource(base.BatchSource):
+class GPTSource(base.PerProcess, base.BatchSource):
     """Samples of one split of a GPT dataset or blend, read in batches.
 
     Args:
       span_index: where the split's samples are (`SplitMapsSpanIndex`, `RowTableSpanIndex`).
-      options: schema options; `seq_length` and `add_extra_token_to_sequence` must match the
-        index maps the span index was built from.
+      options: schema options (what the arrays of a window hold).
+      seq_length: S, tokens per sample: the data configuration's, which the span index was
+        built for.
+      add_extra_token_to_sequence: windows hold S + 1 tokens (the data configuration's).
       fingerprint: identity of the data plan (`DataMaps.fingerprint`, a publication's plan key).
       split: the split name, for messages, repr and the fingerprint.
       access: how the `.bin` files are read (default: `DataAccess.from_env()`).
@@ -76,6 +83,8 @@ class GPTSource(base.BatchSource):
         span_index: SpanIndex,
         options: schema.GPTSchemaOptions,
         *,
+        seq_length: int,
+        add_extra_token_to_sequence: bool = True,
         fingerprint: str,
         split: str = "train",
         access: access_lib.DataAccess | None = None,
@@ -90,27 +99,26 @@ class GPTSource(base.BatchSource):
         self._length = len(span_index)
         self._names = list(span_index.dataset_names)
         self.options = options
+        self.seq_length = int(seq_length)
+        self.add_extra_token_to_sequence = bool(add_extra_token_to_sequence)
+        self.window_length = schema.window_length(seq_length, add_extra_token_to_sequence)
         self.split = split
         self.access = access if access is not None else access_lib.DataAccess.from_env()
         self.transform = transform
         self._fingerprint = gpt_source_fingerprint(
-            fingerprint, split, options, None if transform is None else transform.identity_fields()
+            fingerprint, split, options, seq_length, add_extra_token_to_sequence,
+            None if transform is None else transform.identity_fields(),
         )
         self._lock = threading.Lock()
         self._reader: TokenReader | None = None  # built on first read, per process
+
+    PER_PROCESS = ("_reader",)  # each process opens the `.bin` files it reads
 
     def __getstate__(self) -> dict[str, Any]:
         from jaxblend import grain_workers  # pickled for a Grain worker
 
         grain_workers.refuse_unguarded_main()
-        state = dict(self.__dict__)
-        state.pop("_lock")
-        state["_reader"] = None
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
+        return super().__getstate__()
 
     def __len__(self) -> int:
         return self._length
@@ -172,19 +180,16 @@ class GPTSource(base.BatchSource):
 
     def _read(self, ids: np.ndarray):
         pieces = self._index.pieces(ids)
-        dest, n_valid = _destinations(pieces.row, pieces.length, ids.size)
-        window = self.options.window_length
-        text = schema.allocate_arrays({"text": ((ids.size, window), np.int32)})["text"]
-        text.fill(-1)
-        if int(n_valid.max(initial=0)) > window:
+        window = self.window_length
+        dest, n_valid, longest = _destinations(pieces.row, pieces.length, ids.size, window)
+        if longest > window:
             raise ValueError(
-                f"the span index gives windows of {int(n_valid.max())} tokens but the source "
+                f"the span index gives windows of {longest} tokens but the source "
                 f"expects {window}: seq_length/add_extra_token mismatch"
             )
-        self.token_reader.read(
-            pieces.dataset, pieces.offset, pieces.length, text.reshape(-1),
-            pieces.row * window + dest,
-        )
+        text = schema.allocate_arrays({"text": ((ids.size, window), np.int32)})["text"]
+        text.fill(-1)
+        self.token_reader.read(pieces.dataset, pieces.offset, pieces.length, text.reshape(-1), dest)
         return text, n_valid, pieces
 
     def windows(self, sample_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -208,7 +213,7 @@ class GPTSource(base.BatchSource):
         return raw
 
     def assemble_batch(self, raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return schema.assemble_windows(raw, self.options)
+        return schema.assemble_windows(raw, self.options, seq_length=self.seq_length)
 
     def get_batch(self, sample_ids: np.ndarray) -> dict[str, np.ndarray]:
         return self.assemble_batch(self.read_batch(sample_ids))

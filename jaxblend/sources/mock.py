@@ -42,8 +42,9 @@ class MockSource(base.BatchSource):
 
     Args:
       num_samples: length of the source.
-      options: schema options (seq_length, extra token, EOD handling); `eod_id` defaults to
-        `vocab_size - 1`.
+      options: schema options (EOD handling); `eod_id` defaults to `vocab_size - 1`.
+      seq_length: S, tokens per sample.
+      add_extra_token_to_sequence: windows hold S + 1 tokens.
       vocab_size: tokens are in `[0, vocab_size)`.
       seed: changes every token.
       mean_doc_length: mean synthetic document length in tokens.
@@ -54,6 +55,8 @@ class MockSource(base.BatchSource):
         num_samples: int,
         options: schema.GPTSchemaOptions,
         *,
+        seq_length: int,
+        add_extra_token_to_sequence: bool = True,
         vocab_size: int = 32000,
         seed: int = 0,
         mean_doc_length: int = 512,
@@ -70,6 +73,9 @@ class MockSource(base.BatchSource):
                 "neither: drop --fim_data or --mock_data"
             )
         self.num_samples = num_samples
+        self.seq_length = int(seq_length)
+        self.add_extra_token_to_sequence = bool(add_extra_token_to_sequence)
+        self.window_length = schema.window_length(seq_length, add_extra_token_to_sequence)
         self.vocab_size = vocab_size
         self.seed = seed
         self.mean_doc_length = mean_doc_length
@@ -84,7 +90,9 @@ class MockSource(base.BatchSource):
     def __repr__(self) -> str:
         return (
             f"MockSource(num_samples={self.num_samples}, vocab_size={self.vocab_size}, "
-            f"seed={self.seed}, mean_doc_length={self.mean_doc_length}, options={self.options})"
+            f"seed={self.seed}, mean_doc_length={self.mean_doc_length}, seq_length={self.seq_length}, "
+            f"add_extra_token_to_sequence={self.add_extra_token_to_sequence}, "
+            f"options={self.options})"
         )
 
     @property
@@ -92,26 +100,26 @@ class MockSource(base.BatchSource):
         return identity.fingerprint(
             "mock_source", 1, num_samples=self.num_samples, vocab_size=self.vocab_size,
             seed=self.seed, mean_doc_length=self.mean_doc_length,
-            schema=self.options.identity_fields(),
+            schema=self.options.identity_fields(self.seq_length, self.add_extra_token_to_sequence),
         )
 
     def windows(self, sample_ids: np.ndarray) -> np.ndarray:
         """Raw int32 token windows `[k, seq_length + extra]` of `sample_ids`."""
         ids = self._check_ids(sample_ids)
-        out = np.empty((ids.size, self.options.window_length), np.int32)
+        out = np.empty((ids.size, self.window_length), np.int32)
         _mock_windows(
-            ids, self.seed, self.options.window_length, self.vocab_size,
+            ids, self.seed, self.window_length, self.vocab_size,
             self.options.eod_id, self.mean_doc_length, out,
         )
         return out
 
     def read_batch(self, sample_ids: np.ndarray) -> dict[str, np.ndarray]:
         ids = self._check_ids(sample_ids)
-        n_valid = np.full(ids.size, self.options.window_length, np.int64)
+        n_valid = np.full(ids.size, self.window_length, np.int64)
         return schema.raw_windows(self.windows(ids), n_valid, np.zeros(ids.size, np.int32), ids)
 
     def assemble_batch(self, raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return schema.assemble_windows(raw, self.options)
+        return schema.assemble_windows(raw, self.options, seq_length=self.seq_length)
 
     def get_batch(self, sample_ids: np.ndarray) -> dict[str, np.ndarray]:
         return self.assemble_batch(self.read_batch(sample_ids))

@@ -34,6 +34,7 @@ padding positions keep position and segment 0 (`cu_seqlens` still folds them int
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numba
 import numpy as np
@@ -48,10 +49,11 @@ GPT_KEYS = ("inputs", "targets", "loss_mask", "positions", "segment_ids", "datas
 class GPTSchemaOptions:
     """How token windows become training arrays.
 
+    The window itself (`seq_length` S and whether it holds an extra token) is a fact of the data:
+    it is the data configuration's (`jaxblend.index.GPTDataConfig`), and a source reads it from
+    there; these options say only what the arrays made of a window hold.
+
     Attributes:
-      seq_length: S, the model's sequence length (> 0).
-      add_extra_token_to_sequence: windows hold S + 1 tokens (Megatron's default) so targets are
-        the next tokens; with False they hold S tokens and the last target is padding.
       eod_id: the end-of-document token id; required by the three options below.
       eod_mask_loss: zero the loss where the target is EOD.
       reset_position_ids: restart positions after each EOD.
@@ -64,8 +66,6 @@ class GPTSchemaOptions:
         window is rewritten before the arrays are built; None = plain windows.
     """
 
-    seq_length: int
-    add_extra_token_to_sequence: bool = True
     eod_id: int | None = None
     eod_mask_loss: bool = False
     reset_position_ids: bool = False
@@ -76,8 +76,6 @@ class GPTSchemaOptions:
     fim: FIMOptions | None = None
 
     def __post_init__(self):
-        if self.seq_length <= 0:
-            raise ValueError(f"seq_length must be > 0, got {self.seq_length}")
         needs_eod = self.eod_mask_loss or self.reset_position_ids or self.reset_attention_mask
         if needs_eod and self.eod_id is None:
             raise ValueError(
@@ -87,27 +85,17 @@ class GPTSchemaOptions:
         if self.pad_id is not None and not self.megatron_compat:
             raise ValueError("pad_id applies only with megatron_compat (Megatron's padding)")
 
-    @classmethod
-    def for_config(cls, config, **options) -> GPTSchemaOptions:
-        """The options of the samples of a data configuration (`jaxblend.index.GPTDataConfig`):
-        `seq_length` and `add_extra_token_to_sequence` are the configuration's, read from it
-        (they are facts of the data, given once); `options` are the other fields."""
-        return cls(
-            seq_length=config.seq_length,
-            add_extra_token_to_sequence=config.add_extra_token_to_sequence,
-            **options,
-        )
-
-    def identity_fields(self) -> dict[str, object]:
-        """The options that change the batch, as named fingerprint fields (`jaxblend.identity`).
+    def identity_fields(self, seq_length: int, add_extra_token_to_sequence: bool) -> dict[str, object]:
+        """What changes the batch made of windows of `seq_length` (+ 1 with the extra token)
+        tokens with these options, as named fingerprint fields (`jaxblend.identity`).
 
         Listed explicitly: an option added later that does not change the data is left out (or
         passed through `identity.unless_default`), so existing fingerprints and saved loader
         states stay valid. Options added after the first release enter only when not default.
         """
         return {
-            "seq_length": self.seq_length,
-            "add_extra_token_to_sequence": self.add_extra_token_to_sequence,
+            "seq_length": int(seq_length),
+            "add_extra_token_to_sequence": bool(add_extra_token_to_sequence),
             "eod_id": self.eod_id,
             "eod_mask_loss": self.eod_mask_loss,
             "reset_position_ids": self.reset_position_ids,
@@ -120,10 +108,16 @@ class GPTSchemaOptions:
             ),
         }
 
-    @property
-    def window_length(self) -> int:
-        """Tokens per raw window: S + 1 with the extra token, else S."""
-        return self.seq_length + int(self.add_extra_token_to_sequence)
+
+def window_length(seq_length: int, add_extra_token_to_sequence: bool) -> int:
+    """Tokens per raw window: S + 1 with the extra token, else S (S > 0).
+
+    Raises:
+      ValueError: `seq_length` <= 0.
+    """
+    if seq_length <= 0:
+        raise ValueError(f"seq_length must be > 0, got {seq_length}")
+    return int(seq_length) + int(bool(add_extra_token_to_sequence))
 
 
 @numba.njit(cache=True, nogil=True)
@@ -272,7 +266,7 @@ def allocate_arrays(specs: dict[str, tuple[tuple[int, ...], type]]) -> dict[str,
     total = 0
     for name, (shape, dtype) in specs.items():
         dtype = np.dtype(dtype)
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        nbytes = math.prod(shape) * dtype.itemsize
         layout.append((name, shape, dtype, total, nbytes))
         total += -(-nbytes // 64) * 64  # 64-byte aligned views
     block = np.empty(total, np.uint8)
@@ -287,22 +281,35 @@ def windows_to_batch(
     n_valid: np.ndarray,
     options: GPTSchemaOptions,
     pieces: tuple[np.ndarray, np.ndarray] | None = None,
+    *,
+    seq_length: int,
 ) -> dict[str, np.ndarray]:
     """Builds the schema arrays for a batch of windows.
 
     Args:
-      text: int32 `[k, window_length]` token windows (values past `n_valid[r]` are ignored).
+      text: int32 `[k, seq_length + extra]` token windows (values past `n_valid[r]` are
+        ignored); the extra token is there when the width is `seq_length + 1`.
       n_valid: int64 `[k]` number of real tokens in each window.
       options: the schema options.
       pieces: `(row, length)` of every piece of every window in order, empty pieces included
         (document boundaries for `inter_document_masking`; None = boundaries after each EOD).
+      seq_length: S, the data configuration's sequence length.
 
     Returns:
       dict with `inputs`, `targets` (int32), `loss_mask` (float32), `positions`, `segment_ids`
       (int32), each `[k, seq_length]`; with `inter_document_masking` also `cu_seqlens` (int32
       `[k, seq_length + 1]`) and `max_seqlen` (int32 `[k]`).
+
+    Raises:
+      ValueError: windows neither S nor S + 1 tokens wide.
     """
-    k, s = text.shape[0], options.seq_length
+    k, s = text.shape[0], int(seq_length)
+    extra = text.shape[1] - s
+    if s <= 0 or extra not in (0, 1):
+        raise ValueError(
+            f"windows of {text.shape[1]} tokens for seq_length={seq_length}: expected "
+            f"{seq_length} or {seq_length + 1} (with the extra token)"
+        )
     specs = {
         "inputs": ((k, s), np.int32),
         "targets": ((k, s), np.int32),
@@ -319,7 +326,7 @@ def windows_to_batch(
     if options.megatron_compat:
         pad = -1 if options.pad_id is None else int(options.pad_id)
         _fill_megatron(
-            text, n_valid, s, int(options.add_extra_token_to_sequence), eod, pad,
+            text, n_valid, s, extra, eod, pad,
             options.eod_mask_loss, options.reset_position_ids, options.reset_attention_mask,
             out["inputs"], out["targets"], out["loss_mask"], out["positions"], out["segment_ids"],
         )
@@ -335,8 +342,7 @@ def windows_to_batch(
         else:
             row, length = (np.asarray(a, np.int64) for a in pieces)
         _document_boundaries(
-            row, length, n_valid, text, eod, pieces is not None, s,
-            int(options.add_extra_token_to_sequence),
+            row, length, n_valid, text, eod, pieces is not None, s, extra,
             out["cu_seqlens"], out["max_seqlen"], out["positions"], out["segment_ids"],
         )
         if not options.megatron_compat:  # jaxblend's convention: padding has position/segment 0
@@ -363,11 +369,14 @@ def raw_windows(
     return raw
 
 
-def assemble_windows(raw: dict[str, np.ndarray], options: GPTSchemaOptions) -> dict[str, np.ndarray]:
-    """Raw GPT form (`raw_windows`) -> the batch schema."""
+def assemble_windows(
+    raw: dict[str, np.ndarray], options: GPTSchemaOptions, *, seq_length: int
+) -> dict[str, np.ndarray]:
+    """Raw GPT form (`raw_windows`) of windows for `seq_length` -> the batch schema."""
     pieces = (raw["piece_row"], raw["piece_length"]) if "piece_row" in raw else None
     batch = windows_to_batch(
-        np.asarray(raw["text"]), np.asarray(raw["n_valid"]), options, pieces
+        np.asarray(raw["text"]), np.asarray(raw["n_valid"]), options, pieces,
+        seq_length=seq_length,
     )
     batch["dataset_ids"] = np.asarray(raw["dataset_ids"], np.int32)
     batch["sample_ids"] = np.array(raw["sample_ids"], np.int64)

@@ -12,11 +12,18 @@ from jaxblend.sources.schema import GPTSchemaOptions
 
 
 def gpt_source_fingerprint(
-    data_maps: str, split: str, options: GPTSchemaOptions, transform: dict | None = None
+    data_maps: str,
+    split: str,
+    options: GPTSchemaOptions,
+    seq_length: int,
+    add_extra_token_to_sequence: bool,
+    transform: dict | None = None,
 ) -> str:
-    """Fingerprint of split `split` of the data plan `data_maps` (`DataMaps.fingerprint`) read
-    with `options` (and a window transform's `identity_fields()`, e.g. FIM's tokenizer)."""
+    """Fingerprint of split `split` of the data plan `data_maps` (`DataMaps.fingerprint`), its
+    windows of `seq_length` (+ 1) tokens read with `options` (and a window transform's
+    `identity_fields()`, e.g. FIM's tokenizer)."""
+    schema = options.identity_fields(seq_length, add_extra_token_to_sequence)
     return identity.fingerprint(
-        "gpt_source", 1, data_maps=data_maps, split=split, schema=options.identity_fields(),
+        "gpt_source", 1, data_maps=data_maps, split=split, schema=schema,
         transform=identity.unless_default(transform, None),
     )

@@ -32,6 +32,7 @@ import numpy as np
 
 from jaxblend.index import row_table
 from jaxblend.index.split_maps import SplitMaps
+from jaxblend.sources.base import PerProcess
 from jaxblend.sources.row_tables import RowTables
 from jaxblend.storage.object_store import location
 from jaxblend.storage.reader import IndexedDataset
@@ -88,7 +89,7 @@ def _empty_pieces() -> row_table.RowSpans:
     return row_table.RowSpans(empty, np.zeros(0, np.int32), empty, empty)
 
 
-class SplitMapsSpanIndex:
+class SplitMapsSpanIndex(PerProcess):
     """The pieces of a split from its whole index maps and its opened datasets.
 
     Args:
@@ -100,6 +101,7 @@ class SplitMapsSpanIndex:
 
     requests = 0  # the maps are local (memory-mapped from the map store, or in memory)
     bytes_read = 0
+    PER_PROCESS = ("_sequences",)
 
     def __init__(
         self, maps: SplitMaps, datasets: Sequence[IndexedDataset], *, reopen: Reopener | None = None
@@ -117,17 +119,11 @@ class SplitMapsSpanIndex:
         self._sequences: SequenceSpans | None = None
 
     def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state.pop("_lock")
-        state["_sequences"] = None
+        state = super().__getstate__()
         if self._reopen is not None:
             state["_maps"] = None
             state["_datasets"] = None
         return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return self._length

@@ -11,8 +11,7 @@ Names resolve on first use, so importing one module of the package loads only wh
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from jaxblend import _lazy
 
 _NAMES = {
     "open_kvstore": "jaxblend.storage.object_store.location",
@@ -45,13 +44,6 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    """Resolves a public name on first use (importing `jaxblend.storage.object_store` alone, as
-    `jaxblend.access` does, must not load TensorStore)."""
-    if name in _NAMES:
-        return getattr(importlib.import_module(_NAMES[name]), name)
-    raise AttributeError(f"module 'jaxblend.storage' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_NAMES])
+# Names resolve on first use (importing `jaxblend.storage.object_store` alone, as `jaxblend.access`
+# does, must not load TensorStore).
+__getattr__, __dir__ = _lazy.exports(__name__, _NAMES)

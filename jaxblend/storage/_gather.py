@@ -1,15 +1,14 @@
 """The one compiled gather kernel of the storage layer (Numba, cached on disk).
 
 `gather` copies spans out of several flat sources into one destination, converting to the
-destination's dtype. A *source* is a flat array given by its address and item count, cut into
-"sequences" by an int64 array of byte pointers (also given by address). It serves every read:
+destination's dtype. A *source* is a flat array given by its address and item count. It serves
+every read:
 
-* memory-mapped datasets: sources are the `.bin` token arrays, each one "sequence" at byte 0
-  (`token_reader.TokenReader`, for the ranges of a whole batch across datasets, and so for
-  `IndexedDataset.get` and `dataset[i]`);
-* object stores: sources are the downloaded byte buffers of coalesced range reads, each one
-  "sequence" at byte 0 (`object_store.RangeRead` places them), then the downloaded tokens of each
-  dataset when they need a dtype conversion (`place_runs`).
+* memory-mapped datasets: sources are the `.bin` token arrays (`token_reader.TokenReader`, for the
+  ranges of a whole batch across datasets, and so for `IndexedDataset.get` and `dataset[i]`);
+* object stores: sources are the downloaded byte buffers of coalesced range reads
+  (`object_store.RangeRead` places them), then the downloaded tokens of each dataset when they
+  need a dtype conversion (`place_runs`).
 
 `sequence_starts` is its companion for callers that speak in sequences: `.bin` token offsets of
 (sequence, offset) positions from the `.idx` byte pointers of several datasets
@@ -71,43 +70,41 @@ def _same_dtype(typingctx, a, b):  # pragma: no cover - compiled
 
 @numba.njit(nogil=True, cache=True)
 def gather(
-    member, token_addr, token_count, pointer_addr, sequence_count, like,
-    span_source, span_sequence, span_offset, span_length, out, out_pos,
+    member, token_addr, token_count, like, span_source, span_offset, span_length, out, out_pos,
 ):  # pragma: no cover - compiled
-    """Copies the spans whose source is a member (member[d] >= 0); returns a bad span or -1.
+    """Copies the spans whose source is a member; returns (the first bad span or -1, items copied).
 
-    Member m's items are `token_count[m]` items of `like.dtype` at `token_addr[m]`, its sequence
-    byte pointers `sequence_count[m]` int64 at `pointer_addr[m]`. Span j is items
-    `[span_offset[j], span_offset[j] + span_length[j])` of sequence `span_sequence[j]` of source
-    `span_source[j]`, copied to `out[out_pos[j] : out_pos[j] + span_length[j]]` (converted to
-    `out.dtype`; a `memcpy` when the dtypes agree, 2-3x faster than an element loop for windows of
-    thousands of tokens). A span outside its source's items (or naming a missing sequence) stops
-    the copy: its index is returned. `out_pos` is trusted (the caller sizes `out`).
+    Source d is a member when `member[d] >= 0`; member m's items are `token_count[m]` items of
+    `like.dtype` at `token_addr[m]`. Span j is items `[span_offset[j], span_offset[j] +
+    span_length[j])` of source `span_source[j]`, copied to `out[out_pos[j] : out_pos[j] +
+    span_length[j]]` (converted to `out.dtype`; a `memcpy` when the dtypes agree, 2-3x faster than
+    an element loop for windows of thousands of tokens). Empty spans are skipped. A span naming a
+    source outside `member`, or leaving its source's items or `out`, stops the copy: its index is
+    returned, so callers need no checks of their own on the fast path.
     """
-    pointer_like = np.zeros(0, np.int64)
+    copied = 0
     for j in range(span_source.shape[0]):
-        m = member[span_source[j]]
+        n = span_length[j]
+        if n <= 0:
+            continue
+        d = span_source[j]
+        if d < 0 or d >= member.shape[0]:
+            return j, copied
+        m = member[d]
         if m < 0:
             continue
-        s = span_sequence[j]
-        n = span_length[j]
-        if s < 0 or s >= sequence_count[m]:
-            return j
-        ptrs = numba.carray(_typed_pointer(pointer_addr[m], pointer_like), (sequence_count[m],))
-        src = numba.carray(_typed_pointer(token_addr[m], like), (token_count[m],))
-        start = ptrs[s] // src.itemsize + span_offset[j]
-        if span_offset[j] < 0 or n < 0 or start < 0 or start + n > src.shape[0]:
-            return j
+        start = span_offset[j]
         p = out_pos[j]
+        if start < 0 or start + n > token_count[m] or p < 0 or p + n > out.shape[0]:
+            return j, copied
+        src = numba.carray(_typed_pointer(token_addr[m], like), (token_count[m],))
         if _same_dtype(out, like):
             itemsize = src.itemsize
             _copy_bytes(out.ctypes.data + p * itemsize, token_addr[m] + start * itemsize, n * itemsize)
         else:
             out[p : p + n] = src[start : start + n]
-    return -1
-
-
-_ZERO_POINTER = np.zeros(1, np.int64)
+        copied += n
+    return -1, copied
 
 
 def place_buffers(
@@ -115,7 +112,7 @@ def place_buffers(
     dst: np.ndarray, out: np.ndarray,
 ) -> None:
     """Copies `buffers[group[j]][rel[j] : rel[j] + nbytes[j]]` to `out[dst[j] : dst[j] + nbytes[j]]`
-    with `gather` (each buffer one source of one sequence at byte 0).
+    with `gather` (each buffer one source).
 
     Args:
       buffers: one bytes object per coalesced read.
@@ -129,10 +126,9 @@ def place_buffers(
         return
     addresses = np.fromiter((_address(b) for b in buffers), np.int64, count=len(buffers))
     sizes = np.fromiter((len(b) for b in buffers), np.int64, count=len(buffers))
-    bad = gather(
-        np.arange(len(buffers), dtype=np.int64), addresses, sizes,
-        np.full(len(buffers), _ZERO_POINTER.ctypes.data, np.int64), np.ones(len(buffers), np.int64),
-        out[:0], group, np.zeros(group.shape[0], np.int64), rel, nbytes, out, dst,
+    bad, _ = gather(
+        np.arange(len(buffers), dtype=np.int64), addresses, sizes, out[:0], group, rel, nbytes,
+        out, dst,
     )
     if bad >= 0:
         raise IndexError(
@@ -143,14 +139,12 @@ def place_buffers(
 
 def place_runs(flat: np.ndarray, length: np.ndarray, out: np.ndarray, out_pos: np.ndarray) -> None:
     """Copies the consecutive runs of `flat` (of `length[j]` items each, in order) to
-    `out[out_pos[j] : out_pos[j] + length[j]]`, converting to `out.dtype` (`flat` as one source of
-    one sequence)."""
+    `out[out_pos[j] : out_pos[j] + length[j]]`, converting to `out.dtype` (`flat` as one source)."""
     counts = np.ascontiguousarray(length, np.int64)
     k = counts.shape[0]
     gather(
         np.zeros(1, np.int64), np.array([flat.ctypes.data], np.int64), np.array([flat.size], np.int64),
-        np.array([_ZERO_POINTER.ctypes.data], np.int64), np.ones(1, np.int64), flat[:0],
-        np.zeros(k, np.int64), np.zeros(k, np.int64), np.cumsum(counts) - counts, counts, out,
+        flat[:0], np.zeros(k, np.int64), np.cumsum(counts) - counts, counts, out,
         np.ascontiguousarray(out_pos, np.int64),
     )
 
@@ -161,11 +155,14 @@ def sequence_starts(
 ):  # pragma: no cover - compiled
     """`out[j]` = the `.bin` token offset of token `offset[j]` of sequence `sequence[j]` of dataset
     `dataset[j]`: its byte pointer (`sequence_count[d]` int64 at `pointer_addr[d]`) over
-    `itemsize[d]`, plus the offset. Returns the first position naming a missing sequence (or a
-    dataset whose pointers are not given: count -1) or a negative offset, else -1."""
+    `itemsize[d]`, plus the offset. Returns the first position naming an unknown dataset, a
+    missing sequence (or a dataset whose pointers are not given: count -1) or a negative offset,
+    else -1."""
     pointer_like = np.zeros(0, np.int64)
     for j in range(dataset.shape[0]):
         d = dataset[j]
+        if d < 0 or d >= sequence_count.shape[0]:
+            return j
         s = sequence[j]
         if s < 0 or s >= sequence_count[d] or offset[j] < 0:
             return j

@@ -4,8 +4,7 @@ A source learns what a dataset holds from `SequenceDataset` (which `IndexedDatas
 Byte pointers of the `.idx` (`sequence_pointers`) and the token dtype's width stay inside
 `jaxblend.storage`: sources read `.bin` token ranges through `TokenReader` (the package's one read
 path, one call per batch), or spans in *sequence units* (sequence ids, token offsets within a
-sequence, token counts) through a `SequenceReader`, which `SequenceSpans` implements over the
-same `TokenReader`.
+sequence, token counts) through `sequence_spans.SequenceSpans` over the same `TokenReader`.
 """
 
 from __future__ import annotations
@@ -40,26 +39,3 @@ class SequenceDataset(Protocol):
 
     def __len__(self) -> int:
         """N, the number of sequences."""
-
-
-class SequenceReader(Protocol):
-    """Reads token ranges of sequences of several datasets into one buffer (one call per batch).
-
-    Attributes:
-      requests: object-store requests issued so far by this process.
-    """
-
-    requests: int
-
-    def read(
-        self,
-        dataset: np.ndarray,
-        sequence: np.ndarray,
-        offset: np.ndarray,
-        length: np.ndarray,
-        out: np.ndarray,
-        out_pos: np.ndarray,
-    ) -> None:
-        """Copies tokens `[offset[j], offset[j] + length[j])` of sequence `sequence[j]` of dataset
-        `dataset[j]` to `out[out_pos[j] : out_pos[j] + length[j]]`, for every j (int64 arrays).
-        """

@@ -86,25 +86,20 @@ class SequenceSpans:
             np.ascontiguousarray(a, np.int64).reshape(-1) for a in (dataset, sequence, offset)
         )
         out = np.empty(dataset.shape[0], np.int64)
-        if dataset.size == 0:
-            return out
         n = len(self.datasets)
-        if dataset.min() < 0 or dataset.max() >= n:
-            bad = int(dataset[(dataset < 0) | (dataset >= n)][0])
-            raise IndexError(f"a span names dataset {bad}; there are {n}")
-        if self._all_held:
-            missing = []
-        elif n == 1:
-            missing = [0] if self._sequence_count[0] < 0 else []
-        else:
+        if not self._all_held and dataset.size:  # else the kernel checks the dataset ids
+            if dataset.min() < 0 or dataset.max() >= n:
+                self._refuse_dataset(dataset)
             touched = np.flatnonzero(np.bincount(dataset, minlength=n))
             missing = touched[self._sequence_count[touched] < 0].tolist()
-        if missing:
-            self._hold_pointers(missing)
+            if missing:
+                self._hold_pointers(missing)
         bad = _gather.sequence_starts(
             self._pointer_addr, self._sequence_count, self._itemsize, dataset, sequence, offset, out
         )
         if bad >= 0:
+            if not 0 <= dataset[bad] < n:
+                self._refuse_dataset(dataset)
             ds = self.datasets[int(dataset[bad])]
             raise IndexError(
                 f"span {bad} (sequence {int(sequence[bad])}, offset {int(offset[bad])}) is not "
@@ -112,6 +107,11 @@ class SequenceSpans:
                 "data"
             )
         return out
+
+    def _refuse_dataset(self, dataset: np.ndarray) -> None:
+        n = len(self.datasets)
+        bad = int(dataset[(dataset < 0) | (dataset >= n)][0])
+        raise IndexError(f"a span names dataset {bad}; there are {n}")
 
     def read(
         self,

@@ -10,8 +10,9 @@ its ranges is read, so a host touches only the `.bin` objects of its own rows.
 
 * Local files ("auto"/"mmap" backend of `DataAccess`): the `.bin` is memory-mapped on first use
   (its size and, when recorded, its version stamp checked) and every range of every mapped
-  dataset is copied by the storage layer's one compiled kernel (`_gather.gather`, each `.bin` one
-  "sequence" at byte 0; one call per token dtype present, usually one).
+  dataset is copied by the storage layer's one compiled kernel (`_gather.gather`, one call per
+  token dtype present, usually one), which also checks every range: once every `.bin` of a reader
+  is mapped, a read is that one call and no Python check.
 * Buckets (and the "tensorstore" backend): one kvstore per bucket; the ranges of one call are
   issued together on one `ts.Batch` through `_remote.RangeRead` (sorted, ranges closer than
   `ObjectStoreOptions.coalesce_gap` merged, bounded by `request_concurrency`, retried and timed
@@ -128,18 +129,13 @@ class TokenReader:
         self._opened: dict[int, _Opened] = {}
         self._kvstores: dict[str, ts.KvStore] = {}
         n = len(self.datasets)
-        # per token dtype: (an empty array of it, d -> d if mapped else -1), for the kernel
-        self._member: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        # per token dtype: (an empty array of it, d -> d if mapped else -1, its item size)
+        self._member: dict[str, tuple[np.ndarray, np.ndarray, int]] = {}
         self._addr = np.zeros(n, np.int64)
         self._count = np.zeros(n, np.int64)
-        self._pointer_addr = np.full(n, _ZERO.ctypes.data, np.int64)
-        self._ones = np.ones(n, np.int64)
         self._state = np.zeros(n, np.int8)  # 0 unopened, 1 mapped, 2 read by requests
         self._num_tokens = np.array([d.num_tokens for d in self.datasets], np.int64)
-        self._itemsize = np.array([np.dtype(d.dtype).itemsize for d in self.datasets], np.int64)
-        sizes = set(self._itemsize.tolist())
-        self._same_itemsize = sizes.pop() if len(sizes) == 1 else 0  # 0: several token widths
-        self._all_mapped = False  # set once every dataset is mapped (then no per-call grouping)
+        self._all_mapped = False  # set once every dataset is mapped (then one kernel call a read)
 
     def __getstate__(self) -> dict[str, Any]:
         return {"datasets": self.datasets, "access": self.access}
@@ -179,24 +175,15 @@ class TokenReader:
         )
         if out.ndim != 1 or not out.flags.c_contiguous or not out.flags.writeable:
             raise ValueError("TokenReader.read needs a writeable 1-D C-contiguous `out`")
+        if self._all_mapped:  # every `.bin` is mapped: the kernel checks every range
+            self._read_mapped(dataset, offset, length, out, out_pos)
+            return
         keep = length > 0
         if not keep.all():
             dataset, offset, length, out_pos = dataset[keep], offset[keep], length[keep], out_pos[keep]
         if dataset.size == 0:
             return
-        end = out_pos + length
-        if out_pos.min() < 0 or end.max() > out.shape[0]:
-            j = int(np.flatnonzero((out_pos < 0) | (end > out.shape[0]))[0])
-            raise ValueError(
-                f"range {j} goes to out[{int(out_pos[j])}:{int(end[j])}], outside the "
-                f"{out.shape[0]} items of `out`"
-            )
-        if dataset.min() < 0 or dataset.max() >= len(self.datasets):
-            bad = int(dataset[(dataset < 0) | (dataset >= len(self.datasets))][0])
-            raise IndexError(f"range names dataset {bad}; there are {len(self.datasets)}")
-        if self._all_mapped:  # every `.bin` is mapped: the kernel checks the ranges
-            self._read_mapped(dataset, offset, length, out, out_pos, every_range=True)
-            return
+        self._check_destinations(dataset, length, out, out_pos)
         if len(self.datasets) == 1:
             touched = _ONE
         else:
@@ -207,11 +194,11 @@ class TokenReader:
             self._open_all([int(d) for d in touched[kinds == 0]])
             kinds = state[touched]
         if (kinds == 1).all():  # every range from local maps: the kernel checks the ranges
-            self._read_mapped(dataset, offset, length, out, out_pos, every_range=True)
+            self._read_mapped(dataset, offset, length, out, out_pos)
             return
         self._check_ranges(dataset, offset, length)
         if (kinds == 1).any():
-            self._read_mapped(dataset, offset, length, out, out_pos, every_range=False)
+            self._read_mapped(dataset, offset, length, out, out_pos)
         order = np.argsort(dataset, kind="stable")
         bounds = np.searchsorted(dataset[order], np.append(touched, len(self.datasets)))
         with self._lock:
@@ -221,27 +208,42 @@ class TokenReader:
 
     # ------------------------------------------------------------------------------ local maps
 
-    def _read_mapped(self, dataset, offset, length, out, out_pos, every_range: bool) -> None:
+    def _read_mapped(self, dataset, offset, length, out, out_pos) -> None:
         """Copies the ranges of the mapped datasets with the gather kernel, one call per token
-        dtype mapped so far (usually one); the kernel skips ranges of other datasets.
-        `every_range`: whether every range is of a mapped dataset."""
-        zeros = np.zeros(dataset.shape[0], np.int64)
-        for like, member in list(self._member.values()):
-            bad = _gather.gather(
-                member, self._addr, self._count, self._pointer_addr, self._ones, like,
-                dataset, zeros, offset, length, out, out_pos,
+        dtype mapped so far (usually one); the kernel skips ranges of other datasets and stops at
+        the first bad range, which is then named."""
+        nbytes = 0
+        for like, member, itemsize in list(self._member.values()):
+            bad, copied = _gather.gather(
+                member, self._addr, self._count, like, dataset, offset, length, out, out_pos
             )
+            nbytes += copied * itemsize
             if bad >= 0:  # a mapped `.bin` has its recorded size (checked when it was opened)
-                self._check_ranges(dataset, offset, length)
+                keep = length > 0
+                self._check_destinations(dataset[keep], length[keep], out, out_pos[keep])
+                self._check_ranges(dataset[keep], offset[keep], length[keep])
                 raise IndexError(f"range {bad} leaves {self.datasets[int(dataset[bad])].prefix}.bin")
-        if every_range:
-            nbytes = (int(length.sum()) * self._same_itemsize if self._same_itemsize
-                      else int(np.dot(length, self._itemsize[dataset])))
-        else:
-            copied = self._state[dataset] == 1
-            nbytes = int(np.dot(length[copied], self._itemsize[dataset[copied]]))
         with self._lock:
             self.bytes_read += nbytes
+
+    def _check_destinations(self, dataset, length, out, out_pos) -> None:
+        """Refuses the first non-empty range that leaves `out` or names an unknown dataset.
+
+        Raises:
+          ValueError: a range outside `out`.
+          IndexError: an unknown dataset.
+        """
+        end = out_pos + length
+        if out_pos.min(initial=0) < 0 or end.max(initial=0) > out.shape[0]:
+            j = int(np.flatnonzero((out_pos < 0) | (end > out.shape[0]))[0])
+            raise ValueError(
+                f"range {j} goes to out[{int(out_pos[j])}:{int(end[j])}], outside the "
+                f"{out.shape[0]} items of `out`"
+            )
+        n = len(self.datasets)
+        if dataset.min(initial=0) < 0 or dataset.max(initial=0) >= n:
+            bad = int(dataset[(dataset < 0) | (dataset >= n)][0])
+            raise IndexError(f"range names dataset {bad}; there are {n}")
 
     def _check_ranges(self, dataset, offset, length) -> None:
         """Refuses the first range outside its `.bin` (as recorded).
@@ -341,7 +343,8 @@ class TokenReader:
         entry = self._member.get(dtype)
         if entry is None:
             entry = self._member[dtype] = (
-                np.zeros(0, np.dtype(dtype)), np.full(len(self.datasets), -1, np.int64)
+                np.zeros(0, np.dtype(dtype)), np.full(len(self.datasets), -1, np.int64),
+                np.dtype(dtype).itemsize,
             )
         member = entry[1]
         self._addr[d] = state.tokens.ctypes.data if state.tokens.size else 0
@@ -411,6 +414,5 @@ def _show(generation: bytes) -> str:
     return text if text.isprintable() else generation.hex()
 
 
-_ZERO = np.zeros(1, np.int64)
 _ONE = np.zeros(1, np.int64)  # the touched datasets of a reader of one dataset
 _REMOTE = _location.Location(kvstore={}, name="", local_prefix=None, display="")

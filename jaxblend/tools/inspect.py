@@ -132,8 +132,8 @@ def _plan_and_names(run):
         raise ValueError("inspect explain and mixture read the datasets' index maps: drop --mock_data")
     if which.startswith("valid_"):  # the k-th of --multiple_validation_sets
         sets = {}
-        if run.validation.multiple:
-            configs = validation_set_configs(config, full_validation=run.validation.full)
+        if config.multiple_validation_sets:
+            configs = validation_set_configs(config)
             sets = {f"valid_{k}": one for k, one in enumerate(configs.values())}
         if which not in sets:
             raise ValueError(

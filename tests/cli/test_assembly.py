@@ -28,11 +28,9 @@ def test_assemble_without_flags():
     run = cli.assemble(VALUES, default_map_location="/maps")
     assert run.config.num_samples == (40, 12, 0)  # 10 steps of 4; 3 batches of 4; no test
     assert tuple(run.config.blend) == ("30", "/d/a", "70", "/d/b") and run.schedule is None
-    assert run.schema == GPTSchemaOptions(
-        seq_length=32, add_extra_token_to_sequence=False, eod_id=2, reset_position_ids=True
-    )
+    assert run.schema == GPTSchemaOptions(eod_id=2, reset_position_ids=True)
     assert run.access.maps.location == "/maps" and run.mock is None and run.tokenizer is None
-    assert run.validation == cli.ValidationSets(multiple=True, full=False)
+    assert run.config.multiple_validation_sets and not run.config.full_validation
     assert run.steps.final_global_batch_size == 4 and run.steps.eval_batches == 3
 
 
@@ -49,10 +47,15 @@ def test_a_batch_size_schedule_sizes_the_counts():
     assert run.config.num_samples[0] == 4 * 2 + 6 * 4
 
 
-def test_the_schema_reads_the_data_configurations_facts():
-    config = cli.assemble(VALUES).config
-    schema = assembly.schema_options(VALUES.replace(seq_length=999), config)
-    assert schema.seq_length == 32 and not schema.add_extra_token_to_sequence
+def test_each_fact_is_in_the_data_configuration():
+    run = cli.assemble(VALUES)
+    assert run.config.seq_length == run.seq_length == 32
+    assert not run.config.add_extra_token_to_sequence
+    schema = assembly.schema_options(VALUES.replace(seq_length=999))
+    assert schema == run.schema  # the window is not the schema's
+    assert not hasattr(schema, "seq_length") and not hasattr(schema, "add_extra_token_to_sequence")
+    full = cli.assemble(VALUES.replace(full_validation=True)).config
+    assert full.multiple_validation_sets and full.full_validation
 
 
 def test_the_tokenizer_step_gives_the_default_eod():
@@ -69,8 +72,10 @@ def test_the_tokenizer_step_gives_the_default_eod():
 
 def test_mock_data_has_no_data_configuration():
     run = cli.assemble(VALUES.replace(mock_data=True, mock_num_samples=8))
-    assert run.config is None and run.mock == cli.MockSettings(8, 32000, 1234)
-    assert run.schema.seq_length == 32
+    assert run.config is None and run.mock == cli.MockSettings(8, 32000, 1234, 32, False)
+    assert run.seq_length == 32
+    with pytest.raises(ValueError, match="--seq_length is required"):
+        cli.assemble(VALUES.replace(mock_data=True, seq_length=None))
     with pytest.raises(ValueError, match="--mock_data replaces them"):
         cli.assemble(VALUES.replace(mock_data=True, data_schedule="s.json"))
 

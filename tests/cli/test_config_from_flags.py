@@ -23,9 +23,7 @@ def train_fl(fl):
 
 def test_schema_options_and_the_default_eod(fl):
     fl.seq_length, fl.eod_mask_loss = 32, True
-    assert cli.schema_options_from_flags(eod_id=3) == GPTSchemaOptions(
-        seq_length=32, eod_id=3, eod_mask_loss=True
-    )
+    assert cli.schema_options_from_flags(eod_id=3) == GPTSchemaOptions(eod_id=3, eod_mask_loss=True)
     fl.eod_id = 7
     assert cli.schema_options_from_flags(eod_id=3).eod_id == 7  # the flag wins
 
@@ -34,7 +32,7 @@ def test_mock_source_settings_and_source(fl):
     fl.mock_data, fl.mock_num_samples, fl.mock_vocab_size, fl.seed = True, 40, 99, 5
     fl.seq_length = 8
     run = cli.run_config_from_flags()
-    assert run.mock == cli.MockSettings(40, 99, 5) and run.config is None
+    assert run.mock == cli.MockSettings(40, 99, 5, 8) and run.config is None
     source = cli.source_from_flags("train")
     assert isinstance(source, MockSource) and len(source) == 40
     assert set(cli.validation_sources_from_flags()) == {"valid"}
@@ -46,7 +44,7 @@ def test_source_settings_are_validated(fl):
     with pytest.raises(ValueError, match="DataAccess.backend"):
         DataAccess(backend="disk")
     with pytest.raises(ValueError, match="--mock_num_samples"):
-        cli.MockSettings(0, 10, 1)
+        cli.MockSettings(0, 10, 1, 8)
 
 
 def test_step_plan_with_and_without_a_ramp(fl):
@@ -87,7 +85,9 @@ def test_train_settings_from_flags(train_fl):
     train_fl.workdir, train_fl.global_batch_size, train_fl.eval_interval = "/w", 4, 0
     settings = cli.train_settings_from_flags()
     assert settings.checkpoint_dir == "/w/checkpoints"
-    assert settings.global_batch_size == 4 and settings.eval_batches == 0
+    steps = cli.StepSettings.from_values(cli.read_flag_values())  # the one holder of these
+    assert steps.global_batch_size == 4 and steps.eval_batches == 0
+    assert not hasattr(settings, "global_batch_size") and not hasattr(settings, "train_iters")
     assert settings.default_corpus_weights == ("50", "30", "20")
     train_fl.checkpoint_dir = "gs://b/run"
     assert cli.train_settings_from_flags().checkpoint_dir == "gs://b/run"

@@ -15,7 +15,7 @@ from jaxblend.sources.mock import MockSource
 
 
 def _source(seed: int = 0) -> MockSource:
-    return MockSource(256, schema.GPTSchemaOptions(seq_length=16), vocab_size=128, seed=seed)
+    return MockSource(256, schema.GPTSchemaOptions(), seq_length=16, vocab_size=128, seed=seed)
 
 
 def test_user_checkpoint_manager_resumes_the_stream(tmp_path):

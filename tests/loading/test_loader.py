@@ -25,8 +25,8 @@ def mesh(shape, axes):
 
 @pytest.fixture(scope="module")
 def source():
-    opts = GPTSchemaOptions(seq_length=32, eod_id=99, reset_position_ids=True, reset_attention_mask=True)
-    return MockSource(B * 6, opts, vocab_size=100, seed=3, mean_doc_length=9)
+    opts = GPTSchemaOptions(eod_id=99, reset_position_ids=True, reset_attention_mask=True)
+    return MockSource(B * 6, opts, seq_length=32, vocab_size=100, seed=3, mean_doc_length=9)
 
 
 def host(batch):
@@ -84,7 +84,7 @@ class TestMakeLoader:
         # The refusal says what to do: the same data flags, or a new run / a step number.
         assert "use the same data flags as the run that saved it" in str(err.value)
         assert "new workdir" in str(err.value) and "start_step" in str(err.value)
-        other = MockSource(B * 6, source.options, vocab_size=100, seed=4)
+        other = MockSource(B * 6, source.options, seq_length=32, vocab_size=100, seed=4)
         with pytest.raises(ValueError, match="different data configuration"):
             make_loader(other, m, global_batch_size=B, state=state)
         with pytest.raises(ValueError, match="step"):
@@ -253,10 +253,11 @@ class TestRampupLoader:
 
 
 class TestResumeIdentity:
-    OPTIONS = GPTSchemaOptions(seq_length=32, eod_id=99, reset_position_ids=True)
+    OPTIONS = GPTSchemaOptions(eod_id=99, reset_position_ids=True)
 
-    def make_source(self, options=OPTIONS, seed=3):
-        return MockSource(B * 6, options, vocab_size=100, seed=seed, mean_doc_length=9)
+    def make_source(self, options=OPTIONS, seed=3, seq_length=32):
+        return MockSource(B * 6, options, seq_length=seq_length, vocab_size=100, seed=seed,
+                          mean_doc_length=9)
 
     def test_state_resumes_with_equal_settings(self):
         m = mesh((8,), ("data",))
@@ -277,14 +278,14 @@ class TestResumeIdentity:
 
         m = mesh((8,), ("data",))
         state = make_loader(self.make_source(), m, global_batch_size=B, start_step=3).state()
-        extended = self.make_source(WithNeutralOption(seq_length=32, eod_id=99, reset_position_ids=True))
+        extended = self.make_source(WithNeutralOption(eod_id=99, reset_position_ids=True))
         assert make_loader(extended, m, global_batch_size=B, state=state).step == 3
 
     @pytest.mark.parametrize(
         "source_kw, batch_size",
-        [({"options": GPTSchemaOptions(seq_length=32, eod_id=98, reset_position_ids=True)}, B),
-         ({"options": GPTSchemaOptions(seq_length=32, eod_id=99)}, B),
-         ({"options": GPTSchemaOptions(seq_length=31, eod_id=99, reset_position_ids=True)}, B),
+        [({"options": GPTSchemaOptions(eod_id=98, reset_position_ids=True)}, B),
+         ({"options": GPTSchemaOptions(eod_id=99)}, B),
+         ({"seq_length": 31}, B),
          ({"seed": 4}, B), ({}, B // 2)],
     )
     def test_a_data_changing_setting_refuses_the_state(self, source_kw, batch_size):

@@ -25,7 +25,7 @@ def _mesh():
 
 @pytest.fixture(scope="module")
 def source():
-    return MockSource(B * 20, GPTSchemaOptions(seq_length=16, eod_id=0), vocab_size=50, seed=1)
+    return MockSource(B * 20, GPTSchemaOptions(eod_id=0), seq_length=16, vocab_size=50, seed=1)
 
 
 def _schedule(*stages) -> DataSchedule:

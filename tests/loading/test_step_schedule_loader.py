@@ -30,8 +30,8 @@ def host(batch):
 
 @pytest.fixture(scope="module")
 def source():
-    opts = GPTSchemaOptions(seq_length=32, eod_id=99, reset_position_ids=True)
-    return MockSource(96, opts, vocab_size=100, seed=5, mean_doc_length=9)
+    opts = GPTSchemaOptions(eod_id=99, reset_position_ids=True)
+    return MockSource(96, opts, seq_length=32, vocab_size=100, seed=5, mean_doc_length=9)
 
 
 def test_batches_follow_the_schedule_in_megatron_order(source):

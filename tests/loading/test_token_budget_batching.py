@@ -146,6 +146,6 @@ def test_bucketed_plan_needs_a_padded_source(sequences):
         SequenceSource(sequences, max_length=192).lengths,
         TokenBudgetConfig(bucket_width=32, max_length=192, token_budget=1536, row_multiple=8),
     )
-    mock = MockSource(1000, GPTSchemaOptions(seq_length=16))
+    mock = MockSource(1000, GPTSchemaOptions(), seq_length=16)
     with pytest.raises(ValueError, match="needs a source with get_padded_batch"):
         make_loader(mock, mesh8(), plan=plan)

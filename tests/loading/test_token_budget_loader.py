@@ -58,7 +58,7 @@ def _host(batch):
     return {k: np.asarray(jax.device_get(v)) for k, v in batch.items()}
 
 
-OPTIONS = GPTSchemaOptions(seq_length=SEQ, eod_id=EOD, eod_mask_loss=True, reset_position_ids=True)
+OPTIONS = GPTSchemaOptions(eod_id=EOD, eod_mask_loss=True, reset_position_ids=True)
 
 
 def test_blend_batches_equal_local(object_store, local_prefixes, tmp_path):

@@ -33,7 +33,7 @@ access = DataAccess.from_env(maps=MapStoreOptions(
     location=args["url"], mirror=args["mirror"], builder=args["builder"],
     wait_seconds=args["wait"], poll_seconds=0.05))
 print("present" if publication.read(config, access) else "absent", flush=True)
-source = open_gpt_sources(config, GPTSchemaOptions(seq_length=config.seq_length), access=access,
+source = open_gpt_sources(config, GPTSchemaOptions(), access=access,
                           splits=("train",))["train"]
 batch = source.get_batch(np.arange(len(source)))
 h = hashlib.sha256()

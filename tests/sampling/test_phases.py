@@ -175,7 +175,7 @@ def _source(prefixes, weights, num_samples, cache):
         blend=blend, split="100,0,0", seq_length=16, seed=7, num_samples=(num_samples, None, None)
     )
     return open_gpt_sources(
-        config, GPTSchemaOptions(seq_length=16),
+        config, GPTSchemaOptions(),
         access=DataAccess.from_env().with_maps(location=str(cache)), splits=("train",),
     )["train"]
 

@@ -27,7 +27,7 @@ from jaxblend.storage.idx_format import IndexFormatError
 from jaxblend.storage.reader import IndexedDataset
 
 SEQ, B = 16, 8
-OPTIONS = GPTSchemaOptions(seq_length=SEQ)
+OPTIONS = GPTSchemaOptions()
 ENDPOINT_ENVS = ("JAXBLEND_S3_ENDPOINT", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
 
 
@@ -138,7 +138,7 @@ def _same(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> None:
 @pytest.mark.parametrize("masking", [False, True])
 def test_sources_from_the_record_equal_the_old_path(published, monkeypatch, masking):
     config, host, _url = published
-    options = GPTSchemaOptions(seq_length=SEQ, inter_document_masking=masking)
+    options = GPTSchemaOptions(inter_document_masking=masking)
     builder = host("builder", builder=True)
     old = open_gpt_sources(config, options, access=_split_maps(builder))
     built = open_gpt_sources(config, options, access=builder)

@@ -41,7 +41,7 @@ def _config(blend, samples=(96, 16, 16), seed=5):
 
 def _open(data, fim=None, blend=None, split="train", **schema):
     access = DataAccess(maps=MapStoreOptions(location=str(data["root"] / "maps")))
-    options = GPTSchemaOptions(seq_length=SEQ, fim=fim, **schema)
+    options = GPTSchemaOptions(fim=fim, **schema)
     return open_gpt_sources(_config(blend or [data["prefix"]]), options, access=access)[split]
 
 
@@ -133,7 +133,7 @@ def test_fingerprint_covers_the_fim_settings(data):
     # without FIM the field is left out: plain fingerprints are the ones they were before FIM
     from jaxblend import identity
 
-    assert GPTSchemaOptions(seq_length=SEQ).identity_fields()["fim"] is identity.OMIT
+    assert GPTSchemaOptions().identity_fields(SEQ, True)["fim"] is identity.OMIT
 
 
 def test_rate_zero_keeps_windows_but_megatrons_eod_rule(data):
@@ -212,7 +212,7 @@ def test_mock_source_refuses_fim():
     from jaxblend.sources import MockSource
 
     with pytest.raises(ValueError, match="drop --fim_data or --mock_data"):
-        MockSource(8, GPTSchemaOptions(seq_length=8, fim=FIMOptions()))
+        MockSource(8, GPTSchemaOptions(fim=FIMOptions()), seq_length=8)
 
 
 def test_a_grain_worker_loads_the_tokenizer_and_reads_the_same_batches(data):

@@ -13,6 +13,7 @@ from helpers_data import write_random_dataset
 from jaxblend import IndexedDataset, index
 from jaxblend.access import DataAccess, MapStoreOptions
 from jaxblend.sources import BlendedSource, GPTSchemaOptions, GPTSource, open_gpt_sources
+from jaxblend.sources.schema import windows_to_batch
 
 EOD = 0
 
@@ -44,7 +45,7 @@ def reference_window(plan, i, datasets, window):
 @pytest.mark.parametrize("extra", [True, False])
 def test_windows_equal_piece_by_piece_reads(prefixes, extra):
     sources = open_gpt_sources(config(["40", prefixes[0], "60", prefixes[1]], extra=extra),
-                               GPTSchemaOptions(seq_length=16, add_extra_token_to_sequence=extra))
+                               GPTSchemaOptions())
     src = sources["train"]
     assert isinstance(src, BlendedSource)
     datasets = [IndexedDataset(p) for p in src.dataset_names]
@@ -57,7 +58,7 @@ def test_windows_equal_piece_by_piece_reads(prefixes, extra):
 
 
 def test_single_prefix_is_a_gpt_source_and_schema(prefixes):
-    opts = GPTSchemaOptions(seq_length=16, eod_id=EOD, eod_mask_loss=True,
+    opts = GPTSchemaOptions(eod_id=EOD, eod_mask_loss=True,
                             reset_position_ids=True, reset_attention_mask=True)
     src = open_gpt_sources(config([prefixes[1]], samples=(50, None, None)), opts)["train"]
     assert isinstance(src, GPTSource)
@@ -81,7 +82,7 @@ def test_single_prefix_is_a_gpt_source_and_schema(prefixes):
 def test_pickled_source_reopens_and_matches(prefixes, tmp_path):
     access = DataAccess(maps=MapStoreOptions(location=str(tmp_path)))
     src = open_gpt_sources(
-        config(["1", prefixes[0], "1", prefixes[1]]), GPTSchemaOptions(seq_length=16), access=access
+        config(["1", prefixes[0], "1", prefixes[1]]), GPTSchemaOptions(), access=access
     )["train"]
     blob = pickle.dumps(src)
     assert len(blob) < 4096, "index maps must not travel with the pickled source"
@@ -98,7 +99,7 @@ def test_worker_refuses_a_plan_with_another_fingerprint(tmp_path):
     # A Grain worker rebuilds the maps from the files: if a dataset changed since the parent opened
     # it, the rebuilt plan's fingerprint differs and the worker refuses to serve it.
     prefix = write_random_dataset(str(tmp_path / "d"), np.random.default_rng(7), 60, lengths=(1, 40))
-    src = open_gpt_sources(config([prefix], samples=(40, None, None)), GPTSchemaOptions(seq_length=16))["train"]
+    src = open_gpt_sources(config([prefix], samples=(40, None, None)), GPTSchemaOptions())["train"]
     blob = pickle.dumps(src)
     assert pickle.loads(blob).get_batch(np.arange(4))  # same files: accepted
     write_random_dataset(prefix, np.random.default_rng(8), 60, lengths=(1, 40))
@@ -107,7 +108,7 @@ def test_worker_refuses_a_plan_with_another_fingerprint(tmp_path):
 
 
 def test_padding_of_a_kept_partial_validation_sample(prefixes):
-    opts = GPTSchemaOptions(seq_length=16)
+    opts = GPTSchemaOptions()
     src = open_gpt_sources(
         config([prefixes[0]], samples=(20, None, None), drop_last_partial_validation_sequence=False),
         opts,
@@ -122,16 +123,26 @@ def test_padding_of_a_kept_partial_validation_sample(prefixes):
         assert (batch["segment_ids"][0][np.arange(16) >= n_valid[0]] == 0).all()
 
 
+def test_the_window_is_the_data_configurations(prefixes):
+    # seq_length and the extra token are given once, in the data configuration: the source reads
+    # them there, and a batch of windows of another width is refused.
+    for seq, extra in ((16, True), (16, False), (12, True)):
+        src = open_gpt_sources(
+            config([prefixes[0]], seq=seq, extra=extra, samples=(20, None, None)), GPTSchemaOptions()
+        )["train"]
+        assert (src.seq_length, src.window_length) == (seq, seq + extra)
+        assert src.windows(np.arange(2))[0].shape == (2, seq + extra)
+        assert src.get_batch(np.arange(2))["inputs"].shape == (2, seq)
+    with pytest.raises(ValueError, match="seq_length=16"):
+        windows_to_batch(np.zeros((1, 18), np.int32), np.array([18]), GPTSchemaOptions(), seq_length=16)
+
+
 def test_errors(prefixes):
-    with pytest.raises(ValueError, match="seq_length"):
-        open_gpt_sources(config([prefixes[0]]), GPTSchemaOptions(seq_length=32))
-    with pytest.raises(ValueError, match="add_extra_token_to_sequence"):
-        open_gpt_sources(config([prefixes[0]]), GPTSchemaOptions(seq_length=16, add_extra_token_to_sequence=False))
-    src = open_gpt_sources(config([prefixes[0]], samples=(20, None, None)), GPTSchemaOptions(seq_length=16))["train"]
+    src = open_gpt_sources(config([prefixes[0]], samples=(20, None, None)), GPTSchemaOptions())["train"]
     with pytest.raises(IndexError, match="out of range"):
         src.get_batch(np.array([len(src)]))
     with pytest.raises(ValueError, match="eod_id is required"):
-        GPTSchemaOptions(seq_length=8, eod_mask_loss=True)
+        GPTSchemaOptions(eod_mask_loss=True)
 
 
 @pytest.mark.parity
@@ -157,7 +168,7 @@ def test_blend_samples_equal_megatron(prefixes, tmp_path):
         mid_level_dataset_surplus=0.005,
     )
     train, _, _ = BlendedMegatronDatasetBuilder(GPTDataset, [96, 16, 16], lambda: True, mcfg).build()
-    src = open_gpt_sources(config(blend), GPTSchemaOptions(seq_length=16))["train"]
+    src = open_gpt_sources(config(blend), GPTSchemaOptions())["train"]
     assert len(src) == len(train)
     batch = src.get_batch(np.arange(len(src)))
     for i in range(len(src)):
@@ -177,22 +188,22 @@ class TestFingerprint:
         class WithNeutralOption(GPTSchemaOptions):
             read_hint: int = 4  # an option added later that leaves every batch unchanged
 
-        base = GPTSchemaOptions(seq_length=16, eod_id=EOD)
-        extended = WithNeutralOption(seq_length=16, eod_id=EOD, read_hint=2)
+        base = GPTSchemaOptions(eod_id=EOD)
+        extended = WithNeutralOption(eod_id=EOD, read_hint=2)
         assert self.fingerprint(prefixes, extended) == self.fingerprint(prefixes, base)
 
     @pytest.mark.parametrize(
         "options, kw",
-        [(GPTSchemaOptions(seq_length=16, eod_id=EOD + 1), {}),
-         (GPTSchemaOptions(seq_length=16, eod_id=EOD, reset_position_ids=True), {}),
-         (GPTSchemaOptions(seq_length=17, eod_id=EOD), {"seq": 17})],
+        [(GPTSchemaOptions(eod_id=EOD + 1), {}),
+         (GPTSchemaOptions(eod_id=EOD, reset_position_ids=True), {}),
+         (GPTSchemaOptions(eod_id=EOD), {"seq": 17})],
     )
     def test_a_data_changing_option_changes_it(self, prefixes, options, kw):
-        base = self.fingerprint(prefixes, GPTSchemaOptions(seq_length=16, eod_id=EOD))
+        base = self.fingerprint(prefixes, GPTSchemaOptions(eod_id=EOD))
         assert self.fingerprint(prefixes, options, **kw) != base
 
     def test_the_seed_changes_it(self, prefixes):
-        options = GPTSchemaOptions(seq_length=16, eod_id=EOD)
+        options = GPTSchemaOptions(eod_id=EOD)
         blend = ["40", prefixes[0], "60", prefixes[1]]
         other = index.GPTDataConfig(blend=blend, split="90,5,5", seq_length=16, seed=6,
                                     num_samples=(96, 16, 16))

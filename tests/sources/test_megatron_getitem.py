@@ -75,8 +75,6 @@ def _ours(prefix, extra, reset_pos, reset_attn, eod_mask, pad, samples, cache=No
         drop_last_partial_validation_sequence=False,
     )
     opts = GPTSchemaOptions(
-        seq_length=SEQ,
-        add_extra_token_to_sequence=extra,
         eod_id=EOD,
         eod_mask_loss=eod_mask,
         reset_position_ids=reset_pos,
@@ -136,7 +134,7 @@ def test_default_loss_mask_departs_from_megatron_where_documented(prefix, tmp_pa
     cfg = index.GPTDataConfig(
         blend=[prefix], split="80,20,0", seq_length=SEQ, seed=11, num_samples=(40, None, None)
     )
-    own = open_gpt_sources(cfg, GPTSchemaOptions(seq_length=SEQ, eod_id=EOD, eod_mask_loss=True))
+    own = open_gpt_sources(cfg, GPTSchemaOptions(eod_id=EOD, eod_mask_loss=True))
     batch = own["train"].get_batch(np.arange(len(own["train"])))
     assert np.all(batch["loss_mask"][batch["targets"] == EOD] == 0)
     mds = _megatron(prefix, True, False, False, True, None, [40, None, None], str(tmp_path))[0]
@@ -188,13 +186,7 @@ def test_inter_document_masking_semantics(prefix, tmp_path, extra):
         add_extra_token_to_sequence=extra,
         drop_last_partial_validation_sequence=False,
     )
-    opts = GPTSchemaOptions(
-        seq_length=SEQ,
-        add_extra_token_to_sequence=extra,
-        eod_id=EOD,
-        megatron_compat=True,
-        inter_document_masking=True,
-    )
+    opts = GPTSchemaOptions(eod_id=EOD, megatron_compat=True, inter_document_masking=True)
     src = open_gpt_sources(cfg, opts)["valid"]
     batch = src.get_batch(np.arange(len(src)))
     for i in range(len(mds)):
@@ -209,10 +201,8 @@ def test_inter_document_masking_semantics(prefix, tmp_path, extra):
 
 
 def test_inter_document_masking_without_pieces_uses_eod():
-    opts = GPTSchemaOptions(
-        seq_length=8, eod_id=5, inter_document_masking=True, megatron_compat=True
-    )
-    src = MockSource(4, opts, vocab_size=6, mean_doc_length=3)
+    opts = GPTSchemaOptions(eod_id=5, inter_document_masking=True, megatron_compat=True)
+    src = MockSource(4, opts, seq_length=8, vocab_size=6, mean_doc_length=3)
     b = src.get_batch(np.arange(4))
     for r in range(4):
         ends = np.flatnonzero(src.windows(np.array([r]))[0][:8] == 5) + 1
@@ -225,13 +215,11 @@ def test_inter_document_masking_keeps_jaxblend_padding_convention():
     from jaxblend.sources.schema import windows_to_batch
 
     text = np.array([[5, 6, 3, 7, 8, -1, -1, -1, -1]], np.int32)  # 5 real tokens of 9 (S=8 + 1)
-    opts = GPTSchemaOptions(seq_length=8, eod_id=3, inter_document_masking=True)
-    b = windows_to_batch(text, np.array([5]), opts, (np.array([0, 0]), np.array([3, 2])))
+    opts = GPTSchemaOptions(eod_id=3, inter_document_masking=True)
+    b = windows_to_batch(text, np.array([5]), opts, (np.array([0, 0]), np.array([3, 2])), seq_length=8)
     assert b["cu_seqlens"][0].tolist() == [0, 3, 8, 8, 8, 8, 8, 8, 8]  # padding folded into doc 2
     assert b["positions"][0].tolist() == [0, 1, 2, 0, 1, 0, 0, 0]
     assert b["segment_ids"][0].tolist() == [1, 1, 1, 2, 2, 0, 0, 0]
-    compat = GPTSchemaOptions(
-        seq_length=8, eod_id=3, inter_document_masking=True, megatron_compat=True
-    )
-    b = windows_to_batch(text, np.array([5]), compat, (np.array([0, 0]), np.array([3, 2])))
+    compat = GPTSchemaOptions(eod_id=3, inter_document_masking=True, megatron_compat=True)
+    b = windows_to_batch(text, np.array([5]), compat, (np.array([0, 0]), np.array([3, 2])), seq_length=8)
     assert b["positions"][0].tolist() == [0, 1, 2, 0, 1, 2, 3, 4]  # Megatron: runs on

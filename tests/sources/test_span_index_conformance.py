@@ -59,6 +59,12 @@ def config(blend, extra=True, samples=(150, 20, 20)):
     )
 
 
+def window(cfg):
+    """A source's window arguments: the data configuration's."""
+    return {"seq_length": cfg.seq_length,
+            "add_extra_token_to_sequence": cfg.add_extra_token_to_sequence}
+
+
 def describe(datasets, names):
     """`BinDataset`s of opened `IndexedDataset`s (what publishing records)."""
     out = [datasets[name].bin_dataset for name in names]
@@ -82,7 +88,7 @@ class Opener:
         maps = index.build_data_maps(cfg, infos)
         plan = maps.split(split)
         members = [datasets[n] for n in plan.dataset_names]
-        source = GPTSource(SplitMapsSpanIndex(plan, members), options,
+        source = GPTSource(SplitMapsSpanIndex(plan, members), options, **window(cfg),
                            fingerprint=maps.fingerprint, split=split, access=access)
         return source, datasets, maps
 
@@ -121,8 +127,8 @@ class Opener:
             tables, describe(datasets, plan.dataset_names), len(plan),
             dataset_fingerprints=dataset_fingerprints,
         )
-        return GPTSource(span_index, options, fingerprint=maps.fingerprint, split=split,
-                         access=access)
+        return GPTSource(span_index, options, **window(cfg), fingerprint=maps.fingerprint,
+                         split=split, access=access)
 
 
 @pytest.fixture
@@ -211,13 +217,13 @@ def _batches_digest(source) -> str:
 def test_batches_equal_the_split_maps_and_todays(opener, prefixes, blend, opts, extra, kind):
     weights = ["30", prefixes[0], "50", prefixes[1], "20", prefixes[2]] if blend == "weighted" else [prefixes[1]]
     cfg = config(weights, extra=extra)
-    options = GPTSchemaOptions(seq_length=16, add_extra_token_to_sequence=extra, **OPTIONS[opts])
+    options = GPTSchemaOptions(**OPTIONS[opts])
     for split in ("train", "valid"):
         planned, _, maps = opener.reference(cfg, options, split)
         source = opener.source(kind, cfg, options, split)
         assert len(source) == len(planned)
         assert source.fingerprint == planned.fingerprint
-        assert source.fingerprint == gpt_source_fingerprint(maps.fingerprint, split, options)
+        assert source.fingerprint == gpt_source_fingerprint(maps.fingerprint, split, options, **window(cfg))
         assert source.dataset_names == planned.dataset_names
         assert source.reads_remote == (kind in BUCKET_KINDS)
         steps, scattered = _id_batches(len(planned))
@@ -236,7 +242,7 @@ def test_batches_equal_the_split_maps_and_todays(opener, prefixes, blend, opts, 
 @pytest.mark.parametrize("kind", KINDS)
 def test_far_apart_ids_and_group_order(opener, prefixes, kind):
     cfg = config(["50", prefixes[0], "50", prefixes[1]], samples=(20000, 10, 10))
-    options = GPTSchemaOptions(seq_length=16, eod_id=EOD, inter_document_masking=True)
+    options = GPTSchemaOptions(eod_id=EOD, inter_document_masking=True)
     planned, _, _ = opener.reference(cfg, options)
     source = opener.source(kind, cfg, options)
     ids = np.array([19990, 3, 12000, 4, 19991, 3], np.int64)  # three row ranges, repeats
@@ -246,7 +252,7 @@ def test_far_apart_ids_and_group_order(opener, prefixes, kind):
 @pytest.mark.parametrize("kind", KINDS)
 def test_only_touched_bins_are_opened(opener, prefixes, kind):
     cfg = config(["30", prefixes[0], "50", prefixes[1], "20", prefixes[2]])
-    source = opener.source(kind, cfg, GPTSchemaOptions(seq_length=16))
+    source = opener.source(kind, cfg, GPTSchemaOptions())
     table = row_table.build_row_table(opener.reference(cfg, source.options)[2].split("train"))
     ds_of_sample = table["dataset"][table["starts"][:-1]]
     ids = np.flatnonzero(ds_of_sample == 2)[:5]
@@ -260,7 +266,7 @@ def test_only_touched_bins_are_opened(opener, prefixes, kind):
 @pytest.mark.parametrize("kind", KINDS)
 def test_pickled_sources_drop_handles_and_read_the_same(opener, prefixes, kind):
     cfg = config(["30", prefixes[0], "70", prefixes[1]])
-    options = GPTSchemaOptions(seq_length=16)
+    options = GPTSchemaOptions()
     planned, _, _ = opener.reference(cfg, options)
     source = opener.source(kind, cfg, options)
     ids = np.arange(10, 30)
@@ -287,7 +293,7 @@ def test_loader_resumes_a_split_maps_run_on_every_span_index(opener, prefixes, k
         return loader, [{k: np.asarray(v) for k, v in b.items()} for b in loader]
 
     cfg = config(["30", prefixes[0], "50", prefixes[1], "20", prefixes[2]], samples=(400, 10, 10))
-    options = GPTSchemaOptions(seq_length=16, eod_id=EOD, reset_attention_mask=True,
+    options = GPTSchemaOptions(eod_id=EOD, reset_attention_mask=True,
                                inter_document_masking=True)
     planned, _, _ = opener.reference(cfg, options)
     source = opener.source(kind, cfg, options)
@@ -304,7 +310,7 @@ def test_loader_resumes_a_split_maps_run_on_every_span_index(opener, prefixes, k
 @pytest.mark.parametrize("kind", KINDS)
 def test_dataset_fingerprints_come_from_what_each_index_was_opened_with(opener, prefixes, kind):
     cfg = config(["30", prefixes[0], "70", prefixes[1]])
-    options = GPTSchemaOptions(seq_length=16)
+    options = GPTSchemaOptions()
     datasets, _ = opening.open_config_datasets(cfg, DataAccess())
     planned, _, _ = opener.reference(cfg, options)
     expected = {name: datasets[name].fingerprint for name in planned.dataset_names}
@@ -321,12 +327,12 @@ def test_dataset_fingerprints_come_from_what_each_index_was_opened_with(opener, 
 
 def test_a_rewritten_local_bin_is_refused(opener, prefixes):
     cfg = config([prefixes[0]], samples=(40, 5, 5))
-    options = GPTSchemaOptions(seq_length=16)
+    options = GPTSchemaOptions()
     rows = opener.source("row_tables", cfg, options)
     bins = rows.span_index.bin_datasets
     stale = [BinDataset(d.prefix, d.dtype, d.bin_size, b"\0" * len(d.generation)) for d in bins]
     index_ = RowTableSpanIndex(rows.span_index.tables, stale, len(rows))
-    source = GPTSource(index_, options, fingerprint="f", split="train")
+    source = GPTSource(index_, options, **window(cfg), fingerprint="f", split="train")
     with pytest.raises(IndexFormatError, match=r"a\.bin was rewritten after the index maps were published"):
         source.get_batch(np.arange(4))
     assert identity_memo.local_version(prefixes[0] + ".bin")[0] == bins[0].generation
@@ -339,7 +345,7 @@ def uploaded(prefixes, object_store, request, opener):
     base = f"span-index-bucket/{request.node.name}"
     urls = [object_store.upload(p, f"{base}/data/{p.rsplit('/', 1)[1]}") for p in prefixes]
     cfg = config(["30", urls[0], "50", urls[1], "20", urls[2]], samples=(400, 10, 10))
-    options = GPTSchemaOptions(seq_length=16, eod_id=EOD, reset_attention_mask=True,
+    options = GPTSchemaOptions(eod_id=EOD, reset_attention_mask=True,
                                inter_document_masking=True)
     access = DataAccess.from_env()
     planned, datasets, maps = opener.reference(cfg, options, access=access)
@@ -348,7 +354,7 @@ def uploaded(prefixes, object_store, request, opener):
 
 def _bucket_source(opener, uploaded, bins=None, chunk_samples=50):
     """A source over the bucket datasets through a row table read by range from the bucket."""
-    _cfg, options, planned, datasets, maps, access = uploaded
+    cfg, options, planned, datasets, maps, access = uploaded
     plan = maps.split("train")
     entry_dir = opener.tmp_path / f"bucket-entry{opener._published}"
     opener._published += 1
@@ -357,7 +363,7 @@ def _bucket_source(opener, uploaded, bins=None, chunk_samples=50):
     entry_url = bucket_store.Bucket(maps_url, access.object_store).publish("entry", str(entry_dir))
     tables = BucketRowTables(entry_url, "train", access, chunk_samples=chunk_samples)
     bins = describe(datasets, plan.dataset_names) if bins is None else bins
-    return GPTSource(RowTableSpanIndex(tables, bins, len(plan)), options,
+    return GPTSource(RowTableSpanIndex(tables, bins, len(plan)), options, **window(cfg),
                      fingerprint=maps.fingerprint, split="train", access=access)
 
 

@@ -26,7 +26,7 @@ def prefixes(tmp_path_factory):
     ]
 
 
-def _config(prefixes, weighted=True):
+def _config(prefixes, weighted=True, full=False):
     t, v1, v2 = prefixes
     return index.GPTDataConfig(
         blend_per_split=((t,), ("0.5", v1, "0.5", v2) if weighted else (v1, v2), None),
@@ -34,6 +34,8 @@ def _config(prefixes, weighted=True):
         seq_length=SEQ,
         seed=3,
         num_samples=(64, 24 if weighted else None, None),
+        multiple_validation_sets=True,
+        full_validation=full,
     )
 
 
@@ -69,8 +71,8 @@ def test_each_validation_set_equals_megatron(prefixes, tmp_path, full):
     )
     sizes = [64, None if full else 24, None]
     _, theirs, _ = BlendedMegatronDatasetBuilder(GPTDataset, sizes, lambda: True, mcfg).build()
-    opts = GPTSchemaOptions(seq_length=SEQ, eod_id=0, megatron_compat=True)
-    ours = open_validation_sets(_config(prefixes, not full), opts, full_validation=full)
+    opts = GPTSchemaOptions(eod_id=0, megatron_compat=True)
+    ours = open_validation_sets(_config(prefixes, not full, full), opts)
     assert list(ours) == [v1, v2] and len(theirs) == 2
     for src, mds in zip(ours.values(), theirs):
         assert len(src) == len(mds)
@@ -83,7 +85,7 @@ def test_each_validation_set_equals_megatron(prefixes, tmp_path, full):
 def test_needs_per_split_validation_blend(prefixes):
     cfg = index.GPTDataConfig(blend=[prefixes[0]], split="90,10,0", seq_length=SEQ, seed=3)
     with pytest.raises(ValueError, match="need per-split blends"):
-        open_validation_sets(cfg, GPTSchemaOptions(seq_length=SEQ))
+        open_validation_sets(cfg, GPTSchemaOptions())
 
 
 def test_training_evaluates_and_inspect_explains_each_set(prefixes, tmp_path):

@@ -73,7 +73,7 @@ def test_dump_batches_with_megatron_spellings_equals_the_python_api(data, tmp_pa
         blend=[data["prefix"]], split="100,0,0", seq_length=24, seed=9, num_samples=(64, 0, 0))
     fim = FIMOptions(rate=0.9, spm_rate=0.5, split_sample="<file_sep>", fragment_rate=0.5)
     src = open_gpt_sources(
-        config, GPTSchemaOptions(seq_length=24, fim=fim),
+        config, GPTSchemaOptions(fim=fim),
         access=DataAccess(maps=MapStoreOptions(location=str(tmp_path / "maps"))))["train"]
     for step in range(2):
         np.testing.assert_array_equal(sample_ids[step], np.arange(8 * step, 8 * step + 8))

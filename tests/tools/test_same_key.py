@@ -4,77 +4,27 @@
 "cached" exactly when training will not build (with a bucket cache: only once the maps are
 published).
 
-Each program runs in this process on one set of flag values (with and without `--data_schedule`,
-with and without explicit sample counts, with a local and a bucket `--data_cache_path`): the
-tools through their `main`, training through the functions its `main` calls to assemble and open
-its data. The flags of all five programs are defined once in absl's `FLAGS` (a flag two programs
-both define, e.g. `--out`, once) and removed afterwards.
+Each program runs in this process on one command line (with and without `--data_schedule`, with
+and without explicit sample counts, with a local and a bucket `--data_cache_path`): the tools
+through `helpers_cli.run_tool`, as their command line runs them; training through the functions
+its `main` calls to assemble and open its data, under its own flags (`cli.call` with
+`train.define_flags`), without training.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 
 import numpy as np
 import pytest
-from absl import flags
+from helpers_cli import run_program, run_tool
 from helpers_data import write_random_dataset
 
 from jaxblend import cli, train
-from jaxblend.cli import data_warnings, phase_flags, tool_flags
 from jaxblend.sources.source_identity import gpt_source_fingerprint
-from jaxblend.tools import build_index, dump_batches, dump_samples
-from jaxblend.tools import inspect as inspect_tool
 
 SEQ, B, ITERS = 16, 8, 6
-_DEFINES = ("DEFINE_integer", "DEFINE_string", "DEFINE_bool", "DEFINE_float", "DEFINE_list",
-            "DEFINE_enum")
-
-
-@contextlib.contextmanager
-def _every_programs_flags():
-    """Defines the flags of build_index, inspect, dump_samples, dump_batches and training in
-    absl's `FLAGS` (a name several programs define, once); removes the ones it added."""
-    fl = flags.FLAGS
-    added = []
-    originals = {name: getattr(flags, name) for name in _DEFINES}
-
-    def once(define):
-        def wrapper(name, *args, **kwargs):
-            if name not in fl:
-                define(name, *args, **kwargs)
-                added.append(name)
-        return wrapper
-
-    for name, define in originals.items():
-        setattr(flags, name, once(define))
-    try:
-        for define in (
-            cli.define_data_flags, cli.define_schema_flags, cli.define_source_flags,
-            cli.define_step_plan_flags, cli.define_mesh_flags, cli.define_loader_flags,
-            cli.define_distributed_flags, cli.define_tokenizer_flags, cli.define_train_flags,
-            phase_flags.define_phase_flags, tool_flags.define_inspect_flags,
-            tool_flags.define_decode_flags, tool_flags.define_dump_samples_flags,
-            tool_flags.define_dump_batches_flags, data_warnings.define_data_warning_flags,
-        ):
-            define()
-        flags.DEFINE_bool("verbose", False, "entry.run's flag")  # the patched DEFINE: once
-    finally:
-        for name, define in originals.items():
-            setattr(flags, name, define)
-    if not fl.is_parsed():
-        fl(["test"])
-    saved = {name: fl[name].value for name in fl}
-    try:
-        yield fl
-    finally:
-        for name, value in saved.items():
-            if fl[name].value != value:
-                fl[name].value = value
-        for name in added:
-            delattr(fl, name)
 
 
 @pytest.fixture(scope="module")
@@ -110,100 +60,110 @@ def _bucket_store(server, name: str, mirror) -> _Store:
     return _Store(server.prefix_url(prefix), keys, str(mirror))
 
 
-def _set_flags(fl, datasets, store: _Store, tmp_path, scheduled: bool, explicit: bool, server):
+def _flags(datasets, store: _Store, tmp_path, scheduled: bool, explicit: bool, server) -> list[str]:
+    """The command line every program gets."""
     a, b = datasets
-    fl.data_path, fl.split, fl.seq_length = [f"30 {a} 70 {b}"], "80,15,5", SEQ
-    fl.global_batch_size, fl.train_iters, fl.eval_interval, fl.eval_iters = B, ITERS, 3, 2
-    fl.data_cache_path, fl.vocab_size, fl.mesh_shape, fl.mesh_axes = store.location, 500, "8", "data"
-    fl.workdir, fl.checkpoint_dir = str(tmp_path / "run"), str(tmp_path / "run" / "ckpt")
+    argv = [
+        f"--data_path=30 {a} 70 {b}", "--split=80,15,5", f"--seq_length={SEQ}",
+        f"--global_batch_size={B}", f"--train_iters={ITERS}", "--eval_interval=3", "--eval_iters=2",
+        f"--data_cache_path={store.location}",
+    ]
     if store.mirror is not None:
-        fl.data_cache_mirror = store.mirror
+        argv.append(f"--data_cache_mirror={store.mirror}")
     if server is not None and server.scheme == "s3":
-        fl.s3_endpoint = server.url
+        argv.append(f"--s3_endpoint={server.url}")
     if explicit:
-        fl.train_samples, fl.valid_samples, fl.test_samples = 64, 24, 8
+        argv += ["--train_samples=64", "--valid_samples=24", "--test_samples=8"]
     if scheduled:
         path = tmp_path / "schedule.json"
         path.write_text(json.dumps({"stages": [
             {"start_step": 0, "blend": ["50", a, "50", b]},
             {"start_step": 2, "blend": ["20", a, "80", b]},
         ]}))
-        fl.data_schedule = str(path)
+        argv.append(f"--data_schedule={path}")
+    return argv
 
 
-def _run(main, argv, capsys) -> str:
-    capsys.readouterr()
-    main(argv)
-    return capsys.readouterr().out
+def _run(tool: str, argv: list[str]) -> str:
+    return run_tool(f"jaxblend.tools.{tool}", argv, check=True).stdout
 
 
-def _check_every_program(fl, store: _Store, tmp_path, capsys, bucket: bool) -> None:
-    fl.json = str(tmp_path / "preflight.json")
-    _run(inspect_tool.main, ["inspect", "preflight"], capsys)
+def _open_training_data(argv: list[str], tmp_path):
+    """What training assembles and opens (its `_data_spec` and `_open_data`), under its flags."""
+    opened = []
+
+    def main(_):
+        settings = cli.train_settings_from_flags()
+        spec = train._data_spec(settings)
+        opened.append((spec, train._open_data(spec, settings)))
+
+    train_argv = [*argv, "--vocab_size=500", f"--workdir={tmp_path / 'run'}",
+                  f"--checkpoint_dir={tmp_path / 'run' / 'ckpt'}"]
+    run_program(lambda args: cli.call(main, args, cli.MEGATRON_NARGS, define=train.define_flags),
+                train_argv, check=True, name="train")
+    return opened[0]
+
+
+def _check_every_program(argv: list[str], store: _Store, tmp_path, bucket: bool) -> None:
+    inspect = [*argv, "--vocab_size=500"]
+    preflight = ["preflight", *inspect, f"--json={tmp_path / 'preflight.json'}"]
+    _run("inspect", preflight)
     before = json.loads((tmp_path / "preflight.json").read_text())
     assert before["cached"] is False and before["problems"] == [], before
 
     if bucket:  # maps in the bucket but no publication record: training would still publish
-        fl.out, fl.num = str(tmp_path / "early"), 1
-        _run(dump_samples.main, ["dump_samples"], capsys)
-        out = _run(inspect_tool.main, ["inspect", "preflight"], capsys)
+        _run("dump_samples", [*argv, f"--out={tmp_path / 'early'}", "--num=1"])
+        out = _run("inspect", preflight)
         assert "cached but not published" in out, out
         assert json.loads((tmp_path / "preflight.json").read_text())["cached"] is False
 
-    out = _run(build_index.main, ["build_index"], capsys)
+    out = _run("build_index", argv)
     key = next(line for line in out.splitlines() if line.startswith("index maps ")).split()[2]
     if bucket:
         assert any(line.startswith("published: ") for line in out.splitlines()), out
     built = store.contents()
     assert built
 
-    _run(inspect_tool.main, ["inspect", "preflight"], capsys)
+    _run("inspect", preflight)
     after = json.loads((tmp_path / "preflight.json").read_text())
     assert after["fingerprint"] == before["fingerprint"] == key
     assert after["cached"] is True, after
-    fl.json = None
     assert store.contents() == built
 
-    fl.step = 1
-    _run(inspect_tool.main, ["inspect", "explain"], capsys)
+    _run("inspect", ["explain", *inspect, "--step=1"])
     assert store.contents() == built, "inspect explain built maps"
-    fl.start_step, fl.end_step = 0, 4
-    _run(inspect_tool.main, ["inspect", "mixture"], capsys)
+    _run("inspect", ["mixture", *inspect, "--start_step=0", "--end_step=4"])
     assert store.contents() == built, "inspect mixture built maps"
-    fl.out, fl.num = str(tmp_path / "samples"), 2
-    _run(dump_samples.main, ["dump_samples"], capsys)
+    _run("dump_samples", [*argv, f"--out={tmp_path / 'samples'}", "--num=2"])
     assert store.contents() == built, "dump_samples built maps"
-    fl.out, fl.steps, fl.start_step = str(tmp_path / "batches"), 1, 0
-    _run(dump_batches.main, ["dump_batches"], capsys)
+    _run("dump_batches", [*argv, f"--out={tmp_path / 'batches'}", "--steps=1", "--start_step=0",
+                          "--mesh_shape=8", "--mesh_axes=data"])
     assert store.contents() == built, "dump_batches built maps"
     if bucket:
-        out = _run(build_index.main, ["build_index"], capsys)
+        out = _run("build_index", argv)
         assert any(line.startswith("already published: ") for line in out.splitlines()), out
 
-    settings = cli.train_settings_from_flags()
-    spec = train._data_spec(settings)
-    data = train._open_data(spec, settings)
+    spec, data = _open_training_data([*argv, "--mesh_shape=8", "--mesh_axes=data"], tmp_path)
     assert store.contents() == built, "training built maps"
-    assert data.train.fingerprint == gpt_source_fingerprint(key, "train", spec.run.schema)
+    config = spec.run.config
+    assert data.train.fingerprint == gpt_source_fingerprint(
+        key, "train", spec.run.schema, config.seq_length, config.add_extra_token_to_sequence,
+    )
     assert set(data.valid) == {"valid"} and len(data.valid["valid"]) > 0
 
 
 @pytest.mark.parametrize("scheduled", [False, True], ids=["blend", "data_schedule"])
 @pytest.mark.parametrize("explicit", [False, True], ids=["derived_counts", "explicit_counts"])
-def test_local_cache_same_key_everywhere(datasets, tmp_path, capsys, scheduled, explicit):
+def test_local_cache_same_key_everywhere(datasets, tmp_path, scheduled, explicit):
     store = _local_store(tmp_path / "cache")
-    with _every_programs_flags() as fl:
-        _set_flags(fl, datasets, store, tmp_path, scheduled, explicit, None)
-        _check_every_program(fl, store, tmp_path, capsys, bucket=False)
+    argv = _flags(datasets, store, tmp_path, scheduled, explicit, None)
+    _check_every_program(argv, store, tmp_path, bucket=False)
 
 
 @pytest.mark.parametrize("scheduled", [False, True], ids=["blend", "data_schedule"])
 @pytest.mark.parametrize("explicit", [False, True], ids=["derived_counts", "explicit_counts"])
-def test_bucket_cache_same_key_everywhere(
-    datasets, tmp_path, capsys, object_store, scheduled, explicit
-):
+def test_bucket_cache_same_key_everywhere(datasets, tmp_path, object_store, scheduled, explicit):
     name = f"{object_store.scheme}-{int(scheduled)}{int(explicit)}-{os.getpid()}"
     store = _bucket_store(object_store, name, tmp_path / "mirror")
-    with _every_programs_flags() as fl:
-        _set_flags(fl, datasets, store, tmp_path, scheduled, explicit, object_store)
-        _check_every_program(fl, store, tmp_path, capsys, bucket=True)
+    argv = _flags(datasets, store, tmp_path, scheduled, explicit, object_store)
+    _check_every_program(argv, store, tmp_path, bucket=True)

@@ -26,20 +26,19 @@ request and checks levels 1 and 2 against it.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from jaxblend import _lazy
 
 _NAMES = {
-    "Identity": "memo",
-    "bin_md5": "levels",
-    "combine": "levels",
-    "dataset_fingerprint": "entry",
-    "fingerprint": "levels",
-    "local_versions": "levels",
-    "memo_url": "levels",
-    "read_md5": "levels",
-    "reported_md5": "levels",
-    "verify_dataset": "verify",
+    "Identity": ".memo",
+    "bin_md5": ".levels",
+    "combine": ".levels",
+    "dataset_fingerprint": ".entry",
+    "fingerprint": ".levels",
+    "local_versions": ".levels",
+    "memo_url": ".levels",
+    "read_md5": ".levels",
+    "reported_md5": ".levels",
+    "verify_dataset": ".verify",
 }
 
 __all__ = [
@@ -56,13 +55,6 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    """Resolves a public name on first use (the reader imports `levels`, so this package imports
-    neither the reader nor `entry`, which opens datasets with it)."""
-    if name in _NAMES:
-        return getattr(importlib.import_module(f"{__name__}.{_NAMES[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_NAMES])
+# Names resolve on first use (the reader imports `levels`, so this package imports neither the
+# reader nor `entry`, which opens datasets with it).
+__getattr__, __dir__ = _lazy.exports(__name__, _NAMES)

@@ -21,27 +21,26 @@ does not load TensorStore.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from jaxblend import _lazy
 
 _NAMES = {
-    "ObjectStoreError": "errors",
-    "describe": "errors",
-    "Location": "location",
-    "Prefix": "location",
-    "context_for": "location",
-    "local_path": "location",
-    "open_kvstore": "location",
-    "open_store": "location",
-    "resolve": "location",
-    "shared_context": "location",
-    "ObjectDirectory": "directory",
-    "RangeRead": "requests",
-    "read_existing": "requests",
-    "wait": "requests",
-    "publish": "publishing",
-    "wait_for_publication": "publishing",
-    "show_sdk_logging": "sdk_logging",
+    "ObjectStoreError": ".errors",
+    "describe": ".errors",
+    "Location": ".location",
+    "Prefix": ".location",
+    "context_for": ".location",
+    "local_path": ".location",
+    "open_kvstore": ".location",
+    "open_store": ".location",
+    "resolve": ".location",
+    "shared_context": ".location",
+    "ObjectDirectory": ".directory",
+    "RangeRead": ".requests",
+    "read_existing": ".requests",
+    "wait": ".requests",
+    "publish": ".publishing",
+    "wait_for_publication": ".publishing",
+    "show_sdk_logging": ".sdk_logging",
 }
 
 __all__ = [
@@ -65,13 +64,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    """Resolves a public name on first use."""
-    if name in _NAMES:
-        module = importlib.import_module(f"{__name__}.{_NAMES[name]}")
-        return getattr(module, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_NAMES])
+__getattr__, __dir__ = _lazy.exports(__name__, _NAMES)
