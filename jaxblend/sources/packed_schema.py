@@ -36,10 +36,23 @@ def _fill_packed(
     fold_padding, want_cu, inputs, targets, loss_mask, positions, segment_ids, cu_seqlens,
     max_seqlen,
 ):  # pragma: no cover - compiled
+    # Whole-row slice loops first (vectorized), then each document's positions, segment and the
+    # target of its last token, then padding.
     k = text.shape[0]
     piece = 0
     for r in range(k):
         n = min(max(n_valid[r], 0), text.shape[1])
+        real = min(n, seq_length)  # real input positions
+        real_tg = min(max(n - 1, 0), seq_length)  # positions with a next token in the row
+        for p in range(real):
+            inputs[r, p] = text[r, p]
+        for p in range(real_tg):
+            targets[r, p] = text[r, p + 1]
+        for p in range(real_tg):
+            loss_mask[r, p] = 1.0
+        for p in range(real_tg, seq_length):
+            targets[r, p] = 0
+            loss_mask[r, p] = 0.0
         a = 0  # first token of the current document in the window
         seg = 0
         m = 0  # documents starting at an input position
@@ -58,34 +71,30 @@ def _fill_packed(
                     cu_seqlens[r, m] = a
                 m += 1
                 stop = min(end, seq_length)
+                c = np.int32(0)
                 for p in range(a, stop):
-                    tok = text[r, p]
-                    inputs[r, p] = tok
-                    positions[r, p] = p - a
+                    positions[r, p] = c
+                    c += np.int32(1)
+                for p in range(a, stop):
                     segment_ids[r, p] = seg
-                    if p + 1 < end:
-                        tgt = text[r, p + 1]
-                        targets[r, p] = tgt
-                        if (eod_mask_loss and not mask_eod_input and tgt == eod) or (
-                            eod_mask_loss and mask_eod_input and tok == eod
-                        ):
-                            loss_mask[r, p] = 0.0
-                        else:
-                            loss_mask[r, p] = 1.0
-                    else:
-                        targets[r, p] = 0
-                        loss_mask[r, p] = 0.0
+                if end - 1 < seq_length:  # the document's last token: no target in it
+                    targets[r, end - 1] = 0
+                    loss_mask[r, end - 1] = 0.0
                 longest = max(longest, stop - a)
             a = end
-        real = min(n, seq_length)
+        if eod_mask_loss:
+            for p in range(real_tg):
+                tok = inputs[r, p] if mask_eod_input else targets[r, p]
+                if tok == eod and loss_mask[r, p] != 0.0:
+                    loss_mask[r, p] = 0.0
         for p in range(real, seq_length):
             inputs[r, p] = 0
-            targets[r, p] = 0
-            loss_mask[r, p] = 0.0
-            if fold_padding and m > 0:
+        if fold_padding and m > 0:
+            for p in range(real, seq_length):
                 positions[r, p] = p - last_a
                 segment_ids[r, p] = seg
-            else:
+        else:
+            for p in range(real, seq_length):
                 positions[r, p] = 0
                 segment_ids[r, p] = 0
         if want_cu:
