@@ -36,8 +36,9 @@ def _fill_packed(
     fold_padding, want_cu, inputs, targets, loss_mask, positions, segment_ids, cu_seqlens,
     max_seqlen,
 ):  # pragma: no cover - compiled
-    # Whole-row slice loops first (vectorized), then each document's positions, segment and the
-    # target of its last token, then padding.
+    # Whole-row loops first, then each document's positions, segment and the target of its last
+    # token, then padding. Loops run over views from index 0: a loop from a variable start would
+    # check each index for wraparound and not vectorize.
     k = text.shape[0]
     piece = 0
     for r in range(k):
@@ -50,9 +51,12 @@ def _fill_packed(
             targets[r, p] = text[r, p + 1]
         for p in range(real_tg):
             loss_mask[r, p] = 1.0
-        for p in range(real_tg, seq_length):
-            targets[r, p] = 0
-            loss_mask[r, p] = 0.0
+        tail_t = targets[r, real_tg:]
+        tail_l = loss_mask[r, real_tg:]
+        for p in range(tail_t.shape[0]):
+            tail_t[p] = 0
+        for p in range(tail_l.shape[0]):
+            tail_l[p] = 0.0
         a = 0  # first token of the current document in the window
         seg = 0
         m = 0  # documents starting at an input position
@@ -71,12 +75,12 @@ def _fill_packed(
                     cu_seqlens[r, m] = a
                 m += 1
                 stop = min(end, seq_length)
-                c = np.int32(0)
-                for p in range(a, stop):
-                    positions[r, p] = c
-                    c += np.int32(1)
-                for p in range(a, stop):
-                    segment_ids[r, p] = seg
+                doc_p = positions[r, a:stop]
+                doc_s = segment_ids[r, a:stop]
+                for p in range(doc_p.shape[0]):
+                    doc_p[p] = p
+                for p in range(doc_s.shape[0]):
+                    doc_s[p] = seg
                 if end - 1 < seq_length:  # the document's last token: no target in it
                     targets[r, end - 1] = 0
                     loss_mask[r, end - 1] = 0.0
@@ -87,16 +91,21 @@ def _fill_packed(
                 tok = inputs[r, p] if mask_eod_input else targets[r, p]
                 if tok == eod and loss_mask[r, p] != 0.0:
                     loss_mask[r, p] = 0.0
-        for p in range(real, seq_length):
-            inputs[r, p] = 0
+        pad_i = inputs[r, real:]
+        pad_p = positions[r, real:]
+        pad_s = segment_ids[r, real:]
+        for p in range(pad_i.shape[0]):
+            pad_i[p] = 0
         if fold_padding and m > 0:
-            for p in range(real, seq_length):
-                positions[r, p] = p - last_a
-                segment_ids[r, p] = seg
+            for p in range(pad_p.shape[0]):
+                pad_p[p] = real - last_a + p
+            for p in range(pad_s.shape[0]):
+                pad_s[p] = seg
         else:
-            for p in range(real, seq_length):
-                positions[r, p] = 0
-                segment_ids[r, p] = 0
+            for p in range(pad_p.shape[0]):
+                pad_p[p] = 0
+            for p in range(pad_s.shape[0]):
+                pad_s[p] = 0
         if want_cu:
             if m == 0:
                 cu_seqlens[r, 0] = 0
