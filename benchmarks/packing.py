@@ -4,9 +4,11 @@ For each corpus and sequence length, one dataset split (one epoch, `num_samples=
 
 * padding (share of the row tokens) and documents split (longer than a row);
 * build time of the packed maps vs the GPT (`concat`) maps of the same corpus
-  (`jaxblend.index.build_data_maps`, in memory, best of `--repeats`);
+  (`jaxblend.index.build_data_maps`, in memory);
 * read speed: `GPTSource.get_batch` over steps of `--batch` consecutive samples from the local
   page cache, tokens of the rows per second (packed: real tokens only), vs `concat`;
+
+both best of `--repeats`, the two methods alternating (the machine may be shared);
 * beside Grain's `grain.experimental.BestFitPackIterDataset` and `FirstFitPackIterDataset`
   (when the installed Grain has them) and plain first fit (`packing.first_fit_rows`), on the
   same pieces of the first `--compare_documents` documents in the same order: padding and
@@ -37,8 +39,10 @@ _DATA_DIR = flags.DEFINE_string("data_dir", "/tmp/jaxblend_packing_bench", "Corp
 _TOKENS = flags.DEFINE_float("tokens", 5e7, "Tokens per corpus.")
 _SEQS = flags.DEFINE_list("seq_lengths", ["2048", "8192"], "Sequence lengths S.")
 _BATCH = flags.DEFINE_integer("batch", 64, "Rows per read step.")
-_READ_SECONDS = flags.DEFINE_float("read_seconds", 3.0, "Measuring time per read figure.")
-_REPEATS = flags.DEFINE_integer("repeats", 2, "Builds per figure (best kept).")
+_READ_SECONDS = flags.DEFINE_float("read_seconds", 1.0, "Measuring time per read slice.")
+_REPEATS = flags.DEFINE_integer(
+    "repeats", 7, "Builds and read slices per figure, the methods alternating (best kept)."
+)
 _WINDOW = flags.DEFINE_integer("window", 16384, "--packing_window.")
 _COMPARE = flags.DEFINE_integer("compare_documents", 50_000, "Documents for the packer comparison.")
 _GRAIN_BINS = flags.DEFINE_list("grain_bins", ["64", "1024"], "Grain num_packing_bins values.")
@@ -88,24 +92,30 @@ def _config(prefix: str, seq_length: int, method: str):
     )
 
 
-def read_rate(source, seconds: float, batch: int) -> float:
-    """Real tokens per second of `get_batch` over consecutive steps (packed rows: padding not
-    counted; the counts are taken before the clock starts)."""
-    n = len(source)
-    starts = np.arange(0, max(1, n - batch), batch)
-    packed = source.options.packing != "concat"
-    real = [
-        int(np.count_nonzero(source.get_batch(np.arange(lo, lo + batch))["segment_ids"]))
-        if packed else batch * source.options.seq_length
-        for lo in starts[:200]
-    ]
-    tokens, start, step = 0, time.perf_counter(), 0
-    while time.perf_counter() - start < seconds:
-        k = step % len(real)
-        source.get_batch(np.arange(starts[k], starts[k] + batch))
-        tokens += real[k]
-        step += 1
-    return tokens / (time.perf_counter() - start)
+class Reader:
+    """Reads consecutive steps of `batch` samples of a source with `get_batch`."""
+
+    def __init__(self, source, batch: int):
+        self.source = source
+        n = len(source)
+        self.starts = np.arange(0, max(1, n - batch), batch)[:200]
+        self.batch = batch
+        packed = source.options.packing != "concat"
+        self.real = [  # real tokens per step (padding not counted), before any clock starts
+            int(np.count_nonzero(source.get_batch(np.arange(lo, lo + batch))["segment_ids"]))
+            if packed else batch * source.options.seq_length
+            for lo in self.starts
+        ]
+
+    def rate(self, seconds: float) -> float:
+        """Real tokens per second over `seconds`."""
+        tokens, start, step = 0, time.perf_counter(), 0
+        while time.perf_counter() - start < seconds:
+            k = step % len(self.real)
+            self.source.get_batch(np.arange(self.starts[k], self.starts[k] + self.batch))
+            tokens += self.real[k]
+            step += 1
+        return tokens / (time.perf_counter() - start)
 
 
 def grain_pack(cls, pieces: np.ndarray, capacity: int, bins: int) -> tuple[float, float]:
@@ -161,18 +171,25 @@ def main(argv):
             infos = {prefix: index.DatasetInfo(
                 prefix, ds.sequence_lengths, ds.document_indices, f"bench-{kind}")}
             index.build_data_maps(config("best_fit"), infos, ("train",))  # compile
-            t_concat, _ = best_of(
-                _REPEATS.value, index.build_data_maps, config("concat"), infos, ("train",))
-            t_packed, packed = best_of(
-                _REPEATS.value, index.build_data_maps, config("best_fit"), infos, ("train",))
+            # Interleaved and best of --repeats: the machine is shared, its load varies.
+            t_concat = t_packed = float("inf")
+            for _ in range(_REPEATS.value):
+                t, _ = best_of(1, index.build_data_maps, config("concat"), infos, ("train",))
+                t_concat = min(t_concat, t)
+                t, packed = best_of(1, index.build_data_maps, config("best_fit"), infos, ("train",))
+                t_packed = min(t_packed, t)
             stats = packed.split("train").packing_stats()
-            rates = {}
+            sources = {}
             for method in ("concat", "best_fit"):
                 cfg = config(method)
-                src = open_gpt_sources(
+                sources[method] = open_gpt_sources(
                     cfg, GPTSchemaOptions.for_config(cfg), access=DataAccess(), splits=("train",)
                 )["train"]
-                rates[method] = read_rate(src, _READ_SECONDS.value, _BATCH.value)
+            readers = {m: Reader(src, _BATCH.value) for m, src in sources.items()}
+            rates = dict.fromkeys(readers, 0.0)
+            for _ in range(_REPEATS.value):
+                for method, reader in readers.items():
+                    rates[method] = max(rates[method], reader.rate(_READ_SECONDS.value))
             main_rows.append((
                 kind, s, stats["rows"], 100 * stats["padding"] / (stats["rows"] * (s + 1)),
                 stats["split_documents"], t_concat, t_packed, rates["concat"], rates["best_fit"],
@@ -182,7 +199,7 @@ def main(argv):
             capacity = s + 1
             cut = packing.cut_items(lengths[: _COMPARE.value], capacity)
             pieces = cut.length
-            t, rows = best_of(1, packing.best_fit_pack, pieces, capacity, _WINDOW.value)
+            t, rows = best_of(_REPEATS.value, packing.best_fit_pack, pieces, capacity, _WINDOW.value)
             compare_rows.append((kind, s, f"jaxblend best_fit (window {_WINDOW.value:,})",
                                  100 * rows.padding(capacity) / (len(rows) * capacity),
                                  len(pieces) / t))

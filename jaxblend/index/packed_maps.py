@@ -311,6 +311,23 @@ class PackedSplitMaps(SplitMaps):
         before = int(self._offsets[:dataset_id, 2].sum())
         return self._epoch_rows[before : before + int(self._offsets[dataset_id, 2])].copy()
 
+    def dataset_rows(self, dataset_id: int) -> PackedDatasetMaps:
+        """Dataset `dataset_id`'s packed rows (its `starts` count from its first piece)."""
+        if not 0 <= dataset_id < self.num_datasets:
+            raise IndexError(f"dataset_id {dataset_id} out of range [0, {self.num_datasets})")
+        first_piece, first_row, _, rows = (int(v) for v in self._offsets[dataset_id])
+        starts = np.asarray(self._starts[first_row : first_row + rows + 1], np.int64)
+        pieces = slice(int(starts[0]), int(starts[-1]))
+        return PackedDatasetMaps(
+            starts=starts - first_piece,
+            sequence=np.asarray(self._sequence[pieces]),
+            offset=np.asarray(self._offset[pieces]),
+            length=np.asarray(self._piece_length[pieces]),
+            epoch_rows=self.dataset_epoch_rows(dataset_id),
+            split_documents=self.split_documents[dataset_id],
+            capacity=self.window,
+        )
+
     def packing_stats(self) -> dict[str, int]:
         """Rows, tokens, padding tokens (over `window`-token rows) and split documents (one
         epoch of each dataset) of the split's datasets' packed maps (every row built, drawn or
