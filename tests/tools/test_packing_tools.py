@@ -76,7 +76,7 @@ def test_preflight_reports_padding_and_split_documents(data, tmp_path):
     train = {p["prefix"]: p for p in report["packing"] if p["split"] == "train"}
     for prefix in prefixes:
         lengths = IndexedDataset(prefix).sequence_lengths
-        docs = lengths[: int(round(0.9 * len(lengths)))]
+        docs = lengths[: round(0.9 * len(lengths))]
         assert train[prefix]["split_documents"] == int((docs > SEQ + 1).sum())
         rows = train[prefix]["rows"]
         assert train[prefix]["padding"] == rows * (SEQ + 1) - int(docs.sum())
