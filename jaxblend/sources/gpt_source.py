@@ -26,7 +26,7 @@ import numba
 import numpy as np
 
 from jaxblend import access as access_lib
-from jaxblend.sources import base, schema
+from jaxblend.sources import base, packed_schema, schema
 from jaxblend.sources.source_identity import gpt_source_fingerprint
 from jaxblend.sources.span_index import SpanIndex
 from jaxblend.storage.token_reader import TokenReader
@@ -185,6 +185,8 @@ class GPTSource(base.BatchSource):
         return schema.raw_windows(text, n_valid, dataset_ids, ids, masking)
 
     def assemble_batch(self, raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if self.options.packing != "concat":  # packed rows of whole documents
+            return packed_schema.assemble_packed(raw, self.options)
         return schema.assemble_windows(raw, self.options)
 
     def get_batch(self, sample_ids: np.ndarray) -> dict[str, np.ndarray]:
