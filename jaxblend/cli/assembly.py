@@ -226,6 +226,8 @@ def data_config(
         mid_level_dataset_surplus=values.mid_level_dataset_surplus,
         multiple_validation_sets=values.multiple_validation_sets,
         full_validation=values.full_validation,
+        packing=values.packing,
+        packing_window=values.packing_window,
     )
     return config if phase is None else phase_data_config(config, phase)
 
@@ -265,6 +267,7 @@ def schema_options(
         pad_id=values.pad_id,
         inter_document_masking=values.inter_document_masking,
         fim=fim_flags.fim_options(values, tokenizer),
+        packing=values.packing,
     )
 
 

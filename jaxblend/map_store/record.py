@@ -53,6 +53,7 @@ def launch_key(config: GPTDataConfig) -> str:
         else [None if b is None else list(b) for b in config.blend_per_split],
         split=config.split,
         **config.sample_fields(),
+        **config.packing_fields(),
     )
 
 

@@ -109,6 +109,11 @@ def open_gpt_sources(
     Raises:
       ValueError: if FIM's tokenizer or a sentinel token cannot be found.
     """
+    if options.packing != config.packing:
+        raise ValueError(
+            f"schema packing={options.packing!r} differs from the data configuration's "
+            f"packing={config.packing!r} (build the options with GPTSchemaOptions.for_config)"
+        )
     access = DataAccess.from_env() if access is None else access
     from jaxblend import grain_workers  # a plain script's grain.DataLoader workers
 

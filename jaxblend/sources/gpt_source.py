@@ -28,7 +28,7 @@ import numba
 import numpy as np
 
 from jaxblend import access as access_lib
-from jaxblend.sources import base, schema
+from jaxblend.sources import base, packed_schema, schema
 from jaxblend.sources.source_identity import gpt_source_fingerprint
 from jaxblend.sources.span_index import SpanIndex
 from jaxblend.storage.token_reader import TokenReader
@@ -206,13 +206,20 @@ class GPTSource(base.PerProcess, base.BatchSource):
         text, n_valid, pieces = self._read(ids)
         dataset_ids = np.zeros(ids.size, np.int32)
         dataset_ids[pieces.row[::-1]] = pieces.dataset[::-1]  # each row's first piece
-        masking = (pieces.row, pieces.length) if self.options.inter_document_masking else None
+        packed = self.options.packing != "concat"  # packed rows are assembled from their pieces
+        masking = (
+            (pieces.row, pieces.length)
+            if self.options.inter_document_masking or packed
+            else None
+        )
         raw = schema.raw_windows(text, n_valid, dataset_ids, ids, masking)
         if self.transform is not None:
             raw = self.transform.apply(raw, self.split, self.options.megatron_compat)
         return raw
 
     def assemble_batch(self, raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if self.options.packing != "concat":  # packed rows of whole documents
+            return packed_schema.assemble_packed(raw, self.options, seq_length=self.seq_length)
         return schema.assemble_windows(raw, self.options, seq_length=self.seq_length)
 
     def get_batch(self, sample_ids: np.ndarray) -> dict[str, np.ndarray]:

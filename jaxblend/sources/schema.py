@@ -64,6 +64,9 @@ class GPTSchemaOptions:
       inter_document_masking: also return `cu_seqlens`/`max_seqlen`, positions per document.
       fim: fill-in-the-middle settings (`jaxblend.sources.fim`, Megatron's `--fim-data`): each
         window is rewritten before the arrays are built; None = plain windows.
+      packing: the data configuration's `packing` (`for_config` reads it from there): "concat"
+        (windows cut across documents) or "best_fit" (packed rows of whole documents, assembled by
+        `jaxblend.sources.packed_schema.assemble_packed`, which `GPTSource` calls).
     """
 
     eod_id: int | None = None
@@ -74,8 +77,16 @@ class GPTSchemaOptions:
     pad_id: int | None = None
     inter_document_masking: bool = False
     fim: FIMOptions | None = None
+    packing: str = "concat"
 
     def __post_init__(self):
+        if self.packing not in ("concat", "best_fit"):
+            raise ValueError(f"packing = {self.packing!r}; expected 'concat' or 'best_fit'")
+        if self.fim is not None and self.packing != "concat":
+            raise ValueError(
+                "fill-in-the-middle (--fim_data) rewrites concatenated windows; it does not apply "
+                f"to --packing={self.packing} rows: drop one of the two"
+            )
         needs_eod = self.eod_mask_loss or self.reset_position_ids or self.reset_attention_mask
         if needs_eod and self.eod_id is None:
             raise ValueError(
@@ -84,6 +95,12 @@ class GPTSchemaOptions:
             )
         if self.pad_id is not None and not self.megatron_compat:
             raise ValueError("pad_id applies only with megatron_compat (Megatron's padding)")
+
+    @classmethod
+    def for_config(cls, config, **options) -> GPTSchemaOptions:
+        """The options of the samples of a data configuration (`jaxblend.index.GPTDataConfig`):
+        `packing` is the configuration's, read from it; `options` are the other fields."""
+        return cls(packing=config.packing, **options)
 
     def identity_fields(self, seq_length: int, add_extra_token_to_sequence: bool) -> dict[str, object]:
         """What changes the batch made of windows of `seq_length` (+ 1 with the extra token)
@@ -106,6 +123,7 @@ class GPTSchemaOptions:
             "fim": identity.unless_default(
                 None if self.fim is None else self.fim.identity_fields(), None
             ),
+            "packing": identity.unless_default(self.packing, "concat"),
         }
 
 
@@ -373,6 +391,11 @@ def assemble_windows(
     raw: dict[str, np.ndarray], options: GPTSchemaOptions, *, seq_length: int
 ) -> dict[str, np.ndarray]:
     """Raw GPT form (`raw_windows`) of windows for `seq_length` -> the batch schema."""
+    if options.packing != "concat":
+        raise ValueError(
+            f"packing={options.packing!r} rows are assembled by "
+            "jaxblend.sources.packed_schema.assemble_packed, not as concatenated windows"
+        )
     pieces = (raw["piece_row"], raw["piece_length"]) if "piece_row" in raw else None
     batch = windows_to_batch(
         np.asarray(raw["text"]), np.asarray(raw["n_valid"]), options, pieces,
