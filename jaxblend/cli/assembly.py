@@ -218,6 +218,8 @@ def data_config(
         add_extra_token_to_sequence=values.add_extra_token_to_sequence,
         drop_last_partial_validation_sequence=values.drop_last_partial_validation_sequence,
         mid_level_dataset_surplus=values.mid_level_dataset_surplus,
+        packing=values.packing,
+        packing_window=values.packing_window,
     )
     return config if phase is None else phase_data_config(config, phase)
 

@@ -15,6 +15,8 @@
                              flags (`jaxblend.cli.steps`), the same in every tool and training
   --add_extra_token_to_sequence, --drop_last_partial_validation_sequence   (both default True)
   --mid_level_dataset_surplus  (0.005)
+  --packing                  concat (default, Megatron's samples) or best_fit (whole documents)
+  --packing_window           documents packed together with --packing=best_fit (16384)
   --data_cache_path          index-map cache: directory or bucket URL (--data_cache_wait)
   --multiple_validation_sets, --full_validation   one validation set per valid-blend prefix
   --s3_endpoint, --s3_region, --storage_concurrency, --storage_retries, --storage_timeout
@@ -84,6 +86,16 @@ def define_data_flags() -> None:
     )
     flags.DEFINE_float(
         "mid_level_dataset_surplus", 0.005, "Extra samples built per blended dataset."
+    )
+    flags.DEFINE_enum(
+        "packing", "concat", ["concat", "best_fit"],
+        "How samples are made: concat (Megatron's: documents concatenated and cut every "
+        "seq_length + extra tokens) or best_fit (whole documents packed into rows, best-fit "
+        "decreasing; longer documents cut into row-sized pieces; docs/samples.md).",
+    )
+    flags.DEFINE_integer(
+        "packing_window", 16384, "With --packing=best_fit: documents packed together.",
+        lower_bound=1,
     )
     flags.DEFINE_string(
         "data_cache_path", None,

@@ -59,6 +59,8 @@ class DataFlagValues:
     add_extra_token_to_sequence: bool = True
     drop_last_partial_validation_sequence: bool = True
     mid_level_dataset_surplus: float = 0.005
+    packing: str = "concat"
+    packing_window: int = 16384
     multiple_validation_sets: bool = False
     full_validation: bool = False
     # storage and cache flags (data flags too)

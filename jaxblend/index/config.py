@@ -15,6 +15,7 @@ from collections.abc import Callable
 import numpy as np
 
 from jaxblend.index import blend_spec
+from jaxblend.index import packing as packing_lib
 from jaxblend.index import split as split_lib
 from jaxblend.index.blend_schedule import BlendSchedule
 
@@ -131,6 +132,10 @@ class GPTDataConfig:
         valid and test splits (both may be None: no valid/test split). With `blend` + `split`,
         every schedule dataset trains on `split`'s train portion of its documents, otherwise on
         all of them.
+      packing: how samples are made: "concat" (Megatron's documents concatenated and cut every
+        `seq_length + extra` tokens) or "best_fit" (whole documents packed into rows of
+        `seq_length + extra` tokens, best-fit decreasing; `jaxblend.index.packed_maps`).
+      packing_window: with "best_fit", documents packed together (>= 1).
     """
 
     blend: blend_spec.Blend | None = None
@@ -145,8 +150,24 @@ class GPTDataConfig:
     drop_last_partial_validation_sequence: bool = True
     mid_level_dataset_surplus: float = 0.005
     train_schedule: BlendSchedule | None = None
+    packing: str = "concat"
+    packing_window: int = packing_lib.DEFAULT_WINDOW
 
     def __post_init__(self) -> None:
+        if self.packing not in ("concat", "best_fit"):
+            raise ValueError(
+                f"packing = {self.packing!r}; expected 'concat' (Megatron's samples) or 'best_fit'"
+            )
+        if (
+            isinstance(self.packing_window, bool)
+            or not isinstance(self.packing_window, (int, np.integer))
+            or self.packing_window < 1
+        ):
+            raise ValueError(
+                f"packing_window = {self.packing_window!r} must be an integer >= 1 (documents "
+                "packed together)"
+            )
+        object.__setattr__(self, "packing_window", int(self.packing_window))
         if self.train_schedule is not None and not isinstance(self.train_schedule, BlendSchedule):
             raise TypeError(
                 f"train_schedule is a {type(self.train_schedule).__name__}; expected a "
@@ -214,6 +235,18 @@ class GPTDataConfig:
             raise ValueError(
                 f"mid_level_dataset_surplus = {self.mid_level_dataset_surplus!r} must be finite and >= 0"
             )
+
+    @property
+    def is_packed(self) -> bool:
+        """Whether samples are packed rows (`packing != "concat"`)."""
+        return self.packing != "concat"
+
+    def packing_fields(self) -> dict[str, object]:
+        """The packing options as fingerprint fields: none for "concat" (existing keys and saved
+        states stay valid), the method and its window otherwise."""
+        if not self.is_packed:
+            return {}
+        return {"packing": self.packing, "packing_window": int(self.packing_window)}
 
     def split_blend(self, name: str) -> blend_spec.Blend | None:
         """The blend split `name` ("train", "valid" or "test") draws from, as written: `blend`

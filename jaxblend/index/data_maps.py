@@ -36,9 +36,11 @@ from absl import logging
 from jaxblend import identity
 from jaxblend.index import (
     blend_index,
+    blend_schedule,
     blend_spec,
     gpt,
     maps_key,
+    packed_maps,
     split_resolution,
     staged_split,
 )
@@ -92,6 +94,7 @@ def plan_fingerprint(
         drop_last_partial_validation_sequence=bool(config.drop_last_partial_validation_sequence),
         mid_level_dataset_surplus=float(config.mid_level_dataset_surplus),
         datasets=[infos[p].fingerprint for p in prefixes],
+        **config.packing_fields(),
     )
 
 
@@ -186,6 +189,7 @@ def history_fingerprint(
         "seed": int(config.seed),
         "add_extra_token_to_sequence": bool(config.add_extra_token_to_sequence),
         "bookend": [float(b) for b in spec.bookend],
+        **config.packing_fields(),
     }
     if config.train_schedule is None:
         prefixes = list(spec.prefixes)
@@ -364,6 +368,23 @@ def _make_split_plans(
         if split_meta is None:
             plans[name] = None
             continue
+        if split_meta.get("packed"):
+            plans[name] = packed_maps.PackedSplitMaps(
+                name=name,
+                dataset_names=tuple(prefixes[p] for p in split_meta["prefixes"]),
+                arrays={
+                    field: arrays[f"{name}.{field}"]
+                    for field in packed_maps.PACKED_FIELDS
+                    if f"{name}.{field}" in arrays
+                },
+                lengths=arrays["lengths"],
+                length_offsets=arrays["length_offsets"],
+                seq_length=config.seq_length,
+                add_extra_token=config.add_extra_token_to_sequence,
+                split_documents=split_meta["split_documents"],
+                window=config.packing_window,
+            )
+            continue
         split_arrays = {
             field: arrays[f"{name}.{field}"]
             for field in (
@@ -428,6 +449,9 @@ def _build_split(
     provider: PerDatasetMapsProvider | None = None,
 ) -> dict[str, np.ndarray]:
     """The arrays of one split (named `<split>.<array>`); records its metadata in `meta_out`."""
+    if config.is_packed:
+        out, meta_out[spec.name] = _build_packed_split(config, spec, infos, position)
+        return out
     if spec.kind == "staged":
         out, meta_out[spec.name] = staged_split.build_staged_arrays(
             config, spec, infos, max_lengths, position
@@ -560,3 +584,53 @@ def _concatenated_maps(
             [position[p] for p in spec.prefixes], dtype=np.int64
         ),
     }
+
+
+def _build_packed_split(
+    config: GPTDataConfig,
+    spec: split_resolution.SplitSpec,
+    infos: dict[str, DatasetInfo],
+    position: dict[str, int],
+) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """The arrays and metadata of a packed split (`jaxblend.index.packed_maps`): each dataset's
+    packed rows, blended over rows exactly as GPT samples are (a staged split draws each dataset's
+    rows with the schedule's blend)."""
+    capacity = config.seq_length + int(config.add_extra_token_to_sequence)
+
+    def dataset(prefix: str, request: int | None) -> packed_maps.PackedDatasetMaps:
+        info = infos[prefix]
+        return packed_maps.build_packed_dataset_maps(
+            info.sequence_lengths,
+            split_lib.split_indices(spec.bookend, info.num_sequences),
+            request,
+            capacity,
+            config.seed,
+            config.packing_window,
+            name=f"{prefix} ({spec.name} split)",
+        )
+
+    if spec.kind == "staged":
+        dataset_index, dataset_sample_index, drawn = blend_schedule.staged_blend_indices(
+            spec.schedule, spec.num_samples
+        )
+        maps = [dataset(p, int(n)) for p, n in zip(spec.prefixes, drawn, strict=True)]
+        out = {
+            f"{spec.name}.dataset_index": dataset_index,
+            f"{spec.name}.dataset_sample_index": dataset_sample_index,
+        }
+    else:
+        maps = [
+            dataset(p, r) for p, r in zip(spec.prefixes, spec.dataset_requests(), strict=True)
+        ]
+        out = _blend_arrays(spec, [len(m) for m in maps]) if spec.kind != "single" else {}
+    out.update(
+        packed_maps.concatenated_arrays(spec.name, maps, [position[p] for p in spec.prefixes])
+    )
+    meta = {
+        "prefixes": [position[p] for p in spec.prefixes],
+        "megatron_dtypes": [],
+        "blended": spec.kind != "single",
+        "packed": True,
+        "split_documents": [m.split_documents for m in maps],
+    }
+    return out, meta

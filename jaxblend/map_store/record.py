@@ -58,6 +58,7 @@ def launch_key(config: GPTDataConfig) -> str:
         add_extra_token_to_sequence=bool(config.add_extra_token_to_sequence),
         drop_last_partial_validation_sequence=bool(config.drop_last_partial_validation_sequence),
         mid_level_dataset_surplus=float(config.mid_level_dataset_surplus),
+        **config.packing_fields(),
     )
 
 

@@ -116,6 +116,11 @@ def open_gpt_sources(
             f"{options.add_extra_token_to_sequence} differs from the data configuration's "
             f"{config.add_extra_token_to_sequence}"
         )
+    if options.packing != config.packing:
+        raise ValueError(
+            f"schema packing={options.packing!r} differs from the data configuration's "
+            f"packing={config.packing!r} (build the options with GPTSchemaOptions.for_config)"
+        )
     access = DataAccess.from_env() if access is None else access
     from jaxblend import grain_workers  # a plain script's grain.DataLoader workers
 

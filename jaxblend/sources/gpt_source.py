@@ -176,7 +176,12 @@ class GPTSource(base.BatchSource):
         text, n_valid, pieces = self._read(ids)
         dataset_ids = np.zeros(ids.size, np.int32)
         dataset_ids[pieces.row[::-1]] = pieces.dataset[::-1]  # each row's first piece
-        masking = (pieces.row, pieces.length) if self.options.inter_document_masking else None
+        packed = self.options.packing != "concat"  # packed rows are assembled from their pieces
+        masking = (
+            (pieces.row, pieces.length)
+            if self.options.inter_document_masking or packed
+            else None
+        )
         return schema.raw_windows(text, n_valid, dataset_ids, ids, masking)
 
     def assemble_batch(self, raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -59,6 +59,8 @@ class GPTSchemaOptions:
       pad_id: Megatron's pad token id (the tokenizer's pad id unless it collides with another
         special id; None = -1, no pad token). Only with `megatron_compat`.
       inter_document_masking: also return `cu_seqlens`/`max_seqlen`, positions per document.
+      packing: the data configuration's `packing`: "concat" (windows cut across documents) or
+        "best_fit" (packed rows of whole documents, assembled by `jaxblend.sources.packed_schema`).
     """
 
     seq_length: int
@@ -70,8 +72,11 @@ class GPTSchemaOptions:
     megatron_compat: bool = False
     pad_id: int | None = None
     inter_document_masking: bool = False
+    packing: str = "concat"
 
     def __post_init__(self):
+        if self.packing not in ("concat", "best_fit"):
+            raise ValueError(f"packing = {self.packing!r}; expected 'concat' or 'best_fit'")
         if self.seq_length <= 0:
             raise ValueError(f"seq_length must be > 0, got {self.seq_length}")
         needs_eod = self.eod_mask_loss or self.reset_position_ids or self.reset_attention_mask
@@ -86,11 +91,12 @@ class GPTSchemaOptions:
     @classmethod
     def for_config(cls, config, **options) -> GPTSchemaOptions:
         """The options of the samples of a data configuration (`jaxblend.index.GPTDataConfig`):
-        `seq_length` and `add_extra_token_to_sequence` are the configuration's, read from it
-        (they are facts of the data, given once); `options` are the other fields."""
+        `seq_length`, `add_extra_token_to_sequence` and `packing` are the configuration's, read
+        from it (they are facts of the data, given once); `options` are the other fields."""
         return cls(
             seq_length=config.seq_length,
             add_extra_token_to_sequence=config.add_extra_token_to_sequence,
+            packing=config.packing,
             **options,
         )
 
@@ -111,6 +117,7 @@ class GPTSchemaOptions:
             "megatron_compat": identity.unless_default(self.megatron_compat, False),
             "pad_id": identity.unless_default(self.pad_id, None),
             "inter_document_masking": identity.unless_default(self.inter_document_masking, False),
+            "packing": identity.unless_default(self.packing, "concat"),
         }
 
     @property
@@ -357,11 +364,23 @@ def raw_windows(
 
 
 def assemble_windows(raw: dict[str, np.ndarray], options: GPTSchemaOptions) -> dict[str, np.ndarray]:
-    """Raw GPT form (`raw_windows`) -> the batch schema."""
+    """Raw GPT form (`raw_windows`) -> the batch schema (packed rows: `packed_schema`)."""
     pieces = (raw["piece_row"], raw["piece_length"]) if "piece_row" in raw else None
-    batch = windows_to_batch(
-        np.asarray(raw["text"]), np.asarray(raw["n_valid"]), options, pieces
-    )
+    if options.packing != "concat":
+        from jaxblend.sources import packed_schema
+
+        if pieces is None:
+            raise ValueError(
+                "packed rows (packing='best_fit') are assembled from their document pieces; "
+                "this raw batch has none (mock data cannot be packed)"
+            )
+        batch = packed_schema.packed_to_batch(
+            np.asarray(raw["text"]), np.asarray(raw["n_valid"]), pieces, options
+        )
+    else:
+        batch = windows_to_batch(
+            np.asarray(raw["text"]), np.asarray(raw["n_valid"]), options, pieces
+        )
     batch["dataset_ids"] = np.asarray(raw["dataset_ids"], np.int32)
     batch["sample_ids"] = np.array(raw["sample_ids"], np.int64)
     return batch

@@ -1,0 +1,357 @@
+"""Packed index maps: whole documents packed into rows (`--packing=best_fit`).
+
+A packed dataset's samples are rows of at most `seq_length + extra` tokens (the window the GPT
+source reads), each holding whole documents (sequences) and padding, instead of Megatron's
+concatenate-and-cut windows. One epoch of one dataset split (`build_packed_epoch`), from a seed:
+
+1. the split's sequences are put in an order drawn with `RandomState(seed)`;
+2. sequences longer than a row are cut into row-sized pieces (`packing.cut_items`), every other
+   sequence is one piece; empty sequences have none;
+3. the pieces are packed best-fit decreasing within windows of `window` pieces
+   (`packing.best_fit_pack`);
+4. the rows are put in an order drawn from the same generator.
+
+Each sequence's tokens are in exactly one row of an epoch. A dataset asked for N samples gets
+whole epochs until it has at least N rows (one epoch when N is None); epoch e uses the seed
+`blend_schedule.epoch_seed(seed, e)` (the seed itself for epoch 0), so epoch e is the same
+whatever the number of epochs, and the first rows of a dataset are its first epoch.
+
+`PackedSplitMaps` is a `SplitMaps` over these rows: a split of one packed dataset, or a blend
+(weighted, unweighted or staged) whose `dataset_index`/`dataset_sample_index` pick rows of each
+packed dataset, exactly as they pick GPT samples. Its arrays (named `<split>.<array>` in a
+map-store entry):
+
+* `packed_starts` int64 `[R + 1]`: the pieces of row q (over all datasets of the split, dataset
+  j's rows from `offsets[j, 1]`) are `[packed_starts[q], packed_starts[q + 1])`;
+* `packed_sequence` int32 `[P]`: the piece's sequence within its dataset;
+* `packed_offset` int32 `[P]`: its first token within the sequence;
+* `packed_length` int32 `[P]`: its tokens;
+* `offsets` int64 `[J, 4]`: dataset j's (first piece, first row, epochs, rows);
+* `packed_epoch_rows` int64 `[sum of epochs]`: rows of each epoch of each dataset, in order;
+* `constituent_prefix`, and for a blend `dataset_index`, `dataset_sample_index`, as in GPT maps.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numba
+import numpy as np
+
+from jaxblend.index import blend_schedule, packing
+from jaxblend.index.split_maps import Spans, SplitMaps
+
+PACKINGS = ("concat", "best_fit")
+"""`GPTDataConfig.packing` values: Megatron's concatenate-and-cut samples, or packed rows."""
+
+PACKED_FIELDS = (
+    "packed_starts", "packed_sequence", "packed_offset", "packed_length", "offsets",
+    "packed_epoch_rows", "constituent_prefix", "dataset_index", "dataset_sample_index",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class PackedDatasetMaps:
+    """The packed rows of one dataset split, epochs end to end.
+
+    Attributes:
+      starts: int64 `[R + 1]`, row q's pieces are `[starts[q], starts[q + 1])`.
+      sequence: int32 `[P]`, each piece's sequence id in the dataset.
+      offset: int32 `[P]`, each piece's first token within its sequence.
+      length: int32 `[P]`, each piece's tokens.
+      epoch_rows: int64 `[E]`, rows of each epoch.
+      split_documents: sequences longer than a row (cut into pieces), per epoch.
+      capacity: tokens per row.
+    """
+
+    starts: np.ndarray
+    sequence: np.ndarray
+    offset: np.ndarray
+    length: np.ndarray
+    epoch_rows: np.ndarray
+    split_documents: int
+    capacity: int
+
+    def __len__(self) -> int:
+        return int(self.starts.shape[0] - 1)
+
+    @property
+    def padding(self) -> int:
+        """Padding tokens of all rows."""
+        return int(len(self) * self.capacity - int(self.length.sum(dtype=np.int64)))
+
+
+def build_packed_epoch(
+    sequence_lengths: np.ndarray,
+    documents: np.ndarray,
+    capacity: int,
+    seed: int,
+    window: int = packing.DEFAULT_WINDOW,
+) -> PackedDatasetMaps:
+    """One epoch of packed rows of a dataset split (steps 1-4 of the module docstring).
+
+    Args:
+      sequence_lengths: every sequence length of the dataset.
+      documents: the split's sequence ids.
+      capacity: tokens per row (`seq_length + extra`).
+      seed: the `RandomState` seed of this epoch.
+      window: pieces packed together.
+    """
+    documents = np.asarray(documents, np.int64)
+    rng = np.random.RandomState(int(seed))
+    docs = documents[rng.permutation(documents.shape[0])]
+    cut = packing.cut_items(np.asarray(sequence_lengths)[docs], capacity)
+    rows = packing.best_fit_pack(cut.length, capacity, window)
+    order = rng.permutation(len(rows))
+    counts = np.diff(rows.starts)[order]
+    starts = np.zeros(len(rows) + 1, np.int64)
+    np.cumsum(counts, out=starts[1:])
+    gather = rows.pieces[
+        np.repeat(rows.starts[:-1][order] - starts[:-1], counts) + np.arange(len(cut))
+    ]
+    return PackedDatasetMaps(
+        starts=starts,
+        sequence=docs[cut.item[gather]].astype(np.int32),
+        offset=cut.offset[gather].astype(np.int32),
+        length=cut.length[gather].astype(np.int32),
+        epoch_rows=np.array([len(rows)], np.int64),
+        split_documents=cut.split_items,
+        capacity=int(capacity),
+    )
+
+
+def build_packed_dataset_maps(
+    sequence_lengths: np.ndarray,
+    documents: np.ndarray,
+    num_samples: int | None,
+    capacity: int,
+    seed: int,
+    window: int = packing.DEFAULT_WINDOW,
+    *,
+    name: str = "dataset",
+) -> PackedDatasetMaps:
+    """The packed rows of one dataset split: whole epochs until there are `num_samples` rows.
+
+    Args:
+      sequence_lengths: every sequence length of the dataset.
+      documents: the split's sequence ids.
+      num_samples: rows requested (None: one epoch).
+      capacity: tokens per row.
+      seed: the seed of epoch 0 (epoch e: `blend_schedule.epoch_seed(seed, e)`).
+      window: pieces packed together.
+      name: the dataset and split, for messages.
+
+    Raises:
+      ValueError: rows requested from a split without tokens.
+    """
+    epochs: list[PackedDatasetMaps] = []
+    total = 0
+    while True:
+        e = len(epochs)
+        epoch = build_packed_epoch(
+            sequence_lengths, documents, capacity, blend_schedule.epoch_seed(seed, e), window
+        )
+        if len(epoch) == 0 and num_samples:
+            raise ValueError(
+                f"{name}: the split has no tokens ({len(documents)} sequences) but "
+                f"num_samples = {num_samples} rows were requested"
+            )
+        epochs.append(epoch)
+        total += len(epoch)
+        if num_samples is None or total >= num_samples:
+            break
+    if len(epochs) == 1:
+        return epochs[0]
+    piece_base = np.cumsum([0] + [int(m.starts[-1]) for m in epochs[:-1]])
+    starts = np.concatenate(
+        [np.zeros(1, np.int64)] + [m.starts[1:] + b for m, b in zip(epochs, piece_base)]
+    )
+    return PackedDatasetMaps(
+        starts=starts,
+        sequence=np.concatenate([m.sequence for m in epochs]),
+        offset=np.concatenate([m.offset for m in epochs]),
+        length=np.concatenate([m.length for m in epochs]),
+        epoch_rows=np.concatenate([m.epoch_rows for m in epochs]),
+        split_documents=epochs[0].split_documents,
+        capacity=int(capacity),
+    )
+
+
+def concatenated_arrays(
+    name: str, maps: list[PackedDatasetMaps], constituent_prefix: list[int]
+) -> dict[str, np.ndarray]:
+    """The packed maps of a split's datasets end to end, named `<name>.<array>` (see the module
+    docstring)."""
+    offsets = np.zeros((len(maps), 4), np.int64)
+    piece_total = row_total = 0
+    starts = [np.zeros(1, np.int64)]
+    for j, m in enumerate(maps):
+        offsets[j] = (piece_total, row_total, len(m.epoch_rows), len(m))
+        starts.append(m.starts[1:] + piece_total)
+        piece_total += int(m.starts[-1])
+        row_total += len(m)
+    return {
+        f"{name}.packed_starts": np.concatenate(starts),
+        f"{name}.packed_sequence": np.concatenate([m.sequence for m in maps]).astype(np.int32),
+        f"{name}.packed_offset": np.concatenate([m.offset for m in maps]).astype(np.int32),
+        f"{name}.packed_length": np.concatenate([m.length for m in maps]).astype(np.int32),
+        f"{name}.offsets": offsets,
+        f"{name}.packed_epoch_rows": np.concatenate([m.epoch_rows for m in maps]),
+        f"{name}.constituent_prefix": np.array(constituent_prefix, np.int64),
+    }
+
+
+@numba.njit(cache=True, nogil=True)
+def _packed_spans_kernel(
+    sample_ids, blended, dataset_index, dataset_sample_index, offsets, starts, sequence, offset,
+    length,
+):  # pragma: no cover - compiled
+    k = sample_ids.shape[0]
+    first = np.empty(k, np.int64)
+    last = np.empty(k, np.int64)
+    ds = np.empty(k, np.int64)
+    total = 0
+    for r in range(k):
+        i = sample_ids[r]
+        d = np.int64(dataset_index[i]) if blended else np.int64(0)
+        local = np.int64(dataset_sample_index[i]) if blended else i
+        q = offsets[d, 1] + local
+        ds[r] = d
+        first[r] = starts[q]
+        last[r] = starts[q + 1]
+        total += last[r] - first[r]
+    out_row = np.empty(total, np.int64)
+    out_ds = np.empty(total, np.int32)
+    out_seq = np.empty(total, np.int64)
+    out_off = np.empty(total, np.int64)
+    out_len = np.empty(total, np.int64)
+    m = 0
+    for r in range(k):
+        for p in range(first[r], last[r]):
+            out_row[m] = r
+            out_ds[m] = ds[r]
+            out_seq[m] = sequence[p]
+            out_off[m] = offset[p]
+            out_len[m] = length[p]
+            m += 1
+    return out_row, out_ds, out_seq, out_off, out_len
+
+
+class PackedSplitMaps(SplitMaps):
+    """A split whose samples are packed rows (see the module docstring).
+
+    The same questions as `SplitMaps` (length, datasets, `locate`, `dataset_ids`, `spans`,
+    `pieces`), answered from packed rows: a row's pieces are whole documents (or row-sized pieces
+    of a document longer than a row), at most `window` tokens in all, the rest padding.
+
+    Args:
+      name: the split name.
+      dataset_names: the split's dataset prefixes.
+      arrays: the split's arrays (`PACKED_FIELDS`, without the split prefix).
+      lengths: every sequence length of the plan's prefixes, end to end.
+      length_offsets: where each prefix's lengths start in `lengths`.
+      seq_length: S.
+      add_extra_token: rows of S + 1 tokens.
+      split_documents: per dataset, documents longer than a row (cut) in one epoch.
+      window: pieces packed together (`GPTDataConfig.packing_window`).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        dataset_names: tuple[str, ...],
+        arrays: dict[str, np.ndarray],
+        lengths: np.ndarray,
+        length_offsets: np.ndarray,
+        seq_length: int,
+        add_extra_token: bool,
+        split_documents: list[int],
+        window: int,
+    ) -> None:
+        self.name = name
+        self.dataset_names = dataset_names
+        self.seq_length = int(seq_length)
+        self.add_extra_token = bool(add_extra_token)
+        self.packing_window = int(window)
+        self.split_documents = [int(n) for n in split_documents]
+        self._starts = arrays["packed_starts"]
+        self._sequence = arrays["packed_sequence"]
+        self._offset = arrays["packed_offset"]
+        self._piece_length = arrays["packed_length"]
+        self._epoch_rows = np.asarray(arrays["packed_epoch_rows"], np.int64)
+        self._offsets = np.ascontiguousarray(arrays["offsets"], dtype=np.int64)
+        self._constituent_prefix = np.ascontiguousarray(
+            arrays["constituent_prefix"], dtype=np.int64
+        )
+        self._dataset_index = arrays.get("dataset_index")
+        self._dataset_sample_index = arrays.get("dataset_sample_index")
+        self._epochs = None
+        self._lengths = lengths
+        self._length_offsets = np.ascontiguousarray(length_offsets, dtype=np.int64)
+        self._megatron_dtypes = []
+        if self._dataset_index is not None:
+            self._length = int(self._dataset_index.shape[0])
+        else:
+            self._length = int(self._offsets[0, 3])
+            self._dummy_di = np.zeros(0, dtype=np.int16)
+            self._dummy_dsi = np.zeros(0, dtype=np.int64)
+
+    def __repr__(self) -> str:
+        return (
+            f"PackedSplitMaps(name={self.name!r}, len={self._length}, "
+            f"datasets={len(self.dataset_names)}, blended={self.is_blended})"
+        )
+
+    @property
+    def is_packed(self) -> bool:
+        """True: the samples are packed rows."""
+        return True
+
+    def dataset_epoch_rows(self, dataset_id: int) -> np.ndarray:
+        """Rows of each epoch of dataset `dataset_id` (int64 `[E]`)."""
+        if not 0 <= dataset_id < self.num_datasets:
+            raise IndexError(f"dataset_id {dataset_id} out of range [0, {self.num_datasets})")
+        before = int(self._offsets[:dataset_id, 2].sum())
+        return self._epoch_rows[before : before + int(self._offsets[dataset_id, 2])].copy()
+
+    def packing_stats(self) -> dict[str, int]:
+        """Rows, tokens, padding tokens (over `window`-token rows) and split documents (one
+        epoch of each dataset) of the split's datasets' packed maps (every row built, drawn or
+        not)."""
+        rows = int(self._offsets[:, 3].sum())
+        tokens = int(np.asarray(self._piece_length).sum(dtype=np.int64))
+        return {
+            "rows": rows,
+            "tokens": tokens,
+            "padding": rows * self.window - tokens,
+            "split_documents": sum(self.split_documents),
+        }
+
+    def constituent(self, dataset_id: int, epoch: int | None = None):
+        """Not available: packed rows have no Megatron GPT maps.
+
+        Raises:
+          ValueError: always.
+        """
+        raise ValueError(
+            f"split {self.name!r} is packed (--packing=best_fit): its datasets have packed rows, "
+            "not Megatron's document/sample/shuffle indices"
+        )
+
+    def spans(self, sample_ids: np.ndarray, keep_empty: bool = False) -> Spans:
+        """All pieces of the given samples (one compiled call); a packed row has no empty piece,
+        so `keep_empty` changes nothing.
+
+        Raises:
+          IndexError: a sample id out of range.
+        """
+        ids = self._check_many(sample_ids)
+        if self._dataset_index is None:
+            di, dsi = self._dummy_di, self._dummy_dsi
+        else:
+            di, dsi = self._dataset_index, self._dataset_sample_index
+        row, ds, seq, off, length = _packed_spans_kernel(
+            ids, self._dataset_index is not None, di, dsi, self._offsets, self._starts,
+            self._sequence, self._offset, self._piece_length,
+        )
+        return Spans(row=row, dataset=ds, sequence=seq, offset=off, length=length)

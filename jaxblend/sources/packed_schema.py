@@ -1,0 +1,142 @@
+"""The batch schema of packed rows (`--packing=best_fit`): documents side by side, never mixed.
+
+A packed row's window holds whole documents (its pieces, in order: `piece_row`/`piece_length` of
+the raw form) then padding (-1 past `n_valid`). The arrays follow the GPT schema
+(`jaxblend.sources.schema`), with the documents of a row kept apart whatever the schema options:
+
+* `inputs = window[:S]`; `targets[p] = window[p + 1]` only when position p + 1 holds the same
+  document: a document's last token has no target (target 0, `loss_mask` 0), so a row never asks
+  for the next document's first token. Every document of L tokens in a row gives exactly its
+  L - 1 (input, target) pairs: with the extra token the row holds `S + 1` tokens and its last
+  token is only a target of its own document (a document of one token in that last slot gives
+  none); without it the row holds S tokens. A document longer than a row is cut into row-sized
+  pieces, each its own document here (the pair across a cut is not trained).
+* `positions` restart at 0 at each document, `segment_ids` number the documents of the row
+  from 1 (always: packed rows need them, `reset_position_ids`/`reset_attention_mask` are implied);
+* `loss_mask` is 0 on padding, on each document's last token, and, with `eod_mask_loss`, where
+  the target is EOD (jaxblend's convention) or the input is EOD (`megatron_compat`);
+* padding: inputs, targets, loss 0; positions and `segment_ids` 0 in jaxblend's convention; with
+  `megatron_compat` padding is folded into the row's last document (positions run on, its
+  segment id), as Megatron-Core's `cu_seqlens` does;
+* `inter_document_masking` adds `cu_seqlens` (`[k, S + 1]`: each document's first input
+  position, then S, trailing entries S; padding folded into the last document) and `max_seqlen`.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from jaxblend.sources import schema
+
+
+@numba.njit(cache=True, nogil=True)
+def _fill_packed(
+    text, n_valid, piece_row, piece_length, seq_length, eod, eod_mask_loss, mask_eod_input,
+    fold_padding, want_cu, inputs, targets, loss_mask, positions, segment_ids, cu_seqlens,
+    max_seqlen,
+):  # pragma: no cover - compiled
+    k = text.shape[0]
+    piece = 0
+    for r in range(k):
+        n = min(max(n_valid[r], 0), text.shape[1])
+        a = 0  # first token of the current document in the window
+        seg = 0
+        m = 0  # documents starting at an input position
+        last_a = 0
+        longest = 0
+        while piece < piece_row.shape[0] and piece_row[piece] == r:
+            size = piece_length[piece]
+            piece += 1
+            if size <= 0:
+                continue
+            end = a + size
+            if a < seq_length:
+                seg += 1
+                last_a = a
+                if want_cu:
+                    cu_seqlens[r, m] = a
+                m += 1
+                stop = min(end, seq_length)
+                for p in range(a, stop):
+                    tok = text[r, p]
+                    inputs[r, p] = tok
+                    positions[r, p] = p - a
+                    segment_ids[r, p] = seg
+                    if p + 1 < end:
+                        tgt = text[r, p + 1]
+                        targets[r, p] = tgt
+                        if (eod_mask_loss and not mask_eod_input and tgt == eod) or (
+                            eod_mask_loss and mask_eod_input and tok == eod
+                        ):
+                            loss_mask[r, p] = 0.0
+                        else:
+                            loss_mask[r, p] = 1.0
+                    else:
+                        targets[r, p] = 0
+                        loss_mask[r, p] = 0.0
+                longest = max(longest, stop - a)
+            a = end
+        real = min(n, seq_length)
+        for p in range(real, seq_length):
+            inputs[r, p] = 0
+            targets[r, p] = 0
+            loss_mask[r, p] = 0.0
+            if fold_padding and m > 0:
+                positions[r, p] = p - last_a
+                segment_ids[r, p] = seg
+            else:
+                positions[r, p] = 0
+                segment_ids[r, p] = 0
+        if want_cu:
+            if m == 0:
+                cu_seqlens[r, 0] = 0
+                m = 1
+            for j in range(m, seq_length + 1):
+                cu_seqlens[r, j] = seq_length
+            longest = max(longest, seq_length - cu_seqlens[r, m - 1])
+            max_seqlen[r] = longest
+
+
+def packed_to_batch(
+    text: np.ndarray,
+    n_valid: np.ndarray,
+    pieces: tuple[np.ndarray, np.ndarray],
+    options: schema.GPTSchemaOptions,
+) -> dict[str, np.ndarray]:
+    """The schema arrays of a batch of packed windows (see the module docstring).
+
+    Args:
+      text: int32 `[k, window_length]` windows (values past `n_valid[r]` are ignored).
+      n_valid: int64 `[k]` tokens of each window.
+      pieces: `(row, length)` of every document piece of every window, row order then piece
+        order.
+      options: the schema options.
+
+    Returns:
+      As `schema.windows_to_batch`.
+    """
+    k, s = text.shape[0], options.seq_length
+    specs = {
+        "inputs": ((k, s), np.int32),
+        "targets": ((k, s), np.int32),
+        "loss_mask": ((k, s), np.float32),
+        "positions": ((k, s), np.int32),
+        "segment_ids": ((k, s), np.int32),
+    }
+    want_cu = bool(options.inter_document_masking)
+    if want_cu:
+        specs["cu_seqlens"] = ((k, s + 1), np.int32)
+        specs["max_seqlen"] = ((k,), np.int32)
+    out = schema.allocate_arrays(specs)
+    cu = out["cu_seqlens"] if want_cu else np.zeros((0, 0), np.int32)
+    longest = out["max_seqlen"] if want_cu else np.zeros(0, np.int32)
+    row, length = (np.ascontiguousarray(a, np.int64) for a in pieces)
+    _fill_packed(
+        np.asarray(text), np.asarray(n_valid, np.int64), row, length, s,
+        -1 if options.eod_id is None else int(options.eod_id), bool(options.eod_mask_loss),
+        bool(options.megatron_compat), bool(options.megatron_compat), want_cu,
+        out["inputs"], out["targets"], out["loss_mask"], out["positions"], out["segment_ids"],
+        cu, longest,
+    )
+    return out
