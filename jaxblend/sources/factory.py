@@ -21,7 +21,7 @@ from jaxblend import index, opening
 from jaxblend.access import DataAccess
 from jaxblend.map_store import entries, load_or_build_data_maps, publication
 from jaxblend.map_store.store import MapStore
-from jaxblend.sources import base, schema
+from jaxblend.sources import base, conversation_masks, schema
 from jaxblend.sources.gpt_source import GPTSource
 from jaxblend.sources.row_tables import ArrayRowTables, BucketRowTables, RowTables
 from jaxblend.sources.span_index import RowTableSpanIndex, SpanIndex, SplitMapsSpanIndex
@@ -131,7 +131,8 @@ def open_gpt_sources(
         indexes, fingerprint = _split_maps_indexes(config, access, splits)
     return {
         split: None if index is None else GPTSource(
-            index, options, fingerprint=fingerprint, split=split, access=access
+            index, options, fingerprint=fingerprint, split=split, access=access,
+            loss_masks=conversation_masks.find_loss_masks(index.bin_datasets, access),
         )
         for split, index in indexes.items()
     }

@@ -26,7 +26,8 @@ import numba
 import numpy as np
 
 from jaxblend import access as access_lib
-from jaxblend.sources import base, schema
+from jaxblend import identity
+from jaxblend.sources import base, conversation_masks, schema
 from jaxblend.sources.source_identity import gpt_source_fingerprint
 from jaxblend.sources.span_index import SpanIndex
 from jaxblend.storage.token_reader import TokenReader
@@ -53,6 +54,9 @@ class GPTSource(base.BatchSource):
       fingerprint: identity of the data plan (`DataMaps.fingerprint`, a publication's plan key).
       split: the split name, for messages, repr and the fingerprint.
       access: how the `.bin` files are read (default: `DataAccess.from_env()`).
+      loss_masks: the stored loss masks of the split's datasets (conversations,
+        `jaxblend.sources.conversation_masks.find_loss_masks`), or None: `loss_mask` is then
+        multiplied by the mask of each target token, and the fingerprint covers the masks.
     """
 
     def __init__(
@@ -63,6 +67,7 @@ class GPTSource(base.BatchSource):
         fingerprint: str,
         split: str = "train",
         access: access_lib.DataAccess | None = None,
+        loss_masks: conversation_masks.LossMasks | None = None,
     ):
         self._index = span_index
         self._length = len(span_index)
@@ -71,6 +76,12 @@ class GPTSource(base.BatchSource):
         self.split = split
         self.access = access if access is not None else access_lib.DataAccess.from_env()
         self._fingerprint = gpt_source_fingerprint(fingerprint, split, options)
+        self.loss_masks = loss_masks
+        if loss_masks is not None:  # the masks change the batches: a stream of its own
+            self._fingerprint = identity.fingerprint(
+                "gpt_source_loss_masks", 1, source=self._fingerprint,
+                masks=list(loss_masks.fingerprints),
+            )
         self._lock = threading.Lock()
         self._reader: TokenReader | None = None  # built on first read, per process
 
@@ -182,10 +193,20 @@ class GPTSource(base.BatchSource):
             if self.options.inter_document_masking or packed
             else None
         )
-        return schema.raw_windows(text, n_valid, dataset_ids, ids, masking)
+        raw = schema.raw_windows(text, n_valid, dataset_ids, ids, masking)
+        if self.loss_masks is not None:  # the same ranges of the stored loss masks
+            dest, _ = _destinations(pieces.row, pieces.length, ids.size)
+            raw["loss_weights"] = self.loss_masks.read(
+                pieces.dataset, pieces.offset, pieces.length,
+                pieces.row * text.shape[1] + dest, text.shape,
+            )
+        return raw
 
     def assemble_batch(self, raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return schema.assemble_windows(raw, self.options)
+        batch = schema.assemble_windows(raw, self.options)
+        if "loss_weights" in raw:
+            conversation_masks.apply_loss_masks(batch, np.asarray(raw["loss_weights"]))
+        return batch
 
     def get_batch(self, sample_ids: np.ndarray) -> dict[str, np.ndarray]:
         return self.assemble_batch(self.read_batch(sample_ids))

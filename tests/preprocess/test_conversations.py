@@ -19,78 +19,19 @@ from jaxblend.preprocess import tokenizer_spec as tok_spec
 from jaxblend.preprocess import tokenizers as tok_lib
 from jaxblend.preprocess.records import PreprocessDataError
 from jaxblend.tokenizer_facts import read_facts, record_path
+from tests.helpers_chat import CHATML, HEADERS, chat_tokenizer, make_conversations, write_chat
 from tests.helpers_cli import run_tool
-from tests.preprocess.conftest import make_documents, read_bytes, small_run_config
-
-# ChatML, assistant turns inside {% generation %} so transformers can give its own assistant mask.
-CHATML = (
-    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' }}"
-    "{% if message['role'] == 'assistant' %}{% generation %}"
-    "{{ message['content'] + '<|im_end|>' + '\\n' }}{% endgeneration %}"
-    "{% else %}{{ message['content'] + '<|im_end|>' + '\\n' }}{% endif %}{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
-)
-# Llama-3 style: BOS from the config, roles must alternate (raise_exception), content trimmed.
-HEADERS = (
-    "{{ bos_token }}{% for message in messages %}"
-    "{% if message['role'] == 'user' and loop.index0 > 0 and "
-    "messages[loop.index0 - 1]['role'] == 'user' %}"
-    "{{ raise_exception('Conversation roles must alternate') }}{% endif %}"
-    "{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + "
-    "message['content'] | trim + '<|eot_id|>' }}{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}"
-    "{% endif %}"
-)
-SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|begin_of_text|>",
-            "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
-
-
-def _conversations(n: int, seed: int = 0) -> list[list[dict]]:
-    """``n`` conversations of 1..4 exchanges, some with a system or tool message."""
-    rng = np.random.default_rng(seed)
-    texts = make_documents(4 * n + 8, seed=seed) + ["café 東京 naïve", "  spaced  ", "a\nb\n\n"]
-    out = []
-    for i in range(n):
-        conv = [{"role": "system", "content": texts[-(i % 3) - 1]}] if i % 3 == 0 else []
-        for j in range(1 + int(rng.integers(0, 4))):
-            conv.append({"role": "user", "content": texts[(4 * i + 2 * j) % len(texts)]})
-            if i % 5 == 2 and j == 0:
-                conv.append({"role": "tool", "content": "42"})
-                conv.append({"role": "user", "content": "and so?"})
-            conv.append({"role": "assistant", "content": texts[(4 * i + 2 * j + 1) % len(texts)]})
-        out.append(conv)
-    return out
-
-
-def _chat_tokenizer(directory, template: str, eos: str = "<|endoftext|>", bos=None) -> str:
-    tokenizers = pytest.importorskip("tokenizers")
-    from tokenizers import decoders, models, pre_tokenizers, trainers
-
-    directory.mkdir(exist_ok=True)
-    corpus = make_documents(200, seed=3) + [m["content"] for c in _conversations(20) for m in c]
-    bpe = tokenizers.Tokenizer(models.BPE())
-    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    bpe.decoder = decoders.ByteLevel()
-    bpe.train_from_iterator(
-        corpus,
-        trainers.BpeTrainer(vocab_size=500, special_tokens=SPECIALS,
-                            initial_alphabet=pre_tokenizers.ByteLevel.alphabet()),
-    )
-    bpe.save(str(directory / "tokenizer.json"))
-    config = {"chat_template": template, "eos_token": eos, "bos_token": bos,
-              "tokenizer_class": "PreTrainedTokenizerFast"}
-    (directory / "tokenizer_config.json").write_text(json.dumps(config))
-    return str(directory)
+from tests.preprocess.conftest import read_bytes, small_run_config
 
 
 @pytest.fixture(scope="module")
 def chatml_dir(tmp_path_factory) -> str:
-    return _chat_tokenizer(tmp_path_factory.mktemp("chatml"), CHATML)
+    return chat_tokenizer(tmp_path_factory.mktemp("chatml"), CHATML)
 
 
 @pytest.fixture(scope="module")
 def headers_dir(tmp_path_factory) -> str:
-    return _chat_tokenizer(tmp_path_factory.mktemp("headers"), HEADERS, eos="<|eot_id|>",
+    return chat_tokenizer(tmp_path_factory.mktemp("headers"), HEADERS, eos="<|eot_id|>",
                            bos="<|begin_of_text|>")
 
 
@@ -107,7 +48,7 @@ def _oracle(directory: str):
 
 def test_tokens_and_assistant_mask_equal_transformers(chatml_dir):
     encoder, oracle = _encoder(chatml_dir), _oracle(chatml_dir)
-    convs = _conversations(40)
+    convs = make_conversations(40)
     for conv in convs:
         ids, mask = encoder.encode(conv)
         want = oracle.apply_chat_template(
@@ -121,7 +62,7 @@ def test_tokens_and_assistant_mask_equal_transformers(chatml_dir):
 def test_mask_covers_exactly_the_assistant_turns(headers_dir):
     encoder, oracle = _encoder(headers_dir), _oracle(headers_dir)
     tok = encoder.tokenizer
-    for conv in _conversations(30, seed=1):
+    for conv in make_conversations(30, seed=1):
         ids, mask = encoder.encode(conv)
         want = oracle.apply_chat_template(conv, tokenize=True, return_dict=True)
         assert ids.tolist() == list(want["input_ids"])
@@ -174,20 +115,12 @@ def test_template_from_chat_template_jinja_and_named_list(tmp_path, chatml_dir):
         chat_template.load_chat_template(str(d / "tokenizer.json"))
 
 
-def _write_chat(path, convs, extra_lines=()) -> str:
-    with open(path, "w", encoding="utf-8") as f:
-        f.writelines(json.dumps({"messages": c, "id": i}, ensure_ascii=False) + "\n"
-                     for i, c in enumerate(convs))
-        f.writelines(line + "\n" for line in extra_lines)
-    return str(path)
-
-
 @pytest.mark.parity
 def test_preprocess_writes_megatron_tokens_and_loss_masks(tmp_path, chatml_dir):
     from megatron.core.datasets import indexed_dataset as mid
 
-    convs = _conversations(50, seed=2)
-    data = _write_chat(tmp_path / "chat.jsonl", convs)
+    convs = make_conversations(50, seed=2)
+    data = write_chat(tmp_path / "chat.jsonl", convs)
     result = pipeline.preprocess(small_run_config(
         str(tmp_path / "out" / "sft"), [data], json_keys=("messages",), chat=True,
         tokenizer=tok_spec.TokenizerSpec("hf", model=chatml_dir),
@@ -235,8 +168,8 @@ def test_preprocess_writes_megatron_tokens_and_loss_masks(tmp_path, chatml_dir):
 
 
 def test_bad_lines_are_dropped_with_their_file_and_line(tmp_path, chatml_dir):
-    convs = _conversations(6)
-    data = _write_chat(tmp_path / "chat.jsonl", convs, [
+    convs = make_conversations(6)
+    data = write_chat(tmp_path / "chat.jsonl", convs, [
         json.dumps({"text": "no messages here"}),
         json.dumps({"messages": [{"role": "user", "content": "hi"},
                                  {"role": "robot", "content": "beep"}]}),
@@ -254,7 +187,7 @@ def test_bad_lines_are_dropped_with_their_file_and_line(tmp_path, chatml_dir):
             tokenizer=spec, on_error="fail", partitions=1,
         ))
     assert str(err.value) == f"{data}:7 (key 'messages'): missing_key: no field 'messages'"
-    bad_role = _write_chat(tmp_path / "role.jsonl", convs[:2], [
+    bad_role = write_chat(tmp_path / "role.jsonl", convs[:2], [
         json.dumps({"messages": [{"role": "robot", "content": "beep"}]})])
     with pytest.raises(PreprocessDataError) as err:
         pipeline.preprocess(small_run_config(
@@ -274,14 +207,14 @@ def test_chat_settings_refused_in_one_line(tmp_path, tokenizer_files):
     with pytest.raises(ValueError, match="--chat does not take split_sentences"):
         small_run_config(str(tmp_path / "o"), ["x.jsonl"], chat=True, tokenizer=spec,
                          split_sentences=True)
-    data = _write_chat(tmp_path / "chat.jsonl", _conversations(2))
+    data = write_chat(tmp_path / "chat.jsonl", make_conversations(2))
     with pytest.raises(tok_spec.TokenizerError, match="has no chat template"):
         pipeline.preprocess(small_run_config(str(tmp_path / "o"), [data], chat=True,
                                              json_keys=("messages",), tokenizer=spec))
 
 
 def test_cli_chat_defaults_to_the_messages_key(tmp_path, chatml_dir):
-    data = _write_chat(tmp_path / "chat.jsonl", _conversations(5))
+    data = write_chat(tmp_path / "chat.jsonl", make_conversations(5))
     ran = run_tool("jaxblend.tools.preprocess", [
         f"--input={data}", f"--output_prefix={tmp_path / 'sft'}", "--tokenizer_type=hf",
         f"--tokenizer_model={chatml_dir}", "--chat", "--append_eod", "--workers=1",
