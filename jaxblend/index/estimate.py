@@ -6,6 +6,11 @@ and sample count the maps will have, their dtypes and sizes in bytes, and lists 
 with no tokens asked for samples, counts overflowing the index dtypes). Cost: O(datasets +
 sequences) sums, no shuffles. Pure: whether the maps are already cached is the map store's answer
 (`jaxblend.map_store.data_maps_status`).
+
+A packed configuration (`packing="best_fit"`) is estimated by packing each dataset's first epoch
+in memory (`packed_maps.build_packed_epoch`, O(sequences log sequences), nothing cached): its rows,
+padding and split documents are exact for that epoch (`PackingEstimate`); later epochs, shuffled
+with other seeds, hold the same tokens in about as many rows.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from jaxblend.index import (
     blend_index,
     data_maps,
     gpt,
+    packed_maps,
     sample_index,
     shuffle_index,
     split_resolution,
@@ -41,6 +47,34 @@ class DatasetEstimate:
 
 
 @dataclasses.dataclass(frozen=True)
+class PackingEstimate:
+    """One dataset's first packed epoch within one split (`packing="best_fit"`).
+
+    Attributes:
+      split: the split.
+      prefix: the dataset.
+      documents: sequences of the split with tokens.
+      split_documents: sequences longer than a row, cut into row-sized pieces.
+      rows: rows of the epoch.
+      padding: padding tokens of the epoch's rows.
+      row_tokens: tokens per row (`seq_length + extra`).
+    """
+
+    split: str
+    prefix: str
+    documents: int
+    split_documents: int
+    rows: int
+    padding: int
+    row_tokens: int
+
+    @property
+    def padding_fraction(self) -> float:
+        """Padding over all row tokens of the epoch."""
+        return self.padding / max(1, self.rows * self.row_tokens)
+
+
+@dataclasses.dataclass(frozen=True)
 class PlanEstimate:
     """Every split's estimate.
 
@@ -51,6 +85,7 @@ class PlanEstimate:
       blend_sizes: samples of each blended split.
       total_bytes: every map's size.
       problems: what would fail at build time.
+      packing: with packing, one first-epoch estimate per (split, dataset); else empty.
     """
 
     fingerprint: str
@@ -59,6 +94,7 @@ class PlanEstimate:
     blend_sizes: dict[str, int]
     total_bytes: int
     problems: list[str]
+    packing: list[PackingEstimate] = dataclasses.field(default_factory=list)
 
 
 def estimate_plan(config: GPTDataConfig, infos: data_maps.InfoSource) -> PlanEstimate:
@@ -75,6 +111,7 @@ def estimate_plan(config: GPTDataConfig, infos: data_maps.InfoSource) -> PlanEst
     extra = int(config.add_extra_token_to_sequence)
     s = int(config.seq_length)
     estimates: list[DatasetEstimate] = []
+    packed: list[PackingEstimate] = []
     blend_sizes: dict[str, int] = {}
     total = 0
     for spec in specs:
@@ -97,6 +134,25 @@ def estimate_plan(config: GPTDataConfig, infos: data_maps.InfoSource) -> PlanEst
                     )
                 estimates.append(DatasetEstimate(spec.name, prefix, end - begin, 0, request, 0, 0, 0))
                 per_dataset_samples.append(0)
+                continue
+            if config.is_packed:
+                epoch = packed_maps.build_packed_epoch(
+                    info.sequence_lengths, np.arange(begin, end), s + extra, config.seed,
+                    config.packing_window,
+                )
+                rows = len(epoch)
+                epochs = 1 if not request else max(1, -(-request // rows))
+                samples = epochs * rows
+                size = epochs * (len(epoch.sequence) * 12 + rows * 8) + 8
+                packed.append(PackingEstimate(
+                    spec.name, prefix, int(np.count_nonzero(info.sequence_lengths[begin:end])),
+                    epoch.split_documents, rows, epoch.padding, s + extra,
+                ))
+                estimates.append(
+                    DatasetEstimate(spec.name, prefix, end - begin, tokens, request, epochs, samples, size)
+                )
+                per_dataset_samples.append(samples)
+                total += size
                 continue
             if spec.kind == "staged":
                 # One-epoch maps end to end, as many as the stages draw (at most `request`).
@@ -129,4 +185,4 @@ def estimate_plan(config: GPTDataConfig, infos: data_maps.InfoSource) -> PlanEst
         if spec.name in blend_sizes:
             id_dtype = blend_index.dataset_index_dtype(len(spec.prefixes))
             total += blend_sizes[spec.name] * (id_dtype.itemsize + 8)
-    return PlanEstimate(key, specs, estimates, blend_sizes, total, problems)
+    return PlanEstimate(key, specs, estimates, blend_sizes, total, problems, packed)

@@ -302,10 +302,7 @@ class PackedSplitMaps(SplitMaps):
             f"datasets={len(self.dataset_names)}, blended={self.is_blended})"
         )
 
-    @property
-    def is_packed(self) -> bool:
-        """True: the samples are packed rows."""
-        return True
+    is_packed = True
 
     def dataset_epoch_rows(self, dataset_id: int) -> np.ndarray:
         """Rows of each epoch of dataset `dataset_id` (int64 `[E]`)."""

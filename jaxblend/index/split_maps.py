@@ -136,6 +136,9 @@ class SplitMaps:
     add_extra_token_to_sequence is off) are omitted; the tokens are the same as Megatron's.
     """
 
+    is_packed = False
+    """Whether the samples are packed rows of whole documents (`packed_maps.PackedSplitMaps`)."""
+
     def __init__(
         self,
         name: str,

@@ -4,7 +4,8 @@ Reports per split and dataset: tokens, requested samples, epochs, samples and in
 the total index-map memory/disk; whether the maps are cached (with a bucket cache: and published,
 what training starts from); token-dtype limits against the
 vocabulary; the number of distinct batch shapes of the step plan (a batch-size ramp-up has one per
-size). Problems (missing or corrupt files, splits without tokens asked for samples, a
+size); with `--packing=best_fit`, each dataset's split documents, rows and padding (its first
+epoch packed in memory). Problems (missing or corrupt files, splits without tokens asked for samples, a
 vocabulary the token dtype cannot hold, maps above the memory limit) are listed and make the
 command exit non-zero.
 """
@@ -116,6 +117,14 @@ def run(
               f"{e.samples:>12,} {_human(e.bytes):>10}")
     for split, size in estimate.blend_sizes.items():
         print(f"blend {split}: {size:,} samples")
+    if estimate.packing:
+        print(f"packing {config.packing} (window {config.packing_window:,} documents), first "
+              "epoch of each dataset:")
+        print(f"{'split':<6} {'dataset':<34} {'documents':>11} {'split docs':>10} "
+              f"{'rows':>11} {'padding':>9}")
+        for p in estimate.packing:
+            print(f"{p.split:<6} {os.path.basename(p.prefix)[-34:]:<34} {p.documents:>11,} "
+                  f"{p.split_documents:>10,} {p.rows:>11,} {100 * p.padding_fraction:>8.2f}%")
     print(f"index maps in total: {_human(estimate.total_bytes)} (memory-mapped from "
           f"{access.maps.location or 'memory: no --data_cache_path'})")
     if estimate.total_bytes > max_gb * 2**30:
@@ -158,4 +167,8 @@ def run(
         "total_bytes": estimate.total_bytes, "blend_sizes": estimate.blend_sizes,
         "datasets": [dataclasses.asdict(e) for e in estimate.datasets], "problems": problems,
         "batch_shapes": len(shapes),
+        "packing": [
+            {**dataclasses.asdict(p), "padding_fraction": p.padding_fraction}
+            for p in estimate.packing
+        ],
     }

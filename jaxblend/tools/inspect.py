@@ -13,7 +13,9 @@ With `--rampup_batch_size` (Megatron's ramp-up), steps follow the ramp in every 
   sample, straight from the index maps (the loader's batch N holds exactly these tokens).
   With --decode, each row's text follows its pieces (one line, newlines shown as \n, at most
   --decode_chars characters), decoded with the tokenizer recorded with the data
-  (`jaxblend.decode`; --tokenizer_type & co. for Megatron-made data).
+  (`jaxblend.decode`; --tokenizer_type & co. for Megatron-made data). With --packing=best_fit a
+  row's documents are listed one per line ("document 1: ...", its boundaries) and its padding
+  is counted.
   With --data_schedule, it first names the stage of step N and the stage's blend.
   With --phase_transition_iterations (Megatron's phases; needs --train_samples, the run's
   samples), step N is read from the phase holding it, a fresh blend of the phase's length given
@@ -190,8 +192,19 @@ def explain() -> dict:
         rows.append({"row": r, "sample_id": sample, "dataset_id": int(dataset_id),
                      "dataset": names[dataset_id], "dataset_sample": int(local), "pieces": pieces})
         text = " ".join(f"d{q['document']}/s{q['sequence']}[{q['start']}:{q['stop']})" for q in pieces)
+        if plan.is_packed:  # a packed row: whole documents, then padding
+            rows[-1]["padding"] = plan.window - sum(q["stop"] - q["start"] for q in pieces)
+            text += f"  + {rows[-1]['padding']} padding"
         print(f"{r:4d} {sample:8d}  {os.path.basename(names[dataset_id])}  {text}")
-        if decoder is not None:
+        if decoder is not None and plan.is_packed:  # one line per document: the boundaries
+            rows[-1]["texts"] = [
+                decoder.detokenize(opened[names[q["dataset_id"]]].get(
+                    q["sequence"], offset=q["start"], length=q["stop"] - q["start"]))
+                for q in pieces
+            ]
+            for j, piece_text in enumerate(rows[-1]["texts"], start=1):
+                print(f"      document {j}: {shorten(piece_text, flags.FLAGS.decode_chars)}")
+        elif decoder is not None:
             tokens = np.concatenate([np.zeros(0, np.int64)] + [
                 opened[names[q["dataset_id"]]].get(q["sequence"], offset=q["start"],
                                                    length=q["stop"] - q["start"])

@@ -68,7 +68,8 @@ def test_launch_key_follows_the_configuration_as_written():
         index.GPTDataConfig(blend=["1", "gs://b/a"], split="90,10,0", seq_length=8)
     )
     for change in ({"seed": 5}, {"seq_length": 9}, {"split": "80,20,0"},
-                   {"num_samples": (10, None, None)}, {"blend": ["1", "gs://b//a"]}):
+                   {"num_samples": (10, None, None)}, {"blend": ["1", "gs://b//a"]},
+                   {"packing": "best_fit"}):
         other = index.GPTDataConfig(**{
             "blend": ["1", "gs://b/a"], "split": "90,10,0", "seq_length": 8, **change
         })
@@ -210,3 +211,26 @@ def test_the_record_carries_tokenizer_facts_so_hosts_read_no_dataset_record(
     got = tokenizer_facts.blend_facts(prefixes, access, known=known)
     expected = TokenizerFacts(facts.identity, 1000, 0, None, max_token_id=900)
     assert got == {p: expected for p in prefixes}
+
+
+def test_packed_rows_read_from_the_publication_equal_the_local_maps(setup, tmp_path):
+    import dataclasses
+
+    from jaxblend.sources import GPTSchemaOptions, RowTableSpanIndex, open_gpt_sources
+
+    config, host, _url = setup
+    packed = dataclasses.replace(config, packing="best_fit", packing_window=30)
+    assert record.launch_key(packed) != record.launch_key(
+        dataclasses.replace(packed, packing_window=31)
+    )
+    options = GPTSchemaOptions.for_config(packed, inter_document_masking=True)
+    local = DataAccess.from_env(maps=MapStoreOptions(location=str(tmp_path / "local")))
+    want = open_gpt_sources(packed, options, access=local)
+    publication.load_or_publish(packed, host("builder", builder=True))
+    got = open_gpt_sources(packed, options, access=host("reader", builder=False))
+    for split in ("train", "valid"):
+        assert isinstance(got[split].span_index, RowTableSpanIndex)
+        assert got[split].fingerprint == want[split].fingerprint
+        ids = np.array([0, 5, len(want[split]) - 1, 5])
+        a, b = want[split].get_batch(ids), got[split].get_batch(ids)
+        assert sorted(a) == sorted(b) and all(a[k].tobytes() == b[k].tobytes() for k in a)

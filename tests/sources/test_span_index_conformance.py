@@ -10,6 +10,7 @@ digests of the batches the package served before the span-index seam existed.
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import contextlib
 import hashlib
 import pickle
@@ -394,3 +395,27 @@ def test_a_rewritten_bucket_bin_is_refused(opener, uploaded):
     with pytest.raises(IndexFormatError, match=r"\.bin was rewritten after the index maps were "
                        r"published \(generation .*, maps built for 99\): publish the maps again"):
         source.get_batch(np.arange(4))
+
+
+# ------------------------------------------------------------------------------- packed rows
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("extra", [True, False])
+@pytest.mark.parametrize("opts", sorted(OPTIONS))
+def test_packed_rows_are_the_same_through_every_span_index(opener, prefixes, opts, extra, kind):
+    cfg = dataclasses.replace(
+        config(["30", prefixes[0], "50", prefixes[1], "20", prefixes[2]], extra=extra),
+        packing="best_fit", packing_window=50,
+    )
+    options = GPTSchemaOptions.for_config(cfg, **OPTIONS[opts])
+    for split in ("train", "valid"):
+        planned, _, maps = opener.reference(cfg, options, split)
+        assert maps.split(split).is_packed
+        source = opener.source(kind, cfg, options, split)
+        assert len(source) == len(planned) and source.fingerprint == planned.fingerprint
+        steps, scattered = _id_batches(len(planned))
+        for ids in steps + scattered:
+            assert_same(planned.read_batch(ids), source.read_batch(ids))
+            assert_same(planned.get_batch(ids), source.get_batch(ids))
+        assert_same(planned[3], source[3])

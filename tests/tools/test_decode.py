@@ -233,3 +233,23 @@ def test_mock_data_needs_the_tokenizer_flags(tmp_path):
               "--num_cpu_devices=1", f"--out={tmp_path}", "--decode")
     assert _error(out) == f"error: --decode: mock data has no recorded tokenizer; {HOW} to decode it"
     assert not os.path.exists(tmp_path / "batches.npz")
+
+
+def test_inspect_explain_decodes_a_packed_rows_documents_one_per_line(data, tmp_path):
+    out = run("jaxblend.tools.inspect", "explain", f"--data_path={data['prefix']}", *DATA,
+              "--packing=best_fit", "--seq_length=512", "--global_batch_size=4", "--step=0",
+              "--decode",
+              "--decode_chars=0", f"--json={tmp_path / 'explain.json'}")
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = json.loads((tmp_path / "explain.json").read_text())["rows"]
+    ds = IndexedDataset(data["prefix"])
+    decoder = DocumentDecoder(_decoder(data["model"]))
+    shown = [s for s in out.stdout.splitlines() if s.startswith("      document ")]
+    expected = []
+    for row in rows:
+        assert "text" not in row and len(row["texts"]) == len(row["pieces"])
+        for j, (p, text) in enumerate(zip(row["pieces"], row["texts"], strict=True), start=1):
+            tokens = ds.get(p["sequence"], offset=p["start"], length=p["stop"] - p["start"])
+            assert text == decoder.detokenize(tokens)
+            expected.append(f"      document {j}: {text}")
+    assert shown == expected and len(shown) > len(rows)  # rows of several documents
