@@ -220,6 +220,7 @@ def data_config(
         mid_level_dataset_surplus=values.mid_level_dataset_surplus,
         packing=values.packing,
         packing_window=values.packing_window,
+        packing_overflow=values.packing_overflow,
     )
     return config if phase is None else phase_data_config(config, phase)
 

@@ -159,3 +159,41 @@ def test_a_mask_of_another_dataset_is_refused(data, tmp_path):
     ds = storage.IndexedDataset(prefix)
     with pytest.raises(ValueError, match="does not belong to"):
         find_loss_masks([ds.bin_dataset], DataAccess.from_env())
+
+
+def test_conversations_in_the_last_stage_of_a_schedule(data):
+    from jaxblend.index.blend_schedule import BlendSchedule, BlendStage
+
+    schedule = BlendSchedule((BlendStage(0, (data["text"],)),
+                              BlendStage(30, ("0.5", data["text"], "0.5", data["chat"]))))
+    config = index.GPTDataConfig(seq_length=SEQ, seed=3, num_samples=(60, None, None),
+                                 packing="best_fit", train_schedule=schedule)
+    source = open_gpt_sources(config, GPTSchemaOptions.for_config(config), access=_access(
+        data["dir"]), splits=("train",))["train"]
+    batch = source.get_batch(np.arange(60))
+    chat = source.dataset_names.index(data["chat"])
+    rows = batch["dataset_ids"] == chat
+    assert not rows[:30].any() and rows[30:].any()  # conversations only in the last stage
+    plain = _unmasked(source).get_batch(np.arange(60))
+    np.testing.assert_array_equal(batch["loss_mask"][~rows], plain["loss_mask"][~rows])
+    assert batch["loss_mask"][rows].sum() < plain["loss_mask"][rows].sum()
+
+
+@pytest.mark.parametrize("overflow", ["truncate", "drop"])
+def test_a_conversation_longer_than_a_row_is_truncated_or_dropped(data, overflow):
+    lengths = storage.IndexedDataset(data["chat"]).sequence_lengths
+    seq = int(np.median(lengths))  # about half the conversations are longer than a row
+    config = index.GPTDataConfig(blend=[data["chat"]], split="100,0,0", seq_length=seq, seed=3,
+                                 num_samples=(None, None, None), packing="best_fit",
+                                 packing_overflow=overflow)
+    source = open_gpt_sources(config, GPTSchemaOptions.for_config(config),
+                              access=_access(data["dir"]), splits=("train",))["train"]
+    maps = source.span_index.maps
+    long = int((lengths > seq + 1).sum())
+    assert long and maps.packing_stats()["split_documents"] == long  # counted
+    ids = np.arange(len(source))
+    batch = source.get_batch(ids)
+    starts = (batch["positions"] == 0) & (batch["segment_ids"] > 0)
+    kept = len(lengths) if overflow == "truncate" else len(lengths) - long
+    assert int(starts.sum()) == kept  # each conversation once, from its first token
+    assert (batch["loss_mask"] <= 1).all() and batch["loss_mask"].sum() > 0
