@@ -13,7 +13,8 @@ With `--rampup_batch_size` (Megatron's ramp-up), steps follow the ramp in every 
   sample, straight from the index maps (the loader's batch N holds exactly these tokens).
   With --decode, each row's text follows its pieces (one line, newlines shown as \n, at most
   --decode_chars characters), decoded with the tokenizer recorded with the data
-  (`jaxblend.decode`; --tokenizer_type & co. for Megatron-made data). With --packing=best_fit a
+  (`jaxblend.decode`; --tokenizer_type & co. for Megatron-made data); the tokens a
+  conversation's loss mask does not train show inside ⟦ ⟧. With --packing=best_fit a
   row's documents are listed one per line ("document 1: ...", its boundaries) and its padding
   is counted.
   With --data_schedule, it first names the stage of step N and the stage's blend.
@@ -176,6 +177,7 @@ def explain() -> dict:
     samples = steps.sample_ids(step)
     b = samples.size
     opened = {n: IndexedDataset(n, access=access) for n in dict.fromkeys(names)}
+    masks = _loss_masks(opened, access) if decoder is not None else {}
     doc_indices = {n: np.asarray(ds.document_indices) for n, ds in opened.items()}
     stages = _stages_of_step(run, step, samples, names, len(plan), steps)
     phased = None if phase is None else _phase_of_step(phase, step, samples)
@@ -198,19 +200,19 @@ def explain() -> dict:
         print(f"{r:4d} {sample:8d}  {os.path.basename(names[dataset_id])}  {text}")
         if decoder is not None and plan.is_packed:  # one line per document: the boundaries
             rows[-1]["texts"] = [
-                decoder.detokenize(opened[names[q["dataset_id"]]].get(
-                    q["sequence"], offset=q["start"], length=q["stop"] - q["start"]))
+                decoder.detokenize(*_piece(opened, masks, names[q["dataset_id"]], q))
                 for q in pieces
             ]
             for j, piece_text in enumerate(rows[-1]["texts"], start=1):
                 print(f"      document {j}: {shorten(piece_text, flags.FLAGS.decode_chars)}")
         elif decoder is not None:
-            tokens = np.concatenate([np.zeros(0, np.int64)] + [
-                opened[names[q["dataset_id"]]].get(q["sequence"], offset=q["start"],
-                                                   length=q["stop"] - q["start"])
-                for q in pieces
-            ])
-            rows[-1]["text"] = decoder.detokenize(tokens)
+            read = [_piece(opened, masks, names[q["dataset_id"]], q) for q in pieces]
+            tokens = np.concatenate([np.zeros(0, np.int64)] + [t for t, _ in read])
+            weights = None
+            if any(w is not None for _, w in read):  # a conversation: untrained text marked
+                weights = np.concatenate([np.zeros(0, np.uint8)] + [
+                    np.ones(len(t), np.uint8) if w is None else w for t, w in read])
+            rows[-1]["text"] = decoder.detokenize(tokens, weights)
             print(f"      text: {shorten(rows[-1]['text'], flags.FLAGS.decode_chars)}")
     result = {"step": step, "global_batch_size": b, "split": flags.FLAGS.which, "datasets": names,
               "rows": rows}
@@ -219,6 +221,25 @@ def explain() -> dict:
     if phased is not None:
         result["phase"] = phased
     return result
+
+
+def _loss_masks(opened: dict, access) -> dict:
+    """The loss-mask datasets of the opened datasets that have one (conversations)."""
+    from jaxblend.loss_masks import loss_mask_prefix
+    from jaxblend.storage import IndexedDataset, exists
+
+    return {
+        n: IndexedDataset(loss_mask_prefix(n), access=access)
+        for n in opened if exists(loss_mask_prefix(n), access.object_store)
+    }
+
+
+def _piece(opened: dict, masks: dict, name: str, q: dict):
+    """(tokens, loss mask or None) of one piece of a row."""
+    where = {"offset": q["start"], "length": q["stop"] - q["start"]}
+    mask = masks.get(name)
+    return (opened[name].get(q["sequence"], **where),
+            None if mask is None else mask.get(q["sequence"], **where))
 
 
 def _phase_of_step(phase, step: int, samples: np.ndarray) -> dict:
