@@ -225,3 +225,31 @@ def test_cli_chat_defaults_to_the_messages_key(tmp_path, chatml_dir):
     name = str(tmp_path / "sft_messages_document")
     assert len(storage.IndexedDataset(name)) == 5
     assert len(storage.IndexedDataset(loss_mask_prefix(name))) == 5
+
+
+def test_bucket_output_publishes_the_masks_before_the_record(object_store, tmp_path, chatml_dir):
+    from jaxblend.access import DataAccess
+
+    data = write_chat(tmp_path / "chat.jsonl", make_conversations(8))
+    url = object_store.prefix_url(f"chat-out/{object_store.scheme}/sft")
+    spec = tok_spec.TokenizerSpec("hf", model=chatml_dir)
+    result = pipeline.preprocess(small_run_config(
+        url, [data], json_keys=("messages",), chat=True, tokenizer=spec,
+        work_dir=str(tmp_path / "work"),
+    ))
+    name = f"{url}_messages_document"
+    assert result.loss_masks == {"messages": loss_mask_prefix(name)}
+    local = pipeline.preprocess(small_run_config(
+        str(tmp_path / "local" / "sft"), [data], json_keys=("messages",), chat=True,
+        tokenizer=spec,
+    ))
+    access = DataAccess.from_env()
+    for remote_prefix, local_prefix in ((name, local.outputs["messages"]),
+                                        (loss_mask_prefix(name),
+                                         local.loss_masks["messages"])):
+        remote = storage.IndexedDataset(remote_prefix, access=access)
+        here = storage.IndexedDataset(local_prefix)
+        assert len(remote) == len(here) == 8
+        for i in range(8):
+            np.testing.assert_array_equal(remote[i], here[i])
+    assert read_facts(name, access) is not None  # the record, published last

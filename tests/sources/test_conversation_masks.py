@@ -197,3 +197,24 @@ def test_a_conversation_longer_than_a_row_is_truncated_or_dropped(data, overflow
     kept = len(lengths) if overflow == "truncate" else len(lengths) - long
     assert int(starts.sum()) == kept  # each conversation once, from its first token
     assert (batch["loss_mask"] <= 1).all() and batch["loss_mask"].sum() > 0
+
+
+def test_bucket_conversations_read_their_masks_as_local_ones(data, object_store, tmp_path):
+    base = f"conv/{object_store.scheme}"
+    name = data["chat"].rsplit("/", 1)[1]
+    url = object_store.upload(data["chat"], f"{base}/{name}")
+    object_store.upload(loss_mask_prefix(data["chat"]), f"{base}/.jaxblend/{name}_loss_mask")
+    assert loss_mask_prefix(url) == object_store.prefix_url(f"{base}/.jaxblend/{name}_loss_mask")
+    access = DataAccess.from_env(identity=IdentityStoreOptions(local_dir=str(tmp_path / "memo")))
+    config = index.GPTDataConfig(blend=[url], split="100,0,0", seq_length=SEQ, seed=3,
+                                 num_samples=(40, None, None), packing="best_fit")
+    remote = open_gpt_sources(config, GPTSchemaOptions.for_config(config), access=access,
+                              splits=("train",))["train"]
+    local = _source([data["chat"]], data["dir"])
+    assert remote.loss_masks is not None and remote.reads_remote
+    ids = np.arange(len(local))
+    for key, value in local.get_batch(ids).items():
+        np.testing.assert_array_equal(remote.get_batch(ids)[key], value, err_msg=key)
+    worker = pickle.loads(pickle.dumps(remote))  # a Grain worker reads the masks from the bucket
+    np.testing.assert_array_equal(worker.get_batch(ids)["loss_mask"],
+                                  local.get_batch(ids)["loss_mask"])
