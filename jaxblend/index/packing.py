@@ -21,8 +21,9 @@ Typical use by a source of whole items (`build_packed_epoch` is the document cas
     # row r holds pieces rows.pieces[rows.starts[r]:rows.starts[r + 1]]; piece q is item
     # order[cut.item[q]], tokens [cut.offset[q], cut.offset[q] + cut.length[q])
 
-Finding the best open row costs O(log capacity) (a segment tree over the rooms left), so packing
-is O(n log n) for the window sorts plus O(n log capacity).
+Finding the best open row is a look-up in a two-level bitmap of the rooms the open rows have left
+(a few word operations), and a window is sorted by length with a counting sort, so packing costs
+O(n + capacity x windows) (a merge sort for windows much smaller than a row).
 """
 
 from __future__ import annotations
@@ -80,8 +81,14 @@ class PackedRows:
 
 
 def _check_capacity(capacity: int) -> int:
-    if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)) or capacity < 1:
-        raise ValueError(f"capacity = {capacity!r} must be an integer >= 1 (tokens per row)")
+    if (
+        isinstance(capacity, bool)
+        or not isinstance(capacity, (int, np.integer))
+        or not 1 <= capacity <= MAX_CAPACITY
+    ):
+        raise ValueError(
+            f"capacity = {capacity!r} must be an integer in [1, {MAX_CAPACITY}] (tokens per row)"
+        )
     return int(capacity)
 
 
@@ -141,55 +148,110 @@ def cut_items(lengths: np.ndarray, capacity: int) -> CutItems:
     return CutItems(item, offset, length, int(split))
 
 
-@numba.njit(cache=True, nogil=True)
-def _tree_add(tree, size, leaf, delta):  # pragma: no cover - compiled
-    node = leaf + size
-    while node >= 1:
-        tree[node] += delta
-        node //= 2
+_ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
+_DE_BRUIJN = np.uint64(0x03F79D71B4CB0A89)
+_BIT_INDEX = np.zeros(64, np.int64)
+for _i in range(64):
+    _BIT_INDEX[((1 << _i) * int(_DE_BRUIJN) & 0xFFFFFFFFFFFFFFFF) >> 58] = _i
+
+MAX_CAPACITY = 1 << 26
+"""Largest row the packer takes (its tables cost about 8 bytes per token of a row)."""
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _lowest(x):  # pragma: no cover - compiled
+    # Index of the lowest set bit of a non-zero uint64 (de Bruijn multiplication).
+    return _BIT_INDEX[((x & (~x + np.uint64(1))) * _DE_BRUIJN) >> np.uint64(58)]
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _set(words, summary, c):  # pragma: no cover - compiled
+    w = c >> 6
+    if words[w] == 0:
+        summary[w >> 6] |= np.uint64(1) << np.uint64(w & 63)
+    words[w] |= np.uint64(1) << np.uint64(c & 63)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _clear(words, summary, c):  # pragma: no cover - compiled
+    w = c >> 6
+    words[w] &= ~(np.uint64(1) << np.uint64(c & 63))
+    if words[w] == 0:
+        summary[w >> 6] &= ~(np.uint64(1) << np.uint64(w & 63))
 
 
 @numba.njit(cache=True, nogil=True)
-def _first_at_least(tree, size, lo):  # pragma: no cover - compiled
-    # The smallest leaf >= lo holding a count, or -1.
-    if lo >= size:
+def _first_at_least(words, summary, lo):  # pragma: no cover - compiled
+    # The smallest c >= lo whose bit is set, or -1: the rest of lo's word, then the summary
+    # words (one bit per non-empty word) from the next word on.
+    w = lo >> 6
+    if w >= words.shape[0]:
         return -1
-    node = lo + size
-    if tree[node] > 0:
-        return lo
-    while node > 1:
-        if node % 2 == 0 and tree[node + 1] > 0:
-            node += 1
-            while node < size:
-                node = 2 * node if tree[2 * node] > 0 else 2 * node + 1
-            return node - size
-        node //= 2
-    return -1
+    x = words[w] & (_ALL << np.uint64(lo & 63))
+    if x != 0:
+        return (w << 6) + _lowest(x)
+    w += 1
+    v = w >> 6
+    if w & 63 == 0:
+        y = summary[v] if v < summary.shape[0] else np.uint64(0)
+    else:
+        y = summary[v] & (_ALL << np.uint64(w & 63))
+    while True:
+        if y != 0:
+            w = (v << 6) + _lowest(y)
+            return (w << 6) + _lowest(words[w])
+        v += 1
+        if v >= summary.shape[0]:
+            return -1
+        y = summary[v]
+
+
+@numba.njit(cache=True, nogil=True)
+def _longest_first(lengths, w0, w1, capacity, counts):  # pragma: no cover - compiled
+    # Positions w0..w1-1 ordered by decreasing length, ties in position order (a stable sort):
+    # a counting sort over the lengths 1..capacity when the window is large enough to pay for
+    # it, else a merge sort.
+    n = w1 - w0
+    if n * 16 < capacity:
+        return np.argsort(-lengths[w0:w1], kind="mergesort") + w0
+    counts[:] = 0
+    for i in range(w0, w1):
+        counts[lengths[i]] += 1
+    start = 0
+    for c in range(capacity, -1, -1):
+        k = counts[c]
+        counts[c] = start
+        start += k
+    order = np.empty(n, np.int64)
+    for i in range(w0, w1):
+        c = lengths[i]
+        order[counts[c]] = i
+        counts[c] += 1
+    return order
 
 
 @numba.njit(cache=True, nogil=True)
 def _best_fit_kernel(lengths, capacity, window):  # pragma: no cover - compiled
     n = lengths.shape[0]
-    size = 1
-    while size < capacity + 1:
-        size *= 2
-    tree = np.zeros(2 * size, np.int64)  # open rows by room left (leaves 1..capacity - 1)
+    words = np.zeros((capacity >> 6) + 1, np.uint64)  # rooms that some open row has
+    summary = np.zeros((words.shape[0] >> 6) + 1, np.uint64)  # words that are not empty
     head = np.full(capacity + 1, -1, np.int64)  # a stack of open rows per room left
     below = np.empty(n, np.int64)  # the next row down each stack
     room = np.empty(n, np.int64)
     count = np.zeros(n, np.int64)
     row_of = np.empty(n, np.int64)
     placed = np.empty(n, np.int64)
+    counts = np.zeros(capacity + 1, np.int64)
     rows = 0
     m = 0
     for w0 in range(0, n, window):
         w1 = min(n, w0 + window)
-        order = np.argsort(-lengths[w0:w1], kind="mergesort")
+        order = _longest_first(lengths, w0, w1, capacity, counts)
         first = rows
         for j in range(order.shape[0]):
-            i = order[j] + w0
+            i = order[j]
             need = lengths[i]
-            c = _first_at_least(tree, size, need)
+            c = _first_at_least(words, summary, need)
             if c < 0:
                 b = rows
                 rows += 1
@@ -197,21 +259,23 @@ def _best_fit_kernel(lengths, capacity, window):  # pragma: no cover - compiled
             else:
                 b = head[c]
                 head[c] = below[b]
-                _tree_add(tree, size, c, -1)
+                if head[c] == -1:
+                    _clear(words, summary, c)
                 left = c - need
             room[b] = left
             if left > 0:
+                if head[left] == -1:
+                    _set(words, summary, left)
                 below[b] = head[left]
                 head[left] = b
-                _tree_add(tree, size, left, 1)
             row_of[i] = b
             count[b] += 1
             placed[m] = i
             m += 1
         for b in range(first, rows):  # the window's rows close
             if room[b] > 0 and head[room[b]] != -1:
-                _tree_add(tree, size, room[b], -tree[size + room[b]])
                 head[room[b]] = -1
+                _clear(words, summary, room[b])
     starts = np.zeros(rows + 1, np.int64)
     for b in range(rows):
         starts[b + 1] = starts[b] + count[b]

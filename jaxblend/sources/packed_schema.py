@@ -36,10 +36,27 @@ def _fill_packed(
     fold_padding, want_cu, inputs, targets, loss_mask, positions, segment_ids, cu_seqlens,
     max_seqlen,
 ):  # pragma: no cover - compiled
+    # Whole-row loops first, then each document's positions, segment and the target of its last
+    # token, then padding. Loops run over views from index 0: a loop from a variable start would
+    # check each index for wraparound and not vectorize.
     k = text.shape[0]
     piece = 0
     for r in range(k):
         n = min(max(n_valid[r], 0), text.shape[1])
+        real = min(n, seq_length)  # real input positions
+        real_tg = min(max(n - 1, 0), seq_length)  # positions with a next token in the row
+        for p in range(real):
+            inputs[r, p] = text[r, p]
+        for p in range(real_tg):
+            targets[r, p] = text[r, p + 1]
+        for p in range(real_tg):
+            loss_mask[r, p] = 1.0
+        tail_t = targets[r, real_tg:]
+        tail_l = loss_mask[r, real_tg:]
+        for p in range(tail_t.shape[0]):
+            tail_t[p] = 0
+        for p in range(tail_l.shape[0]):
+            tail_l[p] = 0.0
         a = 0  # first token of the current document in the window
         seg = 0
         m = 0  # documents starting at an input position
@@ -58,36 +75,37 @@ def _fill_packed(
                     cu_seqlens[r, m] = a
                 m += 1
                 stop = min(end, seq_length)
-                for p in range(a, stop):
-                    tok = text[r, p]
-                    inputs[r, p] = tok
-                    positions[r, p] = p - a
-                    segment_ids[r, p] = seg
-                    if p + 1 < end:
-                        tgt = text[r, p + 1]
-                        targets[r, p] = tgt
-                        if (eod_mask_loss and not mask_eod_input and tgt == eod) or (
-                            eod_mask_loss and mask_eod_input and tok == eod
-                        ):
-                            loss_mask[r, p] = 0.0
-                        else:
-                            loss_mask[r, p] = 1.0
-                    else:
-                        targets[r, p] = 0
-                        loss_mask[r, p] = 0.0
+                doc_p = positions[r, a:stop]
+                doc_s = segment_ids[r, a:stop]
+                for p in range(doc_p.shape[0]):
+                    doc_p[p] = p
+                for p in range(doc_s.shape[0]):
+                    doc_s[p] = seg
+                if end - 1 < seq_length:  # the document's last token: no target in it
+                    targets[r, end - 1] = 0
+                    loss_mask[r, end - 1] = 0.0
                 longest = max(longest, stop - a)
             a = end
-        real = min(n, seq_length)
-        for p in range(real, seq_length):
-            inputs[r, p] = 0
-            targets[r, p] = 0
-            loss_mask[r, p] = 0.0
-            if fold_padding and m > 0:
-                positions[r, p] = p - last_a
-                segment_ids[r, p] = seg
-            else:
-                positions[r, p] = 0
-                segment_ids[r, p] = 0
+        if eod_mask_loss:
+            for p in range(real_tg):
+                tok = inputs[r, p] if mask_eod_input else targets[r, p]
+                if tok == eod and loss_mask[r, p] != 0.0:
+                    loss_mask[r, p] = 0.0
+        pad_i = inputs[r, real:]
+        pad_p = positions[r, real:]
+        pad_s = segment_ids[r, real:]
+        for p in range(pad_i.shape[0]):
+            pad_i[p] = 0
+        if fold_padding and m > 0:
+            for p in range(pad_p.shape[0]):
+                pad_p[p] = real - last_a + p
+            for p in range(pad_s.shape[0]):
+                pad_s[p] = seg
+        else:
+            for p in range(pad_p.shape[0]):
+                pad_p[p] = 0
+            for p in range(pad_s.shape[0]):
+                pad_s[p] = 0
         if want_cu:
             if m == 0:
                 cu_seqlens[r, 0] = 0

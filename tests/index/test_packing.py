@@ -42,11 +42,11 @@ def _replay_best_fit(lengths, capacity, window, rows):
     assert [capacity - room[r] for r in range(len(rows))] == rows.used.tolist()
 
 
+@pytest.mark.parametrize("capacity", [32, 9000])  # 9,000: rooms over several summary words
 @pytest.mark.parametrize("window", [1, 3, 17, 1000])
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_best_fit_places_each_item_once_in_the_tightest_open_row(window, seed):
+def test_best_fit_places_each_item_once_in_the_tightest_open_row(window, seed, capacity):
     rng = np.random.default_rng(seed)
-    capacity = 32
     lengths = rng.integers(1, capacity + 1, 300)
     rows = packing.best_fit_pack(lengths, capacity, window)
     assert sorted(rows.pieces.tolist()) == list(range(len(lengths)))
@@ -97,6 +97,7 @@ def test_cut_items_cuts_only_items_longer_than_a_row():
         (lambda: packing.best_fit_pack(np.array([3, 11]), 10), r"in \[1, 10\]"),
         (lambda: packing.best_fit_pack(np.array([0, 1]), 10), r"in \[1, 10\]"),
         (lambda: packing.best_fit_pack(np.array([1]), 0), "capacity"),
+        (lambda: packing.best_fit_pack(np.array([1]), packing.MAX_CAPACITY + 1), "capacity"),
         (lambda: packing.best_fit_pack(np.array([1]), 4, window=0), "packing window"),
         (lambda: packing.cut_items(np.array([-1]), 4), ">= 0"),
         (lambda: packing.cut_items(np.zeros((2, 2)), 4), "1-D"),
