@@ -107,11 +107,9 @@ def apply_loss_masks(batch: dict[str, np.ndarray], weights: np.ndarray) -> None:
     """Multiplies ``batch["loss_mask"]`` (``[k, S]``) by the weight of each target's window
     position (``p + 1``), in place; a target past the window has weight 0."""
     loss = batch["loss_mask"]
-    seq = loss.shape[1]
-    target = np.zeros(loss.shape, np.float32)
-    n = min(seq, weights.shape[1] - 1)
-    target[:, :n] = weights[:, 1 : n + 1]
-    loss *= target
+    n = min(loss.shape[1], weights.shape[1] - 1)
+    np.multiply(loss[:, :n], weights[:, 1 : n + 1], out=loss[:, :n], casting="unsafe")
+    loss[:, n:] = 0
 
 
 def find_loss_masks(
