@@ -1,5 +1,5 @@
-"""Index maps: splits, GPT document/sample/shuffle indices, weighted blends, BERT/T5 sample
-indices, and their cache keys.
+"""Index maps: splits, GPT document/sample/shuffle indices, packed rows of whole documents,
+weighted blends, BERT/T5 sample indices, and their cache keys.
 
 Pure computation: arrays from sequence lengths, content identities and a configuration, no I/O.
 numpy + numba only (no grain, jax or tensorstore). Bit-exact with Megatron-Core 0.16.1. Caching
@@ -31,6 +31,13 @@ from jaxblend.index.data_maps import (
 from jaxblend.index.document_index import build_document_index
 from jaxblend.index.gpt import GPTIndexMaps, build_gpt_index_maps
 from jaxblend.index.masked_maps import MaskedIndexConfig, MaskedSampleIndex, build_masked_index
+from jaxblend.index.packed_maps import (
+    PackedDatasetMaps,
+    PackedSplitMaps,
+    build_packed_dataset_maps,
+    build_packed_epoch,
+)
+from jaxblend.index.packing import CutItems, PackedRows, best_fit_pack, cut_items
 from jaxblend.index.per_dataset_maps import DatasetMapsRequest, PerDatasetMapsProvider
 from jaxblend.index.row_table import RowSpans, build_row_table
 from jaxblend.index.sample_index import build_sample_index
@@ -42,6 +49,7 @@ __all__ = [
     "Blend",
     "BlendSchedule",
     "BlendStage",
+    "CutItems",
     "DataMaps",
     "DataMapsSpec",
     "DatasetInfo",
@@ -50,11 +58,15 @@ __all__ = [
     "GPTIndexMaps",
     "MaskedIndexConfig",
     "MaskedSampleIndex",
+    "PackedDatasetMaps",
+    "PackedRows",
+    "PackedSplitMaps",
     "PerDatasetMapsProvider",
     "Piece",
     "RowSpans",
     "Spans",
     "SplitMaps",
+    "best_fit_pack",
     "blend_prefixes",
     "build_blending_indices",
     "build_data_maps",
@@ -62,10 +74,13 @@ __all__ = [
     "build_exhaustive_blending_indices",
     "build_gpt_index_maps",
     "build_masked_index",
+    "build_packed_dataset_maps",
+    "build_packed_epoch",
     "build_row_table",
     "build_sample_index",
     "build_shuffle_index",
     "config_prefixes",
+    "cut_items",
     "history_fingerprint",
     "normalize",
     "parse_blend",

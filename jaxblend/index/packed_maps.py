@@ -38,7 +38,7 @@ import dataclasses
 import numba
 import numpy as np
 
-from jaxblend.index import blend_schedule, packing
+from jaxblend.index import blend_schedule, gpt, packing
 from jaxblend.index.split_maps import Spans, SplitMaps
 
 PACKINGS = ("concat", "best_fit")
@@ -104,22 +104,19 @@ def build_packed_epoch(
         "truncate"d to its first row-sized piece, or "drop"ped (`keep_overflow`).
     """
     documents = np.asarray(documents, np.int64)
-    rng = np.random.RandomState(int(seed))
+    rng = gpt._random_state(int(seed))
     docs = documents[rng.permutation(documents.shape[0])]
     cut = keep_overflow(packing.cut_items(np.asarray(sequence_lengths)[docs], capacity), overflow)
     rows = packing.best_fit_pack(cut.length, capacity, window)
-    order = rng.permutation(len(rows))
-    counts = np.diff(rows.starts)[order]
-    starts = np.zeros(len(rows) + 1, np.int64)
-    np.cumsum(counts, out=starts[1:])
-    gather = rows.pieces[
-        np.repeat(rows.starts[:-1][order] - starts[:-1], counts) + np.arange(len(cut))
-    ]
+    starts, sequence, offset, length = _rows_in_order(
+        rng.permutation(len(rows)), rows.starts, rows.pieces, docs, cut.item, cut.offset,
+        cut.length,
+    )
     return PackedDatasetMaps(
         starts=starts,
-        sequence=docs[cut.item[gather]].astype(np.int32),
-        offset=cut.offset[gather].astype(np.int32),
-        length=cut.length[gather].astype(np.int32),
+        sequence=sequence,
+        offset=offset,
+        length=length,
         epoch_rows=np.array([len(rows)], np.int64),
         split_documents=cut.split_items,
         capacity=int(capacity),
@@ -145,6 +142,28 @@ def keep_overflow(cut: packing.CutItems, overflow: str) -> packing.CutItems:
         pieces = np.bincount(cut.item, minlength=int(cut.item.max(initial=-1)) + 1)
         keep = pieces[cut.item] == 1
     return packing.CutItems(cut.item[keep], cut.offset[keep], cut.length[keep], cut.split_items)
+
+
+@numba.njit(cache=True, nogil=True)
+def _rows_in_order(order, row_starts, pieces, docs, item, offset, length):  # pragma: no cover
+    # Row q of the result is packed row order[q]; each piece as (sequence, offset, length).
+    rows = order.shape[0]
+    starts = np.empty(rows + 1, np.int64)
+    out_seq = np.empty(pieces.shape[0], np.int32)
+    out_off = np.empty(pieces.shape[0], np.int32)
+    out_len = np.empty(pieces.shape[0], np.int32)
+    starts[0] = 0
+    m = 0
+    for q in range(rows):
+        b = order[q]
+        for j in range(row_starts[b], row_starts[b + 1]):
+            p = pieces[j]
+            out_seq[m] = docs[item[p]]
+            out_off[m] = offset[p]
+            out_len[m] = length[p]
+            m += 1
+        starts[q + 1] = m
+    return starts, out_seq, out_off, out_len
 
 
 def build_packed_dataset_maps(
@@ -217,18 +236,25 @@ def concatenated_arrays(
     starts = [np.zeros(1, np.int64)]
     for j, m in enumerate(maps):
         offsets[j] = (piece_total, row_total, len(m.epoch_rows), len(m))
-        starts.append(m.starts[1:] + piece_total)
+        starts.append(m.starts[1:] + piece_total if piece_total else m.starts[1:])
         piece_total += int(m.starts[-1])
         row_total += len(m)
     return {
-        f"{name}.packed_starts": np.concatenate(starts),
-        f"{name}.packed_sequence": np.concatenate([m.sequence for m in maps]).astype(np.int32),
-        f"{name}.packed_offset": np.concatenate([m.offset for m in maps]).astype(np.int32),
-        f"{name}.packed_length": np.concatenate([m.length for m in maps]).astype(np.int32),
+        f"{name}.packed_starts": maps[0].starts if len(maps) == 1 else np.concatenate(starts),
+        f"{name}.packed_sequence": _joined([m.sequence for m in maps]),
+        f"{name}.packed_offset": _joined([m.offset for m in maps]),
+        f"{name}.packed_length": _joined([m.length for m in maps]),
         f"{name}.offsets": offsets,
         f"{name}.packed_epoch_rows": np.concatenate([m.epoch_rows for m in maps]),
         f"{name}.constituent_prefix": np.array(constituent_prefix, np.int64),
     }
+
+
+def _joined(parts: list[np.ndarray]) -> np.ndarray:
+    """int32 arrays end to end (the one array itself when there is one)."""
+    if len(parts) == 1:
+        return np.asarray(parts[0], np.int32)
+    return np.concatenate(parts).astype(np.int32, copy=False)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -340,6 +366,23 @@ class PackedSplitMaps(SplitMaps):
             raise IndexError(f"dataset_id {dataset_id} out of range [0, {self.num_datasets})")
         before = int(self._offsets[:dataset_id, 2].sum())
         return self._epoch_rows[before : before + int(self._offsets[dataset_id, 2])].copy()
+
+    def dataset_rows(self, dataset_id: int) -> PackedDatasetMaps:
+        """Dataset `dataset_id`'s packed rows (its `starts` count from its first piece)."""
+        if not 0 <= dataset_id < self.num_datasets:
+            raise IndexError(f"dataset_id {dataset_id} out of range [0, {self.num_datasets})")
+        first_piece, first_row, _, rows = (int(v) for v in self._offsets[dataset_id])
+        starts = np.asarray(self._starts[first_row : first_row + rows + 1], np.int64)
+        pieces = slice(int(starts[0]), int(starts[-1]))
+        return PackedDatasetMaps(
+            starts=starts - first_piece,
+            sequence=np.asarray(self._sequence[pieces]),
+            offset=np.asarray(self._offset[pieces]),
+            length=np.asarray(self._piece_length[pieces]),
+            epoch_rows=self.dataset_epoch_rows(dataset_id),
+            split_documents=self.split_documents[dataset_id],
+            capacity=self.window,
+        )
 
     def packing_stats(self) -> dict[str, int]:
         """Rows, tokens, padding tokens (over `window`-token rows) and split documents (one

@@ -27,7 +27,7 @@ import numpy as np
 
 from jaxblend import access as access_lib
 from jaxblend import identity
-from jaxblend.sources import base, conversation_masks, schema
+from jaxblend.sources import base, conversation_masks, packed_schema, schema
 from jaxblend.sources.source_identity import gpt_source_fingerprint
 from jaxblend.sources.span_index import SpanIndex
 from jaxblend.storage.token_reader import TokenReader
@@ -203,8 +203,11 @@ class GPTSource(base.BatchSource):
         return raw
 
     def assemble_batch(self, raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        batch = schema.assemble_windows(raw, self.options)
-        if "loss_weights" in raw:
+        if self.options.packing != "concat":  # packed rows of whole documents
+            batch = packed_schema.assemble_packed(raw, self.options)
+        else:
+            batch = schema.assemble_windows(raw, self.options)
+        if "loss_weights" in raw:  # a conversation dataset's stored loss masks
             conversation_masks.apply_loss_masks(batch, np.asarray(raw["loss_weights"]))
         return batch
 

@@ -158,3 +158,23 @@ def packed_to_batch(
         cu, longest,
     )
     return out
+
+
+def assemble_packed(raw: dict[str, np.ndarray], options: schema.GPTSchemaOptions) -> dict[str, np.ndarray]:
+    """Raw GPT form of packed rows (`schema.raw_windows` with their pieces) -> the batch schema.
+
+    Raises:
+      ValueError: a raw batch without pieces (only sources of packed maps have them).
+    """
+    if "piece_row" not in raw:
+        raise ValueError(
+            "packed rows (packing='best_fit') are assembled from their document pieces; this raw "
+            "batch has none (mock data cannot be packed)"
+        )
+    batch = packed_to_batch(
+        np.asarray(raw["text"]), np.asarray(raw["n_valid"]),
+        (raw["piece_row"], raw["piece_length"]), options,
+    )
+    batch["dataset_ids"] = np.asarray(raw["dataset_ids"], np.int32)
+    batch["sample_ids"] = np.array(raw["sample_ids"], np.int64)
+    return batch

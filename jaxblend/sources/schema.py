@@ -60,7 +60,7 @@ class GPTSchemaOptions:
         special id; None = -1, no pad token). Only with `megatron_compat`.
       inter_document_masking: also return `cu_seqlens`/`max_seqlen`, positions per document.
       packing: the data configuration's `packing`: "concat" (windows cut across documents) or
-        "best_fit" (packed rows of whole documents, assembled by `jaxblend.sources.packed_schema`).
+        "best_fit" (packed rows of whole documents, assembled by `jaxblend.sources.packed_schema.assemble_packed`, which `GPTSource` calls).
     """
 
     seq_length: int
@@ -364,23 +364,21 @@ def raw_windows(
 
 
 def assemble_windows(raw: dict[str, np.ndarray], options: GPTSchemaOptions) -> dict[str, np.ndarray]:
-    """Raw GPT form (`raw_windows`) -> the batch schema (packed rows: `packed_schema`)."""
-    pieces = (raw["piece_row"], raw["piece_length"]) if "piece_row" in raw else None
-    if options.packing != "concat":
-        from jaxblend.sources import packed_schema
+    """Raw GPT form (`raw_windows`) -> the batch schema.
 
-        if pieces is None:
-            raise ValueError(
-                "packed rows (packing='best_fit') are assembled from their document pieces; "
-                "this raw batch has none (mock data cannot be packed)"
-            )
-        batch = packed_schema.packed_to_batch(
-            np.asarray(raw["text"]), np.asarray(raw["n_valid"]), pieces, options
+    Raises:
+      ValueError: packed-row options (`packing != "concat"`): those rows are assembled by
+        `jaxblend.sources.packed_schema.assemble_packed`.
+    """
+    if options.packing != "concat":
+        raise ValueError(
+            f"packing={options.packing!r} rows are assembled by "
+            "jaxblend.sources.packed_schema.assemble_packed, not as concatenated windows"
         )
-    else:
-        batch = windows_to_batch(
-            np.asarray(raw["text"]), np.asarray(raw["n_valid"]), options, pieces
-        )
+    pieces = (raw["piece_row"], raw["piece_length"]) if "piece_row" in raw else None
+    batch = windows_to_batch(
+        np.asarray(raw["text"]), np.asarray(raw["n_valid"]), options, pieces
+    )
     batch["dataset_ids"] = np.asarray(raw["dataset_ids"], np.int32)
     batch["sample_ids"] = np.array(raw["sample_ids"], np.int64)
     return batch

@@ -281,3 +281,8 @@ def test_row_table_of_packed_maps_gives_the_same_pieces():
     assert got.offset.tolist() == (starts[want.sequence] + want.offset).tolist()
     with pytest.raises(ValueError, match="packed"):
         train.constituent(0)
+    rows = train.dataset_rows(0)
+    assert len(rows) == len(train) and rows.starts[0] == 0
+    spans = train.spans(np.arange(len(train)))
+    assert rows.sequence.tolist() == spans.sequence.tolist()
+    assert rows.length.tolist() == spans.length.tolist()

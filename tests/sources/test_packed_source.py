@@ -11,7 +11,7 @@ from helpers_data import write_random_dataset
 
 from jaxblend import identity, index
 from jaxblend.access import DataAccess
-from jaxblend.sources import GPTSchemaOptions, open_gpt_sources, schema
+from jaxblend.sources import GPTSchemaOptions, open_gpt_sources, packed_schema, schema
 from jaxblend.storage import IndexedDataset
 
 EOD = 0
@@ -152,6 +152,8 @@ def test_schema_options_must_agree_with_the_configuration(prefixes):
         np.zeros((1, S + 1), np.int32), np.array([3]), np.zeros(1, np.int32), np.zeros(1)
     )
     with pytest.raises(ValueError, match="mock data cannot be packed"):
+        packed_schema.assemble_packed(raw, options)
+    with pytest.raises(ValueError, match="assembled by jaxblend.sources.packed_schema"):
         schema.assemble_windows(raw, options)
     with pytest.raises(ValueError, match="packing = 'x'"):
         GPTSchemaOptions(seq_length=S, packing="x")

@@ -10,8 +10,8 @@ digests of the batches the package served before the span-index seam existed.
 from __future__ import annotations
 
 import concurrent.futures
-import dataclasses
 import contextlib
+import dataclasses
 import hashlib
 import pickle
 

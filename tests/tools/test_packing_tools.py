@@ -76,7 +76,7 @@ def test_preflight_reports_padding_and_split_documents(data, tmp_path):
     train = {p["prefix"]: p for p in report["packing"] if p["split"] == "train"}
     for prefix in prefixes:
         lengths = IndexedDataset(prefix).sequence_lengths
-        docs = lengths[: int(round(0.9 * len(lengths)))]
+        docs = lengths[: round(0.9 * len(lengths))]
         assert train[prefix]["split_documents"] == int((docs > SEQ + 1).sum())
         rows = train[prefix]["rows"]
         assert train[prefix]["padding"] == rows * (SEQ + 1) - int(docs.sum())
@@ -106,3 +106,31 @@ def test_train_on_packed_rows_counts_the_tokens_of_the_batches_and_resumes(data,
     for step, record in records.items():
         want = [int(row_tokens[:step][ids[:step] == j].sum()) for j in (0, 1)]
         assert [record["datasets"][p]["tokens"] for p in prefixes] == want, step
+
+
+def test_dump_samples_writes_each_datasets_packed_rows(data, tmp_path):
+    _, prefixes, args = data
+    run("jaxblend.tools.dump_samples", *args, "--num=20", f"--out={tmp_path}")
+    with np.load(tmp_path / "train.npz") as f:
+        arrays = {k: f[k] for k in f.files}
+    assert not any(k.endswith("document_index") for k in arrays)
+    for j, prefix in enumerate(prefixes):
+        starts, sequence = arrays[f"ds{j}_packed_starts"], arrays[f"ds{j}_packed_sequence"]
+        lengths = arrays[f"ds{j}_packed_length"]
+        assert starts[0] == 0 and starts[-1] == len(sequence) == len(lengths)
+        assert int(arrays[f"ds{j}_packed_epoch_rows"].sum()) == len(starts) - 1
+        assert np.diff(starts).min() >= 1 and lengths.max() <= SEQ + 1
+    text = arrays["samples_text"]
+    assert text.shape == (20, SEQ + 1)
+    datasets = [IndexedDataset(p) for p in prefixes]
+    for r in range(20):
+        j, q = int(arrays["dataset_index"][r]), int(arrays["dataset_sample_index"][r])
+        starts = arrays[f"ds{j}_packed_starts"]
+        want = np.concatenate([
+            datasets[j].get(int(arrays[f"ds{j}_packed_sequence"][p]),
+                            int(arrays[f"ds{j}_packed_offset"][p]),
+                            int(arrays[f"ds{j}_packed_length"][p]))
+            for p in range(starts[q], starts[q + 1])
+        ])
+        assert text[r, : want.size].tolist() == want.tolist()
+        assert (text[r, want.size :] == -1).all()
