@@ -87,3 +87,18 @@ def test_explain_decode_marks_what_is_not_trained(chat, tmp_path, packing):
             assert text.startswith(NOT_TRAINED[0])
     shown = [line for line in out.stdout.splitlines() if NOT_TRAINED[0] in line]
     assert len(shown) == len(texts)
+
+
+def test_preflight_counts_the_conversations_longer_than_a_row(chat, tmp_path):
+    from jaxblend.storage import IndexedDataset as Dataset
+
+    lengths = Dataset(chat["prefix"]).sequence_lengths
+    out = run_tool("jaxblend.tools.inspect", [
+        "preflight", f"--data_path={chat['prefix']}", *DATA, "--packing=best_fit",
+        "--packing_overflow=truncate", f"--data_cache_path={tmp_path / 'maps'}",
+    ])
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    assert "longer documents truncated" in out.stdout
+    row = next(line for line in out.stdout.splitlines() if "sft_messages_document" in line
+               and line.startswith("train") and "%" in line)
+    assert row.split()[2:4] == [f"{len(lengths):,}", f"{int((lengths > 129).sum()):,}"]
