@@ -9,7 +9,8 @@ concatenate-and-cut windows. One epoch of one dataset split (`build_packed_epoch
    sequence is one piece; empty sequences have none;
 3. the pieces are packed best-fit decreasing within windows of `window` pieces
    (`packing.best_fit_pack`);
-4. the rows are put in an order drawn from the same generator.
+4. the rows are put in an order drawn from the same generator (kept as an index, `order`: the
+   rows themselves stay in the order they were packed).
 
 Each sequence's tokens are in exactly one row of an epoch. A dataset asked for N samples gets
 whole epochs until it has at least N rows (one epoch when N is None); epoch e uses the seed
@@ -27,6 +28,8 @@ map-store entry):
 * `packed_offset` int32 `[P]`: its first token within the sequence;
 * `packed_length` int32 `[P]`: its tokens;
 * `offsets` int64 `[J, 4]`: dataset j's (first piece, first row, epochs, rows);
+* `packed_order` int64 `[R]`: sample q of dataset j is row `offsets[j, 1] + packed_order[
+  offsets[j, 1] + q]` (epoch e's samples are a permutation of epoch e's rows);
 * `packed_epoch_rows` int64 `[sum of epochs]`: rows of each epoch of each dataset, in order;
 * `constituent_prefix`, and for a blend `dataset_index`, `dataset_sample_index`, as in GPT maps.
 """
@@ -48,7 +51,7 @@ OVERFLOWS = ("cut", "truncate", "drop")
 """`GPTDataConfig.packing_overflow` values: what happens to a sequence longer than a row."""
 
 PACKED_FIELDS = (
-    "packed_starts", "packed_sequence", "packed_offset", "packed_length", "offsets",
+    "packed_starts", "packed_sequence", "packed_offset", "packed_length", "packed_order", "offsets",
     "packed_epoch_rows", "constituent_prefix", "dataset_index", "dataset_sample_index",
 )
 
@@ -62,6 +65,7 @@ class PackedDatasetMaps:
       sequence: int32 `[P]`, each piece's sequence id in the dataset.
       offset: int32 `[P]`, each piece's first token within its sequence.
       length: int32 `[P]`, each piece's tokens.
+      order: int64 `[R]`, sample q is row `order[q]` (a permutation of each epoch's rows).
       epoch_rows: int64 `[E]`, rows of each epoch.
       split_documents: sequences longer than a row (cut into pieces), per epoch.
       capacity: tokens per row.
@@ -71,6 +75,7 @@ class PackedDatasetMaps:
     sequence: np.ndarray
     offset: np.ndarray
     length: np.ndarray
+    order: np.ndarray
     epoch_rows: np.ndarray
     split_documents: int
     capacity: int
@@ -108,15 +113,13 @@ def build_packed_epoch(
     docs = documents[rng.permutation(documents.shape[0])]
     cut = keep_overflow(packing.cut_items(np.asarray(sequence_lengths)[docs], capacity), overflow)
     rows = packing.best_fit_pack(cut.length, capacity, window)
-    starts, sequence, offset, length = _rows_in_order(
-        rng.permutation(len(rows)), rows.starts, rows.pieces, docs, cut.item, cut.offset,
-        cut.length,
-    )
+    sequence, offset, length = _pieces_of_rows(rows.pieces, docs, cut.item, cut.offset, cut.length)
     return PackedDatasetMaps(
-        starts=starts,
+        starts=rows.starts,
         sequence=sequence,
         offset=offset,
         length=length,
+        order=rng.permutation(len(rows)).astype(np.int64, copy=False),
         epoch_rows=np.array([len(rows)], np.int64),
         split_documents=cut.split_items,
         capacity=int(capacity),
@@ -145,25 +148,17 @@ def keep_overflow(cut: packing.CutItems, overflow: str) -> packing.CutItems:
 
 
 @numba.njit(cache=True, nogil=True)
-def _rows_in_order(order, row_starts, pieces, docs, item, offset, length):  # pragma: no cover
-    # Row q of the result is packed row order[q]; each piece as (sequence, offset, length).
-    rows = order.shape[0]
-    starts = np.empty(rows + 1, np.int64)
+def _pieces_of_rows(pieces, docs, item, offset, length):  # pragma: no cover - compiled
+    # Each placed piece, in row order, as (sequence, offset, length).
     out_seq = np.empty(pieces.shape[0], np.int32)
     out_off = np.empty(pieces.shape[0], np.int32)
     out_len = np.empty(pieces.shape[0], np.int32)
-    starts[0] = 0
-    m = 0
-    for q in range(rows):
-        b = order[q]
-        for j in range(row_starts[b], row_starts[b + 1]):
-            p = pieces[j]
-            out_seq[m] = docs[item[p]]
-            out_off[m] = offset[p]
-            out_len[m] = length[p]
-            m += 1
-        starts[q + 1] = m
-    return starts, out_seq, out_off, out_len
+    for j in range(pieces.shape[0]):
+        p = pieces[j]
+        out_seq[j] = docs[item[p]]
+        out_off[j] = offset[p]
+        out_len[j] = length[p]
+    return out_seq, out_off, out_len
 
 
 def build_packed_dataset_maps(
@@ -212,6 +207,7 @@ def build_packed_dataset_maps(
     if len(epochs) == 1:
         return epochs[0]
     piece_base = np.cumsum([0] + [int(m.starts[-1]) for m in epochs[:-1]])
+    row_base = np.cumsum([0] + [len(m) for m in epochs[:-1]])
     starts = np.concatenate(
         [np.zeros(1, np.int64)] + [m.starts[1:] + b for m, b in zip(epochs, piece_base)]
     )
@@ -220,6 +216,7 @@ def build_packed_dataset_maps(
         sequence=np.concatenate([m.sequence for m in epochs]),
         offset=np.concatenate([m.offset for m in epochs]),
         length=np.concatenate([m.length for m in epochs]),
+        order=np.concatenate([m.order + b for m, b in zip(epochs, row_base)]),
         epoch_rows=np.concatenate([m.epoch_rows for m in epochs]),
         split_documents=epochs[0].split_documents,
         capacity=int(capacity),
@@ -245,6 +242,9 @@ def concatenated_arrays(
         f"{name}.packed_offset": _joined([m.offset for m in maps]),
         f"{name}.packed_length": _joined([m.length for m in maps]),
         f"{name}.offsets": offsets,
+        f"{name}.packed_order": maps[0].order if len(maps) == 1 else np.concatenate(
+            [m.order for m in maps]
+        ),
         f"{name}.packed_epoch_rows": np.concatenate([m.epoch_rows for m in maps]),
         f"{name}.constituent_prefix": np.array(constituent_prefix, np.int64),
     }
@@ -259,8 +259,8 @@ def _joined(parts: list[np.ndarray]) -> np.ndarray:
 
 @numba.njit(cache=True, nogil=True)
 def _packed_spans_kernel(
-    sample_ids, blended, dataset_index, dataset_sample_index, offsets, starts, sequence, offset,
-    length,
+    sample_ids, blended, dataset_index, dataset_sample_index, offsets, order, starts, sequence,
+    offset, length,
 ):  # pragma: no cover - compiled
     k = sample_ids.shape[0]
     first = np.empty(k, np.int64)
@@ -271,7 +271,7 @@ def _packed_spans_kernel(
         i = sample_ids[r]
         d = np.int64(dataset_index[i]) if blended else np.int64(0)
         local = np.int64(dataset_sample_index[i]) if blended else i
-        q = offsets[d, 1] + local
+        q = offsets[d, 1] + order[offsets[d, 1] + local]
         ds[r] = d
         first[r] = starts[q]
         last[r] = starts[q + 1]
@@ -334,6 +334,7 @@ class PackedSplitMaps(SplitMaps):
         self._sequence = arrays["packed_sequence"]
         self._offset = arrays["packed_offset"]
         self._piece_length = arrays["packed_length"]
+        self._order = arrays["packed_order"]
         self._epoch_rows = np.asarray(arrays["packed_epoch_rows"], np.int64)
         self._offsets = np.ascontiguousarray(arrays["offsets"], dtype=np.int64)
         self._constituent_prefix = np.ascontiguousarray(
@@ -368,7 +369,8 @@ class PackedSplitMaps(SplitMaps):
         return self._epoch_rows[before : before + int(self._offsets[dataset_id, 2])].copy()
 
     def dataset_rows(self, dataset_id: int) -> PackedDatasetMaps:
-        """Dataset `dataset_id`'s packed rows (its `starts` count from its first piece)."""
+        """Dataset `dataset_id`'s packed rows (its `starts` count from its first piece; its
+        sample q is row `order[q]`)."""
         if not 0 <= dataset_id < self.num_datasets:
             raise IndexError(f"dataset_id {dataset_id} out of range [0, {self.num_datasets})")
         first_piece, first_row, _, rows = (int(v) for v in self._offsets[dataset_id])
@@ -379,6 +381,7 @@ class PackedSplitMaps(SplitMaps):
             sequence=np.asarray(self._sequence[pieces]),
             offset=np.asarray(self._offset[pieces]),
             length=np.asarray(self._piece_length[pieces]),
+            order=np.asarray(self._order[first_row : first_row + rows], np.int64),
             epoch_rows=self.dataset_epoch_rows(dataset_id),
             split_documents=self.split_documents[dataset_id],
             capacity=self.window,
@@ -421,7 +424,7 @@ class PackedSplitMaps(SplitMaps):
         else:
             di, dsi = self._dataset_index, self._dataset_sample_index
         row, ds, seq, off, length = _packed_spans_kernel(
-            ids, self._dataset_index is not None, di, dsi, self._offsets, self._starts,
+            ids, self._dataset_index is not None, di, dsi, self._offsets, self._order, self._starts,
             self._sequence, self._offset, self._piece_length,
         )
         return Spans(row=row, dataset=ds, sequence=seq, offset=off, length=length)

@@ -154,6 +154,9 @@ _BIT_INDEX = np.zeros(64, np.int64)
 for _i in range(64):
     _BIT_INDEX[((1 << _i) * int(_DE_BRUIJN) & 0xFFFFFFFFFFFFFFFF) >> 58] = _i
 
+MAX_ITEMS = (1 << 31) - 1
+"""Items `best_fit_pack` takes in one call (its work arrays are int32)."""
+
 MAX_CAPACITY = 1 << 26
 """Largest row the packer takes (its tables cost about 8 bytes per token of a row)."""
 
@@ -236,11 +239,11 @@ def _best_fit_kernel(lengths, capacity, window):  # pragma: no cover - compiled
     words = np.zeros((capacity >> 6) + 1, np.uint64)  # rooms that some open row has
     summary = np.zeros((words.shape[0] >> 6) + 1, np.uint64)  # words that are not empty
     head = np.full(capacity + 1, -1, np.int64)  # a stack of open rows per room left
-    below = np.empty(n, np.int64)  # the next row down each stack
-    room = np.empty(n, np.int64)
-    count = np.zeros(n, np.int64)
-    row_of = np.empty(n, np.int64)
-    placed = np.empty(n, np.int64)
+    below = np.empty(n, np.int32)  # the next row down each stack (int32: fewer pages to fault)
+    room = np.empty(n, np.int32)
+    count = np.zeros(n, np.int32)
+    row_of = np.empty(n, np.int32)
+    placed = np.empty(n, np.int32)
     counts = np.zeros(capacity + 1, np.int64)
     rows = 0
     m = 0
@@ -318,6 +321,8 @@ def best_fit_pack(lengths: np.ndarray, capacity: int, window: int = DEFAULT_WIND
             f"item lengths must be in [1, {capacity}] (cut longer items with cut_items), got "
             f"[{int(lengths.min())}, {int(lengths.max())}]"
         )
+    if lengths.size >= MAX_ITEMS:
+        raise ValueError(f"{lengths.size} items in one call; pack fewer than {MAX_ITEMS} at a time")
     starts, pieces, used = _best_fit_kernel(lengths, np.int64(capacity), np.int64(window))
     return PackedRows(starts, pieces, used)
 

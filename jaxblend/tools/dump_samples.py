@@ -21,8 +21,9 @@ job's `--global_batch_size` (or `--rampup_batch_size` / `--step_batch_size_sched
 the stages' steps into samples. Sample counts not given by `--train_samples`, `--valid_samples`,
 `--test_samples` derive from the step-plan flags as in training (`jaxblend.cli.steps`).
 With `--packing=best_fit` each dataset's packed rows take the place of its maps:
-`ds{j}_packed_starts`, `ds{j}_packed_sequence`, `ds{j}_packed_offset`, `ds{j}_packed_length` and
-`ds{j}_packed_epoch_rows` (docs/format.md, "Packed maps").
+`ds{j}_packed_starts`, `ds{j}_packed_sequence`, `ds{j}_packed_offset`, `ds{j}_packed_length`,
+`ds{j}_packed_order` (sample q is row `order[q]`) and `ds{j}_packed_epoch_rows` (docs/format.md,
+"Packed maps").
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ def split_arrays(split_maps: index.SplitMaps, datasets: dict, num: int) -> dict[
     for j in range(split_maps.num_datasets):
         if split_maps.is_packed:  # packed rows, not Megatron's maps
             rows = split_maps.dataset_rows(j)
-            for field in ("starts", "sequence", "offset", "length", "epoch_rows"):
+            for field in ("starts", "sequence", "offset", "length", "order", "epoch_rows"):
                 out[f"ds{j}_packed_{field}"] = np.asarray(getattr(rows, field))
         elif split_maps.is_staged:  # one-epoch maps, one set per epoch the stages draw
             for e in range(split_maps.dataset_epochs(j)):

@@ -192,7 +192,9 @@ def test_epoch_e_is_the_same_whatever_the_number_of_epochs():
     n = len(one)
     assert three.starts[: n + 1].tolist() == one.starts.tolist()
     assert three.sequence[: len(one.sequence)].tolist() == one.sequence.tolist()
+    assert three.order[:n].tolist() == one.order.tolist()
     second = packed_maps.build_packed_epoch(lengths, docs, 33, blend_schedule.epoch_seed(9, 1), 50)
+    assert three.order[n : n + len(second)].tolist() == (second.order + n).tolist()
     lo, hi = int(three.starts[n]), int(three.starts[n + len(second)])
     assert three.sequence[lo:hi].tolist() == second.sequence.tolist()
 
@@ -283,6 +285,10 @@ def test_row_table_of_packed_maps_gives_the_same_pieces():
         train.constituent(0)
     rows = train.dataset_rows(0)
     assert len(rows) == len(train) and rows.starts[0] == 0
+    assert sorted(rows.order.tolist()) == list(range(len(train)))
     spans = train.spans(np.arange(len(train)))
-    assert rows.sequence.tolist() == spans.sequence.tolist()
-    assert rows.length.tolist() == spans.length.tolist()
+    in_samples = np.concatenate(
+        [np.arange(rows.starts[q], rows.starts[q + 1]) for q in rows.order]
+    )
+    assert rows.sequence[in_samples].tolist() == spans.sequence.tolist()
+    assert rows.length[in_samples].tolist() == spans.length.tolist()

@@ -125,6 +125,7 @@ def test_dump_samples_writes_each_datasets_packed_rows(data, tmp_path):
     datasets = [IndexedDataset(p) for p in prefixes]
     for r in range(20):
         j, q = int(arrays["dataset_index"][r]), int(arrays["dataset_sample_index"][r])
+        q = int(arrays[f"ds{j}_packed_order"][q])  # sample q's row
         starts = arrays[f"ds{j}_packed_starts"]
         want = np.concatenate([
             datasets[j].get(int(arrays[f"ds{j}_packed_sequence"][p]),
