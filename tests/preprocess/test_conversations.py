@@ -253,3 +253,28 @@ def test_bucket_output_publishes_the_masks_before_the_record(object_store, tmp_p
         for i in range(8):
             np.testing.assert_array_equal(remote[i], here[i])
     assert read_facts(name, access) is not None  # the record, published last
+
+
+def test_rerun_resumes_and_a_missing_mask_part_is_redone(tmp_path, chatml_dir):
+    import dataclasses
+    import os
+
+    from jaxblend.preprocess import layout
+
+    data = write_chat(tmp_path / "chat.jsonl", make_conversations(30))
+    spec = tok_spec.TokenizerSpec("hf", model=chatml_dir)
+    config = small_run_config(str(tmp_path / "out" / "sft"), [data], json_keys=("messages",),
+                              chat=True, tokenizer=spec, keep_parts=True)
+    first = pipeline.preprocess(config)
+    mask_part = layout.part_prefix(layout.parts_dir(config.output_prefix), 1,
+                                   "messages_loss_mask", "document")
+    os.remove(mask_part + ".bin")  # a partition whose mask part is gone is not finished
+    second = pipeline.preprocess(dataclasses.replace(config, keep_parts=False))
+    assert second.partitions_reused == first.partitions - 1
+    again = pipeline.preprocess(dataclasses.replace(config, keep_parts=False))
+    assert again.partitions_reused == again.partitions and again.loss_masks == second.loss_masks
+    fresh = pipeline.preprocess(small_run_config(
+        str(tmp_path / "fresh" / "sft"), [data], json_keys=("messages",), chat=True,
+        tokenizer=spec))
+    assert read_bytes(second.loss_masks["messages"]) == read_bytes(fresh.loss_masks["messages"])
+    assert read_bytes(second.outputs["messages"]) == read_bytes(fresh.outputs["messages"])
