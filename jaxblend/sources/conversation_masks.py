@@ -18,6 +18,8 @@ length, destination), are read from the masks unchanged, through the same `Token
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
+import os
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -44,18 +46,13 @@ class LossMasks:
     Args:
       masks: per dataset of the split (in its order), its mask's `BinDataset`, or None (every
         token trained).
-      fingerprints: the content fingerprint of each mask (None where there is none).
       access: how the masks are read.
     """
 
     def __init__(
-        self,
-        masks: Sequence[BinDataset | None],
-        fingerprints: Sequence[str | None],
-        access: access_lib.DataAccess,
+        self, masks: Sequence[BinDataset | None], access: access_lib.DataAccess
     ) -> None:
         self.masks = tuple(masks)
-        self.fingerprints = tuple(fingerprints)
         self.access = access
         present = [j for j, m in enumerate(self.masks) if m is not None]
         self._slot = np.full(len(self.masks), -1, np.int64)  # dataset -> its mask's reader slot
@@ -65,10 +62,15 @@ class LossMasks:
         self._reader: TokenReader | None = None
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"masks": self.masks, "fingerprints": self.fingerprints, "access": self.access}
+        return {"masks": self.masks, "access": self.access}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["masks"], state["fingerprints"], state["access"])
+        self.__init__(state["masks"], state["access"])
+
+    @property
+    def masked(self) -> list[bool]:
+        """Which datasets of the split have a mask (what the source's fingerprint records)."""
+        return [m is not None for m in self.masks]
 
     @property
     def reader(self) -> TokenReader:
@@ -112,37 +114,59 @@ def apply_loss_masks(batch: dict[str, np.ndarray], weights: np.ndarray) -> None:
     loss[:, n:] = 0
 
 
+def _mask_of(ds: BinDataset, access: access_lib.DataAccess) -> BinDataset | None:
+    """The mask `.bin` of ``ds`` as a `BinDataset` (one byte per token of ``ds``), or None when
+    there is none. Only the mask's `.bin` is looked at (a host reading from a published row
+    table opens no `.idx`): a local file by its size, an object by reading its last byte.
+
+    Raises:
+      ValueError: a mask whose size is not one byte per token of ``ds`` (names both).
+    """
+    from jaxblend.storage.object_store import location as _location
+    from jaxblend.storage.object_store import requests as _remote
+
+    prefix = loss_mask_prefix(ds.prefix)
+    store = access.object_store
+    loc = _location.resolve(prefix)
+    loc = dataclasses.replace(loc, kvstore=store.complete_spec(loc.kvstore))
+    wrong = ValueError(
+        f"loss mask {prefix}.bin is not one byte per token of {ds.prefix} ({ds.num_tokens} "
+        "tokens): run preprocess --chat again for both"
+    )
+    if loc.local_prefix is not None:
+        try:
+            size = os.path.getsize(loc.local_prefix + ".bin")
+        except FileNotFoundError:
+            return None
+        if size != ds.num_tokens:
+            raise wrong
+    else:
+        kv = _location.open_kvstore(loc.kvstore, _location.shared_context())
+        last = max(ds.num_tokens - 1, 0)
+        res = _remote.wait(_remote.read(kv, loc.bin_key, slice(last, last + 1)), prefix + ".bin",
+                           "looking for the loss mask", store.request_timeout)
+        if res.state != "value":
+            return None
+        if len(res.value) != min(ds.num_tokens, 1):
+            raise wrong
+    return BinDataset(prefix, "|u1", ds.num_tokens)
+
+
 def find_loss_masks(
     datasets: Sequence[BinDataset], access: access_lib.DataAccess
 ) -> LossMasks | None:
     """The loss masks of ``datasets`` (`jaxblend.loss_masks.loss_mask_prefix` of each), or None
-    when none has one. Bucket datasets are looked up concurrently.
+    when none has one. Bucket datasets are looked up concurrently, one small read each.
 
     Raises:
-      ValueError: a mask that is not ``uint8`` or whose token count differs from its dataset's
-        (one line naming both).
+      ValueError: a mask that is not one byte per token of its dataset (one line naming both).
     """
-    from jaxblend import storage
-
-    def one(ds: BinDataset) -> tuple[BinDataset | None, str | None]:
-        prefix = loss_mask_prefix(ds.prefix)
-        if not storage.exists(prefix, access.object_store):
-            return None, None
-        mask = storage.IndexedDataset(prefix, access=access)
-        if mask.dtype != np.uint8 or mask.num_tokens != ds.num_tokens:
-            raise ValueError(
-                f"loss mask {prefix} ({mask.num_tokens} {mask.dtype} values) does not belong to "
-                f"{ds.prefix} ({ds.num_tokens} tokens): run preprocess --chat again for both"
-            )
-        return mask.bin_dataset, mask.fingerprint
-
     remote = sum(is_url(d.prefix) for d in datasets)
     if remote > 1:
         with concurrent.futures.ThreadPoolExecutor(min(32, len(datasets))) as pool:
-            found = list(pool.map(one, datasets))
+            found = list(pool.map(lambda d: _mask_of(d, access), datasets))
     else:
-        found = [one(d) for d in datasets]
-    if all(m is None for m, _ in found):
+        found = [_mask_of(d, access) for d in datasets]
+    if all(m is None for m in found):
         return None
-    return LossMasks([m for m, _ in found], [f for _, f in found], access)
-
+    return LossMasks(found, access)

@@ -56,7 +56,8 @@ class GPTSource(base.BatchSource):
       access: how the `.bin` files are read (default: `DataAccess.from_env()`).
       loss_masks: the stored loss masks of the split's datasets (conversations,
         `jaxblend.sources.conversation_masks.find_loss_masks`), or None: `loss_mask` is then
-        multiplied by the mask of each target token, and the fingerprint covers the masks.
+        multiplied by the mask of each target token, and the fingerprint records which datasets
+        have masks.
     """
 
     def __init__(
@@ -79,8 +80,7 @@ class GPTSource(base.BatchSource):
         self.loss_masks = loss_masks
         if loss_masks is not None:  # the masks change the batches: a stream of its own
             self._fingerprint = identity.fingerprint(
-                "gpt_source_loss_masks", 1, source=self._fingerprint,
-                masks=list(loss_masks.fingerprints),
+                "gpt_source_loss_masks", 1, source=self._fingerprint, masked=loss_masks.masked,
             )
         self._lock = threading.Lock()
         self._reader: TokenReader | None = None  # built on first read, per process
