@@ -46,6 +46,9 @@ _REPEATS = flags.DEFINE_integer(
 )
 _WINDOW = flags.DEFINE_integer("window", 16384, "--packing_window.")
 _COMPARE = flags.DEFINE_integer("compare_documents", 50_000, "Documents for the packer comparison.")
+_COMPARE_PACKERS = flags.DEFINE_bool(
+    "compare_packers", True, "Also the packers side by side (Grain's, first fit)."
+)
 _GRAIN_BINS = flags.DEFINE_list("grain_bins", ["64", "1024"], "Grain num_packing_bins values.")
 
 
@@ -202,6 +205,8 @@ def main(argv):
                 stats["split_documents"], t_concat, t_packed, rates["concat"], rates["best_fit"],
             ))
             print("  ", main_rows[-1])
+            if not _COMPARE_PACKERS.value:
+                continue
             # The packers side by side on the same pieces, in the same (stored) order.
             capacity = s + 1
             cut = packing.cut_items(lengths[: _COMPARE.value], capacity)
@@ -225,8 +230,10 @@ def main(argv):
           "| ratio | read concat (tokens/s) | read best_fit (tokens/s) | ratio |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for kind, s, rows, pad, split, tc, tp, rc, rp in main_rows:
-        print(f"| {kind} | {s:,} | {rows:,} | {pad:.3f}% | {split:,} | {tc:.2f} s | {tp:.2f} s | "
+        print(f"| {kind} | {s:,} | {rows:,} | {pad:.3f}% | {split:,} | {1e3 * tc:.1f} ms | {1e3 * tp:.1f} ms | "
               f"{tp / tc:.2f}x | {rc / 1e6:.0f} M | {rp / 1e6:.0f} M | {rp / rc:.2f}x |")
+    if not compare_rows:
+        return
     print()
     print(f"| corpus | S | packer ({_COMPARE.value:,} documents) | padding | documents/s |")
     print("|---|---:|---|---:|---:|")

@@ -182,11 +182,6 @@ class GPTDataConfig:
                 f"packing_overflow = {self.packing_overflow!r} needs packing='best_fit' (with "
                 "'concat' documents are cut across rows)"
             )
-        if self.packing != "concat" and self.seq_length + 1 > packing_lib.MAX_CAPACITY:
-            raise ValueError(
-                f"seq_length = {self.seq_length} is above what packing={self.packing!r} takes "
-                f"({packing_lib.MAX_CAPACITY - 1} tokens per row)"
-            )
         if self.train_schedule is not None and not isinstance(self.train_schedule, BlendSchedule):
             raise TypeError(
                 f"train_schedule is a {type(self.train_schedule).__name__}; expected a "
@@ -253,6 +248,11 @@ class GPTDataConfig:
         if not math.isfinite(surplus) or surplus < 0:
             raise ValueError(
                 f"mid_level_dataset_surplus = {self.mid_level_dataset_surplus!r} must be finite and >= 0"
+            )
+        if self.packing != "concat" and self.seq_length + 1 > packing_lib.MAX_CAPACITY:
+            raise ValueError(
+                f"seq_length = {self.seq_length} is above what packing={self.packing!r} takes "
+                f"({packing_lib.MAX_CAPACITY - 1} tokens per row)"
             )
 
     @property

@@ -238,13 +238,13 @@ def _best_fit_kernel(lengths, capacity, window):  # pragma: no cover - compiled
     n = lengths.shape[0]
     words = np.zeros((capacity >> 6) + 1, np.uint64)  # rooms that some open row has
     summary = np.zeros((words.shape[0] >> 6) + 1, np.uint64)  # words that are not empty
-    head = np.full(capacity + 1, -1, np.int64)  # a stack of open rows per room left
+    head = np.full(capacity + 1, -1, np.int32)  # a stack of open rows per room left
     below = np.empty(n, np.int32)  # the next row down each stack (int32: fewer pages to fault)
     room = np.empty(n, np.int32)
     count = np.zeros(n, np.int32)
     row_of = np.empty(n, np.int32)
     placed = np.empty(n, np.int32)
-    counts = np.zeros(capacity + 1, np.int64)
+    counts = np.zeros(capacity + 1, np.int32)
     rows = 0
     m = 0
     for w0 in range(0, n, window):

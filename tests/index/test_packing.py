@@ -262,7 +262,11 @@ def test_packing_enters_the_keys_only_when_set():
 
 @pytest.mark.parametrize(
     ("kwargs", "message"),
-    [({"packing": "first_fit"}, "packing = 'first_fit'"), ({"packing_window": 0}, "packing_window")],
+    [
+        ({"packing": "first_fit"}, "packing = 'first_fit'"),
+        ({"packing_window": 0}, "packing_window"),
+        ({"seq_length": 1 << 27}, "above what packing='best_fit' takes"),
+    ],
 )
 def test_bad_packing_options_are_refused(kwargs, message):
     with pytest.raises(ValueError, match=message):
