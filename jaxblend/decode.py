@@ -10,7 +10,8 @@ that each recorded file still exists and has the recorded SHA-256 (or that the f
 `load_decoder(prefixes, access, fallback)` loads one tokenizer for a run's datasets (offline, from
 local files), with ``fallback`` for data without a record (made by Megatron-LM), as a
 `DocumentDecoder`: every end-of-document token shows as `EOD_MARK`, so a row of three documents
-reads as three texts.
+reads as three texts; given a conversation's loss mask, the tokens it does not train show inside
+`NOT_TRAINED` (``⟦system and user turns⟧assistant turn``).
 """
 
 from __future__ import annotations
@@ -30,6 +31,10 @@ from jaxblend.tokenizer_facts import (
 
 EOD_MARK = "[EOD]"
 """What decoded text shows where a document ends (tokenizers drop their own EOD token)."""
+
+NOT_TRAINED = ("⟦", "⟧")
+"""What encloses the text of tokens a conversation's loss mask leaves out (the prompt, the system
+and user turns: `jaxblend.loss_masks`); the text outside them is trained."""
 
 _HOW = "pass --tokenizer_type and --tokenizer_model (or --vocab_file, --merge_file)"
 
@@ -160,10 +165,20 @@ class DocumentDecoder:
         """This decoder, also showing each id of ``marks`` as its mark."""
         return DocumentDecoder(self.tokenizer, {**self.marks, **marks})
 
-    def detokenize(self, ids) -> str:
+    def detokenize(self, ids, mask=None) -> str:
         """The text of ``ids``, with `EOD_MARK` at each end-of-document token (and each id of
-        ``marks`` as its mark)."""
+        ``marks`` as its mark); with a loss ``mask`` (0/1 per token), each run of untrained
+        tokens (0) inside `NOT_TRAINED`."""
         arr = np.asarray(ids)
+        if mask is not None:
+            mask = np.asarray(mask)
+            edges = np.flatnonzero(np.diff(mask)) + 1
+            parts = []
+            for run, weights in zip(np.split(arr, edges), np.split(mask, edges), strict=True):
+                if run.size:
+                    text = self.detokenize(run)
+                    parts.append(text if weights[0] else f"{NOT_TRAINED[0]}{text}{NOT_TRAINED[1]}")
+            return "".join(parts)
         if not self.marks:
             return self.tokenizer.detokenize(arr)
         cuts = np.flatnonzero(np.isin(arr, list(self.marks)))

@@ -228,6 +228,7 @@ def data_config(
         full_validation=values.full_validation,
         packing=values.packing,
         packing_window=values.packing_window,
+        packing_overflow=values.packing_overflow,
     )
     return config if phase is None else phase_data_config(config, phase)
 

@@ -17,6 +17,7 @@
   --mid_level_dataset_surplus  (0.005)
   --packing                  concat (default, Megatron's samples) or best_fit (whole documents)
   --packing_window           documents packed together with --packing=best_fit (16384)
+  --packing_overflow         a document longer than a row: cut (default), truncate or drop
   --data_cache_path          index-map cache: directory or bucket URL (--data_cache_wait)
   --multiple_validation_sets, --full_validation   one validation set per valid-blend prefix
   --s3_endpoint, --s3_region, --storage_concurrency, --storage_retries, --storage_timeout
@@ -137,6 +138,12 @@ def _define_blend_flags() -> None:
     flags.DEFINE_integer(
         "packing_window", 16384, "With --packing=best_fit: documents packed together.",
         lower_bound=1,
+    )
+    flags.DEFINE_enum(
+        "packing_overflow", "cut", ["cut", "truncate", "drop"],
+        "With --packing=best_fit: a document longer than a row is cut into row-sized pieces "
+        "(cut), kept to its first row (truncate: conversations, docs/conversations.md) or "
+        "dropped (drop); counted either way.",
     )
     flags.DEFINE_bool(
         "multiple_validation_sets",

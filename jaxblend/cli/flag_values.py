@@ -61,6 +61,7 @@ class DataFlagValues:
     mid_level_dataset_surplus: float = 0.005
     packing: str = "concat"
     packing_window: int = 16384
+    packing_overflow: str = "cut"
     multiple_validation_sets: bool = False
     full_validation: bool = False
     # storage and cache flags (data flags too)

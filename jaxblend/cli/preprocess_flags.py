@@ -66,6 +66,13 @@ def define_preprocess_flags() -> None:
         flags.DEFINE_enum(
             "on_error", "skip", list(records.ON_ERROR), "Bad records: skip (count, report) or fail."
         )
+        flags.DEFINE_bool(
+            "chat",
+            False,
+            'Conversations: each --json_keys field (default "messages") is a list of {"role", '
+            '"content"} messages, rendered with the HuggingFaceTokenizer\'s own chat template; also '
+            "writes each dataset's loss mask (1 on assistant tokens) to .jaxblend/<name>_loss_mask.",
+        )
     with flag_help.group(flag_help.OUTPUT):
         _define_output_flags()
     with flag_help.group(flag_help.TOKENIZER):
@@ -397,7 +404,8 @@ def preprocess_config_from_flags() -> config_lib.PreprocessConfig:
     return config_lib.PreprocessConfig(
         input=inputs,
         output_prefix=fl.output_prefix,
-        json_keys=tuple(fl.json_keys),
+        json_keys=("messages",) if fl.chat and not fl["json_keys"].present else tuple(fl.json_keys),
+        chat=fl.chat,
         tokenizer=spec,
         append_eod=fl.append_eod,
         split_sentences=fl.split_sentences,

@@ -142,6 +142,9 @@ class GPTDataConfig:
         `seq_length + extra` tokens) or "best_fit" (whole documents packed into rows of
         `seq_length + extra` tokens, best-fit decreasing; `jaxblend.index.packed_maps`).
       packing_window: with "best_fit", documents packed together (>= 1).
+      packing_overflow: with "best_fit", what happens to a document longer than a row: "cut"
+        into row-sized pieces (all trained), "truncate"d to its first row (conversations), or
+        "drop"ped; such documents are counted either way (`jaxblend.index.packed_maps`).
     """
 
     blend: blend_spec.Blend | None = None
@@ -160,6 +163,7 @@ class GPTDataConfig:
     full_validation: bool = False
     packing: str = "concat"
     packing_window: int = packing_lib.DEFAULT_WINDOW
+    packing_overflow: str = "cut"
 
     def __post_init__(self) -> None:
         if self.packing not in ("concat", "best_fit"):
@@ -176,6 +180,16 @@ class GPTDataConfig:
                 "packed together)"
             )
         object.__setattr__(self, "packing_window", int(self.packing_window))
+        if self.packing_overflow not in ("cut", "truncate", "drop"):
+            raise ValueError(
+                f"packing_overflow = {self.packing_overflow!r}; expected 'cut', 'truncate' or "
+                "'drop'"
+            )
+        if self.packing_overflow != "cut" and not self.is_packed:
+            raise ValueError(
+                f"packing_overflow = {self.packing_overflow!r} needs packing='best_fit' (with "
+                "'concat' documents are cut across rows)"
+            )
         if self.train_schedule is not None and not isinstance(self.train_schedule, BlendSchedule):
             raise TypeError(
                 f"train_schedule is a {type(self.train_schedule).__name__}; expected a "
@@ -259,7 +273,12 @@ class GPTDataConfig:
         states stay valid), the method and its window otherwise."""
         if not self.is_packed:
             return {}
-        return {"packing": self.packing, "packing_window": int(self.packing_window)}
+        fields: dict[str, object] = {
+            "packing": self.packing, "packing_window": int(self.packing_window)
+        }
+        if self.packing_overflow != "cut":  # the default keeps existing keys
+            fields["packing_overflow"] = self.packing_overflow
+        return fields
 
     def sample_fields(self) -> dict[str, object]:
         """The scalar settings that fix the samples of every split, as named fingerprint fields

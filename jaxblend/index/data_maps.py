@@ -602,6 +602,7 @@ def _build_packed_split(
             config.seed,
             config.packing_window,
             name=f"{prefix} ({spec.name} split)",
+            overflow=config.packing_overflow,
         )
 
     if spec.kind == "staged":

@@ -138,7 +138,7 @@ def estimate_plan(config: GPTDataConfig, infos: data_maps.InfoSource) -> PlanEst
             if config.is_packed:
                 epoch = packed_maps.build_packed_epoch(
                     info.sequence_lengths, np.arange(begin, end), s + extra, config.seed,
-                    config.packing_window,
+                    config.packing_window, config.packing_overflow,
                 )
                 rows = len(epoch)
                 epochs = 1 if not request else max(1, -(-request // rows))

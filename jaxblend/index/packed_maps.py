@@ -47,6 +47,9 @@ from jaxblend.index.split_maps import Spans, SplitMaps
 PACKINGS = ("concat", "best_fit")
 """`GPTDataConfig.packing` values: Megatron's concatenate-and-cut samples, or packed rows."""
 
+OVERFLOWS = ("cut", "truncate", "drop")
+"""`GPTDataConfig.packing_overflow` values: what happens to a sequence longer than a row."""
+
 PACKED_FIELDS = (
     "packed_starts", "packed_sequence", "packed_offset", "packed_length", "packed_order", "offsets",
     "packed_epoch_rows", "constituent_prefix", "dataset_index", "dataset_sample_index",
@@ -92,6 +95,7 @@ def build_packed_epoch(
     capacity: int,
     seed: int,
     window: int = packing.DEFAULT_WINDOW,
+    overflow: str = "cut",
 ) -> PackedDatasetMaps:
     """One epoch of packed rows of a dataset split (steps 1-4 of the module docstring).
 
@@ -101,11 +105,13 @@ def build_packed_epoch(
       capacity: tokens per row (`seq_length + extra`).
       seed: the `RandomState` seed of this epoch.
       window: pieces packed together.
+      overflow: a sequence longer than a row is "cut" into row-sized pieces (all packed),
+        "truncate"d to its first row-sized piece, or "drop"ped (`keep_overflow`).
     """
     documents = np.asarray(documents, np.int64)
     rng = gpt._random_state(int(seed))
     docs = documents[rng.permutation(documents.shape[0])]
-    cut = packing.cut_items(np.asarray(sequence_lengths)[docs], capacity)
+    cut = keep_overflow(packing.cut_items(np.asarray(sequence_lengths)[docs], capacity), overflow)
     rows = packing.best_fit_pack(cut.length, capacity, window)
     sequence, offset, length = _pieces_of_rows(rows.pieces, docs, cut.item, cut.offset, cut.length)
     return PackedDatasetMaps(
@@ -118,6 +124,27 @@ def build_packed_epoch(
         split_documents=cut.split_items,
         capacity=int(capacity),
     )
+
+
+def keep_overflow(cut: packing.CutItems, overflow: str) -> packing.CutItems:
+    """The pieces packed of items cut to a row (`packing.cut_items`): "cut" keeps every piece,
+    "truncate" only each item's first piece (its first row of tokens: conversations, whose tail
+    without its beginning is not a sample), "drop" only the items that were not cut.
+    `split_items` still counts the items longer than a row.
+
+    Raises:
+      ValueError: an unknown ``overflow``.
+    """
+    if overflow not in OVERFLOWS:
+        raise ValueError(f"packing_overflow = {overflow!r}; expected one of {OVERFLOWS}")
+    if overflow == "cut":
+        return cut
+    if overflow == "truncate":
+        keep = cut.offset == 0
+    else:
+        pieces = np.bincount(cut.item, minlength=int(cut.item.max(initial=-1)) + 1)
+        keep = pieces[cut.item] == 1
+    return packing.CutItems(cut.item[keep], cut.offset[keep], cut.length[keep], cut.split_items)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -143,6 +170,7 @@ def build_packed_dataset_maps(
     window: int = packing.DEFAULT_WINDOW,
     *,
     name: str = "dataset",
+    overflow: str = "cut",
 ) -> PackedDatasetMaps:
     """The packed rows of one dataset split: whole epochs until there are `num_samples` rows.
 
@@ -154,6 +182,7 @@ def build_packed_dataset_maps(
       seed: the seed of epoch 0 (epoch e: `blend_schedule.epoch_seed(seed, e)`).
       window: pieces packed together.
       name: the dataset and split, for messages.
+      overflow: what happens to a sequence longer than a row (`build_packed_epoch`).
 
     Raises:
       ValueError: rows requested from a split without tokens.
@@ -163,7 +192,8 @@ def build_packed_dataset_maps(
     while True:
         e = len(epochs)
         epoch = build_packed_epoch(
-            sequence_lengths, documents, capacity, blend_schedule.epoch_seed(seed, e), window
+            sequence_lengths, documents, capacity, blend_schedule.epoch_seed(seed, e), window,
+            overflow,
         )
         if len(epoch) == 0 and num_samples:
             raise ValueError(

@@ -7,6 +7,9 @@ Public API::
                                          tokenizer=TokenizerSpec("byte"), append_eod=True))
     result.outputs  # {"text": "out/corpus_text_document"}
 
+``PreprocessConfig(chat=True, json_keys=("messages",), tokenizer=TokenizerSpec("hf", model=dir))``
+takes conversations, rendered with the model directory's chat template, and writes each key's
+loss mask too (:mod:`jaxblend.preprocess.chat_records`, docs/conversations.md).
 ``PreprocessConfig(cleaning=CleaningConfig(...))`` adds the cleaning stage before tokenization
 (:mod:`jaxblend.preprocess.cleaning`). The CLI is ``python -m jaxblend.tools.preprocess``; the Apache Beam engine is
 ``jaxblend.preprocess.beam`` (optional ``beam`` extra).

@@ -7,7 +7,8 @@ import os
 from typing import Any
 
 from jaxblend.access import IdentityStoreOptions, ObjectStoreOptions
-from jaxblend.preprocess import layout, partitions, sentences
+from jaxblend.loss_masks import loss_mask_prefix
+from jaxblend.preprocess import chat_records, layout, partitions, sentences
 from jaxblend.preprocess import records as records_lib
 from jaxblend.preprocess import tokenizer_spec as tok_spec
 from jaxblend.preprocess.cleaning import report as report_lib
@@ -48,6 +49,9 @@ class PreprocessConfig:
       object_store: How gs:// and s3:// are reached (None: ``ObjectStoreOptions.from_env()``).
       identity: Where the identities of the written datasets are remembered (None:
         ``IdentityStoreOptions.from_env()``; `jaxblend.preprocess.identity_record`).
+      chat: Every ``json_keys`` field is a conversation (``[{"role", "content"}, ...]``), rendered
+        with the Hugging Face tokenizer's own chat template; each key also gets a loss-mask
+        dataset (`loss_mask_names`; docs/conversations.md).
     """
 
     input: tuple[str, ...]
@@ -73,6 +77,7 @@ class PreprocessConfig:
     work_dir: str | None = None
     object_store: ObjectStoreOptions | None = None
     identity: IdentityStoreOptions | None = None
+    chat: bool = False
 
     def __post_init__(self) -> None:
         if self.cleaning is not None and not self.cleaning.enabled:
@@ -116,6 +121,8 @@ class PreprocessConfig:
             raise ValueError(
                 f"max_document_chars={self.max_document_chars} must be >= 0 (0 = no limit)"
             )
+        if self.chat:
+            _check_chat(self)
 
     @property
     def level(self) -> str:
@@ -125,6 +132,34 @@ class PreprocessConfig:
     def output_names(self) -> dict[str, str]:
         """Returns key -> final dataset prefix."""
         return {k: layout.dataset_name(self.output_prefix, k, self.level) for k in self.json_keys}
+
+    def loss_mask_names(self) -> dict[str, str]:
+        """With ``chat``: key -> the prefix of its loss-mask dataset (in the side directory
+        ``.jaxblend/`` beside the data, `jaxblend.loss_masks.loss_mask_prefix`); else empty."""
+        if not self.chat:
+            return {}
+        return {k: loss_mask_prefix(name) for k, name in self.output_names().items()}
+
+    def part_keys(self) -> tuple[str, ...]:
+        """The keys of each partition's partial datasets: ``json_keys``, and with ``chat`` each
+        key's loss masks (`chat_records.mask_key`)."""
+        if not self.chat:
+            return self.json_keys
+        return self.json_keys + tuple(chat_records.mask_key(k) for k in self.json_keys)
+
+
+def _check_chat(config: PreprocessConfig) -> None:
+    """Refuses settings that conversations (``chat``) do not take, naming the setting."""
+    if config.tokenizer.type != tok_spec.HUGGINGFACE:
+        raise ValueError(
+            f"--chat needs --tokenizer_type=HuggingFaceTokenizer (the chat template is read from "
+            f"its model directory), not {config.tokenizer.type}"
+        )
+    for name, on in (("split_sentences", config.split_sentences), ("cleaning", config.cleaning),
+                     ("drop_empty", config.drop_empty), ("max_document_chars",
+                                                         config.max_document_chars)):
+        if on:
+            raise ValueError(f"--chat does not take {name}: a conversation is one document")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,6 +182,8 @@ class PreprocessResult:
       tokenizer: The tokenizer's facts (`jaxblend.tokenizer_facts.TokenizerFacts.to_json`: identity,
         vocabulary size, EOD and pad ids), or None (a run recorded before they were).
       published: With a bucket output prefix, what publishing did (one line), else None.
+      loss_masks: With ``chat``: key -> the prefix of its loss-mask dataset (empty otherwise, and
+        with ``keep_parts``).
     """
 
     outputs: dict[str, str]
@@ -163,6 +200,7 @@ class PreprocessResult:
     cleaning: dict[str, Any] | None = None
     tokenizer: dict[str, Any] | None = None
     published: str | None = None
+    loss_masks: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """Returns the result as a JSON-able dict."""
@@ -183,6 +221,11 @@ class PreprocessResult:
                 f"{c['sequences']:,} sequences, "
                 f"{c['tokens']:,} tokens, {c['bytes']:,} bytes -> {where}"
             )
+            if key in self.loss_masks or "trained_tokens" in c:
+                lines.append(
+                    f"    loss mask: {c.get('trained_tokens', 0):,} of {c['tokens']:,} tokens "
+                    f"trained (assistant turns) -> {self.loss_masks.get(key, 'parts')}"
+                )
         total = sum(d["count"] for d in self.dropped.values())
         lines.append(f"  dropped: {total:,} documents")
         for reason, d in self.dropped.items():

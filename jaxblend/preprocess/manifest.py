@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from jaxblend.preprocess import layout, partitions
+from jaxblend.loss_masks import loss_mask_prefix
+from jaxblend.preprocess import chat_template, layout, partitions
 from jaxblend.preprocess import tokenizer_spec as tok_spec
 from jaxblend.preprocess.config import PreprocessConfig, PreprocessResult
 
@@ -47,6 +48,9 @@ def run_settings(
     }
     if config.cleaning is not None:  # absent without cleaning: earlier runs' manifests still match
         settings["cleaning"] = config.cleaning.identity()
+    if config.chat:  # absent without --chat, likewise
+        template = chat_template.load_chat_template(config.tokenizer.model_file())  # type: ignore[arg-type]
+        settings["chat"] = {"template_file": template.path, "template_sha256": template.sha256}
     return settings
 
 
@@ -113,6 +117,7 @@ def prepare(config: PreprocessConfig, settings: dict[str, Any]) -> dict[str, Any
                 "choose another --output_prefix, or pass --overwrite to discard it"
             )
         old_names = list((manifest.get("outputs") or {}).values())
+        old_names += [loss_mask_prefix(n) for n in names + old_names]  # a --chat run's masks
         layout.remove_outputs(config.output_prefix, names + old_names)
         manifest = None
     if manifest is None:
@@ -123,7 +128,7 @@ def prepare(config: PreprocessConfig, settings: dict[str, Any]) -> dict[str, Any
                 "pass --overwrite to replace it or choose another --output_prefix"
             )
         if config.overwrite:
-            layout.remove_outputs(config.output_prefix, names)
+            layout.remove_outputs(config.output_prefix, names + [loss_mask_prefix(n) for n in names])
         manifest = {"version": layout.MANIFEST_VERSION, "status": "running", "settings": settings}
         layout.write_json_atomic(mpath, manifest)
     return manifest
@@ -138,9 +143,9 @@ def finished_result(config: PreprocessConfig, manifest: dict[str, Any]) -> Prepr
     if config.keep_parts:
         usable = bool(prev["parts"])
     else:
+        names = [*config.output_names().values(), *config.loss_mask_names().values()]
         usable = bool(prev["outputs"]) and all(
-            os.path.exists(f"{n}.idx") and os.path.exists(f"{n}.bin")
-            for n in config.output_names().values()
+            os.path.exists(f"{n}.idx") and os.path.exists(f"{n}.bin") for n in names
         )
     return PreprocessResult(**prev) if usable else None
 

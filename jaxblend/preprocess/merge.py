@@ -51,6 +51,9 @@ def aggregate(
             agg["examples"].extend(d["examples"][: records_lib.MAX_EXAMPLES - len(agg["examples"])])
     for k in keys:
         counts[k]["bytes"] = counts[k]["tokens"] * itemsize
+        trained = [r["keys"][k]["trained_tokens"] for r in results if "trained_tokens" in r["keys"][k]]
+        if trained:  # --chat: tokens under the loss mask
+            counts[k]["trained_tokens"] = sum(trained)
     order = {r: i for i, r in enumerate(records_lib.REASONS)}
     dropped = dict(sorted(dropped.items(), key=lambda kv: order.get(kv[0], 99)))
     return records, input_bytes, counts, dropped

@@ -41,6 +41,8 @@ from jaxblend.access import IdentityStoreOptions, ObjectStoreOptions
 from jaxblend.preprocess import (
     bucket_input,
     bucket_output,
+    chat_records,
+    chat_template,
     identity_record,
     layout,
     no_output,
@@ -116,6 +118,11 @@ def _preprocess_to_bucket(config: PreprocessConfig, engine: Engine | None) -> Pr
         note = f"{config.output_prefix} is already published (run record {record_url}); nothing uploaded"
     else:
         extras = tuple(p for p in report_lib.paths(local) if os.path.exists(p))
+        extras += tuple(  # --chat: the loss masks (.bin before .idx), before the record
+            f"{name}.{ext}"
+            for ext in ("bin", "idx")
+            for name in local_config.loss_mask_names().values()
+        )
         generations = store.publish(local_config.output_names(), record, extras)
         identities = {
             key: identity_record.fingerprint_of(name, manifest["bin_md5"][key])
@@ -130,7 +137,10 @@ def _preprocess_to_bucket(config: PreprocessConfig, engine: Engine | None) -> Pr
     cleaning = result.cleaning
     if cleaning is not None and cleaning.get("plot"):
         cleaning = dict(cleaning, plot=report_lib.paths(config.output_prefix)[1])
-    return dataclasses.replace(result, outputs=url_names, published=note, cleaning=cleaning)
+    return dataclasses.replace(
+        result, outputs=url_names, published=note, cleaning=cleaning,
+        loss_masks=config.loss_mask_names(),
+    )
 
 
 def _preprocess_local(config: PreprocessConfig, engine: Engine | None) -> PreprocessResult:
@@ -157,7 +167,7 @@ def _preprocess_local(config: PreprocessConfig, engine: Engine | None) -> Prepro
     done = {
         p.index
         for p in plan
-        if layout.read_done_marker(parts, p.index, config.json_keys, config.level) is not None
+        if layout.read_done_marker(parts, p.index, config.part_keys(), config.level) is not None
     }
     logging.info(
         "preprocess: %d input files, %d partitions (%d already done), tokenizer %s (vocab %d, %s)",
@@ -193,6 +203,7 @@ def _preprocess_local(config: PreprocessConfig, engine: Engine | None) -> Prepro
         seconds=time.perf_counter() - t0,
         cleaning=cleaning,
         tokenizer=tok_spec.facts_of(config.tokenizer, tokenizer).to_json(),
+        loss_masks={} if config.keep_parts else config.loss_mask_names(),
     )
     max_ids, md5s = (
         ({}, {}) if config.keep_parts else manifest_lib.scan_outputs(config.output_names(), dtype)
@@ -231,6 +242,8 @@ def _open_inputs(
     if config.split_sentences:
         worker.splitter_for(config.sentence_splitter, config.lang, config.keep_newlines)
     tokenizer = worker.tokenizer_for(config.tokenizer)  # loaded once; reused by in-process workers
+    if config.chat:  # the model directory's chat template: missing or broken fails here
+        chat_template.load_chat_template(config.tokenizer.model_file())  # type: ignore[arg-type]
     if config.append_eod and tokenizer.eod is None:
         raise tok_spec.TokenizerError(
             f"append_eod=True but tokenizer {config.tokenizer.type} has no end-of-document token"
@@ -280,7 +293,7 @@ def _partition_results(
     """
     results = []
     for p in plan:
-        r = layout.read_done_marker(parts, p.index, config.json_keys, config.level)
+        r = layout.read_done_marker(parts, p.index, config.part_keys(), config.level)
         if r is None:
             raise RuntimeError(
                 f"partition {p.index} did not complete (no valid done marker in {parts})"
@@ -302,6 +315,11 @@ def _merge_outputs(
         names = config.output_names()
         for k in config.json_keys:
             merge_parts(part_prefixes[k], names[k], dtype)
+        for k, name in config.loss_mask_names().items():  # --chat: beside the run record
+            os.makedirs(os.path.dirname(os.path.abspath(name)), exist_ok=True)
+            mask_parts = [layout.part_prefix(parts, p.index, chat_records.mask_key(k), config.level)
+                          for p in plan]
+            merge_parts(mask_parts, name, chat_records.MASK_DTYPE)
     return part_prefixes
 
 

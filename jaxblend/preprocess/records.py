@@ -22,6 +22,7 @@ EMPTY = "empty"
 BLANK_LINE = "blank_line"
 OVERSIZE = "oversize"
 TOKENIZER_ERROR = "tokenizer_error"
+BAD_CONVERSATION = "bad_conversation"  # --chat: not a conversation, or not renderable and maskable
 REASONS = (
     BLANK_LINE,
     MALFORMED_JSON,
@@ -31,6 +32,7 @@ REASONS = (
     EMPTY,
     OVERSIZE,
     TOKENIZER_ERROR,
+    BAD_CONVERSATION,
     *cleaner_lib.REASONS,
 )
 
@@ -128,6 +130,11 @@ class RecordChecker:
                 return None
             per_key[key] = value
         return per_key
+
+    def fields(self, ordinal: int, payload: object, fmt: str) -> dict | None:
+        """The record's fields as they are (no key checked), or None (dropped) when it is not a
+        readable JSON object; ``nbytes`` must be set first."""
+        return self._fields(ordinal, payload, fmt)
 
     def _fields(self, ordinal: int, payload: object, fmt: str) -> dict | None:
         """The record's fields, or None (dropped) when it is not a readable JSON object."""

@@ -201,6 +201,15 @@ class HuggingFaceTokenizer(_VocabSpecials):
         encodings = self._encode_batch(list(texts), add_special_tokens=False)
         return _flatten([e.ids for e in encodings])
 
+    def tokenize_with_offsets(self, texts: Sequence[str]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per text: its ids and each token's character ``[start, end)`` (int64 [n, 2]); the ids
+        are those of `tokenize` (conversations: `jaxblend.preprocess.conversations`)."""
+        encodings = self._tok.encode_batch(list(texts), add_special_tokens=False)
+        return [
+            (np.asarray(e.ids, np.int64), np.asarray(e.offsets, np.int64).reshape(-1, 2))
+            for e in encodings
+        ]
+
     def detokenize(self, ids: Sequence[int] | np.ndarray) -> str:
         """Decodes ids to text."""
         return self._tok.decode([int(i) for i in ids])

@@ -26,7 +26,7 @@ from absl import logging
 
 from jaxblend import storage
 from jaxblend._pause import pause_point
-from jaxblend.preprocess import layout, readers, records, sentences
+from jaxblend.preprocess import chat_records, layout, readers, records, sentences
 from jaxblend.preprocess import partitions as partitions_lib
 from jaxblend.preprocess import tokenizer_spec as tok_spec
 from jaxblend.preprocess import tokenizers as tok_lib
@@ -68,6 +68,8 @@ class WorkerConfig:
       cleaning: The cleaning stage run on every valid record before tokenization (None = off).
       mode: ``tokenize`` (write partial datasets) or ``signatures`` (the deduplication pass: write
         the partition's hashes and MinHash signatures, :mod:`jaxblend.preprocess.cleaning.signatures`).
+      chat: Every key is a conversation, written with its loss masks
+        (:mod:`jaxblend.preprocess.chat_records`).
     """
 
     tokenizer: tok_spec.TokenizerSpec
@@ -86,6 +88,7 @@ class WorkerConfig:
     keep_newlines: bool = False
     cleaning: CleaningConfig | None = None
     mode: str = TOKENIZE
+    chat: bool = False
 
 
 class _Records:
@@ -147,6 +150,13 @@ class _PartitionWriter:
         self.inputs: dict[str, dict[str, Any]] = {}
         self.cleaner: cleaner_lib.Cleaner | None = None
         self.signer: sig_lib.SignatureWriter | None = None
+        self.chat = (
+            chat_records.ConversationRecords(
+                config.tokenizer, tokenizer, config.json_keys, self.eod, self.dtype
+            )
+            if config.chat
+            else None
+        )
 
     # ------------------------------------------------------------------ decoding
 
@@ -159,6 +169,9 @@ class _PartitionWriter:
         return [value]
 
     def _decode(self, raw: readers.RawBatch, fmt: str) -> _Records:
+        if self.chat is not None:
+            self.records += len(raw.ordinals)
+            return self.chat.decode(raw, fmt, self.check)  # type: ignore[return-value]
         keys = self.config.json_keys
         out = _Records(keys)
         for ordinal, payload in zip(raw.ordinals, raw.payloads):
@@ -220,6 +233,9 @@ class _PartitionWriter:
         return _Tokenized(flat, lengths, counts)
 
     def _write_batch(self, recs: _Records) -> None:
+        if self.chat is not None:
+            self.chat.write(recs, self.builders, self.counts)  # type: ignore[arg-type]
+            return
         keys = self.config.json_keys
         n = len(recs.ordinals)
         if not n:
@@ -331,13 +347,16 @@ class _PartitionWriter:
     def run(self) -> dict[str, object]:
         cfg = self.config
         keys = cfg.json_keys
+        if cfg.chat:  # the conversations' loss masks are partial datasets too
+            keys = keys + tuple(chat_records.mask_key(k) for k in keys)
         self._start_cleaning()
         prefixes = {
             k: layout.part_prefix(cfg.parts_dir, self.partition.index, k, cfg.level) for k in keys
         }
         try:
             for k in keys:
-                self.builders[k] = storage.IndexedDatasetBuilder(prefixes[k], dtype=self.dtype)
+                dtype = chat_records.MASK_DTYPE if k not in cfg.json_keys else self.dtype
+                self.builders[k] = storage.IndexedDatasetBuilder(prefixes[k], dtype=dtype)
             for piece in self.partition.pieces:
                 self.check.locate = readers.Locator(piece, cfg.text_mode)
                 before_piece = self._input_snapshot()

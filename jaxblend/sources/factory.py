@@ -21,7 +21,7 @@ from jaxblend import index, opening
 from jaxblend.access import DataAccess
 from jaxblend.map_store import entries, load_or_build_data_maps, publication
 from jaxblend.map_store.store import MapStore
-from jaxblend.sources import base, schema
+from jaxblend.sources import base, conversation_masks, schema
 from jaxblend.sources.gpt_source import GPTSource
 from jaxblend.sources.row_tables import ArrayRowTables, BucketRowTables, RowTables
 from jaxblend.sources.span_index import RowTableSpanIndex, SpanIndex, SplitMapsSpanIndex
@@ -134,6 +134,7 @@ def open_gpt_sources(
             index, options, seq_length=config.seq_length,
             add_extra_token_to_sequence=config.add_extra_token_to_sequence,
             fingerprint=fingerprint, split=split, access=access, transform=transform,
+            loss_masks=conversation_masks.find_loss_masks(index.bin_datasets, access),
         )
         for split, index in indexes.items()
     }

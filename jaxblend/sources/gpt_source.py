@@ -28,7 +28,8 @@ import numba
 import numpy as np
 
 from jaxblend import access as access_lib
-from jaxblend.sources import base, packed_schema, schema
+from jaxblend import identity
+from jaxblend.sources import base, conversation_masks, packed_schema, schema
 from jaxblend.sources.source_identity import gpt_source_fingerprint
 from jaxblend.sources.span_index import SpanIndex
 from jaxblend.storage.token_reader import TokenReader
@@ -76,6 +77,10 @@ class GPTSource(base.PerProcess, base.BatchSource):
       access: how the `.bin` files are read (default: `DataAccess.from_env()`).
       transform: rewrites each batch's windows after they are read (`WindowTransform`; the FIM
         transform of `options.fim`), or None. Its identity enters the fingerprint.
+      loss_masks: the stored loss masks of the split's datasets (conversations,
+        `jaxblend.sources.conversation_masks.find_loss_masks`), or None: `loss_mask` is then
+        multiplied by the mask of each target token, and the fingerprint records which datasets
+        have masks.
     """
 
     def __init__(
@@ -89,6 +94,7 @@ class GPTSource(base.PerProcess, base.BatchSource):
         split: str = "train",
         access: access_lib.DataAccess | None = None,
         transform: WindowTransform | None = None,
+        loss_masks: conversation_masks.LossMasks | None = None,
     ):
         if (options.fim is None) != (transform is None):
             raise ValueError(
@@ -109,6 +115,16 @@ class GPTSource(base.PerProcess, base.BatchSource):
             fingerprint, split, options, seq_length, add_extra_token_to_sequence,
             None if transform is None else transform.identity_fields(),
         )
+        self.loss_masks = loss_masks
+        if loss_masks is not None and transform is not None:
+            raise ValueError(
+                "fill-in-the-middle (--fim_data) rewrites the tokens that conversation datasets' "
+                "stored loss masks are aligned with: leave conversation datasets out of a FIM run"
+            )
+        if loss_masks is not None:  # the masks change the batches: a stream of its own
+            self._fingerprint = identity.fingerprint(
+                "gpt_source_loss_masks", 1, source=self._fingerprint, masked=loss_masks.masked,
+            )
         self._lock = threading.Lock()
         self._reader: TokenReader | None = None  # built on first read, per process
 
@@ -213,14 +229,23 @@ class GPTSource(base.PerProcess, base.BatchSource):
             else None
         )
         raw = schema.raw_windows(text, n_valid, dataset_ids, ids, masking)
+        if self.loss_masks is not None:  # the same ranges of the stored loss masks
+            dest, _, _ = _destinations(pieces.row, pieces.length, ids.size, text.shape[1])
+            raw["loss_weights"] = self.loss_masks.read(
+                pieces.dataset, pieces.offset, pieces.length, dest, text.shape,
+            )
         if self.transform is not None:
             raw = self.transform.apply(raw, self.split, self.options.megatron_compat)
         return raw
 
     def assemble_batch(self, raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         if self.options.packing != "concat":  # packed rows of whole documents
-            return packed_schema.assemble_packed(raw, self.options, seq_length=self.seq_length)
-        return schema.assemble_windows(raw, self.options, seq_length=self.seq_length)
+            batch = packed_schema.assemble_packed(raw, self.options, seq_length=self.seq_length)
+        else:
+            batch = schema.assemble_windows(raw, self.options, seq_length=self.seq_length)
+        if "loss_weights" in raw:  # a conversation dataset's stored loss masks
+            conversation_masks.apply_loss_masks(batch, np.asarray(raw["loss_weights"]))
+        return batch
 
     def get_batch(self, sample_ids: np.ndarray) -> dict[str, np.ndarray]:
         return self.assemble_batch(self.read_batch(sample_ids))

@@ -123,8 +123,10 @@ def run(
     for split, size in estimate.blend_sizes.items():
         print(f"blend {split}: {size:,} samples")
     if estimate.packing:
-        print(f"packing {config.packing} (window {config.packing_window:,} documents), first "
-              "epoch of each dataset:")
+        overflow = {"cut": "", "truncate": ", longer documents truncated",
+                    "drop": ", longer documents dropped"}[config.packing_overflow]
+        print(f"packing {config.packing} (window {config.packing_window:,} documents{overflow}), "
+              "first epoch of each dataset:")
         print(f"{'split':<6} {'dataset':<34} {'documents':>11} {'split docs':>10} "
               f"{'rows':>11} {'padding':>9}")
         for p in estimate.packing:

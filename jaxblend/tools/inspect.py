@@ -15,7 +15,8 @@ With `--rampup_batch_size` (Megatron's ramp-up), steps follow the ramp in every 
   --decode_chars characters), decoded with the tokenizer recorded with the data
   (`jaxblend.decode`; --tokenizer_type & co. for Megatron-made data). With --fim_data the text is
   the sample after its fill-in-the-middle rewrite, the sentinels shown as [FIM_PREFIX],
-  [FIM_SUFFIX], [FIM_MIDDLE] and [FIM_PAD]. With --packing=best_fit a row's documents are
+  [FIM_SUFFIX], [FIM_MIDDLE] and [FIM_PAD]; the tokens a conversation's loss mask does not
+  train show inside ⟦ ⟧. With --packing=best_fit a row's documents are
   listed one per line ("document 1: ...", its boundaries) and its padding is counted.
   With --data_schedule, it first names the stage of step N and the stage's blend.
   With --phase_transition_iterations (Megatron's phases; needs --train_samples, the run's
@@ -191,6 +192,7 @@ def explain() -> dict:
     samples = steps.sample_ids(step)
     b = samples.size
     opened = {n: IndexedDataset(n, access=access) for n in dict.fromkeys(names)}
+    masks = _loss_masks(opened, access) if decoder is not None else {}
     doc_indices = {n: np.asarray(ds.document_indices) for n, ds in opened.items()}
     stages = _stages_of_step(run, step, samples, names, len(plan), steps)
     phased = None if phase is None else _phase_of_step(phase, step, samples)
@@ -213,22 +215,22 @@ def explain() -> dict:
         print(f"{r:4d} {sample:8d}  {os.path.basename(names[dataset_id])}  {text}")
         if decoder is not None and plan.is_packed:  # one line per document: the boundaries
             rows[-1]["texts"] = [
-                decoder.detokenize(opened[names[q["dataset_id"]]].get(
-                    q["sequence"], offset=q["start"], length=q["stop"] - q["start"]))
+                decoder.detokenize(*_piece(opened, masks, names[q["dataset_id"]], q))
                 for q in pieces
             ]
             for j, piece_text in enumerate(rows[-1]["texts"], start=1):
                 print(f"      document {j}: {shorten(piece_text, flags.FLAGS.decode_chars)}")
         elif decoder is not None:
-            tokens = np.concatenate([np.zeros(0, np.int64)] + [
-                opened[names[q["dataset_id"]]].get(q["sequence"], offset=q["start"],
-                                                   length=q["stop"] - q["start"])
-                for q in pieces
-            ])
-            if fim is not None:
+            read = [_piece(opened, masks, names[q["dataset_id"]], q) for q in pieces]
+            tokens = np.concatenate([np.zeros(0, np.int64)] + [t for t, _ in read])
+            weights = None
+            if fim is not None:  # the rewritten sample (conversations are not rewritten)
                 tokens = fim.rewrite(tokens, flags.FLAGS.which.split("_")[0], sample,
                                      run.schema.megatron_compat)
-            rows[-1]["text"] = decoder.detokenize(tokens)
+            elif any(w is not None for _, w in read):  # a conversation: untrained text marked
+                weights = np.concatenate([np.zeros(0, np.uint8)] + [
+                    np.ones(len(t), np.uint8) if w is None else w for t, w in read])
+            rows[-1]["text"] = decoder.detokenize(tokens, weights)
             print(f"      text: {shorten(rows[-1]['text'], flags.FLAGS.decode_chars)}")
     result = {"step": step, "global_batch_size": b, "split": flags.FLAGS.which, "datasets": names,
               "rows": rows}
@@ -237,6 +239,25 @@ def explain() -> dict:
     if phased is not None:
         result["phase"] = phased
     return result
+
+
+def _loss_masks(opened: dict, access) -> dict:
+    """The loss-mask datasets of the opened datasets that have one (conversations)."""
+    from jaxblend.loss_masks import loss_mask_prefix
+    from jaxblend.storage import IndexedDataset, exists
+
+    return {
+        n: IndexedDataset(loss_mask_prefix(n), access=access)
+        for n in opened if exists(loss_mask_prefix(n), access.object_store)
+    }
+
+
+def _piece(opened: dict, masks: dict, name: str, q: dict):
+    """(tokens, loss mask or None) of one piece of a row."""
+    where = {"offset": q["start"], "length": q["stop"] - q["start"]}
+    mask = masks.get(name)
+    return (opened[name].get(q["sequence"], **where),
+            None if mask is None else mask.get(q["sequence"], **where))
 
 
 def _phase_of_step(phase, step: int, samples: np.ndarray) -> dict:

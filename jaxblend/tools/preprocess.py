@@ -24,6 +24,11 @@ Example::
     # the same on Apache Beam (any runner; parts must be on a filesystem all workers see)
     python -m jaxblend.tools.preprocess ... --engine=beam --beam_options=--runner=DirectRunner
 
+    # conversations ({"messages": [{"role", "content"}, ...]} lines) with the model's chat
+    # template, and a loss mask (1 on assistant tokens) in out/.jaxblend/ (docs/conversations.md)
+    python -m jaxblend.tools.preprocess --chat --input sft.jsonl --output-prefix out/sft \
+      --tokenizer-type HuggingFaceTokenizer --tokenizer-model /models/my-chat-model --append-eod
+
     # cleaning before tokenization (docs/cleaning.md): report in out/.jaxblend/corpus.cleaning.json/.png
     python -m jaxblend.tools.preprocess --input data.jsonl --output-prefix out/corpus \
       --tokenizer-type HuggingFaceTokenizer --tokenizer-model /models/llama3 \

@@ -1,0 +1,138 @@
+"""Conversation records of one partition (``--chat``): checked, rendered, tokenized and written
+with their loss masks.
+
+With ``PreprocessConfig.chat`` every ``json_keys`` field of a record is a conversation (a list of
+``{"role", "content"}`` messages, `jaxblend.preprocess.conversations`). Each becomes one document
+of one sequence in the key's token dataset (with ``append_eod``, the EOD id after it) and the same
+document, as 0/1 ``uint8`` values, in the key's loss-mask dataset: 1 on the tokens of assistant
+turns, 0 elsewhere (the EOD included). A record is kept or dropped for every key together, as
+text records are; a field that is missing is ``missing_key``, one that is not a conversation or
+that the template cannot render and mask is ``bad_conversation``, each with its ``file:line``.
+
+The writer of a partition (`jaxblend.preprocess.worker`) hands its raw batches here when
+``chat`` is set; the loss-mask datasets are its extra outputs (`mask_key`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from jaxblend.preprocess import chat_template, conversations, readers, records
+from jaxblend.preprocess import tokenizer_spec as tok_spec
+
+MASK_DTYPE = np.dtype(np.uint8)
+MASK_SUFFIX = "_loss_mask"
+
+
+def mask_key(key: str) -> str:
+    """The partial-dataset key of ``key``'s loss masks (``messages`` -> ``messages_loss_mask``)."""
+    return key + MASK_SUFFIX
+
+
+@dataclasses.dataclass
+class ConversationBatch:
+    """The kept records of one raw batch: per key, each record's rendered text and assistant spans.
+
+    Attributes:
+      ordinals: the kept records' ordinals in their piece.
+      sizes: their input bytes.
+      texts: key -> rendered text per kept record.
+      spans: key -> assistant character spans per kept record.
+    """
+
+    ordinals: list[int]
+    sizes: list[int]
+    texts: dict[str, list[str]]
+    spans: dict[str, list[list[tuple[int, int]]]]
+
+
+class ConversationRecords:
+    """Checks, renders and writes the conversation records of one partition.
+
+    Args:
+      spec: the tokenizer's description (its directory holds the chat template).
+      tokenizer: the loaded tokenizer (a Hugging Face one).
+      keys: the conversation fields.
+      eod: the id appended after each conversation, or None.
+      dtype: the token dtype of the datasets.
+    """
+
+    def __init__(
+        self,
+        spec: tok_spec.TokenizerSpec,
+        tokenizer: tok_spec.Tokenizer,
+        keys: Sequence[str],
+        eod: int | None,
+        dtype: np.dtype,
+    ) -> None:
+        template = chat_template.load_chat_template(spec.model_file())  # type: ignore[arg-type]
+        self.encoder = conversations.ConversationEncoder(template, tokenizer)  # type: ignore[arg-type]
+        self.keys = tuple(keys)
+        self.eod = eod
+        self.dtype = np.dtype(dtype)
+
+    def decode(
+        self, raw: readers.RawBatch, fmt: str, check: records.RecordChecker
+    ) -> ConversationBatch:
+        """The records of ``raw`` that are conversations in every key, rendered; the others are
+        dropped through ``check`` (with their reason and location)."""
+        out = ConversationBatch([], [], {k: [] for k in self.keys}, {k: [] for k in self.keys})
+        for ordinal, payload in zip(raw.ordinals, raw.payloads):
+            check.nbytes = records.payload_bytes(payload)
+            fields = check.fields(ordinal, payload, fmt)
+            if fields is None:
+                continue
+            rendered = self._render(ordinal, fields, check)
+            if rendered is None:
+                continue
+            out.ordinals.append(ordinal)
+            out.sizes.append(check.nbytes)
+            for key, (text, spans) in rendered.items():
+                out.texts[key].append(text)
+                out.spans[key].append(spans)
+        return out
+
+    def _render(
+        self, ordinal: int, fields: Mapping, check: records.RecordChecker
+    ) -> dict[str, tuple[str, list[tuple[int, int]]]] | None:
+        rendered = {}
+        for key in self.keys:
+            value = fields.get(key)
+            if value is None:
+                check.drop(records.MISSING_KEY, ordinal, key, f"no field {key!r}")
+                return None
+            try:
+                messages = conversations.validate_messages(value, key)
+                rendered[key] = self.encoder.render(messages)
+            except conversations.ConversationError as e:
+                check.drop(records.BAD_CONVERSATION, ordinal, key, str(e))
+                return None
+        return rendered
+
+    def write(
+        self,
+        batch: ConversationBatch,
+        builders: Mapping,
+        counts: Mapping[str, dict[str, int]],
+    ) -> None:
+        """Writes each kept record's conversation of every key: tokens to ``builders[key]``, the
+        mask to ``builders[mask_key(key)]``; adds to ``counts[key]``."""
+        for key in self.keys:
+            encoded = self.encoder.encode_texts(batch.texts[key], batch.spans[key])
+            tokens, masks = builders[key], builders[mask_key(key)]
+            c = counts[key]
+            for ids, mask in encoded:
+                if self.eod is not None:
+                    ids = np.append(ids, self.eod)
+                    mask = np.append(mask, np.uint8(0))
+                lengths = [ids.shape[0]] if ids.shape[0] else []
+                tokens.add_document(ids.astype(self.dtype), lengths)
+                masks.add_document(mask.astype(MASK_DTYPE), lengths)
+                c["documents"] += 1
+                c["empty_documents"] += int(not lengths)
+                c["sequences"] += len(lengths)
+                c["tokens"] += int(ids.shape[0])
+                c["trained_tokens"] = c.get("trained_tokens", 0) + int(mask.sum())
