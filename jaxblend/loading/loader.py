@@ -24,6 +24,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import time
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Self, TypedDict
 
@@ -37,8 +38,17 @@ from jaxblend.loading import global_batch
 from jaxblend.loading.host_source import HostStepSource
 from jaxblend.loading.protocols import LoaderSource
 from jaxblend.loading.resume_history import STATE_KEY, StagedHistory, explain_unscheduled
+from jaxblend.loading.stall import StallWatch, logger
+from jaxblend.loading.telemetry import (
+    DEFAULT_TELEMETRY,
+    LoaderCounters,
+    LoaderMetrics,
+    TelemetryOptions,
+    batch_tokens,
+)
 from jaxblend.sampling import FixedStepPlan, ProcessRows, StepPlan, StepSampler
 from jaxblend.sampling.data_schedule import first_sample
+from jaxblend.storage.read_tally import PendingReads
 from jaxblend.validation import require_int
 
 # 2: fingerprints built by `jaxblend.identity.fingerprint` from named fields (1 hashed reprs).
@@ -122,7 +132,8 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
     """Global batches of a step plan over a source, laid out on a mesh; see `make_loader`.
 
     A `grain.DataLoader` over a `StepSampler` (stateless resume from a step), device prefetch,
-    the data-wait clock, and the resume state `{"version", "step", "fingerprint"}` (plus
+    the figures of what it did (`metrics()`, `jaxblend.loading.telemetry`), stall reports
+    (`jaxblend.loading.stall`), and the resume state `{"version", "step", "fingerprint"}` (plus
     `"data_schedule"` with a `history`).
 
     Args:
@@ -136,6 +147,7 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
       history: for a staged train split, what a resume state checks instead of the whole
         source (`StagedHistory`): later stages may change at resume, earlier ones not.
       state: a resume state (`state()`), checked as `restore` does; the loader starts at its step.
+      telemetry: what the loader counts (`metrics()`) and when it reports a stall.
 
     Only the batch sizes of the steps the loader runs (from its first step on) must split over
     the batch axes: a run resumed in the middle of a batch-size schedule may use more data shards
@@ -159,6 +171,7 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
         process_index: int | None = None,
         history: StagedHistory | None = None,
         state: Mapping[str, object] | None = None,
+        telemetry: TelemetryOptions = DEFAULT_TELEMETRY,
     ):
         if plan.num_samples > len(source):
             raise ValueError(
@@ -178,6 +191,11 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
         self.fingerprint = loader_fingerprint(source, plan)
         self.history = history
         self.wait_seconds = 0.0
+        self.telemetry = telemetry
+        self._counters = LoaderCounters()
+        self._pending = PendingReads()
+        self._stall: StallWatch | None = None
+        self._queued_tokens: collections.deque[int] = collections.deque()
         self._grain_iter: Iterator[dict[str, np.ndarray]] | None = None
         self._queue: collections.deque[dict[str, jax.Array]] = collections.deque()
         self._start(start_step if state is None else self.check_state(state))
@@ -194,11 +212,18 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
             raise ValueError(f"start step {step} out of range [0, {self.num_steps}]")
         if self.process_rows is None or self.process_rows.from_step != step:
             rows = ProcessRows.of(self.plan, self._sharding, self.process_index, from_step=step)
-            host_source = HostStepSource(self.source, rows)
+            host_source = HostStepSource(
+                self.source, rows, tally=self.telemetry.collect, pending=self._pending
+            )
             self.process_rows, self.host_source = rows, host_source
         self.close()
         self._step = self._next_put = step
         self._queue: collections.deque[dict[str, jax.Array]] = collections.deque()
+        self._queued_tokens = collections.deque()
+        if self.telemetry.stall_threshold > 0:
+            self._stall = _stall_watch(self.telemetry.stall_threshold, self._pending,
+                                       self.prefetch.worker_count, self._counters)
+            weakref.finalize(self, self._stall.stop)
         if self.prefetch.worker_count:
             grain_workers.prepare()
         loader = grain.DataLoader(
@@ -224,25 +249,44 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
 
     def __next__(self) -> dict[str, jax.Array]:
         began = time.perf_counter()
+        stall = self._stall
         while not self._exhausted and len(self._queue) <= self.prefetch.device_prefetch:
+            if stall is not None:
+                stall.begin(self._next_put)
             try:
                 host = next(self._grain_iter)
             except StopIteration:
                 self._stop_grain()
                 break
+            finally:
+                if stall is not None:
+                    stall.end()
+            assembling = time.perf_counter()
             step = self._next_put
             self._next_put += 1
+            tally = HostStepSource.take_tally(host)
             host = self.host_source.assemble(step, host)
+            self._queued_tokens.append(batch_tokens(host))
             self._queue.append(global_batch.make_global_batch(
                 host, self.process_rows.rows(step), self.plan.batch_size(step), self.mesh,
                 self.batch_axes,
             ))
+            self._counters.add_batch(tally, time.perf_counter() - assembling)
+        waited = time.perf_counter() - began
         if not self._queue:
+            self._counters.add_wait(waited)
             raise StopIteration
+        self.wait_seconds += waited
         self._step += 1
-        batch = self._queue.popleft()
-        self.wait_seconds += time.perf_counter() - began
-        return batch
+        self._counters.add_delivered(self._queued_tokens.popleft(), waited)
+        return self._queue.popleft()
+
+    def metrics(self) -> LoaderMetrics:
+        """What the loader did since it was made (cumulative; `later.since(earlier)` gives a
+        window): batches, tokens, waiting, reading and assembly times, reads per store and
+        dataset, read-ahead now, stall reports (docs/telemetry.md). Safe from any thread."""
+        ahead = None if self.prefetch.worker_count else len(self._pending.steps)
+        return self._counters.snapshot(ahead)
 
     def close(self) -> None:
         """Stops Grain's reader threads and worker processes and releases the shared memory of
@@ -253,6 +297,10 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
         closed then (`grain_workers.track`).
         """
         self._queue.clear()
+        self._queued_tokens.clear()
+        if self._stall is not None:
+            self._stall.stop()
+            self._stall = None
         self._stop_grain()
 
     def _stop_grain(self) -> None:
@@ -351,6 +399,7 @@ def make_loader(
     state: Mapping[str, object] | None = None,
     process_index: int | None = None,
     history: StagedHistory | None = None,
+    telemetry: TelemetryOptions = DEFAULT_TELEMETRY,
 ) -> StepLoader:
     """Builds an iterator of global batches over `source` laid out on `mesh`.
 
@@ -372,6 +421,8 @@ def make_loader(
       process_index: this process (defaults to `jax.process_index()`).
       history: a staged train split's `StagedHistory` (a `--data_schedule` run): the state then
         checks only the steps before its own, so future stages may change at resume.
+      telemetry: what the loader counts (`StepLoader.metrics()`) and after how many seconds of
+        waiting it reports a stall (docs/telemetry.md).
 
     With `prefetch.worker_count > 0`, Grain's worker processes are started with `spawn`: a script
     must keep its top-level code under `if __name__ == "__main__":` (a worker that runs it anyway
@@ -394,6 +445,10 @@ def make_loader(
         )
     if not isinstance(prefetch, PrefetchOptions):
         raise TypeError(f"make_loader: prefetch must be a PrefetchOptions, got {type(prefetch).__name__}")
+    if not isinstance(telemetry, TelemetryOptions):
+        raise TypeError(
+            f"make_loader: telemetry must be a TelemetryOptions, got {type(telemetry).__name__}"
+        )
     if (plan is None) == (global_batch_size is None) or (plan is not None and num_steps is not None):
         raise ValueError(
             "make_loader needs exactly one of plan= (which fixes the batch sizes and the number of "
@@ -403,5 +458,18 @@ def make_loader(
         plan = FixedStepPlan.covering(len(source), global_batch_size, num_steps)
     return StepLoader(
         source, plan, mesh, batch_axes=batch_axes, prefetch=prefetch, start_step=start_step,
-        process_index=process_index, history=history, state=state,
+        process_index=process_index, history=history, state=state, telemetry=telemetry,
     )
+
+
+def _stall_watch(
+    threshold: float, pending: PendingReads, worker_count: int, counters: LoaderCounters
+) -> StallWatch:
+    """A stall watch whose reports are logged and counted (it holds no reference to the loader,
+    so a loader dropped without `close` is collected and its watch stopped)."""
+
+    def report(line: str) -> None:
+        counters.add_stall()
+        logger.warning("%s", line)
+
+    return StallWatch(threshold, pending, worker_count, on_report=report)
