@@ -13,6 +13,11 @@
     weights, lognormal documents): open time with and without cached maps, `get_batch` tokens/s
     (and its ratio to the 1-dataset figure) and end-to-end loader tokens/s on the devices.
     `--widths` picks the widths.
+(e) `--telemetry_overhead`: the cost of the loader's telemetry (issue 31), side by side in one
+    run: end-to-end loader tokens/s (worker_count 0) with telemetry on (the default) and off
+    (`TelemetryOptions(collect=False, stall_threshold=0)`), `--rounds` rounds alternating which
+    goes first; and one step's read (`HostStepSource`, this thread) with and without its read
+    tally. Medians and their ratio.
 
 Prints a markdown table.
 """
@@ -95,9 +100,14 @@ def main() -> None:
     parser.add_argument("--skip_megatron", action="store_true")
     parser.add_argument("--widths", default="1,100,1000,10000", help="(d) blend widths; '' skips")
     parser.add_argument("--only_widths", action="store_true", help="run (d) only")
+    parser.add_argument("--telemetry_overhead", action="store_true", help="run (e) only")
+    parser.add_argument("--rounds", type=int, default=7, help="(e) rounds")
     args = parser.parse_args()
     if args.only_widths:
         blend_width_rows(args)
+        return
+    if args.telemetry_overhead:
+        telemetry_overhead_rows(args)
         return
 
     import jax
@@ -170,6 +180,103 @@ def main() -> None:
         print(f"| {name} | {tps/1e6:.1f} | {'' if ratio is None else f'{ratio:.2f}x'} |")
     if args.widths:
         blend_width_rows(args)
+
+
+def telemetry_overhead_rows(args) -> None:
+    """(e): tokens/s with the loader's telemetry on and off, alternating, in one run.
+
+    On a shared machine wall time swings with the other work; the process's CPU time (all its
+    threads) does much less, and telemetry costs CPU, so tokens per CPU second is the figure to
+    compare. The consumer side's per-step cost is also timed directly, on a real step's tally.
+    """
+    import jax
+    from jax.sharding import Mesh
+
+    from jaxblend import index
+    from jaxblend.access import DataAccess
+    from jaxblend.loading import HostStepSource, TelemetryOptions, make_loader
+    from jaxblend.loading.stall import StallWatch
+    from jaxblend.loading.telemetry import LoaderCounters, batch_tokens
+    from jaxblend.sampling import FixedStepPlan, ProcessRows
+    from jaxblend.sources import GPTSchemaOptions, open_gpt_sources
+    from jaxblend.storage.read_tally import PendingReads
+
+    seq, batch = (512, 64) if args.quick else (2048, 256)
+    num_tokens = 20_000_000 if args.quick else 300_000_000
+    steps = 48 if args.quick else 24
+    os.makedirs(args.data_dir, exist_ok=True)
+    prefix = os.path.join(args.data_dir, f"loader_{num_tokens}")
+    build_dataset(prefix, num_tokens)
+    samples = (num_tokens - 1) // seq
+    config = index.GPTDataConfig(blend=[prefix], split="100,0,0", seq_length=seq, seed=1234,
+                                 num_samples=(samples, None, None))
+    access = DataAccess.from_env().with_maps(location=os.path.join(args.data_dir, "cache"))
+    source = open_gpt_sources(config, GPTSchemaOptions(seq_length=seq), access=access)["train"]
+    mesh = Mesh(np.array(jax.devices()).reshape(-1), ("data",))
+    settings = {"on": TelemetryOptions(), "off": TelemetryOptions(collect=False, stall_threshold=0)}
+
+    def loader_tps(telemetry) -> tuple[float, float]:
+        with make_loader(source, mesh, global_batch_size=batch, num_steps=steps + 8,
+                         telemetry=telemetry) as loader:
+            for _ in range(4):  # warm-up
+                jax.block_until_ready(next(loader))
+            wall, cpu = time.perf_counter(), time.process_time()
+            for _ in range(steps):
+                jax.block_until_ready(next(loader))
+            tokens = steps * batch * seq
+            return tokens / (time.perf_counter() - wall), tokens / (time.process_time() - cpu)
+
+    plan = FixedStepPlan.covering(len(source), batch, 64)
+    rows = ProcessRows.of(plan, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()), 0)
+    hosts = {"on": HostStepSource(source, rows, tally=True), "off": HostStepSource(source, rows)}
+
+    def read_tps(side: str) -> float:
+        host, calls = hosts[side], 0
+        host[0]
+        cpu = time.process_time()
+        while time.process_time() - cpu < (0.5 if args.quick else 1.0):
+            host[calls % 64]
+            calls += 1
+        return calls * batch * seq / (time.process_time() - cpu)
+
+    results: dict[tuple[str, str], list[float]] = {}
+    for r in range(args.rounds):
+        for side in (("on", "off") if r % 2 == 0 else ("off", "on")):
+            wall, cpu = loader_tps(settings[side])
+            results.setdefault(("wall", side), []).append(wall)
+            results.setdefault(("cpu", side), []).append(cpu)
+            results.setdefault(("read", side), []).append(read_tps(side))
+        print({k: round(v[-1] / 1e6, 1) for k, v in results.items()}, flush=True)
+
+    # The consumer side of one step, timed alone on a real step's record and tally.
+    record = hosts["on"][1]
+    host = source.assemble_batch({k: v for k, v in record.items() if k != "__jaxblend_read_tally__"})
+    counters, n = LoaderCounters(), 20_000
+    watch = StallWatch(3600.0, PendingReads())
+    start = time.perf_counter()
+    for _ in range(n):
+        step_record = dict(record)
+        watch.begin(1)
+        watch.end()
+        tally = HostStepSource.take_tally(step_record)
+        counters.add_batch(tally, 0.0)
+        counters.add_delivered(batch_tokens(host), 0.0)
+    consumer_us = (time.perf_counter() - start) / n * 1e6
+    watch.stop()
+    median = {k: float(np.median(v)) for k, v in results.items()}
+    step_us = batch * seq / median[("wall", "on")] * 1e6
+    print(f"\n(e) telemetry overhead: seq {seq}, batch {batch}, {jax.device_count()} devices, "
+          f"{args.rounds} rounds alternating, {os.cpu_count()} cores\n")
+    print("| measurement | telemetry on (median) | off (median) | on / off |")
+    print("|---|---:|---:|---:|")
+    for what, label in (("cpu", "(b) global batches, worker_count=0, M tokens per CPU second"),
+                        ("wall", "(b) the same, M tokens/s (wall)"),
+                        ("read", "one step's read (HostStepSource), M tokens per CPU second")):
+        on, off = median[(what, "on")], median[(what, "off")]
+        print(f"| {label} | {on / 1e6:.1f} | {off / 1e6:.1f} | {on / off:.3f} |")
+    print(f"\nconsumer side per step (take the tally, add it, stall clock): {consumer_us:.1f} us "
+          f"= {100 * consumer_us / step_us:.2f}% of a step at the median wall rate "
+          f"({step_us / 1e3:.1f} ms)")
 
 
 def blend_width_rows(args) -> None:
