@@ -22,7 +22,7 @@ any jaxblend module defines no flag, and nothing outside this package reads `abs
   phase_flags        --phase_transition_iterations -> `PhaseTransitions` (Megatron's phases)
   mesh_flags         --mesh_shape, --mesh_axes -> `jax.sharding.Mesh`
   distributed_flags  --coordinator_address, ... -> `DistributedConfig`
-  loader_flags       --worker_count, --read_ahead -> `PrefetchOptions`
+  loader_flags       --worker_count, --read_ahead, --adaptive_read_ahead, ... -> `PrefetchOptions`
   telemetry_flags    --stall_threshold, --metrics_port, --metrics_address -> `TelemetrySettings`
   train_flags        the training example's flags -> `TrainSettings`
   tokenizer_flags    --allow_mixed_tokenizers, --tokenizer_type, ... -> `RunTokenizer` (the

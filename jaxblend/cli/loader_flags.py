@@ -1,4 +1,5 @@
-"""Loader flags (Grain workers, reads in flight) and their `jaxblend.loading.PrefetchOptions`."""
+"""Loader flags (Grain workers, reads in flight, adaptive read-ahead) and their
+`jaxblend.loading.PrefetchOptions`."""
 
 from __future__ import annotations
 
@@ -6,11 +7,21 @@ from absl import flags
 
 
 def define_loader_flags() -> None:
-    """Defines `--worker_count` and `--read_ahead`."""
+    """Defines `--worker_count`, `--read_ahead`, `--adaptive_read_ahead` and
+    `--read_ahead_memory_mb`."""
     flags.DEFINE_integer("worker_count", 0, "Grain worker processes.", lower_bound=0)
     flags.DEFINE_integer(
         "read_ahead", 0, "Steps read concurrently ahead of use (0: 8 from a bucket, else 1).",
         lower_bound=0,
+    )
+    flags.DEFINE_enum(
+        "adaptive_read_ahead", "auto", ["auto", "on", "off"],
+        "Grow the steps read ahead while the loop waits for data and shrink them while it does "
+        "not, within --read_ahead_memory_mb (auto: on for data in a bucket; reads in threads only).",
+    )
+    flags.DEFINE_integer(
+        "read_ahead_memory_mb", 1024,
+        "Memory the steps read ahead may hold with --adaptive_read_ahead, MB.", lower_bound=1,
     )
 
 
@@ -19,4 +30,8 @@ def prefetch_from_flags():
     from jaxblend.loading import PrefetchOptions
 
     fl = flags.FLAGS
-    return PrefetchOptions(worker_count=fl.worker_count, read_ahead=fl.read_ahead)
+    adaptive = {"auto": None, "on": True, "off": False}[fl.adaptive_read_ahead]
+    return PrefetchOptions(
+        worker_count=fl.worker_count, read_ahead=fl.read_ahead, adaptive_read_ahead=adaptive,
+        read_ahead_memory=fl.read_ahead_memory_mb << 20,
+    )

@@ -37,6 +37,7 @@ from jaxblend import grain_workers, identity
 from jaxblend.loading import global_batch
 from jaxblend.loading.host_source import HostStepSource
 from jaxblend.loading.protocols import LoaderSource
+from jaxblend.loading.read_window import ReadWindow
 from jaxblend.loading.resume_history import STATE_KEY, StagedHistory, explain_unscheduled
 from jaxblend.loading.stall import StallWatch, logger
 from jaxblend.loading.telemetry import (
@@ -54,6 +55,7 @@ from jaxblend.validation import require_int
 # 2: fingerprints built by `jaxblend.identity.fingerprint` from named fields (1 hashed reprs).
 STATE_VERSION = 2
 DEFAULT_REMOTE_READ_AHEAD = 8
+DEFAULT_READ_AHEAD_MEMORY = 1 << 30
 
 
 class LoaderState(TypedDict, total=False):
@@ -80,7 +82,14 @@ class PrefetchOptions:
         byte ranges are known from the index maps, so step k + K is read while k trains); 0 =
         auto: `DEFAULT_REMOTE_READ_AHEAD` for sources read from an object store, else
         `read_threads`. Hides per-request latency: K steps x the requests of one step are in
-        flight (bounded by `ObjectStoreOptions.request_concurrency`).
+        flight (bounded by `ObjectStoreOptions.request_concurrency`). With adaptation, the
+        window it starts from.
+      adaptive_read_ahead: let the read-ahead window grow while the loader waits for batches and
+        shrink while it does not (`jaxblend.loading.read_window`), between 1 and
+        `max_read_ahead` steps and within `read_ahead_memory`; None = auto: on for sources read
+        from an object store. Only with `worker_count` 0 (reads in this process's threads).
+      max_read_ahead: the adaptive window's largest size, steps (Grain's reader threads).
+      read_ahead_memory: bytes the records read ahead of the loader may hold (adaptive window).
     """
 
     worker_count: int = 0
@@ -89,22 +98,53 @@ class PrefetchOptions:
     read_buffer_size: int = 2
     device_prefetch: int = 1
     read_ahead: int = 0
+    adaptive_read_ahead: bool | None = None
+    max_read_ahead: int = 64
+    read_ahead_memory: int = DEFAULT_READ_AHEAD_MEMORY
 
     def __post_init__(self):
         for field in dataclasses.fields(self):
+            if field.name == "adaptive_read_ahead":
+                if self.adaptive_read_ahead not in (None, True, False):
+                    raise ValueError(
+                        "PrefetchOptions.adaptive_read_ahead must be True, False or None (auto), "
+                        f"got {self.adaptive_read_ahead!r}"
+                    )
+                continue
             value, low = getattr(self, field.name), 1
             if field.name in ("worker_count", "device_prefetch", "read_ahead"):
                 low = 0
             require_int(f"PrefetchOptions.{field.name}", value, low)
 
+    def adapts(self, reads_remote: bool) -> bool:
+        """Whether the read-ahead window adapts (see `adaptive_read_ahead`)."""
+        if self.worker_count:
+            return False
+        return reads_remote if self.adaptive_read_ahead is None else self.adaptive_read_ahead
+
+    def initial_read_ahead(self, reads_remote: bool) -> int:
+        """The read-ahead window a stream starts with (fixed: the whole time), steps."""
+        return self.read_ahead or (DEFAULT_REMOTE_READ_AHEAD if reads_remote else self.read_threads)
 
     def grain_read_options(self, reads_remote: bool) -> grain.ReadOptions:
-        """Grain's reader threads and buffer: `read_ahead` steps are read concurrently."""
-        ahead = self.read_ahead or (DEFAULT_REMOTE_READ_AHEAD if reads_remote else 0)
+        """Grain's reader threads and buffer: `read_ahead` steps are read concurrently (with
+        adaptation, as many threads as the window may grow to; the window admits the reads)."""
+        if self.adapts(reads_remote):
+            ahead = max(self.max_read_ahead, self.initial_read_ahead(reads_remote))
+        else:
+            ahead = self.read_ahead or (DEFAULT_REMOTE_READ_AHEAD if reads_remote else 0)
         return grain.ReadOptions(
             num_threads=max(self.read_threads, ahead),
             prefetch_buffer_size=max(self.read_buffer_size, ahead),
         )
+
+    def read_window(self, reads_remote: bool, start: int) -> ReadWindow | None:
+        """A new adaptive window for a stream starting at step `start` (None: fixed read-ahead)."""
+        if not self.adapts(reads_remote):
+            return None
+        high = max(self.max_read_ahead, self.initial_read_ahead(reads_remote))
+        return ReadWindow(start, self.initial_read_ahead(reads_remote), 1, high,
+                          self.read_ahead_memory)
 
 
 def loader_fingerprint(source: LoaderSource, plan: StepPlan) -> str | None:
@@ -195,6 +235,7 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
         self._counters = LoaderCounters()
         self._pending = PendingReads()
         self._stall: StallWatch | None = None
+        self._window: ReadWindow | None = None
         self._queued_tokens: collections.deque[int] = collections.deque()
         self._grain_iter: Iterator[dict[str, np.ndarray]] | None = None
         self._queue: collections.deque[dict[str, jax.Array]] = collections.deque()
@@ -217,6 +258,10 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
             )
             self.process_rows, self.host_source = rows, host_source
         self.close()
+        self._window = self.prefetch.read_window(self.source.reads_remote, step)
+        self.host_source.window = self._window
+        if self._window is not None:  # a loader dropped without `close` lets its reads go
+            weakref.finalize(self, self._window.close)
         self._step = self._next_put = step
         self._queue: collections.deque[dict[str, jax.Array]] = collections.deque()
         self._queued_tokens = collections.deque()
@@ -253,6 +298,7 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
         while not self._exhausted and len(self._queue) <= self.prefetch.device_prefetch:
             if stall is not None:
                 stall.begin(self._next_put)
+            pulling = time.perf_counter()
             try:
                 host = next(self._grain_iter)
             except StopIteration:
@@ -265,6 +311,10 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
             step = self._next_put
             self._next_put += 1
             tally = HostStepSource.take_tally(host)
+            step_bytes = _record_bytes(host)
+            self._counters.note_ahead(self.host_source.highest_begun - step + 1, step_bytes)
+            if self._window is not None:
+                self._window.taken(step, assembling - pulling, step_bytes)
             host = self.host_source.assemble(step, host)
             self._queued_tokens.append(batch_tokens(host))
             self._queue.append(global_batch.make_global_batch(
@@ -285,8 +335,11 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
         """What the loader did since it was made (cumulative; `later.since(earlier)` gives a
         window): batches, tokens, waiting, reading and assembly times, reads per store and
         dataset, read-ahead now, stall reports (docs/telemetry.md). Safe from any thread."""
-        ahead = None if self.prefetch.worker_count else len(self._pending.steps)
-        return self._counters.snapshot(ahead)
+        if self.prefetch.worker_count:
+            return self._counters.snapshot(None, None)
+        window = self._window
+        ahead = max(0, self.host_source.highest_begun - self._next_put + 1)
+        return self._counters.snapshot(ahead, None if window is None else window.size)
 
     def close(self) -> None:
         """Stops Grain's reader threads and worker processes and releases the shared memory of
@@ -298,6 +351,8 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
         """
         self._queue.clear()
         self._queued_tokens.clear()
+        if self._window is not None:
+            self._window.close()
         if self._stall is not None:
             self._stall.stop()
             self._stall = None
@@ -460,6 +515,11 @@ def make_loader(
         source, plan, mesh, batch_axes=batch_axes, prefetch=prefetch, start_step=start_step,
         process_index=process_index, history=history, state=state, telemetry=telemetry,
     )
+
+
+def _record_bytes(record: Mapping[str, object]) -> int:
+    """Bytes of a step's record as read (its arrays)."""
+    return sum(getattr(v, "nbytes", 0) for v in record.values())
 
 
 def _stall_watch(

@@ -48,8 +48,16 @@ class LoaderCollector:
         yield GaugeMetricFamily(PREFIX + "elapsed_seconds", "Seconds since the loader started.",
                                 value=m.elapsed_seconds)
         if m.read_ahead_steps is not None:
-            yield GaugeMetricFamily(PREFIX + "read_ahead_steps", "Steps being read now.",
-                                    value=m.read_ahead_steps)
+            yield GaugeMetricFamily(
+                PREFIX + "read_ahead_steps",
+                "Steps whose reads began and that the loader has not taken yet.",
+                value=m.read_ahead_steps,
+            )
+        if m.read_ahead_window is not None:
+            yield GaugeMetricFamily(PREFIX + "read_ahead_window_steps",
+                                    "The adaptive read-ahead window.", value=m.read_ahead_window)
+        yield GaugeMetricFamily(PREFIX + "step_bytes", "Bytes of the last step's record as read.",
+                                value=m.step_bytes)
         per_store = {
             "read_bytes": ("Bytes read, per store.", lambda s: s.bytes),
             "read_requests": ("Range requests issued, per store.", lambda s: s.requests),

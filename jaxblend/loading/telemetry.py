@@ -118,7 +118,13 @@ class LoaderMetrics:
       read_seconds: time spent reading steps (summed over concurrent reads, so it may exceed the
         wall time).
       assemble_seconds: time turning read records into device batches in this process.
-      read_ahead_steps: steps being read at this moment (None: reads run in Grain workers).
+      read_ahead_steps: steps whose reads have begun and that the loader has not taken yet (being
+        read, or read and waiting), at this moment (None: reads run in Grain workers).
+      read_ahead_peak_steps: the most such steps at once, when the loader took a step (None: reads
+        run in Grain workers).
+      read_ahead_window: the adaptive read-ahead window now, steps (None: fixed read-ahead).
+      step_bytes: bytes of the last step's record as read (read-ahead memory is about
+        `read_ahead_steps x step_bytes`).
       stalls: stall reports written.
       stores: reads per store name ("local", "gs", "s3", ...).
       dataset_bytes: bytes read per dataset prefix.
@@ -131,6 +137,9 @@ class LoaderMetrics:
     read_seconds: float = 0.0
     assemble_seconds: float = 0.0
     read_ahead_steps: int | None = None
+    read_ahead_peak_steps: int | None = None
+    read_ahead_window: int | None = None
+    step_bytes: int = 0
     stalls: int = 0
     stores: Mapping[str, StoreMetrics] = dataclasses.field(default_factory=dict)
     dataset_bytes: Mapping[str, int] = dataclasses.field(default_factory=dict)
@@ -154,6 +163,8 @@ class LoaderMetrics:
             read_seconds=self.read_seconds - earlier.read_seconds,
             assemble_seconds=self.assemble_seconds - earlier.assemble_seconds,
             read_ahead_steps=self.read_ahead_steps,
+            read_ahead_peak_steps=self.read_ahead_peak_steps,
+            read_ahead_window=self.read_ahead_window, step_bytes=self.step_bytes,
             stalls=self.stalls - earlier.stalls,
             stores={k: v.since(earlier.stores.get(k, empty)) for k, v in self.stores.items()},
             dataset_bytes={
@@ -169,6 +180,8 @@ class LoaderMetrics:
             "tokens_per_second": self.tokens_per_second,
             "wait_seconds": self.wait_seconds, "read_seconds": self.read_seconds,
             "assemble_seconds": self.assemble_seconds, "read_ahead_steps": self.read_ahead_steps,
+            "read_ahead_peak_steps": self.read_ahead_peak_steps,
+            "read_ahead_window": self.read_ahead_window, "step_bytes": self.step_bytes,
             "stalls": self.stalls,
             "stores": {k: v.record() for k, v in sorted(self.stores.items())},
             "dataset_bytes": dict(sorted(self.dataset_bytes.items())),
@@ -189,7 +202,9 @@ class LoaderMetrics:
                 part += f" {store.retries} retries"
             parts.append(part)
         if self.read_ahead_steps is not None:
-            parts.append(f"ahead {self.read_ahead_steps}")
+            parts.append(f"ahead {self.read_ahead_steps}" + (
+                f" (window {self.read_ahead_window})" if self.read_ahead_window is not None else ""
+            ))
         if self.stalls:
             parts.append(f"{self.stalls} stalls")
         return ", ".join(parts)
@@ -208,6 +223,8 @@ class LoaderCounters:
         self.read = 0.0
         self.assemble = 0.0
         self.stalls = 0
+        self.peak_ahead = 0
+        self.step_bytes = 0
         self._bytes: dict[str, int] = {}
         self._requests: dict[str, int] = {}
         self._retries: dict[str, int] = {}
@@ -245,6 +262,12 @@ class LoaderCounters:
             for name, n in tally.dataset_bytes.items():
                 self._datasets[name] = self._datasets.get(name, 0) + n
 
+    def note_ahead(self, steps: int, step_bytes: int) -> None:
+        """Notes the steps read ahead when the loader took one, and that step's record bytes
+        (the consuming thread only: plain stores, no lock)."""
+        self.peak_ahead = max(self.peak_ahead, steps)
+        self.step_bytes = step_bytes
+
     def add_delivered(self, tokens: int, wait_seconds: float) -> None:
         """Counts a batch handed to the consumer after `wait_seconds` in `next()`."""
         with self._lock:
@@ -261,8 +284,8 @@ class LoaderCounters:
         with self._lock:
             self.stalls += 1
 
-    def snapshot(self, read_ahead_steps: int | None) -> LoaderMetrics:
-        """The figures now."""
+    def snapshot(self, read_ahead_steps: int | None, window: int | None) -> LoaderMetrics:
+        """The figures now (`read_ahead_steps` None: reads run in worker processes)."""
         with self._lock:
             names = set(self._bytes) | set(self._requests)
             stores = {
@@ -278,7 +301,10 @@ class LoaderCounters:
                 steps=self.steps, tokens=self.tokens,
                 elapsed_seconds=time.perf_counter() - self._began,
                 wait_seconds=self.wait, read_seconds=self.read, assemble_seconds=self.assemble,
-                read_ahead_steps=read_ahead_steps, stalls=self.stalls, stores=stores,
+                read_ahead_steps=read_ahead_steps,
+                read_ahead_peak_steps=None if read_ahead_steps is None else self.peak_ahead,
+                read_ahead_window=window, step_bytes=self.step_bytes,
+                stalls=self.stalls, stores=stores,
                 dataset_bytes=dict(self._datasets),
             )
 
