@@ -49,6 +49,7 @@ from jaxblend.loading.telemetry import (
 )
 from jaxblend.sampling import FixedStepPlan, ProcessRows, StepPlan, StepSampler
 from jaxblend.sampling.data_schedule import first_sample
+from jaxblend.storage import read_tally
 from jaxblend.storage.read_tally import PendingReads
 from jaxblend.validation import require_int
 
@@ -233,6 +234,8 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
         self.wait_seconds = 0.0
         self.telemetry = telemetry
         self._counters = LoaderCounters()
+        if telemetry.collect:
+            read_tally.start_retry_count()
         self._pending = PendingReads()
         self._stall: StallWatch | None = None
         self._window: ReadWindow | None = None

@@ -12,7 +12,8 @@ picklable object, so a Grain worker process sends it back with the batch it desc
 * Each request's latency is the time from the batch's submission to its answer.
 * Retries are TensorStore's own count for the store kind (`/tensorstore/kvstore/<driver>/retries`,
   per process): a tally gets the retries the process counted since the previous tally took its
-  share, so totals over many tallies are exact while one batch's share is approximate.
+  share (or since `start_retry_count()`, which a loader calls when it starts), so totals over
+  many tallies are exact while one batch's share is approximate.
 
 `PendingReads` is the registry of requests in flight that a stall report reads (`pending()`):
 each entry is one object's coalesced requests of one call, registered before they are issued
@@ -123,15 +124,28 @@ class _RetryShares:
         self._lock = threading.Lock()
         self._seen: dict[str, int] = {}
 
+    def start(self) -> None:
+        """Counts from now the retries of the stores not seen yet."""
+        for store in _RETRY_METRIC:
+            now = store_retries(store)
+            with self._lock:
+                self._seen.setdefault(store, now)
+
     def take(self, store: str) -> int:
         now = store_retries(store)
         with self._lock:
-            before = self._seen.get(store)
+            before = self._seen.get(store, now)
             self._seen[store] = now
-        return 0 if before is None else max(0, now - before)
+        return max(0, now - before)
 
 
 _RETRIES = _RetryShares()
+
+
+def start_retry_count() -> None:
+    """Starts counting retries for tallies now (retries before it, e.g. while opening datasets,
+    are not a loader's); later calls change nothing."""
+    _RETRIES.start()
 
 
 @dataclasses.dataclass(frozen=True)
