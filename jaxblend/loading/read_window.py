@@ -7,8 +7,9 @@ their numbers, so the step the loader waits for is always admitted.
 
 The size adapts to the consumer, once per step the loader takes (`taken`):
 
-* the loader waited for the step (longer than `WAITED`): the reads are behind, so the window
-  grows by a quarter (at least one step), up to its bound;
+* the loader waited for the step (longer than `WAITED` and than `WAIT_SHARE` of the time since
+  it took the previous one): the reads are behind, so the window grows by a quarter (at least one
+  step), up to its bound;
 * the loader did not wait for `2 x size` steps in a row: the window is more than the consumer
   needs, so it shrinks by one step, down to `low`.
 
@@ -20,8 +21,10 @@ step's).
 from __future__ import annotations
 
 import threading
+import time
 
 WAITED = 1e-3  # seconds: a wait shorter than this is the loader's own overhead, not a late read
+WAIT_SHARE = 0.05  # nor is one shorter than this share of the step (Grain's hand-over under load)
 
 
 class ReadWindow:
@@ -44,6 +47,7 @@ class ReadWindow:
         self.peak = 0  # most steps admitted ahead of the loader at once
         self.step_bytes = 0
         self._calm = 0
+        self._last = time.perf_counter()
         self._admitted = start - 1
         self._closed = False
 
@@ -61,12 +65,14 @@ class ReadWindow:
 
     def taken(self, step: int, waited: float, step_bytes: int) -> None:
         """The loader took `step` after waiting `waited` seconds; its record holds `step_bytes`."""
+        now = time.perf_counter()
+        period, self._last = now - self._last, now
         with self._cond:
             self._next = step + 1
             if not self.step_bytes and step_bytes:
                 self.step_bytes = step_bytes
                 self.bound = max(self.low, min(self.high, self.memory // step_bytes))
-            if waited > WAITED:
+            if waited > max(WAITED, WAIT_SHARE * period):
                 self.size = min(self.bound, self.size + max(1, self.size // 4))
                 self._calm = 0
             else:
