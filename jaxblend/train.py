@@ -28,8 +28,8 @@ flags, it trains that phase on a fresh blend of the phase's length (docs/schedul
 
 Logs step, loss, the step's global batch size, tokens/s, the fraction of step time spent waiting
 for data, per-dataset sample counts and what this host's loader read (`io`: per store MB/s,
-requests, latency p50/p99, retries, steps read ahead; docs/telemetry.md), then a line of each dataset's loss since the last line and
-loss tokens since step 0 (`--log_datasets`; `--metrics_jsonl` writes both as JSON; validation
+requests, latency p50/p99, retries, steps read ahead; docs/telemetry.md), then a line of each
+dataset's loss since the last line and loss tokens since step 0 (`--log_datasets`; `--metrics_jsonl` writes both as JSON; validation
 reports each dataset of a blended validation split too: docs/training.md); saves model + optimizer + loader state (Orbax, every host its own shards) every
 `--save_interval` steps to `--checkpoint_dir` (a directory or a gs:// URL) and resumes from the
 newest checkpoint there, on any process count and mesh. `--metrics_port` serves each host's loader
