@@ -139,13 +139,16 @@ class PrefetchOptions:
             prefetch_buffer_size=max(self.read_buffer_size, ahead),
         )
 
-    def read_window(self, reads_remote: bool, start: int) -> ReadWindow | None:
-        """A new adaptive window for a stream starting at step `start` (None: fixed read-ahead)."""
+    def read_window(
+        self, reads_remote: bool, start: int, concurrency: int | None = None
+    ) -> ReadWindow | None:
+        """A new adaptive window for a stream starting at step `start` (None: fixed read-ahead);
+        `concurrency`: the object store's request concurrency, if known."""
         if not self.adapts(reads_remote):
             return None
         high = max(self.max_read_ahead, self.initial_read_ahead(reads_remote))
         return ReadWindow(start, self.initial_read_ahead(reads_remote), 1, high,
-                          self.read_ahead_memory)
+                          self.read_ahead_memory, concurrency)
 
 
 def loader_fingerprint(source: LoaderSource, plan: StepPlan) -> str | None:
@@ -261,7 +264,9 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
             )
             self.process_rows, self.host_source = rows, host_source
         self.close()
-        self._window = self.prefetch.read_window(self.source.reads_remote, step)
+        self._window = self.prefetch.read_window(
+            self.source.reads_remote, step, _request_concurrency(self.source)
+        )
         self.host_source.window = self._window
         if self._window is not None:  # a loader dropped without `close` lets its reads go
             weakref.finalize(self, self._window.close)
@@ -317,7 +322,8 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
             step_bytes = _record_bytes(host)
             self._counters.note_ahead(self.host_source.highest_begun - step + 1, step_bytes)
             if self._window is not None:
-                self._window.taken(step, assembling - pulling, step_bytes)
+                requests = sum(tally.requests.values()) if tally is not None else 0
+                self._window.taken(step, assembling - pulling, step_bytes, requests)
             host = self.host_source.assemble(step, host)
             self._queued_tokens.append(batch_tokens(host))
             self._queue.append(global_batch.make_global_batch(
@@ -518,6 +524,14 @@ def make_loader(
         source, plan, mesh, batch_axes=batch_axes, prefetch=prefetch, start_step=start_step,
         process_index=process_index, history=history, state=state, telemetry=telemetry,
     )
+
+
+def _request_concurrency(source: LoaderSource) -> int | None:
+    """The request concurrency of the `DataAccess` a source reads with (sources that carry one,
+    e.g. `GPTSource`), else None."""
+    access = getattr(source, "access", None)
+    store = getattr(access, "object_store", None)
+    return getattr(store, "request_concurrency", None)
 
 
 def _record_bytes(record: Mapping[str, object]) -> int:

@@ -15,7 +15,10 @@ The size adapts to the consumer, once per step the loader takes (`taken`):
 
 The bound is `high` steps and `memory // step_bytes` (the bytes of one step's record, learnt from
 the first step taken): read-ahead never holds more than `memory` bytes of records (at least one
-step's).
+step's). With the object store's request concurrency known, the window also grows no further
+than the steps whose requests can be in flight at once (concurrency / requests per step, plus
+one to keep the pipe full; never below the initial size): more steps would only queue their
+requests, raising their latency without reading faster.
 """
 
 from __future__ import annotations
@@ -36,14 +39,21 @@ class ReadWindow:
       low: the smallest window.
       high: the largest window (Grain's reader threads).
       memory: bytes the records read ahead may hold.
+      concurrency: requests the object store client keeps in flight (None: no such bound).
     """
 
-    def __init__(self, start: int, size: int, low: int, high: int, memory: int) -> None:
+    def __init__(
+        self, start: int, size: int, low: int, high: int, memory: int,
+        concurrency: int | None = None,
+    ) -> None:
         self._cond = threading.Condition()
         self._next = start  # the next step the loader takes
         self.low, self.high, self.memory = low, high, memory
         self.bound = high
         self.size = max(low, min(size, high))
+        self.initial = self.size
+        self.concurrency = concurrency
+        self._requests = 0.0  # requests per step, a moving average
         self.peak = 0  # most steps admitted ahead of the loader at once
         self.step_bytes = 0
         self._calm = 0
@@ -63,8 +73,9 @@ class ReadWindow:
                 self._admitted = step
                 self.peak = max(self.peak, step - self._next + 1)
 
-    def taken(self, step: int, waited: float, step_bytes: int) -> None:
-        """The loader took `step` after waiting `waited` seconds; its record holds `step_bytes`."""
+    def taken(self, step: int, waited: float, step_bytes: int, requests: int = 0) -> None:
+        """The loader took `step` after waiting `waited` seconds; its record holds `step_bytes`
+        and its read made `requests` object-store requests."""
         now = time.perf_counter()
         period, self._last = now - self._last, now
         with self._cond:
@@ -72,8 +83,11 @@ class ReadWindow:
             if not self.step_bytes and step_bytes:
                 self.step_bytes = step_bytes
                 self.bound = max(self.low, min(self.high, self.memory // step_bytes))
+            if requests and self.concurrency:
+                self._requests = requests if not self._requests else (
+                    0.8 * self._requests + 0.2 * requests)
             if waited > max(WAITED, WAIT_SHARE * period):
-                self.size = min(self.bound, self.size + max(1, self.size // 4))
+                self.size = min(self._growth_bound(), self.size + max(1, self.size // 4))
                 self._calm = 0
             else:
                 self._calm += 1
@@ -82,6 +96,14 @@ class ReadWindow:
                     self._calm = 0
             self.size = min(self.size, self.bound)
             self._cond.notify_all()
+
+    def _growth_bound(self) -> int:
+        """How far a wait may grow the window: the memory bound and, with a known request
+        concurrency, the steps whose requests fit in flight at once."""
+        if not self._requests or not self.concurrency:
+            return self.bound
+        fits = int(self.concurrency / self._requests) + 1
+        return min(self.bound, max(self.initial, fits))
 
     @property
     def ahead(self) -> int:

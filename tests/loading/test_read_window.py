@@ -61,6 +61,19 @@ def test_shrinks_while_the_loader_does_not_wait():
     assert window.size == 2
 
 
+def test_grows_no_further_than_the_requests_that_fit_in_flight():
+    # 256 requests in flight at once, 40 per step: 7 steps fit (+1); never below the initial 8
+    window = ReadWindow(start=0, size=8, low=1, high=64, memory=1 << 30, concurrency=256)
+    for step in range(30):
+        window.taken(step, waited=0.05, step_bytes=1_000, requests=40)
+    assert window.size == 8
+    # 4 requests per step: 65 steps would fit, the window grows to its 64
+    window = ReadWindow(start=0, size=8, low=1, high=64, memory=1 << 30, concurrency=256)
+    for step in range(30):
+        window.taken(step, waited=0.05, step_bytes=1_000, requests=4)
+    assert window.size == 64
+
+
 def test_bound_is_at_least_one_step():
     window = ReadWindow(start=0, size=8, low=1, high=64, memory=10)
     window.taken(0, waited=1.0, step_bytes=1_000)
