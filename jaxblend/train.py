@@ -27,9 +27,9 @@ run saves a checkpoint and exits 0 at each listed step; relaunched with the next
 flags, it trains that phase on a fresh blend of the phase's length (docs/schedules.md).
 
 Logs step, loss, the step's global batch size, tokens/s, the fraction of step time spent waiting
-for data, per-dataset sample counts and what this host's loader read (`io`: per store MB/s,
-requests, latency p50/p99, retries, steps read ahead; docs/telemetry.md), then a line of each
-dataset's loss since the last line and loss tokens since step 0 (`--log_datasets`; `--metrics_jsonl` writes both as JSON; validation
+for data and per-dataset sample counts, then a line of each dataset's loss since the last line and
+loss tokens since step 0, then what process 0's loader read (`loader:` per store MB/s, requests,
+latency p50/p99, retries, steps read ahead; docs/telemetry.md) (`--log_datasets`; `--metrics_jsonl` writes both as JSON; validation
 reports each dataset of a blended validation split too: docs/training.md); saves model + optimizer + loader state (Orbax, every host its own shards) every
 `--save_interval` steps to `--checkpoint_dir` (a directory or a gs:// URL) and resumes from the
 newest checkpoint there, on any process count and mesh. `--metrics_port` serves each host's loader
@@ -405,8 +405,12 @@ class _LogWindow:
             f"step {done:5d}  loss {figures['loss']:.4f}  batch {figures['batch_size']}  "
             f"{figures['tokens_per_second']:9.0f} tok/s  "
             f"data-wait {100 * figures['data_wait']:4.1f}%  samples {' '.join(mix)}"
-            + (f"  io {io}" if (io := self.loader_window.summary()) else "")
         )
+
+    def loader_line(self, done: int) -> str | None:
+        """What this host's loader read since the last log line (None if nothing to say)."""
+        summary = self.loader_window.summary()
+        return f"step {done:5d}  loader: {summary}" if summary else None
 
 
 def _evaluate(
@@ -544,6 +548,8 @@ def _run_steps(watch, loader, state: _Model, resume: _Resume, data: _Data, steps
                 if jax.process_index() == 0:
                     print(window.line(done, figures, totals, s.log_datasets), flush=True)
                     print(dataset_metrics.dataset_line(done, totals, s.log_datasets), flush=True)
+                    if loader_line := window.loader_line(done):
+                        print(loader_line, flush=True)
                     if metrics_log is not None:
                         metrics_log.write(dataset_metrics.train_record(done, figures, totals))
                 totals.end_window()
