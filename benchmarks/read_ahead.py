@@ -16,7 +16,8 @@ batches (B `--batch`, sequence `--seq`) on one CPU device:
 
 Reported (from `loader.metrics()`): the wait fraction (time in `next()` / wall time of the run),
 tokens/s, the largest number of steps read ahead of the loader at once and the memory they held
-(x the bytes of a step's record), and the final adaptive window. Prints a markdown table.
+(x the bytes of a step's record), the mean number of steps read ahead over the second half of the
+run and their memory, and the final adaptive window. Prints a markdown table.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
@@ -69,15 +72,19 @@ def run(urls, work: Path, args, adaptive: bool, step_ms: float) -> dict:
                          prefetch=prefetch, telemetry=TelemetryOptions(stall_threshold=0))
     assert loader.prefetch.adapts(source.reads_remote) == adaptive
     began = loader.metrics()
+    ahead = []
     for batch in loader:
         jax.block_until_ready(batch)
         if step_ms:
             time.sleep(step_ms / 1000)
+        ahead.append(loader.metrics().read_ahead_steps)
     m = loader.metrics().since(began)
+    steady = float(np.mean(ahead[len(ahead) // 2:]))
     loader.close()
     return {
         "wait": m.wait_seconds / m.elapsed_seconds, "tokens/s": m.tokens / m.elapsed_seconds,
-        "peak steps": m.read_ahead_peak_steps,
+        "peak steps": m.read_ahead_peak_steps, "steady steps": steady,
+        "steady MB": steady * m.step_bytes / 1e6,
         "peak MB": m.read_ahead_peak_steps * m.step_bytes / 1e6,
         "window": m.read_ahead_window, "p50 ms": 1e3 * (m.stores["gs"].latency_p50 or 0),
     }
@@ -132,12 +139,14 @@ def main() -> None:
           f"{args.steps} steps, medians of {args.repeats}, slow consumer {args.step_ms:g} ms/step, memory bound "
           f"{args.memory_mb} MB, {os.cpu_count()} cores\n")
     print("| ms/request | consumer | read-ahead | wait fraction | M tokens/s | most steps ahead | "
-          "their memory MB | final window | request p50 ms |")
-    print("|---:|---|---|---:|---:|---:|---:|---:|---:|")
+          "their memory MB | steps ahead, 2nd half (mean) | their memory MB | final window | "
+          "request p50 ms |")
+    print("|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         window = "" if r["window"] is None else r["window"]
         print(f"| {r['delay']:g} | {r['consumer']} | {r['mode']} | {r['wait']:.3f} | "
-              f"{r['tokens/s'] / 1e6:.2f} | {r['peak steps']} | {r['peak MB']:.1f} | {window} | "
+              f"{r['tokens/s'] / 1e6:.2f} | {r['peak steps']} | {r['peak MB']:.2f} | "
+              f"{r['steady steps']:.1f} | {r['steady MB']:.2f} | {window} | "
               f"{r['p50 ms']:.0f} |")
 
 
