@@ -248,8 +248,12 @@ class RangeRead:
                 )
             buffers.append(res.value)
             self.generations.append(bytes(res.stamp.generation))
+            if self._answered is not None:  # answered by now, whenever its callback runs
+                _note(self._answered, len(buffers) - 1)
         _gather.place_buffers(buffers, self._group, self._rel, self._nbytes, self._dst, out)
 
 
 def _note(slots: list[float], i: int) -> None:
-    slots[i] = time.perf_counter()
+    """Notes when request i was answered (first sight: its callback, or `finish` getting it)."""
+    if not slots[i]:
+        slots[i] = time.perf_counter()
