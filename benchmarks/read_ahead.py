@@ -10,9 +10,10 @@ batches (B `--batch`, sequence `--seq`) on one CPU device:
 
 * consumer "fast": takes the next batch as soon as the previous one is on the device;
 * consumer "slow": spends `--step_ms` ms per step (a training step) before taking the next;
-* read-ahead "fixed": `PrefetchOptions(adaptive_read_ahead=False)` (8 steps from a bucket);
-* read-ahead "adaptive": the default for a bucket (starts at 8 steps, grows while the loader
-  waits, shrinks while it does not, up to 64 steps within `--memory_mb`).
+* read-ahead "fixed": the default `PrefetchOptions()` (8 steps from a bucket);
+* read-ahead "adaptive": `adaptive_read_ahead=True` (starts at 8 steps, grows while the loader
+  waits, shrinks while it does not, up to 64 steps within `--memory_mb` and the requests that fit
+  in flight).
 
 Reported (from `loader.metrics()`): the wait fraction (time in `next()` / wall time of the run),
 tokens/s, the largest number of steps read ahead of the loader at once and the memory they held
@@ -65,7 +66,7 @@ def run(urls, work: Path, args, adaptive: bool, step_ms: float) -> dict:
                                  num_samples=(args.batch * args.steps, None, None))
     access = DataAccess.from_env().with_maps(location=str(work / "cache"))
     source = open_gpt_sources(config, GPTSchemaOptions(seq_length=args.seq), access=access)["train"]
-    prefetch = PrefetchOptions(adaptive_read_ahead=None if adaptive else False,
+    prefetch = PrefetchOptions(adaptive_read_ahead=adaptive,
                                read_ahead_memory=args.memory_mb << 20)
     mesh = jax.make_mesh((1,), ("data",))
     loader = make_loader(source, mesh, global_batch_size=args.batch, num_steps=args.steps,

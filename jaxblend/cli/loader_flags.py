@@ -14,10 +14,10 @@ def define_loader_flags() -> None:
         "read_ahead", 0, "Steps read concurrently ahead of use (0: 8 from a bucket, else 1).",
         lower_bound=0,
     )
-    flags.DEFINE_enum(
-        "adaptive_read_ahead", "auto", ["auto", "on", "off"],
+    flags.DEFINE_bool(
+        "adaptive_read_ahead", False,
         "Grow the steps read ahead while the loop waits for data and shrink them while it does "
-        "not, within --read_ahead_memory_mb (auto: on for data in a bucket; reads in threads only).",
+        "not, within --read_ahead_memory_mb (reads in threads only).",
     )
     flags.DEFINE_integer(
         "read_ahead_memory_mb", 1024,
@@ -30,8 +30,8 @@ def prefetch_from_flags():
     from jaxblend.loading import PrefetchOptions
 
     fl = flags.FLAGS
-    adaptive = {"auto": None, "on": True, "off": False}[fl.adaptive_read_ahead]
     return PrefetchOptions(
-        worker_count=fl.worker_count, read_ahead=fl.read_ahead, adaptive_read_ahead=adaptive,
+        worker_count=fl.worker_count, read_ahead=fl.read_ahead,
+        adaptive_read_ahead=fl.adaptive_read_ahead,
         read_ahead_memory=fl.read_ahead_memory_mb << 20,
     )

@@ -91,12 +91,12 @@ def test_close_lets_blocked_reads_go():
 
 def test_options():
     remote, local = True, False
-    assert PrefetchOptions().adapts(remote) and not PrefetchOptions().adapts(local)
+    assert not PrefetchOptions().adapts(remote) and not PrefetchOptions().adapts(local)
     assert PrefetchOptions(adaptive_read_ahead=True).adapts(local)
-    assert not PrefetchOptions(adaptive_read_ahead=False).adapts(remote)
+    assert PrefetchOptions(adaptive_read_ahead=True).adapts(remote)
     assert not PrefetchOptions(worker_count=1, adaptive_read_ahead=True).adapts(remote)
-    assert PrefetchOptions().grain_read_options(remote).num_threads == 64
-    assert PrefetchOptions(adaptive_read_ahead=False).grain_read_options(remote).num_threads == 8
+    assert PrefetchOptions(adaptive_read_ahead=True).grain_read_options(remote).num_threads == 64
+    assert PrefetchOptions().grain_read_options(remote).num_threads == 8
     with pytest.raises(ValueError, match="adaptive_read_ahead"):
         PrefetchOptions(adaptive_read_ahead="yes")
     with pytest.raises(ValueError, match="read_ahead_memory"):
