@@ -17,6 +17,11 @@
     rewrite with the data's byte-level BPE) against plain concatenated samples (`concat`) on a
     generated Python-like corpus, one thread; `--constructions` adds it, `--only_constructions`
     runs it alone.
+(f) `--telemetry_overhead`: the cost of the loader's telemetry (issue 31), side by side in one
+    run: end-to-end loader tokens/s (worker_count 0) with telemetry on (the default) and off
+    (`TelemetryOptions(collect=False, stall_threshold=0)`), `--rounds` rounds alternating which
+    goes first; and one step's read (`HostStepSource`, this thread) with and without its read
+    tally. Medians and their ratio.
 
 Prints a markdown table.
 """
@@ -101,9 +106,14 @@ def main() -> None:
     parser.add_argument("--only_widths", action="store_true", help="run (d) only")
     parser.add_argument("--constructions", action="store_true", help="also run (e)")
     parser.add_argument("--only_constructions", action="store_true", help="run (e) only")
+    parser.add_argument("--telemetry_overhead", action="store_true", help="run (f) only")
+    parser.add_argument("--rounds", type=int, default=7, help="(f) rounds")
     args = parser.parse_args()
     if args.only_widths:
         blend_width_rows(args)
+        return
+    if args.telemetry_overhead:
+        telemetry_overhead_rows(args)
         return
     if args.only_constructions:
         construction_rows(args)
@@ -277,6 +287,123 @@ def construction_rows(args) -> None:
     print("|---|---:|---:|")
     for name, tps in results:
         print(f"| {name} | {tps / 1e6:.3f} | {tps / base:.3f}x |")
+
+
+def telemetry_overhead_rows(args) -> None:
+    """(f): tokens/s with the loader's telemetry on and off, alternating, in one run.
+
+    On a shared machine wall time swings with the other work; the process's CPU time (all its
+    threads) does much less, and telemetry costs CPU, so tokens per CPU second is the figure to
+    compare. The consumer side's per-step cost is also timed directly, on a real step's tally.
+    """
+    import jax
+    from jax.sharding import Mesh
+
+    from jaxblend import index
+    from jaxblend.access import DataAccess
+    from jaxblend.loading import HostStepSource, TelemetryOptions, make_loader
+    from jaxblend.loading.stall import StallWatch
+    from jaxblend.loading.telemetry import LoaderCounters, batch_tokens
+    from jaxblend.sampling import FixedStepPlan, ProcessRows
+    from jaxblend.sources import GPTSchemaOptions, open_gpt_sources
+    from jaxblend.storage.read_tally import PendingReads
+
+    seq, batch = (512, 64) if args.quick else (2048, 256)
+    num_tokens = 20_000_000 if args.quick else 300_000_000
+    steps = 48 if args.quick else 24
+    os.makedirs(args.data_dir, exist_ok=True)
+    prefix = os.path.join(args.data_dir, f"loader_{num_tokens}")
+    build_dataset(prefix, num_tokens)
+    samples = (num_tokens - 1) // seq
+    config = index.GPTDataConfig(blend=[prefix], split="100,0,0", seq_length=seq, seed=1234,
+                                 num_samples=(samples, None, None))
+    access = DataAccess.from_env().with_maps(location=os.path.join(args.data_dir, "cache"))
+    source = open_gpt_sources(config, GPTSchemaOptions(seq_length=seq), access=access)["train"]
+    mesh = Mesh(np.array(jax.devices()).reshape(-1), ("data",))
+    settings = {"on": TelemetryOptions(), "off": TelemetryOptions(collect=False, stall_threshold=0)}
+
+    def loader_tps(telemetry) -> tuple[float, float]:
+        with make_loader(source, mesh, global_batch_size=batch, num_steps=steps + 8,
+                         telemetry=telemetry) as loader:
+            for _ in range(4):  # warm-up
+                jax.block_until_ready(next(loader))
+            wall, cpu = time.perf_counter(), time.process_time()
+            for _ in range(steps):
+                jax.block_until_ready(next(loader))
+            tokens = steps * batch * seq
+            return tokens / (time.perf_counter() - wall), tokens / (time.process_time() - cpu)
+
+    plan = FixedStepPlan.covering(len(source), batch, 64)
+    rows = ProcessRows.of(plan, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()), 0)
+    hosts = {"on": HostStepSource(source, rows, tally=True), "off": HostStepSource(source, rows)}
+
+    def read_tps(side: str) -> float:
+        host, calls = hosts[side], 0
+        host[0]
+        cpu = time.process_time()
+        while time.process_time() - cpu < (0.5 if args.quick else 1.0):
+            host[calls % 64]
+            calls += 1
+        return calls * batch * seq / (time.process_time() - cpu)
+
+    results: dict[tuple[str, str], list[float]] = {}
+    for r in range(args.rounds):
+        for side in (("on", "off") if r % 2 == 0 else ("off", "on")):
+            wall, cpu = loader_tps(settings[side])
+            results.setdefault(("wall", side), []).append(wall)
+            results.setdefault(("cpu", side), []).append(cpu)
+            results.setdefault(("read", side), []).append(read_tps(side))
+        print({k: round(v[-1] / 1e6, 1) for k, v in results.items()}, flush=True)
+
+    # The telemetry's own work per step, timed alone (CPU time). Read side: a one-row step read
+    # with and without its tally (the difference is the tally's cost, not the read's).
+    tiny = FixedStepPlan.covering(len(source), 1, 64)
+    tiny_rows = ProcessRows.of(tiny, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()),
+                               0)
+    tiny_hosts = {"on": HostStepSource(source, tiny_rows, tally=True, pending=PendingReads()),
+                  "off": HostStepSource(source, tiny_rows)}
+    n = 20_000
+    tiny_us: dict[str, list[float]] = {"on": [], "off": []}
+    for r in range(6):
+        for side in (("on", "off") if r % 2 == 0 else ("off", "on")):
+            host_source = tiny_hosts[side]
+            cpu = time.process_time()
+            for k in range(n):
+                host_source[k % 64]
+            tiny_us[side].append((time.process_time() - cpu) / n * 1e6)
+    read_us = float(np.median(tiny_us["on"]) - np.median(tiny_us["off"]))
+    # Consumer side: what `next()` adds per step, on a real step's record and tally.
+    record = hosts["on"][1]
+    host = source.assemble_batch({k: v for k, v in record.items() if k != "__jaxblend_read_tally__"})
+    counters = LoaderCounters()
+    watch = StallWatch(3600.0, PendingReads())
+    cpu = time.process_time()
+    for _ in range(n):
+        step_record = dict(record)
+        watch.begin(1)
+        watch.end()
+        tally = HostStepSource.take_tally(step_record)
+        counters.note_ahead(1, sum(v.nbytes for v in step_record.values()))
+        counters.add_batch(tally, 0.0)
+        counters.add_delivered(batch_tokens(host), 0.0)
+    consumer_us = (time.process_time() - cpu) / n * 1e6
+    watch.stop()
+    median = {k: float(np.median(v)) for k, v in results.items()}
+    step_us = batch * seq / median[("cpu", "on")] * 1e6
+    print(f"\n(e) telemetry overhead: seq {seq}, batch {batch}, {jax.device_count()} devices, "
+          f"{args.rounds} rounds alternating, {os.cpu_count()} cores\n")
+    print("| measurement | telemetry on (median) | off (median) | on / off |")
+    print("|---|---:|---:|---:|")
+    for what, label in (("cpu", "(b) global batches, worker_count=0, M tokens per CPU second"),
+                        ("wall", "(b) the same, M tokens/s (wall)"),
+                        ("read", "one step's read (HostStepSource), M tokens per CPU second")):
+        on, off = median[(what, "on")], median[(what, "off")]
+        print(f"| {label} | {on / 1e6:.1f} | {off / 1e6:.1f} | {on / off:.3f} |")
+    total = read_us + consumer_us
+    print(f"\ntelemetry CPU per step, timed alone: read side (the step's tally) {read_us:.1f} us, "
+          f"consumer side (take and add it, stall clock) {consumer_us:.1f} us; {total:.1f} us = "
+          f"{100 * total / step_us:.2f}% of a step's CPU time with telemetry on "
+          f"({step_us / 1e3:.2f} ms)")
 
 
 def blend_width_rows(args) -> None:

@@ -28,12 +28,15 @@ flags, it trains that phase on a fresh blend of the phase's length (docs/schedul
 
 Logs step, loss, the step's global batch size, tokens/s, the fraction of step time spent waiting
 for data and per-dataset sample counts, then a line of each dataset's loss since the last line and
-loss tokens since step 0 (`--log_datasets`; `--metrics_jsonl` writes both as JSON; validation
+loss tokens since step 0, then what process 0's loader read (`loader:` per store MB/s, requests,
+latency p50/p99, retries, steps read ahead; docs/telemetry.md) (`--log_datasets`; `--metrics_jsonl` writes both as JSON; validation
 reports each dataset of a blended validation split too: docs/training.md); saves model + optimizer + loader state (Orbax, every host its own shards) every
 `--save_interval` steps to `--checkpoint_dir` (a directory or a gs:// URL) and resumes from the
 newest checkpoint there, on any process count and mesh (a directory holding another model's
 checkpoint is refused with one line naming it and the flag that chose it, `--checkpoint_dir` or
-`--workdir`; "resumed from" is printed once the loader has accepted the checkpoint). SIGTERM (preemption) makes every process
+`--workdir`; "resumed from" is printed once the loader has accepted the checkpoint). `--metrics_port` serves each host's loader
+figures to Prometheus; a batch not ready after `--stall_threshold` seconds gets one line naming the
+reads still pending. SIGTERM (preemption) makes every process
 checkpoint the same step and exit 0. In a multi-process run a lost peer stops every process within
 `--peer_timeout` seconds with one line naming the process and step (`jaxblend.peer_watch`). A
 non-finite loss stops every process at the latest at the next log line, evaluation or checkpoint
@@ -49,6 +52,7 @@ JAX) show only with `--verbose`, warnings and errors always.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import os
@@ -78,6 +82,7 @@ def define_flags() -> None:
     cli.define_step_plan_flags()
     cli.define_mesh_flags()
     cli.define_loader_flags()
+    cli.define_telemetry_flags()
     cli.define_distributed_flags()
     cli.define_train_flags()
     cli.define_tokenizer_flags()
@@ -458,7 +463,8 @@ def _compile_steps(state: _Model, num_datasets: int, mesh):
 
 
 class _LogWindow:
-    """Tokens, wall time and data wait since the last log line (per-step batch sizes)."""
+    """Tokens, wall time, data wait and the loader's figures (`loader.metrics()`, this host's)
+    since the last log line (per-step batch sizes)."""
 
     def __init__(self, loader):
         self.loader = loader
@@ -466,16 +472,19 @@ class _LogWindow:
 
     def reset(self) -> None:
         self.began, self.wait, self.tokens = time.perf_counter(), self.loader.wait_seconds, 0
+        self.metrics = self.loader.metrics()
+        self.loader_window = self.metrics.since(self.metrics)
 
     def figures(self, loss: float, batch_size: int) -> dict:
-        """The log line's figures (also the `--metrics_jsonl` record's)."""
+        """The log line's figures (also the `--metrics_jsonl` record's, with `"loader"`)."""
         elapsed = time.perf_counter() - self.began
         wait = self.loader.wait_seconds - self.wait
+        self.loader_window = self.loader.metrics().since(self.metrics)
         return {"loss": float(loss), "batch_size": int(batch_size),
-                "tokens_per_second": self.tokens / elapsed, "data_wait": wait / elapsed}
+                "tokens_per_second": self.tokens / elapsed, "data_wait": wait / elapsed,
+                "loader": self.loader_window.record()}
 
-    @staticmethod
-    def line(done: int, figures: dict, totals, top: int) -> str:
+    def line(self, done: int, figures: dict, totals, top: int) -> str:
         """The step's log line; `samples` lists the samples of each dataset since step 0 (the
         `top` - 1 datasets with the most tokens and the others together, with many)."""
         from jaxblend.training.dataset_metrics import short_names, shown
@@ -490,6 +499,11 @@ class _LogWindow:
             f"{figures['tokens_per_second']:9.0f} tok/s  "
             f"data-wait {100 * figures['data_wait']:4.1f}%  samples {' '.join(mix)}"
         )
+
+    def loader_line(self, done: int) -> str | None:
+        """What this host's loader read since the last log line (None if nothing to say)."""
+        summary = self.loader_window.summary()
+        return f"step {done:5d}  loader: {summary}" if summary else None
 
 
 def _evaluate(
@@ -627,6 +641,8 @@ def _run_steps(watch, loader, state: _Model, resume: _Resume, data: _Data, steps
                 if jax.process_index() == 0:
                     print(window.line(done, figures, totals, s.log_datasets), flush=True)
                     print(dataset_metrics.dataset_line(done, totals, s.log_datasets), flush=True)
+                    if loader_line := window.loader_line(done):
+                        print(loader_line, flush=True)
                     if metrics_log is not None:
                         metrics_log.write(dataset_metrics.train_record(done, figures, totals))
                 totals.end_window()
@@ -699,23 +715,45 @@ def _train(watch, s: cli.TrainSettings) -> None:
 
     watch.phase = "opening the data"
     prefetch = cli.prefetch_from_flags()
+    telemetry = cli.telemetry_from_flags()
     loader = make_loader(
         data.train, mesh, plan=data.plan, batch_axes=batch_axes,
         prefetch=prefetch,
         state=loader_state, start_step=resume.start, history=data.history,
+        telemetry=telemetry.options,
     )
     if loader.step != resume.start:
         raise ValueError(f"checkpoint step {resume.start} but loader state step {loader.step}")
     _announce_resume(resume, phase_line)
-    loss, preempted_at = _run_steps(
-        watch, loader, state, resume, data, (train_step, eval_step), mesh, batch_axes, s
-    )
+    with _metrics_endpoint(loader, telemetry):
+        loss, preempted_at = _run_steps(
+            watch, loader, state, resume, data, (train_step, eval_step), mesh, batch_axes, s
+        )
     watch.phase = "saving the checkpoint"
     resume.ckpt.close()
     if jax.process_index() == 0:
         _print_outcome(preempted_at, loss, resume, data, s)
     watch.phase = "finishing"
     multihost_utils.sync_global_devices("train done")
+
+
+@contextlib.contextmanager
+def _metrics_endpoint(loader, telemetry: cli.TelemetrySettings):
+    """Serves the loader's figures to Prometheus during the block (`--metrics_port`)."""
+    if not telemetry.metrics_port:
+        yield
+        return
+    from jaxblend.loading import serve_metrics
+
+    try:
+        server = serve_metrics(loader.metrics, telemetry.metrics_port, telemetry.metrics_address)
+    except OSError as err:
+        raise app.UsageError(f"--metrics_port: {err}") from None
+    logging.info("loader metrics at %s", server.url)
+    try:
+        yield
+    finally:
+        server.close()
 
 
 def _print_outcome(

@@ -8,7 +8,9 @@ server (fake-gcs-server or moto's S3 server) over a persistent connection per pr
   server;
 * `stall()`: requests are held without an answer until `resume()` (a server that stops
   answering);
-* `drop_next(n)`: the next n requests have their connection closed without an answer.
+* `drop_next(n)`: the next n requests have their connection closed without an answer;
+* `hold(part)`: requests whose object path contains `part` are held without an answer until
+  `release()` (one object stops answering, the others do not).
 
 The proxy serves only 127.0.0.1 and counts requests (`requests`), so tests can assert how many a
 read needed. Used by the storage tests and `benchmarks/object_store.py`.
@@ -63,6 +65,9 @@ class FaultProxy:
         self._drop = 0
         self._running = threading.Event()
         self._running.set()
+        self._held: str | None = None
+        self._released = threading.Event()
+        self._released.set()
         self._server = _QuietServer(("127.0.0.1", 0), self._handler_class())
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
@@ -91,6 +96,16 @@ class FaultProxy:
         """Ends `stall()`."""
         self._running.set()
 
+    def hold(self, part: str) -> None:
+        """Holds every request whose decoded path contains `part` until `release()`."""
+        self._released.clear()
+        self._held = part
+
+    def release(self) -> None:
+        """Ends `hold()`: the held requests go on."""
+        self._held = None
+        self._released.set()
+
     def reset(self) -> None:
         """Clears faults and the request count; keeps the delay."""
         with self._lock:
@@ -100,8 +115,9 @@ class FaultProxy:
         self._running.set()
 
     def close(self) -> None:
-        """Stops serving (stalled requests are released first)."""
+        """Stops serving (stalled and held requests are released first)."""
         self._running.set()
+        self.release()
         self._server.shutdown()
         self._server.server_close()
 
@@ -140,6 +156,9 @@ class FaultProxy:
                 status, drop = proxy._next_fault()
                 while not proxy._running.wait(0.5):
                     pass
+                held = proxy._held
+                if held is not None and held in urllib.parse.unquote(self.path):
+                    proxy._released.wait()
                 if drop:
                     self.close_connection = True
                     self.connection.close()

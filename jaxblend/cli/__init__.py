@@ -24,7 +24,8 @@ any jaxblend module defines no flag, and nothing outside this package reads `abs
   phase_flags        --phase_transition_iterations -> `PhaseTransitions` (Megatron's phases)
   mesh_flags         --mesh_shape, --mesh_axes -> `jax.sharding.Mesh`
   distributed_flags  --coordinator_address, ... -> `DistributedConfig`
-  loader_flags       --worker_count, --read_ahead -> `PrefetchOptions`
+  loader_flags       --worker_count, --read_ahead, --adaptive_read_ahead, ... -> `PrefetchOptions`
+  telemetry_flags    --stall_threshold, --metrics_port, --metrics_address -> `TelemetrySettings`
   train_flags        the training example's flags -> `TrainSettings`
   tokenizer_flags    --allow_mixed_tokenizers, --tokenizer_type, ... -> `RunTokenizer` (the
                      datasets' recorded tokenizer facts: --vocab_size, --eod_id defaults)
@@ -74,6 +75,11 @@ from jaxblend.cli.step_plan_flags import (
     step_settings_from_flags,
 )
 from jaxblend.cli.steps import StepSettings
+from jaxblend.cli.telemetry_flags import (
+    TelemetrySettings,
+    define_telemetry_flags,
+    telemetry_from_flags,
+)
 from jaxblend.cli.tokenizer_flags import (
     RunTokenizer,
     decoder_from_flags,
@@ -89,6 +95,7 @@ __all__ = [
     "RunConfig",
     "RunTokenizer",
     "StepSettings",
+    "TelemetrySettings",
     "TrainSettings",
     "assemble",
     "call",
@@ -102,6 +109,7 @@ __all__ = [
     "define_schema_flags",
     "define_source_flags",
     "define_step_plan_flags",
+    "define_telemetry_flags",
     "define_tokenizer_flags",
     "define_train_flags",
     "distributed_config_from_flags",
@@ -122,6 +130,7 @@ __all__ = [
     "source_from_flags",
     "staged_history",
     "step_settings_from_flags",
+    "telemetry_from_flags",
     "train_settings_from_flags",
     "validation_sources_from_flags",
 ]

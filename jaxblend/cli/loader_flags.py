@@ -1,4 +1,5 @@
-"""Loader flags (Grain workers, reads in flight) and their `jaxblend.loading.PrefetchOptions`."""
+"""Loader flags (Grain workers, reads in flight, adaptive read-ahead) and their
+`jaxblend.loading.PrefetchOptions`."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from jaxblend.cli import flag_help
 
 
 def define_loader_flags() -> None:
-    """Defines `--worker_count` and `--read_ahead`."""
+    """Defines `--worker_count`, `--read_ahead`, `--adaptive_read_ahead` and
+    `--read_ahead_memory_mb`."""
     with flag_help.group(flag_help.PROCESSES):
         flags.DEFINE_integer(
             "worker_count", 0, "Grain worker processes (0: read in this process's threads).",
@@ -18,6 +20,15 @@ def define_loader_flags() -> None:
             "read_ahead", 0, "Steps read concurrently ahead of use (0: 8 from a bucket, else 1).",
             lower_bound=0,
         )
+        flags.DEFINE_bool(
+            "adaptive_read_ahead", False,
+            "Grow the steps read ahead while the loop waits for data and shrink them while it "
+            "does not, within --read_ahead_memory_mb (reads in threads only).",
+        )
+        flags.DEFINE_integer(
+            "read_ahead_memory_mb", 1024,
+            "Memory the steps read ahead may hold with --adaptive_read_ahead, MB.", lower_bound=1,
+        )
 
 
 def prefetch_from_flags():
@@ -25,4 +36,8 @@ def prefetch_from_flags():
     from jaxblend.loading import PrefetchOptions
 
     fl = flags.FLAGS
-    return PrefetchOptions(worker_count=fl.worker_count, read_ahead=fl.read_ahead)
+    return PrefetchOptions(
+        worker_count=fl.worker_count, read_ahead=fl.read_ahead,
+        adaptive_read_ahead=fl.adaptive_read_ahead,
+        read_ahead_memory=fl.read_ahead_memory_mb << 20,
+    )

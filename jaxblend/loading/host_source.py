@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from jaxblend.loading.protocols import LoaderSource, PaddedLoaderSource
+from jaxblend.loading.read_window import ReadWindow
 from jaxblend.sampling import ProcessRows
+from jaxblend.storage import read_tally
+
+TALLY_KEY = "__jaxblend_read_tally__"
+"""The record key of a step's `ReadTally` (`tally=True`); `take_tally` removes it."""
 
 
 class HostStepSource:
@@ -15,17 +22,39 @@ class HostStepSource:
     workers) and turned into the batch schema by `assemble` in the training process; rows of
     padded (bucketed) steps are read with `get_padded_batch`.
 
+    With a `window` (`ReadWindow`, reads in this process's threads), each read waits until the
+    window admits its step. In this process, `highest_begun` is the highest step whose read began
+    (with `tally` or a `window`).
+
+    With `tally`, each record also carries what reading it cost (a `read_tally.ReadTally` under
+    `TALLY_KEY`, taken out by `take_tally`), its requests in flight registered in `pending` (in
+    this process only) and `pending.steps` listing the steps being read.
+
     Args:
       source: the samples.
       process_rows: this process's share of the step plan.
+      tally: count each record's reads.
+      pending: where requests in flight and steps being read are registered (with `tally`).
+      window: the adaptive read-ahead window reads wait for (not sent to worker processes).
 
     Raises:
       ValueError: if the plan pads steps to a length and the source cannot read padded rows.
     """
 
-    def __init__(self, source: LoaderSource, process_rows: ProcessRows):
+    def __init__(
+        self,
+        source: LoaderSource,
+        process_rows: ProcessRows,
+        tally: bool = False,
+        pending: read_tally.PendingReads | None = None,
+        window: ReadWindow | None = None,
+    ):
         self.source = source
         self.process_rows = process_rows
+        self.tally = tally
+        self.pending = pending
+        self.window = window
+        self.highest_begun = -1
         self._padded: PaddedLoaderSource | None = None
         if any(shape.length is not None for shape in process_rows.plan.batch_shapes()):
             if not isinstance(source, PaddedLoaderSource):
@@ -44,7 +73,37 @@ class HostStepSource:
             f"process={self.process_rows.process_index})"
         )
 
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["window"] = None  # in-process threads only
+        return state
+
     def __getitem__(self, step: int) -> dict[str, np.ndarray]:
+        window = self.window
+        if window is not None:
+            window.admit(step)
+        if window is not None or self.tally:  # a gauge: a rare lost update is corrected next step
+            self.highest_begun = max(self.highest_begun, step)
+        if not self.tally:
+            return self._read(step)
+        tally = read_tally.ReadTally(pending=self.pending)
+        steps = self.pending.steps if self.pending is not None else None
+        if steps is not None:
+            steps[step] = time.perf_counter()
+        try:
+            with read_tally.collecting(tally):
+                record = self._read(step)
+        finally:
+            if steps is not None:
+                steps.pop(step, None)
+        return {**record, TALLY_KEY: tally}
+
+    @staticmethod
+    def take_tally(record: dict) -> read_tally.ReadTally | None:
+        """Removes and returns the `ReadTally` a record carries (None without one)."""
+        return record.pop(TALLY_KEY, None)
+
+    def _read(self, step: int) -> dict[str, np.ndarray]:
         ids = self.process_rows.sample_ids(step)
         length = self.process_rows.plan.padded_length(step)
         if length is None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import time
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Self, TypedDict
 
@@ -36,14 +37,26 @@ from jaxblend import grain_workers, identity
 from jaxblend.loading import global_batch
 from jaxblend.loading.host_source import HostStepSource
 from jaxblend.loading.protocols import LoaderSource
+from jaxblend.loading.read_window import ReadWindow
 from jaxblend.loading.resume_history import STATE_KEY, StagedHistory, explain_unscheduled
+from jaxblend.loading.stall import StallWatch, logger
+from jaxblend.loading.telemetry import (
+    DEFAULT_TELEMETRY,
+    LoaderCounters,
+    LoaderMetrics,
+    TelemetryOptions,
+    batch_tokens,
+)
 from jaxblend.sampling import FixedStepPlan, ProcessRows, StepPlan, StepSampler
 from jaxblend.sampling.data_schedule import first_sample
+from jaxblend.storage import read_tally
+from jaxblend.storage.read_tally import PendingReads
 from jaxblend.validation import require_int
 
 # 2: fingerprints built by `jaxblend.identity.fingerprint` from named fields (1 hashed reprs).
 STATE_VERSION = 2
 DEFAULT_REMOTE_READ_AHEAD = 8
+DEFAULT_READ_AHEAD_MEMORY = 1 << 30
 
 
 class LoaderState(TypedDict, total=False):
@@ -70,7 +83,15 @@ class PrefetchOptions:
         byte ranges are known from the index maps, so step k + K is read while k trains); 0 =
         auto: `DEFAULT_REMOTE_READ_AHEAD` for sources read from an object store, else
         `read_threads`. Hides per-request latency: K steps x the requests of one step are in
-        flight (bounded by `ObjectStoreOptions.request_concurrency`).
+        flight (bounded by `ObjectStoreOptions.request_concurrency`). With adaptation, the
+        window it starts from.
+      adaptive_read_ahead: let the read-ahead window grow while the loader waits for batches and
+        shrink while it does not (`jaxblend.loading.read_window`), between 1 and
+        `max_read_ahead` steps and within `read_ahead_memory`. Only with `worker_count` 0 (reads
+        in this process's threads). Off by default: on the project's machine it did not read
+        faster than the fixed window (BENCHMARKS.md, "Adaptive read-ahead").
+      max_read_ahead: the adaptive window's largest size, steps (Grain's reader threads).
+      read_ahead_memory: bytes the records read ahead of the loader may hold (adaptive window).
     """
 
     worker_count: int = 0
@@ -79,22 +100,55 @@ class PrefetchOptions:
     read_buffer_size: int = 2
     device_prefetch: int = 1
     read_ahead: int = 0
+    adaptive_read_ahead: bool = False
+    max_read_ahead: int = 64
+    read_ahead_memory: int = DEFAULT_READ_AHEAD_MEMORY
 
     def __post_init__(self):
         for field in dataclasses.fields(self):
+            if field.name == "adaptive_read_ahead":
+                if not isinstance(self.adaptive_read_ahead, bool):
+                    raise ValueError(
+                        "PrefetchOptions.adaptive_read_ahead must be True or False, "
+                        f"got {self.adaptive_read_ahead!r}"
+                    )
+                continue
             value, low = getattr(self, field.name), 1
             if field.name in ("worker_count", "device_prefetch", "read_ahead"):
                 low = 0
             require_int(f"PrefetchOptions.{field.name}", value, low)
 
+    def adapts(self, reads_remote: bool) -> bool:
+        """Whether the read-ahead window adapts (`adaptive_read_ahead`, reads in threads)."""
+        del reads_remote  # the same rule for local and bucket data
+        return self.adaptive_read_ahead and not self.worker_count
+
+    def initial_read_ahead(self, reads_remote: bool) -> int:
+        """The read-ahead window a stream starts with (fixed: the whole time), steps."""
+        return self.read_ahead or (DEFAULT_REMOTE_READ_AHEAD if reads_remote else self.read_threads)
 
     def grain_read_options(self, reads_remote: bool) -> grain.ReadOptions:
-        """Grain's reader threads and buffer: `read_ahead` steps are read concurrently."""
-        ahead = self.read_ahead or (DEFAULT_REMOTE_READ_AHEAD if reads_remote else 0)
+        """Grain's reader threads and buffer: `read_ahead` steps are read concurrently (with
+        adaptation, as many threads as the window may grow to; the window admits the reads)."""
+        if self.adapts(reads_remote):
+            ahead = max(self.max_read_ahead, self.initial_read_ahead(reads_remote))
+        else:
+            ahead = self.read_ahead or (DEFAULT_REMOTE_READ_AHEAD if reads_remote else 0)
         return grain.ReadOptions(
             num_threads=max(self.read_threads, ahead),
             prefetch_buffer_size=max(self.read_buffer_size, ahead),
         )
+
+    def read_window(
+        self, reads_remote: bool, start: int, concurrency: int | None = None
+    ) -> ReadWindow | None:
+        """A new adaptive window for a stream starting at step `start` (None: fixed read-ahead);
+        `concurrency`: the object store's request concurrency, if known."""
+        if not self.adapts(reads_remote):
+            return None
+        high = max(self.max_read_ahead, self.initial_read_ahead(reads_remote))
+        return ReadWindow(start, self.initial_read_ahead(reads_remote), 1, high,
+                          self.read_ahead_memory, concurrency)
 
 
 def loader_fingerprint(source: LoaderSource, plan: StepPlan) -> str | None:
@@ -122,7 +176,8 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
     """Global batches of a step plan over a source, laid out on a mesh; see `make_loader`.
 
     A `grain.DataLoader` over a `StepSampler` (stateless resume from a step), device prefetch,
-    the data-wait clock, and the resume state `{"version", "step", "fingerprint"}` (plus
+    the figures of what it did (`metrics()`, `jaxblend.loading.telemetry`), stall reports
+    (`jaxblend.loading.stall`), and the resume state `{"version", "step", "fingerprint"}` (plus
     `"data_schedule"` with a `history`).
 
     Args:
@@ -136,6 +191,7 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
       history: for a staged train split, what a resume state checks instead of the whole
         source (`StagedHistory`): later stages may change at resume, earlier ones not.
       state: a resume state (`state()`), checked as `restore` does; the loader starts at its step.
+      telemetry: what the loader counts (`metrics()`) and when it reports a stall.
 
     Only the batch sizes of the steps the loader runs (from its first step on) must split over
     the batch axes: a run resumed in the middle of a batch-size schedule may use more data shards
@@ -159,6 +215,7 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
         process_index: int | None = None,
         history: StagedHistory | None = None,
         state: Mapping[str, object] | None = None,
+        telemetry: TelemetryOptions = DEFAULT_TELEMETRY,
     ):
         if plan.num_samples > len(source):
             raise ValueError(
@@ -178,6 +235,14 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
         self.fingerprint = loader_fingerprint(source, plan)
         self.history = history
         self.wait_seconds = 0.0
+        self.telemetry = telemetry
+        self._counters = LoaderCounters()
+        if telemetry.collect:
+            read_tally.start_retry_count()
+        self._pending = PendingReads()
+        self._stall: StallWatch | None = None
+        self._window: ReadWindow | None = None
+        self._queued_tokens: collections.deque[int] = collections.deque()
         self._grain_iter: Iterator[dict[str, np.ndarray]] | None = None
         self._queue: collections.deque[dict[str, jax.Array]] = collections.deque()
         self._start(start_step if state is None else self.check_state(state))
@@ -194,11 +259,24 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
             raise ValueError(f"start step {step} out of range [0, {self.num_steps}]")
         if self.process_rows is None or self.process_rows.from_step != step:
             rows = ProcessRows.of(self.plan, self._sharding, self.process_index, from_step=step)
-            host_source = HostStepSource(self.source, rows)
+            host_source = HostStepSource(
+                self.source, rows, tally=self.telemetry.collect, pending=self._pending
+            )
             self.process_rows, self.host_source = rows, host_source
         self.close()
+        self._window = self.prefetch.read_window(
+            self.source.reads_remote, step, _request_concurrency(self.source)
+        )
+        self.host_source.window = self._window
+        if self._window is not None:  # a loader dropped without `close` lets its reads go
+            weakref.finalize(self, self._window.close)
         self._step = self._next_put = step
         self._queue: collections.deque[dict[str, jax.Array]] = collections.deque()
+        self._queued_tokens = collections.deque()
+        if self.telemetry.stall_threshold > 0:
+            self._stall = _stall_watch(self.telemetry.stall_threshold, self._pending,
+                                       self.prefetch.worker_count, self._counters)
+            weakref.finalize(self, self._stall.stop)
         if self.prefetch.worker_count:
             grain_workers.prepare()
         loader = grain.DataLoader(
@@ -224,25 +302,53 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
 
     def __next__(self) -> dict[str, jax.Array]:
         began = time.perf_counter()
+        stall = self._stall
         while not self._exhausted and len(self._queue) <= self.prefetch.device_prefetch:
+            if stall is not None:
+                stall.begin(self._next_put)
+            pulling = time.perf_counter()
             try:
                 host = next(self._grain_iter)
             except StopIteration:
                 self._stop_grain()
                 break
+            finally:
+                if stall is not None:
+                    stall.end()
+            assembling = time.perf_counter()
             step = self._next_put
             self._next_put += 1
+            tally = HostStepSource.take_tally(host)
+            step_bytes = _record_bytes(host)
+            self._counters.note_ahead(self.host_source.highest_begun - step + 1, step_bytes)
+            if self._window is not None:
+                requests = sum(tally.requests.values()) if tally is not None else 0
+                self._window.taken(step, assembling - pulling, step_bytes, requests)
             host = self.host_source.assemble(step, host)
+            self._queued_tokens.append(batch_tokens(host))
             self._queue.append(global_batch.make_global_batch(
                 host, self.process_rows.rows(step), self.plan.batch_size(step), self.mesh,
                 self.batch_axes,
             ))
+            self._counters.add_batch(tally, time.perf_counter() - assembling)
+        waited = time.perf_counter() - began
         if not self._queue:
+            self._counters.add_wait(waited)
             raise StopIteration
+        self.wait_seconds += waited
         self._step += 1
-        batch = self._queue.popleft()
-        self.wait_seconds += time.perf_counter() - began
-        return batch
+        self._counters.add_delivered(self._queued_tokens.popleft(), waited)
+        return self._queue.popleft()
+
+    def metrics(self) -> LoaderMetrics:
+        """What the loader did since it was made (cumulative; `later.since(earlier)` gives a
+        window): batches, tokens, waiting, reading and assembly times, reads per store and
+        dataset, read-ahead now, stall reports (docs/telemetry.md). Safe from any thread."""
+        if self.prefetch.worker_count:
+            return self._counters.snapshot(None, None)
+        window = self._window
+        ahead = max(0, self.host_source.highest_begun - self._next_put + 1)
+        return self._counters.snapshot(ahead, None if window is None else window.size)
 
     def close(self) -> None:
         """Stops Grain's reader threads and worker processes and releases the shared memory of
@@ -253,6 +359,12 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
         closed then (`grain_workers.track`).
         """
         self._queue.clear()
+        self._queued_tokens.clear()
+        if self._window is not None:
+            self._window.close()
+        if self._stall is not None:
+            self._stall.stop()
+            self._stall = None
         self._stop_grain()
 
     def _stop_grain(self) -> None:
@@ -351,6 +463,7 @@ def make_loader(
     state: Mapping[str, object] | None = None,
     process_index: int | None = None,
     history: StagedHistory | None = None,
+    telemetry: TelemetryOptions = DEFAULT_TELEMETRY,
 ) -> StepLoader:
     """Builds an iterator of global batches over `source` laid out on `mesh`.
 
@@ -372,6 +485,8 @@ def make_loader(
       process_index: this process (defaults to `jax.process_index()`).
       history: a staged train split's `StagedHistory` (a `--data_schedule` run): the state then
         checks only the steps before its own, so future stages may change at resume.
+      telemetry: what the loader counts (`StepLoader.metrics()`) and after how many seconds of
+        waiting it reports a stall (docs/telemetry.md).
 
     With `prefetch.worker_count > 0`, Grain's worker processes are started with `spawn`: a script
     must keep its top-level code under `if __name__ == "__main__":` (a worker that runs it anyway
@@ -394,6 +509,10 @@ def make_loader(
         )
     if not isinstance(prefetch, PrefetchOptions):
         raise TypeError(f"make_loader: prefetch must be a PrefetchOptions, got {type(prefetch).__name__}")
+    if not isinstance(telemetry, TelemetryOptions):
+        raise TypeError(
+            f"make_loader: telemetry must be a TelemetryOptions, got {type(telemetry).__name__}"
+        )
     if (plan is None) == (global_batch_size is None) or (plan is not None and num_steps is not None):
         raise ValueError(
             "make_loader needs exactly one of plan= (which fixes the batch sizes and the number of "
@@ -403,5 +522,31 @@ def make_loader(
         plan = FixedStepPlan.covering(len(source), global_batch_size, num_steps)
     return StepLoader(
         source, plan, mesh, batch_axes=batch_axes, prefetch=prefetch, start_step=start_step,
-        process_index=process_index, history=history, state=state,
+        process_index=process_index, history=history, state=state, telemetry=telemetry,
     )
+
+
+def _request_concurrency(source: LoaderSource) -> int | None:
+    """The request concurrency of the `DataAccess` a source reads with (sources that carry one,
+    e.g. `GPTSource`), else None."""
+    access = getattr(source, "access", None)
+    store = getattr(access, "object_store", None)
+    return getattr(store, "request_concurrency", None)
+
+
+def _record_bytes(record: Mapping[str, object]) -> int:
+    """Bytes of a step's record as read (its arrays)."""
+    return sum(getattr(v, "nbytes", 0) for v in record.values())
+
+
+def _stall_watch(
+    threshold: float, pending: PendingReads, worker_count: int, counters: LoaderCounters
+) -> StallWatch:
+    """A stall watch whose reports are logged and counted (it holds no reference to the loader,
+    so a loader dropped without `close` is collected and its watch stopped)."""
+
+    def report(line: str) -> None:
+        counters.add_stall()
+        logger.warning("%s", line)
+
+    return StallWatch(threshold, pending, worker_count, on_report=report)

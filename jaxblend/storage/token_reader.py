@@ -29,6 +29,7 @@ import dataclasses
 import json
 import os
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -36,7 +37,7 @@ import numpy as np
 import tensorstore as ts
 
 from jaxblend import access as access_lib
-from jaxblend.storage import _gather, _handles, _mapping
+from jaxblend.storage import _gather, _handles, _mapping, read_tally
 from jaxblend.storage.dataset_identity import memo as identity_memo
 from jaxblend.storage.idx_format import IndexFormatError
 from jaxblend.storage.object_store import location as _location
@@ -100,6 +101,7 @@ class _Opened:
     key: str = ""
     generation: bytes | None = None  # the version reads must see (published, else first seen)
     check_stamps: bool = False  # whether read stamps are comparable with `generation`
+    store: str = "local"  # the store's name in read tallies (`read_tally`)
 
 
 class TokenReader:
@@ -135,6 +137,7 @@ class TokenReader:
         self._count = np.zeros(n, np.int64)
         self._state = np.zeros(n, np.int8)  # 0 unopened, 1 mapped, 2 read by requests
         self._num_tokens = np.array([d.num_tokens for d in self.datasets], np.int64)
+        self._itemsize = np.array([np.dtype(d.dtype).itemsize for d in self.datasets], np.int64)
         self._all_mapped = False  # set once every dataset is mapped (then one kernel call a read)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -225,6 +228,23 @@ class TokenReader:
                 raise IndexError(f"range {bad} leaves {self.datasets[int(dataset[bad])].prefix}.bin")
         with self._lock:
             self.bytes_read += nbytes
+        tally = read_tally.current()
+        if tally is not None:
+            self._tally_mapped(tally, dataset, length, nbytes)
+
+    def _tally_mapped(self, tally, dataset, length, nbytes) -> None:
+        """Adds a mapped read to `tally`: its bytes, and each dataset's (one bincount)."""
+        tally.add("local", nbytes)
+        if not self._all_mapped:  # only the ranges of mapped datasets were copied here
+            mapped = self._state[dataset] == 1
+            dataset, length = dataset[mapped], length[mapped]
+        if len(self.datasets) == 1:
+            tally.add_dataset(self.datasets[0].prefix, nbytes)
+            return
+        per = np.bincount(dataset, weights=length * self._itemsize[dataset],
+                          minlength=len(self.datasets))
+        for d in np.flatnonzero(per).tolist():
+            tally.add_dataset(self.datasets[d].prefix, int(per[d]))
 
     def _check_destinations(self, dataset, length, out, out_pos) -> None:
         """Refuses the first non-empty range that leaves `out` or names an unknown dataset.
@@ -268,6 +288,7 @@ class TokenReader:
                      out_pos) -> None:
         index_of = {int(d): t for t, d in enumerate(touched.tolist())}
         pending = []
+        tally = read_tally.current()
         with ts.Batch() as batch:
             for d in remote:
                 t = index_of[d]
@@ -285,6 +306,11 @@ class TokenReader:
                     dst * itemsize, self.access.object_store.coalesce_gap, batch,
                 )
                 pending.append((d, sel, flat, read))
+                if tally is not None:
+                    read.time_answers()
+                    if tally.pending is not None:
+                        tally.pending.register(read, state.store, time.perf_counter())
+        submitted = time.perf_counter()
         wait = self.access.object_store.request_timeout
         try:
             for d, sel, flat, read in pending:
@@ -303,6 +329,18 @@ class TokenReader:
             with self._lock:
                 self.requests += sum(read.requests for *_, read in pending)
                 self.bytes_read += sum(read.bytes_requested for *_, read in pending)
+            if tally is not None:
+                self._tally_remote(tally, opened, pending, submitted)
+
+    def _tally_remote(self, tally, opened, pending, submitted: float) -> None:
+        """Adds a call's requests to `tally` (per store and dataset) and unregisters them."""
+        for d, _, _, read in pending:
+            store = opened[d].store
+            tally.add(store, read.bytes_requested, read.requests)
+            tally.add_dataset(self.datasets[d].prefix, read.bytes_requested)
+            tally.add_latencies(store, read.latencies(submitted))
+            if tally.pending is not None:
+                tally.pending.unregister(read)
 
     def _check_generations(self, d: int, state: _Opened, seen: list[bytes]) -> None:
         if not seen or not state.check_stamps:
@@ -380,8 +418,9 @@ class TokenReader:
             kv, key = self._kvstore(loc)
             return _Opened(name=name, dtype=dtype, kvstore=kv, key=key)
         kv, key = self._kvstore(loc)
+        driver = str(loc.kvstore.get("driver", ""))
         return _Opened(name=name, dtype=dtype, kvstore=kv, key=key, generation=ds.generation,
-                       check_stamps=True)
+                       check_stamps=True, store=read_tally.STORE_OF_DRIVER.get(driver, driver))
 
     def _kvstore(self, loc: _location.Location) -> tuple[ts.KvStore, str]:
         """The kvstore of `loc`'s bucket (one per bucket and process) and the `.bin`'s key in it."""

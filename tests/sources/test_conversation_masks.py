@@ -81,7 +81,7 @@ def _expected_weights(source, ids):
 
 def _unmasked(source):
     """The same split read without loss masks."""
-    return GPTSource(source.span_index, source.options, fingerprint="plan", split="train",
+    return GPTSource(source.span_index, source.options, seq_length=source.seq_length, fingerprint="plan", split="train",
                      access=source.access)
 
 
@@ -111,7 +111,7 @@ def test_packed_conversations_train_only_on_assistant_targets(data):
 def test_masks_enter_the_fingerprint_and_text_data_is_unchanged(data):
     source = _source([data["chat"]], data["dir"])
     assert source.fingerprint != _source([data["text"]], data["dir"]).fingerprint
-    same_plan = [GPTSource(source.span_index, source.options, fingerprint="plan", split="train",
+    same_plan = [GPTSource(source.span_index, source.options, seq_length=source.seq_length, fingerprint="plan", split="train",
                            access=source.access, loss_masks=masks)
                  for masks in (source.loss_masks, None)]
     assert same_plan[0].fingerprint != same_plan[1].fingerprint

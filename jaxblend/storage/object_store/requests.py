@@ -13,6 +13,7 @@ many calls can be in flight together; `finish` waits for them and copies the byt
 from __future__ import annotations
 
 import re
+import time
 from typing import Any
 
 import numpy as np
@@ -182,6 +183,7 @@ class RangeRead:
         self.bytes_requested = 0
         self.generations: list[bytes] = []  # each request's object generation, after `finish`
         self._futures: list[Any] = []
+        self._answered: list[float] | None = None  # perf_counter() of each answer, when timed
         if order.size == 0:
             return
         reach = np.maximum.accumulate(b1)
@@ -201,6 +203,27 @@ class RangeRead:
         ]
         self.requests = len(self._futures)
         self.bytes_requested = int((self._hi - self._lo).sum())
+
+    def time_answers(self) -> None:
+        """Notes when each request is answered (for `latencies`); call before `finish`."""
+        self._answered = [0.0] * len(self._futures)
+        for i, fut in enumerate(self._futures):
+            fut.add_done_callback(lambda _, i=i, slots=self._answered: _note(slots, i))
+
+    def latencies(self, submitted: float) -> list[float]:
+        """Seconds from `submitted` (a `time.perf_counter()`) to each answer (after `finish`)."""
+        if self._answered is None:
+            return []
+        return [max(0.0, t - submitted) for t in self._answered if t]
+
+    def unanswered(self) -> list[tuple[int, int]]:
+        """The byte ranges `[start, stop)` of the requests not answered yet."""
+        if not self._futures:
+            return []
+        return [
+            (lo, hi) for fut, lo, hi in zip(self._futures, self._lo.tolist(), self._hi.tolist())
+            if not fut.done()
+        ]
 
     def finish(self, out: np.ndarray, timeout: float) -> None:
         """Waits for the reads (at most `timeout` s) and copies the spans into `out` (uint8).
@@ -225,4 +248,12 @@ class RangeRead:
                 )
             buffers.append(res.value)
             self.generations.append(bytes(res.stamp.generation))
+            if self._answered is not None:  # answered by now, whenever its callback runs
+                _note(self._answered, len(buffers) - 1)
         _gather.place_buffers(buffers, self._group, self._rel, self._nbytes, self._dst, out)
+
+
+def _note(slots: list[float], i: int) -> None:
+    """Notes when request i was answered (first sight: its callback, or `finish` getting it)."""
+    if not slots[i]:
+        slots[i] = time.perf_counter()

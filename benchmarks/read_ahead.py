@@ -1,0 +1,161 @@
+"""Fixed vs adaptive read-ahead from a bucket: the loader's wait fraction and read-ahead memory.
+
+  .venv/bin/python benchmarks/read_ahead.py            # 0, 20, 100 ms per request
+  .venv/bin/python benchmarks/read_ahead.py --quick    # fewer steps
+
+A blend of `--prefixes` datasets (lognormal documents, uint16) is uploaded to fake-gcs-server
+and read through `ProxyProcess` (tests/helpers_fault_proxy.py), which adds `--delays` ms to every
+request. For each delay, each consumer and each read-ahead mode, one loader runs `--steps` global
+batches (B `--batch`, sequence `--seq`) on one CPU device:
+
+* consumer "fast": takes the next batch as soon as the previous one is on the device;
+* consumer "slow": spends `--step_ms` ms per step (a training step) before taking the next;
+* read-ahead "fixed": the default `PrefetchOptions()` (8 steps from a bucket);
+* read-ahead "adaptive": `adaptive_read_ahead=True` (starts at 8 steps, grows while the loader
+  waits, shrinks while it does not, up to 64 steps within `--memory_mb` and the requests that fit
+  in flight).
+
+Reported (from `loader.metrics()`): the wait fraction (time in `next()` / wall time of the run),
+tokens/s, the largest number of steps read ahead of the loader at once and the memory they held
+(x the bytes of a step's record), the mean number of steps read ahead over the second half of the
+run and their memory, and the final adaptive window. Prints a markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+from _corpus import write_corpus
+from absl import flags as absl_flags
+
+absl_flags.FLAGS.mark_as_parsed()
+
+
+def upload(server, prefixes: list[str]) -> list[str]:
+    with server.pointed_at():
+        kv = server.kvstore()
+        futures = [kv.write(f"ra/{Path(p).name}{s}", Path(p + s).read_bytes())
+                   for p in prefixes for s in (".idx", ".bin")]
+        for f in futures:
+            f.result()
+    return [server.prefix_url(f"ra/{Path(p).name}") for p in prefixes]
+
+
+def run(urls, work: Path, args, adaptive: bool, step_ms: float) -> dict:
+    import jax
+
+    from jaxblend import index
+    from jaxblend.access import DataAccess
+    from jaxblend.loading import PrefetchOptions, TelemetryOptions, make_loader
+    from jaxblend.sources import GPTSchemaOptions, open_gpt_sources
+
+    blend = [x for u in urls for x in ("1", u)]
+    config = index.GPTDataConfig(blend=blend, split="100,0,0", seq_length=args.seq, seed=7,
+                                 num_samples=(args.batch * args.steps, None, None))
+    access = DataAccess.from_env().with_maps(location=str(work / "cache"))
+    source = open_gpt_sources(config, GPTSchemaOptions(seq_length=args.seq), access=access)["train"]
+    prefetch = PrefetchOptions(adaptive_read_ahead=adaptive,
+                               read_ahead_memory=args.memory_mb << 20)
+    mesh = jax.make_mesh((1,), ("data",))
+    loader = make_loader(source, mesh, global_batch_size=args.batch, num_steps=args.steps,
+                         prefetch=prefetch, telemetry=TelemetryOptions(stall_threshold=0))
+    assert loader.prefetch.adapts(source.reads_remote) == adaptive
+    began = loader.metrics()
+    ahead = []
+    for batch in loader:
+        jax.block_until_ready(batch)
+        if step_ms:
+            time.sleep(step_ms / 1000)
+        ahead.append(loader.metrics().read_ahead_steps)
+    m = loader.metrics().since(began)
+    steady = float(np.mean(ahead[len(ahead) // 2:]))
+    loader.close()
+    return {
+        "wait": m.wait_seconds / m.elapsed_seconds, "tokens/s": m.tokens / m.elapsed_seconds,
+        "peak steps": m.read_ahead_peak_steps, "steady steps": steady,
+        "steady MB": steady * m.step_bytes / 1e6,
+        "peak MB": m.read_ahead_peak_steps * m.step_bytes / 1e6,
+        "window": m.read_ahead_window, "p50 ms": 1e3 * (m.stores["gs"].latency_p50 or 0),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--prefixes", type=int, default=20)
+    parser.add_argument("--tokens", type=float, default=2e7)
+    parser.add_argument("--delays", default="0,20,100", help="ms added per request")
+    parser.add_argument("--steps", type=int, default=80)
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--seq", type=int, default=512)
+    parser.add_argument("--step_ms", type=float, default=250.0, help="the slow consumer's step")
+    parser.add_argument("--memory_mb", type=int, default=1024)
+    parser.add_argument("--work_dir", default=os.path.join(tempfile.gettempdir(), "jaxblend_ra"))
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="runs of each case, fixed and adaptive alternating; medians")
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    if args.quick:
+        args.steps, args.delays = 24, "0,100"
+    work = Path(args.work_dir)
+    work.mkdir(parents=True, exist_ok=True)
+    os.environ["JAXBLEND_IDENTITY_CACHE"] = str(work / "memo")
+    from helpers_fault_proxy import ProxyProcess
+    from helpers_object_store import GcsServer
+
+    prefixes = write_corpus(work / "corpus", args.prefixes, int(args.tokens))
+    server = GcsServer.start(work)
+    rows = []
+    try:
+        urls = upload(server, prefixes)
+        for delay in (float(d) for d in args.delays.split(",")):
+            with ProxyProcess(server.url, delay / 1000) as proxy, server.pointed_at(proxy.url):
+                for consumer, step_ms in (("fast", 0.0), ("slow", args.step_ms)):
+                    runs: dict[str, list[dict]] = {"fixed": [], "adaptive": []}
+                    for r in range(args.repeats):
+                        for mode in (("fixed", "adaptive") if r % 2 == 0 else ("adaptive", "fixed")):
+                            row = run(urls, work, args, mode == "adaptive", step_ms)
+                            runs[mode].append(row)
+                            print({"delay": delay, "consumer": consumer, "mode": mode,
+                                   **{k: round(v, 3) if isinstance(v, float) else v
+                                      for k, v in row.items()}}, flush=True)
+                    for mode, done in runs.items():
+                        row = {k: _median([d[k] for d in done]) for k in done[0]}
+                        row.update(delay=delay, consumer=consumer, mode=mode)
+                        rows.append(row)
+    finally:
+        server.stop()
+    print(f"\n{args.prefixes} prefixes on fake-gcs-server, B {args.batch} x {args.seq} tokens, "
+          f"{args.steps} steps, medians of {args.repeats}, slow consumer {args.step_ms:g} ms/step, memory bound "
+          f"{args.memory_mb} MB, {os.cpu_count()} cores\n")
+    print("| ms/request | consumer | read-ahead | wait fraction | M tokens/s | most steps ahead | "
+          "their memory MB | steps ahead, 2nd half (mean) | their memory MB | final window | "
+          "request p50 ms |")
+    print("|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        window = "" if r["window"] is None else r["window"]
+        print(f"| {r['delay']:g} | {r['consumer']} | {r['mode']} | {r['wait']:.3f} | "
+              f"{r['tokens/s'] / 1e6:.2f} | {r['peak steps']} | {r['peak MB']:.2f} | "
+              f"{r['steady steps']:.1f} | {r['steady MB']:.2f} | {window} | "
+              f"{r['p50 ms']:.0f} |")
+
+
+def _median(values: list):
+    if values[0] is None:
+        return None
+    return sorted(values)[len(values) // 2]
+
+
+if __name__ == "__main__":
+    main()
