@@ -2,6 +2,10 @@
 
 * JAX sees 8 CPU devices in the pytest process (multi-device meshes without accelerators). The
   setting must precede the first `import jax`, hence it lives here.
+* One JAX persistent compilation cache serves the whole run (a temporary directory, removed at
+  exit): the pytest process and every process a test starts (they inherit the environment)
+  compile a given step function once, not once per training run. A cache hit gives the same
+  executable, so results are the same bytes; only the run time changes.
 * absl flags are marked parsed: Grain worker processes read absl flags and, in grain 0.2.18,
   fail when they were never parsed.
 * With JAXBLEND_STRICT_EXTRAS=1 (set by `dev.py test`, i.e. in CI) any skip fails the run, at
@@ -10,10 +14,30 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+
+def _share_jax_compilation_cache() -> None:
+    """Points JAX's persistent compilation cache at one directory for this run and its children
+    (an outer run's directory when one is set already, e.g. by pytest-xdist's controller)."""
+    if "JAX_COMPILATION_CACHE_DIR" in os.environ:
+        return
+    directory = tempfile.mkdtemp(prefix="jaxblend-tests-jax-cache-")
+    atexit.register(shutil.rmtree, directory, ignore_errors=True)
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = directory
+    # Every executable is kept, however quick its compilation or small its size: most of the
+    # suite's compilations are small models' steps of about a second.
+    os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+    os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"
+
+
+_share_jax_compilation_cache()
 
 from absl import flags
 
