@@ -35,6 +35,10 @@ def _share_jax_compilation_cache() -> None:
     # suite's compilations are small models' steps of about a second.
     os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
     os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"
+    # A size bound makes JAX lock the directory (filelock) around each read and write: JAX writes
+    # an entry in place, so without the lock a process could read one another is still writing
+    # (the processes of a multi-process job, pytest-xdist's workers) and warn on stderr.
+    os.environ["JAX_COMPILATION_CACHE_MAX_SIZE"] = str(8 << 30)
 
 
 _share_jax_compilation_cache()
