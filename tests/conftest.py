@@ -31,13 +31,15 @@ def _share_jax_compilation_cache() -> None:
     directory = tempfile.mkdtemp(prefix="jaxblend-tests-jax-cache-")
     atexit.register(shutil.rmtree, directory, ignore_errors=True)
     os.environ["JAX_COMPILATION_CACHE_DIR"] = directory
-    # Every executable is kept, however quick its compilation or small its size: most of the
-    # suite's compilations are small models' steps of about a second.
-    os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+    # Every executable that took 0.1 s or more to compile is kept, however small (the suite's
+    # models are): a training run's steps and checkpoint functions, not each eager operation of
+    # the unit tests, whose thousands of entries would make each write's size scan (below) slow.
+    os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0.1"
     os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"
     # A size bound makes JAX lock the directory (filelock) around each read and write: JAX writes
     # an entry in place, so without the lock a process could read one another is still writing
-    # (the processes of a multi-process job, pytest-xdist's workers) and warn on stderr.
+    # (the processes of a multi-process job, pytest-xdist's workers) and warn on stderr. Each
+    # write then sums the sizes of all entries, hence few entries.
     os.environ["JAX_COMPILATION_CACHE_MAX_SIZE"] = str(8 << 30)
 
 
