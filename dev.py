@@ -39,7 +39,7 @@ def _run(cmd: list[str], **kwargs) -> None:
 
 def ensure_environment(extras: str) -> Path:
     """Creates the virtualenv and installs jaxblend[extras] unless already up to date."""
-    if sys.version_info < (3, 11):
+    if sys.version_info < (3, 11):  # noqa: UP036 (dev.py may be started by an older python3)
         sys.exit(f"jaxblend needs Python >= 3.11, this is {sys.version.split()[0]}")
     python = _venv_python()
     if not python.exists():
@@ -82,8 +82,11 @@ def main(argv: list[str]) -> int:
         # Every optional extra is installed, so any skip (collection or run time) is a failure
         # unless the test is marked allowed_skip (tests/strict_skips.py).
         env["JAXBLEND_STRICT_EXTRAS"] = "1"
-        cmd = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider"]
-    return subprocess.run(cmd + rest, cwd=ROOT, env=env).returncode
+        # Two worker processes (pytest-xdist), the tests of one file in the same one: a file's
+        # tests may share module fixtures and build on each other's results. `-n 0` runs serially.
+        cmd = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2",
+               "--dist", "loadfile"]
+    return subprocess.run(cmd + rest, check=False, cwd=ROOT, env=env).returncode
 
 
 if __name__ == "__main__":
