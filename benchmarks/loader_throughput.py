@@ -270,7 +270,7 @@ def construction_rows(args) -> None:
     rng = np.random.default_rng(0)
     results = []
     for name, fim in variants:
-        source = open_gpt_sources(config, GPTSchemaOptions(seq_length=seq, fim=fim))["train"]
+        source = open_gpt_sources(config, GPTSchemaOptions(fim=fim))["train"]
         ids_list = [rng.integers(0, len(source), batch) for _ in range(16)]
         it = iter(range(1 << 30))
 
@@ -318,7 +318,7 @@ def telemetry_overhead_rows(args) -> None:
     config = index.GPTDataConfig(blend=[prefix], split="100,0,0", seq_length=seq, seed=1234,
                                  num_samples=(samples, None, None))
     access = DataAccess.from_env().with_maps(location=os.path.join(args.data_dir, "cache"))
-    source = open_gpt_sources(config, GPTSchemaOptions(seq_length=seq), access=access)["train"]
+    source = open_gpt_sources(config, GPTSchemaOptions(), access=access)["train"]
     mesh = Mesh(np.array(jax.devices()).reshape(-1), ("data",))
     settings = {"on": TelemetryOptions(), "off": TelemetryOptions(collect=False, stall_threshold=0)}
 

@@ -65,7 +65,7 @@ def run(urls, work: Path, args, adaptive: bool, step_ms: float) -> dict:
     config = index.GPTDataConfig(blend=blend, split="100,0,0", seq_length=args.seq, seed=7,
                                  num_samples=(args.batch * args.steps, None, None))
     access = DataAccess.from_env().with_maps(location=str(work / "cache"))
-    source = open_gpt_sources(config, GPTSchemaOptions(seq_length=args.seq), access=access)["train"]
+    source = open_gpt_sources(config, GPTSchemaOptions(), access=access)["train"]
     prefetch = PrefetchOptions(adaptive_read_ahead=adaptive,
                                read_ahead_memory=args.memory_mb << 20)
     mesh = jax.make_mesh((1,), ("data",))

@@ -385,7 +385,8 @@ def _restore(checkpoint, state: _Model, s: cli.TrainSettings) -> _Resume:
     the directory and the flag that chose it."""
     directory = s.checkpoint_dir
     ckpt = checkpoint.Checkpointer(
-        directory, keep=s.keep_checkpoints, chosen_by=_checkpoint_flag()
+        directory, keep=s.keep_checkpoints, chosen_by=_checkpoint_flag(),
+        show_save_waits=flags.FLAGS.verbose,
     )
     resume = _Resume(ckpt, directory)
     last = ckpt.latest_step()

@@ -19,6 +19,7 @@ read; `Checkpointer` refuses such a directory with a message saying so.
 
 from __future__ import annotations
 
+import logging as logging_lib
 import os
 import re
 from typing import Any
@@ -39,6 +40,20 @@ def checkpoint_path(directory: str) -> epath.Path:
     if is_url(directory):
         return epath.Path(directory)
     return epath.Path(os.path.abspath(local_path(directory)))
+
+
+class _SaveWaitFilter(logging_lib.Filter):
+    """Drops Orbax's "Waiting for previous save to complete" warning."""
+
+    def filter(self, record: logging_lib.LogRecord) -> bool:
+        return not str(record.msg).startswith("Waiting for previous save to complete")
+
+
+def _hide_save_waits() -> None:
+    """Installs `_SaveWaitFilter` on absl's logger (Orbax logs through it), once per process."""
+    logger = logging.get_absl_logger()
+    if not any(isinstance(f, _SaveWaitFilter) for f in logger.filters):
+        logger.addFilter(_SaveWaitFilter())
 
 
 def _refuse_npz_layout(directory: str) -> None:
@@ -64,6 +79,10 @@ class Checkpointer:
       chosen_by: how the program's user chose `directory`, for messages that say how to give the
         run another one (e.g. ``--checkpoint_dir``, or ``--workdir`` when it is the default under
         the work directory).
+      show_save_waits: let Orbax's "Waiting for previous save to complete took N seconds" warning
+        through (a save that had to wait for the one before it; advice, not a fault). Without it
+        the warning is dropped from absl's log, as the training example does without
+        ``--verbose``.
     """
 
     def __init__(
@@ -72,8 +91,11 @@ class Checkpointer:
         keep: int = 2,
         asynchronous: bool = True,
         chosen_by: str = "--checkpoint_dir",
+        show_save_waits: bool = True,
     ) -> None:
         _refuse_npz_layout(directory)
+        if not show_save_waits:
+            _hide_save_waits()
         self.directory = directory
         self.chosen_by = chosen_by
         options = ocp.CheckpointManagerOptions(

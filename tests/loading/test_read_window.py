@@ -111,7 +111,7 @@ def source(tmp_path_factory):
     config = index.GPTDataConfig(blend=[prefix], split="100,0,0", seq_length=SEQ, seed=1,
                                  num_samples=(B * 40, None, None))
     access = DataAccess.from_env().with_maps(location=str(root / "cache"))
-    return open_gpt_sources(config, GPTSchemaOptions(seq_length=SEQ), access=access)["train"]
+    return open_gpt_sources(config, GPTSchemaOptions(), access=access)["train"]
 
 
 def test_loader_batches_are_the_same_and_read_ahead_stays_in_its_bound(source):

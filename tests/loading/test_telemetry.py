@@ -54,7 +54,7 @@ def _source(blend, cache, access=None):
         blend=blend, split="100,0,0", seq_length=SEQ, seed=1, num_samples=(B * STEPS, None, None)
     )
     access = (access or DataAccess.from_env()).with_maps(location=str(cache))
-    return open_gpt_sources(config, GPTSchemaOptions(seq_length=SEQ), access=access)["train"]
+    return open_gpt_sources(config, GPTSchemaOptions(), access=access)["train"]
 
 
 def _weighted(paths):

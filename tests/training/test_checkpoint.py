@@ -111,3 +111,24 @@ def test_checkpoint_path_of_urls_and_local_paths(tmp_path, monkeypatch):
     assert str(checkpoint_path("runs/a")) == str(tmp_path / "runs" / "a")
     assert str(checkpoint_path(f"file://{tmp_path}/b")) == str(tmp_path / "b")
     assert str(checkpoint_path("gs://bucket/run")) == "gs://bucket/run"
+
+
+def test_orbax_save_wait_warning_hidden_unless_asked(tmp_path, caplog):
+    from absl import logging as absl_logging
+
+    logger = absl_logging.get_absl_logger()
+    before = list(logger.filters)
+    try:
+        Checkpointer(str(tmp_path / "shown")).close()
+        with caplog.at_level("WARNING"):
+            absl_logging.warning("Waiting for previous save to complete took %f seconds.", 1.5)
+        assert "Waiting for previous save" in caplog.text
+        caplog.clear()
+        Checkpointer(str(tmp_path / "hidden"), show_save_waits=False).close()
+        with caplog.at_level("WARNING"):
+            absl_logging.warning("Waiting for previous save to complete took %f seconds.", 1.5)
+            absl_logging.warning("another warning")
+        assert "Waiting for previous save" not in caplog.text
+        assert "another warning" in caplog.text
+    finally:
+        logger.filters[:] = before
