@@ -180,10 +180,14 @@ def test_resumed_host_reads_only_the_rows_from_its_step(published):
     open_gpt_sources(config, OPTIONS, access=host("builder", builder=True))
     source = open_gpt_sources(config, OPTIONS, access=host("reader", builder=False))["train"]
     tables = source.span_index.tables
+    # The rows each read fetches, counted exactly: no background read-ahead of the row table
+    # (a read-ahead and a demand read can fetch overlapping rows at once; tests/sources/
+    # test_row_tables.py covers it) and two steps read ahead by the loader, so at most three reads.
+    tables.prefetch = False
     k = 2
     mesh = jax.make_mesh((8,), ("data",))
     loader = make_loader(source, mesh, global_batch_size=B, start_step=k,
-                         prefetch=PrefetchOptions(worker_count=0))
+                         prefetch=PrefetchOptions(worker_count=0, read_ahead=2))
     next(loader)  # global step k
     held, read = tables.held_blocks, tables.bytes_read
     assert held and all(lo >= k * B for lo, _ in held), held  # nothing before step k
