@@ -173,8 +173,12 @@ def test_bucket_requests_match_the_server_count(object_store, prefixes, tmp_path
         loader = make_loader(source, mesh(), global_batch_size=B, num_steps=STEPS)
         assert len(list(loader)) == STEPS
         m = loader.metrics()
-        # every request the server saw: counted once, or as a retry (a loaded server may fail one)
-        assert m.stores[store].requests + m.stores[store].retries == proxy.requests > 0
+        # every request the server saw: counted once, or as a retry (a loaded server may fail
+        # one). Retries are TensorStore's per-process count for the store kind, so retries of
+        # other reads in this process (an earlier test's, under pytest-xdist) count too: the
+        # server's figure lies between the requests and the requests plus the retries.
+        counted = m.stores[store]
+        assert 0 < counted.requests <= proxy.requests <= counted.requests + counted.retries
     figures = m.stores[store]
     assert set(m.stores) == {store}
     assert figures.bytes >= STEPS * B * (SEQ + 1) * 2  # coalesced ranges may span gaps
@@ -193,7 +197,7 @@ def test_retries_are_counted(object_store, prefixes, tmp_path):
         loader = make_loader(source, mesh(), global_batch_size=B, num_steps=STEPS)
         assert len(list(loader)) == STEPS
         m = loader.metrics()
-        assert m.stores[store].retries == 2
+        assert m.stores[store].retries >= 2  # the two failures (and any other read's retries)
         assert m.stores[store].requests == proxy.requests - 2
 
 
