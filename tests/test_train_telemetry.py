@@ -44,7 +44,7 @@ def test_log_lines_and_metrics_jsonl_carry_the_loaders_figures(blend, tmp_path):
         f"--metrics_port={_free_port()}", "--stall_threshold=30",
     ])
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
-    assert re.search(r"^step\s+4  loader: local [0-9.]+ MB/s, ahead \d+$", out.stdout,
+    assert re.search(r"^step\s+4  loader: local [0-9.]+ [kM]B/s, ahead \d+$", out.stdout,
                      re.MULTILINE), out.stdout[-2000:]
     records = [json.loads(line) for line in metrics.read_text().splitlines()]
     loader = {r["step"]: r["loader"] for r in records if r["kind"] == "train"}

@@ -192,7 +192,8 @@ class LoaderMetrics:
         parts = []
         seconds = self.elapsed_seconds
         for name, store in sorted(self.stores.items()):
-            part = f"{name} {store.bytes / 1e6 / seconds if seconds > 0 else 0.0:.1f} MB/s"
+            rate = store.bytes / seconds if seconds > 0 else 0.0
+            part = f"{name} {rate / 1e6:.1f} MB/s" if rate >= 1e5 else f"{name} {rate / 1e3:.1f} kB/s"
             if store.requests:
                 p50, p99 = store.latency_p50, store.latency_p99
                 part += f" {store.requests} req"
