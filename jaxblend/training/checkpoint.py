@@ -49,13 +49,6 @@ class _SaveWaitFilter(logging_lib.Filter):
         return not str(record.msg).startswith("Waiting for previous save to complete")
 
 
-def _hide_save_waits() -> None:
-    """Installs `_SaveWaitFilter` on absl's logger (Orbax logs through it), once per process."""
-    logger = logging.get_absl_logger()
-    if not any(isinstance(f, _SaveWaitFilter) for f in logger.filters):
-        logger.addFilter(_SaveWaitFilter())
-
-
 def _refuse_npz_layout(directory: str) -> None:
     if is_url(directory) or not os.path.isdir(local_path(directory)):
         return
@@ -81,8 +74,8 @@ class Checkpointer:
         the work directory).
       show_save_waits: let Orbax's "Waiting for previous save to complete took N seconds" warning
         through (a save that had to wait for the one before it; advice, not a fault). Without it
-        the warning is dropped from absl's log, as the training example does without
-        ``--verbose``.
+        the warning is dropped from absl's log until `close`, as the training example does
+        without ``--verbose``.
     """
 
     def __init__(
@@ -94,8 +87,10 @@ class Checkpointer:
         show_save_waits: bool = True,
     ) -> None:
         _refuse_npz_layout(directory)
-        if not show_save_waits:
-            _hide_save_waits()
+        # Orbax logs through absl's logger; the filter lives as long as this checkpointer.
+        self._save_wait_filter = None if show_save_waits else _SaveWaitFilter()
+        if self._save_wait_filter is not None:
+            logging.get_absl_logger().addFilter(self._save_wait_filter)
         self.directory = directory
         self.chosen_by = chosen_by
         options = ocp.CheckpointManagerOptions(
@@ -196,5 +191,10 @@ class Checkpointer:
         self._manager.wait_until_finished()
 
     def close(self) -> None:
-        """Waits for pending saves and releases the manager."""
-        self._manager.close()
+        """Waits for pending saves and releases the manager (and stops hiding Orbax's save-wait
+        warning)."""
+        try:
+            self._manager.close()
+        finally:
+            if self._save_wait_filter is not None:
+                logging.get_absl_logger().removeFilter(self._save_wait_filter)
