@@ -34,7 +34,8 @@ reports each dataset of a blended validation split too: docs/training.md); saves
 `--save_interval` steps to `--checkpoint_dir` (a directory or a gs:// URL) and resumes from the
 newest checkpoint there, on any process count and mesh (a directory holding another model's
 checkpoint is refused with one line naming it and the flag that chose it, `--checkpoint_dir` or
-`--workdir`; "resumed from" is printed once the loader has accepted the checkpoint). `--metrics_port` serves each host's loader
+`--workdir`, and so is other data under the same model, naming the data flags that differ;
+"resumed from" is printed once the loader has accepted the checkpoint). `--metrics_port` serves each host's loader
 figures to Prometheus; a batch not ready after `--stall_threshold` seconds gets one line naming the
 reads still pending. SIGTERM (preemption) makes every process
 checkpoint the same step and exit 0. In a multi-process run a lost peer stops every process within
@@ -181,6 +182,7 @@ class _Data:
     seq_length: int
     steps: cli.StepSettings
     history: object = None  # a `--data_schedule` run's `StagedHistory` (resume across edits)
+    record: dict | None = None  # what a checkpoint records of the data (`_data_record`)
 
 
 @dataclasses.dataclass
@@ -277,7 +279,78 @@ def _open_data(spec: _DataSpec, s: cli.TrainSettings, phase: PhaseStepPlan | Non
     plan = phase or run.steps.covering(len(train), run.steps.train_iters)
     names = getattr(train, "dataset_names", ["mock"])
     history = cli.history_of("train", train, run)
-    return _Data(train, plan, valid, names, run.seq_length, run.steps, history)
+    return _Data(
+        train, plan, valid, names, run.seq_length, run.steps, history, _data_record(train)
+    )
+
+
+# Flag values that choose where and how data is read, not what is read: not part of the record.
+_ACCESS_FIELDS = frozenset({
+    "data_cache_path", "data_cache_mirror", "data_cache_wait", "s3_endpoint", "s3_region",
+    "storage_concurrency", "storage_retries", "storage_timeout", "storage_backend",
+    "global_batch_size_given",
+})
+
+
+def _data_record(train) -> dict:
+    """What a checkpoint records of the run's data: the data flags' values (`--train_iters` only
+    while it sizes the train split, without `--train_samples`) and the training source's
+    fingerprint (its maps key), as JSON values."""
+    values = dataclasses.asdict(cli.read_flag_values())
+    if values["train_samples"] is not None:
+        del values["train_iters"]  # a resume raises it
+    return {
+        "flags": {k: list(v) if isinstance(v, tuple) else v
+                  for k, v in values.items() if k not in _ACCESS_FIELDS},
+        "maps_key": getattr(train, "fingerprint", None),
+    }
+
+
+def _data_differences(saved: dict | None, record: dict) -> str | None:
+    """What differs between the data a checkpoint records and this run's, as flags
+    (`it was trained with --seed=1234, this run has --seed=7`), or the maps keys when only the
+    datasets differ; None when the checkpoint records no data."""
+    if not isinstance(saved, dict) or not isinstance(saved.get("flags"), dict):
+        return None
+    ours = record["flags"]
+    names = [n for n in ours if n in saved["flags"] and saved["flags"][n] != ours[n]]
+    if not names:
+        return (
+            f"its datasets or maps differ (maps key {saved.get('maps_key')}, this run's "
+            f"{record['maps_key']})"
+        )
+
+    def flags_of(values: dict) -> str:
+        return " ".join(
+            f"--{n}={' '.join(map(str, v)) if isinstance(v, list) else v}"
+            for n, v in ((n, values[n]) for n in names)
+        )
+
+    return f"it was trained with {flags_of(saved['flags'])}, this run has {flags_of(ours)}"
+
+
+def _check_same_data(resume: _Resume, data: _Data, loader_state: dict | None) -> None:
+    """Refuses, in one line naming the checkpoint directory, the flag that chose it and the data
+    flags that differ, a resume whose loader state another data configuration saved (a staged
+    split's history explains its own refusals, and a checkpoint recording no data gets the
+    loader's refusal)."""
+    from jaxblend.loading.loader import loader_fingerprint
+    from jaxblend.loading.resume_history import STATE_KEY
+
+    if loader_state is None or data.history is not None or loader_state.get(STATE_KEY):
+        return
+    if loader_state.get("fingerprint") == loader_fingerprint(data.train, data.plan):
+        return
+    differs = _data_differences((resume.meta or {}).get("data"), data.record)
+    if differs is None:
+        return
+    ckpt = resume.ckpt
+    raise app.UsageError(
+        f"{ckpt.directory} (from {ckpt.chosen_by}) holds a checkpoint (step {resume.start}) whose "
+        f"loader state comes from a different data configuration: {differs}; resume with its "
+        f"data flags, give this run its own {ckpt.chosen_by}, or delete {ckpt.directory} to "
+        "start over"
+    )
 
 
 def _warn_about_data(run: cli.RunConfig, data: _Data) -> None:
@@ -660,7 +733,8 @@ def _run_steps(watch, loader, state: _Model, resume: _Resume, data: _Data, steps
                 totals.absorb(sums.take())
                 resume.ckpt.save(
                     done, (state.params, state.opt_state), loader,
-                    {"model": dataclasses.asdict(state.config), **totals.meta(),
+                    {"model": dataclasses.asdict(state.config), "data": data.record,
+                     **totals.meta(),
                      **_phase_meta(data.plan)},
                 )
                 guard.saved(done)
@@ -712,6 +786,7 @@ def _train(watch, s: cli.TrainSettings) -> None:
     resume = _restore(checkpoint, state, s)
     loader_state, phase_line = _enter_phase(resume, data.plan)
     resume.same_stream = loader_state is not None
+    _check_same_data(resume, data, loader_state)
     train_step, eval_step = _compile_steps(state, len(data.names), mesh)
 
     watch.phase = "opening the data"
