@@ -155,15 +155,7 @@ def main(argv: Sequence[str]) -> None:
     dump(config, fl.out, fl.num, access, decoder)
 
 
-def run(argv: Sequence[str] | None = None) -> int:
-    """Runs the tool (Megatron-LM's spellings work too: --data-path 0.3 /d/a 0.7 /d/b) as its command line does, in this process; returns the exit code.
-
-    Args:
-      argv: the arguments after the program name (`sys.argv[1:]` when None).
-    """
-    return cli.call(
-        main, argv, cli.MEGATRON_NARGS, define=define_flags, shared=_training_flags.TRAINING
-    )
+run = _training_flags.data_tool_run(main, define_flags)
 
 
 if __name__ == "__main__":

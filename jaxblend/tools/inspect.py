@@ -435,15 +435,7 @@ def main(argv: Sequence[str]) -> None:
             sys.exit(1)
 
 
-def run(argv: Sequence[str] | None = None) -> int:
-    """Runs the tool as its command line does, in this process; returns the exit code.
-
-    Args:
-      argv: the arguments after the program name (`sys.argv[1:]` when None).
-    """
-    return cli.call(
-        main, argv, cli.MEGATRON_NARGS, define=define_flags, shared=_training_flags.TRAINING
-    )
+run = _training_flags.data_tool_run(main, define_flags)
 
 
 if __name__ == "__main__":
