@@ -327,7 +327,22 @@ def read_tiktoken_ranks(path: str) -> dict[bytes, int]:
     return ranks
 
 
-class TikTokenizer:
+class _TiktokenDecoding:
+    """Decoding and token lookup of a tokenizer over a tiktoken encoding (`self._enc`)."""
+
+    def detokenize(self, ids: Sequence[int] | np.ndarray) -> str:
+        """Decodes ids to text."""
+        return self._enc.decode([int(i) for i in ids])
+
+    def token_to_id(self, token: str) -> int | None:
+        """The id of ``token`` (a special token or one vocabulary entry), or None."""
+        try:
+            return int(self._enc.encode_single_token(token))
+        except KeyError:
+            return None
+
+
+class TikTokenizer(_TiktokenDecoding):
     """A tiktoken BPE ranks file; ``<|endoftext|>`` is added after the ranks as eod = eos.
 
     The pre-tokenization regex is ``pattern``: ``gpt2``, ``cl100k`` or a literal regex.
@@ -366,16 +381,6 @@ class TikTokenizer:
         enc = self._enc.encode_ordinary
         return _flatten([enc(t) for t in texts])
 
-    def detokenize(self, ids: Sequence[int] | np.ndarray) -> str:
-        """Decodes ids to text."""
-        return self._enc.decode([int(i) for i in ids])
-
-    def token_to_id(self, token: str) -> int | None:
-        """The id of ``token`` (a special token or one vocabulary entry), or None."""
-        try:
-            return int(self._enc.encode_single_token(token))
-        except KeyError:
-            return None
 
 
 # Megatron's TikTokenizer: its pre-tokenizer patterns and the special tokens every vocabulary has.
@@ -421,7 +426,7 @@ def read_tiktoken_json(path: str, limit: int, shift: int) -> dict[bytes, int]:
     return ranks
 
 
-class MegatronTikTokenizer:
+class MegatronTikTokenizer(_TiktokenDecoding):
     """Megatron-Core's ``TikTokenizer``: JSON vocabulary, ids shifted by the special tokens.
 
     Ids ``0 .. num_special_tokens - 1`` are the special tokens (``special_tokens`` then
@@ -493,16 +498,6 @@ class MegatronTikTokenizer:
         """Returns ``(flat_ids, lengths)``."""
         return _flatten([self._enc.encode(t, allowed_special="all") for t in texts])
 
-    def detokenize(self, ids: Sequence[int] | np.ndarray) -> str:
-        """Decodes ids to text."""
-        return self._enc.decode([int(i) for i in ids])
-
-    def token_to_id(self, token: str) -> int | None:
-        """The id of ``token`` (a special token or one vocabulary entry), or None."""
-        try:
-            return int(self._enc.encode_single_token(token))
-        except KeyError:
-            return None
 
 
 class NullTokenizer:
