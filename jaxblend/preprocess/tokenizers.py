@@ -36,7 +36,6 @@ import numpy as np
 from jaxblend.preprocess.tokenizer_spec import (
     BYTE,
     GPT2BPE,
-    HF_CONFIG_FILES,
     HUGGINGFACE,
     NULL,
     SENTENCEPIECE,
@@ -45,6 +44,7 @@ from jaxblend.preprocess.tokenizer_spec import (
     Tokenizer,
     TokenizerError,
     TokenizerSpec,
+    named_tokens,
 )
 
 # Pre-tokenization regexes for tiktoken BPE files (the file holds only the merge ranks).
@@ -127,33 +127,18 @@ class _VocabSpecials:
 
 
 def configured_special_tokens(directory: str) -> dict[str, str]:
-    """Special token strings named by a Hugging Face model directory's JSON configuration.
-
-    Reads ``tokenizer_config.json`` then ``special_tokens_map.json`` (later wins); values are strings
-    or ``{"content": ...}`` objects. Returns ``{"eos": "</s>", ...}`` for what is named.
+    """Special token strings named by a Hugging Face model directory's JSON configuration
+    (`named_tokens`), as ``{"eos": "</s>", ...}`` for what is named.
 
     Raises:
       TokenizerError: a present file is not valid JSON.
     """
-    import json
-
-    out: dict[str, str] = {}
-    for name in HF_CONFIG_FILES:
-        path = os.path.join(directory, name)
-        if not os.path.isfile(path):
-            continue
-        try:
-            with open(path, encoding="utf-8") as f:
-                data = json.load(f)
-        except ValueError as e:
-            raise TokenizerError(f"{path}: not valid JSON ({e})") from e
-        for special in ("eos", "bos", "pad", "mask", "cls", "sep"):
-            value = data.get(f"{special}_token") if isinstance(data, dict) else None
-            if isinstance(value, dict):
-                value = value.get("content")
-            if isinstance(value, str):
-                out[special] = value
-    return out
+    named = named_tokens(directory)
+    return {
+        special: named[f"{special}_token"]
+        for special in ("eos", "bos", "pad", "mask", "cls", "sep")
+        if f"{special}_token" in named
+    }
 
 
 class HuggingFaceTokenizer(_VocabSpecials):
