@@ -60,8 +60,8 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from absl import app, flags, logging
 
@@ -309,24 +309,19 @@ def _data_record(train) -> dict:
 def _data_differences(saved: dict | None, record: dict) -> str | None:
     """What differs between the data a checkpoint records and this run's, as flags
     (`it was trained with --seed=1234, this run has --seed=7`), or the maps keys when only the
-    datasets differ; None when the checkpoint records no data."""
+    datasets differ; None when the checkpoint records no data, or the same."""
     if not isinstance(saved, dict) or not isinstance(saved.get("flags"), dict):
         return None
-    ours = record["flags"]
-    names = [n for n in ours if n in saved["flags"] and saved["flags"][n] != ours[n]]
-    if not names:
+    differs = _differences(
+        saved["flags"], record["flags"],
+        lambda n, v: f"--{n}={' '.join(map(str, v)) if isinstance(v, list) else v}",
+    )
+    if differs is None and saved.get("maps_key") != record["maps_key"]:
         return (
             f"its datasets or maps differ (maps key {saved.get('maps_key')}, this run's "
             f"{record['maps_key']})"
         )
-
-    def flags_of(values: dict) -> str:
-        return " ".join(
-            f"--{n}={' '.join(map(str, v)) if isinstance(v, list) else v}"
-            for n, v in ((n, values[n]) for n in names)
-        )
-
-    return f"it was trained with {flags_of(saved['flags'])}, this run has {flags_of(ours)}"
+    return differs
 
 
 def _check_same_data(resume: _Resume, data: _Data, loader_state: dict | None) -> None:
@@ -442,14 +437,20 @@ def _model_differences(saved: dict | None, model: dict) -> str | None:
     equal or the checkpoint records none."""
     if not isinstance(saved, dict):
         return None
-    names = [n for n in model if n in saved and saved[n] != model[n]]
+    return _differences(saved, model, lambda n, v: f"{_MODEL_FLAGS.get(n, n)}={v}")
+
+
+def _differences(saved: dict, ours: dict, spelled: Callable[[str, Any], str]) -> str | None:
+    """`it was trained with <saved>, this run has <ours>` over the entries of both that differ,
+    each `spelled(name, value)` as a flag; None when none differs."""
+    names = [n for n in ours if n in saved and saved[n] != ours[n]]
     if not names:
         return None
 
     def flags_of(values: dict) -> str:
-        return " ".join(f"{_MODEL_FLAGS.get(n, n)}={values[n]}" for n in names)
+        return " ".join(spelled(n, values[n]) for n in names)
 
-    return f"it was trained with {flags_of(saved)}, this run has {flags_of(model)}"
+    return f"it was trained with {flags_of(saved)}, this run has {flags_of(ours)}"
 
 
 def _restore(checkpoint, state: _Model, s: cli.TrainSettings) -> _Resume:
