@@ -334,7 +334,8 @@ def _check_same_data(resume: _Resume, data: _Data, loader_state: dict | None) ->
 
     if loader_state is None or data.history is not None or loader_state.get(STATE_KEY):
         return
-    if loader_state.get("fingerprint") == loader_fingerprint(data.train, data.plan):
+    ours = loader_fingerprint(data.train, data.plan)
+    if loader_state.get("fingerprint") == ours:
         return
     differs = _data_differences((resume.meta or {}).get("data"), data.record)
     if differs is None:
@@ -342,9 +343,9 @@ def _check_same_data(resume: _Resume, data: _Data, loader_state: dict | None) ->
     ckpt = resume.ckpt
     raise app.UsageError(
         f"{ckpt.directory} (from {ckpt.chosen_by}) holds a checkpoint (step {resume.start}) whose "
-        f"loader state comes from a different data configuration: {differs}; resume with its "
-        f"data flags, give this run its own {ckpt.chosen_by}, or delete {ckpt.directory} to "
-        "start over"
+        "loader state comes from a different data configuration (fingerprint "
+        f"{loader_state.get('fingerprint')}, this run's {ours}): {differs}; resume with its data "
+        f"flags, give this run its own {ckpt.chosen_by}, or delete {ckpt.directory} to start over"
     )
 
 
