@@ -113,7 +113,7 @@ class Reader:
         packed = source.options.packing != "concat"
         self.real = [  # real tokens per step (padding not counted), before any clock starts
             int(np.count_nonzero(source.get_batch(np.arange(lo, lo + batch))["segment_ids"]))
-            if packed else batch * source.options.seq_length
+            if packed else batch * source.seq_length
             for lo in self.starts
         ]
 
