@@ -44,12 +44,6 @@ import numpy as np
 from jaxblend.index import blend_schedule, gpt, packing
 from jaxblend.index.split_maps import Spans, SplitMaps
 
-PACKINGS = ("concat", "best_fit")
-"""`GPTDataConfig.packing` values: Megatron's concatenate-and-cut samples, or packed rows."""
-
-OVERFLOWS = ("cut", "truncate", "drop")
-"""`GPTDataConfig.packing_overflow` values: what happens to a sequence longer than a row."""
-
 PACKED_FIELDS = (
     "packed_starts", "packed_sequence", "packed_offset", "packed_length", "packed_order", "offsets",
     "packed_epoch_rows", "constituent_prefix", "dataset_index", "dataset_sample_index",
@@ -106,12 +100,12 @@ def build_packed_epoch(
       seed: the `RandomState` seed of this epoch.
       window: pieces packed together.
       overflow: a sequence longer than a row is "cut" into row-sized pieces (all packed),
-        "truncate"d to its first row-sized piece, or "drop"ped (`keep_overflow`).
+        "truncate"d to its first row-sized piece, or "drop"ped (`packing.cut_items`).
     """
     documents = np.asarray(documents, np.int64)
     rng = gpt._random_state(int(seed))
     docs = documents[rng.permutation(documents.shape[0])]
-    cut = keep_overflow(packing.cut_items(np.asarray(sequence_lengths)[docs], capacity), overflow)
+    cut = packing.cut_items(sequence_lengths, capacity, overflow, order=docs)
     rows = packing.best_fit_pack(cut.length, capacity, window)
     sequence, offset, length = _pieces_of_rows(rows.pieces, docs, cut.item, cut.offset, cut.length)
     return PackedDatasetMaps(
@@ -124,27 +118,6 @@ def build_packed_epoch(
         split_documents=cut.split_items,
         capacity=int(capacity),
     )
-
-
-def keep_overflow(cut: packing.CutItems, overflow: str) -> packing.CutItems:
-    """The pieces packed of items cut to a row (`packing.cut_items`): "cut" keeps every piece,
-    "truncate" only each item's first piece (its first row of tokens: conversations, whose tail
-    without its beginning is not a sample), "drop" only the items that were not cut.
-    `split_items` still counts the items longer than a row.
-
-    Raises:
-      ValueError: an unknown ``overflow``.
-    """
-    if overflow not in OVERFLOWS:
-        raise ValueError(f"packing_overflow = {overflow!r}; expected one of {OVERFLOWS}")
-    if overflow == "cut":
-        return cut
-    if overflow == "truncate":
-        keep = cut.offset == 0
-    else:
-        pieces = np.bincount(cut.item, minlength=int(cut.item.max(initial=-1)) + 1)
-        keep = pieces[cut.item] == 1
-    return packing.CutItems(cut.item[keep], cut.offset[keep], cut.length[keep], cut.split_items)
 
 
 @numba.njit(cache=True, nogil=True)

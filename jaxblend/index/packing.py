@@ -32,6 +32,13 @@ import dataclasses
 
 import numba
 import numpy as np
+from numba.cpython.unsafe.numbers import trailing_zeros
+
+PACKINGS = ("concat", "best_fit")
+"""`GPTDataConfig.packing` values: Megatron's concatenate-and-cut samples, or packed rows."""
+
+OVERFLOWS = ("cut", "truncate", "drop")
+"""`GPTDataConfig.packing_overflow` values: what `cut_items` keeps of an item longer than a row."""
 
 DEFAULT_WINDOW = 16384
 """Items packed together (`--packing_window`): large enough that the half-empty rows left when a
@@ -106,22 +113,29 @@ def check_window(window: int) -> int:
 
 
 @numba.njit(cache=True, nogil=True)
-def _cut_kernel(lengths, capacity):  # pragma: no cover - compiled
-    n = lengths.shape[0]
+def _cut_kernel(lengths, order, capacity, keep):  # pragma: no cover - compiled
+    # Item i has lengths[order[i]] tokens (lengths[i] when order is None). keep: 0 every piece,
+    # 1 each item's first piece, 2 only the items of one piece (see `OVERFLOWS`).
+    n = lengths.shape[0] if order is None else order.shape[0]
     total = 0
     split = 0
     for i in range(n):
-        size = lengths[i]
+        size = np.int64(lengths[i] if order is None else lengths[order[i]])
         if size > 0:
-            total += (size + capacity - 1) // capacity
-            if size > capacity:
+            pieces = (size + capacity - 1) // capacity
+            if pieces > 1:
                 split += 1
+            total += pieces if keep == 0 else (1 if keep == 1 or pieces == 1 else 0)
     item = np.empty(total, np.int64)
     offset = np.empty(total, np.int64)
     length = np.empty(total, np.int64)
     m = 0
     for i in range(n):
-        size = lengths[i]
+        size = np.int64(lengths[i] if order is None else lengths[order[i]])
+        if keep == 1:
+            size = min(size, capacity)
+        elif keep == 2 and size > capacity:
+            continue
         start = 0
         while start < size:
             item[m] = i
@@ -132,27 +146,41 @@ def _cut_kernel(lengths, capacity):  # pragma: no cover - compiled
     return item, offset, length, split
 
 
-def cut_items(lengths: np.ndarray, capacity: int) -> CutItems:
+def cut_items(
+    lengths: np.ndarray, capacity: int, overflow: str = "cut", order: np.ndarray | None = None
+) -> CutItems:
     """Cuts items longer than `capacity` into `capacity`-token pieces (see the module docstring).
 
+    Args:
+      lengths: item lengths (any integer dtype).
+      capacity: tokens per row.
+      overflow: which pieces of an item longer than a row are kept (`OVERFLOWS`): "cut" every
+        piece, "truncate" only its first (its first row of tokens: conversations, whose tail
+        without its beginning is not a sample), "drop" none. `split_items` counts the items
+        longer than a row whatever the policy.
+      order: the items are `lengths[order]` (saves gathering them), or None: `lengths`.
+
     Raises:
-      ValueError: a capacity < 1, lengths that are not 1-D or are negative.
+      ValueError: a capacity < 1, lengths that are not 1-D or are negative, an unknown
+        ``overflow``.
     """
     capacity = _check_capacity(capacity)
-    lengths = np.ascontiguousarray(lengths, np.int64)
+    if overflow not in OVERFLOWS:
+        raise ValueError(f"packing_overflow = {overflow!r}; expected one of {OVERFLOWS}")
+    lengths = np.asarray(lengths)
     if lengths.ndim != 1:
         raise ValueError(f"item lengths must be 1-D, got shape {lengths.shape}")
     if lengths.size and int(lengths.min()) < 0:
         raise ValueError("item lengths must be >= 0")
-    item, offset, length, split = _cut_kernel(lengths, np.int64(capacity))
+    if order is not None:
+        order = np.ascontiguousarray(order, np.int64)
+    item, offset, length, split = _cut_kernel(
+        np.ascontiguousarray(lengths), order, np.int64(capacity), OVERFLOWS.index(overflow)
+    )
     return CutItems(item, offset, length, int(split))
 
 
 _ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
-_DE_BRUIJN = np.uint64(0x03F79D71B4CB0A89)
-_BIT_INDEX = np.zeros(64, np.int64)
-for _i in range(64):
-    _BIT_INDEX[((1 << _i) * int(_DE_BRUIJN) & 0xFFFFFFFFFFFFFFFF) >> 58] = _i
 
 MAX_ITEMS = (1 << 31) - 1
 """Items `best_fit_pack` takes in one call (its work arrays are int32)."""
@@ -163,8 +191,8 @@ MAX_CAPACITY = 1 << 26
 
 @numba.njit(cache=True, nogil=True, inline="always")
 def _lowest(x):  # pragma: no cover - compiled
-    # Index of the lowest set bit of a non-zero uint64 (de Bruijn multiplication).
-    return _BIT_INDEX[((x & (~x + np.uint64(1))) * _DE_BRUIJN) >> np.uint64(58)]
+    # Index of the lowest set bit of a non-zero uint64 (one instruction).
+    return np.int64(trailing_zeros(x))
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -183,7 +211,7 @@ def _clear(words, summary, c):  # pragma: no cover - compiled
         summary[w >> 6] &= ~(np.uint64(1) << np.uint64(w & 63))
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, inline="always")
 def _first_at_least(words, summary, lo):  # pragma: no cover - compiled
     # The smallest c >= lo whose bit is set, or -1: the rest of lo's word, then the summary
     # words (one bit per non-empty word) from the next word on.
@@ -210,10 +238,10 @@ def _first_at_least(words, summary, lo):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True)
-def _longest_first(lengths, w0, w1, capacity, counts):  # pragma: no cover - compiled
+def _longest_first(lengths, w0, w1, capacity, counts, order):  # pragma: no cover - compiled
     # Positions w0..w1-1 ordered by decreasing length, ties in position order (a stable sort):
-    # a counting sort over the lengths 1..capacity when the window is large enough to pay for
-    # it, else a merge sort.
+    # a counting sort over the lengths 1..capacity into `order` when the window is large enough
+    # to pay for it, else a merge sort.
     n = w1 - w0
     if n * 16 < capacity:
         return np.argsort(-lengths[w0:w1], kind="mergesort") + w0
@@ -225,39 +253,47 @@ def _longest_first(lengths, w0, w1, capacity, counts):  # pragma: no cover - com
         k = counts[c]
         counts[c] = start
         start += k
-    order = np.empty(n, np.int64)
     for i in range(w0, w1):
         c = lengths[i]
         order[counts[c]] = i
         counts[c] += 1
-    return order
+    return order[:n]
 
 
 @numba.njit(cache=True, nogil=True)
 def _best_fit_kernel(lengths, capacity, window):  # pragma: no cover - compiled
+    # A window's pieces go only to rows opened in that window, so the work arrays are the
+    # window's (rows and pieces numbered from the window's first): small enough to stay in
+    # cache, allocated once. Each window's rows are written out when it closes.
     n = lengths.shape[0]
+    span = max(1, min(window, n))
     words = np.zeros((capacity >> 6) + 1, np.uint64)  # rooms that some open row has
     summary = np.zeros((words.shape[0] >> 6) + 1, np.uint64)  # words that are not empty
     head = np.full(capacity + 1, -1, np.int32)  # a stack of open rows per room left
-    below = np.empty(n, np.int32)  # the next row down each stack (int32: fewer pages to fault)
-    room = np.empty(n, np.int32)
-    count = np.zeros(n, np.int32)
-    row_of = np.empty(n, np.int32)
-    placed = np.empty(n, np.int32)
+    below = np.empty(span, np.int32)  # the next row down each stack
+    room = np.empty(span, np.int32)
+    count = np.zeros(span, np.int32)
+    row_of = np.empty(span, np.int32)  # each piece's row
+    fill = np.empty(span, np.int64)
+    order = np.empty(span, np.int64)
     counts = np.zeros(capacity + 1, np.int32)
+    starts = np.empty(n + 1, np.int64)  # rows <= pieces; trimmed at the end
+    used = np.empty(n, np.int64)
+    pieces = np.empty(n, np.int64)
+    starts[0] = 0
     rows = 0
-    m = 0
     for w0 in range(0, n, window):
         w1 = min(n, w0 + window)
-        order = _longest_first(lengths, w0, w1, capacity, counts)
-        first = rows
-        for j in range(order.shape[0]):
-            i = order[j]
+        placed = _longest_first(lengths, w0, w1, capacity, counts, order)
+        opened = 0
+        for j in range(placed.shape[0]):
+            i = placed[j]
             need = lengths[i]
             c = _first_at_least(words, summary, need)
             if c < 0:
-                b = rows
-                rows += 1
+                b = opened
+                opened += 1
+                count[b] = 0
                 left = capacity - need
             else:
                 b = head[c]
@@ -271,27 +307,22 @@ def _best_fit_kernel(lengths, capacity, window):  # pragma: no cover - compiled
                     _set(words, summary, left)
                 below[b] = head[left]
                 head[left] = b
-            row_of[i] = b
+            row_of[i - w0] = b
             count[b] += 1
-            placed[m] = i
-            m += 1
-        for b in range(first, rows):  # the window's rows close
+        for b in range(opened):  # the window's rows close and are written out
             if room[b] > 0 and head[room[b]] != -1:
                 head[room[b]] = -1
                 _clear(words, summary, room[b])
-    starts = np.zeros(rows + 1, np.int64)
-    for b in range(rows):
-        starts[b + 1] = starts[b] + count[b]
-    fill = starts[:rows].copy()
-    pieces = np.empty(n, np.int64)
-    used = np.zeros(rows, np.int64)
-    for j in range(n):
-        i = placed[j]
-        b = row_of[i]
-        pieces[fill[b]] = i
-        fill[b] += 1
-        used[b] += lengths[i]
-    return starts, pieces, used
+            fill[b] = starts[rows + b]
+            starts[rows + b + 1] = starts[rows + b] + count[b]
+            used[rows + b] = capacity - room[b]
+        for j in range(placed.shape[0]):
+            i = placed[j]
+            b = row_of[i - w0]
+            pieces[fill[b]] = i
+            fill[b] += 1
+        rows += opened
+    return starts[: rows + 1].copy(), pieces, used[:rows].copy()
 
 
 def best_fit_pack(lengths: np.ndarray, capacity: int, window: int = DEFAULT_WINDOW) -> PackedRows:
