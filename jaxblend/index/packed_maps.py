@@ -5,10 +5,10 @@ source reads), each holding whole documents (sequences) and padding, instead of 
 concatenate-and-cut windows. One epoch of one dataset split (`build_packed_epoch`), from a seed:
 
 1. the split's sequences are put in an order drawn with `RandomState(seed)`;
-2. sequences longer than a row are cut into row-sized pieces (`packing.cut_items`), every other
-   sequence is one piece; empty sequences have none;
-3. the pieces are packed best-fit decreasing within windows of `window` pieces
-   (`packing.best_fit_pack`);
+2. sequences longer than a row are cut into row-sized pieces, every other sequence is one piece;
+   empty sequences have none;
+3. the pieces are packed best-fit decreasing within windows of `window` pieces (steps 2 and 3 are
+   `packing.pack_items`: `packing.cut_items` then `packing.best_fit_pack`);
 4. the rows are put in an order drawn from the same generator (kept as an index, `order`: the
    rows themselves stay in the order they were packed).
 
@@ -105,33 +105,17 @@ def build_packed_epoch(
     documents = np.asarray(documents, np.int64)
     rng = gpt._random_state(int(seed))
     docs = documents[rng.permutation(documents.shape[0])]
-    cut = packing.cut_items(sequence_lengths, capacity, overflow, order=docs)
-    rows = packing.best_fit_pack(cut.length, capacity, window)
-    sequence, offset, length = _pieces_of_rows(rows.pieces, docs, cut.item, cut.offset, cut.length)
+    rows = packing.pack_items(sequence_lengths, capacity, window, overflow, order=docs)
     return PackedDatasetMaps(
         starts=rows.starts,
-        sequence=sequence,
-        offset=offset,
-        length=length,
+        sequence=rows.item,
+        offset=rows.offset,
+        length=rows.length,
         order=rng.permutation(len(rows)).astype(np.int64, copy=False),
         epoch_rows=np.array([len(rows)], np.int64),
-        split_documents=cut.split_items,
+        split_documents=rows.split_items,
         capacity=int(capacity),
     )
-
-
-@numba.njit(cache=True, nogil=True)
-def _pieces_of_rows(pieces, docs, item, offset, length):  # pragma: no cover - compiled
-    # Each placed piece, in row order, as (sequence, offset, length).
-    out_seq = np.empty(pieces.shape[0], np.int32)
-    out_off = np.empty(pieces.shape[0], np.int32)
-    out_len = np.empty(pieces.shape[0], np.int32)
-    for j in range(pieces.shape[0]):
-        p = pieces[j]
-        out_seq[j] = docs[item[p]]
-        out_off[j] = offset[p]
-        out_len[j] = length[p]
-    return out_seq, out_off, out_len
 
 
 def build_packed_dataset_maps(
