@@ -102,9 +102,9 @@ def build_packed_epoch(
       overflow: a sequence longer than a row is "cut" into row-sized pieces (all packed),
         "truncate"d to its first row-sized piece, or "drop"ped (`packing.cut_items`).
     """
-    documents = np.asarray(documents, np.int64)
+    documents = np.asarray(documents)
     rng = gpt._random_state(int(seed))
-    docs = documents[rng.permutation(documents.shape[0])]
+    docs = documents[rng.permutation(documents.shape[0])]  # split_indices: int32, no copy to int64
     rows = packing.pack_items(sequence_lengths, capacity, window, overflow, order=docs)
     return PackedDatasetMaps(
         starts=rows.starts,

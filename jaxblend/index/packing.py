@@ -202,7 +202,9 @@ def _items(lengths, capacity, overflow, order=None):
     if lengths.size >= MAX_ITEMS:
         raise ValueError(f"{lengths.size} items in one call; pack fewer than {MAX_ITEMS} at a time")
     if order is not None:
-        order = np.ascontiguousarray(order, np.int64)
+        order = np.ascontiguousarray(order)
+        if order.dtype.kind not in "iu":
+            raise ValueError(f"item order must be integers, got {order.dtype}")
         if order.size and (int(order.min()) < 0 or int(order.max()) >= lengths.size):
             raise ValueError(f"item order outside [0, {lengths.size})")
     return lengths, order, np.int64(capacity), OVERFLOWS.index(overflow)
@@ -327,7 +329,8 @@ def _pack_window(lengths, capacity, work, starts, used, rows, slot):  # pragma: 
     for j in range(placed.shape[0]):
         i = placed[j]
         need = lengths[i]
-        c = _first_at_least(words, summary, need)
+        # A full piece fits no open row (each holds a piece): no look-up.
+        c = -1 if need == capacity else _first_at_least(words, summary, need)
         if c < 0:
             b = opened
             opened += 1
@@ -477,7 +480,7 @@ def pack_items(
       capacity: tokens per row.
       window: pieces packed together.
       overflow: what is kept of an item longer than a row (`cut_items`).
-      order: the items are `lengths[order]` (int64 indices into `lengths`; the pieces name
+      order: the items are `lengths[order]` (integer indices into `lengths`; the pieces name
         `order[i]`), or None: `lengths`.
 
     Raises:
