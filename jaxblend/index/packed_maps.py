@@ -42,7 +42,7 @@ import numba
 import numpy as np
 
 from jaxblend.index import blend_schedule, gpt, packing
-from jaxblend.index.split_maps import Spans, SplitMaps
+from jaxblend.index.split_maps import Spans, SplitMaps, resolve_samples
 
 PACKED_FIELDS = (
     "packed_starts", "packed_sequence", "packed_offset", "packed_length", "packed_order", "offsets",
@@ -220,16 +220,12 @@ def _packed_spans_kernel(
     offset, length,
 ):  # pragma: no cover - compiled
     k = sample_ids.shape[0]
+    ds, local = resolve_samples(sample_ids, blended, dataset_index, dataset_sample_index)
     first = np.empty(k, np.int64)
     last = np.empty(k, np.int64)
-    ds = np.empty(k, np.int64)
     total = 0
     for r in range(k):
-        i = sample_ids[r]
-        d = np.int64(dataset_index[i]) if blended else np.int64(0)
-        local = np.int64(dataset_sample_index[i]) if blended else i
-        q = offsets[d, 1] + order[offsets[d, 1] + local]
-        ds[r] = d
+        q = offsets[ds[r], 1] + order[offsets[ds[r], 1] + local[r]]
         first[r] = starts[q]
         last[r] = starts[q + 1]
         total += last[r] - first[r]
@@ -258,57 +254,27 @@ class PackedSplitMaps(SplitMaps):
     of a document longer than a row), at most `window` tokens in all, the rest padding.
 
     Args:
-      name: the split name.
-      dataset_names: the split's dataset prefixes.
-      arrays: the split's arrays (`PACKED_FIELDS`, without the split prefix).
-      lengths: every sequence length of the plan's prefixes, end to end.
-      length_offsets: where each prefix's lengths start in `lengths`.
-      seq_length: S.
-      add_extra_token: rows of S + 1 tokens.
       split_documents: per dataset, documents longer than a row (cut) in one epoch.
       window: pieces packed together (`GPTDataConfig.packing_window`).
+      split: `SplitMaps`'s arguments but `megatron_dtypes`; `arrays` are `PACKED_FIELDS` (without
+        the split prefix).
     """
 
-    def __init__(
-        self,
-        name: str,
-        dataset_names: tuple[str, ...],
-        arrays: dict[str, np.ndarray],
-        lengths: np.ndarray,
-        length_offsets: np.ndarray,
-        seq_length: int,
-        add_extra_token: bool,
-        split_documents: list[int],
-        window: int,
-    ) -> None:
-        self.name = name
-        self.dataset_names = dataset_names
-        self.seq_length = int(seq_length)
-        self.add_extra_token = bool(add_extra_token)
+    def __init__(self, *, split_documents: list[int], window: int, **split) -> None:
         self.packing_window = int(window)
         self.split_documents = [int(n) for n in split_documents]
+        super().__init__(**split, megatron_dtypes=[])
+
+    def _init_samples(self, arrays: dict[str, np.ndarray], megatron_dtypes) -> None:
+        """The arrays of the packed rows (`PACKED_FIELDS`)."""
         self._starts = arrays["packed_starts"]
         self._sequence = arrays["packed_sequence"]
         self._offset = arrays["packed_offset"]
         self._piece_length = arrays["packed_length"]
         self._order = arrays["packed_order"]
         self._epoch_rows = np.asarray(arrays["packed_epoch_rows"], np.int64)
-        self._offsets = np.ascontiguousarray(arrays["offsets"], dtype=np.int64)
-        self._constituent_prefix = np.ascontiguousarray(
-            arrays["constituent_prefix"], dtype=np.int64
-        )
-        self._dataset_index = arrays.get("dataset_index")
-        self._dataset_sample_index = arrays.get("dataset_sample_index")
         self._epochs = None
-        self._lengths = lengths
-        self._length_offsets = np.ascontiguousarray(length_offsets, dtype=np.int64)
-        self._megatron_dtypes = []
-        if self._dataset_index is not None:
-            self._length = int(self._dataset_index.shape[0])
-        else:
-            self._length = int(self._offsets[0, 3])
-            self._dummy_di = np.zeros(0, dtype=np.int16)
-            self._dummy_dsi = np.zeros(0, dtype=np.int64)
+        self._megatron_dtypes = megatron_dtypes
 
     def __repr__(self) -> str:
         return (
@@ -376,12 +342,8 @@ class PackedSplitMaps(SplitMaps):
           IndexError: a sample id out of range.
         """
         ids = self._check_many(sample_ids)
-        if self._dataset_index is None:
-            di, dsi = self._dummy_di, self._dummy_dsi
-        else:
-            di, dsi = self._dataset_index, self._dataset_sample_index
         row, ds, seq, off, length = _packed_spans_kernel(
-            ids, self._dataset_index is not None, di, dsi, self._offsets, self._order, self._starts,
-            self._sequence, self._offset, self._piece_length,
+            ids, *self._blend_arrays(), self._offsets, self._order, self._starts, self._sequence,
+            self._offset, self._piece_length,
         )
         return Spans(row=row, dataset=ds, sequence=seq, offset=off, length=length)

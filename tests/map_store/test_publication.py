@@ -223,7 +223,7 @@ def test_packed_rows_read_from_the_publication_equal_the_local_maps(setup, tmp_p
     assert record.launch_key(packed) != record.launch_key(
         dataclasses.replace(packed, packing_window=31)
     )
-    options = GPTSchemaOptions.for_config(packed, inter_document_masking=True)
+    options = GPTSchemaOptions(inter_document_masking=True)
     local = DataAccess.from_env(maps=MapStoreOptions(location=str(tmp_path / "local")))
     want = open_gpt_sources(packed, options, access=local)
     publication.load_or_publish(packed, host("builder", builder=True))
