@@ -93,7 +93,7 @@ def main(argv):
                 extra = {"packing_overflow": "truncate"} if packing == "best_fit" else {}
                 config = index.GPTDataConfig(blend=[prefix], split="100,0,0", seq_length=s,
                                              seed=1234, packing=packing, **extra)
-                source = open_gpt_sources(config, GPTSchemaOptions.for_config(config),
+                source = open_gpt_sources(config, GPTSchemaOptions(),
                                           access=DataAccess(), splits=("train",))["train"]
                 assert (source.loss_masks is not None) == (name == "masks")
                 sources[name] = source

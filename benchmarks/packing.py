@@ -110,10 +110,10 @@ class Reader:
         n = len(source)
         self.starts = np.arange(0, max(1, n - batch), batch)[:200]
         self.batch = batch
-        packed = source.options.packing != "concat"
+        packed = source.packing != "concat"
         self.real = [  # real tokens per step (padding not counted), before any clock starts
             int(np.count_nonzero(source.get_batch(np.arange(lo, lo + batch))["segment_ids"]))
-            if packed else batch * source.options.seq_length
+            if packed else batch * source.seq_length
             for lo in self.starts
         ]
 
@@ -193,7 +193,7 @@ def main(argv):
             for method in ("concat", "best_fit"):
                 cfg = config(method)
                 sources[method] = open_gpt_sources(
-                    cfg, GPTSchemaOptions.for_config(cfg), access=DataAccess(), splits=("train",)
+                    cfg, GPTSchemaOptions(), access=DataAccess(), splits=("train",)
                 )["train"]
             readers = {m: Reader(src, _BATCH.value) for m, src in sources.items()}
             rates = dict.fromkeys(readers, 0.0)

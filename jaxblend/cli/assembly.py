@@ -134,10 +134,16 @@ def mock_settings(values: DataFlagValues) -> MockSettings | None:
     """The synthetic source of `--mock_data`, or None.
 
     Raises:
-      ValueError: `--mock_data` beside `--data_schedule`, or bad mock sizes.
+      ValueError: `--mock_data` beside `--data_schedule`, `--fim_data` or `--packing=best_fit`,
+        or bad mock sizes.
     """
     if not values.mock_data:
         return None
+    if values.packing != "concat":
+        raise ValueError(
+            f"--packing={values.packing} packs the documents of datasets; --mock_data has none "
+            "(its samples are synthetic windows): drop one of the two"
+        )
     if values.fim_data:
         raise ValueError(
             "--fim_data rewrites real documents with their tokenizer; --mock_data has neither: "
@@ -268,7 +274,6 @@ def schema_options(
         pad_id=values.pad_id,
         inter_document_masking=values.inter_document_masking,
         fim=fim_flags.fim_options(values, tokenizer),
-        packing=values.packing,
     )
 
 

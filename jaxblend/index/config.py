@@ -166,7 +166,7 @@ class GPTDataConfig:
     packing_overflow: str = "cut"
 
     def __post_init__(self) -> None:
-        if self.packing not in ("concat", "best_fit"):
+        if self.packing not in packing_lib.PACKINGS:
             raise ValueError(
                 f"packing = {self.packing!r}; expected 'concat' (Megatron's samples) or 'best_fit'"
             )
@@ -180,7 +180,7 @@ class GPTDataConfig:
                 "packed together)"
             )
         object.__setattr__(self, "packing_window", int(self.packing_window))
-        if self.packing_overflow not in ("cut", "truncate", "drop"):
+        if self.packing_overflow not in packing_lib.OVERFLOWS:
             raise ValueError(
                 f"packing_overflow = {self.packing_overflow!r}; expected 'cut', 'truncate' or "
                 "'drop'"

@@ -5,10 +5,10 @@ source reads), each holding whole documents (sequences) and padding, instead of 
 concatenate-and-cut windows. One epoch of one dataset split (`build_packed_epoch`), from a seed:
 
 1. the split's sequences are put in an order drawn with `RandomState(seed)`;
-2. sequences longer than a row are cut into row-sized pieces (`packing.cut_items`), every other
-   sequence is one piece; empty sequences have none;
-3. the pieces are packed best-fit decreasing within windows of `window` pieces
-   (`packing.best_fit_pack`);
+2. sequences longer than a row are cut into row-sized pieces, every other sequence is one piece;
+   empty sequences have none;
+3. the pieces are packed best-fit decreasing within windows of `window` pieces (steps 2 and 3 are
+   `packing.pack_items`: `packing.cut_items` then `packing.best_fit_pack`);
 4. the rows are put in an order drawn from the same generator (kept as an index, `order`: the
    rows themselves stay in the order they were packed).
 
@@ -42,13 +42,7 @@ import numba
 import numpy as np
 
 from jaxblend.index import blend_schedule, gpt, packing
-from jaxblend.index.split_maps import Spans, SplitMaps
-
-PACKINGS = ("concat", "best_fit")
-"""`GPTDataConfig.packing` values: Megatron's concatenate-and-cut samples, or packed rows."""
-
-OVERFLOWS = ("cut", "truncate", "drop")
-"""`GPTDataConfig.packing_overflow` values: what happens to a sequence longer than a row."""
+from jaxblend.index.split_maps import Spans, SplitMaps, resolve_samples
 
 PACKED_FIELDS = (
     "packed_starts", "packed_sequence", "packed_offset", "packed_length", "packed_order", "offsets",
@@ -106,59 +100,22 @@ def build_packed_epoch(
       seed: the `RandomState` seed of this epoch.
       window: pieces packed together.
       overflow: a sequence longer than a row is "cut" into row-sized pieces (all packed),
-        "truncate"d to its first row-sized piece, or "drop"ped (`keep_overflow`).
+        "truncate"d to its first row-sized piece, or "drop"ped (`packing.cut_items`).
     """
-    documents = np.asarray(documents, np.int64)
+    documents = np.asarray(documents)
     rng = gpt._random_state(int(seed))
-    docs = documents[rng.permutation(documents.shape[0])]
-    cut = keep_overflow(packing.cut_items(np.asarray(sequence_lengths)[docs], capacity), overflow)
-    rows = packing.best_fit_pack(cut.length, capacity, window)
-    sequence, offset, length = _pieces_of_rows(rows.pieces, docs, cut.item, cut.offset, cut.length)
+    docs = documents[rng.permutation(documents.shape[0])]  # split_indices: int32, no copy to int64
+    rows = packing.pack_items(sequence_lengths, capacity, window, overflow, order=docs)
     return PackedDatasetMaps(
         starts=rows.starts,
-        sequence=sequence,
-        offset=offset,
-        length=length,
+        sequence=rows.item,
+        offset=rows.offset,
+        length=rows.length,
         order=rng.permutation(len(rows)).astype(np.int64, copy=False),
         epoch_rows=np.array([len(rows)], np.int64),
-        split_documents=cut.split_items,
+        split_documents=rows.split_items,
         capacity=int(capacity),
     )
-
-
-def keep_overflow(cut: packing.CutItems, overflow: str) -> packing.CutItems:
-    """The pieces packed of items cut to a row (`packing.cut_items`): "cut" keeps every piece,
-    "truncate" only each item's first piece (its first row of tokens: conversations, whose tail
-    without its beginning is not a sample), "drop" only the items that were not cut.
-    `split_items` still counts the items longer than a row.
-
-    Raises:
-      ValueError: an unknown ``overflow``.
-    """
-    if overflow not in OVERFLOWS:
-        raise ValueError(f"packing_overflow = {overflow!r}; expected one of {OVERFLOWS}")
-    if overflow == "cut":
-        return cut
-    if overflow == "truncate":
-        keep = cut.offset == 0
-    else:
-        pieces = np.bincount(cut.item, minlength=int(cut.item.max(initial=-1)) + 1)
-        keep = pieces[cut.item] == 1
-    return packing.CutItems(cut.item[keep], cut.offset[keep], cut.length[keep], cut.split_items)
-
-
-@numba.njit(cache=True, nogil=True)
-def _pieces_of_rows(pieces, docs, item, offset, length):  # pragma: no cover - compiled
-    # Each placed piece, in row order, as (sequence, offset, length).
-    out_seq = np.empty(pieces.shape[0], np.int32)
-    out_off = np.empty(pieces.shape[0], np.int32)
-    out_len = np.empty(pieces.shape[0], np.int32)
-    for j in range(pieces.shape[0]):
-        p = pieces[j]
-        out_seq[j] = docs[item[p]]
-        out_off[j] = offset[p]
-        out_len[j] = length[p]
-    return out_seq, out_off, out_len
 
 
 def build_packed_dataset_maps(
@@ -263,16 +220,12 @@ def _packed_spans_kernel(
     offset, length,
 ):  # pragma: no cover - compiled
     k = sample_ids.shape[0]
+    ds, local = resolve_samples(sample_ids, blended, dataset_index, dataset_sample_index)
     first = np.empty(k, np.int64)
     last = np.empty(k, np.int64)
-    ds = np.empty(k, np.int64)
     total = 0
     for r in range(k):
-        i = sample_ids[r]
-        d = np.int64(dataset_index[i]) if blended else np.int64(0)
-        local = np.int64(dataset_sample_index[i]) if blended else i
-        q = offsets[d, 1] + order[offsets[d, 1] + local]
-        ds[r] = d
+        q = offsets[ds[r], 1] + order[offsets[ds[r], 1] + local[r]]
         first[r] = starts[q]
         last[r] = starts[q + 1]
         total += last[r] - first[r]
@@ -301,57 +254,27 @@ class PackedSplitMaps(SplitMaps):
     of a document longer than a row), at most `window` tokens in all, the rest padding.
 
     Args:
-      name: the split name.
-      dataset_names: the split's dataset prefixes.
-      arrays: the split's arrays (`PACKED_FIELDS`, without the split prefix).
-      lengths: every sequence length of the plan's prefixes, end to end.
-      length_offsets: where each prefix's lengths start in `lengths`.
-      seq_length: S.
-      add_extra_token: rows of S + 1 tokens.
       split_documents: per dataset, documents longer than a row (cut) in one epoch.
       window: pieces packed together (`GPTDataConfig.packing_window`).
+      split: `SplitMaps`'s arguments but `megatron_dtypes`; `arrays` are `PACKED_FIELDS` (without
+        the split prefix).
     """
 
-    def __init__(
-        self,
-        name: str,
-        dataset_names: tuple[str, ...],
-        arrays: dict[str, np.ndarray],
-        lengths: np.ndarray,
-        length_offsets: np.ndarray,
-        seq_length: int,
-        add_extra_token: bool,
-        split_documents: list[int],
-        window: int,
-    ) -> None:
-        self.name = name
-        self.dataset_names = dataset_names
-        self.seq_length = int(seq_length)
-        self.add_extra_token = bool(add_extra_token)
+    def __init__(self, *, split_documents: list[int], window: int, **split) -> None:
         self.packing_window = int(window)
         self.split_documents = [int(n) for n in split_documents]
+        super().__init__(**split, megatron_dtypes=[])
+
+    def _init_samples(self, arrays: dict[str, np.ndarray], megatron_dtypes) -> None:
+        """The arrays of the packed rows (`PACKED_FIELDS`)."""
         self._starts = arrays["packed_starts"]
         self._sequence = arrays["packed_sequence"]
         self._offset = arrays["packed_offset"]
         self._piece_length = arrays["packed_length"]
         self._order = arrays["packed_order"]
         self._epoch_rows = np.asarray(arrays["packed_epoch_rows"], np.int64)
-        self._offsets = np.ascontiguousarray(arrays["offsets"], dtype=np.int64)
-        self._constituent_prefix = np.ascontiguousarray(
-            arrays["constituent_prefix"], dtype=np.int64
-        )
-        self._dataset_index = arrays.get("dataset_index")
-        self._dataset_sample_index = arrays.get("dataset_sample_index")
         self._epochs = None
-        self._lengths = lengths
-        self._length_offsets = np.ascontiguousarray(length_offsets, dtype=np.int64)
-        self._megatron_dtypes = []
-        if self._dataset_index is not None:
-            self._length = int(self._dataset_index.shape[0])
-        else:
-            self._length = int(self._offsets[0, 3])
-            self._dummy_di = np.zeros(0, dtype=np.int16)
-            self._dummy_dsi = np.zeros(0, dtype=np.int64)
+        self._megatron_dtypes = megatron_dtypes
 
     def __repr__(self) -> str:
         return (
@@ -419,12 +342,8 @@ class PackedSplitMaps(SplitMaps):
           IndexError: a sample id out of range.
         """
         ids = self._check_many(sample_ids)
-        if self._dataset_index is None:
-            di, dsi = self._dummy_di, self._dummy_dsi
-        else:
-            di, dsi = self._dataset_index, self._dataset_sample_index
         row, ds, seq, off, length = _packed_spans_kernel(
-            ids, self._dataset_index is not None, di, dsi, self._offsets, self._order, self._starts,
-            self._sequence, self._offset, self._piece_length,
+            ids, *self._blend_arrays(), self._offsets, self._order, self._starts, self._sequence,
+            self._offset, self._piece_length,
         )
         return Spans(row=row, dataset=ds, sequence=seq, offset=off, length=length)

@@ -13,17 +13,23 @@ no randomness: the caller fixes the item order, e.g. with a seeded shuffle):
   ends, so a window's rows depend only on its items. Rows are numbered in the order they were
   opened; the pieces of a row in the order they were placed.
 
-Typical use by a source of whole items (`build_packed_epoch` is the document case)::
+`pack_items(lengths, capacity, window, overflow, order)` does both in one compiled pass, cutting
+a window's pieces as it packs them (no array of all pieces is made), and gives each row's pieces
+as (item, first token, tokens). A source of whole items uses it (`build_packed_epoch` is the
+document case)::
 
     order = rng.permutation(num_items)                    # the order fixed by the seed
-    cut = cut_items(lengths[order], capacity)             # or truncate items to `capacity` first
-    rows = best_fit_pack(cut.length, capacity, window)
-    # row r holds pieces rows.pieces[rows.starts[r]:rows.starts[r + 1]]; piece q is item
-    # order[cut.item[q]], tokens [cut.offset[q], cut.offset[q] + cut.length[q])
+    packed = pack_items(lengths, capacity, window, order=order)
+    # row r holds pieces [packed.starts[r], packed.starts[r + 1]); piece q is tokens
+    # [packed.offset[q], packed.offset[q] + packed.length[q]) of item packed.item[q]
+
+It builds the same rows as `best_fit_pack(cut_items(lengths[order], capacity).length, ...)`.
 
 Finding the best open row is a look-up in a two-level bitmap of the rooms the open rows have left
 (a few word operations), and a window is sorted by length with a counting sort, so packing costs
-O(n + capacity x windows) (a merge sort for windows much smaller than a row).
+O(n + capacity x windows) (a merge sort for windows much smaller than a row). A window's pieces
+go only to rows opened in that window, so the work arrays are a window's (they stay in cache) and
+the rows of a window are written out when it closes.
 """
 
 from __future__ import annotations
@@ -32,6 +38,19 @@ import dataclasses
 
 import numba
 import numpy as np
+from numba.cpython.unsafe.numbers import trailing_zeros
+
+PACKINGS = ("concat", "best_fit")
+"""`GPTDataConfig.packing` values: Megatron's concatenate-and-cut samples, or packed rows."""
+
+OVERFLOWS = ("cut", "truncate", "drop")
+"""`GPTDataConfig.packing_overflow` values: what `cut_items` keeps of an item longer than a row."""
+
+MAX_ITEMS = (1 << 31) - 1
+"""Items the packer takes in one call (its work arrays and item ids are int32)."""
+
+MAX_CAPACITY = 1 << 26
+"""Largest row the packer takes (its tables cost about 8 bytes per token of a row)."""
 
 DEFAULT_WINDOW = 16384
 """Items packed together (`--packing_window`): large enough that the half-empty rows left when a
@@ -80,6 +99,28 @@ class PackedRows:
         return int(len(self) * int(capacity) - int(self.used.sum()))
 
 
+@dataclasses.dataclass(frozen=True)
+class PackedItems:
+    """Rows of packed item pieces (`pack_items`).
+
+    Attributes:
+      starts: int64 `[R + 1]`; row r holds pieces `[starts[r], starts[r + 1])`.
+      item: int32 `[P]`, each piece's item (`order[i]` with an `order`, else `i`).
+      offset: int32 `[P]`, the piece's first token within its item.
+      length: int32 `[P]`, tokens in the piece (1..capacity).
+      split_items: number of items longer than a row.
+    """
+
+    starts: np.ndarray
+    item: np.ndarray
+    offset: np.ndarray
+    length: np.ndarray
+    split_items: int
+
+    def __len__(self) -> int:
+        return int(self.starts.shape[0] - 1)
+
+
 def _check_capacity(capacity: int) -> int:
     if (
         isinstance(capacity, bool)
@@ -105,66 +146,95 @@ def check_window(window: int) -> int:
     return int(window)
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _kept(size, capacity, keep):  # pragma: no cover - compiled
+    # Tokens of an item of `size` that are packed. keep: 0 every piece, 1 the first piece, 2 only
+    # an item of one piece (the index of the `overflow` policy in `OVERFLOWS`).
+    if keep == 1:
+        return min(size, capacity)
+    if keep == 2 and size > capacity:
+        return 0
+    return size
+
+
 @numba.njit(cache=True, nogil=True)
-def _cut_kernel(lengths, capacity):  # pragma: no cover - compiled
-    n = lengths.shape[0]
+def _count_pieces(lengths, order, capacity, keep):  # pragma: no cover - compiled
+    # (pieces packed, items longer than a row) of items lengths[order[i]] (lengths[i] when order
+    # is None).
+    n = lengths.shape[0] if order is None else order.shape[0]
     total = 0
     split = 0
     for i in range(n):
-        size = lengths[i]
-        if size > 0:
-            total += (size + capacity - 1) // capacity
-            if size > capacity:
-                split += 1
+        size = np.int64(lengths[i] if order is None else lengths[order[i]])
+        if size > capacity:
+            split += 1
+        total += (_kept(size, capacity, keep) + capacity - 1) // capacity
+    return total, split
+
+
+@numba.njit(cache=True, nogil=True)
+def _cut_kernel(lengths, order, capacity, keep):  # pragma: no cover - compiled
+    total, split = _count_pieces(lengths, order, capacity, keep)
     item = np.empty(total, np.int64)
     offset = np.empty(total, np.int64)
     length = np.empty(total, np.int64)
     m = 0
-    for i in range(n):
-        size = lengths[i]
-        start = 0
-        while start < size:
+    for i in range(lengths.shape[0] if order is None else order.shape[0]):
+        size = _kept(np.int64(lengths[i] if order is None else lengths[order[i]]), capacity, keep)
+        for start in range(0, size, capacity):
             item[m] = i
             offset[m] = start
             length[m] = min(capacity, size - start)
-            start += capacity
             m += 1
     return item, offset, length, split
 
 
-def cut_items(lengths: np.ndarray, capacity: int) -> CutItems:
-    """Cuts items longer than `capacity` into `capacity`-token pieces (see the module docstring).
-
-    Raises:
-      ValueError: a capacity < 1, lengths that are not 1-D or are negative.
-    """
+def _items(lengths, capacity, overflow, order=None):
+    """The checked arguments of `cut_items`/`pack_items` as their kernels take them."""
     capacity = _check_capacity(capacity)
-    lengths = np.ascontiguousarray(lengths, np.int64)
+    if overflow not in OVERFLOWS:
+        raise ValueError(f"packing_overflow = {overflow!r}; expected one of {OVERFLOWS}")
+    lengths = np.ascontiguousarray(lengths)
     if lengths.ndim != 1:
         raise ValueError(f"item lengths must be 1-D, got shape {lengths.shape}")
     if lengths.size and int(lengths.min()) < 0:
         raise ValueError("item lengths must be >= 0")
-    item, offset, length, split = _cut_kernel(lengths, np.int64(capacity))
+    if lengths.size >= MAX_ITEMS:
+        raise ValueError(f"{lengths.size} items in one call; pack fewer than {MAX_ITEMS} at a time")
+    if order is not None:
+        order = np.ascontiguousarray(order)
+        if order.dtype.kind not in "iu":
+            raise ValueError(f"item order must be integers, got {order.dtype}")
+        if order.size and (int(order.min()) < 0 or int(order.max()) >= lengths.size):
+            raise ValueError(f"item order outside [0, {lengths.size})")
+    return lengths, order, np.int64(capacity), OVERFLOWS.index(overflow)
+
+
+def cut_items(lengths: np.ndarray, capacity: int, overflow: str = "cut") -> CutItems:
+    """Cuts items longer than `capacity` into `capacity`-token pieces (see the module docstring).
+
+    Args:
+      lengths: item lengths (any integer dtype).
+      capacity: tokens per row.
+      overflow: which pieces of an item longer than a row are kept (`OVERFLOWS`): "cut" every
+        piece, "truncate" only its first (its first row of tokens: conversations, whose tail
+        without its beginning is not a sample), "drop" none. `split_items` counts the items
+        longer than a row whatever the policy.
+
+    Raises:
+      ValueError: a capacity < 1, lengths that are not 1-D or are negative, an unknown
+        ``overflow``.
+    """
+    item, offset, length, split = _cut_kernel(*_items(lengths, capacity, overflow))
     return CutItems(item, offset, length, int(split))
 
 
 _ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
-_DE_BRUIJN = np.uint64(0x03F79D71B4CB0A89)
-_BIT_INDEX = np.zeros(64, np.int64)
-for _i in range(64):
-    _BIT_INDEX[((1 << _i) * int(_DE_BRUIJN) & 0xFFFFFFFFFFFFFFFF) >> 58] = _i
-
-MAX_ITEMS = (1 << 31) - 1
-"""Items `best_fit_pack` takes in one call (its work arrays are int32)."""
-
-MAX_CAPACITY = 1 << 26
-"""Largest row the packer takes (its tables cost about 8 bytes per token of a row)."""
-
 
 @numba.njit(cache=True, nogil=True, inline="always")
 def _lowest(x):  # pragma: no cover - compiled
-    # Index of the lowest set bit of a non-zero uint64 (de Bruijn multiplication).
-    return _BIT_INDEX[((x & (~x + np.uint64(1))) * _DE_BRUIJN) >> np.uint64(58)]
+    # Index of the lowest set bit of a non-zero uint64 (one instruction).
+    return np.int64(trailing_zeros(x))
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -183,7 +253,7 @@ def _clear(words, summary, c):  # pragma: no cover - compiled
         summary[w >> 6] &= ~(np.uint64(1) << np.uint64(w & 63))
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, inline="always")
 def _first_at_least(words, summary, lo):  # pragma: no cover - compiled
     # The smallest c >= lo whose bit is set, or -1: the rest of lo's word, then the summary
     # words (one bit per non-empty word) from the next word on.
@@ -210,88 +280,156 @@ def _first_at_least(words, summary, lo):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True)
-def _longest_first(lengths, w0, w1, capacity, counts):  # pragma: no cover - compiled
-    # Positions w0..w1-1 ordered by decreasing length, ties in position order (a stable sort):
-    # a counting sort over the lengths 1..capacity when the window is large enough to pay for
-    # it, else a merge sort.
-    n = w1 - w0
+def _longest_first(lengths, capacity, counts, order):  # pragma: no cover - compiled
+    # Positions of `lengths` ordered by decreasing length, ties in position order (a stable
+    # sort): a counting sort over the lengths 1..capacity into `order` when there are enough of
+    # them to pay for it, else a merge sort.
+    n = lengths.shape[0]
     if n * 16 < capacity:
-        return np.argsort(-lengths[w0:w1], kind="mergesort") + w0
+        return np.argsort(-lengths, kind="mergesort")
     counts[:] = 0
-    for i in range(w0, w1):
+    for i in range(n):
         counts[lengths[i]] += 1
     start = 0
     for c in range(capacity, -1, -1):
         k = counts[c]
         counts[c] = start
         start += k
-    order = np.empty(n, np.int64)
-    for i in range(w0, w1):
+    for i in range(n):
         c = lengths[i]
         order[counts[c]] = i
         counts[c] += 1
-    return order
+    return order[:n]
+
+
+@numba.njit(cache=True, nogil=True)
+def _window_work(capacity, span):  # pragma: no cover - compiled
+    # The packer's work arrays for windows of up to `span` pieces (rows and pieces numbered from
+    # the window's first), reused window after window.
+    words = np.zeros((capacity >> 6) + 1, np.uint64)  # rooms that some open row has
+    summary = np.zeros((words.shape[0] >> 6) + 1, np.uint64)  # words that are not empty
+    head = np.full(capacity + 1, -1, np.int32)  # a stack of open rows per room left
+    below = np.empty(span, np.int32)  # the next row down each stack
+    room = np.empty(span, np.int32)  # room left in each row
+    count = np.empty(span, np.int32)  # pieces in each row, then where its next piece goes
+    row_of = np.empty(span, np.int32)  # each piece's row
+    order = np.empty(span, np.int64)
+    counts = np.zeros(capacity + 1, np.int32)
+    return words, summary, head, below, room, count, row_of, order, counts
+
+
+@numba.njit(cache=True, nogil=True)
+def _pack_window(lengths, capacity, work, starts, used, rows, slot):  # pragma: no cover - compiled
+    # Packs one window's pieces (`lengths`) into new rows numbered from `rows`: writes the rows'
+    # `starts[rows + 1:]` and `used[rows:]`, and each piece's place in the rows' pieces in `slot`.
+    # Returns the rows opened.
+    words, summary, head, below, room, count, row_of, order, counts = work
+    placed = _longest_first(lengths, capacity, counts, order)
+    opened = 0
+    for j in range(placed.shape[0]):
+        i = placed[j]
+        need = lengths[i]
+        # A full piece fits no open row (each holds a piece): no look-up.
+        c = -1 if need == capacity else _first_at_least(words, summary, need)
+        if c < 0:
+            b = opened
+            opened += 1
+            count[b] = 0
+            left = capacity - need
+        else:
+            b = head[c]
+            head[c] = below[b]
+            if head[c] == -1:
+                _clear(words, summary, c)
+            left = c - need
+        room[b] = left
+        if left > 0:
+            if head[left] == -1:
+                _set(words, summary, left)
+            below[b] = head[left]
+            head[left] = b
+        row_of[i] = b
+        count[b] += 1
+    for b in range(opened):  # the window's rows close
+        if room[b] > 0 and head[room[b]] != -1:
+            head[room[b]] = -1
+            _clear(words, summary, room[b])
+        starts[rows + b + 1] = starts[rows + b] + count[b]
+        count[b] = starts[rows + b]
+        used[rows + b] = capacity - room[b]
+    for j in range(placed.shape[0]):
+        i = placed[j]
+        b = row_of[i]
+        slot[i] = count[b]
+        count[b] += 1
+    return opened
 
 
 @numba.njit(cache=True, nogil=True)
 def _best_fit_kernel(lengths, capacity, window):  # pragma: no cover - compiled
     n = lengths.shape[0]
-    words = np.zeros((capacity >> 6) + 1, np.uint64)  # rooms that some open row has
-    summary = np.zeros((words.shape[0] >> 6) + 1, np.uint64)  # words that are not empty
-    head = np.full(capacity + 1, -1, np.int32)  # a stack of open rows per room left
-    below = np.empty(n, np.int32)  # the next row down each stack (int32: fewer pages to fault)
-    room = np.empty(n, np.int32)
-    count = np.zeros(n, np.int32)
-    row_of = np.empty(n, np.int32)
-    placed = np.empty(n, np.int32)
-    counts = np.zeros(capacity + 1, np.int32)
+    span = max(1, min(window, n))
+    work = _window_work(capacity, span)
+    slot = np.empty(span, np.int64)
+    starts = np.empty(n + 1, np.int64)  # rows <= pieces; trimmed at the end
+    used = np.empty(n, np.int64)
+    pieces = np.empty(n, np.int64)
+    starts[0] = 0
     rows = 0
-    m = 0
     for w0 in range(0, n, window):
         w1 = min(n, w0 + window)
-        order = _longest_first(lengths, w0, w1, capacity, counts)
-        first = rows
-        for j in range(order.shape[0]):
-            i = order[j]
-            need = lengths[i]
-            c = _first_at_least(words, summary, need)
-            if c < 0:
-                b = rows
-                rows += 1
-                left = capacity - need
-            else:
-                b = head[c]
-                head[c] = below[b]
-                if head[c] == -1:
-                    _clear(words, summary, c)
-                left = c - need
-            room[b] = left
-            if left > 0:
-                if head[left] == -1:
-                    _set(words, summary, left)
-                below[b] = head[left]
-                head[left] = b
-            row_of[i] = b
-            count[b] += 1
-            placed[m] = i
-            m += 1
-        for b in range(first, rows):  # the window's rows close
-            if room[b] > 0 and head[room[b]] != -1:
-                head[room[b]] = -1
-                _clear(words, summary, room[b])
-    starts = np.zeros(rows + 1, np.int64)
-    for b in range(rows):
-        starts[b + 1] = starts[b] + count[b]
-    fill = starts[:rows].copy()
-    pieces = np.empty(n, np.int64)
-    used = np.zeros(rows, np.int64)
-    for j in range(n):
-        i = placed[j]
-        b = row_of[i]
-        pieces[fill[b]] = i
-        fill[b] += 1
-        used[b] += lengths[i]
-    return starts, pieces, used
+        rows += _pack_window(lengths[w0:w1], capacity, work, starts, used, rows, slot)
+        for k in range(w1 - w0):
+            pieces[slot[k]] = w0 + k
+    return starts[: rows + 1].copy(), pieces, used[:rows].copy()
+
+
+@numba.njit(cache=True, nogil=True)
+def _pack_pieces(k, capacity, work, starts, used, rows, slot, pieces):  # pragma: no cover
+    # Packs the first k pieces of the window buffers and writes them to their rows' places.
+    piece_item, piece_offset, piece_length, item, offset, length = pieces
+    opened = _pack_window(piece_length[:k], capacity, work, starts, used, rows, slot)
+    for j in range(k):
+        item[slot[j]] = piece_item[j]
+        offset[slot[j]] = piece_offset[j]
+        length[slot[j]] = piece_length[j]
+    return opened
+
+
+@numba.njit(cache=True, nogil=True)
+def _pack_items_kernel(lengths, order, capacity, window, keep):  # pragma: no cover - compiled
+    # cut_items then best_fit_pack, a window of pieces at a time: each window's pieces are cut
+    # into window-sized buffers, packed, and written to their rows' places.
+    total, split = _count_pieces(lengths, order, capacity, keep)
+    span = max(1, min(window, total))
+    work = _window_work(capacity, span)
+    slot = np.empty(span, np.int64)
+    piece_item = np.empty(span, np.int32)
+    piece_offset = np.empty(span, np.int32)
+    piece_length = np.empty(span, np.int64)
+    starts = np.empty(total + 1, np.int64)  # rows <= pieces; trimmed at the end
+    used = np.empty(total, np.int64)
+    item = np.empty(total, np.int32)
+    offset = np.empty(total, np.int32)
+    length = np.empty(total, np.int32)
+    starts[0] = 0
+    rows = 0
+    k = 0
+    pieces = (piece_item, piece_offset, piece_length, item, offset, length)
+    for i in range(lengths.shape[0] if order is None else order.shape[0]):
+        name = i if order is None else order[i]
+        size = _kept(np.int64(lengths[name]), capacity, keep)
+        for start in range(0, size, capacity):
+            piece_item[k] = name
+            piece_offset[k] = start
+            piece_length[k] = min(capacity, size - start)
+            k += 1
+            if k == window:
+                rows += _pack_pieces(k, capacity, work, starts, used, rows, slot, pieces)
+                k = 0
+    if k > 0:
+        rows += _pack_pieces(k, capacity, work, starts, used, rows, slot, pieces)
+    return starts[: rows + 1].copy(), item, offset, length, split
 
 
 def best_fit_pack(lengths: np.ndarray, capacity: int, window: int = DEFAULT_WINDOW) -> PackedRows:
@@ -325,6 +463,34 @@ def best_fit_pack(lengths: np.ndarray, capacity: int, window: int = DEFAULT_WIND
         raise ValueError(f"{lengths.size} items in one call; pack fewer than {MAX_ITEMS} at a time")
     starts, pieces, used = _best_fit_kernel(lengths, np.int64(capacity), np.int64(window))
     return PackedRows(starts, pieces, used)
+
+
+def pack_items(
+    lengths: np.ndarray,
+    capacity: int,
+    window: int = DEFAULT_WINDOW,
+    overflow: str = "cut",
+    order: np.ndarray | None = None,
+) -> PackedItems:
+    """Cuts items and packs their pieces (`cut_items` then `best_fit_pack`, the same rows) in one
+    compiled pass that never holds all the pieces at once.
+
+    Args:
+      lengths: item lengths (any integer dtype, >= 0).
+      capacity: tokens per row.
+      window: pieces packed together.
+      overflow: what is kept of an item longer than a row (`cut_items`).
+      order: the items are `lengths[order]` (integer indices into `lengths`; the pieces name
+        `order[i]`), or None: `lengths`.
+
+    Raises:
+      ValueError: as `cut_items` and `best_fit_pack`, or an `order` outside `lengths`.
+    """
+    lengths, order, capacity, keep = _items(lengths, capacity, overflow, order)
+    starts, item, offset, length, split = _pack_items_kernel(
+        lengths, order, capacity, np.int64(check_window(window)), keep
+    )
+    return PackedItems(starts, item, offset, length, int(split))
 
 
 @numba.njit(cache=True, nogil=True)

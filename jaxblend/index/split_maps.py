@@ -52,7 +52,9 @@ class Spans:
 
 
 @numba.njit(cache=True, nogil=True)
-def _resolve(sample_ids, blended, dataset_index, dataset_sample_index):  # pragma: no cover
+def resolve_samples(sample_ids, blended, dataset_index, dataset_sample_index):  # pragma: no cover
+    # (dataset, sample within the dataset) of each sample id of a split (compiled; its callers are
+    # the span kernels).
     k = sample_ids.shape[0]
     ds = np.empty(k, dtype=np.int64)
     local = np.empty(k, dtype=np.int64)
@@ -84,7 +86,7 @@ def _spans_kernel(
     keep_empty,
 ):  # pragma: no cover
     k = sample_ids.shape[0]
-    ds, local = _resolve(sample_ids, blended, dataset_index, dataset_sample_index)
+    ds, local = resolve_samples(sample_ids, blended, dataset_index, dataset_sample_index)
     begin = np.empty(k, dtype=np.int64)
     end = np.empty(k, dtype=np.int64)
     begin_off = np.empty(k, dtype=np.int64)
@@ -150,31 +152,46 @@ class SplitMaps:
         add_extra_token: bool,
         megatron_dtypes: list[tuple[str, str]],
     ) -> None:
+        # What every split holds whatever its samples are (GPT samples or packed rows): its names,
+        # window, per-dataset `offsets` (`[J, 4]`, the number of samples last), the blend's arrays
+        # and the sequence lengths; then its samples' own arrays (`_init_samples`).
         self.name = name
         self.dataset_names = dataset_names
         self.seq_length = int(seq_length)
         self.add_extra_token = bool(add_extra_token)
-        self._document_index = arrays["document_index"]
-        self._sample_index = arrays["sample_index"]
-        self._shuffle_index = arrays["shuffle_index"]
         self._offsets = np.ascontiguousarray(arrays["offsets"], dtype=np.int64)
         self._constituent_prefix = np.ascontiguousarray(
             arrays["constituent_prefix"], dtype=np.int64
         )
         self._dataset_index = arrays.get("dataset_index")
         self._dataset_sample_index = arrays.get("dataset_sample_index")
-        epochs = arrays.get("epochs")
-        self._epochs = None if epochs is None else np.asarray(epochs, dtype=np.int64)
         self._lengths = lengths
         self._length_offsets = np.ascontiguousarray(length_offsets, dtype=np.int64)
-        self._megatron_dtypes = megatron_dtypes
         if self._dataset_index is not None:
             self._length = int(self._dataset_index.shape[0])
         else:
             self._length = int(self._offsets[0, 3])
-        if self._dataset_index is None:
             self._dummy_di = np.zeros(0, dtype=np.int16)
             self._dummy_dsi = np.zeros(0, dtype=np.int64)
+        self._init_samples(arrays, megatron_dtypes)
+
+    def _init_samples(
+        self, arrays: dict[str, np.ndarray], megatron_dtypes: list[tuple[str, str]]
+    ) -> None:
+        """The arrays of the split's samples: Megatron's document, sample and shuffle indices."""
+        self._document_index = arrays["document_index"]
+        self._sample_index = arrays["sample_index"]
+        self._shuffle_index = arrays["shuffle_index"]
+        epochs = arrays.get("epochs")
+        self._epochs = None if epochs is None else np.asarray(epochs, dtype=np.int64)
+        self._megatron_dtypes = megatron_dtypes
+
+    def _blend_arrays(self) -> tuple[bool, np.ndarray, np.ndarray]:
+        """(blended, dataset_index, dataset_sample_index) as the span kernels take them (empty
+        arrays for a single dataset)."""
+        if self._dataset_index is None:
+            return False, self._dummy_di, self._dummy_dsi
+        return True, self._dataset_index, self._dataset_sample_index
 
     # -- sizes ---------------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -334,15 +351,9 @@ class SplitMaps:
           IndexError: a sample id out of range.
         """
         ids = self._check_many(sample_ids)
-        if self._dataset_index is None:
-            di, dsi = self._dummy_di, self._dummy_dsi
-        else:
-            di, dsi = self._dataset_index, self._dataset_sample_index
         row, ds, seq, off, length = _spans_kernel(
             ids,
-            self._dataset_index is not None,
-            di,
-            dsi,
+            *self._blend_arrays(),
             self._document_index,
             self._sample_index,
             self._shuffle_index,

@@ -51,6 +51,9 @@ def launch_key(config: GPTDataConfig) -> str:
         blend_per_split=None
         if config.blend_per_split is None
         else [None if b is None else list(b) for b in config.blend_per_split],
+        train_schedule=identity.OMIT  # the stages change the train split: their own record
+        if config.train_schedule is None
+        else [[s.start_sample, list(s.blend)] for s in config.train_schedule.stages],
         split=config.split,
         **config.sample_fields(),
         **config.packing_fields(),

@@ -92,7 +92,7 @@ def open_gpt_sources(
     Args:
       config: the data configuration (blend, split, sequence length, seed, sample counts).
       options: schema options (what a sample's arrays hold); the window (`seq_length`, the extra
-        token) is the configuration's.
+        token) and whether rows are packed (`packing`) are the configuration's.
       access: how data is reached: storage backend, object-store options, the map store and the
         identity memo (default: `DataAccess.from_env()`, evaluated once here); carried into Grain
         workers by the sources.
@@ -109,17 +109,17 @@ def open_gpt_sources(
     Raises:
       ValueError: if FIM's tokenizer or a sentinel token cannot be found.
     """
-    if options.packing != config.packing:
-        raise ValueError(
-            f"schema packing={options.packing!r} differs from the data configuration's "
-            f"packing={config.packing!r} (build the options with GPTSchemaOptions.for_config)"
-        )
     access = DataAccess.from_env() if access is None else access
     from jaxblend import grain_workers  # a plain script's grain.DataLoader workers
 
     grain_workers.prepare()
     transform = None
     if options.fim is not None:  # the tokenizer and its sentinels first: a bad name fails at once
+        if config.is_packed:
+            raise ValueError(
+                "fill-in-the-middle (--fim_data) rewrites concatenated windows; it does not apply "
+                f"to --packing={config.packing} rows: drop one of the two"
+            )
         from jaxblend.sources.fim import open_fim_transform
 
         transform = open_fim_transform(
@@ -133,7 +133,7 @@ def open_gpt_sources(
         split: None if index is None else GPTSource(
             index, options, seq_length=config.seq_length,
             add_extra_token_to_sequence=config.add_extra_token_to_sequence,
-            fingerprint=fingerprint, split=split, access=access, transform=transform,
+            packing=config.packing, fingerprint=fingerprint, split=split, access=access, transform=transform,
             loss_masks=conversation_masks.find_loss_masks(index.bin_datasets, access),
         )
         for split, index in indexes.items()

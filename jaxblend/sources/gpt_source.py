@@ -29,6 +29,7 @@ import numpy as np
 
 from jaxblend import access as access_lib
 from jaxblend import identity
+from jaxblend.index.packing import PACKINGS
 from jaxblend.sources import base, conversation_masks, packed_schema, schema
 from jaxblend.sources.source_identity import gpt_source_fingerprint
 from jaxblend.sources.span_index import SpanIndex
@@ -72,6 +73,9 @@ class GPTSource(base.PerProcess, base.BatchSource):
       seq_length: S, tokens per sample: the data configuration's, which the span index was
         built for.
       add_extra_token_to_sequence: windows hold S + 1 tokens (the data configuration's).
+      packing: "concat" (windows cut across documents) or "best_fit" (rows of whole documents,
+        assembled by `jaxblend.sources.packed_schema.assemble_packed`): the data
+        configuration's, which the span index was built for.
       fingerprint: identity of the data plan (`DataMaps.fingerprint`, a publication's plan key).
       split: the split name, for messages, repr and the fingerprint.
       access: how the `.bin` files are read (default: `DataAccess.from_env()`).
@@ -90,6 +94,7 @@ class GPTSource(base.PerProcess, base.BatchSource):
         *,
         seq_length: int,
         add_extra_token_to_sequence: bool = True,
+        packing: str = "concat",
         fingerprint: str,
         split: str = "train",
         access: access_lib.DataAccess | None = None,
@@ -108,12 +113,15 @@ class GPTSource(base.PerProcess, base.BatchSource):
         self.seq_length = int(seq_length)
         self.add_extra_token_to_sequence = bool(add_extra_token_to_sequence)
         self.window_length = schema.window_length(seq_length, add_extra_token_to_sequence)
+        if packing not in PACKINGS:
+            raise ValueError(f"packing = {packing!r}; expected one of {PACKINGS}")
+        self.packing = packing
         self.split = split
         self.access = access if access is not None else access_lib.DataAccess.from_env()
         self.transform = transform
         self._fingerprint = gpt_source_fingerprint(
             fingerprint, split, options, seq_length, add_extra_token_to_sequence,
-            None if transform is None else transform.identity_fields(),
+            None if transform is None else transform.identity_fields(), packing,
         )
         self.loss_masks = loss_masks
         if loss_masks is not None and transform is not None:
@@ -222,7 +230,7 @@ class GPTSource(base.PerProcess, base.BatchSource):
         text, n_valid, pieces = self._read(ids)
         dataset_ids = np.zeros(ids.size, np.int32)
         dataset_ids[pieces.row[::-1]] = pieces.dataset[::-1]  # each row's first piece
-        packed = self.options.packing != "concat"  # packed rows are assembled from their pieces
+        packed = self.packing != "concat"  # packed rows are assembled from their pieces
         masking = (
             (pieces.row, pieces.length)
             if self.options.inter_document_masking or packed
@@ -239,7 +247,7 @@ class GPTSource(base.PerProcess, base.BatchSource):
         return raw
 
     def assemble_batch(self, raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        if self.options.packing != "concat":  # packed rows of whole documents
+        if self.packing != "concat":  # packed rows of whole documents
             batch = packed_schema.assemble_packed(raw, self.options, seq_length=self.seq_length)
         else:
             batch = schema.assemble_windows(raw, self.options, seq_length=self.seq_length)

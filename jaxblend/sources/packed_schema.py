@@ -138,18 +138,8 @@ def packed_to_batch(
       As `schema.windows_to_batch`.
     """
     k, s = text.shape[0], int(seq_length)
-    specs = {
-        "inputs": ((k, s), np.int32),
-        "targets": ((k, s), np.int32),
-        "loss_mask": ((k, s), np.float32),
-        "positions": ((k, s), np.int32),
-        "segment_ids": ((k, s), np.int32),
-    }
     want_cu = bool(options.inter_document_masking)
-    if want_cu:
-        specs["cu_seqlens"] = ((k, s + 1), np.int32)
-        specs["max_seqlen"] = ((k,), np.int32)
-    out = schema.allocate_arrays(specs)
+    out = schema.allocate_batch(k, s, want_cu)
     cu = out["cu_seqlens"] if want_cu else np.zeros((0, 0), np.int32)
     longest = out["max_seqlen"] if want_cu else np.zeros(0, np.int32)
     row, length = (np.ascontiguousarray(a, np.int64) for a in pieces)

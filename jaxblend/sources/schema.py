@@ -64,9 +64,10 @@ class GPTSchemaOptions:
       inter_document_masking: also return `cu_seqlens`/`max_seqlen`, positions per document.
       fim: fill-in-the-middle settings (`jaxblend.sources.fim`, Megatron's `--fim-data`): each
         window is rewritten before the arrays are built; None = plain windows.
-      packing: the data configuration's `packing` (`for_config` reads it from there): "concat"
-        (windows cut across documents) or "best_fit" (packed rows of whole documents, assembled by
-        `jaxblend.sources.packed_schema.assemble_packed`, which `GPTSource` calls).
+
+    Whether rows are windows or packed documents is the data configuration's too (its `packing`,
+    which changes the maps): a source takes it from there, and assembles packed rows with
+    `jaxblend.sources.packed_schema.assemble_packed`.
     """
 
     eod_id: int | None = None
@@ -77,16 +78,8 @@ class GPTSchemaOptions:
     pad_id: int | None = None
     inter_document_masking: bool = False
     fim: FIMOptions | None = None
-    packing: str = "concat"
 
     def __post_init__(self):
-        if self.packing not in ("concat", "best_fit"):
-            raise ValueError(f"packing = {self.packing!r}; expected 'concat' or 'best_fit'")
-        if self.fim is not None and self.packing != "concat":
-            raise ValueError(
-                "fill-in-the-middle (--fim_data) rewrites concatenated windows; it does not apply "
-                f"to --packing={self.packing} rows: drop one of the two"
-            )
         needs_eod = self.eod_mask_loss or self.reset_position_ids or self.reset_attention_mask
         if needs_eod and self.eod_id is None:
             raise ValueError(
@@ -96,15 +89,12 @@ class GPTSchemaOptions:
         if self.pad_id is not None and not self.megatron_compat:
             raise ValueError("pad_id applies only with megatron_compat (Megatron's padding)")
 
-    @classmethod
-    def for_config(cls, config, **options) -> GPTSchemaOptions:
-        """The options of the samples of a data configuration (`jaxblend.index.GPTDataConfig`):
-        `packing` is the configuration's, read from it; `options` are the other fields."""
-        return cls(packing=config.packing, **options)
-
-    def identity_fields(self, seq_length: int, add_extra_token_to_sequence: bool) -> dict[str, object]:
+    def identity_fields(
+        self, seq_length: int, add_extra_token_to_sequence: bool, packing: str = "concat"
+    ) -> dict[str, object]:
         """What changes the batch made of windows of `seq_length` (+ 1 with the extra token)
-        tokens with these options, as named fingerprint fields (`jaxblend.identity`).
+        tokens, packed rows with `packing="best_fit"` (the data configuration's facts), with
+        these options, as named fingerprint fields (`jaxblend.identity`).
 
         Listed explicitly: an option added later that does not change the data is left out (or
         passed through `identity.unless_default`), so existing fingerprints and saved loader
@@ -123,7 +113,7 @@ class GPTSchemaOptions:
             "fim": identity.unless_default(
                 None if self.fim is None else self.fim.identity_fields(), None
             ),
-            "packing": identity.unless_default(self.packing, "concat"),
+            "packing": identity.unless_default(packing, "concat"),
         }
 
 
@@ -294,6 +284,24 @@ def allocate_arrays(specs: dict[str, tuple[tuple[int, ...], type]]) -> dict[str,
     }
 
 
+def allocate_batch(k: int, seq_length: int, inter_document_masking: bool) -> dict[str, np.ndarray]:
+    """The uninitialized schema arrays of `k` rows of `seq_length` (`allocate_arrays`): `inputs`,
+    `targets` (int32), `loss_mask` (float32), `positions`, `segment_ids` (int32), each
+    `[k, seq_length]`; with `inter_document_masking` also `cu_seqlens` (int32
+    `[k, seq_length + 1]`) and `max_seqlen` (int32 `[k]`)."""
+    specs = {
+        "inputs": ((k, seq_length), np.int32),
+        "targets": ((k, seq_length), np.int32),
+        "loss_mask": ((k, seq_length), np.float32),
+        "positions": ((k, seq_length), np.int32),
+        "segment_ids": ((k, seq_length), np.int32),
+    }
+    if inter_document_masking:
+        specs["cu_seqlens"] = ((k, seq_length + 1), np.int32)
+        specs["max_seqlen"] = ((k,), np.int32)
+    return allocate_arrays(specs)
+
+
 def windows_to_batch(
     text: np.ndarray,
     n_valid: np.ndarray,
@@ -328,17 +336,7 @@ def windows_to_batch(
             f"windows of {text.shape[1]} tokens for seq_length={seq_length}: expected "
             f"{seq_length} or {seq_length + 1} (with the extra token)"
         )
-    specs = {
-        "inputs": ((k, s), np.int32),
-        "targets": ((k, s), np.int32),
-        "loss_mask": ((k, s), np.float32),
-        "positions": ((k, s), np.int32),
-        "segment_ids": ((k, s), np.int32),
-    }
-    if options.inter_document_masking:
-        specs["cu_seqlens"] = ((k, s + 1), np.int32)
-        specs["max_seqlen"] = ((k,), np.int32)
-    out = allocate_arrays(specs)
+    out = allocate_batch(k, s, options.inter_document_masking)
     eod = -1 if options.eod_id is None else int(options.eod_id)
     n_valid = n_valid.astype(np.int64, copy=False)
     if options.megatron_compat:
@@ -390,12 +388,8 @@ def raw_windows(
 def assemble_windows(
     raw: dict[str, np.ndarray], options: GPTSchemaOptions, *, seq_length: int
 ) -> dict[str, np.ndarray]:
-    """Raw GPT form (`raw_windows`) of windows for `seq_length` -> the batch schema."""
-    if options.packing != "concat":
-        raise ValueError(
-            f"packing={options.packing!r} rows are assembled by "
-            "jaxblend.sources.packed_schema.assemble_packed, not as concatenated windows"
-        )
+    """Raw GPT form (`raw_windows`) of windows for `seq_length` -> the batch schema (packed
+    rows: `jaxblend.sources.packed_schema.assemble_packed`)."""
     pieces = (raw["piece_row"], raw["piece_length"]) if "piece_row" in raw else None
     batch = windows_to_batch(
         np.asarray(raw["text"]), np.asarray(raw["n_valid"]), options, pieces,

@@ -18,11 +18,12 @@ def gpt_source_fingerprint(
     seq_length: int,
     add_extra_token_to_sequence: bool,
     transform: dict | None = None,
+    packing: str = "concat",
 ) -> str:
     """Fingerprint of split `split` of the data plan `data_maps` (`DataMaps.fingerprint`), its
-    windows of `seq_length` (+ 1) tokens read with `options` (and a window transform's
-    `identity_fields()`, e.g. FIM's tokenizer)."""
-    schema = options.identity_fields(seq_length, add_extra_token_to_sequence)
+    windows of `seq_length` (+ 1) tokens (packed rows with `packing="best_fit"`) read with
+    `options` (and a window transform's `identity_fields()`, e.g. FIM's tokenizer)."""
+    schema = options.identity_fields(seq_length, add_extra_token_to_sequence, packing)
     return identity.fingerprint(
         "gpt_source", 1, data_maps=data_maps, split=split, schema=schema,
         transform=identity.unless_default(transform, None),

@@ -78,6 +78,8 @@ def test_mock_data_has_no_data_configuration():
         cli.assemble(VALUES.replace(mock_data=True, seq_length=None))
     with pytest.raises(ValueError, match="--mock_data replaces them"):
         cli.assemble(VALUES.replace(mock_data=True, data_schedule="s.json"))
+    with pytest.raises(ValueError, match=r"^--packing=best_fit packs .* --mock_data has none"):
+        cli.assemble(VALUES.replace(mock_data=True, packing="best_fit"))
 
 
 def test_the_values_defaults_are_the_flags_defaults(fl):

@@ -91,9 +91,32 @@ def test_cut_items_cuts_only_items_longer_than_a_row():
     assert cut.split_items == 2 and len(cut) == 8
 
 
+@pytest.mark.parametrize("overflow", packing.OVERFLOWS)
+@pytest.mark.parametrize(("capacity", "window"), [(10, 1), (10, 7), (64, 50), (3000, 200)])
+def test_pack_items_builds_the_rows_of_cut_items_then_best_fit_pack(overflow, capacity, window):
+    rng = np.random.default_rng(capacity + window)
+    lengths = rng.integers(0, 3 * capacity, 400).astype(np.int32)
+    order = rng.permutation(600)[:400] % 400  # items repeated and left out
+    cut = packing.cut_items(lengths[order], capacity, overflow)
+    rows = packing.best_fit_pack(cut.length, capacity, window)
+    packed = packing.pack_items(lengths, capacity, window, overflow, order=order)
+    assert packed.starts.tolist() == rows.starts.tolist()
+    assert packed.item.tolist() == order[cut.item[rows.pieces]].tolist()
+    assert packed.offset.tolist() == cut.offset[rows.pieces].tolist()
+    assert packed.length.tolist() == cut.length[rows.pieces].tolist()
+    assert packed.split_items == cut.split_items == int((lengths[order] > capacity).sum())
+    assert len(packed) == len(rows)
+    unordered = packing.pack_items(lengths, capacity, window, overflow)
+    again = packing.best_fit_pack(packing.cut_items(lengths, capacity, overflow).length, capacity, window)
+    assert unordered.starts.tolist() == again.starts.tolist()
+
+
 @pytest.mark.parametrize(
     ("call", "message"),
     [
+        (lambda: packing.pack_items(np.array([3, 1]), 10, order=np.array([2])), "order outside"),
+        (lambda: packing.pack_items(np.array([-3, 1]), 10), ">= 0"),
+        (lambda: packing.pack_items(np.array([3, 1]), 10, window=0), "packing window"),
         (lambda: packing.best_fit_pack(np.array([3, 11]), 10), r"in \[1, 10\]"),
         (lambda: packing.best_fit_pack(np.array([0, 1]), 10), r"in \[1, 10\]"),
         (lambda: packing.best_fit_pack(np.array([1]), 0), "capacity"),

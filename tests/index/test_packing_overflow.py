@@ -40,11 +40,13 @@ def test_truncate_keeps_each_long_document_s_first_row_and_drop_none_of_it():
         assert rows.max() <= 32
 
 
-def test_keep_overflow_refuses_an_unknown_policy_and_config_checks():
+def test_cut_items_refuses_an_unknown_overflow_policy_and_config_checks():
     cut = packing.cut_items(np.array([5, 70, 3]), 32)
-    assert len(packed_maps.keep_overflow(cut, "cut")) == len(cut) == 5
+    assert len(packing.cut_items(np.array([5, 70, 3]), 32, "cut")) == len(cut) == 5
+    assert len(packing.cut_items(np.array([5, 70, 3]), 32, "truncate")) == 3
+    assert len(packing.cut_items(np.array([5, 70, 3]), 32, "drop")) == 2
     with pytest.raises(ValueError, match="packing_overflow = 'wrap'"):
-        packed_maps.keep_overflow(cut, "wrap")
+        packing.cut_items(np.array([5, 70, 3]), 32, "wrap")
     with pytest.raises(ValueError, match="needs packing='best_fit'"):
         GPTDataConfig(blend=["a"], seq_length=8, packing_overflow="truncate")
     packed = GPTDataConfig(blend=["a"], seq_length=8, packing="best_fit")

@@ -76,6 +76,26 @@ def test_launch_key_follows_the_configuration_as_written():
         assert record.launch_key(other) != record.launch_key(config), change
 
 
+def test_configurations_differing_only_in_their_schedule_have_their_own_records():
+    def staged(*stages):
+        schedule = index.BlendSchedule(tuple(index.BlendStage(s, b) for s, b in stages))
+        return index.GPTDataConfig(
+            blend_per_split=[None, ["gs://b/v"], None], split="90,10,0", seq_length=8,
+            num_samples=(100, 10, None), train_schedule=schedule,
+        )
+
+    first = staged((0, ["1", "gs://b/a"]), (50, ["1", "gs://b/a", "1", "gs://b/c"]))
+    assert record.launch_key(first) == record.launch_key(
+        staged((0, ["1", "gs://b/a"]), (50, ["1", "gs://b/a", "1", "gs://b/c"]))
+    )
+    for other in (
+        staged((0, ["1", "gs://b/a"]), (60, ["1", "gs://b/a", "1", "gs://b/c"])),
+        staged((0, ["1", "gs://b/a"]), (50, ["1", "gs://b/a", "3", "gs://b/c"])),
+        staged((0, ["1", "gs://b/a"])),
+    ):
+        assert record.launch_key(other) != record.launch_key(first)
+
+
 def test_publish_writes_rows_then_record(setup):
     config, host, url = setup
     access = host("builder", builder=True)
@@ -223,7 +243,7 @@ def test_packed_rows_read_from_the_publication_equal_the_local_maps(setup, tmp_p
     assert record.launch_key(packed) != record.launch_key(
         dataclasses.replace(packed, packing_window=31)
     )
-    options = GPTSchemaOptions.for_config(packed, inter_document_masking=True)
+    options = GPTSchemaOptions(inter_document_masking=True)
     local = DataAccess.from_env(maps=MapStoreOptions(location=str(tmp_path / "local")))
     want = open_gpt_sources(packed, options, access=local)
     publication.load_or_publish(packed, host("builder", builder=True))

@@ -52,7 +52,7 @@ def _access(d) -> DataAccess:
 def _source(blend, d, packing="best_fit", samples=40):
     config = index.GPTDataConfig(blend=blend, split="100,0,0", seq_length=SEQ, seed=3,
                                  num_samples=(samples, None, None), packing=packing)
-    options = GPTSchemaOptions.for_config(config)
+    options = GPTSchemaOptions()
     return open_gpt_sources(config, options, access=_access(d), splits=("train",))["train"]
 
 
@@ -81,7 +81,8 @@ def _expected_weights(source, ids):
 
 def _unmasked(source):
     """The same split read without loss masks."""
-    return GPTSource(source.span_index, source.options, seq_length=source.seq_length, fingerprint="plan", split="train",
+    return GPTSource(source.span_index, source.options, seq_length=source.seq_length,
+                     packing=source.packing, fingerprint="plan", split="train",
                      access=source.access)
 
 
@@ -111,7 +112,8 @@ def test_packed_conversations_train_only_on_assistant_targets(data):
 def test_masks_enter_the_fingerprint_and_text_data_is_unchanged(data):
     source = _source([data["chat"]], data["dir"])
     assert source.fingerprint != _source([data["text"]], data["dir"]).fingerprint
-    same_plan = [GPTSource(source.span_index, source.options, seq_length=source.seq_length, fingerprint="plan", split="train",
+    same_plan = [GPTSource(source.span_index, source.options, seq_length=source.seq_length,
+                     packing=source.packing, fingerprint="plan", split="train",
                            access=source.access, loss_masks=masks)
                  for masks in (source.loss_masks, None)]
     assert same_plan[0].fingerprint != same_plan[1].fingerprint
@@ -171,7 +173,7 @@ def test_conversations_in_the_last_stage_of_a_schedule(data):
                               BlendStage(30, ("0.5", data["text"], "0.5", data["chat"]))))
     config = index.GPTDataConfig(seq_length=SEQ, seed=3, num_samples=(60, None, None),
                                  packing="best_fit", train_schedule=schedule)
-    source = open_gpt_sources(config, GPTSchemaOptions.for_config(config), access=_access(
+    source = open_gpt_sources(config, GPTSchemaOptions(), access=_access(
         data["dir"]), splits=("train",))["train"]
     batch = source.get_batch(np.arange(60))
     chat = source.dataset_names.index(data["chat"])
@@ -189,7 +191,7 @@ def test_a_conversation_longer_than_a_row_is_truncated_or_dropped(data, overflow
     config = index.GPTDataConfig(blend=[data["chat"]], split="100,0,0", seq_length=seq, seed=3,
                                  num_samples=(None, None, None), packing="best_fit",
                                  packing_overflow=overflow)
-    source = open_gpt_sources(config, GPTSchemaOptions.for_config(config),
+    source = open_gpt_sources(config, GPTSchemaOptions(),
                               access=_access(data["dir"]), splits=("train",))["train"]
     maps = source.span_index.maps
     long = int((lengths > seq + 1).sum())
@@ -211,7 +213,7 @@ def test_bucket_conversations_read_their_masks_as_local_ones(data, object_store,
     access = DataAccess.from_env(identity=IdentityStoreOptions(local_dir=str(tmp_path / "memo")))
     config = index.GPTDataConfig(blend=[url], split="100,0,0", seq_length=SEQ, seed=3,
                                  num_samples=(40, None, None), packing="best_fit")
-    remote = open_gpt_sources(config, GPTSchemaOptions.for_config(config), access=access,
+    remote = open_gpt_sources(config, GPTSchemaOptions(), access=access,
                               splits=("train",))["train"]
     local = _source([data["chat"]], data["dir"])
     assert remote.loss_masks is not None and remote.reads_remote

@@ -11,7 +11,7 @@ from helpers_data import write_random_dataset
 
 from jaxblend import identity, index
 from jaxblend.access import DataAccess
-from jaxblend.sources import GPTSchemaOptions, open_gpt_sources, packed_schema, schema
+from jaxblend.sources import GPTSchemaOptions, GPTSource, open_gpt_sources, packed_schema, schema
 from jaxblend.storage import IndexedDataset
 
 EOD = 0
@@ -36,7 +36,7 @@ def config(blend, samples=(None, None, None), extra=True, **kwargs):
 
 
 def source_of(cfg, split="train", **options):
-    opts = GPTSchemaOptions.for_config(cfg, **options)
+    opts = GPTSchemaOptions(**options)
     return open_gpt_sources(cfg, opts, access=DataAccess())[split]
 
 
@@ -143,19 +143,18 @@ def test_same_batches_from_a_second_build_and_a_pickled_source(prefixes):
     assert source_of(concat).fingerprint != a.fingerprint
 
 
-def test_schema_options_must_agree_with_the_configuration(prefixes):
-    cfg = config([prefixes[0]])
-    with pytest.raises(ValueError, match="packing='concat' differs"):
-        open_gpt_sources(cfg, GPTSchemaOptions(), access=DataAccess())
-    options = GPTSchemaOptions(packing="best_fit")
+def test_packing_is_the_configuration_s(prefixes):
+    source = open_gpt_sources(config([prefixes[0]]), GPTSchemaOptions(), access=DataAccess())
+    assert source["train"].packing == "best_fit"
+    options = GPTSchemaOptions()
     raw = schema.raw_windows(
         np.zeros((1, S + 1), np.int32), np.array([3]), np.zeros(1, np.int32), np.zeros(1)
     )
     with pytest.raises(ValueError, match="mock data cannot be packed"):
         packed_schema.assemble_packed(raw, options, seq_length=S)
-    with pytest.raises(ValueError, match="assembled by jaxblend.sources.packed_schema"):
-        schema.assemble_windows(raw, options, seq_length=S)
     with pytest.raises(ValueError, match="packing = 'x'"):
-        GPTSchemaOptions(packing="x")
-    assert GPTSchemaOptions().identity_fields(S, True)["packing"] is identity.OMIT
-    assert options.identity_fields(S, True)["packing"] == "best_fit"
+        GPTSource(source["train"].span_index, options, seq_length=S, packing="x", fingerprint="f")
+    with pytest.raises(ValueError, match="packing = 'x'"):
+        index.GPTDataConfig(blend=["a"], seq_length=S, packing="x")
+    assert options.identity_fields(S, True)["packing"] is identity.OMIT
+    assert options.identity_fields(S, True, "best_fit")["packing"] == "best_fit"

@@ -61,9 +61,10 @@ def config(blend, extra=True, samples=(150, 20, 20)):
 
 
 def window(cfg):
-    """A source's window arguments: the data configuration's."""
+    """A source's window arguments (and whether rows are packed): the data configuration's."""
     return {"seq_length": cfg.seq_length,
-            "add_extra_token_to_sequence": cfg.add_extra_token_to_sequence}
+            "add_extra_token_to_sequence": cfg.add_extra_token_to_sequence,
+            "packing": cfg.packing}
 
 
 def describe(datasets, names):
@@ -414,7 +415,7 @@ def test_packed_rows_are_the_same_through_every_span_index(opener, prefixes, opt
         config(["30", prefixes[0], "50", prefixes[1], "20", prefixes[2]], extra=extra),
         packing="best_fit", packing_window=50,
     )
-    options = GPTSchemaOptions.for_config(cfg, **OPTIONS[opts])
+    options = GPTSchemaOptions(**OPTIONS[opts])
     for split in ("train", "valid"):
         planned, _, maps = opener.reference(cfg, options, split)
         assert maps.split(split).is_packed
