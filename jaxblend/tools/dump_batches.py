@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from collections.abc import Sequence
 
 from absl import app, flags, logging
@@ -184,4 +183,6 @@ def run(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(run())
+    from jaxblend.tools._process_exit import exit_now
+
+    exit_now(run())
