@@ -100,6 +100,9 @@ def _phase_plan(fl, state: dict | None):
 def main(argv: Sequence[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    from jaxblend.tools._grain_import import import_grain_without_orbax
+
+    import_grain_without_orbax()  # this tool saves no checkpoint
     cli.initialize_from_flags()
     import jax
     import numpy as np
