@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from collections.abc import Sequence
 
 import numpy as np
@@ -167,4 +166,6 @@ def run(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(run())
+    from jaxblend.tools._process_exit import exit_now
+
+    exit_now(run())
