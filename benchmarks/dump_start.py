@@ -9,7 +9,8 @@ under `--data_dir`, then reused), reached through the same 20 ms counting proxy
 own), then `dump_batches --steps=1` runs `--repeats` times per side, the sides alternating, each
 run a fresh host (`_pod_child`: empty identity memo, map mirror, XDG cache and TMPDIR). Per run:
 seconds from process start to the first batch (the child's `POD_FIRST_BATCH` line) and to exit
-(`os.wait4`), requests and bytes through the proxy over the whole run, and the SHA-256 of the
+(`os.wait4`), the process's CPU seconds (user + system, steadier than wall time on a shared
+machine), requests and bytes through the proxy over the whole run, and the SHA-256 of the
 dumped batch (both sides must give the same bytes). The report gives each figure's median and
 range per side and the new / old ratio of the medians.
 """
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import sys
@@ -33,7 +35,8 @@ from _counting_proxy import CountingProxy
 from pod_start import Child, batches_digest
 
 CHILD = str(HERE / "_pod_child.py")
-FIGURES = (("first_s", "first batch s"), ("exit_s", "exit s"), ("requests", "requests"),
+FIGURES = (("first_s", "first batch s"), ("exit_s", "exit s"), ("cpu_s", "CPU s"),
+           ("requests", "requests"),
            ("read_mb", "read MB"), ("bin_mb", ".bin MB"))
 
 
@@ -49,16 +52,18 @@ def _run(args, server, proxy, tree: str, module_args: list[str], scratch: Path) 
     """One fresh-host process; its figures (the batch's digest for a dump)."""
     work = Path(tempfile.mkdtemp(prefix="run-", dir=scratch))
     proxy.reset()
+    before = _children_cpu()
     child = Child([args.python, CHILD, *module_args], _env(server, proxy, tree, work / "state"),
                   str(work), proxy, work / "output.log")
     code, _ = child.wait(args.timeout)
     ended = time.time()
+    cpu = _children_cpu() - before  # the child's, reaped by `wait`
     counts = proxy.counts()
     if code != 0 or child.imports != [str(Path(tree).resolve() / "jaxblend")]:
         raise SystemExit(f"{module_args[0]} in {tree}: exit {code}, imported {child.imports}; "
                          f"see {work}/output.log\n{child.tail()}")
     result = {
-        "exit_s": ended - child.started, "requests": counts.requests,
+        "exit_s": ended - child.started, "cpu_s": cpu, "requests": counts.requests,
         "read_mb": counts.body_bytes / 1e6, "bin_mb": counts.bin_bytes / 1e6,
         "first_s": max(t for t, _, _ in child.first_batches) - child.started
         if child.first_batches else None,
@@ -68,6 +73,12 @@ def _run(args, server, proxy, tree: str, module_args: list[str], scratch: Path) 
     return result
 
 
+def _children_cpu() -> float:
+    """User + system CPU seconds of this process's ended and reaped children so far."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def _median(runs: list[dict], key: str) -> float:
     return statistics.median(r[key] for r in runs)
 
@@ -75,6 +86,8 @@ def _median(runs: list[dict], key: str) -> float:
 def report(results: dict) -> str:
     """The markdown table of a results dict."""
     sides = results["sides"]
+    runs_all = [r for side in sides.values() for r in side["runs"]]
+    figures = [(k, t) for k, t in FIGURES if all(r.get(k) is not None for r in runs_all)]
     title = (
         f"{results['size']} ({results['prefixes']:,} prefixes), {results['delay_ms']:g} ms per "
         f"request, {results['repeats']} runs per side alternating; load average at start "
@@ -85,17 +98,17 @@ def report(results: dict) -> str:
     lines = [
         title,
         "",
-        "| side | " + " | ".join(f"{t} (median, range)" for _, t in FIGURES) + " | batch SHA-256 |",
-        "|---|" + "---:|" * len(FIGURES) + "---|",
+        "| side | " + " | ".join(f"{t} (median, range)" for _, t in figures) + " | batch SHA-256 |",
+        "|---|" + "---:|" * len(figures) + "---|",
     ]
     for side in ("old", "new"):
         runs = sides[side]["runs"]
         cells = [f"{_median(runs, k):,.2f} ({min(r[k] for r in runs):,.2f}-"
-                 f"{max(r[k] for r in runs):,.2f})" for k, _ in FIGURES]
+                 f"{max(r[k] for r in runs):,.2f})" for k, _ in figures]
         digests = sorted({r["batch_sha256"][:12] for r in runs})
         lines.append(f"| {side} | " + " | ".join(cells) + f" | {', '.join(digests)} |")
     ratios = [f"{_median(sides['new']['runs'], k) / _median(sides['old']['runs'], k):.3f}x"
-              for k, _ in FIGURES]
+              for k, _ in figures]
     lines.append("| new / old | " + " | ".join(ratios) + " | |")
     same = {r["batch_sha256"] for s in sides.values() for r in s["runs"]}
     lines += ["", "Same batch bytes on every run of both sides: "
