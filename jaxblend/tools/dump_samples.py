@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from collections.abc import Sequence
 
 import numpy as np
@@ -159,4 +158,6 @@ run = _training_flags.data_tool_run(main, define_flags)
 
 
 if __name__ == "__main__":
-    sys.exit(run())
+    from jaxblend.tools._process_exit import exit_now
+
+    exit_now(run())
