@@ -73,21 +73,26 @@ def run(urls, work: Path, args, adaptive: bool, step_ms: float) -> dict:
                          prefetch=prefetch, telemetry=TelemetryOptions(stall_threshold=0))
     assert loader.prefetch.adapts(source.reads_remote) == adaptive
     began = loader.metrics()
-    ahead = []
+    ahead, windows = [], []
     for batch in loader:
         jax.block_until_ready(batch)
         if step_ms:
             time.sleep(step_ms / 1000)
-        ahead.append(loader.metrics().read_ahead_steps)
+        now = loader.metrics()
+        ahead.append(now.read_ahead_steps)
+        windows.append(now.read_ahead_window)
     m = loader.metrics().since(began)
     steady = float(np.mean(ahead[len(ahead) // 2:]))
     loader.close()
+    if adaptive and args.trajectory:
+        print("window every 4 steps:", windows[::4], flush=True)
     return {
         "wait": m.wait_seconds / m.elapsed_seconds, "tokens/s": m.tokens / m.elapsed_seconds,
         "peak steps": m.read_ahead_peak_steps, "steady steps": steady,
         "steady MB": steady * m.step_bytes / 1e6,
         "peak MB": m.read_ahead_peak_steps * m.step_bytes / 1e6,
         "window": m.read_ahead_window, "p50 ms": 1e3 * (m.stores["gs"].latency_p50 or 0),
+        "requests/step": sum(s.requests for s in m.stores.values()) / m.steps,
     }
 
 
@@ -95,11 +100,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--prefixes", type=int, default=20)
     parser.add_argument("--tokens", type=float, default=2e7)
+    parser.add_argument("--doc_log_length", type=float, default=6.0,
+                        help="documents are lognormal(this, 1) tokens long")
     parser.add_argument("--delays", default="0,20,100", help="ms added per request")
     parser.add_argument("--steps", type=int, default=80)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--seq", type=int, default=512)
     parser.add_argument("--step_ms", type=float, default=250.0, help="the slow consumer's step")
+    parser.add_argument("--fast_ms", type=float, default=0.0, help="the fast consumer's step")
+    parser.add_argument("--trajectory", action="store_true", help="print the adaptive window")
     parser.add_argument("--memory_mb", type=int, default=1024)
     parser.add_argument("--work_dir", default=os.path.join(tempfile.gettempdir(), "jaxblend_ra"))
     parser.add_argument("--repeats", type=int, default=1,
@@ -114,14 +123,15 @@ def main() -> None:
     from helpers_fault_proxy import ProxyProcess
     from helpers_object_store import GcsServer
 
-    prefixes = write_corpus(work / "corpus", args.prefixes, int(args.tokens))
+    prefixes = write_corpus(work / f"corpus_{args.doc_log_length:g}", args.prefixes,
+                            int(args.tokens), mean_log_length=args.doc_log_length)
     server = GcsServer.start(work)
     rows = []
     try:
         urls = upload(server, prefixes)
         for delay in (float(d) for d in args.delays.split(",")):
             with ProxyProcess(server.url, delay / 1000) as proxy, server.pointed_at(proxy.url):
-                for consumer, step_ms in (("fast", 0.0), ("slow", args.step_ms)):
+                for consumer, step_ms in (("fast", args.fast_ms), ("slow", args.step_ms)):
                     runs: dict[str, list[dict]] = {"fixed": [], "adaptive": []}
                     for r in range(args.repeats):
                         for mode in (("fixed", "adaptive") if r % 2 == 0 else ("adaptive", "fixed")):

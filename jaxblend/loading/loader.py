@@ -88,9 +88,10 @@ class PrefetchOptions:
         window it starts from.
       adaptive_read_ahead: let the read-ahead window grow while the loader waits for batches and
         shrink while it does not (`jaxblend.loading.read_window`), between 1 and
-        `max_read_ahead` steps and within `read_ahead_memory`. Only with `worker_count` 0 (reads
-        in this process's threads). Off by default: on the project's machine it did not read
-        faster than the fixed window (BENCHMARKS.md, "Adaptive read-ahead").
+        `max_read_ahead` steps and within `read_ahead_memory`, starting from the fixed window.
+        None (the default): on for sources read from an object store, off for local files
+        (their reads take microseconds: the fixed window is never late); True / False force it.
+        Only with `worker_count` 0 (reads in this process's threads).
       max_read_ahead: the adaptive window's largest size, steps (Grain's reader threads).
       read_ahead_memory: bytes the records read ahead of the loader may hold (adaptive window).
     """
@@ -101,17 +102,19 @@ class PrefetchOptions:
     read_buffer_size: int = 2
     device_prefetch: int = 1
     read_ahead: int = 0
-    adaptive_read_ahead: bool = False
+    adaptive_read_ahead: bool | None = None
     max_read_ahead: int = 64
     read_ahead_memory: int = DEFAULT_READ_AHEAD_MEMORY
 
     def __post_init__(self):
         for field in dataclasses.fields(self):
             if field.name == "adaptive_read_ahead":
-                if not isinstance(self.adaptive_read_ahead, bool):
+                if self.adaptive_read_ahead is not None and not isinstance(
+                    self.adaptive_read_ahead, bool
+                ):
                     raise ValueError(
-                        "PrefetchOptions.adaptive_read_ahead must be True or False, "
-                        f"got {self.adaptive_read_ahead!r}"
+                        "PrefetchOptions.adaptive_read_ahead must be True, False or None "
+                        f"(on for object stores), got {self.adaptive_read_ahead!r}"
                     )
                 continue
             value, low = getattr(self, field.name), 1
@@ -120,9 +123,11 @@ class PrefetchOptions:
             require_int(f"PrefetchOptions.{field.name}", value, low)
 
     def adapts(self, reads_remote: bool) -> bool:
-        """Whether the read-ahead window adapts (`adaptive_read_ahead`, reads in threads)."""
-        del reads_remote  # the same rule for local and bucket data
-        return self.adaptive_read_ahead and not self.worker_count
+        """Whether the read-ahead window adapts: `adaptive_read_ahead`, by default for sources
+        read from an object store (`reads_remote`); only with reads in threads."""
+        if self.worker_count:
+            return False
+        return reads_remote if self.adaptive_read_ahead is None else self.adaptive_read_ahead
 
     def initial_read_ahead(self, reads_remote: bool) -> int:
         """The read-ahead window a stream starts with (fixed: the whole time), steps."""
