@@ -98,7 +98,12 @@ class TableReader:
 
     def get(self, positions: Sequence[int]) -> list[PublishedDataset]:
         """The datasets at table `positions` (in that order), reading the lines not held yet in
-        one round of range requests.
+        one round of range requests (`read`)."""
+        return self.read(positions)[0]
+
+    def read(self, positions: Sequence[int]) -> tuple[list[PublishedDataset], int, int]:
+        """The datasets at table `positions` (in that order), and the requests and bytes this
+        call issued: the lines not held yet, in one round of range requests.
 
         Raises:
           IndexError: a position outside the table.
@@ -112,14 +117,15 @@ class TableReader:
             raise IndexError(f"dataset {bad[0]} is outside the {self.table.count} of {self.url}")
         with self._lock:
             missing = [p for p in wanted if p not in self._held]
+        requests = nbytes = 0
         if missing:
             with self._fetching:
                 with self._lock:
                     missing = [p for p in missing if p not in self._held]
                 if missing:
-                    self._fetch(missing)
+                    requests, nbytes = self._fetch(missing)
         with self._lock:
-            return [self._held[p] for p in wanted]
+            return [self._held[p] for p in wanted], requests, nbytes
 
     def all(self) -> list[PublishedDataset]:
         """Every dataset of the table, in order (reads the lines not held yet)."""
@@ -130,7 +136,7 @@ class TableReader:
             self._dir = ObjectDirectory(self.store_url, self.access.object_store)
         return self._dir
 
-    def _fetch(self, missing: list[int]) -> None:
+    def _fetch(self, missing: list[int]) -> tuple[int, int]:
         table = self.table
         width = table.width
         directory = self._directory()
@@ -161,6 +167,7 @@ class TableReader:
             self._held.update(got)
             self.requests += len(runs)
             self.bytes_read += nbytes
+        return len(runs), nbytes
 
 
 class PublishedBins:
@@ -174,6 +181,8 @@ class PublishedBins:
     Attributes:
       num_tokens: int64 per dataset, its tokens once described (0 before).
       itemsizes: int64 per dataset, its token size once described (0 before).
+      requests: table requests this split's look-ups issued in this process.
+      bytes_read: table bytes this split's look-ups read in this process.
     """
 
     def __init__(self, reader: TableReader, positions: Sequence[int]) -> None:
@@ -187,6 +196,8 @@ class PublishedBins:
         self.itemsizes = np.zeros(n, np.int64)
         self._bins: dict[int, BinDataset] = {}
         self._lock = threading.Lock()
+        self.requests = 0
+        self.bytes_read = 0
 
     def __getstate__(self) -> dict[str, Any]:
         return {"reader": self.reader, "positions": self.positions}
@@ -236,8 +247,10 @@ class PublishedBins:
             missing = sorted({int(d) for d in ids} - self._bins.keys())
         if not missing:
             return
-        found = self.reader.get(self.positions[missing].tolist())
+        found, requests, nbytes = self.reader.read(self.positions[missing].tolist())
         with self._lock:
+            self.requests += requests
+            self.bytes_read += nbytes
             for d, published in zip(missing, found):
                 if d in self._bins:
                     continue
@@ -248,7 +261,11 @@ class PublishedBins:
 
     def published(self, ids: Sequence[int]) -> list[PublishedDataset]:
         """The table's descriptions of datasets `ids` (split order)."""
-        return self.reader.get(self.positions[list(ids)].tolist())
+        found, requests, nbytes = self.reader.read(self.positions[list(ids)].tolist())
+        with self._lock:
+            self.requests += requests
+            self.bytes_read += nbytes
+        return found
 
     def loss_masks(self, access: DataAccess) -> Any:
         """The split's stored loss masks as the publication records them

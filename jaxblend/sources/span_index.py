@@ -258,11 +258,13 @@ class RowTableSpanIndex:
 
     @property
     def requests(self) -> int:
-        return self._tables.requests
+        """The row table's requests, and the dataset table's (of a `PublishedBins`)."""
+        return self._tables.requests + getattr(self._datasets, "requests", 0)
 
     @property
     def bytes_read(self) -> int:
-        return self._tables.bytes_read
+        """The row table's bytes, and the dataset table's (of a `PublishedBins`)."""
+        return self._tables.bytes_read + getattr(self._datasets, "bytes_read", 0)
 
     def pieces(self, sample_ids: np.ndarray) -> row_table.RowSpans:
         ids = sample_ids
