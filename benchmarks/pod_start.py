@@ -1,6 +1,8 @@
 """Pod start from a bucket: what one training host pays before its first batch, old path vs new.
 
   /work/main/.venv/bin/python benchmarks/pod_start.py --old_tree /work/prev --new_tree /work/main
+  /work/main/.venv/bin/python benchmarks/pod_start.py --old_tree /work/prev --new_tree /work/main \
+      --sizes 1e8:1000,1e8:10000,1e8:100000 --hosts 0   # start against the number of prefixes
   /work/main/.venv/bin/python benchmarks/pod_start.py --quick --old_tree /work/prev \
       --new_tree /work/prev                                    # about a minute, for trying it
 
@@ -28,6 +30,12 @@ imported and the run stops if it is not its tree's):
 dump_batches keeps only the first row of each gathered batch (`POD_CHILD_ROWS=1`, see
 benchmarks/_pod_child.py), so its peak RSS is the loader's, not 100 stored batches'. A tree whose
 tools need other flags gets them with `--old_build_flags` / `--new_host_flags` & co.
+
+Sizes of 100,000 prefixes are small datasets (1e8 tokens: ~1,000 tokens, one or two documents,
+each): writing that corpus takes ~3 minutes and uploading its 200,000 objects ~15-20 minutes on
+a loaded 2-core machine (`--prepare_only` does both ahead of a run); every build then opens
+100,000 datasets. The report's growth table compares every prefix step at one token count
+(1,000 -> 10,000 -> 100,000, and first -> last).
 
 Token bytes = steps x global batch x (seq + 1) x 2 bytes: the tokens the batches hold. Results go
 to `<data_dir>/pod_start-<run>.json`; the markdown report is printed (and can be re-rendered with
