@@ -322,8 +322,10 @@ def _import_optax():
     return optax
 
 
-def _init_model(s: cli.TrainSettings, train_iters: int, vocab_size: int, seed: int, mesh) -> _Model:
-    """The model, AdamW with warm-up and cosine decay, initialized sharded on `mesh`."""
+def _model(s: cli.TrainSettings, train_iters: int, vocab_size: int, mesh) -> _Model:
+    """The model and AdamW with warm-up and cosine decay; its parameters and optimizer state are
+    abstract (`jax.ShapeDtypeStruct`s with their shardings on `mesh`) until `_initialize` or a
+    checkpoint's restore fills them."""
     import jax
 
     from jaxblend.training import model
@@ -342,12 +344,33 @@ def _init_model(s: cli.TrainSettings, train_iters: int, vocab_size: int, seed: i
         optax.clip_by_global_norm(s.clip_grad),
         optax.adamw(schedule, b1=0.9, b2=0.95, weight_decay=s.weight_decay),
     )
-    params = jax.jit(
-        functools.partial(model.init_params, cfg), static_argnums=0, out_shardings=shardings
-    )(seed)
-    opt_shardings = model.state_shardings(jax.eval_shape(optimizer.init, params), shardings, mesh)
-    opt_state = jax.jit(optimizer.init, out_shardings=opt_shardings)(params)
+
+    def laid_out(abstract, sharding_tree):
+        return jax.tree.map(
+            lambda x, sharding: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding),
+            abstract, sharding_tree,
+        )
+
+    params = laid_out(jax.eval_shape(functools.partial(model.init_params, cfg), 0), shardings)
+    abstract_opt = jax.eval_shape(optimizer.init, params)
+    opt_state = laid_out(abstract_opt, model.state_shardings(abstract_opt, shardings, mesh))
     return _Model(cfg, optimizer, params, opt_state)
+
+
+def _initialize(state: _Model, seed: int) -> None:
+    """Fills `state` with the initial parameters (deterministic in `seed`) and optimizer state, in
+    the shardings its abstract arrays carry."""
+    import jax
+
+    from jaxblend.training import model
+
+    shardings = jax.tree.map(lambda x: x.sharding, state.params)
+    state.params = jax.jit(
+        functools.partial(model.init_params, state.config), static_argnums=0,
+        out_shardings=shardings,
+    )(seed)
+    opt_shardings = jax.tree.map(lambda x: x.sharding, state.opt_state)
+    state.opt_state = jax.jit(state.optimizer.init, out_shardings=opt_shardings)(state.params)
 
 
 # The model flags of each `ModelConfig` field, for messages.
@@ -379,10 +402,11 @@ def _model_differences(saved: dict | None, model: dict) -> str | None:
     return f"it was trained with {flags_of(saved)}, this run has {flags_of(model)}"
 
 
-def _restore(checkpoint, state: _Model, s: cli.TrainSettings) -> _Resume:
-    """Restores the newest checkpoint into `state`, if there is one; a checkpoint of another
-    model (another run's, e.g. the demo's under the default `--workdir`) is refused first, with
-    the directory and the flag that chose it."""
+def _resume_point(checkpoint, state: _Model, s: cli.TrainSettings) -> _Resume:
+    """Where the run resumes: the newest checkpoint's step, loader state and metadata, read
+    without its arrays (`_restore_state` reads them, while the loader reads its first steps); a
+    checkpoint of another model (another run's, e.g. the demo's under the default `--workdir`) is
+    refused first, with the directory and the flag that chose it."""
     directory = s.checkpoint_dir
     ckpt = checkpoint.Checkpointer(
         directory, keep=s.keep_checkpoints, chosen_by=_checkpoint_flag(),
@@ -392,19 +416,24 @@ def _restore(checkpoint, state: _Model, s: cli.TrainSettings) -> _Resume:
     last = ckpt.latest_step()
     if last is None:
         return resume
-    differs = _model_differences(
-        ckpt.metadata(last).get("model"), dataclasses.asdict(state.config)
-    )
+    loader_state, meta = ckpt.resume_point(last)
+    differs = _model_differences(meta.get("model"), dataclasses.asdict(state.config))
     if differs is not None:
         raise app.UsageError(ckpt.another_run(last, differs))
-    (state.params, state.opt_state), resume.loader_state, meta = ckpt.restore(
-        last, (state.params, state.opt_state)
-    )
-    resume.start = int(resume.loader_state["step"])
+    resume.start, resume.loader_state, resume.meta = int(loader_state["step"]), loader_state, meta
     if resume.start != last:
         raise ValueError(f"{directory} step {last}: its loader state is at step {resume.start}")
-    resume.meta = meta
     return resume
+
+
+def _restore_state(resume: _Resume, state: _Model, seed: int) -> None:
+    """Fills `state` from the resume point's checkpoint, or initializes it (a run from step 0)."""
+    if resume.loader_state is None:
+        _initialize(state, seed)
+        return
+    state.params, state.opt_state = resume.ckpt.restore_state(
+        resume.start, (state.params, state.opt_state)
+    )
 
 
 def _announce_resume(resume: _Resume, phase_line: str | None) -> None:
@@ -706,13 +735,11 @@ def _train(watch, s: cli.TrainSettings) -> None:
     batch_axes = default_batch_axes(mesh.axis_names)
     data = _open_data(spec, s, phase)
     _warn_about_data(spec.run, data)
-    watch.phase = "initializing the model"
-    state = _init_model(s, data.steps.train_iters, spec.vocab_size, spec.seed, mesh)
     watch.phase = "restoring the checkpoint"
-    resume = _restore(checkpoint, state, s)
+    state = _model(s, data.steps.train_iters, spec.vocab_size, mesh)
+    resume = _resume_point(checkpoint, state, s)
     loader_state, phase_line = _enter_phase(resume, data.plan)
     resume.same_stream = loader_state is not None
-    train_step, eval_step = _compile_steps(state, len(data.names), mesh)
 
     watch.phase = "opening the data"
     prefetch = cli.prefetch_from_flags()
@@ -725,6 +752,15 @@ def _train(watch, s: cli.TrainSettings) -> None:
     )
     if loader.step != resume.start:
         raise ValueError(f"checkpoint step {resume.start} but loader state step {loader.step}")
+    # The first steps are read while the arrays are restored (or initialized) and compiled.
+    loader.start_reading()
+    try:
+        watch.phase = "restoring the checkpoint" if resume.loader_state else "initializing the model"
+        _restore_state(resume, state, spec.seed)
+        train_step, eval_step = _compile_steps(state, len(data.names), mesh)
+    except BaseException:
+        loader.close()
+        raise
     _announce_resume(resume, phase_line)
     with _metrics_endpoint(loader, telemetry):
         loss, preempted_at = _run_steps(
