@@ -55,9 +55,11 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import itertools
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -492,6 +494,58 @@ def _compile_steps(state: _Model, num_datasets: int, mesh):
     return train_step, eval_step
 
 
+class _FirstStep:
+    """Takes the first batch from the loader and compiles `train_step` for it, in a thread, while
+    the main thread restores the checkpoint's arrays: `state`'s parameters and optimizer state
+    are still abstract (shapes and shardings) when it starts, which is all a compilation needs
+    (`jit(...).lower(...).compile()`; the jitted step then finds the executable in JAX's cache).
+    """
+
+    def __init__(self, loader, train_step, state: _Model, num_datasets: int, mesh) -> None:
+        import jax
+        from jax.sharding import NamedSharding
+        from jax.sharding import PartitionSpec as P
+
+        from jaxblend.training import dataset_metrics
+
+        sums = jax.tree.map(
+            lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=NamedSharding(mesh, P())),
+            jax.eval_shape(functools.partial(dataset_metrics.zeros, num_datasets)),
+        )
+        self.batch = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(
+            target=self._run, args=(loader, train_step, state.params, state.opt_state, sums),
+            name="jaxblend-first-step", daemon=True,
+        )
+        self._thread.start()
+
+    def _run(self, loader, train_step, params, opt_state, sums) -> None:
+        import jax
+
+        try:
+            self.batch = next(loader, None)
+            if self.batch is not None:
+                batch = jax.tree.map(
+                    lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
+                    self.batch,
+                )
+                train_step.lower(params, opt_state, sums, batch).compile()
+        except Exception as err:  # noqa: BLE001 - raised in the main thread by `join`
+            self._error = err
+
+    def join(self):
+        """The first batch (None: the loader had none left), once the step is compiled.
+
+        Raises:
+          What reading or compiling raised.
+        """
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self.batch
+
+
 class _LogWindow:
     """Tokens, wall time, data wait and the loader's figures (`loader.metrics()`, this host's)
     since the last log line (per-step batch sizes)."""
@@ -605,8 +659,11 @@ def _announce_stage(data: _Data, step: int, first: int, top: int) -> None:
 
 
 def _run_steps(watch, loader, state: _Model, resume: _Resume, data: _Data, steps, mesh,
-               batch_axes, s: cli.TrainSettings):
+               batch_axes, s: cli.TrainSettings, first_batch=None):
     """Trains from `resume.start` to `--train_iters`; returns (last loss, preempted step).
+
+    `first_batch`: the batch of step `resume.start` when it was already taken from `loader`
+    (`_FirstStep`).
 
     The host reads the device's losses and per-dataset sums only at log lines, evaluations and
     checkpoints; a non-finite loss stops the run there (`jaxblend.training.divergence`), and a
@@ -639,6 +696,7 @@ def _run_steps(watch, loader, state: _Model, resume: _Resume, data: _Data, steps
         _advice(s), resume.start if resume.loader_state is not None else None
     )
     window = _LogWindow(loader)
+    batches = loader if first_batch is None else itertools.chain([first_batch], loader)
     iters, seq = data.plan.num_steps, data.seq_length  # a phase of Megatron's ends before the run
     logging.info(
         "training %d steps from %d: batch %s x %d tokens (%d batch shapes), mesh %s, datasets %s",
@@ -655,7 +713,7 @@ def _run_steps(watch, loader, state: _Model, resume: _Resume, data: _Data, steps
             if sums.must_read_before(size * seq):  # int32 counters: only in huge log windows
                 totals.absorb(sums.take())
             _announce_stage(data, step, resume.start, s.log_datasets)
-            batch = next(loader)
+            batch = next(batches)
             state.params, state.opt_state, step_loss, step_sums = train_step(
                 state.params, state.opt_state, sums.sums, batch
             )
@@ -752,19 +810,23 @@ def _train(watch, s: cli.TrainSettings) -> None:
     )
     if loader.step != resume.start:
         raise ValueError(f"checkpoint step {resume.start} but loader state step {loader.step}")
-    # The first steps are read while the arrays are restored (or initialized) and compiled.
+    # The first steps are read, and the step function compiled for the first batch, while the
+    # arrays are restored (or initialized).
     loader.start_reading()
+    train_step, eval_step = _compile_steps(state, len(data.names), mesh)
+    first = _FirstStep(loader, train_step, state, len(data.names), mesh)
     try:
         watch.phase = "restoring the checkpoint" if resume.loader_state else "initializing the model"
         _restore_state(resume, state, spec.seed)
-        train_step, eval_step = _compile_steps(state, len(data.names), mesh)
+        first_batch = first.join()
     except BaseException:
         loader.close()
         raise
     _announce_resume(resume, phase_line)
     with _metrics_endpoint(loader, telemetry):
         loss, preempted_at = _run_steps(
-            watch, loader, state, resume, data, (train_step, eval_step), mesh, batch_axes, s
+            watch, loader, state, resume, data, (train_step, eval_step), mesh, batch_axes, s,
+            first_batch,
         )
     watch.phase = "saving the checkpoint"
     resume.ckpt.close()

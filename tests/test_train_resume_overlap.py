@@ -1,7 +1,8 @@
 """A resumed training run reads its first steps while the checkpoint's arrays are restored: the
 loader starts from the checkpoint's small items (loader state, metadata), its first read is issued
-before the arrays' restore returns, and the run trains on the same bytes to the same losses as a
-resume that reads only after the restore, and as the run that was never interrupted."""
+before the arrays' restore returns (the step function compiles for that batch meanwhile), and the
+run trains on the same bytes to the same losses as a resume that reads and compiles only after
+the restore, and as the run that was never interrupted."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 from helpers_cli import run_tool
 from helpers_data import write_random_dataset
 
+from jaxblend import train
 from jaxblend.loading.host_source import HostStepSource
 from jaxblend.loading.loader import StepLoader
 from jaxblend.training.checkpoint import Checkpointer
@@ -72,6 +74,16 @@ class _Recorder:
         monkeypatch.setattr(Checkpointer, "restore_state", recording_restore)
 
 
+class _AtTheFirstStep:
+    """Nothing ahead: the training loop takes the first batch and compiles at its first step."""
+
+    def __init__(self, *args) -> None:
+        del args
+
+    def join(self) -> None:
+        return None
+
+
 def _train(data, workdir, metrics, iters):
     out = run_tool("jaxblend.train", [*data, *MODEL, f"--workdir={workdir}",
                                       f"--metrics_jsonl={metrics}", f"--train_iters={iters}"])
@@ -105,7 +117,10 @@ def test_first_reads_overlap_the_restore_and_train_the_same(data, tmp_path, monk
     assert overlapped.events[:2] == [("read", 3), ("arrays restored", 3)], overlapped.events
 
     with monkeypatch.context() as patch:
-        patch.setattr(StepLoader, "start_reading", lambda loader: None)  # reads at next()
+        # The order before: the first read and the compilation at the first step, after the
+        # restore.
+        patch.setattr(StepLoader, "start_reading", lambda loader: None)
+        patch.setattr(train, "_FirstStep", _AtTheFirstStep)
         after = _Recorder(patch, wait_for_read=False)
         _train(data, _resumable_copy(tmp_path / "full", tmp_path / "b"), tmp_path / "b.jsonl", 6)
     assert after.events[:2] == [("arrays restored", 3), ("read", 3)], after.events
