@@ -1,7 +1,7 @@
-"""Resume from a bucket: time from process start to the first trained step, old tree vs new.
+"""Resume from a bucket: time from process start to the first trained step, trees side by side.
 
-  /work/main/.venv/bin/python benchmarks/restore_overlap.py --old_tree /work/prev-restore \
-      --new_tree /work/main
+  /work/main/.venv/bin/python benchmarks/restore_overlap.py \
+      --trees old=/work/prev-restore,new=/work/main
 
 A corpus of lognormal-length documents (benchmarks/_corpus.py, `--tokens` over `--prefixes`) is
 written once under `--data_dir` and uploaded to a fake-gcs-server (benchmarks/_pod_bucket.py) that
@@ -9,14 +9,14 @@ every process reaches through a latency proxy adding `--delay_ms` per request an
 requests and bytes (benchmarks/_counting_proxy.py). The data, its index-map cache and the
 checkpoints are all `gs://` URLs.
 
-Set-up (not timed): the new tree trains `--steps` steps and saves a checkpoint there (model,
-AdamW state, loader state). Then, `--repeats` times and alternating which side goes first, each
-side resumes that checkpoint in a fresh process (`jaxblend.train` through benchmarks/_pod_child.py:
+Set-up (not timed): the last tree trains `--steps` steps and saves a checkpoint there (model,
+AdamW state, loader state). Then, `--repeats` times and rotating which side goes first, each
+side (a `name=path` of `--trees`, a checkout run with `PYTHONPATH=<path>`) resumes that checkpoint in a fresh process (`jaxblend.train` through benchmarks/_pod_child.py:
 empty local state, a line when the loader hands over its first batch) and trains one step without
 saving, so every run restores the same checkpoint. Per run: seconds from process start to the
 first trained step's log line (the loss is read back from the device there), to the loader's first
 batch, to the "resumed from" line, and the requests and bytes through the proxy. The table gives
-each side's median and the new/old ratio of the medians; results go to
+each side's median and its ratio to the first side's median; results go to
 `<data_dir>/restore_overlap-<time>.json`.
 """
 
@@ -113,7 +113,11 @@ def _run(args, server, proxy, name: str, tree: str, flags: list[str], scratch: P
     cmd = [args.python, CHILD, "jaxblend.train", *flags]
     proxy.reset()
     run = Run(cmd, _env(server, proxy.url, tree, work / "state"), str(work), work / "output.log")
-    code = run.wait(args.timeout)
+    try:
+        code = run.wait(args.timeout)
+    except BaseException:  # interrupted: the child goes too
+        run.process.kill()
+        raise
     counts = proxy.counts()
     if code != 0:
         raise SystemExit(f"{name}: exit {code}; output in {work}/output.log\n"
@@ -126,8 +130,9 @@ def _run(args, server, proxy, name: str, tree: str, flags: list[str], scratch: P
 
 def _report(results: dict) -> str:
     config = results["config"]
-    rows = {side: [r for r in results["runs"] if r["run"].startswith(side)]
-            for side in ("old", "new")}
+    sides = list(config["trees"])
+    rows = {side: [r for r in results["runs"] if r["run"].rsplit("-", 1)[0] == side]
+            for side in sides}
 
     def median(side: str, key: str) -> float:
         return statistics.median(r[key] for r in rows[side])
@@ -136,28 +141,28 @@ def _report(results: dict) -> str:
         f"{config['delay_ms']:g} ms per request; model d={config['hidden_size']} x "
         f"{config['num_layers']} layers, vocab {config['vocab_size']}; batch "
         f"{config['global_batch_size']} x {config['seq_length']} tokens; {config['repeats']} runs "
-        f"per side (median, then each run); old {results['commits']['old']}, new "
-        f"{results['commits']['new']}"
+        "per side (median, then each run); "
+        + ", ".join(f"{side} {results['commits'][side]}" for side in sides)
     )
+    first = sides[0]
     lines = [
-        header,
-        "",
-        "| | old | new | new/old |",
-        "|---|---|---|---|",
+        header, "",
+        "| | " + " | ".join(sides) + " | " + " | ".join(f"{s}/{first}" for s in sides[1:]) + " |",
+        "|---" * (2 * len(sides)) + "|",
     ]
     for key, label in (("first_step_s", "process start -> first trained step, s"),
                        ("first_batch_s", "process start -> first batch handed over, s"),
                        ("resumed_s", "process start -> \"resumed from\" line, s"),
                        ("exit_s", "process start -> exit, s")):
-        old, new = median("old", key), median("new", key)
-        each = {s: " ".join(f"{r[key]:.2f}" for r in rows[s]) for s in ("old", "new")}
-        lines.append(f"| {label} | {old:.2f} ({each['old']}) | {new:.2f} ({each['new']}) | "
-                     f"{new / old:.2f} |")
-    for key, label in (("requests", "requests through the proxy"),
-                       ("read_bytes", "bytes read through the proxy, MB")):
-        scale = 1e6 if key == "read_bytes" else 1
-        old, new = median("old", key) / scale, median("new", key) / scale
-        lines.append(f"| {label} | {old:,.0f} | {new:,.0f} | {new / old:.2f} |")
+        cells = [f"{median(s, key):.2f} ({' '.join(f'{r[key]:.2f}' for r in rows[s])})"
+                 for s in sides]
+        ratios = [f"{median(s, key) / median(first, key):.2f}" for s in sides[1:]]
+        lines.append(f"| {label} | " + " | ".join(cells + ratios) + " |")
+    for key, label, scale in (("requests", "requests through the proxy", 1),
+                              ("read_bytes", "bytes read through the proxy, MB", 1e6)):
+        cells = [f"{median(s, key) / scale:,.1f}" for s in sides]
+        ratios = [f"{median(s, key) / median(first, key):.2f}" for s in sides[1:]]
+        lines.append(f"| {label} | " + " | ".join(cells + ratios) + " |")
     losses = {r["loss"] for r in results["runs"]}
     lines += ["", f"first-step losses of every run: {sorted(losses)} (one value: the same step)"]
     return "\n".join(lines)
@@ -170,12 +175,13 @@ def _commit(tree: str) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--old_tree", default="/work/prev-restore")
-    parser.add_argument("--new_tree", default="/work/main")
+    parser.add_argument("--trees", default="old=/work/prev-restore,new=/work/main",
+                        help="name=checkout,... (the first is the baseline of the ratios; the last "
+                             "writes the checkpoint)")
     parser.add_argument("--python", default=sys.executable)
     parser.add_argument("--data_dir", default="/work/bench-data")
-    parser.add_argument("--tokens", type=float, default=2e7)
-    parser.add_argument("--prefixes", type=int, default=20)
+    parser.add_argument("--tokens", type=float, default=4e6)
+    parser.add_argument("--prefixes", type=int, default=4)
     parser.add_argument("--delay_ms", type=float, default=20.0)
     parser.add_argument("--seq_length", type=int, default=128)
     parser.add_argument("--global_batch_size", type=int, default=8)
@@ -197,7 +203,9 @@ def main() -> None:
     from _pod_bucket import DiskGcsServer, corpus_key, local_corpus, upload_corpus
 
     data_dir = Path(args.data_dir)
-    trees = {"old": os.path.realpath(args.old_tree), "new": os.path.realpath(args.new_tree)}
+    trees = {name: os.path.realpath(path) for name, path in
+             (item.split("=", 1) for item in args.trees.split(","))}
+    sides = list(trees)
     key = corpus_key(int(args.tokens), args.prefixes)
     local = local_corpus(data_dir, int(args.tokens), args.prefixes)
     root = data_dir / f"gcs-{key}"
@@ -212,14 +220,13 @@ def main() -> None:
         base = server.prefix_url(f"runs/restore_overlap-{run_id}")
         flags = _train_flags(args, blend, base)
         with CountingProxy(server.url, args.delay_ms / 1000) as proxy:
-            print(f"set-up: {args.steps} steps and a checkpoint ({trees['new']})", flush=True)
-            _run(args, server, proxy, "setup", trees["new"],
+            print(f"set-up: {args.steps} steps and a checkpoint ({trees[sides[-1]]})", flush=True)
+            _run(args, server, proxy, "setup", trees[sides[-1]],
                  [*flags, f"--train_iters={args.steps}", f"--save_interval={args.steps}"],
                  scratch)
             runs = []
             for k in range(args.repeats):
-                order = ("old", "new") if k % 2 == 0 else ("new", "old")
-                for side in order:
+                for side in sides[k % len(sides):] + sides[:k % len(sides)]:
                     result = _run(args, server, proxy, f"{side}-{k}", trees[side],
                                   [*flags, f"--train_iters={args.steps + 1}", "--save_interval=0"],
                                   scratch)

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from helpers_cli import run_tool
 from helpers_data import write_random_dataset
+from helpers_multiproc import run_cli
 
 from jaxblend import train
 from jaxblend.loading.host_source import HostStepSource
@@ -130,3 +131,19 @@ def test_first_reads_overlap_the_restore_and_train_the_same(data, tmp_path, monk
     assert overlapped.digests == after.digests
     assert _losses(tmp_path / "a.jsonl") == _losses(tmp_path / "b.jsonl")
     assert _losses(tmp_path / "a.jsonl") == {k: full[k] for k in (4, 5, 6)}
+
+
+@pytest.mark.multiprocess
+def test_two_processes_resume_where_the_uninterrupted_run_went(data, tmp_path):
+    """On 2 processes (each reading its rows ahead while it restores its shards of the arrays),
+    a resumed run trains to the uninterrupted run's losses, bit for bit."""
+    def train(workdir, metrics):
+        run_cli("jaxblend.train", [*data, *MODEL, f"--workdir={workdir}",
+                                   f"--metrics_jsonl={metrics}", "--train_iters=6",
+                                   "--mesh_shape=4"], num_processes=2, devices_per_process=2)
+
+    train(tmp_path / "full", tmp_path / "full.jsonl")
+    full = _losses(tmp_path / "full.jsonl")
+    assert sorted(full) == [1, 2, 3, 4, 5, 6]
+    train(_resumable_copy(tmp_path / "full", tmp_path / "resumed"), tmp_path / "resumed.jsonl")
+    assert _losses(tmp_path / "resumed.jsonl") == {k: full[k] for k in (4, 5, 6)}
