@@ -310,6 +310,13 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
         if self.prefetch.worker_count:
             grain_workers.track(self)
 
+    def start_reading(self) -> None:
+        """Starts reading the first steps now, in the background (Grain's read threads or worker
+        processes), rather than at the first `next()`: e.g. while a checkpoint is restored and the
+        step function compiles. Idempotent."""
+        if self._grain_iter is not None:
+            self._grain_iter.start_prefetch()
+
     @property
     def step(self) -> int:
         """The global step of the next batch `next()` returns."""
