@@ -212,7 +212,7 @@ class HuggingFaceTokenizer(_VocabSpecials):
 
     def detokenize(self, ids: Sequence[int] | np.ndarray) -> str:
         """Decodes ids to text."""
-        return self._tok.decode([int(i) for i in ids])
+        return self._tok.decode(np.asarray(ids, np.int64).tolist())
 
     def token_to_id(self, token: str) -> int | None:
         """The id of vocabulary entry ``token`` (added tokens included), or None."""

@@ -63,7 +63,8 @@ class GPTSchemaOptions:
         special id; None = -1, no pad token). Only with `megatron_compat`.
       inter_document_masking: also return `cu_seqlens`/`max_seqlen`, positions per document.
       fim: fill-in-the-middle settings (`jaxblend.sources.fim`, Megatron's `--fim-data`): each
-        window is rewritten before the arrays are built; None = plain windows.
+        window (with `packing="best_fit"`, each document of a row, in its own places) is
+        rewritten before the arrays are built; None = plain windows.
       packing: the data configuration's `packing` (`for_config` reads it from there): "concat"
         (windows cut across documents) or "best_fit" (packed rows of whole documents, assembled by
         `jaxblend.sources.packed_schema.assemble_packed`, which `GPTSource` calls).
@@ -82,11 +83,6 @@ class GPTSchemaOptions:
     def __post_init__(self):
         if self.packing not in ("concat", "best_fit"):
             raise ValueError(f"packing = {self.packing!r}; expected 'concat' or 'best_fit'")
-        if self.fim is not None and self.packing != "concat":
-            raise ValueError(
-                "fill-in-the-middle (--fim_data) rewrites concatenated windows; it does not apply "
-                f"to --packing={self.packing} rows: drop one of the two"
-            )
         needs_eod = self.eod_mask_loss or self.reset_position_ids or self.reset_attention_mask
         if needs_eod and self.eod_id is None:
             raise ValueError(
