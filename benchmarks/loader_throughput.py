@@ -15,8 +15,8 @@
     `--widths` picks the widths.
 (e) Sample constructions: `get_batch` tokens/s of fill-in-the-middle (`--fim_data`, Megatron's
     rewrite with the data's byte-level BPE) against plain concatenated samples (`concat`) on a
-    generated Python-like corpus, one thread; `--constructions` adds it, `--only_constructions`
-    runs it alone.
+    generated Python-like corpus, one thread, and of FIM on packed rows (`--packing=best_fit`)
+    beside plain packed rows; `--constructions` adds it, `--only_constructions` runs it alone.
 (f) `--telemetry_overhead`: the cost of the loader's telemetry (issue 31), side by side in one
     run: end-to-end loader tokens/s (worker_count 0) with telemetry on (the default) and off
     (`TelemetryOptions(collect=False, stall_threshold=0)`), `--rounds` rounds alternating which
@@ -221,6 +221,8 @@ def code_corpus(path: str, num_docs: int, seed: int = 0) -> list[str]:
 
 def construction_rows(args) -> None:
     """(e): FIM reads against concat on the same code corpus and tokenizer."""
+    import dataclasses
+
     import tokenizers
     from tokenizers import decoders, models, pre_tokenizers, trainers
 
@@ -260,17 +262,21 @@ def construction_rows(args) -> None:
         blend=[prefix], split="100,0,0", seq_length=seq, seed=1234,
         num_samples=(samples, None, None),
     )
+    packed = dataclasses.replace(config, packing="best_fit", num_samples=(None, None, None))
     variants = [
-        ("concat", None),
-        ("FIM, rate 0.5, SPM 0.5", FIMOptions(rate=0.5, spm_rate=0.5)),
-        ("FIM, rate 0.9, SPM 0.5", FIMOptions(rate=0.9, spm_rate=0.5)),
+        ("concat", None, config),
+        ("FIM, rate 0.5, SPM 0.5", FIMOptions(rate=0.5, spm_rate=0.5), config),
+        ("FIM, rate 0.9, SPM 0.5", FIMOptions(rate=0.9, spm_rate=0.5), config),
         ("FIM, rate 0.9, split <file_sep>, fragments 0.5",
-         FIMOptions(rate=0.9, spm_rate=0.5, split_sample="<file_sep>", fragment_rate=0.5)),
+         FIMOptions(rate=0.9, spm_rate=0.5, split_sample="<file_sep>", fragment_rate=0.5), config),
+        ("packed (best_fit)", None, packed),
+        ("FIM on packed rows, rate 0.5, SPM 0.5", FIMOptions(rate=0.5, spm_rate=0.5), packed),
     ]
     rng = np.random.default_rng(0)
     results = []
-    for name, fim in variants:
-        source = open_gpt_sources(config, GPTSchemaOptions(fim=fim))["train"]
+    for name, fim, cfg in variants:
+        options = GPTSchemaOptions.for_config(cfg, fim=fim)
+        source = open_gpt_sources(cfg, options)["train"]
         ids_list = [rng.integers(0, len(source), batch) for _ in range(16)]
         it = iter(range(1 << 30))
 

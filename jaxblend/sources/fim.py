@@ -41,12 +41,13 @@ by name. A `FIMTransform` is picklable: a Grain worker loads the tokenizer again
 from __future__ import annotations
 
 import dataclasses
-import math
 import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
+
+from jaxblend.fim_options import FIMOptions  # the settings (light: the flag layer's too)
 
 if TYPE_CHECKING:
     from jaxblend.access import DataAccess
@@ -65,87 +66,6 @@ MARKS = {
     "pad": "[FIM_PAD]",
 }
 """How decoded text (`--decode`) shows each sentinel token."""
-
-
-def _rate(name: str, value: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number in [0, 1], got {value!r}")
-    if not (math.isfinite(value) and 0.0 <= value <= 1.0):
-        raise ValueError(f"{name} must be in [0, 1], got {value}")
-    return float(value)
-
-
-@dataclasses.dataclass(frozen=True)
-class FIMOptions:
-    """Megatron-LM's FIM settings (`--fim-rate`, `--fim-spm-rate`, ...).
-
-    Attributes:
-      rate: probability that a segment (or, with `split_sample`, a segment's fragments) is
-        rewritten (`--fim_rate`).
-      spm_rate: probability that a rewritten fragment is SPM rather than PSM (`--fim_spm_rate`).
-      split_sample: a token (by name) at which segments are cut into fragments
-        (`--fim_split_sample`), or None.
-      fragment_rate: probability that each fragment is rewritten (`--fim_fragment_rate`); required
-        with `split_sample`, refused without it.
-      no_prefix: fragments whose text starts with this string are never rewritten
-        (`--fim_no_prefix`), or None.
-      prefix_token, middle_token, suffix_token, pad_token, eod_token: the sentinel tokens by name
-        (Megatron's defaults); `eod_token` delimits the segments.
-      tokenizer: the tokenizer for data without a preprocessing record (a
-        `jaxblend.preprocess.tokenizer_spec.TokenizerSpec`, from `--tokenizer_type` & co.), or
-        None. Not part of the identity: the loaded tokenizer's own identity is (`FIMTransform`).
-    """
-
-    rate: float = 0.5
-    spm_rate: float = 0.5
-    split_sample: str | None = None
-    fragment_rate: float | None = None
-    no_prefix: str | None = None
-    prefix_token: str = "<fim_prefix>"
-    middle_token: str = "<fim_middle>"
-    suffix_token: str = "<fim_suffix>"
-    pad_token: str = "<fim_pad>"
-    eod_token: str = "<|endoftext|>"
-    tokenizer: TokenizerSpec | None = dataclasses.field(default=None, compare=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "rate", _rate("fim rate (--fim_rate)", self.rate))
-        object.__setattr__(self, "spm_rate", _rate("fim spm_rate (--fim_spm_rate)", self.spm_rate))
-        if self.split_sample is not None and self.fragment_rate is None:
-            raise ValueError(
-                f"--fim_split_sample={self.split_sample} needs --fim_fragment_rate (the FIM "
-                "probability of each fragment)"
-            )
-        if self.fragment_rate is not None:
-            if self.split_sample is None:
-                raise ValueError(
-                    "--fim_fragment_rate applies only with --fim_split_sample (the token that "
-                    "cuts segments into fragments)"
-                )
-            object.__setattr__(
-                self, "fragment_rate",
-                _rate("fim fragment_rate (--fim_fragment_rate)", self.fragment_rate),
-            )
-        for name in ("prefix_token", "middle_token", "suffix_token", "pad_token", "eod_token"):
-            value = getattr(self, name)
-            if not isinstance(value, str) or not value:
-                raise ValueError(f"--fim_{name} must be a token name, got {value!r}")
-        if self.split_sample is not None and not self.split_sample:
-            raise ValueError("--fim_split_sample must be a token name, not empty")
-
-    def identity_fields(self) -> dict[str, object]:
-        """The settings that change a FIM batch, as named fingerprint fields."""
-        return {
-            "rate": self.rate,
-            "spm_rate": self.spm_rate,
-            "split_sample": self.split_sample,
-            "fragment_rate": self.fragment_rate,
-            "no_prefix": self.no_prefix,
-            "tokens": [
-                self.prefix_token, self.middle_token, self.suffix_token, self.pad_token,
-                self.eod_token,
-            ],
-        }
 
 
 class FIMTokenizer(Protocol):
@@ -604,6 +524,13 @@ def resolve_spec(
       ValueError: neither exists (one line saying how to name the tokenizer), or the recorded
         tokenizer's files cannot be verified.
     """
+    return _find_spec(options, prefixes, access)[0]
+
+
+def _find_spec(
+    options: FIMOptions, prefixes: Sequence[str], access: DataAccess | None
+) -> tuple[TokenizerSpec, str | None]:
+    """`resolve_spec`'s tokenizer and the dataset whose record named it (None: the flags')."""
     from jaxblend.decode import DecodeError, recorded_spec
 
     for prefix in dict.fromkeys(prefixes):
@@ -612,14 +539,33 @@ def resolve_spec(
         except DecodeError as err:  # the same check as --decode's, named for this flag
             raise ValueError(str(err).replace("--decode:", "--fim_data:", 1)) from None
         if spec is not None:
-            return spec
+            return spec, prefix
     if options.tokenizer is not None:
-        return options.tokenizer
+        return options.tokenizer, None
     where = prefixes[0] if prefixes else "the data"
     raise ValueError(
         f"--fim_data: {where} has no preprocessing record naming its tokenizer; pass "
         "--tokenizer_type and --tokenizer_model (or --vocab_file, --merge_file)"
     )
+
+
+def _check_recorded_vocabulary(
+    transform: FIMTransform, prefix: str, access: DataAccess | None
+) -> None:
+    """Refuses sentinels beyond the vocabulary recorded with `prefix` (a model sized from that
+    record could not embed them: data made before its tokenizer had them, e.g. the byte
+    tokenizer before its FIM sentinels)."""
+    from jaxblend.tokenizer_facts import read_facts
+
+    facts = read_facts(prefix, access)
+    t = transform.tokens
+    top = max(t.prefix, t.middle, t.suffix, t.pad)
+    if facts is not None and top >= facts.vocab_size:
+        raise ValueError(
+            f"--fim_data: {prefix} was recorded with a vocabulary of {facts.vocab_size} ids, "
+            f"which does not hold its tokenizer's FIM sentinel id {top} (the data was made "
+            "before the tokenizer had it): preprocess it again"
+        )
 
 
 def open_fim_transform(
@@ -634,6 +580,11 @@ def open_fim_transform(
     `seed`, for packed rows when `packed`.
 
     Raises:
-      ValueError: as `resolve_spec`, or a sentinel name is not a token of the tokenizer.
+      ValueError: as `resolve_spec`, a sentinel name is not a token of the tokenizer, or a
+        sentinel id lies beyond the vocabulary recorded with the data.
     """
-    return FIMTransform(options, resolve_spec(options, prefixes, access), seed, packed=packed)
+    spec, prefix = _find_spec(options, prefixes, access)
+    transform = FIMTransform(options, spec, seed, packed=packed)
+    if prefix is not None:
+        _check_recorded_vocabulary(transform, prefix, access)
+    return transform

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import pickle
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -137,3 +138,32 @@ def test_validation_split_and_megatron_compat(data):
     for key in ("positions", "segment_ids", "cu_seqlens", "max_seqlen"):
         np.testing.assert_array_equal(b[key], a[key])
     assert (b["inputs"] == src.transform.tokens.prefix).sum() >= len(src)
+
+
+def test_byte_data_takes_fim_with_its_sentinels_unless_recorded_before_them(tmp_path):
+    import json
+
+    from jaxblend.preprocess import pipeline
+    from jaxblend.preprocess import tokenizer_spec as tok_spec
+    from jaxblend.tokenizer_facts import record_path
+    from tests.preprocess.conftest import make_documents, small_run_config, write_jsonl
+
+    docs = write_jsonl(str(tmp_path / "docs.jsonl"), make_documents(60))
+    out = pipeline.preprocess(small_run_config(
+        str(tmp_path / "byte"), [docs], tokenizer=tok_spec.TokenizerSpec("byte"),
+    ))
+    data = {"root": tmp_path, "prefix": out.outputs["text"]}
+    src = _open(data, FIMOptions(rate=1.0, spm_rate=0.0))
+    assert src.transform.tokens.prefix == 263 and src.transform.tokens.eod == 256
+    batch = src.get_batch(np.arange(len(src)))
+    firsts = batch["inputs"][(batch["positions"] == 0) & (batch["segment_ids"] > 0)]
+    assert firsts.size > 20 and (firsts == 263).all()  # rate 1: every document
+    assert batch["inputs"].max() < 267
+    # a record made when the byte tokenizer had 263 ids: a model sized from it cannot embed 263+
+    path = Path(record_path(str(tmp_path / "byte")))
+    record = json.loads(path.read_text())
+    record["tokenizer_facts"]["vocab_size"] = 263
+    path.write_text(json.dumps(record))
+    with pytest.raises(ValueError, match=r"recorded with a vocabulary of 263 ids, .* sentinel id "
+                                         r"266 .* preprocess it again"):
+        _open(data, FIMOptions())

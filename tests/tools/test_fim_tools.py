@@ -110,6 +110,24 @@ def test_inspect_explain_decode_shows_the_rewritten_sample(data, tmp_path):
         assert row["text"].startswith(text[: len(text) // 2])
 
 
+def test_inspect_explain_decode_shows_each_packed_document_rewritten(data, tmp_path):
+    args = ["explain", f"--data_path={data['prefix']}", *DATA, "--global_batch_size=8",
+            "--packing=best_fit", "--step=0", "--decode", "--decode_chars=0",
+            f"--data_cache_path={tmp_path / 'maps'}"]
+    plain = run_tool("jaxblend.tools.inspect", [*args, f"--json={tmp_path / 'plain.json'}"])
+    fim = run_tool("jaxblend.tools.inspect", [*args, *FIM, f"--json={tmp_path / 'fim.json'}"])
+    assert plain.returncode == 0 and fim.returncode == 0, fim.stderr[-3000:]
+    plain_rows = json.loads((tmp_path / "plain.json").read_text())["rows"]
+    fim_rows = json.loads((tmp_path / "fim.json").read_text())["rows"]
+    assert [r["pieces"] for r in plain_rows] == [r["pieces"] for r in fim_rows]
+    texts = [t for r in fim_rows for t in r["texts"]]
+    assert len(texts) == sum(len(r["texts"]) for r in plain_rows)
+    assert not any("[FIM_" in t for r in plain_rows for t in r["texts"])
+    rewritten = [t for t in texts if t.startswith("[FIM_PREFIX]")]
+    assert len(rewritten) >= 0.5 * len(texts) > 2  # --fim_rate=0.9, per document
+    assert all("[FIM_SUFFIX]" in t for t in rewritten)
+
+
 def test_missing_sentinel_is_one_line(data, tmp_path):
     out = run_tool("jaxblend.tools.dump_batches", [
         f"--data_path={data['prefix']}", *DATA, *FIM, "--fim_middle_token=<mid>",
