@@ -19,17 +19,14 @@ from jaxblend import index
 from jaxblend.access import DataAccess, MapStoreOptions
 from jaxblend.sources import GPTSchemaOptions, open_gpt_sources
 from jaxblend.sources.fim import FIMOptions, sample_draws
-from tests.helpers_fim import make_code_dataset
+from tests.helpers_fim import two_code_datasets
 
 SEQ = 64
 
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
-    root = tmp_path_factory.mktemp("fim_packing")
-    prefix, model = make_code_dataset(root, "code", n=400, seed=0)
-    other, _ = make_code_dataset(root, "more", n=120, seed=1, model=model)
-    return {"root": root, "prefix": prefix, "other": other}
+    return two_code_datasets(tmp_path_factory.mktemp("fim_packing"), n=400, n_more=120)
 
 
 def _config(blend, extra=True):

@@ -20,17 +20,14 @@ from jaxblend.access import DataAccess, MapStoreOptions
 from jaxblend.preprocess import tokenizer_spec as tok_spec
 from jaxblend.sources import GPTSchemaOptions, open_gpt_sources
 from jaxblend.sources.fim import FIMOptions, fit, sample_draws
-from tests.helpers_fim import make_code_dataset
+from tests.helpers_fim import two_code_datasets
 
 SEQ = 32
 
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
-    root = tmp_path_factory.mktemp("fim_source")
-    prefix, model = make_code_dataset(root, "code", n=120, seed=0)
-    other, _ = make_code_dataset(root, "more", n=80, seed=1, model=model)
-    return {"root": root, "prefix": prefix, "model": model, "other": other}
+    return two_code_datasets(tmp_path_factory.mktemp("fim_source"), n=120, n_more=80)
 
 
 def _config(blend, samples=(96, 16, 16), seed=5):
