@@ -70,6 +70,37 @@ def test_windows_are_the_plain_windows_rewritten_per_sample(data, compat):
     assert sentinels.any()
 
 
+class _CountingTokenizer:
+    """A tokenizer that counts its encode calls and the texts it encodes one by one."""
+
+    def __init__(self, inner):
+        self.inner, self.calls, self.texts = inner, 0, []
+
+    def tokenize_batch(self, texts):
+        self.calls += 1
+        self.texts += list(texts)
+        return self.inner.tokenize_batch(texts)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def test_a_batch_is_encoded_in_one_call_with_the_ids_of_separate_encodings(data):
+    src = _open(data, FIMOptions(rate=0.8, spm_rate=0.5))
+    ids = np.arange(len(src))
+    whole = src.read_batch(ids)
+    counting = _CountingTokenizer(src.transform.tokenizer)
+    src.transform._tokenizer = counting
+    again = src.read_batch(ids)
+    assert counting.calls == 1 and len(counting.texts) % 3 == 0 and len(counting.texts) > 30
+    np.testing.assert_array_equal(again["text"], whole["text"])
+    # each piece encoded alone gives the same ids as in the batched call
+    flat, lengths = counting.inner.tokenize_batch(counting.texts)
+    alone = [counting.inner.tokenize_batch([t])[0] for t in counting.texts]
+    np.testing.assert_array_equal(np.concatenate(alone), flat)
+    assert [a.size for a in alone] == lengths.tolist()
+
+
 def test_padding_follows_the_schema_convention(data):
     # windows starting with EOD come out one token short (Megatron drops an EOD that ends an empty
     # segment): jaxblend's convention makes the rest batch padding, Megatron's the FIM pad token
