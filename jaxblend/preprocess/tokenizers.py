@@ -29,7 +29,9 @@ from __future__ import annotations
 import base64
 import itertools
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
+from typing import ClassVar
 
 import numpy as np
 
@@ -77,7 +79,11 @@ def _flatten(pieces: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
 class ByteTokenizer:
     """UTF-8 bytes as token ids 0..255, special tokens after them; needs no files.
 
-    Special ids: eod=256, pad=257, bos=258, eos=259, mask=260, cls=261, sep=262; vocab_size=263.
+    Special ids: eod=256, pad=257, bos=258, eos=259, mask=260, cls=261, sep=262, then the
+    fill-in-the-middle sentinels (`FIM_SENTINELS`) 263..266; vocab_size=267. Named tokens
+    (`token_to_id`): ``<|endoftext|>`` (the EOD) and the four sentinels, Megatron's default FIM
+    names, so `--fim_data` works on byte data with its default flags. Text is only ever bytes: a
+    sentinel's name in the text is its bytes, never the sentinel.
     """
 
     name = BYTE
@@ -88,7 +94,11 @@ class ByteTokenizer:
     mask = 260
     cls = 261
     sep = 262
-    vocab_size = 263
+    FIM_SENTINELS: ClassVar[Mapping[str, int]] = MappingProxyType(
+        {"<fim_prefix>": 263, "<fim_middle>": 264, "<fim_suffix>": 265, "<fim_pad>": 266}
+    )
+    vocab_size = 267
+    _NAMED: ClassVar[Mapping[str, int]] = MappingProxyType({"<|endoftext|>": eod, **FIM_SENTINELS})
 
     def tokenize(self, text: str) -> np.ndarray:
         """Returns the UTF-8 bytes of ``text`` as uint16 ids."""
@@ -107,8 +117,9 @@ class ByteTokenizer:
         return arr[arr < 256].astype(np.uint8).tobytes().decode("utf-8", errors="replace")
 
     def token_to_id(self, token: str) -> int | None:
-        """Byte vocabularies name no tokens: always None."""
-        return None
+        """The id of a named token (``<|endoftext|>``, the FIM sentinels), else None (bytes have
+        no names)."""
+        return self._NAMED.get(token)
 
 
 class _VocabSpecials:
@@ -197,7 +208,7 @@ class HuggingFaceTokenizer(_VocabSpecials):
 
     def detokenize(self, ids: Sequence[int] | np.ndarray) -> str:
         """Decodes ids to text."""
-        return self._tok.decode([int(i) for i in ids])
+        return self._tok.decode(np.asarray(ids, np.int64).tolist())
 
     def token_to_id(self, token: str) -> int | None:
         """The id of vocabulary entry ``token`` (added tokens included), or None."""

@@ -126,7 +126,8 @@ def open_gpt_sources(
         from jaxblend.sources.fim import open_fim_transform
 
         transform = open_fim_transform(
-            options.fim, index.config_prefixes(config), config.seed, access
+            options.fim, index.config_prefixes(config), config.seed, access,
+            packed=options.packing != "concat",
         )
     if publication.applies(access):
         indexes, fingerprint = _published_indexes(config, access, splits)
