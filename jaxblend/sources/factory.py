@@ -118,16 +118,11 @@ def open_gpt_sources(
     grain_workers.prepare()
     transform = None
     if options.fim is not None:  # the tokenizer and its sentinels first: a bad name fails at once
-        if config.is_packed:
-            raise ValueError(
-                "fill-in-the-middle (--fim_data) rewrites concatenated windows; it does not apply "
-                f"to --packing={config.packing} rows: drop one of the two"
-            )
         from jaxblend.sources.fim import open_fim_transform
 
         transform = open_fim_transform(
             options.fim, index.config_prefixes(config), config.seed, access,
-            packed=options.packing != "concat",
+            packed=config.is_packed,
         )
     if publication.applies(access):
         indexes, fingerprint = _published_indexes(config, access, splits)
