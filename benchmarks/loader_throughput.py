@@ -281,7 +281,7 @@ def construction_rows(args) -> None:
     rng = np.random.default_rng(0)
     results, baselines = [], []
     for name, fim, cfg in variants:
-        options = GPTSchemaOptions.for_config(cfg, fim=fim)
+        options = GPTSchemaOptions(fim=fim)
         source = open_gpt_sources(cfg, options)["train"]
         ids_list = [rng.integers(0, len(source), batch) for _ in range(16)]
         it = iter(range(1 << 30))

@@ -23,7 +23,7 @@ def define_loader_flags() -> None:
         flags.DEFINE_bool(
             "adaptive_read_ahead", None,
             "Grow the steps read ahead while the loop waits for data and shrink them while it "
-            "does not, within --read_ahead_memory_mb (reads in threads only). Unset: on for "
+            "does not, within --read_ahead_memory_mb (reads in threads only). Default (unset): on for "
             "data in a bucket, off for local files; --adaptive_read_ahead / "
             "--noadaptive_read_ahead force it on / off.",
         )

@@ -39,7 +39,7 @@ def _config(blend, extra=True):
 def _open(data, fim=None, blend=None, split="train", extra=True, **schema):
     cfg = _config(blend or [data["prefix"]], extra)
     access = DataAccess(maps=MapStoreOptions(location=str(data["root"] / "maps")))
-    options = GPTSchemaOptions.for_config(cfg, fim=fim, **schema)
+    options = GPTSchemaOptions(fim=fim, **schema)
     return open_gpt_sources(cfg, options, access=access)[split]
 
 
