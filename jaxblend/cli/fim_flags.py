@@ -1,5 +1,5 @@
 """Fill-in-the-middle flags (Megatron-LM's `--fim-*`, dashed spellings accepted) and their
-`jaxblend.sources.fim.FIMOptions`.
+`jaxblend.fim_options.FIMOptions` (also `jaxblend.sources.fim.FIMOptions`).
 
 `define_fim_flags()` is part of the schema flags (`define_schema_flags`): every program that builds
 GPT batches (training, `dump_batches`, `inspect`) takes them. `fim_options(values, tokenizer)`

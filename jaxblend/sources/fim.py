@@ -33,6 +33,16 @@ those positions have input 0, loss 0, position 0 and segment 0. With `inter_docu
 Megatron's FIM sample is one document (`cu_seqlens` = `[0, S]`); jaxblend's own convention takes
 the documents from the EOD tokens of the rewritten window.
 
+Packed rows (`--packing=best_fit`): each document of a row is rewritten on its own, from the
+stream `[seed, FIM_STREAM, split, sample_id, document]`, and put back in its own places
+(`fit_document`: the rewrite cut to the places before the document's final EOD, the EOD, then the
+pad token up to its length, kept out of the loss by `raw["loss_weights"]`), so the row's pieces,
+positions and segment ids do not change.
+
+Speed: a batch is planned sample by sample (draws and decodes), then the three pieces of every
+rewritten fragment of the batch are encoded in one `tokenize_batch` call (`RewritePlan`), each
+piece on its own: the ids of separate encodings, the tokenizer's per-call cost paid once.
+
 The tokenizer is the one recorded with the data (`jaxblend.decode.recorded_spec`), else the one
 `FIMOptions.tokenizer` names (`--tokenizer_type` & co.); the sentinel tokens are looked up in it
 by name. A `FIMTransform` is picklable: a Grain worker loads the tokenizer again on first use.
@@ -276,32 +286,33 @@ class FIMRewriter:
             return []
         return self.plan_sample(body, draws, plan)
 
-    def _encoded(self, plan: RewritePlan) -> list[np.ndarray]:
+    def encode(self, plan: RewritePlan) -> list[np.ndarray]:
+        """The planned fragments of `plan`, encoded (`RewritePlan.encode`)."""
         return plan.encode(self.tokenizer, self.tokens)
 
     def fragment(self, tokens: np.ndarray, rate: float, draws: Draws) -> np.ndarray:
         """One fragment, rewritten as PSM or SPM with probability `rate` (else unchanged)."""
         plan = RewritePlan()
         part = self.plan_fragment(np.asarray(tokens, np.int64), rate, draws, plan)
-        return build([part], self._encoded(plan))
+        return build([part], self.encode(plan))
 
     def segment(self, tokens: np.ndarray, draws: Draws) -> np.ndarray:
         """One EOD-delimited segment, rewritten (`plan_segment`)."""
         plan = RewritePlan()
         parts = self.plan_segment(np.asarray(tokens, np.int64), draws, plan)
-        return build(parts, self._encoded(plan))
+        return build(parts, self.encode(plan))
 
     def sample(self, tokens: np.ndarray, draws: Draws) -> np.ndarray:
         """The rewritten sample, before it is cut or padded back to its length."""
         plan = RewritePlan()
         parts = self.plan_sample(tokens, draws, plan)
-        return build(parts, self._encoded(plan))
+        return build(parts, self.encode(plan))
 
     def document(self, tokens: np.ndarray, draws: Draws, pad: int | None = None) -> np.ndarray:
         """A packed document rewritten and put back in its place (`fit_document`)."""
         plan = RewritePlan()
         parts = self.plan_document(tokens, draws, plan)
-        out, _ = fit_document(tokens, build(parts, self._encoded(plan)), self.tokens, pad)
+        out, _ = fit_document(tokens, build(parts, self.encode(plan)), self.tokens, pad)
         return out
 
 
@@ -469,7 +480,7 @@ class FIMTransform:
             )
             for r in range(text.shape[0])
         ]
-        encoded = rewriter._encoded(plan)
+        encoded = rewriter.encode(plan)
         pad = self.tokens.pad if megatron_compat else None
         for r in range(text.shape[0]):
             n = int(n_valid[r])
@@ -501,7 +512,7 @@ class FIMTransform:
                 documents.append((r, start, size, parts))
                 index += 1
             start += size
-        encoded = rewriter._encoded(plan)
+        encoded = rewriter.encode(plan)
         weights = np.ones(text.shape, np.uint8)
         for r, start, size, parts in documents:
             if not parts:

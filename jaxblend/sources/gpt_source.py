@@ -251,7 +251,7 @@ class GPTSource(base.PerProcess, base.BatchSource):
             batch = packed_schema.assemble_packed(raw, self.options, seq_length=self.seq_length)
         else:
             batch = schema.assemble_windows(raw, self.options, seq_length=self.seq_length)
-        if "loss_weights" in raw:  # a conversation dataset's stored loss masks
+        if "loss_weights" in raw:  # stored loss masks, or FIM's padding inside packed documents
             conversation_masks.apply_loss_masks(batch, np.asarray(raw["loss_weights"]))
         return batch
 
