@@ -11,7 +11,9 @@ that each recorded file still exists and has the recorded SHA-256 (or that the f
 local files), with ``fallback`` for data without a record (made by Megatron-LM), as a
 `DocumentDecoder`: every end-of-document token shows as `EOD_MARK`, so a row of three documents
 reads as three texts; given a conversation's loss mask, the tokens it does not train show inside
-`NOT_TRAINED` (``⟦system and user turns⟧assistant turn``).
+`NOT_TRAINED` (``⟦system and user turns⟧assistant turn``). The tools mark them alike: from the
+stored masks (`open_loss_masks`) for raw samples (`inspect explain`, `dump_samples`), from a
+batch's ``loss_mask`` (`input_weights`) for batches (`dump_batches`).
 """
 
 from __future__ import annotations
@@ -189,6 +191,35 @@ class DocumentDecoder:
             start = cut + 1
         texts.append(self.tokenizer.detokenize(arr[start:]))
         return "".join(texts)
+
+
+def open_loss_masks(names, access: DataAccess) -> dict:
+    """The stored loss-mask datasets (`jaxblend.loss_masks`) of the datasets ``names`` that have
+    one (conversations), by name: what ``DocumentDecoder.detokenize``'s ``mask`` of their pieces
+    is read from."""
+    from jaxblend.loss_masks import loss_mask_prefix
+    from jaxblend.storage import IndexedDataset, exists
+
+    return {
+        n: IndexedDataset(loss_mask_prefix(n), access=access)
+        for n in names if exists(loss_mask_prefix(n), access.object_store)
+    }
+
+
+def input_weights(loss_mask: np.ndarray) -> np.ndarray:
+    """Per token of a batch row's ``inputs``, whether the row trains on it (1) or not (0): token
+    p is the target of position p - 1, so its weight is ``loss_mask[p - 1]``. A row's first token
+    is the target of no position of any row (the context a row starts from): it counts as
+    trained, so that only what a loss mask leaves out is marked (padding, each packed document's
+    first token, EOD with ``--eod_mask_loss``, a conversation's prompt).
+
+    Args:
+      loss_mask: ``[..., S]`` the batch's ``loss_mask``.
+    """
+    loss_mask = np.asarray(loss_mask)
+    weights = np.ones(loss_mask.shape, np.uint8)
+    weights[..., 1:] = loss_mask[..., :-1] != 0
+    return weights
 
 
 def load_decoder(

@@ -27,7 +27,9 @@ plan (`jaxblend.map_store.publication`; this process publishes it when it is the
 nothing is published yet), else from the datasets and the whole maps.
 With `--decode`, process 0 also writes `<out>/batches.decoded.json`: `{"<step>": [text of each
 row's inputs, ...]}`, decoded with the tokenizer recorded with the data (`jaxblend.decode`;
-`--tokenizer_type` & co. for Megatron-made data).
+`--tokenizer_type` & co. for Megatron-made data); the input tokens the row does not train on (its
+`loss_mask` of the position before them is 0: padding, a packed document's first token, a
+conversation's prompt) show inside ⟦ ⟧, as with `inspect explain --decode`.
 
 The training job's flagfile works as it is (`--flagfile=run.flags`): the flags of
 `jaxblend.train` this tool does not use (model, optimizer, run, ...) are ignored, with one note
@@ -109,6 +111,7 @@ def main(argv: Sequence[str]) -> None:
     import numpy as np
     from jax.experimental import multihost_utils
 
+    from jaxblend.decode import input_weights
     from jaxblend.loading import make_loader
     from jaxblend.mesh import default_batch_axes
 
@@ -165,8 +168,13 @@ def main(argv: Sequence[str]) -> None:
         if decoder is not None:
             first = loader.step - steps
             text = {
-                str(first + i): [decoder.detokenize(row) for row in np.asarray(inputs)]
-                for i, inputs in enumerate(gathered["inputs"])
+                str(first + i): [
+                    decoder.detokenize(row, weights)
+                    for row, weights in zip(inputs, input_weights(mask), strict=True)
+                ]
+                for i, (inputs, mask) in enumerate(
+                    zip(gathered["inputs"], gathered["loss_mask"], strict=True)
+                )
             }
             text_path = os.path.join(fl.out, "batches.decoded.json")
             with atomic_write.atomic_file(text_path, "w", encoding="utf-8") as f:

@@ -6,7 +6,8 @@ Writes `<out>/<split>.npz` for each split that exists, holding `dataset_index` a
 (int64 `[num, seq_length + extra]`, the raw token window of each of the first `num` samples,
 padded with -1). With `--decode`, also `<out>/<split>.decoded.json`: the text of each of those
 samples (a list, row i = `samples_text` row i), decoded with the tokenizer recorded with the data
-(`jaxblend.decode`; `--tokenizer_type` & co. for Megatron-made data). A blend of datasets made
+(`jaxblend.decode`; `--tokenizer_type` & co. for Megatron-made data); the tokens a conversation's
+stored loss mask does not train show inside ⟦ ⟧, as with `inspect explain --decode`. A blend of datasets made
 with different tokenizers (their preprocessing records say so) is refused unless
 `--allow_mixed_tokenizers`. Flags are named after Megatron-LM's (its dashed, space-separated
 spellings are accepted as well):
@@ -40,7 +41,7 @@ from collections.abc import Sequence
 import numpy as np
 from absl import app, flags, logging
 
-from jaxblend import atomic_write, cli, index, opening
+from jaxblend import atomic_write, cli, decode, index, opening
 from jaxblend.access import DataAccess
 from jaxblend.cli import data_flags, tool_flags
 from jaxblend.map_store import load_or_build_data_maps
@@ -73,18 +74,27 @@ def split_arrays(split_maps: index.SplitMaps, datasets: dict, num: int) -> dict[
                 _put_maps(out, f"ds{j}_epoch{e}_", split_maps.constituent(j, epoch=e))
         else:
             _put_maps(out, f"ds{j}_", split_maps.constituent(j))
-    count = min(num, len(split_maps))
-    text = np.full((count, split_maps.window), -1, dtype=np.int64)
+    out["samples_text"] = _windows(split_maps, datasets, min(num, len(split_maps)), -1)
+    return out
+
+
+def _windows(
+    split_maps: index.SplitMaps, datasets: dict, count: int, fill: int, missing: int | None = None
+) -> np.ndarray:
+    """int64 `[count, window]`: the first `count` samples read piece by piece from `datasets` (by
+    name), `fill` past each row's pieces; a dataset not in `datasets` reads as `missing` (None:
+    every dataset is there)."""
+    text = np.full((count, split_maps.window), fill, dtype=np.int64)
     spans = split_maps.spans(np.arange(count, dtype=np.int64))
     filled = np.zeros(count, dtype=np.int64)
     for r, d, q, o, n in zip(spans.row, spans.dataset, spans.sequence, spans.offset, spans.length):
-        tokens = datasets[split_maps.dataset_names[int(d)]].get(
-            int(q), offset=int(o), length=int(n)
-        )
-        text[r, filled[r] : filled[r] + len(tokens)] = tokens
-        filled[r] += len(tokens)
-    out["samples_text"] = text
-    return out
+        dataset = datasets.get(split_maps.dataset_names[int(d)])
+        if dataset is None and missing is not None:
+            text[r, filled[r] : filled[r] + int(n)] = missing
+        else:
+            text[r, filled[r] : filled[r] + int(n)] = dataset.get(int(q), offset=int(o), length=int(n))
+        filled[r] += int(n)
+    return text
 
 
 def _put_maps(out: dict[str, np.ndarray], key: str, maps: index.GPTIndexMaps) -> None:
@@ -93,9 +103,14 @@ def _put_maps(out: dict[str, np.ndarray], key: str, maps: index.GPTIndexMaps) ->
     out[f"{key}shuffle_index"] = np.asarray(maps.shuffle_index)
 
 
-def decoded_rows(samples_text: np.ndarray, decoder) -> list[str]:
-    """The text of each row of a ``samples_text`` array (its -1 padding left out)."""
-    return [decoder.detokenize(row[row >= 0]) for row in samples_text]
+def decoded_rows(samples_text: np.ndarray, decoder, weights: np.ndarray | None = None) -> list[str]:
+    """The text of each row of a ``samples_text`` array (its -1 padding left out); with the
+    stored loss ``weights`` of its tokens (conversations), the untrained text marked as
+    `inspect explain --decode` marks it (`jaxblend.decode.NOT_TRAINED`)."""
+    return [
+        decoder.detokenize(row[row >= 0], None if weights is None else weights[r][row >= 0])
+        for r, row in enumerate(samples_text)
+    ]
 
 
 def dump(
@@ -127,8 +142,12 @@ def dump(
         written.append(path)
         if decoder is not None:
             text_path = os.path.join(out_dir, f"{name}.decoded.json")
+            masks = decode.open_loss_masks(split_maps.dataset_names, access)
+            weights = None if not masks else _windows(
+                split_maps, masks, len(arrays["samples_text"]), 0, missing=1
+            )
             with atomic_write.atomic_file(text_path, "w", encoding="utf-8") as f:
-                json.dump(decoded_rows(arrays["samples_text"], decoder), f, indent=1,
+                json.dump(decoded_rows(arrays["samples_text"], decoder, weights), f, indent=1,
                           ensure_ascii=False)
             written.append(text_path)
         logging.info(

@@ -166,6 +166,7 @@ def _phase(first_step: int, end_step: int | None = None):
 
 def explain() -> dict:
     """The pieces of every row of global batch --step."""
+    from jaxblend import decode
     from jaxblend.decode import shorten
     from jaxblend.storage import IndexedDataset
 
@@ -192,7 +193,7 @@ def explain() -> dict:
     samples = steps.sample_ids(step)
     b = samples.size
     opened = {n: IndexedDataset(n, access=access) for n in dict.fromkeys(names)}
-    masks = _loss_masks(opened, access) if decoder is not None else {}
+    masks = decode.open_loss_masks(opened, access) if decoder is not None else {}
     doc_indices = {n: np.asarray(ds.document_indices) for n, ds in opened.items()}
     stages = _stages_of_step(run, step, samples, names, len(plan), steps)
     phased = None if phase is None else _phase_of_step(phase, step, samples)
@@ -241,17 +242,6 @@ def explain() -> dict:
     if phased is not None:
         result["phase"] = phased
     return result
-
-
-def _loss_masks(opened: dict, access) -> dict:
-    """The loss-mask datasets of the opened datasets that have one (conversations)."""
-    from jaxblend.loss_masks import loss_mask_prefix
-    from jaxblend.storage import IndexedDataset, exists
-
-    return {
-        n: IndexedDataset(loss_mask_prefix(n), access=access)
-        for n in opened if exists(loss_mask_prefix(n), access.object_store)
-    }
 
 
 def _piece(opened: dict, masks: dict, name: str, q: dict):

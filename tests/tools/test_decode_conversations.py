@@ -1,6 +1,6 @@
-"""`inspect explain --decode` on conversations: the tokens the loss mask does not train (system
-and user turns, the prompt opening each assistant turn) show inside ⟦ ⟧, the assistant turns
-outside them; concat and packed rows."""
+"""`--decode` on conversations (`inspect explain`, `dump_samples`, `dump_batches`): the tokens the
+loss mask does not train (system and user turns, the prompt opening each assistant turn) show
+inside ⟦ ⟧, the assistant turns outside them; concat and packed rows."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from jaxblend.decode import NOT_TRAINED, DocumentDecoder
+from jaxblend.decode import NOT_TRAINED, DocumentDecoder, input_weights
 from jaxblend.loss_masks import loss_mask_prefix
 from jaxblend.preprocess import pipeline
 from jaxblend.preprocess import tokenizer_spec as tok_spec
@@ -87,6 +87,56 @@ def test_explain_decode_marks_what_is_not_trained(chat, tmp_path, packing):
             assert text.startswith(NOT_TRAINED[0])
     shown = [line for line in out.stdout.splitlines() if NOT_TRAINED[0] in line]
     assert len(shown) == len(texts)
+
+
+def _check_marked(text: str, plain: str) -> None:
+    """``text`` marks untrained text inside ⟦ ⟧ and trains no role header; without its marks it
+    is the text decoded whole (``plain``)."""
+    assert NOT_TRAINED[0] in text and NOT_TRAINED[1] in text
+    trained = "".join(part.split(NOT_TRAINED[1])[-1] for part in text.split(NOT_TRAINED[0]))
+    assert "user\n" not in trained and "assistant\n" not in trained
+    assert text.replace(NOT_TRAINED[0], "").replace(NOT_TRAINED[1], "") == plain
+
+
+@pytest.mark.parametrize("packing", ["concat", "best_fit"])
+def test_dump_samples_decode_marks_what_is_not_trained(chat, tmp_path, packing):
+    extra = ["--packing_overflow=truncate"] if packing == "best_fit" else []
+    out = run_tool("jaxblend.tools.dump_samples", [
+        f"--data_path={chat['prefix']}", *DATA, f"--packing={packing}", *extra, "--num=4",
+        f"--data_cache_path={tmp_path / 'maps'}", f"--out={tmp_path / 'out'}", "--decode",
+    ])
+    assert out.returncode == 0, out.stderr[-3000:]
+    texts = json.loads((tmp_path / "out" / "train.decoded.json").read_text(encoding="utf-8"))
+    with np.load(tmp_path / "out" / "train.npz") as f:
+        windows = f["samples_text"]
+    decoder = DocumentDecoder(
+        tok_lib.load_tokenizer(tok_spec.TokenizerSpec("hf", model=chat["tok"])))
+    assert len(texts) == len(windows) == 4
+    for text, window in zip(texts, windows, strict=True):
+        _check_marked(text, decoder.detokenize(window[window >= 0]))
+
+
+def test_dump_batches_decode_marks_what_is_not_trained(chat, tmp_path):
+    out = run_tool("jaxblend.tools.dump_batches", [
+        f"--data_path={chat['prefix']}", *DATA, "--packing=best_fit",
+        "--packing_overflow=truncate", "--steps=1", "--num_cpu_devices=1",
+        f"--data_cache_path={tmp_path / 'maps'}", f"--out={tmp_path / 'out'}", "--decode",
+    ])
+    assert out.returncode == 0, out.stderr[-3000:]
+    texts = json.loads((tmp_path / "out" / "batches.decoded.json").read_text(encoding="utf-8"))
+    with np.load(tmp_path / "out" / "batches.npz") as f:
+        inputs, loss_mask = f["inputs"][0], f["loss_mask"][0]
+    decoder = DocumentDecoder(
+        tok_lib.load_tokenizer(tok_spec.TokenizerSpec("hf", model=chat["tok"])))
+    assert len(texts["0"]) == len(inputs) == 4
+    for text, row, mask in zip(texts["0"], inputs, loss_mask, strict=True):
+        _check_marked(text, decoder.detokenize(row))
+        assert text == decoder.detokenize(row, input_weights(mask))
+
+
+def test_input_weights_are_the_loss_of_each_input_token_as_a_target():
+    mask = np.array([[1, 1, 0, 0, 1], [0, 0, 0, 0, 0]], np.float32)
+    assert input_weights(mask).tolist() == [[1, 1, 1, 0, 0], [1, 0, 0, 0, 0]]
 
 
 def test_preflight_counts_the_conversations_longer_than_a_row(chat, tmp_path):
