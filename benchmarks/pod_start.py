@@ -221,9 +221,10 @@ class Bench:
         print(f"  {side}: fresh host, 1 step", flush=True)
         out["host1"] = self.run(f"{side}-host1", tree, [*dump, "--steps=1", "--out=out"],
                                 whole_batches=True)
-        print(f"  {side}: fresh host, {a.steps} steps", flush=True)
-        out["host"] = self.run(f"{side}-host{a.steps}", tree,
-                               [*dump, f"--steps={a.steps}", "--out=out"])
+        if "host" in a.phases.split(","):
+            print(f"  {side}: fresh host, {a.steps} steps", flush=True)
+            out["host"] = self.run(f"{side}-host{a.steps}", tree,
+                                   [*dump, f"--steps={a.steps}", "--out=out"])
         if a.hosts:
             print(f"  {side}: {a.hosts} hosts at once, nothing published", flush=True)
             p_dump = ["jaxblend.tools.dump_batches",
@@ -338,6 +339,8 @@ def main() -> None:
     parser.add_argument("--global_batch_size", type=int, default=256)
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--hosts", type=int, default=4, help="P; 0 skips that phase")
+    parser.add_argument("--phases", default="build,host1,host",
+                        help="build,host1 skips the --steps run (its columns stay empty)")
     parser.add_argument("--timeout", type=float, default=1800.0, help="per process, seconds")
     parser.add_argument("--report", default=None,
                         help="only print the report of these results JSONs (comma-separated runs "
