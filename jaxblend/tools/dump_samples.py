@@ -44,7 +44,7 @@ from jaxblend import atomic_write, cli, index, opening
 from jaxblend.access import DataAccess
 from jaxblend.cli import data_flags, tool_flags
 from jaxblend.map_store import load_or_build_data_maps
-from jaxblend.tools import _training_flags
+from jaxblend.tools import _own_process, _training_flags
 
 
 def define_flags() -> None:
@@ -166,6 +166,4 @@ def run(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from jaxblend.tools._process_exit import exit_now
-
-    exit_now(run())
+    _own_process.exit_now(run())
