@@ -4,6 +4,7 @@ batches and the resume state are those of the whole stream."""
 from __future__ import annotations
 
 import threading
+import time
 
 import jax
 import numpy as np
@@ -105,11 +106,10 @@ def test_without_an_end_the_read_ahead_goes_past(mock):
     source = RecordingSource(mock)
     loader = make_loader(source, mesh(), global_batch_size=B, prefetch=AHEAD)
     next(loader)
-    deadline = threading.Event()
-    for _ in range(100):
+    for _ in range(200):  # the reads ahead run in Grain's threads: give them up to 10 s
         if len(source.reads) > 1:
             break
-        deadline.wait(0.05)
+        time.sleep(0.05)
     loader.close()
     assert len(source.reads) > 1
 
