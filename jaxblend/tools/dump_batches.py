@@ -47,7 +47,7 @@ from absl import app, flags, logging
 
 from jaxblend import atomic_write, cli
 from jaxblend.cli import phase_flags, tool_flags
-from jaxblend.tools import _training_flags
+from jaxblend.tools import _own_process, _training_flags
 
 
 def define_flags() -> None:
@@ -100,12 +100,14 @@ def _phase_plan(fl, state: dict | None):
     return phase
 
 
-def main(argv: Sequence[str]) -> None:
+def main(argv: Sequence[str], own_process: bool = False) -> None:
+    """Dumps the batches (see the module docstring); `own_process`: the process exists for this run (the `__main__` block): Grain is imported
+    without Orbax and what exists once the loader is made is kept out of later garbage collections
+    (`jaxblend.tools._own_process`)."""
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    from jaxblend.tools._grain_import import import_grain_without_orbax
-
-    import_grain_without_orbax()  # this tool saves no checkpoint
+    if own_process:  # this tool saves no checkpoint
+        _own_process.import_grain_without_orbax()
     cli.initialize_from_flags()
     import jax
     import numpy as np
@@ -149,9 +151,8 @@ def main(argv: Sequence[str]) -> None:
         prefetch=prefetch, start_step=start_step, state=state,
         history=cli.history_of(fl.which, source, run), end_step=end_step,
     )
-    # What exists now (modules, the source, the loader) lives until exit: later collections,
-    # the one at exit included (`jaxblend.grain_workers`), skip it (0.3-2 s under load).
-    gc.freeze()
+    if own_process:  # what exists now (modules, the source, the loader) lives until exit:
+        gc.freeze()  # later collections, the exit's included, skip it (0.3-2 s under load)
     gathered: dict[str, list[np.ndarray]] = {}
     for _ in range(steps):
         batch = next(loader)
@@ -190,6 +191,4 @@ run = _training_flags.data_tool_run(main, define_flags)
 
 
 if __name__ == "__main__":
-    from jaxblend.tools._process_exit import exit_now
-
-    exit_now(run())
+    _own_process.exit_now(run(own_process=True))

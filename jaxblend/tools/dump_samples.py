@@ -45,7 +45,7 @@ from jaxblend import atomic_write, cli, decode, index, opening
 from jaxblend.access import DataAccess
 from jaxblend.cli import data_flags, tool_flags
 from jaxblend.map_store import load_or_build_data_maps
-from jaxblend.tools import _training_flags
+from jaxblend.tools import _own_process, _training_flags
 
 
 def define_flags() -> None:
@@ -177,6 +177,4 @@ run = _training_flags.data_tool_run(main, define_flags)
 
 
 if __name__ == "__main__":
-    from jaxblend.tools._process_exit import exit_now
-
-    exit_now(run())
+    _own_process.exit_now(run())

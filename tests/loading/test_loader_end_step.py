@@ -4,14 +4,18 @@ batches and the resume state are those of the whole stream."""
 from __future__ import annotations
 
 import threading
+import time
 
 import jax
 import numpy as np
 import pytest
+from helpers_data import write_random_dataset
 from jax.sharding import Mesh
 
+from jaxblend import index
+from jaxblend.access import DataAccess
 from jaxblend.loading import PrefetchOptions, make_loader
-from jaxblend.sources import MockSource
+from jaxblend.sources import MockSource, open_gpt_sources
 from jaxblend.sources.schema import GPTSchemaOptions
 
 B, STEPS = 8, 12
@@ -77,16 +81,35 @@ def test_reads_exactly_the_steps_asked(mock, start, end):
             assert a[key].tobytes() == b[key].tobytes(), key
 
 
+@pytest.mark.parametrize("end", [1, 3])
+def test_token_bytes_read_are_those_of_the_steps_asked(tmp_path, end):
+    """Counted by the source's token reader (every read, ahead or not): a loader ending at
+    `end` reads `end` steps' windows of tokens and no more."""
+    rng = np.random.default_rng(8)
+    prefixes = [write_random_dataset(str(tmp_path / n), rng, 150, lengths=(2, 60),
+                                     vocab=(1, 900)) for n in ("a", "b")]
+    seq = 16
+    config = index.GPTDataConfig(
+        blend=["1", prefixes[0], "1", prefixes[1]], split="100,0,0", seq_length=seq, seed=1,
+        num_samples=(B * STEPS, None, None))
+    access = DataAccess.from_env().with_maps(location=str(tmp_path / "cache"))
+    source = open_gpt_sources(config, GPTSchemaOptions(), access=access)["train"]
+    loader = make_loader(source, mesh(), global_batch_size=B, prefetch=AHEAD, end_step=end)
+    assert len(list(loader)) == end
+    loader.close()
+    itemsize = np.dtype(source.span_index.bin_datasets[0].dtype).itemsize
+    assert source.bytes_read == end * B * (seq + 1) * itemsize
+
+
 def test_without_an_end_the_read_ahead_goes_past(mock):
     """What `end_step` prevents: a loader asked for one batch reads steps it never yields."""
     source = RecordingSource(mock)
     loader = make_loader(source, mesh(), global_batch_size=B, prefetch=AHEAD)
     next(loader)
-    deadline = threading.Event()
-    for _ in range(100):
+    for _ in range(200):  # the reads ahead run in Grain's threads: give them up to 10 s
         if len(source.reads) > 1:
             break
-        deadline.wait(0.05)
+        time.sleep(0.05)
     loader.close()
     assert len(source.reads) > 1
 
