@@ -191,6 +191,9 @@ def main() -> None:
     parser.add_argument("--num_heads", type=int, default=4)
     parser.add_argument("--steps", type=int, default=2, help="the checkpoint's step")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=0,
+                        help="untimed resumes per tree first (a checkout's first run compiles "
+                             "Numba's kernels into its __pycache__, minutes on a loaded machine)")
     parser.add_argument("--timeout", type=float, default=900.0)
     parser.add_argument("--report", default=None, help="only print the report of this JSON")
     parser.add_argument("--extra_flags", default="", help="more flags for every training run")
@@ -220,16 +223,17 @@ def main() -> None:
         base = server.prefix_url(f"runs/restore_overlap-{run_id}")
         flags = _train_flags(args, blend, base)
         with CountingProxy(server.url, args.delay_ms / 1000) as proxy:
+            resume = [*flags, f"--train_iters={args.steps + 1}", "--save_interval=0"]
             print(f"set-up: {args.steps} steps and a checkpoint ({trees[sides[-1]]})", flush=True)
             _run(args, server, proxy, "setup", trees[sides[-1]],
                  [*flags, f"--train_iters={args.steps}", f"--save_interval={args.steps}"],
                  scratch)
+            for side in sides * args.warmup:
+                _run(args, server, proxy, f"warmup-{side}", trees[side], resume, scratch)
             runs = []
             for k in range(args.repeats):
                 for side in sides[k % len(sides):] + sides[:k % len(sides)]:
-                    result = _run(args, server, proxy, f"{side}-{k}", trees[side],
-                                  [*flags, f"--train_iters={args.steps + 1}", "--save_interval=0"],
-                                  scratch)
+                    result = _run(args, server, proxy, f"{side}-{k}", trees[side], resume, scratch)
                     print(f"  {side} run {k}: first step at {result['first_step_s']:.2f} s, "
                           f"first batch at {result['first_batch_s']:.2f} s", flush=True)
                     runs.append(result)
