@@ -34,7 +34,9 @@ reports each dataset of a blended validation split too: docs/training.md); saves
 `--save_interval` steps to `--checkpoint_dir` (a directory or a gs:// URL) and resumes from the
 newest checkpoint there, on any process count and mesh (a directory holding another model's
 checkpoint is refused with one line naming it and the flag that chose it, `--checkpoint_dir` or
-`--workdir`; "resumed from" is printed once the loader has accepted the checkpoint). `--metrics_port` serves each host's loader
+`--workdir`; "resumed from" is printed once the loader has accepted the checkpoint); a resume
+reads the loader state first, so the first steps are read, and the step function compiled for
+the first batch, while the arrays are restored (docs/training.md, "Resume"). `--metrics_port` serves each host's loader
 figures to Prometheus; a batch not ready after `--stall_threshold` seconds gets one line naming the
 reads still pending. SIGTERM (preemption) makes every process
 checkpoint the same step and exit 0. In a multi-process run a lost peer stops every process within
