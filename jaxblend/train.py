@@ -820,11 +820,12 @@ def _train(watch, s: cli.TrainSettings) -> None:
     try:
         watch.phase = "restoring the checkpoint" if resume.loader_state else "initializing the model"
         _restore_state(resume, state, spec.seed)
+        _announce_resume(resume, phase_line)
+        watch.phase = "compiling the training step"
         first_batch = first.join()
     except BaseException:
         loader.close()
         raise
-    _announce_resume(resume, phase_line)
     with _metrics_endpoint(loader, telemetry):
         loss, preempted_at = _run_steps(
             watch, loader, state, resume, data, (train_step, eval_step), mesh, batch_axes, s,
