@@ -14,8 +14,10 @@ AdamW state, loader state). Then, `--repeats` times and rotating which side goes
 side (a `name=path` of `--trees`, a checkout run with `PYTHONPATH=<path>`) resumes that checkpoint in a fresh process (`jaxblend.train` through benchmarks/_pod_child.py:
 empty local state, a line when the loader hands over its first batch) and trains one step without
 saving, so every run restores the same checkpoint. Per run: seconds from process start to the
-first trained step's log line (the loss is read back from the device there), to the loader's first
-batch, to the "resumed from" line, and the requests and bytes through the proxy. The table gives
+first trained step's log line (the loss is read back from the device there), the same from the
+moment jaxblend is imported (the child's first line; imports alone vary by tens of seconds on a
+loaded machine), to the loader's first batch, to the "resumed from" line, and the requests and
+bytes through the proxy. The table gives
 each side's median and its ratio to the first side's median; results go to
 `<data_dir>/restore_overlap-<time>.json`.
 """
@@ -67,6 +69,7 @@ class Run:
             self.lines.append(line)
             if "POD_CHILD jaxblend=" in line:
                 self.imported = line.split("POD_CHILD jaxblend=", 1)[1].strip()
+                self.marks.setdefault("imported_s", now)
             elif "POD_FIRST_BATCH" in line:
                 self.marks.setdefault("first_batch_s", now)
             elif line.startswith("resumed from"):
@@ -150,10 +153,15 @@ def _report(results: dict) -> str:
         "| | " + " | ".join(sides) + " | " + " | ".join(f"{s}/{first}" for s in sides[1:]) + " |",
         "|---" * (2 * len(sides)) + "|",
     ]
-    for key, label in (("first_step_s", "process start -> first trained step, s"),
-                       ("first_batch_s", "process start -> first batch handed over, s"),
-                       ("resumed_s", "process start -> \"resumed from\" line, s"),
-                       ("exit_s", "process start -> exit, s")):
+    timed = [("first_step_s", "process start -> first trained step, s"),
+             ("first_batch_s", "process start -> first batch handed over, s"),
+             ("resumed_s", "process start -> \"resumed from\" line, s"),
+             ("exit_s", "process start -> exit, s")]
+    if all("imported_s" in r for r in results["runs"]):  # imports vary most on a loaded machine
+        for r in results["runs"]:
+            r["after_imports_s"] = r["first_step_s"] - r["imported_s"]
+        timed.insert(1, ("after_imports_s", "jaxblend imported -> first trained step, s"))
+    for key, label in timed:
         cells = [f"{median(s, key):.2f} ({' '.join(f'{r[key]:.2f}' for r in rows[s])})"
                  for s in sides]
         ratios = [f"{median(s, key) / median(first, key):.2f}" for s in sides[1:]]
@@ -191,6 +199,9 @@ def main() -> None:
     parser.add_argument("--num_heads", type=int, default=4)
     parser.add_argument("--steps", type=int, default=2, help="the checkpoint's step")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=0,
+                        help="untimed resumes per tree first (a checkout's first run compiles "
+                             "Numba's kernels into its __pycache__, minutes on a loaded machine)")
     parser.add_argument("--timeout", type=float, default=900.0)
     parser.add_argument("--report", default=None, help="only print the report of this JSON")
     parser.add_argument("--extra_flags", default="", help="more flags for every training run")
@@ -220,16 +231,17 @@ def main() -> None:
         base = server.prefix_url(f"runs/restore_overlap-{run_id}")
         flags = _train_flags(args, blend, base)
         with CountingProxy(server.url, args.delay_ms / 1000) as proxy:
+            resume = [*flags, f"--train_iters={args.steps + 1}", "--save_interval=0"]
             print(f"set-up: {args.steps} steps and a checkpoint ({trees[sides[-1]]})", flush=True)
             _run(args, server, proxy, "setup", trees[sides[-1]],
                  [*flags, f"--train_iters={args.steps}", f"--save_interval={args.steps}"],
                  scratch)
+            for side in sides * args.warmup:
+                _run(args, server, proxy, f"warmup-{side}", trees[side], resume, scratch)
             runs = []
             for k in range(args.repeats):
                 for side in sides[k % len(sides):] + sides[:k % len(sides)]:
-                    result = _run(args, server, proxy, f"{side}-{k}", trees[side],
-                                  [*flags, f"--train_iters={args.steps + 1}", "--save_interval=0"],
-                                  scratch)
+                    result = _run(args, server, proxy, f"{side}-{k}", trees[side], resume, scratch)
                     print(f"  {side} run {k}: first step at {result['first_step_s']:.2f} s, "
                           f"first batch at {result['first_batch_s']:.2f} s", flush=True)
                     runs.append(result)

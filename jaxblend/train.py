@@ -35,7 +35,9 @@ reports each dataset of a blended validation split too: docs/training.md); saves
 newest checkpoint there, on any process count and mesh (a directory holding another model's
 checkpoint is refused with one line naming it and the flag that chose it, `--checkpoint_dir` or
 `--workdir`, and so is other data under the same model, naming the data flags that differ;
-"resumed from" is printed once the loader has accepted the checkpoint). `--metrics_port` serves each host's loader
+"resumed from" is printed once the loader has accepted the checkpoint); a resume reads the
+loader state first, so the first steps are read, and the step function compiled for the first
+batch, while the arrays are restored (docs/training.md, "Resume"). `--metrics_port` serves each host's loader
 figures to Prometheus; a batch not ready after `--stall_threshold` seconds gets one line naming the
 reads still pending. SIGTERM (preemption) makes every process
 checkpoint the same step and exit 0. In a multi-process run a lost peer stops every process within
@@ -895,11 +897,12 @@ def _train(watch, s: cli.TrainSettings) -> None:
     try:
         watch.phase = "restoring the checkpoint" if resume.loader_state else "initializing the model"
         _restore_state(resume, state, spec.seed)
+        _announce_resume(resume, phase_line)
+        watch.phase = "compiling the training step"
         first_batch = first.join()
     except BaseException:
         loader.close()
         raise
-    _announce_resume(resume, phase_line)
     with _metrics_endpoint(loader, telemetry):
         loss, preempted_at = _run_steps(
             watch, loader, state, resume, data, (train_step, eval_step), mesh, batch_axes, s,
