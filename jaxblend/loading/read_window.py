@@ -10,18 +10,22 @@ The size adapts to the consumer, once per step the loader takes (`taken`), start
 fixed read-ahead (so it is never behind it at the start):
 
 * **Grow fast, and keep only what helps.** The loader waited for a step (longer than `WAITED` and
-  than `WAIT_SHARE` of the time since it took the previous one): the window doubles, up to its
-  bound, on trial. The steps already in flight are passed, then as many steps as the new window
-  are measured: the larger window is kept if the share of time the loader waited fell (below
-  `KEEP_SHARE` of its share over the window's steps before, or below `WAIT_SHARE`); otherwise
-  the reads were limited by something more steps do not fix (the store's request rate, the CPU)
-  and the window returns to its size before, which becomes a ceiling for `RETRY_STEPS` steps.
-  During a trial the window neither grows nor shrinks.
+  than `WAIT_SHARE` of the time since it took the previous one), it waited `WAIT_SHARE` of its
+  time or more over the window's last steps (not one late step alone), and the window holds
+  fewer than `BEHIND` x the steps one read spans at the loader's pace (Little's law: the mean
+  time a step takes to read / the mean time between steps, plus one; a larger window is already
+  ahead of its reads, so the waits come from elsewhere): the window doubles, up to its bound, on
+  trial. The steps already in flight are passed, then as many steps as the new window are
+  measured: the larger window is kept if the share of time the loader waited fell by
+  `WAIT_SHARE` or more, to below `KEEP_SHARE` of its share before or below `WAIT_SHARE`;
+  otherwise the reads were limited by something more steps do not fix (the store's request rate,
+  the CPU) and the window returns to its size before, which becomes a ceiling for
+  `RETRY_STEPS` steps. During a trial the window neither grows nor shrinks.
 * **Shrink slowly, never below what the consumer needs.** After as many steps without a wait as
-  the window is large, it shrinks by one step, down to the steps a read spans at the consumer's
-  pace (Little's law: `HEADROOM` x the mean time one step takes to read / the mean time between
-  steps, plus one) and at least `low`. A slow consumer thus holds fewer steps than the fixed
-  window, at the same (near-zero) wait.
+  the window is large, it shrinks by one step, down to `HEADROOM` x the steps one read spans
+  at the consumer's pace, plus one, and at least `low`. A slow consumer thus holds fewer steps
+  than the fixed window, at the same (near-zero) wait. A wait after shrinking below a window a
+  trial kept doubles the window back towards it, without a trial.
 
 The bound is `high` steps and `memory // step_bytes` (the bytes of the largest step record taken
 so far): read-ahead never holds more than `memory` bytes of records (at least one step's; the
@@ -44,6 +48,7 @@ WAIT_SHARE = 0.05  # nor is one shorter than this share of the step (Grain's han
 KEEP_SHARE = 0.75  # a grown window is kept when the wait share fell below this share of before
 RETRY_STEPS = 256  # steps a window that did not help stays the ceiling
 HEADROOM = 2.0  # the smallest window covers this many times the steps a read spans
+BEHIND = 1.5  # a wait grows a window smaller than this many times the steps a read spans
 SMOOTHING = 0.2  # weight of the newest figure in the moving averages
 
 
@@ -79,6 +84,7 @@ class ReadWindow:
         self._period = 0.0  # seconds between steps taken, a moving average
         self._recent: collections.deque[tuple[float, float]] = collections.deque(maxlen=high)
         self._trial: _Trial | None = None
+        self._kept = self.size  # the largest window a trial kept (or the initial one)
         self.ceiling = high
         self._ceiling_until = start
         self.peak = 0  # most steps admitted ahead of the loader at once
@@ -137,14 +143,20 @@ class ReadWindow:
         if self._trial is not None:
             if self._trial.add(waited, period):
                 trial, self._trial = self._trial, None
-                if not trial.helped():
+                if trial.helped():
+                    self._kept = trial.size
+                else:
                     self.size = self.ceiling = trial.before
                     self._ceiling_until = step + RETRY_STEPS
             return
         if late:
             self._calm = 0
+            if self.size < self._kept:  # shrunk too far: back towards the window that served
+                self.size = min(self._kept, 2 * self.size)
+                return
             grown = min(self._growth_bound(), max(self.size + 1, 2 * self.size))
-            if grown > self.size:
+            waiting = _share(self._recent, self.size) >= WAIT_SHARE  # not one late step alone
+            if grown > self.size and waiting and self.reads_behind:
                 self._trial = _Trial(self.size, grown, _share(self._recent, self.size))
                 self.size = grown
             return
@@ -152,6 +164,15 @@ class ReadWindow:
         if self._calm >= self.size:
             self._calm = 0
             self.size = max(min(self.floor, self.size), self.size - 1)
+
+    @property
+    def reads_behind(self) -> bool:
+        """Whether the window is too small for the reads (so a larger one may help): it holds
+        fewer than `BEHIND` x the steps one read spans at the loader's pace, plus one (True when
+        no read was timed yet)."""
+        if not self._read or not self._period:
+            return True
+        return self.size < BEHIND * self._read / self._period + 1
 
     @property
     def floor(self) -> int:
@@ -205,7 +226,8 @@ class _Trial:
     def helped(self) -> bool:
         """Whether the loader waited a smaller share of its time with the grown window."""
         share = self._waited / self._elapsed if self._elapsed else 0.0
-        return share < WAIT_SHARE or share < KEEP_SHARE * self.share_before
+        fell = self.share_before - share >= WAIT_SHARE  # by more than the noise of a loaded host
+        return fell and (share < WAIT_SHARE or share < KEEP_SHARE * self.share_before)
 
 
 def _share(recent: collections.deque[tuple[float, float]], steps: int) -> float:

@@ -68,12 +68,26 @@ def run(window: ReadWindow, clock: Clock, steps, wait, period=0.01, step_bytes=1
 def test_grows_fast_while_the_loader_waits_and_keeps_a_window_that_helps():
     clock = Clock()
     window = ReadWindow(start=0, size=8, low=1, high=64, memory=1 << 30, clock=clock)
-    # a step takes 80 ms to read, the loader takes one every 10 ms: it waits with fewer than 16
-    # steps ahead (the window stays above the 17 steps its reads span)
-    sizes = run(window, clock, range(100), lambda size: 0.008 if size < 16 else 0.0, read=0.08)
+    # a step takes 200 ms to read, the loader takes one every 10 ms: it waits with fewer than 16
+    # steps ahead (and the window stays above the steps its reads span)
+    sizes = run(window, clock, range(100), lambda size: 0.008 if size < 16 else 0.0, read=0.2)
     assert sizes[:8] == [8] * 8  # the first window: the pipe filling, no change
     assert sizes[8] == 16  # the first wait after it doubles the window
     assert window.ceiling == 64 and sizes[8:] == [16] * 92  # kept: the waits stopped
+
+
+def test_waits_the_window_cannot_help_do_not_grow_it():
+    clock = Clock()
+    window = ReadWindow(start=0, size=8, low=1, high=64, memory=1 << 30, clock=clock)
+    # a step reads in 20 ms, the loader takes one every 18 ms: 8 steps are far ahead of the
+    # reads, so its waits come from elsewhere (the CPU)
+    sizes = run(window, clock, range(60), lambda size: 0.008, read=0.02)
+    assert max(sizes) == 8
+    # one late step among many calm ones is not a reason to grow either
+    window = ReadWindow(start=0, size=8, low=8, high=64, memory=1 << 30, clock=clock)
+    sizes = run(window, clock, range(60), lambda size: 0.0, period=0.1)
+    sizes += run(window, clock, [60], lambda size: 0.02, period=0.1, read=1.0)  # late, alone
+    assert max(sizes) == 8
 
 
 def test_keeps_growing_while_each_growth_helps():
