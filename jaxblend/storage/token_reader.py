@@ -31,7 +31,7 @@ import os
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 import tensorstore as ts
@@ -176,11 +176,8 @@ class TokenReader:
             self._itemsize = np.array([np.dtype(d.dtype).itemsize for d in self.datasets], np.int64)
         self._all_mapped = False  # set once every dataset is mapped (then one kernel call a read)
 
-    def __getstate__(self) -> dict[str, Any]:
-        return {"datasets": self.datasets, "access": self.access}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["datasets"], state["access"])
+    def __reduce__(self):  # pickled as its arguments: each process opens its own
+        return type(self), (self.datasets, self.access)
 
     @property
     def opened(self) -> list[int]:
