@@ -78,3 +78,18 @@ def write_chat(path, convs, extra_lines=()) -> str:
                      for i, c in enumerate(convs))
         f.writelines(line + "\n" for line in extra_lines)
     return str(path)
+
+
+def chat_dataset(root, n: int):
+    """`make_conversations(n)` preprocessed as conversations (loss masks beside) with a ChatML
+    `chat_tokenizer` trained under ``root``: (the dataset prefix, the tokenizer's spec)."""
+    from jaxblend.preprocess import pipeline
+    from jaxblend.preprocess import tokenizer_spec as tok_spec
+    from tests.preprocess.conftest import small_run_config
+
+    spec = tok_spec.TokenizerSpec("hf", model=chat_tokenizer(root / "tok", CHATML))
+    prefix = pipeline.preprocess(small_run_config(
+        str(root / "sft"), [write_chat(root / "chat.jsonl", make_conversations(n))],
+        json_keys=("messages",), chat=True, tokenizer=spec,
+    )).outputs["messages"]
+    return prefix, spec

@@ -10,19 +10,14 @@ import pytest
 from helpers_cli import run_tool
 
 from jaxblend.preprocess import pipeline
-from jaxblend.preprocess import tokenizer_spec as tok_spec
-from tests.helpers_chat import CHATML, chat_tokenizer, make_conversations, write_chat
+from tests.helpers_chat import chat_dataset
 from tests.preprocess.conftest import make_documents, small_run_config, write_jsonl
 
 pytestmark = pytest.mark.slow
 
 
 def test_train_on_conversations_counts_only_the_trained_tokens(tmp_path):
-    spec = tok_spec.TokenizerSpec("hf", model=chat_tokenizer(tmp_path / "tok", CHATML))
-    chat = pipeline.preprocess(small_run_config(
-        str(tmp_path / "sft"), [write_chat(tmp_path / "chat.jsonl", make_conversations(60))],
-        json_keys=("messages",), chat=True, tokenizer=spec,
-    )).outputs["messages"]
+    chat, spec = chat_dataset(tmp_path, 60)
     text = pipeline.preprocess(small_run_config(
         str(tmp_path / "web"), [write_jsonl(str(tmp_path / "web.jsonl"), make_documents(80))],
         tokenizer=spec,

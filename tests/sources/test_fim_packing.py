@@ -167,16 +167,9 @@ def test_byte_data_takes_fim_with_its_sentinels_unless_recorded_before_them(tmp_
 
 
 def test_conversations_stay_refused_with_fim(tmp_path):
-    from jaxblend.preprocess import pipeline
-    from jaxblend.preprocess import tokenizer_spec as tok_spec
-    from tests.helpers_chat import CHATML, chat_tokenizer, make_conversations, write_chat
-    from tests.preprocess.conftest import small_run_config
+    from tests.helpers_chat import chat_dataset
 
-    spec = tok_spec.TokenizerSpec("hf", model=chat_tokenizer(tmp_path / "tok", CHATML))
-    chat = pipeline.preprocess(small_run_config(
-        str(tmp_path / "sft"), [write_chat(tmp_path / "chat.jsonl", make_conversations(30))],
-        json_keys=("messages",), chat=True, tokenizer=spec,
-    )).outputs["messages"]
+    chat, _ = chat_dataset(tmp_path, 30)
     names = {n: "<|im_start|>" for n in ("prefix_token", "middle_token", "suffix_token")}
     fim = FIMOptions(**names, pad_token="<|im_end|>")  # sentinels this tokenizer has
     with pytest.raises(ValueError, match=r"^fill-in-the-middle \(--fim_data\) rewrites the tokens "

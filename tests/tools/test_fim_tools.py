@@ -153,15 +153,16 @@ def _dump(tmp_path, name, *args, env=None):
         return {k: f[k] for k in f.files}
 
 
-def test_stages_and_resume_with_fim(data, tmp_path):
-    other, _ = make_code_dataset(data["root"], "other", n=80, seed=3, model=data["model"])
+@pytest.mark.parametrize("packing", ["concat", "best_fit"])
+def test_stages_and_resume_with_fim(data, tmp_path, packing):
+    other, _ = make_code_dataset(tmp_path, "other", n=80, seed=3, model=data["model"])
     schedule = tmp_path / "stages.json"
     schedule.write_text(json.dumps({"stages": [
         {"start_step": 0, "blend": [data["prefix"]]},
         {"start_step": 2, "blend": ["50", data["prefix"], "50", other]},
     ]}))
     common = [f"--data_schedule={schedule}", f"--data_path={data['prefix']}", "--train_iters=6",
-              f"--data_cache_path={tmp_path / 'maps'}"]
+              f"--data_cache_path={tmp_path / 'maps'}", f"--packing={packing}"]
     whole = _dump(tmp_path, "whole", *common, "--steps=5")
     first = _dump(tmp_path, "first", *common, "--steps=3", f"--state_out={tmp_path / 'state.json'}")
     rest = _dump(tmp_path, "rest", *common, "--steps=2", f"--state_in={tmp_path / 'state.json'}")
