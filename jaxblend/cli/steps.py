@@ -6,7 +6,8 @@ Built from the step-plan flags' values (`--global_batch_size`, `--rampup_batch_s
 read here. With `--rampup_batch_size`, global batches follow Megatron-LM's `--rampup-batch-size`
 (`jaxblend.sampling.RampupStepPlan`); with `--step_batch_size_schedule`, megatron-core's
 `--step-batch-size-schedule` (`jaxblend.sampling.StepBatchSchedulePlan`, its thresholds in tokens
-of `seq_length`); with neither, every step has `global_batch_size` samples.
+of `--seq_length`, turned into samples once, when the settings are built: the sequence length
+itself is the data configuration's); with neither, every step has `global_batch_size` samples.
 
 Sample counts (`sample_counts`), the same in every tool and in training:
 
@@ -36,10 +37,11 @@ class StepSettings:
     Attributes:
       global_batch_size: the size of every step (the size after a ramp; unused with a schedule).
       rampup_batch_size: Megatron's `--rampup-batch-size` "START INCREMENT RAMP_SAMPLES", or None.
-      step_batch_size_schedule: megatron-core's `--step-batch-size-schedule`, or None.
+      step_batch_size_schedule: megatron-core's `--step-batch-size-schedule` as given, or None.
+      schedule_in_samples: that schedule with its thresholds in samples (`--seq_length`'s tokens
+        each; samples when no `--seq_length` is set), or None.
       global_batch_size_given: `--global_batch_size` was given explicitly (refused beside a
         schedule, as Megatron does).
-      seq_length: tokens per sample (a schedule's thresholds count tokens; None: samples).
       train_iters: the run's training steps.
       eval_interval: steps between evaluations (0: none).
       eval_iters: batches per evaluation.
@@ -49,20 +51,33 @@ class StepSettings:
     rampup_batch_size: str | None = None
     step_batch_size_schedule: str | None = None
     global_batch_size_given: bool = False
-    seq_length: int | None = None
+    schedule_in_samples: StepBatchSchedule | None = None
     train_iters: int = flag_values.DEFAULT_TRAIN_ITERS
     eval_interval: int = flag_values.DEFAULT_EVAL_INTERVAL
     eval_iters: int = flag_values.DEFAULT_EVAL_ITERS
 
     @classmethod
     def from_values(cls, values: flag_values.DataFlagValues) -> StepSettings:
-        """The settings of the step-plan flags' values."""
+        """The settings of the step-plan flags' values.
+
+        Raises:
+          app.UsageError: one line naming `--step_batch_size_schedule`, if it does not parse.
+        """
+        from jaxblend.sampling import StepBatchSchedule
+
+        schedule = values.step_batch_size_schedule
+        try:
+            in_samples = None if schedule is None else StepBatchSchedule.from_megatron(
+                schedule, values.seq_length
+            )
+        except ValueError as err:
+            raise app.UsageError(str(err)) from None
         return cls(
             global_batch_size=values.global_batch_size,
             rampup_batch_size=values.rampup_batch_size or None,
-            step_batch_size_schedule=values.step_batch_size_schedule,
+            step_batch_size_schedule=schedule,
             global_batch_size_given=values.global_batch_size_given,
-            seq_length=values.seq_length,
+            schedule_in_samples=in_samples,
             train_iters=values.train_iters,
             eval_interval=values.eval_interval,
             eval_iters=values.eval_iters,
@@ -84,16 +99,13 @@ class StepSettings:
             raise app.UsageError(str(err)) from None
 
     def batch_schedule(self) -> StepBatchSchedule | None:
-        """The schedule of `--step_batch_size_schedule` (thresholds in tokens of `seq_length`), or
-        None.
+        """The schedule of `--step_batch_size_schedule` in samples, or None.
 
         Raises:
-          app.UsageError: one line naming the flag: a bad schedule, or the schedule together with
+          app.UsageError: one line naming the flag: the schedule together with
             `--rampup_batch_size` or an explicit `--global_batch_size` (as Megatron, which takes
             the final batch size from the schedule).
         """
-        from jaxblend.sampling import StepBatchSchedule
-
         value = self.step_batch_size_schedule
         if value is None:
             return None
@@ -108,10 +120,7 @@ class StepSettings:
                 f"--step_batch_size_schedule={value!r} sets every batch size (the last entry is "
                 "the final global batch size): drop --global_batch_size, as Megatron refuses both"
             )
-        try:
-            return StepBatchSchedule.from_megatron(value, self.seq_length)
-        except ValueError as err:
-            raise app.UsageError(str(err)) from None
+        return self.schedule_in_samples
 
     @property
     def final_global_batch_size(self) -> int:
