@@ -6,7 +6,8 @@ Before jaxblend is imported, the local state a host keeps between runs (identity
 mirror, XDG cache, temporary files) is pointed at empty directories under `$POD_CHILD_STATE/host<i>`
 (i: the `--process_id=` flag the launcher appends, else 0), so every process starts like a fresh
 pod host. Prints `POD_CHILD jaxblend=<package dir>` (the parent checks which tree was imported),
-then runs the module as `python -m` would. `jaxblend.loading.make_loader` is wrapped so that the
+then runs the module as `python -m` would. `jaxblend.loading.make_loader` is wrapped (when the
+tool first imports the loader: the tool imports its libraries in its own order) so that the
 first batch prints `POD_FIRST_BATCH <unix time> maxrss_kb=<peak RSS so far>`; the last line is
 `POD_BATCHES <count> maxrss_kb=<peak RSS>` (printed at exit).
 
@@ -19,6 +20,8 @@ before) hands back only the first row of each array, so the tool keeps one row p
 from __future__ import annotations
 
 import atexit
+import importlib.abc
+import importlib.util
 import os
 import resource
 import runpy
@@ -71,6 +74,39 @@ class _TimedLoader:
         return getattr(self._loader, name)
 
 
+def _wrap_make_loader(module) -> None:
+    """Makes `module.make_loader` (the name `jaxblend.loading` re-exports once the module has
+    run) return a `_TimedLoader`."""
+    real = module.make_loader
+
+    def make_loader(*a, **k):
+        return _TimedLoader(real(*a, **k))
+
+    module.make_loader = make_loader
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Calls `then(module)` once module `name` has run (its first import), before the importer
+    sees it."""
+
+    def __init__(self, name: str, then):
+        self.name, self.then = name, then
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != self.name:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        run, then = spec.loader.exec_module, self.then
+
+        def exec_module(module):
+            run(module)
+            then(module)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
 def _keep_first_rows() -> None:
     import jax
     import numpy as np
@@ -94,18 +130,11 @@ def main() -> None:
     if base:
         _point_local_state(base, _process_id(args))
     import jaxblend
-    import jaxblend.loading
-    import jaxblend.loading.loader
 
     print(f"POD_CHILD jaxblend={os.path.dirname(os.path.abspath(jaxblend.__file__))}", flush=True)
-    real = jaxblend.loading.loader.make_loader
-
-    def make_loader(*a, **k):
-        return _TimedLoader(real(*a, **k))
-
-    # Both names a tool may import it by (the package re-exports the module's).
-    jaxblend.loading.make_loader = make_loader
-    jaxblend.loading.loader.make_loader = make_loader
+    # The loader module is wrapped when the tool imports it, so the tool imports its libraries
+    # (JAX, Grain) in its own order and way.
+    sys.meta_path.insert(0, _AfterImport("jaxblend.loading.loader", _wrap_make_loader))
     if os.environ.get("POD_CHILD_ROWS") == "1":
         _keep_first_rows()
     sys.argv = [module, *args]

@@ -2,7 +2,7 @@
 
 Tables: the figures per size and side; new/old ratios per size; the overhead shares the issue's
 targets are stated in; growth factors between sizes (1e8 -> 1e9 -> 1e10 tokens at 1,000 prefixes,
-1,000 -> 10,000 prefixes at one token count); and an extrapolation to 1e12 tokens, 10,000 prefixes
+1,000 -> 10,000 -> 100,000 prefixes at one token count, and first -> last); and an extrapolation to 1e12 tokens, 10,000 prefixes
 and 256 hosts from those growth factors (power laws through two or three points).
 """
 
@@ -185,8 +185,15 @@ def _growth(results: dict, table: dict, sides: list[str]) -> list[str]:
     by = {(s["nominal_tokens"], s["prefixes"]): size_label(s) for s in results["sizes"]}
     token_steps = sorted(t for t, p in by if p == 1000)
     pairs = [((a, 1000), (b, 1000)) for a, b in itertools.pairwise(token_steps)]
-    pairs += [((t, 1000), (t, 10000)) for t in sorted({t for t, _ in by})
-              if (t, 1000) in by and (t, 10000) in by][-1:]
+    # Prefix growth at one token count: each step (1,000 -> 10,000 -> 100,000) and, with more
+    # than two sizes, first -> last; the largest token count measured at several prefix counts.
+    prefix_pairs: list = []
+    for t in sorted({t for t, _ in by}):
+        counts = sorted(p for u, p in by if u == t)
+        if len(counts) > 1:
+            steps = [((t, a), (t, b)) for a, b in itertools.pairwise(counts)]
+            prefix_pairs = steps + ([((t, counts[0]), (t, counts[-1]))] if len(counts) > 2 else [])
+    pairs += prefix_pairs
     if not pairs:
         return []
     lines = ["", "Growth factors (later size / earlier size):", "",

@@ -15,8 +15,11 @@
     `--widths` picks the widths.
 (e) Sample constructions: `get_batch` tokens/s of fill-in-the-middle (`--fim_data`, Megatron's
     rewrite with the data's byte-level BPE) against plain concatenated samples (`concat`) on a
-    generated Python-like corpus, one thread; `--constructions` adds it, `--only_constructions`
-    runs it alone.
+    generated Python-like corpus, one thread, and of FIM on packed rows (`--packing=best_fit`)
+    beside plain packed rows; `--constructions` adds it, `--only_constructions` runs it alone.
+    `--fim_baseline=FILE` (another commit's `jaxblend/sources/fim.py`) also times that rewrite
+    against this tree's on the same sources, side by side in alternating slices, after checking
+    both give the same bytes.
 (f) `--telemetry_overhead`: the cost of the loader's telemetry (issue 31), side by side in one
     run: end-to-end loader tokens/s (worker_count 0) with telemetry on (the default) and off
     (`TelemetryOptions(collect=False, stall_threshold=0)`), `--rounds` rounds alternating which
@@ -107,7 +110,10 @@ def main() -> None:
     parser.add_argument("--constructions", action="store_true", help="also run (e)")
     parser.add_argument("--only_constructions", action="store_true", help="run (e) only")
     parser.add_argument("--telemetry_overhead", action="store_true", help="run (f) only")
-    parser.add_argument("--rounds", type=int, default=7, help="(f) rounds")
+    parser.add_argument("--rounds", type=int, default=7, help="(f) and --fim_baseline rounds")
+    parser.add_argument("--fim_baseline", default=None,
+                        help="(e) also time the FIM rewrite of this fim.py (another commit's) "
+                             "against this tree's, alternating, on the same sources")
     args = parser.parse_args()
     if args.only_widths:
         blend_width_rows(args)
@@ -221,6 +227,8 @@ def code_corpus(path: str, num_docs: int, seed: int = 0) -> list[str]:
 
 def construction_rows(args) -> None:
     """(e): FIM reads against concat on the same code corpus and tokenizer."""
+    import dataclasses
+
     import tokenizers
     from tokenizers import decoders, models, pre_tokenizers, trainers
 
@@ -260,17 +268,21 @@ def construction_rows(args) -> None:
         blend=[prefix], split="100,0,0", seq_length=seq, seed=1234,
         num_samples=(samples, None, None),
     )
+    packed = dataclasses.replace(config, packing="best_fit", num_samples=(None, None, None))
     variants = [
-        ("concat", None),
-        ("FIM, rate 0.5, SPM 0.5", FIMOptions(rate=0.5, spm_rate=0.5)),
-        ("FIM, rate 0.9, SPM 0.5", FIMOptions(rate=0.9, spm_rate=0.5)),
+        ("concat", None, config),
+        ("FIM, rate 0.5, SPM 0.5", FIMOptions(rate=0.5, spm_rate=0.5), config),
+        ("FIM, rate 0.9, SPM 0.5", FIMOptions(rate=0.9, spm_rate=0.5), config),
         ("FIM, rate 0.9, split <file_sep>, fragments 0.5",
-         FIMOptions(rate=0.9, spm_rate=0.5, split_sample="<file_sep>", fragment_rate=0.5)),
+         FIMOptions(rate=0.9, spm_rate=0.5, split_sample="<file_sep>", fragment_rate=0.5), config),
+        ("packed (best_fit)", None, packed),
+        ("FIM on packed rows, rate 0.5, SPM 0.5", FIMOptions(rate=0.5, spm_rate=0.5), packed),
     ]
     rng = np.random.default_rng(0)
-    results = []
-    for name, fim in variants:
-        source = open_gpt_sources(config, GPTSchemaOptions(fim=fim))["train"]
+    results, baselines = [], []
+    for name, fim, cfg in variants:
+        options = GPTSchemaOptions(fim=fim)
+        source = open_gpt_sources(cfg, options)["train"]
         ids_list = [rng.integers(0, len(source), batch) for _ in range(16)]
         it = iter(range(1 << 30))
 
@@ -280,6 +292,8 @@ def construction_rows(args) -> None:
         elapsed, calls = time_it(read, seconds)
         results.append((name, calls * batch * seq / elapsed))
         print(results[-1], flush=True)
+        if fim is not None and args.fim_baseline and cfg is config:
+            baselines.append((name, *fim_against_baseline(args, source, fim, read, batch * seq)))
     base = results[0][1]
     print(f"\n(e) sample constructions: seq {seq}, batch {batch}, {num_tokens / 1e6:.1f} M tokens of "
           f"code, get_batch in one thread\n")
@@ -287,6 +301,55 @@ def construction_rows(args) -> None:
     print("|---|---:|---:|")
     for name, tps in results:
         print(f"| {name} | {tps / 1e6:.3f} | {tps / base:.3f}x |")
+    if baselines:
+        print(f"\nFIM rewrite of this tree against {args.fim_baseline} on the same source, "
+              f"{args.rounds} rounds alternating, medians (M tokens per CPU second; wall)\n")
+        print("| construction | baseline CPU | this CPU | this / baseline CPU | "
+              "this / baseline wall |")
+        print("|---|---:|---:|---:|---:|")
+        for name, old_cpu, new_cpu, old_wall, new_wall in baselines:
+            print(f"| {name} | {old_cpu / 1e6:.3f} | {new_cpu / 1e6:.3f} | "
+                  f"{new_cpu / old_cpu:.2f}x | {new_wall / old_wall:.2f}x |")
+
+
+def fim_against_baseline(args, source, fim, read, tokens_per_call):
+    """(e) with `--fim_baseline=FILE` (a `jaxblend/sources/fim.py` of another commit, e.g.
+    `git show REV:jaxblend/sources/fim.py > /tmp/fim_old.py`): the same source read with that
+    file's `FIMTransform` and with this tree's, in alternating slices, after checking that both
+    give the same batch. Returns medians (baseline CPU, this CPU, baseline wall, this wall) in
+    tokens per second."""
+    import importlib.util
+    import statistics
+
+    spec = importlib.util.spec_from_file_location("fim_baseline", args.fim_baseline)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    this = source.transform
+    old = module.FIMTransform(fim, this.spec, this.seed)
+    ids = np.arange(min(len(source), 32))
+    got = {}
+    for label, transform in (("baseline", old), ("this", this)):
+        source.transform = transform
+        got[label] = source.get_batch(ids)
+    for key in got["this"]:
+        if not np.array_equal(got["this"][key], got["baseline"][key]):
+            raise SystemExit(f"--fim_baseline: {key} differs from this tree's: not the same bytes")
+    rates = {"baseline": ([], []), "this": ([], [])}
+    for r in range(args.rounds):
+        order = [("baseline", old), ("this", this)]
+        for label, transform in order if r % 2 == 0 else order[::-1]:
+            source.transform = transform
+            read()
+            cpu, wall, calls = time.process_time(), time.perf_counter(), 0
+            while time.perf_counter() - wall < args.seconds / 2:
+                read()
+                calls += 1
+            rates[label][0].append(calls * tokens_per_call / (time.process_time() - cpu))
+            rates[label][1].append(calls * tokens_per_call / (time.perf_counter() - wall))
+    source.transform = this
+    med = {k: (statistics.median(c), statistics.median(w)) for k, (c, w) in rates.items()}
+    return med["baseline"][0], med["this"][0], med["baseline"][1], med["this"][1]
 
 
 def telemetry_overhead_rows(args) -> None:

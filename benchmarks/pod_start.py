@@ -1,6 +1,8 @@
 """Pod start from a bucket: what one training host pays before its first batch, old path vs new.
 
   /work/main/.venv/bin/python benchmarks/pod_start.py --old_tree /work/prev --new_tree /work/main
+  /work/main/.venv/bin/python benchmarks/pod_start.py --old_tree /work/prev --new_tree /work/main \
+      --sizes 1e8:1000,1e8:10000,1e8:100000 --hosts 0   # start against the number of prefixes
   /work/main/.venv/bin/python benchmarks/pod_start.py --quick --old_tree /work/prev \
       --new_tree /work/prev                                    # about a minute, for trying it
 
@@ -28,6 +30,12 @@ imported and the run stops if it is not its tree's):
 dump_batches keeps only the first row of each gathered batch (`POD_CHILD_ROWS=1`, see
 benchmarks/_pod_child.py), so its peak RSS is the loader's, not 100 stored batches'. A tree whose
 tools need other flags gets them with `--old_build_flags` / `--new_host_flags` & co.
+
+Sizes of 100,000 prefixes are small datasets (1e8 tokens: ~1,000 tokens, one or two documents,
+each): writing that corpus takes ~3 minutes and uploading its 200,000 objects ~15-20 minutes on
+a loaded 2-core machine (`--prepare_only` does both ahead of a run); every build then opens
+100,000 datasets. The report's growth table compares every prefix step at one token count
+(1,000 -> 10,000 -> 100,000, and first -> last).
 
 Token bytes = steps x global batch x (seq + 1) x 2 bytes: the tokens the batches hold. Results go
 to `<data_dir>/pod_start-<run>.json`; the markdown report is printed (and can be re-rendered with
@@ -213,9 +221,10 @@ class Bench:
         print(f"  {side}: fresh host, 1 step", flush=True)
         out["host1"] = self.run(f"{side}-host1", tree, [*dump, "--steps=1", "--out=out"],
                                 whole_batches=True)
-        print(f"  {side}: fresh host, {a.steps} steps", flush=True)
-        out["host"] = self.run(f"{side}-host{a.steps}", tree,
-                               [*dump, f"--steps={a.steps}", "--out=out"])
+        if "host" in a.phases.split(","):
+            print(f"  {side}: fresh host, {a.steps} steps", flush=True)
+            out["host"] = self.run(f"{side}-host{a.steps}", tree,
+                                   [*dump, f"--steps={a.steps}", "--out=out"])
         if a.hosts:
             print(f"  {side}: {a.hosts} hosts at once, nothing published", flush=True)
             p_dump = ["jaxblend.tools.dump_batches",
@@ -330,6 +339,8 @@ def main() -> None:
     parser.add_argument("--global_batch_size", type=int, default=256)
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--hosts", type=int, default=4, help="P; 0 skips that phase")
+    parser.add_argument("--phases", default="build,host1,host",
+                        help="build,host1 skips the --steps run (its columns stay empty)")
     parser.add_argument("--timeout", type=float, default=1800.0, help="per process, seconds")
     parser.add_argument("--report", default=None,
                         help="only print the report of these results JSONs (comma-separated runs "

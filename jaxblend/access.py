@@ -38,7 +38,7 @@ import dataclasses
 import os
 from typing import Any
 
-from jaxblend.validation import require_int
+from jaxblend.validation import require_int, require_positive
 
 ENDPOINT_ENV = "JAXBLEND_S3_ENDPOINT"
 _AWS_ENDPOINT_ENVS = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
@@ -48,11 +48,6 @@ IDENTITY_ENV = "JAXBLEND_IDENTITY_CACHE"
 MIRROR_ENV = "JAXBLEND_INDEX_MIRROR"
 BACKENDS = ("auto", "mmap", "tensorstore")
 VERIFY_LEVELS = ("summary", "full")
-
-
-def _positive(label: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ValueError(f"{label} must be a number > 0, got {value!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,13 +76,10 @@ class ObjectStoreOptions:
 
     def __post_init__(self):
         for name in ("request_concurrency", "max_retries", "coalesce_gap"):
-            value = getattr(self, name)
             low = 1 if name == "request_concurrency" else 0
-            require_int(f"ObjectStoreOptions.{name}", value, low)
+            require_int(f"ObjectStoreOptions.{name}", getattr(self, name), low)
         for name in ("initial_retry_delay", "max_retry_delay", "request_timeout"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                raise ValueError(f"ObjectStoreOptions.{name} must be a number > 0, got {value!r}")
+            require_positive(f"ObjectStoreOptions.{name}", getattr(self, name))
         if self.s3_endpoint is not None and "://" not in self.s3_endpoint:
             raise ValueError(
                 f"s3_endpoint must be a URL such as http://127.0.0.1:9000, got {self.s3_endpoint!r}"
@@ -172,8 +164,8 @@ class MapStoreOptions:
             object.__setattr__(self, "location", os.fspath(self.location))
         if self.mirror is not None:
             object.__setattr__(self, "mirror", os.fspath(self.mirror))
-        _positive("MapStoreOptions.wait_seconds", self.wait_seconds)
-        _positive("MapStoreOptions.poll_seconds", self.poll_seconds)
+        require_positive("MapStoreOptions.wait_seconds", self.wait_seconds)
+        require_positive("MapStoreOptions.poll_seconds", self.poll_seconds)
         if self.builder is not None and not isinstance(self.builder, bool):
             raise ValueError(f"MapStoreOptions.builder must be None or a bool, got {self.builder!r}")
         if self.verify not in VERIFY_LEVELS:

@@ -34,7 +34,10 @@ reports each dataset of a blended validation split too: docs/training.md); saves
 `--save_interval` steps to `--checkpoint_dir` (a directory or a gs:// URL) and resumes from the
 newest checkpoint there, on any process count and mesh (a directory holding another model's
 checkpoint is refused with one line naming it and the flag that chose it, `--checkpoint_dir` or
-`--workdir`; "resumed from" is printed once the loader has accepted the checkpoint). `--metrics_port` serves each host's loader
+`--workdir`, and so is other data under the same model, naming the data flags that differ;
+"resumed from" is printed once the loader has accepted the checkpoint); a resume reads the
+loader state first, so the first steps are read, and the step function compiled for the first
+batch, while the arrays are restored (docs/training.md, "Resume"). `--metrics_port` serves each host's loader
 figures to Prometheus; a batch not ready after `--stall_threshold` seconds gets one line naming the
 reads still pending. SIGTERM (preemption) makes every process
 checkpoint the same step and exit 0. In a multi-process run a lost peer stops every process within
@@ -55,12 +58,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import itertools
 import os
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from absl import app, flags, logging
 
@@ -181,6 +186,7 @@ class _Data:
     seq_length: int
     steps: cli.StepSettings
     history: object = None  # a `--data_schedule` run's `StagedHistory` (resume across edits)
+    record: dict | None = None  # what a checkpoint records of the data (`_data_record`)
 
 
 @dataclasses.dataclass
@@ -277,7 +283,74 @@ def _open_data(spec: _DataSpec, s: cli.TrainSettings, phase: PhaseStepPlan | Non
     plan = phase or run.steps.covering(len(train), run.steps.train_iters)
     names = getattr(train, "dataset_names", ["mock"])
     history = cli.history_of("train", train, run)
-    return _Data(train, plan, valid, names, run.seq_length, run.steps, history)
+    return _Data(
+        train, plan, valid, names, run.seq_length, run.steps, history, _data_record(train)
+    )
+
+
+# Flag values that choose where and how data is read, not what is read: not part of the record.
+_ACCESS_FIELDS = frozenset({
+    "data_cache_path", "data_cache_mirror", "data_cache_wait", "s3_endpoint", "s3_region",
+    "storage_concurrency", "storage_retries", "storage_timeout", "storage_backend",
+    "global_batch_size_given",
+})
+
+
+def _data_record(train) -> dict:
+    """What a checkpoint records of the run's data: the data flags' values (`--train_iters` only
+    while it sizes the train split, without `--train_samples`) and the training source's
+    fingerprint (its maps key), as JSON values."""
+    values = dataclasses.asdict(cli.read_flag_values())
+    if values["train_samples"] is not None:
+        del values["train_iters"]  # a resume raises it
+    return {
+        "flags": {k: list(v) if isinstance(v, tuple) else v
+                  for k, v in values.items() if k not in _ACCESS_FIELDS},
+        "maps_key": getattr(train, "fingerprint", None),
+    }
+
+
+def _data_differences(saved: dict | None, record: dict) -> str | None:
+    """What differs between the data a checkpoint records and this run's, as flags
+    (`it was trained with --seed=1234, this run has --seed=7`), or the maps keys when only the
+    datasets differ; None when the checkpoint records no data, or the same."""
+    if not isinstance(saved, dict) or not isinstance(saved.get("flags"), dict):
+        return None
+    differs = _differences(
+        saved["flags"], record["flags"],
+        lambda n, v: f"--{n}={' '.join(map(str, v)) if isinstance(v, list) else v}",
+    )
+    if differs is None and saved.get("maps_key") != record["maps_key"]:
+        return (
+            f"its datasets or maps differ (maps key {saved.get('maps_key')}, this run's "
+            f"{record['maps_key']})"
+        )
+    return differs
+
+
+def _check_same_data(resume: _Resume, data: _Data, loader_state: dict | None) -> None:
+    """Refuses, in one line naming the checkpoint directory, the flag that chose it and the data
+    flags that differ, a resume whose loader state another data configuration saved (a staged
+    split's history explains its own refusals, and a checkpoint recording no data gets the
+    loader's refusal)."""
+    from jaxblend.loading.loader import loader_fingerprint
+    from jaxblend.loading.resume_history import STATE_KEY
+
+    if loader_state is None or data.history is not None or loader_state.get(STATE_KEY):
+        return
+    ours = loader_fingerprint(data.train, data.plan)
+    if loader_state.get("fingerprint") == ours:
+        return
+    differs = _data_differences((resume.meta or {}).get("data"), data.record)
+    if differs is None:
+        return
+    ckpt = resume.ckpt
+    raise app.UsageError(
+        f"{ckpt.directory} (from {ckpt.chosen_by}) holds a checkpoint (step {resume.start}) whose "
+        "loader state comes from a different data configuration (fingerprint "
+        f"{loader_state.get('fingerprint')}, this run's {ours}): {differs}; resume with its data "
+        f"flags, give this run its own {ckpt.chosen_by}, or delete {ckpt.directory} to start over"
+    )
 
 
 def _warn_about_data(run: cli.RunConfig, data: _Data) -> None:
@@ -322,8 +395,10 @@ def _import_optax():
     return optax
 
 
-def _init_model(s: cli.TrainSettings, train_iters: int, vocab_size: int, seed: int, mesh) -> _Model:
-    """The model, AdamW with warm-up and cosine decay, initialized sharded on `mesh`."""
+def _model(s: cli.TrainSettings, train_iters: int, vocab_size: int, mesh) -> _Model:
+    """The model and AdamW with warm-up and cosine decay; its parameters and optimizer state are
+    abstract (`jax.ShapeDtypeStruct`s with their shardings on `mesh`) until `_initialize` or a
+    checkpoint's restore fills them."""
     import jax
 
     from jaxblend.training import model
@@ -342,12 +417,33 @@ def _init_model(s: cli.TrainSettings, train_iters: int, vocab_size: int, seed: i
         optax.clip_by_global_norm(s.clip_grad),
         optax.adamw(schedule, b1=0.9, b2=0.95, weight_decay=s.weight_decay),
     )
-    params = jax.jit(
-        functools.partial(model.init_params, cfg), static_argnums=0, out_shardings=shardings
-    )(seed)
-    opt_shardings = model.state_shardings(jax.eval_shape(optimizer.init, params), shardings, mesh)
-    opt_state = jax.jit(optimizer.init, out_shardings=opt_shardings)(params)
+
+    def laid_out(abstract, sharding_tree):
+        return jax.tree.map(
+            lambda x, sharding: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding),
+            abstract, sharding_tree,
+        )
+
+    params = laid_out(jax.eval_shape(functools.partial(model.init_params, cfg), 0), shardings)
+    abstract_opt = jax.eval_shape(optimizer.init, params)
+    opt_state = laid_out(abstract_opt, model.state_shardings(abstract_opt, shardings, mesh))
     return _Model(cfg, optimizer, params, opt_state)
+
+
+def _initialize(state: _Model, seed: int) -> None:
+    """Fills `state` with the initial parameters (deterministic in `seed`) and optimizer state, in
+    the shardings its abstract arrays carry."""
+    import jax
+
+    from jaxblend.training import model
+
+    shardings = jax.tree.map(lambda x: x.sharding, state.params)
+    state.params = jax.jit(
+        functools.partial(model.init_params, state.config), static_argnums=0,
+        out_shardings=shardings,
+    )(seed)
+    opt_shardings = jax.tree.map(lambda x: x.sharding, state.opt_state)
+    state.opt_state = jax.jit(state.optimizer.init, out_shardings=opt_shardings)(state.params)
 
 
 # The model flags of each `ModelConfig` field, for messages.
@@ -369,20 +465,27 @@ def _model_differences(saved: dict | None, model: dict) -> str | None:
     equal or the checkpoint records none."""
     if not isinstance(saved, dict):
         return None
-    names = [n for n in model if n in saved and saved[n] != model[n]]
+    return _differences(saved, model, lambda n, v: f"{_MODEL_FLAGS.get(n, n)}={v}")
+
+
+def _differences(saved: dict, ours: dict, spelled: Callable[[str, Any], str]) -> str | None:
+    """`it was trained with <saved>, this run has <ours>` over the entries of both that differ,
+    each `spelled(name, value)` as a flag; None when none differs."""
+    names = [n for n in ours if n in saved and saved[n] != ours[n]]
     if not names:
         return None
 
     def flags_of(values: dict) -> str:
-        return " ".join(f"{_MODEL_FLAGS.get(n, n)}={values[n]}" for n in names)
+        return " ".join(spelled(n, values[n]) for n in names)
 
-    return f"it was trained with {flags_of(saved)}, this run has {flags_of(model)}"
+    return f"it was trained with {flags_of(saved)}, this run has {flags_of(ours)}"
 
 
-def _restore(checkpoint, state: _Model, s: cli.TrainSettings) -> _Resume:
-    """Restores the newest checkpoint into `state`, if there is one; a checkpoint of another
-    model (another run's, e.g. the demo's under the default `--workdir`) is refused first, with
-    the directory and the flag that chose it."""
+def _resume_point(checkpoint, state: _Model, s: cli.TrainSettings) -> _Resume:
+    """Where the run resumes: the newest checkpoint's step, loader state and metadata, read
+    without its arrays (`_restore_state` reads them, while the loader reads its first steps); a
+    checkpoint of another model (another run's, e.g. the demo's under the default `--workdir`) is
+    refused first, with the directory and the flag that chose it."""
     directory = s.checkpoint_dir
     ckpt = checkpoint.Checkpointer(
         directory, keep=s.keep_checkpoints, chosen_by=_checkpoint_flag(),
@@ -392,19 +495,24 @@ def _restore(checkpoint, state: _Model, s: cli.TrainSettings) -> _Resume:
     last = ckpt.latest_step()
     if last is None:
         return resume
-    differs = _model_differences(
-        ckpt.metadata(last).get("model"), dataclasses.asdict(state.config)
-    )
+    loader_state, meta = ckpt.resume_point(last)
+    differs = _model_differences(meta.get("model"), dataclasses.asdict(state.config))
     if differs is not None:
         raise app.UsageError(ckpt.another_run(last, differs))
-    (state.params, state.opt_state), resume.loader_state, meta = ckpt.restore(
-        last, (state.params, state.opt_state)
-    )
-    resume.start = int(resume.loader_state["step"])
+    resume.start, resume.loader_state, resume.meta = int(loader_state["step"]), loader_state, meta
     if resume.start != last:
         raise ValueError(f"{directory} step {last}: its loader state is at step {resume.start}")
-    resume.meta = meta
     return resume
+
+
+def _restore_state(resume: _Resume, state: _Model, seed: int) -> None:
+    """Fills `state` from the resume point's checkpoint, or initializes it (a run from step 0)."""
+    if resume.loader_state is None:
+        _initialize(state, seed)
+        return
+    state.params, state.opt_state = resume.ckpt.restore_state(
+        resume.start, (state.params, state.opt_state)
+    )
 
 
 def _announce_resume(resume: _Resume, phase_line: str | None) -> None:
@@ -461,6 +569,58 @@ def _compile_steps(state: _Model, num_datasets: int, mesh):
         return loss_and_sums(params, batch, datasets)
 
     return train_step, eval_step
+
+
+class _FirstStep:
+    """Takes the first batch from the loader and compiles `train_step` for it, in a thread, while
+    the main thread restores the checkpoint's arrays: `state`'s parameters and optimizer state
+    are still abstract (shapes and shardings) when it starts, which is all a compilation needs
+    (`jit(...).lower(...).compile()`; the jitted step then finds the executable in JAX's cache).
+    """
+
+    def __init__(self, loader, train_step, state: _Model, num_datasets: int, mesh) -> None:
+        import jax
+        from jax.sharding import NamedSharding
+        from jax.sharding import PartitionSpec as P
+
+        from jaxblend.training import dataset_metrics
+
+        sums = jax.tree.map(
+            lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=NamedSharding(mesh, P())),
+            jax.eval_shape(functools.partial(dataset_metrics.zeros, num_datasets)),
+        )
+        self.batch = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(
+            target=self._run, args=(loader, train_step, state.params, state.opt_state, sums),
+            name="jaxblend-first-step", daemon=True,
+        )
+        self._thread.start()
+
+    def _run(self, loader, train_step, params, opt_state, sums) -> None:
+        import jax
+
+        try:
+            self.batch = next(loader, None)
+            if self.batch is not None:
+                batch = jax.tree.map(
+                    lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
+                    self.batch,
+                )
+                train_step.lower(params, opt_state, sums, batch).compile()
+        except Exception as err:  # noqa: BLE001 - raised in the main thread by `join`
+            self._error = err
+
+    def join(self):
+        """The first batch (None: the loader had none left), once the step is compiled.
+
+        Raises:
+          What reading or compiling raised.
+        """
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self.batch
 
 
 class _LogWindow:
@@ -576,8 +736,11 @@ def _announce_stage(data: _Data, step: int, first: int, top: int) -> None:
 
 
 def _run_steps(watch, loader, state: _Model, resume: _Resume, data: _Data, steps, mesh,
-               batch_axes, s: cli.TrainSettings):
+               batch_axes, s: cli.TrainSettings, first_batch=None):
     """Trains from `resume.start` to `--train_iters`; returns (last loss, preempted step).
+
+    `first_batch`: the batch of step `resume.start` when it was already taken from `loader`
+    (`_FirstStep`).
 
     The host reads the device's losses and per-dataset sums only at log lines, evaluations and
     checkpoints; a non-finite loss stops the run there (`jaxblend.training.divergence`), and a
@@ -610,6 +773,7 @@ def _run_steps(watch, loader, state: _Model, resume: _Resume, data: _Data, steps
         _advice(s), resume.start if resume.loader_state is not None else None
     )
     window = _LogWindow(loader)
+    batches = loader if first_batch is None else itertools.chain([first_batch], loader)
     iters, seq = data.plan.num_steps, data.seq_length  # a phase of Megatron's ends before the run
     logging.info(
         "training %d steps from %d: batch %s x %d tokens (%d batch shapes), mesh %s, datasets %s",
@@ -626,7 +790,7 @@ def _run_steps(watch, loader, state: _Model, resume: _Resume, data: _Data, steps
             if sums.must_read_before(size * seq):  # int32 counters: only in huge log windows
                 totals.absorb(sums.take())
             _announce_stage(data, step, resume.start, s.log_datasets)
-            batch = next(loader)
+            batch = next(batches)
             state.params, state.opt_state, step_loss, step_sums = train_step(
                 state.params, state.opt_state, sums.sums, batch
             )
@@ -660,7 +824,8 @@ def _run_steps(watch, loader, state: _Model, resume: _Resume, data: _Data, steps
                 totals.absorb(sums.take())
                 resume.ckpt.save(
                     done, (state.params, state.opt_state), loader,
-                    {"model": dataclasses.asdict(state.config), **totals.meta(),
+                    {"model": dataclasses.asdict(state.config), "data": data.record,
+                     **totals.meta(),
                      **_phase_meta(data.plan)},
                 )
                 guard.saved(done)
@@ -706,13 +871,12 @@ def _train(watch, s: cli.TrainSettings) -> None:
     batch_axes = default_batch_axes(mesh.axis_names)
     data = _open_data(spec, s, phase)
     _warn_about_data(spec.run, data)
-    watch.phase = "initializing the model"
-    state = _init_model(s, data.steps.train_iters, spec.vocab_size, spec.seed, mesh)
     watch.phase = "restoring the checkpoint"
-    resume = _restore(checkpoint, state, s)
+    state = _model(s, data.steps.train_iters, spec.vocab_size, mesh)
+    resume = _resume_point(checkpoint, state, s)
     loader_state, phase_line = _enter_phase(resume, data.plan)
     resume.same_stream = loader_state is not None
-    train_step, eval_step = _compile_steps(state, len(data.names), mesh)
+    _check_same_data(resume, data, loader_state)
 
     watch.phase = "opening the data"
     prefetch = cli.prefetch_from_flags()
@@ -725,10 +889,24 @@ def _train(watch, s: cli.TrainSettings) -> None:
     )
     if loader.step != resume.start:
         raise ValueError(f"checkpoint step {resume.start} but loader state step {loader.step}")
-    _announce_resume(resume, phase_line)
+    # The first steps are read, and the step function compiled for the first batch, while the
+    # arrays are restored (or initialized).
+    loader.start_reading()
+    train_step, eval_step = _compile_steps(state, len(data.names), mesh)
+    first = _FirstStep(loader, train_step, state, len(data.names), mesh)
+    try:
+        watch.phase = "restoring the checkpoint" if resume.loader_state else "initializing the model"
+        _restore_state(resume, state, spec.seed)
+        _announce_resume(resume, phase_line)
+        watch.phase = "compiling the training step"
+        first_batch = first.join()
+    except BaseException:
+        loader.close()
+        raise
     with _metrics_endpoint(loader, telemetry):
         loss, preempted_at = _run_steps(
-            watch, loader, state, resume, data, (train_step, eval_step), mesh, batch_axes, s
+            watch, loader, state, resume, data, (train_step, eval_step), mesh, batch_axes, s,
+            first_batch,
         )
     watch.phase = "saving the checkpoint"
     resume.ckpt.close()

@@ -23,3 +23,9 @@ def require_int(label: str, value: object, low: int) -> None:
     """
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
         raise ValueError(f"{label} must be an integer >= {low}, got {value!r}")
+
+
+def require_positive(label: str, value: object) -> None:
+    """Refuses `value` unless it is a number (int or float, not a bool) > 0, naming `label`."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(f"{label} must be a number > 0, got {value!r}")

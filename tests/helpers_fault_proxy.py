@@ -13,7 +13,7 @@ server (fake-gcs-server or moto's S3 server) over a persistent connection per pr
   `release()` (one object stops answering, the others do not).
 
 The proxy serves only 127.0.0.1 and counts requests (`requests`), so tests can assert how many a
-read needed. Used by the storage tests and `benchmarks/object_store.py`.
+read needed; `LoggingProxy` also logs each request's method, object path and byte range. Used by the storage tests and `benchmarks/object_store.py`.
 """
 
 from __future__ import annotations
@@ -220,6 +220,32 @@ class FaultProxy:
             do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = do_PATCH = _forward
 
         return Handler
+
+
+class LoggingProxy(FaultProxy):
+    """A `FaultProxy` that also logs `(method, object path, Range header)` of every request
+    (`log`, in arrival order)."""
+
+    def __init__(self, upstream: str, delay: float = 0.0):
+        self.log: list[tuple[str, str, str | None]] = []
+        self._log_lock = threading.Lock()
+        super().__init__(upstream, delay)
+
+    def _handler_class(self):
+        base = super()._handler_class()
+        proxy = self
+
+        class Logged(base):
+            def _forward(self) -> None:
+                with proxy._log_lock:
+                    proxy.log.append(
+                        (self.command, urllib.parse.unquote(self.path), self.headers.get("Range"))
+                    )
+                base._forward(self)
+
+            do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = do_PATCH = _forward
+
+        return Logged
 
 
 class ProxyProcess:

@@ -64,3 +64,11 @@ def make_code_dataset(
     spec = tok_spec.TokenizerSpec(type="hf", model=model)
     pipeline.preprocess(small_run_config(os.path.join(root, name), [src], tokenizer=spec))
     return os.path.join(root, f"{name}_text_document"), model
+
+
+def two_code_datasets(root, n: int, n_more: int) -> dict:
+    """Two code datasets under `root` sharing one tokenizer (trained on the first): ``{"root",
+    "prefix", "model", "other"}`` (``other``: the second dataset, for blends)."""
+    prefix, model = make_code_dataset(root, "code", n=n, seed=0)
+    other, _ = make_code_dataset(root, "more", n=n_more, seed=1, model=model)
+    return {"root": root, "prefix": prefix, "model": model, "other": other}

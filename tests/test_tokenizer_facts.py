@@ -26,7 +26,7 @@ from jaxblend.tokenizer_facts import (
 from tests.helpers_data import write_random_dataset
 
 HF = TokenizerFacts("HuggingFaceTokenizer sha256:0123456789ab", 1000, 0, None)
-BYTE = TokenizerFacts("ByteTokenizer", 263, 256, 257)
+BYTE = TokenizerFacts("ByteTokenizer", 267, 256, 257)
 
 
 def _record(output_prefix, key: str, facts: TokenizerFacts | None, max_id: int | None = None) -> str:
@@ -97,7 +97,7 @@ def test_read_facts_from_a_bucket():
               "max_token_id": {"text": 256}}
     kv.write("data/c.preprocess.json", json.dumps(record).encode()).result()
     facts = read_facts("memory://facts-bucket/data/c_text_document", DataAccess())
-    assert facts == TokenizerFacts("ByteTokenizer", 263, 256, 257, max_token_id=256)
+    assert facts == TokenizerFacts("ByteTokenizer", 267, 256, 257, max_token_id=256)
     assert read_facts("memory://facts-bucket/data/d_text_document", DataAccess()) is None
     record["tokenizer_facts"] = HF.to_json()
     record["outputs"] = {"text": "/local/run/h_text_document"}

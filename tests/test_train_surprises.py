@@ -6,6 +6,7 @@ a refused resume prints no "resumed" line."""
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -89,7 +90,39 @@ def test_a_refused_resume_prints_no_resumed_line(data, tmp_path):
     out = _train(f"--data_path={data['big']}", "--vocab_size=300", "--train_iters=4",
                  f"--workdir={work}", "--train_samples=64", "--seed=7")
     assert "loader state comes from a different data configuration" in _error(out)
-    assert "resumed" not in out.stdout, out.stdout
+    assert re.fullmatch(
+        re.escape(f"error: {work}/checkpoints (from --workdir) holds a checkpoint (step 2) whose "
+                  "loader state comes from a different data configuration (fingerprint ")
+        + r"\w+, this run's \w+"
+        + re.escape("): it was trained with --seed=1234, this run has --seed=7; resume with its "
+                    "data flags, give this run its own --workdir, or delete "
+                    f"{work}/checkpoints to start over"),
+        _error(out),
+    ), _error(out)
+    assert out.returncode == 2 and "resumed" not in out.stdout, out.stdout
+
+
+def test_other_datasets_under_the_same_flags_name_the_maps_keys(tmp_path):
+    rng = np.random.default_rng(9)
+    prefix = write_random_dataset(str(tmp_path / "d_text_document"), rng, 200, lengths=(20, 60),
+                                  vocab=(1, 300))
+    common = [f"--data_path={prefix}", "--vocab_size=300", f"--checkpoint_dir={tmp_path}/ckpt",
+              f"--workdir={tmp_path}/work", "--train_samples=64"]
+    first = _train(*common, "--train_iters=2", "--save_interval=2")
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-3000:]
+    write_random_dataset(prefix, rng, 150, lengths=(20, 60), vocab=(1, 300))  # other contents
+    out = _train(*common, "--train_iters=4")
+    line = _error(out)
+    assert line.startswith(
+        f"error: {tmp_path}/ckpt (from --checkpoint_dir) holds a checkpoint (step 2) whose loader "
+        "state comes from a different data configuration (fingerprint "
+    ), line
+    assert "): its datasets or maps differ (maps key " in line, line
+    assert line.endswith(
+        "; resume with its data flags, give this run its own --checkpoint_dir, or delete "
+        f"{tmp_path}/ckpt to start over"
+    ), line
+    assert out.returncode == 2 and "resumed" not in out.stdout, out.stdout
 
 
 def test_a_refused_schedule_edit_prints_no_resumed_line(data, tmp_path):

@@ -4,12 +4,9 @@ Megatron-made data (no record) still needs `--vocab_size`."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import numpy as np
 import pytest
+from helpers_cli import run_tool
 
 from jaxblend.preprocess import pipeline
 from jaxblend.preprocess import tokenizer_spec as tok_spec
@@ -18,9 +15,8 @@ from tests.preprocess.conftest import make_documents, small_run_config, write_js
 
 pytestmark = pytest.mark.slow
 
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = [
-    "--seq_length=16", "--global_batch_size=4", "--num_cpu_devices=1", "--train_iters=2", "--split=100,0,0",
+    "--seq_length=16", "--global_batch_size=8", "--train_iters=2", "--split=100,0,0",
     "--hidden_size=16", "--ffn_hidden_size=32", "--num_layers=1", "--num_attention_heads=2",
     "--eval_interval=0", "--save_interval=0", "--log_interval=1",
 ]
@@ -54,11 +50,7 @@ def data(tmp_path_factory):
 
 
 def _train(workdir, *args):
-    return subprocess.run(
-        [sys.executable, "-m", "jaxblend.train", *TINY, f"--workdir={workdir}", *args],
-        capture_output=True, text=True, timeout=600, cwd=_ROOT, check=False,
-        env=dict(os.environ, PYTHONPATH=_ROOT),
-    )
+    return run_tool("jaxblend.train", [*TINY, f"--workdir={workdir}", *args])
 
 
 def _error(out) -> str:

@@ -15,6 +15,7 @@ import dataclasses
 from absl import flags
 
 from jaxblend import access
+from jaxblend.fim_options import FIMOptions
 
 # Defaults of the step-plan flags (`define_step_plan_flags`): one value for every program, so the
 # sample counts derived from them are the same in the tools and in training.
@@ -24,6 +25,7 @@ DEFAULT_EVAL_INTERVAL = 100
 DEFAULT_EVAL_ITERS = 4
 
 _STORE = access.ObjectStoreOptions()
+_FIM = FIMOptions()
 
 
 def _blend(value) -> tuple[str, ...] | None:
@@ -95,17 +97,18 @@ class DataFlagValues:
     reset_position_ids: bool = False
     reset_attention_mask: bool = False
     # fill-in-the-middle flags (`define_fim_flags`, part of the schema flags)
+    # (`fim_<name>` for each of `FIMOptions.setting_names()`, its default `FIMOptions`')
     fim_data: bool = False
-    fim_rate: float = 0.5
-    fim_spm_rate: float = 0.5
-    fim_split_sample: str | None = None
-    fim_fragment_rate: float | None = None
-    fim_no_prefix: str | None = None
-    fim_prefix_token: str = "<fim_prefix>"
-    fim_middle_token: str = "<fim_middle>"
-    fim_suffix_token: str = "<fim_suffix>"
-    fim_pad_token: str = "<fim_pad>"
-    fim_eod_token: str = "<|endoftext|>"
+    fim_rate: float = _FIM.rate
+    fim_spm_rate: float = _FIM.spm_rate
+    fim_split_sample: str | None = _FIM.split_sample
+    fim_fragment_rate: float | None = _FIM.fragment_rate
+    fim_no_prefix: str | None = _FIM.no_prefix
+    fim_prefix_token: str = _FIM.prefix_token
+    fim_middle_token: str = _FIM.middle_token
+    fim_suffix_token: str = _FIM.suffix_token
+    fim_pad_token: str = _FIM.pad_token
+    fim_eod_token: str = _FIM.eod_token
 
     def replace(self, **changes) -> DataFlagValues:
         """A copy with `changes` (field name -> value)."""

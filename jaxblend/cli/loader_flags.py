@@ -21,13 +21,15 @@ def define_loader_flags() -> None:
             lower_bound=0,
         )
         flags.DEFINE_bool(
-            "adaptive_read_ahead", False,
+            "adaptive_read_ahead", None,
             "Grow the steps read ahead while the loop waits for data and shrink them while it "
-            "does not, within --read_ahead_memory_mb (reads in threads only).",
+            "does not, within --read_ahead_memory_mb (reads in threads only). Default (unset): on for "
+            "data in a bucket, off for local files; --adaptive_read_ahead / "
+            "--noadaptive_read_ahead force it on / off.",
         )
         flags.DEFINE_integer(
             "read_ahead_memory_mb", 1024,
-            "Memory the steps read ahead may hold with --adaptive_read_ahead, MB.", lower_bound=1,
+            "Memory the steps read ahead may hold when the read-ahead adapts, MB.", lower_bound=1,
         )
 
 

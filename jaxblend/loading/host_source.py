@@ -23,8 +23,8 @@ class HostStepSource:
     padded (bucketed) steps are read with `get_padded_batch`.
 
     With a `window` (`ReadWindow`, reads in this process's threads), each read waits until the
-    window admits its step. In this process, `highest_begun` is the highest step whose read began
-    (with `tally` or a `window`).
+    window admits its step, and tells it how long the read took. In this process,
+    `highest_begun` is the highest step whose read began (with `tally` or a `window`).
 
     With `tally`, each record also carries what reading it cost (a `read_tally.ReadTally` under
     `TALLY_KEY`, taken out by `take_tally`), its requests in flight registered in `pending` (in
@@ -85,14 +85,14 @@ class HostStepSource:
         if window is not None or self.tally:  # a gauge: a rare lost update is corrected next step
             self.highest_begun = max(self.highest_begun, step)
         if not self.tally:
-            return self._read(step)
+            return self._timed_read(step, window)
         tally = read_tally.ReadTally(pending=self.pending)
         steps = self.pending.steps if self.pending is not None else None
         if steps is not None:
             steps[step] = time.perf_counter()
         try:
             with read_tally.collecting(tally):
-                record = self._read(step)
+                record = self._timed_read(step, window)
         finally:
             if steps is not None:
                 steps.pop(step, None)
@@ -102,6 +102,15 @@ class HostStepSource:
     def take_tally(record: dict) -> read_tally.ReadTally | None:
         """Removes and returns the `ReadTally` a record carries (None without one)."""
         return record.pop(TALLY_KEY, None)
+
+    def _timed_read(self, step: int, window: ReadWindow | None) -> dict[str, np.ndarray]:
+        """Reads record `step`, telling the `window` (if any) how long the read took."""
+        if window is None:
+            return self._read(step)
+        began = time.perf_counter()
+        record = self._read(step)
+        window.read(time.perf_counter() - began)
+        return record
 
     def _read(self, step: int) -> dict[str, np.ndarray]:
         ids = self.process_rows.sample_ids(step)

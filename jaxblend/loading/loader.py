@@ -5,9 +5,10 @@ Flow per step k (the same program on every host):
      share of it (`ProcessRows`, from the batch sharding) the rows it loads;
   2. a `HostStepSource` record = those rows, read through the source's `read_batch` (one batched
      storage call; `get_padded_batch` for bucketed steps) in a `grain.DataLoader` (reader threads
-     or worker processes, prefetch; its sampler is the steps from the resume point on); the
-     compact record is turned into the batch schema by `assemble_batch` (one compiled kernel) in
-     this process, so only token windows cross from a worker;
+     or worker processes, prefetch; its sampler is the steps from the resume point to the run's
+     `end_step`, so nothing past it is read ahead); the compact record is turned into the batch
+     schema by `assemble_batch` (one compiled kernel) in this process, so only token windows
+     cross from a worker;
   3. `make_global_batch` lays the rows out on the mesh; the next batch is put on the devices while
      the current one is consumed (device prefetch).
 
@@ -87,9 +88,10 @@ class PrefetchOptions:
         window it starts from.
       adaptive_read_ahead: let the read-ahead window grow while the loader waits for batches and
         shrink while it does not (`jaxblend.loading.read_window`), between 1 and
-        `max_read_ahead` steps and within `read_ahead_memory`. Only with `worker_count` 0 (reads
-        in this process's threads). Off by default: on the project's machine it did not read
-        faster than the fixed window (BENCHMARKS.md, "Adaptive read-ahead").
+        `max_read_ahead` steps and within `read_ahead_memory`, starting from the fixed window.
+        None (the default): on for sources read from an object store, off for local files
+        (their reads take microseconds: the fixed window is never late); True / False force it.
+        Only with `worker_count` 0 (reads in this process's threads).
       max_read_ahead: the adaptive window's largest size, steps (Grain's reader threads).
       read_ahead_memory: bytes the records read ahead of the loader may hold (adaptive window).
     """
@@ -100,17 +102,19 @@ class PrefetchOptions:
     read_buffer_size: int = 2
     device_prefetch: int = 1
     read_ahead: int = 0
-    adaptive_read_ahead: bool = False
+    adaptive_read_ahead: bool | None = None
     max_read_ahead: int = 64
     read_ahead_memory: int = DEFAULT_READ_AHEAD_MEMORY
 
     def __post_init__(self):
         for field in dataclasses.fields(self):
             if field.name == "adaptive_read_ahead":
-                if not isinstance(self.adaptive_read_ahead, bool):
+                if self.adaptive_read_ahead is not None and not isinstance(
+                    self.adaptive_read_ahead, bool
+                ):
                     raise ValueError(
-                        "PrefetchOptions.adaptive_read_ahead must be True or False, "
-                        f"got {self.adaptive_read_ahead!r}"
+                        "PrefetchOptions.adaptive_read_ahead must be True, False or None "
+                        f"(on for object stores), got {self.adaptive_read_ahead!r}"
                     )
                 continue
             value, low = getattr(self, field.name), 1
@@ -119,9 +123,11 @@ class PrefetchOptions:
             require_int(f"PrefetchOptions.{field.name}", value, low)
 
     def adapts(self, reads_remote: bool) -> bool:
-        """Whether the read-ahead window adapts (`adaptive_read_ahead`, reads in threads)."""
-        del reads_remote  # the same rule for local and bucket data
-        return self.adaptive_read_ahead and not self.worker_count
+        """Whether the read-ahead window adapts: `adaptive_read_ahead`, by default for sources
+        read from an object store (`reads_remote`); only with reads in threads."""
+        if self.worker_count:
+            return False
+        return reads_remote if self.adaptive_read_ahead is None else self.adaptive_read_ahead
 
     def initial_read_ahead(self, reads_remote: bool) -> int:
         """The read-ahead window a stream starts with (fixed: the whole time), steps."""
@@ -192,6 +198,10 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
         source (`StagedHistory`): later stages may change at resume, earlier ones not.
       state: a resume state (`state()`), checked as `restore` does; the loader starts at its step.
       telemetry: what the loader counts (`metrics()`) and when it reports a stall.
+      end_step: where this run's stream ends (exclusive; None = the plan's end, `num_steps`):
+        the loader yields no step from it on and reads none of them ahead, so a tool that
+        consumes N steps from step s passes s + N and reads nothing past them. Resume states
+        and fingerprints do not depend on it (the plan does).
 
     Only the batch sizes of the steps the loader runs (from its first step on) must split over
     the batch axes: a run resumed in the middle of a batch-size schedule may use more data shards
@@ -200,7 +210,8 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
     Raises:
       ValueError: if the plan needs more samples than the source has, a batch size from the first
         step on does not split over the batch axes, a bucketed plan meets a source without padded
-        reads, or `state` is refused.
+        reads, `end_step` is not a step of the plan or lies before the first step, or `state`
+        is refused.
     """
 
     def __init__(
@@ -216,6 +227,7 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
         history: StagedHistory | None = None,
         state: Mapping[str, object] | None = None,
         telemetry: TelemetryOptions = DEFAULT_TELEMETRY,
+        end_step: int | None = None,
     ):
         if plan.num_samples > len(source):
             raise ValueError(
@@ -225,6 +237,7 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
         self.source = source
         self.plan = plan
         self.num_steps = plan.num_steps
+        self.end_step = _checked_end_step(end_step, plan.num_steps)
         self.mesh = mesh
         self.batch_axes = tuple(batch_axes)
         self.prefetch = prefetch
@@ -257,6 +270,11 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
         """
         if not 0 <= step <= self.num_steps:
             raise ValueError(f"start step {step} out of range [0, {self.num_steps}]")
+        if step > self.end_step:
+            raise ValueError(
+                f"start step {step} is past the loader's end_step {self.end_step}: pass an "
+                "end_step at or after the step the loader starts (or resumes) from"
+            )
         if self.process_rows is None or self.process_rows.from_step != step:
             rows = ProcessRows.of(self.plan, self._sharding, self.process_index, from_step=step)
             host_source = HostStepSource(
@@ -281,7 +299,7 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
             grain_workers.prepare()
         loader = grain.DataLoader(
             data_source=self.host_source,
-            sampler=StepSampler(self.num_steps, step),
+            sampler=StepSampler(self.end_step, step),
             worker_count=self.prefetch.worker_count,
             worker_buffer_size=self.prefetch.worker_buffer_size,
             shard_options=grain.sharding.NoSharding(),
@@ -291,6 +309,13 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
         self._exhausted = False
         if self.prefetch.worker_count:
             grain_workers.track(self)
+
+    def start_reading(self) -> None:
+        """Starts reading the first steps now, in the background (Grain's read threads or worker
+        processes), rather than at the first `next()`: e.g. while a checkpoint is restored and the
+        step function compiles. Idempotent."""
+        if self._grain_iter is not None:
+            self._grain_iter.start_prefetch()
 
     @property
     def step(self) -> int:
@@ -464,6 +489,7 @@ def make_loader(
     process_index: int | None = None,
     history: StagedHistory | None = None,
     telemetry: TelemetryOptions = DEFAULT_TELEMETRY,
+    end_step: int | None = None,
 ) -> StepLoader:
     """Builds an iterator of global batches over `source` laid out on `mesh`.
 
@@ -487,6 +513,9 @@ def make_loader(
         checks only the steps before its own, so future stages may change at resume.
       telemetry: what the loader counts (`StepLoader.metrics()`) and after how many seconds of
         waiting it reports a stall (docs/telemetry.md).
+      end_step: the step this run's stream ends at (exclusive; None = the plan's end): nothing
+        from it on is yielded or read ahead. A tool that takes N batches from step s passes
+        s + N; the resume state is the same as without it.
 
     With `prefetch.worker_count > 0`, Grain's worker processes are started with `spawn`: a script
     must keep its top-level code under `if __name__ == "__main__":` (a worker that runs it anyway
@@ -523,7 +552,26 @@ def make_loader(
     return StepLoader(
         source, plan, mesh, batch_axes=batch_axes, prefetch=prefetch, start_step=start_step,
         process_index=process_index, history=history, state=state, telemetry=telemetry,
+        end_step=end_step,
     )
+
+
+def _checked_end_step(end_step: int | None, num_steps: int) -> int:
+    """The step a stream ends at: `end_step`, checked to be a step of the plan (or its end), or
+    the plan's end when None.
+
+    Raises:
+      ValueError: if `end_step` is not an int in [0, num_steps].
+    """
+    if end_step is None:
+        return num_steps
+    require_int("end_step", end_step, 0)
+    if end_step > num_steps:
+        raise ValueError(
+            f"end_step {end_step} is past the step plan's {num_steps} steps: pass at most "
+            f"{num_steps} (or None for the plan's end)"
+        )
+    return int(end_step)
 
 
 def _request_concurrency(source: LoaderSource) -> int | None:

@@ -233,10 +233,6 @@ class LoaderCounters:
         self._latency_sum: dict[str, float] = {}
         self._datasets: dict[str, int] = {}
 
-    def restart_clock(self) -> None:
-        """Starts `elapsed_seconds` now (the loader's stream started)."""
-        self._began = time.perf_counter()
-
     def add_batch(self, tally: ReadTally | None, assemble_seconds: float) -> None:
         """Adds one batch's reads (its tally, if counted) and assembly time."""
         with self._lock:

@@ -10,13 +10,13 @@ publishes them:
 * `load_or_build_masked_index(config, info, split, access)` -> `MaskedSampleIndex`;
 * `data_maps_status(key, specs, access)` -> whether a plan is cached (preflight);
 * `publish(config, access)` / `load_or_publish(config, access)` -> a `Publication`: a bucket
-  store's published plan (row tables + a small record written last) that training hosts start
-  from without opening any dataset.
+  store's published plan (row tables, a dataset table read by range, and a small head written
+  last) that training hosts start from without opening any dataset.
 
 Modules: `entries` (local entry format, manifest checksums, atomic save, verify), `bucket`
 (publish/fetch/wait at a bucket URL), `megatron` (reading Megatron-Core's cache), `store` (the
-composition), `record` (the publication record's format) and `publication` (publishing and
-reading it). Names resolve on first use.
+composition), `record` (the publication's format: head and dataset table), `publication`
+(publishing and reading it) and `dataset_table` (reading the table's lines by range, on demand). Names resolve on first use.
 """
 
 from __future__ import annotations

@@ -7,16 +7,21 @@ reads what it published:
   training job that finds nothing published) opens the datasets, loads or builds the maps (and
   publishes their entry, as before), builds each split's row table
   (`jaxblend.index.row_table.build_row_table`), saves them as the entry `<plan key>-rows` and
-  publishes it with its commit marker, and LAST writes the record (`jaxblend.map_store.record`)
-  at `<url>/published/<launch key>.json` in one request (atomic on GCS and S3). A publisher that
-  dies before that leaves no record (or the previous one), never a half-written one.
+  publishes it with its commit marker, writes the dataset table (one fixed-width line per
+  dataset; `jaxblend.map_store.record`) and LAST the head at
+  `<url>/published/<launch key>.json` in one request (atomic on GCS and S3). A publisher that
+  dies before that leaves no head (or the previous one), never a half-written one.
 * a host (`load_or_publish`) computes the launch key from the configuration alone and reads the
-  record: one request. If it is absent, the builder publishes it; the others poll for it
-  (`MapStoreOptions.poll_seconds`) at most `wait_seconds`, then fail with one line naming the
-  record's URL and `--data_cache_wait`. In a multi-process run a builder that fails stops the
-  waiting hosts at once with its error (`jaxblend.peer_watch`). Before waiting, a host checks
-  that every `.bin` it names exists (one empty read each), so a host given a wrong prefix fails
-  with that prefix's name instead of waiting for a record nobody will write.
+  head: one request, a few hundred bytes whatever the number of datasets. If it is absent, the
+  builder publishes it; the others poll for it (`MapStoreOptions.poll_seconds`) at most
+  `wait_seconds`, then fail with one line naming the head's URL and `--data_cache_wait`. In a
+  multi-process run a builder that fails stops the waiting hosts at once with its error
+  (`jaxblend.peer_watch`). Before waiting, a host checks that every `.bin` it names exists (one
+  empty read each), so a host given a wrong prefix fails with that prefix's name instead of
+  waiting for a record nobody will write.
+* the sources built from a head (`jaxblend.sources.factory`) read the descriptions of the
+  datasets their rows touch from the dataset table by range (`jaxblend.map_store.dataset_table`),
+  a batch's at a time, and nothing else of it.
 
 A host that reads a record opens no `.idx`, downloads no whole map entry and hashes no `.bin`: the
 sources built from it (`jaxblend.sources.factory`) read row-table ranges and `.bin` ranges, each
@@ -27,6 +32,10 @@ or a rewritten `.bin` at the same plan) it writes the new row tables and then th
 the old one. A training builder that finds a record uses it without re-checking the data: a
 dataset rewritten since is refused by every host that reads it, naming the object; publish again
 with `build_index`.
+
+The loss masks (`jaxblend.loss_masks`) of the datasets are looked for once, by the publisher, and
+the head records which datasets have one: a host probes no dataset for a mask, and a mask added
+after publishing is used once the plan is published again.
 """
 
 from __future__ import annotations
@@ -44,7 +53,7 @@ from jaxblend.access import DataAccess
 from jaxblend.index import row_table
 from jaxblend.index.config import GPTDataConfig
 from jaxblend.index.data_maps import DataMaps
-from jaxblend.map_store import bucket, entries
+from jaxblend.map_store import bucket, dataset_table, entries, record
 from jaxblend.map_store.record import (
     SPLITS,
     Publication,
@@ -76,15 +85,17 @@ class Published:
     """What `publish` did.
 
     Attributes:
-      publication: the record's content.
-      url: the record's URL.
-      written: whether anything was written (False: the bucket already held this record and its
-        row tables).
+      publication: the head's content.
+      url: the head's URL.
+      written: whether anything was written (False: the bucket already held this head, its
+        dataset table and its row tables).
+      datasets: every dataset's line of the dataset table, in table order.
     """
 
     publication: Publication
     url: str
     written: bool
+    datasets: tuple[PublishedDataset, ...] = ()
 
 
 def describe_dataset(
@@ -157,37 +168,49 @@ def publish_plan(
             splits[name] = PublishedSplit(len(split), ids, rows_url)
     # Each dataset's preprocessing record, read once here so hosts need not read one per dataset.
     facts = tokenizer_facts.blend_facts(list(plan.prefixes), access, allow_mixed=True)
-    publication = Publication(
-        key,
-        plan.fingerprint,
-        tuple(describe_dataset(datasets[p], p, facts.get(p)) for p in plan.prefixes),
-        splits,
+    described = tuple(describe_dataset(datasets[p], p, facts.get(p)) for p in plan.prefixes)
+    table, table_bytes = record.encode_table(
+        key, described, _masked(described, access),
+        remote=any(resolve(p).local_prefix is None for p in plan.prefixes),
     )
+    publication = Publication(key, plan.fingerprint, table, splits)
     body = publication.to_bytes()
     rows_there = remote.committed(rows_key)
     if rows_there and remote.read_object(record_key(key)) == body:
         logging.info("publication %s is up to date", url)
-        return Published(publication, url, False)
+        return Published(publication, url, False, described)
     if not rows_there:
         arrays = {}
         for name in splits:
-            table = row_table.build_row_table(plan.split(name))
-            arrays.update(row_table.named_arrays(name, table))
+            table_arrays = row_table.build_row_table(plan.split(name))
+            arrays.update(row_table.named_arrays(name, table_arrays))
         entries.save(store.local_dir, rows_key, arrays, {"plan_key": plan.fingerprint})
         remote.publish(rows_key, store.local_dir)
-    pause_point("publish-record", 0)  # tests: row tables published, record not yet
+    remote.write_object(table.key, table_bytes)  # named by its content: never another's
+    pause_point("publish-record", 0)  # tests: row and dataset tables published, head not yet
     remote.write_object(record_key(key), body)
     logging.info("published %s (plan %s)", url, plan.fingerprint)
-    return Published(publication, url, True)
+    return Published(publication, url, True, described)
+
+
+def _masked(datasets: tuple[PublishedDataset, ...], access: DataAccess) -> list[int]:
+    """Positions of the datasets with a stored loss mask (one small read per bucket dataset)."""
+    from jaxblend.sources import conversation_masks
+
+    found = conversation_masks.find_loss_masks([dataset_table.to_bin_dataset(d) for d in datasets],
+                                               access)
+    return [] if found is None else [k for k, m in enumerate(found.masked) if m]
 
 
 def published_tokenizers(
     config: GPTDataConfig, access: DataAccess
 ) -> dict[str, TokenizerFacts | None] | None:
-    """Each dataset's tokenizer facts from the configuration's publication record (None for a
-    dataset without a preprocessing record), or None when nothing is published (or the store is
-    not a bucket, or the record cannot be read: the caller then reads the datasets' own records).
-    One request.
+    """Each dataset's tokenizer facts from the configuration's publication (None for a dataset
+    without a preprocessing record), or None when nothing is published (or the store is not a
+    bucket, or the publication cannot be read: the caller then reads the datasets' own records).
+
+    One request (the head) when every dataset has the same facts, the common case; else the whole
+    dataset table is read as well.
     """
     if not applies(access):
         return None
@@ -195,12 +218,28 @@ def published_tokenizers(
         found = read(config, access)
         if found is None:
             return None
+        table = found.table
+        if table.uniform:
+            facts = None if not table.tokenizers else TokenizerFacts.from_published(
+                table.tokenizers[0]
+            )
+            prefixes = opening.config_prefixes(config)
+            if len(prefixes) == table.count:
+                return dict.fromkeys(prefixes, facts)
+        described = table_reader(found, access).all()
         return {
             d.prefix: None if d.tokenizer is None else TokenizerFacts.from_published(d.tokenizer)
-            for d in found.datasets
+            for d in described
         }
     except ValueError:  # a damaged record: opening the sources reports it
         return None
+
+
+def table_reader(found: Publication, access: DataAccess) -> dataset_table.TableReader:
+    """The reader of `found`'s dataset table (nothing is read until it is asked for lines)."""
+    store = _store(access)
+    assert store.url is not None
+    return dataset_table.TableReader(store.url, found, access)
 
 
 def read(config: GPTDataConfig, access: DataAccess) -> Publication | None:

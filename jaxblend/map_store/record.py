@@ -1,21 +1,36 @@
 """The publication record: what a training host needs to read a published data plan.
 
-A record is one small JSON object (`Publication.to_bytes`), written last by the publishing job
-(`jaxblend.map_store.publication`) at `<map store URL>/published/<launch key>.json`. The launch
-key (`launch_key`) is computed from the data configuration as written (prefixes as given, split,
-sequence length, seed, sample counts, every setting that changes the maps) and the index code, so
-a host finds the record without opening any dataset. The record holds:
+A publication is two objects under `<map store URL>/published/`, both written by the publishing
+job (`jaxblend.map_store.publication`):
 
-* `plan_key`: the maps' fingerprint (`DataMaps.fingerprint`), which the loader state and the
-  sources' fingerprints are built from;
-* per dataset (in the order of first appearance in the configuration): its prefix as given, token
-  dtype, `.bin` size in bytes, the `.bin` object generation seen at build (hex; empty for a local
-  file, whose version stamp means nothing on another host) and its content fingerprint;
-* per split with samples: its length, the positions (into the dataset list) of its datasets in
-  the split's own order, and the URL of the map-store entry holding its row table;
-* `checksum`: SHA-256 of the canonical JSON of everything else.
+* the dataset table `<launch key>-<digest>.datasets` (`DatasetTable`), written first: one
+  fixed-width line per dataset (in the order of first appearance in the configuration), so that
+  a host reads the descriptions of datasets {i, j, k} by byte range (`dataset_table`) whatever
+  the number of datasets. A line is the JSON list `[prefix, dtype, bin_size, generation,
+  fingerprint, tokenizer, check]` padded with spaces to the table's width: the prefix as given,
+  token dtype, `.bin` size in bytes, the `.bin` object generation seen at build (hex; empty for a
+  local file, whose version stamp means nothing on another host), its content fingerprint, the
+  position of its tokenizer facts in the head's list (null: no preprocessing record), and
+  `check`, a digest of the line's fields, its position and the launch key (a line read from the
+  wrong place, or damaged, is refused). The object's name holds a digest of its content, so a
+  head never names a table rewritten with other content;
+* the head `<launch key>.json` (`Publication.to_bytes`), written LAST: it is the commit point (a
+  publisher that dies before it leaves no head, or the previous one). It is small whatever the
+  number of datasets: `plan_key` (the maps' fingerprint, which the loader state and the sources'
+  fingerprints are built from); the table's name, line count and width, which datasets have
+  stored loss masks, the distinct tokenizer facts and whether every dataset has the first;
+  per split with samples its length, the table positions of its datasets in the split's own
+  order (as runs), and the URL of the map-store entry holding its row table; `checksum`, SHA-256
+  of the canonical JSON of everything else.
 
-Pure: no I/O here (the publication module reads and writes records).
+The launch key (`launch_key`) is computed from the data configuration as written (prefixes as
+given, split, sequence length, seed, sample counts, every setting that changes the maps), the
+index code and this format's version, so a host finds the head without opening any dataset, and
+a head of an earlier layout (version 2: one record holding every dataset) is never read: it has
+another name, and the run publishes the plan again in this layout.
+
+Pure: no I/O here (the publication module reads and writes records, `dataset_table` reads the
+table).
 """
 
 from __future__ import annotations
@@ -23,21 +38,24 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
+
+import numpy as np
 
 from jaxblend import identity
 from jaxblend.index import maps_key
 from jaxblend.index.config import GPTDataConfig
 
 FORMAT = "jaxblend-publication"
-VERSION = 2
+VERSION = 3
 DIRECTORY = "published"
 SPLITS = ("train", "valid", "test")
+REPUBLISH = "publish it again with python -m jaxblend.tools.build_index and the run's data flags"
 
 
 def launch_key(config: GPTDataConfig) -> str:
-    """The record's name: the configuration as written (no dataset opened) and the index code.
+    """The head's name: the configuration as written (no dataset opened) and the index code.
 
     Two configurations naming the same data differently (another spelling of a prefix) get
     different records; each is published on its own.
@@ -61,12 +79,12 @@ def launch_key(config: GPTDataConfig) -> str:
 
 
 def record_key(key: str) -> str:
-    """The record's object name under the map store's URL."""
+    """The head's object name under the map store's URL."""
     return f"{DIRECTORY}/{key}.json"
 
 
 def record_url(location: str, key: str) -> str:
-    """The record's URL for map store `location` and launch key `key`."""
+    """The head's URL for map store `location` and launch key `key`."""
     return f"{location.rstrip('/')}/{record_key(key)}"
 
 
@@ -75,9 +93,42 @@ def rows_entry(plan_key: str) -> str:
     return f"{plan_key}-rows"
 
 
+def to_runs(positions: Sequence[int]) -> list[list[int]]:
+    """`positions` as runs `[start, stop)` of consecutive integers (`[0, 1, 2, 7]` ->
+    `[[0, 3], [7, 8]]`)."""
+    p = np.asarray(positions, np.int64)
+    if p.size == 0:
+        return []
+    cuts = np.flatnonzero(np.diff(p) != 1) + 1
+    starts = np.concatenate([[0], cuts])
+    stops = np.concatenate([cuts, [p.size]])
+    return [[int(p[a]), int(p[b - 1]) + 1] for a, b in zip(starts, stops)]
+
+
+def from_runs(runs: Any) -> tuple[int, ...]:
+    """The positions of `to_runs`'s runs.
+
+    Raises:
+      ValueError: not a list of `[start, stop)` pairs of integers with 0 <= start < stop.
+    """
+    if not isinstance(runs, list):
+        raise ValueError("runs are not a list")  # noqa: TRY004
+    out: list[int] = []
+    for run in runs:
+        if (
+            not isinstance(run, list)
+            or len(run) != 2
+            or not all(isinstance(v, int) and not isinstance(v, bool) for v in run)
+            or not 0 <= run[0] < run[1]
+        ):
+            raise ValueError(f"run {run!r} is not [start, stop) with 0 <= start < stop")
+        out.extend(range(run[0], run[1]))
+    return tuple(out)
+
+
 @dataclasses.dataclass(frozen=True)
 class PublishedDataset:
-    """One dataset as the publisher saw it.
+    """One dataset as the publisher saw it (one line of the dataset table).
 
     Attributes:
       prefix: the prefix as the configuration names it.
@@ -87,7 +138,7 @@ class PublishedDataset:
       fingerprint: the dataset's content fingerprint.
       tokenizer: the tokenizer facts its preprocessing record holds
         (`jaxblend.tokenizer_facts.TokenizerFacts.to_json` plus `max_token_id`), or None without a
-        record; hosts take them from here instead of reading one record per dataset.
+        record; hosts take them from the publication instead of reading one record per dataset.
     """
 
     prefix: str
@@ -108,15 +159,129 @@ class PublishedDataset:
         if self.tokenizer is not None and not isinstance(self.tokenizer, Mapping):
             raise ValueError(f"dataset {self.prefix}: tokenizer must be an object or null")
 
-    def to_json(self) -> list[Any]:
-        tokenizer = None if self.tokenizer is None else dict(self.tokenizer)
-        return [self.prefix, self.dtype, self.bin_size, self.generation, self.fingerprint, tokenizer]
+
+@dataclasses.dataclass(frozen=True)
+class DatasetTable:
+    """The head's description of the dataset table (see the module docstring).
+
+    Attributes:
+      key: the table's object name under the map store's URL.
+      count: its lines, one per dataset.
+      width: bytes of every line, its newline included.
+      masked: table positions of the datasets with a stored loss mask
+        (`jaxblend.loss_masks.loss_mask_prefix`), ascending.
+      tokenizers: the distinct tokenizer facts of the datasets, in order of first appearance.
+      uniform: every dataset has `tokenizers[0]` (or, `tokenizers` empty, none has facts): a host
+        then needs no line for them.
+      remote: some dataset is in an object store (not a local file).
+    """
+
+    key: str
+    count: int
+    width: int
+    masked: tuple[int, ...] = ()
+    tokenizers: tuple[Mapping[str, Any], ...] = ()
+    uniform: bool = True
+    remote: bool = True
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "masked", tuple(self.masked))
+        object.__setattr__(self, "tokenizers", tuple(dict(t) for t in self.tokenizers))
+        if not isinstance(self.key, str) or not self.key:
+            raise ValueError("table key must be an object name")
+        for name in ("count", "width"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"table {name} must be an integer >= 1, got {v!r}")
+        if any(not 0 <= m < self.count for m in self.masked):
+            raise ValueError(f"table masked positions must lie in [0, {self.count})")
+        for name in ("uniform", "remote"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"table {name} must be true or false")  # noqa: TRY004
+
+    @property
+    def size(self) -> int:
+        """Bytes of the table object."""
+        return self.count * self.width
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "key": self.key, "count": self.count, "width": self.width,
+            "masked": to_runs(self.masked), "tokenizers": [dict(t) for t in self.tokenizers],
+            "uniform": self.uniform, "remote": self.remote,
+        }
 
     @classmethod
-    def from_json(cls, value: Any) -> PublishedDataset:
-        if not isinstance(value, list) or len(value) != 6:
-            raise ValueError("a dataset is not a list of 6 fields")
-        return cls(*value)
+    def from_json(cls, value: Any) -> DatasetTable:
+        fields = {"key", "count", "width", "masked", "tokenizers", "uniform", "remote"}
+        if not isinstance(value, dict) or set(value) != fields:
+            raise ValueError(f"the dataset table is not an object with {sorted(fields)}")
+        if not isinstance(value["tokenizers"], list) or not all(
+            isinstance(t, dict) for t in value["tokenizers"]
+        ):
+            raise ValueError("table tokenizers is not a list of objects")
+        return cls(
+            value["key"], value["count"], value["width"], from_runs(value["masked"]),
+            tuple(value["tokenizers"]), value["uniform"], value["remote"],
+        )
+
+
+def _line_check(launch: str, position: int, fields: list[Any]) -> str:
+    text = json.dumps([launch, position, fields], sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def encode_table(
+    launch: str, datasets: Sequence[PublishedDataset], masked: Sequence[int], remote: bool
+) -> tuple[DatasetTable, bytes]:
+    """The dataset table of `datasets` (publication `launch`): its head description and bytes."""
+    tokenizers: list[dict[str, Any]] = []
+    position: dict[str, int] = {}
+    lines = []
+    for k, d in enumerate(datasets):
+        t = None
+        if d.tokenizer is not None:
+            text = json.dumps(dict(d.tokenizer), sort_keys=True)
+            if text not in position:
+                position[text] = len(tokenizers)
+                tokenizers.append(dict(d.tokenizer))
+            t = position[text]
+        fields = [d.prefix, d.dtype, d.bin_size, d.generation, d.fingerprint, t]
+        line = json.dumps([*fields, _line_check(launch, k, fields)], separators=(",", ":"))
+        lines.append(line.encode("utf-8"))
+    width = max(len(line) for line in lines) + 1
+    body = b"".join(line.ljust(width - 1) + b"\n" for line in lines)
+    has = [d.tokenizer is not None for d in datasets]
+    uniform = (not any(has)) or (all(has) and len(tokenizers) == 1)
+    digest = hashlib.sha256(body).hexdigest()[:16]
+    table = DatasetTable(
+        f"{DIRECTORY}/{launch}-{digest}.datasets", len(lines), width, tuple(sorted(masked)),
+        tuple(tokenizers), uniform, remote,
+    )
+    return table, body
+
+
+def decode_line(launch: str, table: DatasetTable, position: int, line: bytes) -> PublishedDataset:
+    """Dataset `position` from its line of `table` (publication `launch`).
+
+    Raises:
+      ValueError: not a line of this table at this position (malformed, damaged, misplaced).
+    """
+    try:
+        value = json.loads(line.decode("utf-8"))
+        if not isinstance(value, list) or len(value) != 7:
+            raise ValueError("not a list of 7 fields")
+        *fields, check = value
+        if check != _line_check(launch, position, fields):
+            raise ValueError("its check does not match (damaged, or not this publication's line)")
+        t = fields[5]
+        if t is not None and (
+            isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < len(table.tokenizers)
+        ):
+            raise ValueError(f"tokenizer {t!r} is not one of the {len(table.tokenizers)} recorded")
+        return PublishedDataset(*fields[:5], None if t is None else table.tokenizers[t])
+    except (UnicodeDecodeError, ValueError, TypeError) as err:
+        raise ValueError(f"dataset {position}: {err}") from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,8 +290,8 @@ class PublishedSplit:
 
     Attributes:
       length: its samples (> 0; splits without samples are left out of the record).
-      datasets: positions into `Publication.datasets` of the split's datasets, in the split's
-        order (the row table's dataset ids index this tuple).
+      datasets: table positions of the split's datasets, in the split's order (the row table's
+        dataset ids index this tuple).
       rows_url: URL of the map-store entry holding its row table.
     """
 
@@ -146,70 +311,63 @@ class PublishedSplit:
             raise ValueError("split rows_url must be a URL")
 
     def to_json(self) -> dict[str, Any]:
-        return {"length": self.length, "datasets": list(self.datasets), "rows": self.rows_url}
+        return {"length": self.length, "datasets": to_runs(self.datasets), "rows": self.rows_url}
 
     @classmethod
     def from_json(cls, value: Any) -> PublishedSplit:
         if not isinstance(value, dict) or set(value) != {"length", "datasets", "rows"}:
             raise ValueError("a split is not an object with length, datasets, rows")
-        if not isinstance(value["datasets"], list):
-            raise ValueError("split datasets is not a list")  # noqa: TRY004
-        return cls(value["length"], tuple(value["datasets"]), value["rows"])
+        return cls(value["length"], from_runs(value["datasets"]), value["rows"])
 
 
 @dataclasses.dataclass(frozen=True)
 class Publication:
-    """A published data plan (see the module docstring).
+    """A published data plan: its head (see the module docstring).
 
     Attributes:
-      launch_key: the record's name (`launch_key` of the configuration).
+      launch_key: the head's name (`launch_key` of the configuration).
       plan_key: the maps' fingerprint.
-      datasets: every dataset of the configuration, in order of first appearance.
+      table: the dataset table holding every dataset of the configuration.
       splits: split name -> its description; splits without samples are absent.
     """
 
     launch_key: str
     plan_key: str
-    datasets: tuple[PublishedDataset, ...]
+    table: DatasetTable
     splits: Mapping[str, PublishedSplit]
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "datasets", tuple(self.datasets))
         object.__setattr__(self, "splits", dict(self.splits))
         for name, split in self.splits.items():
             if name not in SPLITS:
                 raise ValueError(f"unknown split {name!r}")
-            if max(split.datasets) >= len(self.datasets):
+            if max(split.datasets) >= self.table.count:
                 raise ValueError(f"split {name} names dataset {max(split.datasets)} of "
-                                 f"{len(self.datasets)}")
-
-    def split_datasets(self, name: str) -> list[PublishedDataset]:
-        """The datasets of split `name`, in the split's order."""
-        return [self.datasets[k] for k in self.splits[name].datasets]
+                                 f"{self.table.count}")
 
     def body(self) -> dict[str, Any]:
-        """The record's JSON body without its checksum."""
+        """The head's JSON body without its checksum."""
         return {
             "format": FORMAT,
             "version": VERSION,
             "launch_key": self.launch_key,
             "plan_key": self.plan_key,
-            "datasets": [d.to_json() for d in self.datasets],
+            "table": self.table.to_json(),
             "splits": {k: self.splits[k].to_json() for k in SPLITS if k in self.splits},
         }
 
     def to_bytes(self) -> bytes:
-        """The record as written: compact canonical JSON with its checksum."""
+        """The head as written: compact canonical JSON with its checksum."""
         body = self.body()
         body["checksum"] = _checksum(body)
         return json.dumps(body, sort_keys=True, separators=(",", ":")).encode("utf-8")
 
     @classmethod
     def from_bytes(cls, data: bytes, where: str) -> Publication:
-        """Parses and checks a record read from `where`.
+        """Parses and checks a head read from `where`.
 
         Raises:
-          ValueError: not a record, another format version, a checksum mismatch or a malformed
+          ValueError: not a head, another format version, a checksum mismatch or a malformed
             field (one line naming `where` and what to do).
         """
         try:
@@ -224,22 +382,19 @@ class Publication:
             checksum = body.pop("checksum", None)
             if checksum != _checksum(body):
                 raise ValueError("checksum mismatch (the record was damaged)")
-            if not isinstance(body.get("datasets"), list) or not isinstance(body.get("splits"), dict):
-                raise ValueError("datasets/splits missing")  # noqa: TRY004
+            if not isinstance(body.get("splits"), dict):
+                raise ValueError("splits missing")  # noqa: TRY004
             for k in ("launch_key", "plan_key"):
                 if not isinstance(body.get(k), str):
                     raise ValueError(f"{k} missing")  # noqa: TRY004
             return cls(
                 body["launch_key"],
                 body["plan_key"],
-                tuple(PublishedDataset.from_json(d) for d in body["datasets"]),
+                DatasetTable.from_json(body.get("table")),
                 {k: PublishedSplit.from_json(v) for k, v in body["splits"].items()},
             )
         except (UnicodeDecodeError, ValueError, TypeError) as err:
-            raise ValueError(
-                f"publication record {where}: unreadable ({err}); publish it again with "
-                "python -m jaxblend.tools.build_index and the run's data flags"
-            ) from None
+            raise ValueError(f"publication record {where}: unreadable ({err}); {REPUBLISH}") from None
 
 
 def _checksum(body: dict[str, Any]) -> str:

@@ -24,7 +24,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
-from jaxblend.preprocess.tokenizer_spec import HF_CONFIG_FILES, TokenizerError
+from jaxblend.preprocess.tokenizer_spec import TokenizerError, named_tokens, read_json_object
 
 TEMPLATE_FILE = "chat_template.jinja"
 CONFIG_FILE = "tokenizer_config.json"
@@ -133,30 +133,6 @@ def _compiled(source: str):
     return template
 
 
-def _read_json(path: str) -> dict[str, Any]:
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except ValueError as e:
-        raise TokenizerError(f"{path}: not valid JSON ({e})") from None
-    return data if isinstance(data, dict) else {}
-
-
-def _special_tokens(directory: str) -> dict[str, str]:
-    """``<name>_token`` strings of the directory's JSON files (later files win)."""
-    out: dict[str, str] = {}
-    for name in HF_CONFIG_FILES:
-        path = os.path.join(directory, name)
-        if not os.path.isfile(path):
-            continue
-        for key, value in _read_json(path).items():
-            if isinstance(value, dict):
-                value = value.get("content")
-            if key.endswith("_token") and isinstance(value, str):
-                out[key] = value
-    return out
-
-
 def load_chat_template(tokenizer_file: str) -> ChatTemplate:
     """The chat template of the Hugging Face model directory holding ``tokenizer_file``.
 
@@ -175,7 +151,7 @@ def load_chat_template(tokenizer_file: str) -> ChatTemplate:
         with open(jinja_path, encoding="utf-8") as f:
             source, path = f.read(), jinja_path
     elif os.path.isfile(config_path):
-        value = _read_json(config_path).get("chat_template")
+        value = read_json_object(config_path).get("chat_template")
         if isinstance(value, list):
             named = {t.get("name"): t.get("template") for t in value if isinstance(t, dict)}
             value = named.get("default")
@@ -188,4 +164,4 @@ def load_chat_template(tokenizer_file: str) -> ChatTemplate:
             "tokenizer directory"
         )
     _compiled(source)  # a template that does not parse fails here, before any work
-    return ChatTemplate(source, path, _special_tokens(directory))
+    return ChatTemplate(source, path, named_tokens(directory))

@@ -55,12 +55,8 @@ def record_local(
         out[key] = fingerprint_of(prefix, md5s[key])
         if levels.local_versions(prefix)[:2] != versions:
             continue  # changed meanwhile: not this run's bytes; the first open identifies it
-        loc = resolve(prefix)
         memo.record(
-            levels.memo_url(loc),
-            *versions,
-            out[key],
-            options=identity,
+            levels.memo_url(resolve(prefix)), *versions, out[key], options=identity,
             object_store=object_store,
         )
     return out
@@ -78,11 +74,7 @@ def record_published(
     for key, url in urls.items():
         if key not in generations or key not in identities:
             continue
-        loc = resolve(url)
         memo.record(
-            levels.memo_url(loc),
-            *generations[key],
-            identities[key],
-            options=identity,
+            levels.memo_url(resolve(url)), *generations[key], identities[key], options=identity,
             object_store=object_store,
         )

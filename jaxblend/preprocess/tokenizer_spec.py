@@ -76,6 +76,41 @@ class TokenizerError(ValueError):
     """A tokenizer cannot be loaded: unknown type, missing or unreadable file, bad content."""
 
 
+def read_json_object(path: str) -> dict:
+    """The JSON object of a tokenizer directory's file (`{}` for other JSON values).
+
+    Raises:
+      TokenizerError: the file is not valid JSON.
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except ValueError as e:
+        raise TokenizerError(f"{path}: not valid JSON ({e})") from None
+    return data if isinstance(data, dict) else {}
+
+
+def named_tokens(directory: str) -> dict[str, str]:
+    """The ``<name>_token`` strings of a Hugging Face model directory's JSON configuration:
+    ``tokenizer_config.json`` then ``special_tokens_map.json`` (later wins); values are strings
+    or ``{"content": ...}`` objects.
+
+    Raises:
+      TokenizerError: a present file is not valid JSON.
+    """
+    out: dict[str, str] = {}
+    for name in HF_CONFIG_FILES:
+        path = os.path.join(directory, name)
+        if not os.path.isfile(path):
+            continue
+        for key, value in read_json_object(path).items():
+            if isinstance(value, dict):
+                value = value.get("content")
+            if key.endswith("_token") and isinstance(value, str):
+                out[key] = value
+    return out
+
+
 def canonical_type(name: str) -> str:
     """Maps a ``--tokenizer_type`` name or alias to its canonical name.
 

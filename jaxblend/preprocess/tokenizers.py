@@ -29,14 +29,15 @@ from __future__ import annotations
 import base64
 import itertools
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
+from typing import ClassVar
 
 import numpy as np
 
 from jaxblend.preprocess.tokenizer_spec import (
     BYTE,
     GPT2BPE,
-    HF_CONFIG_FILES,
     HUGGINGFACE,
     NULL,
     SENTENCEPIECE,
@@ -45,6 +46,7 @@ from jaxblend.preprocess.tokenizer_spec import (
     Tokenizer,
     TokenizerError,
     TokenizerSpec,
+    named_tokens,
 )
 
 # Pre-tokenization regexes for tiktoken BPE files (the file holds only the merge ranks).
@@ -77,7 +79,11 @@ def _flatten(pieces: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
 class ByteTokenizer:
     """UTF-8 bytes as token ids 0..255, special tokens after them; needs no files.
 
-    Special ids: eod=256, pad=257, bos=258, eos=259, mask=260, cls=261, sep=262; vocab_size=263.
+    Special ids: eod=256, pad=257, bos=258, eos=259, mask=260, cls=261, sep=262, then the
+    fill-in-the-middle sentinels (`FIM_SENTINELS`) 263..266; vocab_size=267. Named tokens
+    (`token_to_id`): ``<|endoftext|>`` (the EOD) and the four sentinels, Megatron's default FIM
+    names, so `--fim_data` works on byte data with its default flags. Text is only ever bytes: a
+    sentinel's name in the text is its bytes, never the sentinel.
     """
 
     name = BYTE
@@ -88,7 +94,11 @@ class ByteTokenizer:
     mask = 260
     cls = 261
     sep = 262
-    vocab_size = 263
+    FIM_SENTINELS: ClassVar[Mapping[str, int]] = MappingProxyType(
+        {"<fim_prefix>": 263, "<fim_middle>": 264, "<fim_suffix>": 265, "<fim_pad>": 266}
+    )
+    vocab_size = 267
+    _NAMED: ClassVar[Mapping[str, int]] = MappingProxyType({"<|endoftext|>": eod, **FIM_SENTINELS})
 
     def tokenize(self, text: str) -> np.ndarray:
         """Returns the UTF-8 bytes of ``text`` as uint16 ids."""
@@ -107,8 +117,9 @@ class ByteTokenizer:
         return arr[arr < 256].astype(np.uint8).tobytes().decode("utf-8", errors="replace")
 
     def token_to_id(self, token: str) -> int | None:
-        """Byte vocabularies name no tokens: always None."""
-        return None
+        """The id of a named token (``<|endoftext|>``, the FIM sentinels), else None (bytes have
+        no names)."""
+        return self._NAMED.get(token)
 
 
 class _VocabSpecials:
@@ -127,33 +138,18 @@ class _VocabSpecials:
 
 
 def configured_special_tokens(directory: str) -> dict[str, str]:
-    """Special token strings named by a Hugging Face model directory's JSON configuration.
-
-    Reads ``tokenizer_config.json`` then ``special_tokens_map.json`` (later wins); values are strings
-    or ``{"content": ...}`` objects. Returns ``{"eos": "</s>", ...}`` for what is named.
+    """Special token strings named by a Hugging Face model directory's JSON configuration
+    (`named_tokens`), as ``{"eos": "</s>", ...}`` for what is named.
 
     Raises:
       TokenizerError: a present file is not valid JSON.
     """
-    import json
-
-    out: dict[str, str] = {}
-    for name in HF_CONFIG_FILES:
-        path = os.path.join(directory, name)
-        if not os.path.isfile(path):
-            continue
-        try:
-            with open(path, encoding="utf-8") as f:
-                data = json.load(f)
-        except ValueError as e:
-            raise TokenizerError(f"{path}: not valid JSON ({e})") from e
-        for special in ("eos", "bos", "pad", "mask", "cls", "sep"):
-            value = data.get(f"{special}_token") if isinstance(data, dict) else None
-            if isinstance(value, dict):
-                value = value.get("content")
-            if isinstance(value, str):
-                out[special] = value
-    return out
+    named = named_tokens(directory)
+    return {
+        special: named[f"{special}_token"]
+        for special in ("eos", "bos", "pad", "mask", "cls", "sep")
+        if f"{special}_token" in named
+    }
 
 
 class HuggingFaceTokenizer(_VocabSpecials):
@@ -212,7 +208,7 @@ class HuggingFaceTokenizer(_VocabSpecials):
 
     def detokenize(self, ids: Sequence[int] | np.ndarray) -> str:
         """Decodes ids to text."""
-        return self._tok.decode([int(i) for i in ids])
+        return self._tok.decode(np.asarray(ids, np.int64).tolist())
 
     def token_to_id(self, token: str) -> int | None:
         """The id of vocabulary entry ``token`` (added tokens included), or None."""
@@ -327,7 +323,22 @@ def read_tiktoken_ranks(path: str) -> dict[bytes, int]:
     return ranks
 
 
-class TikTokenizer:
+class _TiktokenDecoding:
+    """Decoding and token lookup of a tokenizer over a tiktoken encoding (`self._enc`)."""
+
+    def detokenize(self, ids: Sequence[int] | np.ndarray) -> str:
+        """Decodes ids to text."""
+        return self._enc.decode([int(i) for i in ids])
+
+    def token_to_id(self, token: str) -> int | None:
+        """The id of ``token`` (a special token or one vocabulary entry), or None."""
+        try:
+            return int(self._enc.encode_single_token(token))
+        except KeyError:
+            return None
+
+
+class TikTokenizer(_TiktokenDecoding):
     """A tiktoken BPE ranks file; ``<|endoftext|>`` is added after the ranks as eod = eos.
 
     The pre-tokenization regex is ``pattern``: ``gpt2``, ``cl100k`` or a literal regex.
@@ -366,16 +377,6 @@ class TikTokenizer:
         enc = self._enc.encode_ordinary
         return _flatten([enc(t) for t in texts])
 
-    def detokenize(self, ids: Sequence[int] | np.ndarray) -> str:
-        """Decodes ids to text."""
-        return self._enc.decode([int(i) for i in ids])
-
-    def token_to_id(self, token: str) -> int | None:
-        """The id of ``token`` (a special token or one vocabulary entry), or None."""
-        try:
-            return int(self._enc.encode_single_token(token))
-        except KeyError:
-            return None
 
 
 # Megatron's TikTokenizer: its pre-tokenizer patterns and the special tokens every vocabulary has.
@@ -421,7 +422,7 @@ def read_tiktoken_json(path: str, limit: int, shift: int) -> dict[bytes, int]:
     return ranks
 
 
-class MegatronTikTokenizer:
+class MegatronTikTokenizer(_TiktokenDecoding):
     """Megatron-Core's ``TikTokenizer``: JSON vocabulary, ids shifted by the special tokens.
 
     Ids ``0 .. num_special_tokens - 1`` are the special tokens (``special_tokens`` then
@@ -493,16 +494,6 @@ class MegatronTikTokenizer:
         """Returns ``(flat_ids, lengths)``."""
         return _flatten([self._enc.encode(t, allowed_special="all") for t in texts])
 
-    def detokenize(self, ids: Sequence[int] | np.ndarray) -> str:
-        """Decodes ids to text."""
-        return self._enc.decode([int(i) for i in ids])
-
-    def token_to_id(self, token: str) -> int | None:
-        """The id of ``token`` (a special token or one vocabulary entry), or None."""
-        try:
-            return int(self._enc.encode_single_token(token))
-        except KeyError:
-            return None
 
 
 class NullTokenizer:

@@ -19,7 +19,7 @@ import dataclasses
 import math
 
 from jaxblend import identity
-from jaxblend.sampling.step_segments import SegmentedStepPlan, StepSegments, steps_available
+from jaxblend.sampling.step_segments import SegmentedStepPlan, StepSegments, plan_covering
 from jaxblend.validation import require_int
 
 FLAG = "--rampup_batch_size"
@@ -173,8 +173,7 @@ class RampupStepPlan(SegmentedStepPlan):
           ValueError: if `num_steps` steps need more samples than there are.
         """
         unbounded = cls(rampup, global_batch_size, 0, **options)
-        steps = steps_available(unbounded, num_samples, num_steps, f"{FLAG}='{rampup}'")
-        return dataclasses.replace(unbounded, num_steps=steps)
+        return plan_covering(unbounded, num_samples, num_steps, f"{FLAG}='{rampup}'")
 
     @property
     def ramp_steps(self) -> int:

@@ -30,7 +30,7 @@ import itertools
 import math
 
 from jaxblend import identity
-from jaxblend.sampling.step_segments import SegmentedStepPlan, StepSegments, steps_available
+from jaxblend.sampling.step_segments import SegmentedStepPlan, StepSegments, plan_covering
 from jaxblend.validation import require_int
 
 FLAG = "--step_batch_size_schedule"
@@ -200,8 +200,7 @@ class StepBatchSchedulePlan(SegmentedStepPlan):
           ValueError: if `num_steps` steps need more samples than there are.
         """
         unbounded = cls(schedule, 0)
-        steps = steps_available(unbounded, num_samples, num_steps, f"{FLAG}='{schedule}'")
-        return dataclasses.replace(unbounded, num_steps=steps)
+        return plan_covering(unbounded, num_samples, num_steps, f"{FLAG}='{schedule}'")
 
     @property
     def schedule_steps(self) -> int:

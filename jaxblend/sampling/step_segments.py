@@ -141,10 +141,10 @@ class SegmentedStepPlan:
         )
 
 
-def steps_available(
+def plan_covering(
     unbounded: SegmentedStepPlan, num_samples: int, num_steps: int | None, described: str
-) -> int:
-    """The steps a plan over `num_samples` samples has: `num_steps`, or (None) all that fit.
+) -> SegmentedStepPlan:
+    """`unbounded` over `num_samples` samples: with `num_steps` steps, or (None) all that fit.
 
     Args:
       unbounded: the plan (any `num_steps`), for its segments.
@@ -161,4 +161,4 @@ def steps_available(
             f"num_steps={num_steps} with {described} needs {unbounded.first_sample(num_steps)} "
             f"samples but the source has {num_samples} ({available} steps)"
         )
-    return available if num_steps is None else num_steps
+    return dataclasses.replace(unbounded, num_steps=available if num_steps is None else num_steps)

@@ -22,7 +22,6 @@ import dataclasses
 import os
 import threading
 from collections.abc import Sequence
-from typing import Any
 
 import numba
 import numpy as np
@@ -61,11 +60,8 @@ class LossMasks:
         self._lock = threading.Lock()
         self._reader: TokenReader | None = None
 
-    def __getstate__(self) -> dict[str, Any]:
-        return {"masks": self.masks, "access": self.access}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["masks"], state["access"])
+    def __reduce__(self):  # pickled as its arguments: each process opens its own
+        return type(self), (self.masks, self.access)
 
     @property
     def masked(self) -> list[bool]:

@@ -6,8 +6,11 @@ split with no samples) and chooses only its span index (`jaxblend.sources.span_i
 * a local map store (or none): each prefix is opened once (`IndexedDataset`), all index maps are
   loaded (or built and cached) with `jaxblend.map_store.load_or_build_data_maps`, and each split
   reads through a `SplitMapsSpanIndex`;
-* a bucket map store: the published plan (`jaxblend.map_store.publication`) is read, and each
-  split reads through a `RowTableSpanIndex` over its row table; no dataset is opened.
+* a bucket map store: the published plan's head (`jaxblend.map_store.publication`) is read, and
+  each split reads through a `RowTableSpanIndex` over its row table and the publication's
+  dataset table (`jaxblend.map_store.dataset_table.PublishedBins`: a dataset is described, by a
+  range read of its line, when a batch first reaches it); no dataset is opened before its rows
+  are read, and no description is read that no row needs.
 
 The `DataAccess` travels with each source (and its re-open recipe) into Grain workers, so a
 worker reaches storage, the map store and the identity memo exactly as its parent did.
@@ -20,13 +23,13 @@ import dataclasses
 from jaxblend import index, opening
 from jaxblend.access import DataAccess
 from jaxblend.map_store import entries, load_or_build_data_maps, publication
+from jaxblend.map_store.dataset_table import PublishedBins
 from jaxblend.map_store.store import MapStore
 from jaxblend.sources import base, conversation_masks, schema
 from jaxblend.sources.gpt_source import GPTSource
 from jaxblend.sources.row_tables import ArrayRowTables, BucketRowTables, RowTables
 from jaxblend.sources.span_index import RowTableSpanIndex, SpanIndex, SplitMapsSpanIndex
 from jaxblend.storage.reader import IndexedDataset
-from jaxblend.storage.token_reader import BinDataset
 
 SPLITS = ("train", "valid", "test")
 
@@ -115,15 +118,11 @@ def open_gpt_sources(
     grain_workers.prepare()
     transform = None
     if options.fim is not None:  # the tokenizer and its sentinels first: a bad name fails at once
-        if config.is_packed:
-            raise ValueError(
-                "fill-in-the-middle (--fim_data) rewrites concatenated windows; it does not apply "
-                f"to --packing={config.packing} rows: drop one of the two"
-            )
         from jaxblend.sources.fim import open_fim_transform
 
         transform = open_fim_transform(
-            options.fim, index.config_prefixes(config), config.seed, access
+            options.fim, index.config_prefixes(config), config.seed, access,
+            packed=config.is_packed,
         )
     if publication.applies(access):
         indexes, fingerprint = _published_indexes(config, access, splits)
@@ -133,11 +132,20 @@ def open_gpt_sources(
         split: None if index is None else GPTSource(
             index, options, seq_length=config.seq_length,
             add_extra_token_to_sequence=config.add_extra_token_to_sequence,
-            packing=config.packing, fingerprint=fingerprint, split=split, access=access, transform=transform,
-            loss_masks=conversation_masks.find_loss_masks(index.bin_datasets, access),
+            packing=config.packing, fingerprint=fingerprint, split=split, access=access,
+            transform=transform, loss_masks=_loss_masks(index, access),
         )
         for split, index in indexes.items()
     }
+
+
+def _loss_masks(index: SpanIndex, access: DataAccess) -> conversation_masks.LossMasks | None:
+    """The split's stored loss masks: as the publication records them (nothing probed), else
+    looked for next to each dataset."""
+    datasets = index.bin_datasets
+    if isinstance(datasets, PublishedBins):
+        return datasets.loss_masks(access)
+    return conversation_masks.find_loss_masks(datasets, access)
 
 
 def _split_maps_indexes(
@@ -169,6 +177,7 @@ def _published_indexes(
     if unknown:
         raise ValueError(f"split names {unknown}; expected some of {SPLITS}")
     pub = publication.load_or_publish(config, access)
+    table = publication.table_reader(pub, access)  # one per process: the splits share its lines
     indexes: dict[str, SpanIndex | None] = {}
     for name in SPLITS:
         if name not in wanted:
@@ -177,14 +186,9 @@ def _published_indexes(
         if split is None:
             indexes[name] = None
             continue
-        published = pub.split_datasets(name)
-        datasets = [
-            BinDataset(d.prefix, d.dtype, d.bin_size, bytes.fromhex(d.generation) or None)
-            for d in published
-        ]
         indexes[name] = RowTableSpanIndex(
-            _row_tables(split.rows_url, name, access), datasets, split.length,
-            dataset_fingerprints={d.prefix: d.fingerprint for d in published},
+            _row_tables(split.rows_url, name, access), PublishedBins(table, split.datasets),
+            split.length,
         )
     return indexes, pub.plan_key
 

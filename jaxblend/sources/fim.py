@@ -33,6 +33,16 @@ those positions have input 0, loss 0, position 0 and segment 0. With `inter_docu
 Megatron's FIM sample is one document (`cu_seqlens` = `[0, S]`); jaxblend's own convention takes
 the documents from the EOD tokens of the rewritten window.
 
+Packed rows (`--packing=best_fit`): each document of a row is rewritten on its own, from the
+stream `[seed, FIM_STREAM, split, sample_id, document]`, and put back in its own places
+(`fit_document`: the rewrite cut to the places before the document's final EOD, the EOD, then the
+pad token up to its length, kept out of the loss by `raw["loss_weights"]`), so the row's pieces,
+positions and segment ids do not change.
+
+Speed: a batch is planned sample by sample (draws and decodes), then the three pieces of every
+rewritten fragment of the batch are encoded in one `tokenize_batch` call (`RewritePlan`), each
+piece on its own: the ids of separate encodings, the tokenizer's per-call cost paid once.
+
 The tokenizer is the one recorded with the data (`jaxblend.decode.recorded_spec`), else the one
 `FIMOptions.tokenizer` names (`--tokenizer_type` & co.); the sentinel tokens are looked up in it
 by name. A `FIMTransform` is picklable: a Grain worker loads the tokenizer again on first use.
@@ -41,12 +51,13 @@ by name. A `FIMTransform` is picklable: a Grain worker loads the tokenizer again
 from __future__ import annotations
 
 import dataclasses
-import math
 import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
+
+from jaxblend.fim_options import FIMOptions  # the settings (light: the flag layer's too)
 
 if TYPE_CHECKING:
     from jaxblend.access import DataAccess
@@ -65,87 +76,6 @@ MARKS = {
     "pad": "[FIM_PAD]",
 }
 """How decoded text (`--decode`) shows each sentinel token."""
-
-
-def _rate(name: str, value: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number in [0, 1], got {value!r}")
-    if not (math.isfinite(value) and 0.0 <= value <= 1.0):
-        raise ValueError(f"{name} must be in [0, 1], got {value}")
-    return float(value)
-
-
-@dataclasses.dataclass(frozen=True)
-class FIMOptions:
-    """Megatron-LM's FIM settings (`--fim-rate`, `--fim-spm-rate`, ...).
-
-    Attributes:
-      rate: probability that a segment (or, with `split_sample`, a segment's fragments) is
-        rewritten (`--fim_rate`).
-      spm_rate: probability that a rewritten fragment is SPM rather than PSM (`--fim_spm_rate`).
-      split_sample: a token (by name) at which segments are cut into fragments
-        (`--fim_split_sample`), or None.
-      fragment_rate: probability that each fragment is rewritten (`--fim_fragment_rate`); required
-        with `split_sample`, refused without it.
-      no_prefix: fragments whose text starts with this string are never rewritten
-        (`--fim_no_prefix`), or None.
-      prefix_token, middle_token, suffix_token, pad_token, eod_token: the sentinel tokens by name
-        (Megatron's defaults); `eod_token` delimits the segments.
-      tokenizer: the tokenizer for data without a preprocessing record (a
-        `jaxblend.preprocess.tokenizer_spec.TokenizerSpec`, from `--tokenizer_type` & co.), or
-        None. Not part of the identity: the loaded tokenizer's own identity is (`FIMTransform`).
-    """
-
-    rate: float = 0.5
-    spm_rate: float = 0.5
-    split_sample: str | None = None
-    fragment_rate: float | None = None
-    no_prefix: str | None = None
-    prefix_token: str = "<fim_prefix>"
-    middle_token: str = "<fim_middle>"
-    suffix_token: str = "<fim_suffix>"
-    pad_token: str = "<fim_pad>"
-    eod_token: str = "<|endoftext|>"
-    tokenizer: TokenizerSpec | None = dataclasses.field(default=None, compare=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "rate", _rate("fim rate (--fim_rate)", self.rate))
-        object.__setattr__(self, "spm_rate", _rate("fim spm_rate (--fim_spm_rate)", self.spm_rate))
-        if self.split_sample is not None and self.fragment_rate is None:
-            raise ValueError(
-                f"--fim_split_sample={self.split_sample} needs --fim_fragment_rate (the FIM "
-                "probability of each fragment)"
-            )
-        if self.fragment_rate is not None:
-            if self.split_sample is None:
-                raise ValueError(
-                    "--fim_fragment_rate applies only with --fim_split_sample (the token that "
-                    "cuts segments into fragments)"
-                )
-            object.__setattr__(
-                self, "fragment_rate",
-                _rate("fim fragment_rate (--fim_fragment_rate)", self.fragment_rate),
-            )
-        for name in ("prefix_token", "middle_token", "suffix_token", "pad_token", "eod_token"):
-            value = getattr(self, name)
-            if not isinstance(value, str) or not value:
-                raise ValueError(f"--fim_{name} must be a token name, got {value!r}")
-        if self.split_sample is not None and not self.split_sample:
-            raise ValueError("--fim_split_sample must be a token name, not empty")
-
-    def identity_fields(self) -> dict[str, object]:
-        """The settings that change a FIM batch, as named fingerprint fields."""
-        return {
-            "rate": self.rate,
-            "spm_rate": self.spm_rate,
-            "split_sample": self.split_sample,
-            "fragment_rate": self.fragment_rate,
-            "no_prefix": self.no_prefix,
-            "tokens": [
-                self.prefix_token, self.middle_token, self.suffix_token, self.pad_token,
-                self.eod_token,
-            ],
-        }
 
 
 class FIMTokenizer(Protocol):
@@ -227,21 +157,85 @@ class StreamDraws:
         return bool(self.rng.binomial(1, p))
 
     def cuts(self, n: int) -> tuple[int, int]:
-        a, b = (int(x) for x in self.rng.integers(0, n + 1, size=2))
+        a, b = self.rng.integers(0, n + 1, size=2).tolist()
         return (a, b) if a <= b else (b, a)
 
 
-def sample_draws(seed: int, split: str, sample_id: int) -> StreamDraws:
-    """The draws of sample `sample_id` of `split`: a stream of its own, whoever reads it, when."""
+def sample_draws(
+    seed: int, split: str, sample_id: int, document: int | None = None
+) -> StreamDraws:
+    """The draws of sample `sample_id` of `split`: a stream of its own, whoever reads it, when.
+
+    With `document` (a packed row's documents, in row order from 0): the stream of that document
+    of the row, `[seed, FIM_STREAM, split, sample_id, document]`.
+    """
     code = SPLIT_CODES.get(split)
     if code is None:
         raise ValueError(f"FIM split {split!r}: expected one of {sorted(SPLIT_CODES)}")
-    return StreamDraws(np.random.default_rng([int(seed), FIM_STREAM, code, int(sample_id)]))
+    key = [int(seed), FIM_STREAM, code, int(sample_id)]
+    if document is not None:
+        key.append(int(document))
+    return StreamDraws(np.random.default_rng(key))
+
+
+class RewritePlan:
+    """The rewritten fragments of a batch, planned one sample at a time and encoded together.
+
+    Planning a fragment draws its random choices (in Megatron's order) and decodes it; its three
+    pieces of text wait here, so that `encode` makes one `tokenize_batch` call for every piece of
+    every sample of the batch (the tokenizer's per-call cost paid once, its batched encoder used).
+    Each piece is encoded on its own, so the ids are those of three separate encodings.
+
+    A planned sample is a list of parts: token arrays kept as they are, and the indices (ints)
+    of its rewritten fragments in the plan (`build` joins them once the plan is encoded).
+    """
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+        self.spm: list[bool] = []
+
+    def add(self, prefix: str, middle: str, suffix: str, spm: bool) -> int:
+        """Plans one rewritten fragment; returns its index (its part in a planned sample)."""
+        self.texts += (prefix, middle, suffix)
+        self.spm.append(spm)
+        return len(self.spm) - 1
+
+    def encode(self, tokenizer: FIMTokenizer, tokens: FIMTokens) -> list[np.ndarray]:
+        """Every planned fragment's tokens, PSM or SPM with `tokens`' sentinels, in plan order."""
+        if not self.spm:
+            return []
+        flat, lengths = tokenizer.tokenize_batch(self.texts)
+        flat = np.asarray(flat, np.int64)
+        bounds = np.concatenate([[0], np.cumsum(lengths)]).tolist()
+        pre, mid, suf = (np.array([t], np.int64) for t in (tokens.prefix, tokens.middle, tokens.suffix))
+        pre_suf = np.array([tokens.prefix, tokens.suffix], np.int64)
+        out = []
+        for j, spm in enumerate(self.spm):
+            a, b, c, d = bounds[3 * j : 3 * j + 4]
+            prefix, middle, suffix = flat[a:b], flat[b:c], flat[c:d]
+            if spm:
+                parts = (pre_suf, suffix, mid, prefix, middle)
+            else:
+                parts = (pre, prefix, suf, suffix, mid, middle)
+            out.append(np.concatenate(parts))
+        return out
+
+
+def build(parts: Sequence[Any], rewritten: Sequence[np.ndarray]) -> np.ndarray:
+    """The tokens of planned `parts` (see `RewritePlan`), given the plan's encoded fragments."""
+    if not parts:
+        return np.zeros(0, np.int64)
+    return np.concatenate(
+        [rewritten[p] if isinstance(p, int) else p for p in parts]
+    ).astype(np.int64, copy=False)
 
 
 @dataclasses.dataclass(frozen=True)
 class FIMRewriter:
     """Megatron's FIM rewrite of one sample, given its tokenizer, sentinel ids and draws.
+
+    The `plan_*` methods draw and decode, leaving the encoding to a `RewritePlan` shared by a
+    batch; `fragment`, `segment` and `sample` plan and encode one at a time (the same tokens).
 
     Attributes:
       options: the FIM settings.
@@ -253,54 +247,89 @@ class FIMRewriter:
     tokens: FIMTokens
     tokenizer: FIMTokenizer
 
-    def fragment(self, tokens: np.ndarray, rate: float, draws: Draws) -> np.ndarray:
-        """One fragment, rewritten as PSM or SPM with probability `rate` (else unchanged)."""
+    def plan_fragment(self, tokens: np.ndarray, rate: float, draws: Draws, plan: RewritePlan):
+        """One fragment: with probability `rate` planned as PSM or SPM (its index in `plan`),
+        else `tokens` unchanged."""
         if not draws.coin(rate):
             return tokens
         text = self.tokenizer.detokenize(tokens)
         if self.options.no_prefix is not None and text.startswith(self.options.no_prefix):
             return tokens
         lo, hi = draws.cuts(len(text))
-        flat, lengths = self.tokenizer.tokenize_batch([text[:lo], text[lo:hi], text[hi:]])
-        ends = np.cumsum(lengths)
-        prefix, middle, suffix = flat[: ends[0]], flat[ends[0] : ends[1]], flat[ends[1] : ends[2]]
-        t = self.tokens
-        if draws.coin(self.options.spm_rate):
-            parts = [[t.prefix, t.suffix], suffix, [t.middle], prefix, middle]
-        else:
-            parts = [[t.prefix], prefix, [t.suffix], suffix, [t.middle], middle]
-        return np.concatenate([np.asarray(p, np.int64) for p in parts])
+        return plan.add(text[:lo], text[lo:hi], text[hi:], draws.coin(self.options.spm_rate))
 
-    def segment(self, tokens: np.ndarray, draws: Draws) -> np.ndarray:
+    def plan_segment(self, tokens: np.ndarray, draws: Draws, plan: RewritePlan) -> list:
         """One EOD-delimited segment: one fragment at `rate`, or (with `split_sample` present
         in it) with probability `rate` each of its fragments at `fragment_rate`."""
         split = self.tokens.split_sample
         if split is None or not (tokens == split).any():
-            return self.fragment(tokens, self.options.rate, draws)
+            return [self.plan_fragment(tokens, self.options.rate, draws, plan)]
         if not draws.coin(self.options.rate):
-            return tokens
-        return _rejoin(tokens, split, lambda f: self.fragment(f, self.options.fragment_rate, draws))
+            return [tokens]
+        rate = self.options.fragment_rate
+        return _rejoin(tokens, split, lambda f: [self.plan_fragment(f, rate, draws, plan)])
+
+    def plan_sample(self, tokens: np.ndarray, draws: Draws, plan: RewritePlan) -> list:
+        """A sample's parts, before it is cut or padded back to its length."""
+        tokens = np.asarray(tokens, np.int64)
+        if not (tokens == self.tokens.eod).any():
+            return self.plan_segment(tokens, draws, plan)
+        return _rejoin(tokens, self.tokens.eod, lambda s: self.plan_segment(s, draws, plan))
+
+    def plan_document(self, tokens: np.ndarray, draws: Draws, plan: RewritePlan) -> list:
+        """A packed document's parts (`fit_document` puts them back in its place): the tokens
+        before its final EOD planned as a sample (left alone when there are none); a document
+        without a final EOD (a piece of a longer one) is a sample as a whole."""
+        tokens = np.asarray(tokens, np.int64)
+        body = tokens[:-1] if tokens.size and tokens[-1] == self.tokens.eod else tokens
+        if body.size == 0:
+            return []
+        return self.plan_sample(body, draws, plan)
+
+    def encode(self, plan: RewritePlan) -> list[np.ndarray]:
+        """The planned fragments of `plan`, encoded (`RewritePlan.encode`)."""
+        return plan.encode(self.tokenizer, self.tokens)
+
+    def fragment(self, tokens: np.ndarray, rate: float, draws: Draws) -> np.ndarray:
+        """One fragment, rewritten as PSM or SPM with probability `rate` (else unchanged)."""
+        plan = RewritePlan()
+        part = self.plan_fragment(np.asarray(tokens, np.int64), rate, draws, plan)
+        return build([part], self.encode(plan))
+
+    def segment(self, tokens: np.ndarray, draws: Draws) -> np.ndarray:
+        """One EOD-delimited segment, rewritten (`plan_segment`)."""
+        plan = RewritePlan()
+        parts = self.plan_segment(np.asarray(tokens, np.int64), draws, plan)
+        return build(parts, self.encode(plan))
 
     def sample(self, tokens: np.ndarray, draws: Draws) -> np.ndarray:
         """The rewritten sample, before it is cut or padded back to its length."""
-        tokens = np.asarray(tokens, np.int64)
-        if not (tokens == self.tokens.eod).any():
-            return self.segment(tokens, draws)
-        return _rejoin(tokens, self.tokens.eod, lambda s: self.segment(s, draws))
+        plan = RewritePlan()
+        parts = self.plan_sample(tokens, draws, plan)
+        return build(parts, self.encode(plan))
+
+    def document(self, tokens: np.ndarray, draws: Draws, pad: int | None = None) -> np.ndarray:
+        """A packed document rewritten and put back in its place (`fit_document`)."""
+        plan = RewritePlan()
+        parts = self.plan_document(tokens, draws, plan)
+        out, _ = fit_document(tokens, build(parts, self.encode(plan)), self.tokens, pad)
+        return out
 
 
-def _rejoin(tokens: np.ndarray, sep: int, rewrite) -> np.ndarray:
-    """`tokens` cut at every `sep`, each non-empty piece rewritten and followed by `sep` (empty
-    pieces are dropped with their `sep`), then the piece after the last `sep` rewritten, even
-    when empty."""
-    parts = []
+def _rejoin(tokens: np.ndarray, sep: int, rewrite) -> list:
+    """The parts of `tokens` cut at every `sep`: each non-empty piece's parts (`rewrite`)
+    followed by `sep` (empty pieces are dropped with their `sep`), then the parts of the piece
+    after the last `sep`, even when empty."""
+    parts: list = []
+    sep_part = np.array([sep], np.int64)
     start = 0
     for loc in np.flatnonzero(tokens == sep).tolist():
         if loc > start:
-            parts += [rewrite(tokens[start:loc]), np.array([sep], np.int64)]
+            parts += rewrite(tokens[start:loc])
+            parts.append(sep_part)
         start = loc + 1
-    parts.append(rewrite(tokens[start:]))
-    return np.concatenate([np.asarray(p, np.int64) for p in parts])
+    parts += rewrite(tokens[start:])
+    return parts
 
 
 def fit(tokens: np.ndarray, length: int, pad: int | None) -> np.ndarray:
@@ -312,6 +341,30 @@ def fit(tokens: np.ndarray, length: int, pad: int | None) -> np.ndarray:
     return np.concatenate([tokens, np.full(length - tokens.size, pad, np.int64)])
 
 
+def fit_document(
+    tokens: np.ndarray, rewritten: np.ndarray, sentinels: FIMTokens, pad: int | None = None
+) -> tuple[np.ndarray, int]:
+    """A packed document's rewrite (`FIMRewriter.plan_document`) put back in its `len(tokens)`
+    places: the rewritten body cut to the places before the document's final EOD (all of them
+    without one), the EOD, then padding (`pad`, default the FIM pad token) to the length.
+
+    Returns:
+      (the document's new tokens, how many of them are not padding).
+    """
+    tokens = np.asarray(tokens, np.int64)
+    if rewritten.size == 0:  # nothing rewritten: the document as it is
+        return tokens, tokens.size
+    length = tokens.size
+    ends_with_eod = bool(tokens[-1] == sentinels.eod)
+    body = rewritten[: length - ends_with_eod]
+    real = body.size + ends_with_eod
+    out = np.full(length, sentinels.pad if pad is None else pad, np.int64)
+    out[: body.size] = body
+    if ends_with_eod:
+        out[body.size] = sentinels.eod
+    return out, real
+
+
 class FIMTransform:
     """FIM for a GPT source: rewrites the windows of a batch's raw form (`schema.raw_windows`).
 
@@ -320,19 +373,28 @@ class FIMTransform:
       spec: the tokenizer (a `TokenizerSpec`) that decodes and encodes the fragments.
       seed: the data seed (`GPTDataConfig.seed`); each sample draws from `sample_draws`.
       tokenizer: the loaded tokenizer of `spec`, when the caller has it (else loaded here).
+      packed: the rows are packed documents (`--packing=best_fit`): each document is rewritten
+        on its own, in its own places (`apply`).
 
     Raises:
       ValueError: a sentinel name is not a token of the tokenizer.
     """
 
     def __init__(
-        self, options: FIMOptions, spec: TokenizerSpec, seed: int, tokenizer: Any = None
+        self,
+        options: FIMOptions,
+        spec: TokenizerSpec,
+        seed: int,
+        tokenizer: Any = None,
+        *,
+        packed: bool = False,
     ) -> None:
         from jaxblend.preprocess import tokenizer_spec, tokenizers
 
         self.options = options
         self.spec = spec
         self.seed = int(seed)
+        self.packed = bool(packed)
         self._tokenizer = tokenizers.load_tokenizer(spec) if tokenizer is None else tokenizer
         self.tokenizer_identity = tokenizer_spec.facts_of(spec, self._tokenizer).identity
         self.tokens = FIMTokens.resolve(options, self._tokenizer, self.tokenizer_identity)
@@ -387,19 +449,42 @@ class FIMTransform:
         out = self.rewriter().sample(tokens, sample_draws(self.seed, split, sample_id))
         return fit(out, len(tokens), self.tokens.pad if megatron_compat else None)
 
-    def apply(self, raw: dict[str, np.ndarray], split: str, megatron_compat: bool) -> dict:
-        """Rewrites every window of `raw` (`schema.raw_windows`) in place and returns it.
+    def rewrite_document(
+        self, tokens: np.ndarray, split: str, sample_id: int, document: int
+    ) -> np.ndarray:
+        """Document `document` (from 0, in row order) of packed row `sample_id` of `split`
+        rewritten in its own places (`fit_document`)."""
+        draws = sample_draws(self.seed, split, sample_id, document)
+        return self.rewriter().document(tokens, draws)
 
-        Document pieces (`piece_row`/`piece_length`) no longer match the rewritten tokens: under
-        `megatron_compat` each row becomes one piece of its valid length (Megatron's FIM sample
-        is one document), otherwise they are dropped (documents then end at each EOD).
+    def apply(self, raw: dict[str, np.ndarray], split: str, megatron_compat: bool) -> dict:
+        """Rewrites every window of `raw` (`schema.raw_windows`) in place and returns it; every
+        fragment of the batch is encoded in one call (`RewritePlan`).
+
+        Concatenated windows: document pieces (`piece_row`/`piece_length`) no longer match the
+        rewritten tokens: under `megatron_compat` each row becomes one piece of its valid length
+        (Megatron's FIM sample is one document), otherwise they are dropped (documents then end
+        at each EOD).
+
+        Packed rows (`packed`): each document keeps its places (`fit_document`), so the pieces,
+        positions and segment ids stay; `raw["loss_weights"]` (0 on the FIM padding inside a
+        document, else 1) keeps the padding out of the loss.
         """
+        if self.packed:
+            return self._apply_packed(raw, split)
         text, n_valid, ids = raw["text"], raw["n_valid"], raw["sample_ids"]
-        rewriter = self.rewriter()
+        rewriter, plan = self.rewriter(), RewritePlan()
+        parts = [
+            rewriter.plan_sample(
+                text[r, : int(n_valid[r])], sample_draws(self.seed, split, ids[r]), plan
+            )
+            for r in range(text.shape[0])
+        ]
+        encoded = rewriter.encode(plan)
         pad = self.tokens.pad if megatron_compat else None
         for r in range(text.shape[0]):
             n = int(n_valid[r])
-            out = fit(rewriter.sample(text[r, :n], sample_draws(self.seed, split, ids[r])), n, pad)
+            out = fit(build(parts[r], encoded), n, pad)
             text[r, : out.size] = out
             text[r, out.size : n] = -1
             n_valid[r] = out.size
@@ -409,6 +494,34 @@ class FIMTransform:
                 raw["piece_length"] = np.asarray(n_valid, np.int64).copy()
             else:
                 del raw["piece_row"], raw["piece_length"]
+        return raw
+
+    def _apply_packed(self, raw: dict[str, np.ndarray], split: str) -> dict:
+        text, ids = raw["text"], raw["sample_ids"]
+        rows = np.asarray(raw["piece_row"], np.int64)
+        lengths = np.asarray(raw["piece_length"], np.int64)
+        rewriter, plan = self.rewriter(), RewritePlan()
+        documents = []  # (row, start, length, parts)
+        row, start, index = -1, 0, 0
+        for r, size in zip(rows.tolist(), lengths.tolist()):
+            if r != row:
+                row, start, index = r, 0, 0
+            if size > 0:  # the row's documents are numbered from 0, as `segment_ids` count them
+                draws = sample_draws(self.seed, split, ids[r], index)
+                parts = rewriter.plan_document(text[r, start : start + size], draws, plan)
+                documents.append((r, start, size, parts))
+                index += 1
+            start += size
+        encoded = rewriter.encode(plan)
+        weights = np.ones(text.shape, np.uint8)
+        for r, start, size, parts in documents:
+            if not parts:
+                continue
+            doc = text[r, start : start + size]
+            out, real = fit_document(doc, build(parts, encoded), self.tokens)
+            doc[:] = out
+            weights[r, start + real : start + size] = 0
+        raw["loss_weights"] = weights
         return raw
 
 
@@ -422,6 +535,13 @@ def resolve_spec(
       ValueError: neither exists (one line saying how to name the tokenizer), or the recorded
         tokenizer's files cannot be verified.
     """
+    return _find_spec(options, prefixes, access)[0]
+
+
+def _find_spec(
+    options: FIMOptions, prefixes: Sequence[str], access: DataAccess | None
+) -> tuple[TokenizerSpec, str | None]:
+    """`resolve_spec`'s tokenizer and the dataset whose record named it (None: the flags')."""
     from jaxblend.decode import DecodeError, recorded_spec
 
     for prefix in dict.fromkeys(prefixes):
@@ -430,9 +550,9 @@ def resolve_spec(
         except DecodeError as err:  # the same check as --decode's, named for this flag
             raise ValueError(str(err).replace("--decode:", "--fim_data:", 1)) from None
         if spec is not None:
-            return spec
+            return spec, prefix
     if options.tokenizer is not None:
-        return options.tokenizer
+        return options.tokenizer, None
     where = prefixes[0] if prefixes else "the data"
     raise ValueError(
         f"--fim_data: {where} has no preprocessing record naming its tokenizer; pass "
@@ -440,13 +560,42 @@ def resolve_spec(
     )
 
 
+def _check_recorded_vocabulary(
+    transform: FIMTransform, prefix: str, access: DataAccess | None
+) -> None:
+    """Refuses sentinels beyond the vocabulary recorded with `prefix` (a model sized from that
+    record could not embed them: data made before its tokenizer had them, e.g. the byte
+    tokenizer before its FIM sentinels)."""
+    from jaxblend.tokenizer_facts import read_facts
+
+    facts = read_facts(prefix, access)
+    t = transform.tokens
+    top = max(t.prefix, t.middle, t.suffix, t.pad)
+    if facts is not None and top >= facts.vocab_size:
+        raise ValueError(
+            f"--fim_data: {prefix} was recorded with a vocabulary of {facts.vocab_size} ids, "
+            f"which does not hold its tokenizer's FIM sentinel id {top} (the data was made "
+            "before the tokenizer had it): preprocess it again"
+        )
+
+
 def open_fim_transform(
-    options: FIMOptions, prefixes: Sequence[str], seed: int, access: DataAccess | None = None
+    options: FIMOptions,
+    prefixes: Sequence[str],
+    seed: int,
+    access: DataAccess | None = None,
+    *,
+    packed: bool = False,
 ) -> FIMTransform:
     """The `FIMTransform` of datasets `prefixes` (the tokenizer of `resolve_spec`) and data seed
-    `seed`.
+    `seed`, for packed rows when `packed`.
 
     Raises:
-      ValueError: as `resolve_spec`, or a sentinel name is not a token of the tokenizer.
+      ValueError: as `resolve_spec`, a sentinel name is not a token of the tokenizer, or a
+        sentinel id lies beyond the vocabulary recorded with the data.
     """
-    return FIMTransform(options, resolve_spec(options, prefixes, access), seed)
+    spec, prefix = _find_spec(options, prefixes, access)
+    transform = FIMTransform(options, spec, seed, packed=packed)
+    if prefix is not None:
+        _check_recorded_vocabulary(transform, prefix, access)
+    return transform

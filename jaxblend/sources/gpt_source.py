@@ -108,7 +108,6 @@ class GPTSource(base.PerProcess, base.BatchSource):
             )
         self._index = span_index
         self._length = len(span_index)
-        self._names = list(span_index.dataset_names)
         self.options = options
         self.seq_length = int(seq_length)
         self.add_extra_token_to_sequence = bool(add_extra_token_to_sequence)
@@ -149,7 +148,7 @@ class GPTSource(base.PerProcess, base.BatchSource):
 
     def __repr__(self) -> str:
         return (
-            f"{type(self).__name__}(split={self.split!r}, datasets={len(self._names)}, "
+            f"{type(self).__name__}(split={self.split!r}, datasets={len(self._index.bin_datasets)}, "
             f"fingerprint={self._fingerprint!r})"
         )
 
@@ -164,8 +163,9 @@ class GPTSource(base.PerProcess, base.BatchSource):
 
     @property
     def dataset_names(self) -> list[str]:
-        """Names (prefixes) of the split's datasets, indexed by `dataset_ids`."""
-        return list(self._names)
+        """Names (prefixes) of the split's datasets, indexed by `dataset_ids` (asked of the span
+        index when needed: a published one reads them on first use)."""
+        return self._index.dataset_names
 
     @property
     def dataset_fingerprints(self) -> dict[str, str]:
@@ -251,7 +251,7 @@ class GPTSource(base.PerProcess, base.BatchSource):
             batch = packed_schema.assemble_packed(raw, self.options, seq_length=self.seq_length)
         else:
             batch = schema.assemble_windows(raw, self.options, seq_length=self.seq_length)
-        if "loss_weights" in raw:  # a conversation dataset's stored loss masks
+        if "loss_weights" in raw:  # stored loss masks, or FIM's padding inside packed documents
             conversation_masks.apply_loss_masks(batch, np.asarray(raw["loss_weights"]))
         return batch
 

@@ -63,7 +63,8 @@ class GPTSchemaOptions:
         special id; None = -1, no pad token). Only with `megatron_compat`.
       inter_document_masking: also return `cu_seqlens`/`max_seqlen`, positions per document.
       fim: fill-in-the-middle settings (`jaxblend.sources.fim`, Megatron's `--fim-data`): each
-        window is rewritten before the arrays are built; None = plain windows.
+        window (with packing, each document of a row, in its own places) is rewritten before
+        the arrays are built; None = plain windows.
 
     Whether rows are windows or packed documents is the data configuration's too (its `packing`,
     which changes the maps): a source takes it from there, and assembles packed rows with

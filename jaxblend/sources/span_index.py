@@ -37,7 +37,7 @@ from jaxblend.sources.row_tables import RowTables
 from jaxblend.storage.object_store import location
 from jaxblend.storage.reader import IndexedDataset
 from jaxblend.storage.sequence_spans import SequenceSpans
-from jaxblend.storage.token_reader import BinDataset
+from jaxblend.storage.token_reader import BinDataset, LazyBinDatasets
 
 Reopener = Callable[[], tuple[Sequence[IndexedDataset], SplitMaps]]
 """Picklable callable returning a split's datasets (in its dataset order) and its `SplitMaps`."""
@@ -184,27 +184,31 @@ class RowTableSpanIndex:
 
     Args:
       tables: the split's row table (`ArrayRowTables`, `BucketRowTables`).
-      datasets: the split's `.bin` files as published (`BinDataset`s), in dataset order; their
-        prefixes are the dataset names.
+      datasets: the split's `.bin` files as published, in dataset order; their prefixes are the
+        dataset names: `BinDataset`s, or a `LazyBinDatasets` described as the rows reach them (a
+        publication's dataset table, `jaxblend.map_store.dataset_table.PublishedBins`: then the
+        names and fingerprints are read in full only when asked for).
       length: number of samples of the split.
-      dataset_fingerprints: content fingerprint of each dataset by prefix, as published.
+      dataset_fingerprints: content fingerprint of each dataset by prefix, as published (a
+        `LazyBinDatasets` with `fingerprints()` provides them when omitted).
     """
 
     def __init__(
         self,
         tables: RowTables,
-        datasets: Sequence[BinDataset],
+        datasets: Sequence[BinDataset] | LazyBinDatasets,
         length: int,
         dataset_fingerprints: Mapping[str, str] | None = None,
     ) -> None:
         if isinstance(length, bool) or int(length) < 0:
             raise ValueError(f"length must be an integer >= 0, got {length!r}")
         self._tables = tables
-        self._datasets = list(datasets)
-        self._names = [d.prefix for d in self._datasets]
+        self._lazy = isinstance(datasets, LazyBinDatasets)
+        self._datasets = datasets if self._lazy else list(datasets)
+        self._names = None if self._lazy else [d.prefix for d in self._datasets]
         self._length = int(length)
         self._fingerprints = None if dataset_fingerprints is None else dict(dataset_fingerprints)
-        self._remote_bins = any(
+        self._remote_bins = datasets.remote if self._lazy else any(
             location.resolve(d.prefix).local_prefix is None for d in self._datasets
         )
 
@@ -212,7 +216,7 @@ class RowTableSpanIndex:
         return self._length
 
     def __repr__(self) -> str:
-        return f"RowTableSpanIndex(samples={self._length}, datasets={len(self._names)})"
+        return f"RowTableSpanIndex(samples={self._length}, datasets={len(self._datasets)})"
 
     @property
     def tables(self) -> RowTables:
@@ -221,19 +225,26 @@ class RowTableSpanIndex:
 
     @property
     def dataset_names(self) -> list[str]:
+        """The datasets' prefixes (of a `LazyBinDatasets`: read in full on first use)."""
+        if self._names is None:
+            self._names = self._datasets.prefixes()
         return list(self._names)
 
     @property
-    def bin_datasets(self) -> list[BinDataset]:
-        return list(self._datasets)
+    def bin_datasets(self) -> Sequence[BinDataset] | LazyBinDatasets:
+        """A list of `BinDataset`s, or the `LazyBinDatasets` itself (shared: what one reader
+        describes, every reader of this process knows)."""
+        return self._datasets if self._lazy else list(self._datasets)
 
     @property
     def dataset_fingerprints(self) -> dict[str, str]:
-        """As the publication recorded them.
+        """As the publication recorded them (of a `LazyBinDatasets`: read in full on first use).
 
         Raises:
           ValueError: the index was built without them.
         """
+        if self._fingerprints is None and self._lazy:
+            self._fingerprints = self._datasets.fingerprints()
         if self._fingerprints is None:
             raise ValueError(
                 f"{self!r} was built without its datasets' fingerprints; pass "
@@ -247,11 +258,13 @@ class RowTableSpanIndex:
 
     @property
     def requests(self) -> int:
-        return self._tables.requests
+        """The row table's requests, and the dataset table's (of a `PublishedBins`)."""
+        return self._tables.requests + getattr(self._datasets, "requests", 0)
 
     @property
     def bytes_read(self) -> int:
-        return self._tables.bytes_read
+        """The row table's bytes, and the dataset table's (of a `PublishedBins`)."""
+        return self._tables.bytes_read + getattr(self._datasets, "bytes_read", 0)
 
     def pieces(self, sample_ids: np.ndarray) -> row_table.RowSpans:
         ids = sample_ids

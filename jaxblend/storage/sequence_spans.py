@@ -53,11 +53,8 @@ class SequenceSpans:
         self._pointers: list[Any] = [None] * n  # keeps the arrays behind the addresses alive
         self._all_held = False  # set once every dataset's pointers are held
 
-    def __getstate__(self) -> dict[str, Any]:
-        return {"datasets": self.datasets, "access": self.access}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["datasets"], state["access"])
+    def __reduce__(self):  # pickled as its arguments: each process opens its own
+        return type(self), (self.datasets, self.access)
 
     @property
     def tokens(self) -> TokenReader:

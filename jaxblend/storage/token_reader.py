@@ -31,7 +31,7 @@ import os
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 import tensorstore as ts
@@ -90,6 +90,36 @@ class BinDataset:
         return self.bin_size // np.dtype(self.dtype).itemsize
 
 
+@runtime_checkable
+class LazyBinDatasets(Protocol):
+    """Datasets described on demand (a publication's dataset table,
+    `jaxblend.map_store.dataset_table.PublishedBins`): a reader asks for the datasets of a read
+    before it opens them, and never for the others.
+
+    Attributes:
+      num_tokens: int64 per dataset, filled in place as datasets are described.
+      itemsizes: int64 per dataset, filled in place as datasets are described.
+      remote: whether some dataset is in an object store.
+    """
+
+    num_tokens: np.ndarray
+    itemsizes: np.ndarray
+    remote: bool
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, d: int) -> BinDataset: ...
+
+    def ensure(self, ids: Sequence[int]) -> None:
+        """Describes datasets `ids` (one batched look-up)."""
+
+    def prefixes(self) -> list[str]:
+        """Every dataset's prefix, in order (describes them all)."""
+
+    def fingerprints(self) -> dict[str, str]:
+        """Every dataset's content fingerprint by prefix (describes them all)."""
+
+
 @dataclasses.dataclass
 class _Opened:
     """One dataset's per-process state."""
@@ -108,7 +138,9 @@ class TokenReader:
     """Reads token ranges of several `.bin` files by token offset (thread-safe, picklable).
 
     Args:
-      datasets: the datasets; ranges name them by position in this sequence.
+      datasets: the datasets; ranges name them by position in this sequence. A
+        `LazyBinDatasets` is kept as given and asked for the datasets of each read that are not
+        opened yet.
       access: object-store options and backend (default: `DataAccess.from_env()`).
 
     Attributes:
@@ -120,8 +152,9 @@ class TokenReader:
     def __init__(
         self, datasets: Sequence[BinDataset], access: access_lib.DataAccess | None = None
     ) -> None:
-        self.datasets = list(datasets)
-        for d in self.datasets:
+        self._lazy = isinstance(datasets, LazyBinDatasets)
+        self.datasets = datasets if self._lazy else list(datasets)
+        for d in [] if self._lazy else self.datasets:
             if not isinstance(d, BinDataset):
                 raise TypeError(f"datasets must be BinDataset, got {type(d).__name__}")
         self.access = access if access is not None else access_lib.DataAccess.from_env()
@@ -136,15 +169,15 @@ class TokenReader:
         self._addr = np.zeros(n, np.int64)
         self._count = np.zeros(n, np.int64)
         self._state = np.zeros(n, np.int8)  # 0 unopened, 1 mapped, 2 read by requests
-        self._num_tokens = np.array([d.num_tokens for d in self.datasets], np.int64)
-        self._itemsize = np.array([np.dtype(d.dtype).itemsize for d in self.datasets], np.int64)
+        if self._lazy:  # filled in place as the datasets are described
+            self._num_tokens, self._itemsize = datasets.num_tokens, datasets.itemsizes
+        else:
+            self._num_tokens = np.array([d.num_tokens for d in self.datasets], np.int64)
+            self._itemsize = np.array([np.dtype(d.dtype).itemsize for d in self.datasets], np.int64)
         self._all_mapped = False  # set once every dataset is mapped (then one kernel call a read)
 
-    def __getstate__(self) -> dict[str, Any]:
-        return {"datasets": self.datasets, "access": self.access}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["datasets"], state["access"])
+    def __reduce__(self):  # pickled as its arguments: each process opens its own
+        return type(self), (self.datasets, self.access)
 
     @property
     def opened(self) -> list[int]:
@@ -363,6 +396,8 @@ class TokenReader:
     def _open_all(self, ids: list[int]) -> dict[int, _Opened]:
         with self._lock:
             missing = [d for d in ids if d not in self._opened]
+        if self._lazy and missing:  # one look-up for the datasets of this read
+            self.datasets.ensure(missing)
         for d in missing:
             state = self._open(self.datasets[d])
             with self._lock:

@@ -99,15 +99,7 @@ def define_flags() -> None:
     cli.define_step_plan_flags()
 
 
-def run(argv: Sequence[str] | None = None) -> int:
-    """Runs the tool as its command line does, in this process; returns the exit code.
-
-    Args:
-      argv: the arguments after the program name (`sys.argv[1:]` when None).
-    """
-    return cli.call(
-        main, argv, cli.MEGATRON_NARGS, define=define_flags, shared=_training_flags.TRAINING
-    )
+run = _training_flags.data_tool_run(main, define_flags)
 
 
 if __name__ == "__main__":

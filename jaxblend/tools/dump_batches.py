@@ -1,6 +1,7 @@
 r"""Dumps the global batches the loader produces, to prove data order across topologies.
 
-Runs `make_loader` for `--steps` steps from `--start_step` on the current process group; process 0
+Runs `make_loader` for `--steps` steps from `--start_step` on the current process group (the
+loader's stream ends after them: nothing of a later step is read, not even ahead); process 0
 writes `<out>/batches.npz` with every batch key stacked as `[steps, global_batch, ...]` (gathered
 from all processes). Run it on two topologies and compare the files:
 
@@ -37,16 +38,16 @@ line naming them.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
-import sys
 from collections.abc import Sequence
 
 from absl import app, flags, logging
 
 from jaxblend import atomic_write, cli
 from jaxblend.cli import phase_flags, tool_flags
-from jaxblend.tools import _training_flags
+from jaxblend.tools import _own_process, _training_flags
 
 
 def define_flags() -> None:
@@ -75,15 +76,21 @@ def _stacked(gathered: dict[str, list], first: int) -> dict:
     return {f"{k}/{first + i}": v for k, values in gathered.items() for i, v in enumerate(values)}
 
 
+def _first_step(start_step: int, state: dict | None) -> int:
+    """The first step dumped: the step of `--state_in` (as written; the loader checks it), else
+    `--start_step`."""
+    if state is not None and isinstance(state.get("step"), int):
+        return state["step"]
+    return start_step
+
+
 def _phase_plan(fl, state: dict | None):
     """With `--phase_transition_iterations`, the plan of the phase holding the first step dumped
     (`--start_step`, or the step of `--state_in`); steps past the phase's transition are refused
     (the next phase reads other data flags). Other splits than train are not phased."""
     if fl.which != "train":
         return None
-    first = fl.start_step
-    if state is not None and isinstance(state.get("step"), int):
-        first = state["step"]
+    first = _first_step(fl.start_step, state)
     phase = phase_flags.dump_phase_plan_from_flags(fl.global_batch_size, first)
     if phase is not None and first + fl.steps > phase.num_steps:
         raise app.UsageError(
@@ -93,9 +100,14 @@ def _phase_plan(fl, state: dict | None):
     return phase
 
 
-def main(argv: Sequence[str]) -> None:
+def main(argv: Sequence[str], own_process: bool = False) -> None:
+    """Dumps the batches (see the module docstring); `own_process`: the process exists for this run (the `__main__` block): Grain is imported
+    without Orbax and what exists once the loader is made is kept out of later garbage collections
+    (`jaxblend.tools._own_process`)."""
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    if own_process:  # this tool saves no checkpoint
+        _own_process.import_grain_without_orbax()
     cli.initialize_from_flags()
     import jax
     import numpy as np
@@ -126,18 +138,21 @@ def main(argv: Sequence[str]) -> None:
         decoder = decoder.with_marks(transform.marks())
     plan = run.steps.covering(len(source)) if phase is None else phase
     prefetch = cli.prefetch_from_flags()
-    loader = make_loader(
-        source, mesh, plan=plan, batch_axes=default_batch_axes(mesh.axis_names),
-        prefetch=prefetch,
-        start_step=start_step, state=state, history=cli.history_of(fl.which, source, run),
-    )
-    steps = fl.steps
-    if loader.step + steps > loader.num_steps:
+    steps, first = fl.steps, _first_step(start_step, state)
+    end_step = first + steps if 0 <= first <= plan.num_steps else None  # else the state is refused
+    if end_step is not None and end_step > plan.num_steps:
         raise app.UsageError(
-            f"--steps={steps} from step {loader.step} (--start_step/--state_in) exceeds the "
-            f"stream's {loader.num_steps} steps ({len(source)} samples, --global_batch_size="
+            f"--steps={steps} from step {first} (--start_step/--state_in) exceeds the "
+            f"stream's {plan.num_steps} steps ({len(source)} samples, --global_batch_size="
             f"{fl.global_batch_size}); pass a smaller --steps or a larger --train_samples"
         )
+    loader = make_loader(  # reads the dumped steps and none after them
+        source, mesh, plan=plan, batch_axes=default_batch_axes(mesh.axis_names),
+        prefetch=prefetch, start_step=start_step, state=state,
+        history=cli.history_of(fl.which, source, run), end_step=end_step,
+    )
+    if own_process:  # what exists now (modules, the source, the loader) lives until exit:
+        gc.freeze()  # later collections, the exit's included, skip it (0.3-2 s under load)
     gathered: dict[str, list[np.ndarray]] = {}
     for _ in range(steps):
         batch = next(loader)
@@ -172,16 +187,8 @@ def main(argv: Sequence[str]) -> None:
     multihost_utils.sync_global_devices("dump_batches done")
 
 
-def run(argv: Sequence[str] | None = None) -> int:
-    """Runs the tool as its command line does, in this process; returns the exit code.
-
-    Args:
-      argv: the arguments after the program name (`sys.argv[1:]` when None).
-    """
-    return cli.call(
-        main, argv, cli.MEGATRON_NARGS, define=define_flags, shared=_training_flags.TRAINING
-    )
+run = _training_flags.data_tool_run(main, define_flags)
 
 
 if __name__ == "__main__":
-    sys.exit(run())
+    _own_process.exit_now(run(own_process=True))

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from collections.abc import Sequence
 
 import numpy as np
@@ -46,7 +45,7 @@ from jaxblend import atomic_write, cli, decode, index, opening
 from jaxblend.access import DataAccess
 from jaxblend.cli import data_flags, tool_flags
 from jaxblend.map_store import load_or_build_data_maps
-from jaxblend.tools import _training_flags
+from jaxblend.tools import _own_process, _training_flags
 
 
 def define_flags() -> None:
@@ -174,16 +173,8 @@ def main(argv: Sequence[str]) -> None:
     dump(config, fl.out, fl.num, access, decoder)
 
 
-def run(argv: Sequence[str] | None = None) -> int:
-    """Runs the tool (Megatron-LM's spellings work too: --data-path 0.3 /d/a 0.7 /d/b) as its command line does, in this process; returns the exit code.
-
-    Args:
-      argv: the arguments after the program name (`sys.argv[1:]` when None).
-    """
-    return cli.call(
-        main, argv, cli.MEGATRON_NARGS, define=define_flags, shared=_training_flags.TRAINING
-    )
+run = _training_flags.data_tool_run(main, define_flags)
 
 
 if __name__ == "__main__":
-    sys.exit(run())
+    _own_process.exit_now(run())

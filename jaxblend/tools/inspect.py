@@ -215,10 +215,12 @@ def explain() -> dict:
             text += f"  + {rows[-1]['padding']} padding"
         print(f"{r:4d} {sample:8d}  {os.path.basename(names[dataset_id])}  {text}")
         if decoder is not None and plan.is_packed:  # one line per document: the boundaries
-            rows[-1]["texts"] = [
-                decoder.detokenize(*_piece(opened, masks, names[q["dataset_id"]], q))
-                for q in pieces
-            ]
+            read = [_piece(opened, masks, names[q["dataset_id"]], q) for q in pieces]
+            if fim is not None:  # each document rewritten in its own places
+                split = flags.FLAGS.which.split("_")[0]
+                read = [(fim.rewrite_document(np.asarray(t, np.int64), split, sample, j), w)
+                        for j, (t, w) in enumerate(read)]
+            rows[-1]["texts"] = [decoder.detokenize(t, w) for t, w in read]
             for j, piece_text in enumerate(rows[-1]["texts"], start=1):
                 print(f"      document {j}: {shorten(piece_text, flags.FLAGS.decode_chars)}")
         elif decoder is not None:
@@ -425,15 +427,7 @@ def main(argv: Sequence[str]) -> None:
             sys.exit(1)
 
 
-def run(argv: Sequence[str] | None = None) -> int:
-    """Runs the tool as its command line does, in this process; returns the exit code.
-
-    Args:
-      argv: the arguments after the program name (`sys.argv[1:]` when None).
-    """
-    return cli.call(
-        main, argv, cli.MEGATRON_NARGS, define=define_flags, shared=_training_flags.TRAINING
-    )
+run = _training_flags.data_tool_run(main, define_flags)
 
 
 if __name__ == "__main__":

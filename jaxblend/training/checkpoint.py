@@ -9,6 +9,9 @@ Layout: an Orbax `CheckpointManager` directory (a local path, `gs://bucket/dir` 
 * `loader`: the loader's resume state (`jaxblend.loading.checkpointing`), JSON.
 * `meta`: JSON (model configuration, per-dataset sample counts so far).
 
+A resume reads the two small items first (`resume_point`), then the arrays (`restore_state`): the
+training example starts its loader's reads between the two.
+
 Orbax commits a step only once every item of every process is written (a rename on a local
 filesystem, a `commit_success.txt` marker written last on GCS), and lists only committed steps:
 an interrupted save is never taken for a finished one.
@@ -105,22 +108,27 @@ class Checkpointer:
         self._manager.reload()
         return self._manager.latest_step()
 
-    def metadata(self, step: int) -> dict[str, Any]:
-        """The `meta` item of checkpoint `step` alone (no array is read).
+    def resume_point(self, step: int) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The `loader` and `meta` items of checkpoint `step` (small JSON; no array is read), so
+        the loader can start reading while `restore_state` reads the arrays.
+
+        Returns:
+          (loader state, meta).
 
         Raises:
-          ValueError: it cannot be read.
+          ValueError: they cannot be read.
         """
         try:
             restored = self._manager.restore(
-                step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())
+                step,
+                args=ocp.args.Composite(loader=LoaderStateRestore(), meta=ocp.args.JsonRestore()),
             )
         except (ValueError, KeyError, FileNotFoundError) as err:
             raise ValueError(
-                f"checkpoint {self.directory} step {step}: its metadata cannot be read "
+                f"checkpoint {self.directory} step {step}: its metadata or loader state cannot be read "
                 f"({' '.join(str(err).split())[:300]})"
             ) from None
-        return dict(restored["meta"] or {})
+        return restored["loader"], dict(restored["meta"] or {})
 
     def another_run(self, step: int, why: str) -> str:
         """The line refusing checkpoint `step` as another run's (`why`: what differs), with how to
@@ -151,15 +159,16 @@ class Checkpointer:
         )
         logging.info("saving checkpoint %s step %d", self.directory, step)
 
-    def restore(self, step: int, like: Any) -> tuple[Any, dict[str, Any], dict[str, Any]]:
-        """Restores checkpoint `step`.
+    def restore_state(self, step: int, like: Any) -> Any:
+        """Restores the parameters and optimizer state of checkpoint `step` (the `state` item
+        alone: `resume_point` reads the others).
 
         Args:
           step: a committed step.
           like: pytree of `jax.Array`s or `jax.ShapeDtypeStruct`s with the shardings wanted.
 
         Returns:
-          (state laid out like `like`, loader state, meta).
+          The state, laid out like `like`.
 
         Raises:
           ValueError: if the saved arrays do not match `like` (another model configuration) or
@@ -170,12 +179,7 @@ class Checkpointer:
         )
         try:
             restored = self._manager.restore(
-                step,
-                args=ocp.args.Composite(
-                    state=ocp.args.StandardRestore(abstract),
-                    loader=LoaderStateRestore(),
-                    meta=ocp.args.JsonRestore(),
-                ),
+                step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract))
             )
         except (ValueError, KeyError) as err:
             raise ValueError(
@@ -184,7 +188,7 @@ class Checkpointer:
                 f"this run its own {self.chosen_by}, or delete {self.directory} to start over; "
                 f"{' '.join(str(err).split())[:300]}"
             ) from None
-        return restored["state"], restored["loader"], restored["meta"]
+        return restored["state"]
 
     def wait(self) -> None:
         """Blocks until the last save is committed."""

@@ -1,7 +1,7 @@
 """`jaxblend.cli.call`/`run`: flags defined when a program runs, `--help` listing the program's
 flags, Megatron's spellings, one-line failures; a program run in-process leaves the process as it
 found it. The programs run in this process (`helpers_cli.run_tool`), but for one `python -m` smoke
-test (`tests/tools/test_cli_errors.py` runs every tool's failures as processes)."""
+test (`tests/tools/test_cli_errors.py` also runs each tool's first failure as a process)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Fill-in-the-middle batches on 1, 2 and 4 real JAX processes are the same, and a state saved on
-2 processes resumes on 4 (each sample draws from its own stream; every process loads the tokenizer
-recorded with the data)."""
+"""Fill-in-the-middle batches, on concatenated and on packed rows, on 1, 2 and 4 real JAX processes
+are the same, and a state saved on 2 processes resumes on 4 (each sample, or packed document,
+draws from its own stream; every process loads the tokenizer recorded with the data)."""
 
 from __future__ import annotations
 
@@ -42,7 +42,9 @@ def dump(tmp_path, name, args, procs, devices, mesh_shape, extra=()):
         return {k: f[k] for k in f.files}
 
 
-def test_fim_batches_identical_on_1_2_and_4_processes_and_resume_across(tmp_path, args):
+@pytest.mark.parametrize("packing", ["concat", "best_fit"])
+def test_fim_batches_identical_on_1_2_and_4_processes_and_resume_across(tmp_path, args, packing):
+    args = [*args, f"--packing={packing}"]  # best_fit: each document of a row rewritten alone
     one = dump(tmp_path, "p1", [*args, "--steps=4"], 1, 8, "8")
     assert (one["inputs"][:, :, 0] == 1).mean() > 0.5  # <fim_prefix> (id 1) opens most rows
     two = dump(tmp_path, "p2", [*args, "--steps=2", f"--state_out={tmp_path / 'state.json'}"],

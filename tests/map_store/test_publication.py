@@ -48,9 +48,11 @@ def setup(object_store, local_data, tmp_path, request):
 
 
 def test_record_round_trips_and_refuses_damage():
+    table, _ = record.encode_table(
+        "k" * 32, (record.PublishedDataset("gs://b/a", "<u2", 100, "0a", "f" * 32),), (), True
+    )
     pub = record.Publication(
-        "k" * 32, "p" * 32,
-        (record.PublishedDataset("gs://b/a", "<u2", 100, "0a", "f" * 32),),
+        "k" * 32, "p" * 32, table,
         {"train": record.PublishedSplit(7, (0,), "gs://b/c/p-rows/")},
     )
     data = pub.to_bytes()
@@ -103,13 +105,16 @@ def test_publish_writes_rows_then_record(setup):
     assert done.written
     key = record.launch_key(config)
     assert done.url == record.record_url(url, key) and done.url.endswith(f"/published/{key}.json")
-    pub = publication.read(config, host("reader", builder=False))
+    reader = host("reader", builder=False)
+    pub = publication.read(config, reader)
     assert pub == done.publication
+    described = publication.table_reader(pub, reader).all()
+    assert tuple(described) == done.datasets
 
     datasets, infos = opening.open_config_datasets(config, access)
     plan = load_or_build_data_maps(config, infos, access)
     assert pub.plan_key == plan.fingerprint
-    for k, d in enumerate(pub.datasets):
+    for k, d in enumerate(described):
         ds = datasets[d.prefix]
         assert d.prefix == plan.prefixes[k]
         assert d.dtype == ds.dtype.str and d.bin_size == ds.num_tokens * ds.dtype.itemsize
@@ -123,15 +128,18 @@ def test_publish_writes_rows_then_record(setup):
     for name, split in pub.splits.items():
         maps = plan.split(name)
         assert split.length == len(maps)
-        assert [pub.datasets[k].prefix for k in split.datasets] == list(maps.dataset_names)
+        assert [described[k].prefix for k in split.datasets] == list(maps.dataset_names)
         assert split.rows_url == bucket.entry_url(url, rows_key)
         expected = row_table.build_row_table(maps)
         for field in row_table.FIELDS:
             np.testing.assert_array_equal(arrays[row_table.array_name(name, field)], expected[field])
-    # Small: a few hundred bytes per dataset.
+    # The head is small whatever the number of datasets; the table a few hundred bytes each.
     body = remote.read_object(record.record_key(key))
-    assert len(body) < 400 * len(pub.datasets) + 600
+    assert len(body) < 2000
     assert json.loads(body)["checksum"]
+    table = remote.read_object(pub.table.key)
+    assert len(table) == pub.table.size == len(described) * pub.table.width
+    assert pub.table.width < 400
 
 
 def test_rerun_with_unchanged_data_writes_nothing(setup, monkeypatch):
@@ -150,13 +158,18 @@ def test_rerun_with_unchanged_data_writes_nothing(setup, monkeypatch):
 def test_changed_data_publishes_anew(setup, object_store, local_data, tmp_path):
     config, host, _url = setup
     first = publication.publish(config, host("first", builder=True)).publication
+    target = publication.table_reader(first, host("r0", builder=False)).get([1])[0].prefix
     changed = write_random_dataset(str(tmp_path / "b2"), np.random.default_rng(9), 80)
-    target = first.datasets[1].prefix.split("/", 3)[3]
-    object_store.upload(changed, target)
-    second = publication.publish(config, host("second", builder=True))
-    assert second.written and second.publication.plan_key != first.plan_key
-    assert second.publication.datasets[1].generation != first.datasets[1].generation
-    assert publication.read(config, host("reader", builder=False)) == second.publication
+    object_store.upload(changed, target.split("/", 3)[3])
+    done = publication.publish(config, host("second", builder=True))
+    second = done.publication
+    assert done.written and second.plan_key != first.plan_key
+    assert second.table.key != first.table.key  # the table is named by its content
+    reader = host("reader", builder=False)
+    assert publication.read(config, reader) == second
+    now = publication.table_reader(second, reader).all()
+    before = publication.table_reader(first, reader).all()  # the old table is still there
+    assert now[1].generation != before[1].generation and now[0] == before[0]
 
 
 def test_non_builder_waits_then_fails_naming_the_record(setup, monkeypatch):
@@ -221,7 +234,9 @@ def test_the_record_carries_tokenizer_facts_so_hosts_read_no_dataset_record(
     assert publication.published_tokenizers(config, access) is None  # nothing published yet
     publication.publish(config, access)
     published = publication.read(config, access)
-    assert [d.tokenizer["max_token_id"] for d in published.datasets] == [900, 900]
+    described = publication.table_reader(published, access).all()
+    assert [d.tokenizer["max_token_id"] for d in described] == [900, 900]
+    assert published.table.uniform and len(published.table.tokenizers) == 1
 
     def no_reads(prefix, access=None):
         raise AssertionError(f"read the record of {prefix}")

@@ -45,7 +45,13 @@ def test_tiktoken(tokenizer_files):
 
 
 def test_byte_and_null():
-    assert toks.ByteTokenizer().token_to_id("a") is None
+    byte = toks.ByteTokenizer()
+    assert byte.token_to_id("a") is None
+    assert byte.token_to_id("<|endoftext|>") == byte.eod == 256
+    sentinels = [byte.token_to_id(f"<fim_{n}>") for n in ("prefix", "middle", "suffix", "pad")]
+    assert sentinels == [263, 264, 265, 266] and byte.vocab_size == 267
+    assert byte.detokenize([104, 263, 105, 266]) == "hi"  # sentinels are not text
+    assert byte.tokenize("<fim_pad>").tolist() == list(b"<fim_pad>")  # text is only bytes
     null = toks.NullTokenizer(10)
     assert null.token_to_id("7") == 7 and null.token_to_id("10") == 10  # 10 is its EOD
     assert null.token_to_id("11") is None and null.token_to_id("x") is None

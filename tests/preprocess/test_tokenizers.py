@@ -27,7 +27,7 @@ def test_batch_matches_single_and_ids_in_vocab(kind, tokenizer_files, corpus_doc
 def test_special_ids(tokenizer_files):
     load = lambda k: tok_lib.load_tokenizer(tok_spec.TokenizerSpec(**tokenizer_files[k]))
     byte = load("byte")
-    assert (byte.vocab_size, byte.eod, byte.pad, byte.bos, byte.eos) == (263, 256, 257, 258, 259)
+    assert (byte.vocab_size, byte.eod, byte.pad, byte.bos, byte.eos) == (267, 256, 257, 258, 259)
     assert (byte.mask, byte.cls, byte.sep) == (260, 261, 262)
     assert byte.detokenize(byte.tokenize("naïve 東京")) == "naïve 東京"
     bpe = load("hf_bpe")

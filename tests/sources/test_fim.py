@@ -171,6 +171,47 @@ def test_fit_pads_only_when_asked():
     assert fim.fit(np.arange(6), 4, PAD).tolist() == [0, 1, 2, 3]
 
 
+# ------------------------------------------------------------------ a packed row's document
+
+def document(rw, doc, script):
+    draws = ScriptedDraws(script)
+    out = rw.document(np.array(doc, np.int64), draws)
+    assert draws.done(), draws.script
+    return out.tolist()
+
+
+def test_a_document_keeps_its_length_and_its_final_eod():
+    # "abcde" PSM with cuts (1, 3): PRE a SUF de MID bc, cut to the 5 places before the EOD
+    psm = [("coin", 0.5, True), ("cuts", 5, (1, 3)), ("coin", 0.25, False)]
+    assert document(rewriter(), [*t("abcde"), EOD], psm) == [PRE, *t("a"), SUF, *t("de"), EOD]
+    # a piece of a longer document (no final EOD): cut to its length like a sample
+    assert document(rewriter(), t("abcde"), psm) == [PRE, *t("a"), SUF, *t("de")]
+    # not chosen, or nothing before the EOD (no draws): unchanged
+    assert document(rewriter(), [*t("ab"), EOD], [("coin", 0.5, False)]) == [*t("ab"), EOD]
+    assert document(rewriter(), [EOD], []) == [EOD]
+    # an EOD inside the document cuts it into segments, as in a sample
+    inner = [("coin", 0.5, False), ("coin", 0.5, False)]
+    assert document(rewriter(), [*t("a"), EOD, *t("b"), EOD], inner) == [*t("a"), EOD, *t("b"), EOD]
+
+
+def test_fit_document_pads_after_the_eod_and_counts_the_real_tokens():
+    tokens = fim.FIMTokens(prefix=PRE, middle=MID, suffix=SUF, pad=PAD, eod=EOD)
+    doc = np.array([*t("abcde"), EOD], np.int64)
+    out, real = fim.fit_document(doc, np.array([PRE, SUF, MID, 97], np.int64), tokens)
+    assert (out.tolist(), real) == ([PRE, SUF, MID, 97, EOD, PAD], 5)
+    out, real = fim.fit_document(doc[:-1], np.array([PRE, 97], np.int64), tokens)
+    assert (out.tolist(), real) == ([PRE, 97, PAD, PAD, PAD], 2)
+    out, real = fim.fit_document(doc, np.zeros(0, np.int64), tokens)  # nothing planned
+    assert (out.tolist(), real) == (doc.tolist(), 6)
+
+
+def test_each_document_of_a_row_draws_from_its_own_stream():
+    a = fim.sample_draws(5, "train", 17, 0).rng.integers(0, 1 << 30, 8)
+    assert np.array_equal(a, fim.sample_draws(5, "train", 17, 0).rng.integers(0, 1 << 30, 8))
+    for other in ((5, "train", 17, 1), (5, "train", 17, None), (5, "train", 18, 0)):
+        assert not np.array_equal(a, fim.sample_draws(*other).rng.integers(0, 1 << 30, 8))
+
+
 # -------------------------------------------------------------------------------- options
 
 

@@ -20,17 +20,14 @@ from jaxblend.access import DataAccess, MapStoreOptions
 from jaxblend.preprocess import tokenizer_spec as tok_spec
 from jaxblend.sources import GPTSchemaOptions, open_gpt_sources
 from jaxblend.sources.fim import FIMOptions, fit, sample_draws
-from tests.helpers_fim import make_code_dataset
+from tests.helpers_fim import two_code_datasets
 
 SEQ = 32
 
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
-    root = tmp_path_factory.mktemp("fim_source")
-    prefix, model = make_code_dataset(root, "code", n=120, seed=0)
-    other, _ = make_code_dataset(root, "more", n=80, seed=1, model=model)
-    return {"root": root, "prefix": prefix, "model": model, "other": other}
+    return two_code_datasets(tmp_path_factory.mktemp("fim_source"), n=120, n_more=80)
 
 
 def _config(blend, samples=(96, 16, 16), seed=5):
@@ -71,6 +68,37 @@ def test_windows_are_the_plain_windows_rewritten_per_sample(data, compat):
     batch = src.assemble_batch(raw)
     sentinels = np.isin(batch["inputs"], [src.transform.tokens.prefix, src.transform.tokens.suffix])
     assert sentinels.any()
+
+
+class _CountingTokenizer:
+    """A tokenizer that counts its encode calls and the texts it encodes one by one."""
+
+    def __init__(self, inner):
+        self.inner, self.calls, self.texts = inner, 0, []
+
+    def tokenize_batch(self, texts):
+        self.calls += 1
+        self.texts += list(texts)
+        return self.inner.tokenize_batch(texts)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def test_a_batch_is_encoded_in_one_call_with_the_ids_of_separate_encodings(data):
+    src = _open(data, FIMOptions(rate=0.8, spm_rate=0.5))
+    ids = np.arange(len(src))
+    whole = src.read_batch(ids)
+    counting = _CountingTokenizer(src.transform.tokenizer)
+    src.transform._tokenizer = counting
+    again = src.read_batch(ids)
+    assert counting.calls == 1 and len(counting.texts) % 3 == 0 and len(counting.texts) > 30
+    np.testing.assert_array_equal(again["text"], whole["text"])
+    # each piece encoded alone gives the same ids as in the batched call
+    flat, lengths = counting.inner.tokenize_batch(counting.texts)
+    alone = [counting.inner.tokenize_batch([t])[0] for t in counting.texts]
+    np.testing.assert_array_equal(np.concatenate(alone), flat)
+    assert [a.size for a in alone] == lengths.tolist()
 
 
 def test_padding_follows_the_schema_convention(data):

@@ -1,20 +1,23 @@
 """Every CLI fails on bad flags and bad input with one line naming the flag or file.
 
-Each case runs the command in a subprocess and checks: the exit status (2 for usage errors, 1 for
-bad input), nothing on stdout, exactly one line on stderr starting with `error:` and naming the
-flag or file, and no traceback (which `--verbose` adds). An error found only after work began
-(a step beyond the built maps) may follow that work's log lines (absl format `I1123 ...`).
+Each case runs the command and checks: the exit status (2 for usage errors, 1 for bad input),
+nothing on stdout, exactly one line on stderr starting with `error:` and naming the flag or file,
+and no traceback (which `--verbose` adds). An error found only after work began (a step beyond the
+built maps) may follow that work's log lines (absl format `I1123 ...`).
+
+Every case runs in this process (`helpers_cli.run_tool`: the program's file descriptors 1 and 2
+are captured, so library and JAX lines would show); the first case of each program also runs as
+`python -m` in a process of its own, where what a fresh interpreter prints is what a user sees.
 """
 
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
+from helpers_cli import run_tool
 from helpers_data import write_random_dataset
 
 TOOLS = "jaxblend.tools."
@@ -73,25 +76,35 @@ def _cases(root, good):
 
 
 def _run(module, args):
-    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True,
-                          timeout=300, check=False)
+    return run_tool(module, args)
+
+
+def _first_of_each_program(cases):
+    firsts = {}
+    for case in cases:
+        firsts.setdefault(case[0], case)
+    return list(firsts.values())
 
 
 def test_every_cli_fails_with_one_line(files):
     root, good = files
     cases = _cases(root, good)
+    runs = [("", case, _run(case[0], case[1])) for case in cases]
+    own = _first_of_each_program(cases)
     with ThreadPoolExecutor(2) as pool:
-        results = list(pool.map(lambda c: _run(c[0], c[1]), cases))
+        ran = pool.map(lambda c: run_tool(c[0], c[1], own_process=True), own)
+        runs += [(" (own process)", case, out) for case, out in zip(own, ran, strict=True)]
     problems = []
-    for (module, args, code, needle, *late), out in zip(cases, results, strict=True):
+    for where, (module, args, code, needle, *late), out in runs:
         lines = out.stderr.strip().splitlines()
         if late:
             lines = [line for line in lines if not LOG_LINE.match(line)]
         ok = (out.returncode == code and not out.stdout.strip() and len(lines) == 1
               and lines[0].startswith("error: ") and needle in lines[0])
         if not ok:
-            problems.append(f"{module} {args}: exit {out.returncode} (want {code}), stdout "
-                            f"{out.stdout[-300:]!r}, stderr {out.stderr[-600:]!r}, want {needle!r}")
+            problems.append(f"{module} {args}{where}: exit {out.returncode} (want {code}), "
+                            f"stdout {out.stdout[-300:]!r}, stderr {out.stderr[-600:]!r}, "
+                            f"want {needle!r}")
     assert not problems, "\n".join(problems)
 
 

@@ -198,7 +198,7 @@ def test_every_stage_dataset_is_checked_for_its_tokenizer(data, tmp_path):
     a, _, c = data[1]
     other = write_random_dataset(str(root / "other_text_document"), np.random.default_rng(3),
                                  30, lengths=(2, 20), vocab=(1, 200))
-    for name, facts in (("other", TokenizerFacts("ByteTokenizer", 263, 256, 257)),):
+    for name, facts in (("other", TokenizerFacts("ByteTokenizer", 267, 256, 257)),):
         record = {"status": "complete", "outputs": {"text": other},
                   "tokenizer_facts": facts.to_json(), "max_token_id": {"text": 199}}
         (root / f"{name}.preprocess.json").write_text(json.dumps(record))

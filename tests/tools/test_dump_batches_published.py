@@ -13,44 +13,17 @@ import os
 import re
 import subprocess
 import sys
-import threading
-import urllib.parse
 from pathlib import Path
 
 import numpy as np
 import pytest
 from helpers_data import write_random_dataset
-from helpers_fault_proxy import FaultProxy
+from helpers_fault_proxy import LoggingProxy
 from helpers_multiproc import Job
 
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
 B, SEQ, STEPS = 8, 16, 3
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-class CountingProxy(FaultProxy):
-    """A `FaultProxy` that also logs `(method, object path, Range header)` of every request."""
-
-    def __init__(self, upstream: str):
-        self.log: list[tuple[str, str, str | None]] = []
-        self._log_lock = threading.Lock()
-        super().__init__(upstream)
-
-    def _handler_class(self):
-        base = super()._handler_class()
-        proxy = self
-
-        class Logged(base):
-            def _forward(self) -> None:
-                with proxy._log_lock:
-                    proxy.log.append(
-                        (self.command, urllib.parse.unquote(self.path), self.headers.get("Range"))
-                    )
-                base._forward(self)
-
-            do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = do_PATCH = _forward
-
-        return Logged
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +60,7 @@ def test_two_processes_start_from_one_publication(s3_server, local_prefixes, tmp
     assert reference.returncode == 0, reference.stderr[-3000:]
 
     maps_url = s3_server.prefix_url("pubdump/maps")
-    proxies = [CountingProxy(s3_server.url) for _ in range(2)]
+    proxies = [LoggingProxy(s3_server.url) for _ in range(2)]
     try:
         def job(out: str) -> Job:
             with s3_server.pointed_at():

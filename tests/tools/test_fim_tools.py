@@ -84,15 +84,22 @@ def test_dump_batches_with_megatron_spellings_equals_the_python_api(data, tmp_pa
     assert "<fim_prefix>" not in shown
 
 
-def test_inspect_explain_decode_shows_the_rewritten_sample(data, tmp_path):
+def _explain_plain_and_fim(data, tmp_path, *extra):
+    """`inspect explain --decode --json` rows of one step, without and with `FIM`; their pieces
+    agree."""
     args = ["explain", f"--data_path={data['prefix']}", *DATA, "--global_batch_size=8",
-            "--step=1", "--decode", "--decode_chars=0", f"--data_cache_path={tmp_path / 'maps'}"]
+            "--decode", "--decode_chars=0", f"--data_cache_path={tmp_path / 'maps'}", *extra]
     plain = run_tool("jaxblend.tools.inspect", [*args, f"--json={tmp_path / 'plain.json'}"])
     fim = run_tool("jaxblend.tools.inspect", [*args, *FIM, f"--json={tmp_path / 'fim.json'}"])
     assert plain.returncode == 0 and fim.returncode == 0, fim.stderr[-3000:]
     plain_rows = json.loads((tmp_path / "plain.json").read_text())["rows"]
     fim_rows = json.loads((tmp_path / "fim.json").read_text())["rows"]
     assert [r["pieces"] for r in plain_rows] == [r["pieces"] for r in fim_rows]
+    return plain_rows, fim_rows
+
+
+def test_inspect_explain_decode_shows_the_rewritten_sample(data, tmp_path):
+    plain_rows, fim_rows = _explain_plain_and_fim(data, tmp_path, "--step=1")
     assert not any("[FIM_" in r["text"] for r in plain_rows)
     rewritten = [r for r in fim_rows if r["text"].startswith("[FIM_PREFIX]")]
     assert len(rewritten) >= 4
@@ -108,6 +115,16 @@ def test_inspect_explain_decode_shows_the_rewritten_sample(data, tmp_path):
     texts = json.loads((tmp_path / "dump" / "batches.decoded.json").read_text())["1"]
     for row, text in zip(fim_rows, texts, strict=True):  # inputs: the window less its last token
         assert row["text"].startswith(text[: len(text) // 2])
+
+
+def test_inspect_explain_decode_shows_each_packed_document_rewritten(data, tmp_path):
+    plain_rows, fim_rows = _explain_plain_and_fim(data, tmp_path, "--step=0", "--packing=best_fit")
+    texts = [t for r in fim_rows for t in r["texts"]]
+    assert len(texts) == sum(len(r["texts"]) for r in plain_rows)
+    assert not any("[FIM_" in t for r in plain_rows for t in r["texts"])
+    rewritten = [t for t in texts if t.startswith("[FIM_PREFIX]")]
+    assert len(rewritten) >= 0.5 * len(texts) > 2  # --fim_rate=0.9, per document
+    assert all("[FIM_SUFFIX]" in t for t in rewritten)
 
 
 def test_missing_sentinel_is_one_line(data, tmp_path):

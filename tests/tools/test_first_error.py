@@ -19,7 +19,7 @@ from jaxblend.tokenizer_facts import TokenizerFacts, record_path
 COMMON = ["--split=100,0,0", "--seq_length=16", "--global_batch_size=4", "--train_iters=2"]
 MODEL = ["--hidden_size=16", "--ffn_hidden_size=32", "--num_layers=1", "--num_attention_heads=2",
          "--eval_interval=0", "--save_interval=0"]
-BYTE = TokenizerFacts("ByteTokenizer", 263, 256, 257)
+BYTE = TokenizerFacts("ByteTokenizer", 267, 256, 257)
 TOOLS = ["train", "build_index", "dump_samples", "dump_batches", "preflight", "stats", "explain",
          "mixture", "verify"]
 
@@ -175,7 +175,7 @@ def test_the_original_with_its_record_needs_no_tokenizer_flags(data):
     out = run_tool("jaxblend.tools.inspect", ["preflight", f"--data_path={data['prefix']}",
                                               *COMMON, "--reset_position_ids"])
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
-    assert "tokenizer ByteTokenizer (vocab 263): eod 256, pad 257" in out.stdout
+    assert "tokenizer ByteTokenizer (vocab 267): eod 256, pad 257" in out.stdout
 
 
 def test_the_exit_code_of_a_wrong_prefix_in_a_process_of_its_own(data):

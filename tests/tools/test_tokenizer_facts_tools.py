@@ -14,7 +14,7 @@ from helpers_data import write_random_dataset
 from jaxblend.tokenizer_facts import TokenizerFacts
 
 HF = TokenizerFacts("HuggingFaceTokenizer sha256:0123456789ab", 1000, 0, None)
-BYTE = TokenizerFacts("ByteTokenizer", 263, 256, 257)
+BYTE = TokenizerFacts("ByteTokenizer", 267, 256, 257)
 COMMON = ["--split=100,0,0", "--seq_length=16", "--train_samples=64", "--global_batch_size=8"]
 
 
@@ -51,8 +51,8 @@ def test_preflight_reports_the_recorded_tokenizer_and_its_vocabulary(data):
     out = run("jaxblend.tools.inspect", "preflight", f"--data_path={data['byte']}", *COMMON)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     assert (
-        "byte_text_document: tokens uint16 (holds ids <= 65,535; vocabulary 263); tokenizer "
-        "ByteTokenizer (vocab 263): eod 256, pad 257"
+        "byte_text_document: tokens uint16 (holds ids <= 65,535; vocabulary 267); tokenizer "
+        "ByteTokenizer (vocab 267): eod 256, pad 257"
     ) in out.stdout
 
 
@@ -92,7 +92,7 @@ def test_megatron_tokenizer_flags_supply_the_facts_of_data_without_a_record(data
     ) in lines
     assert (
         f"PROBLEM: dataset {data['megatron']} holds token id 899 >= the model vocabulary "
-        "(--vocab_size=263); raise --vocab_size to at least 900 or use data of the model's "
+        "(--vocab_size=267); raise --vocab_size to at least 900 or use data of the model's "
         "tokenizer"
     ) in lines
 
@@ -110,7 +110,7 @@ def test_dump_batches_takes_the_recorded_eod(data, tmp_path):
     assert out.returncode == 1
     assert out.stderr.strip().splitlines()[-1] == (
         "error: --eod_id=300 is outside the model vocabulary (the datasets' recorded vocabulary "
-        "of 263): ids must be in [0, 263)"
+        "of 267): ids must be in [0, 267)"
     )
 
 

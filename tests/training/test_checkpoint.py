@@ -52,7 +52,8 @@ def test_roundtrip_onto_another_mesh(directory):
     like = jax.tree.map(jnp.zeros_like, like)
     again = Checkpointer(directory)
     assert again.latest_step() == 3
-    state, loader, meta = again.restore(3, like)
+    loader, meta = again.resume_point(3)
+    state = again.restore_state(3, like)
     assert loader == _Loader(3).state() and meta == {"samples_per_dataset": [1, 2]}
     np.testing.assert_array_equal(np.asarray(state["w"]), np.arange(64.0).reshape(8, 8))
     assert state["w"].sharding == like["w"].sharding
@@ -65,7 +66,7 @@ def test_restore_into_another_model_names_the_checkpoint(tmp_path):
     ckpt.save(1, _state(mesh, P()), _Loader(1), {})
     wrong = {"w": jnp.zeros((4, 4)), "count": jnp.int32(0)}
     with pytest.raises(ValueError, match=r"step 1 cannot be restored into this model"):
-        ckpt.restore(1, wrong)
+        ckpt.restore_state(1, wrong)
 
 
 def test_half_written_step_is_never_listed_on_gcs(gcs_server):
@@ -141,3 +142,16 @@ def _save_waits_follow_the_checkpointer(tmp_path, orbax_and_another_warning):
     assert "Waiting for previous save" not in text and "another warning" in text
     hidden.close()  # the filter goes with the checkpointer (an in-process run leaves none)
     assert "Waiting for previous save" in orbax_and_another_warning()
+
+
+def test_resume_point_reads_no_array(tmp_path):
+    """The loader state and metadata come without the arrays: with the `state` item gone they are
+    still read, and only the arrays' restore fails."""
+    mesh = jax.sharding.Mesh(np.array(jax.devices()), ("data",))
+    ckpt = Checkpointer(str(tmp_path), asynchronous=False)
+    saved = _state(mesh, P())
+    ckpt.save(2, saved, _Loader(2), {"model": {"d_model": 8}})
+    shutil.rmtree(tmp_path / "2" / "state")
+    assert ckpt.resume_point(2) == (_Loader(2).state(), {"model": {"d_model": 8}})
+    with pytest.raises(ValueError, match=r"step 2 cannot be restored into this model"):
+        ckpt.restore_state(2, saved)

@@ -101,13 +101,12 @@ def describe(
         return f"{url}: access denied while {what} ({reason}); {credentials_hint(url)}"
     if any(marker in status for marker in _UNREACHABLE):
         endpoint = s3_endpoint if url.lower().startswith("s3://") else None
-        server = endpoint or _server_in(status) or "the store's server"
+        server = endpoint or _server_in(status)
+        named = f"the server {server}" if server else "the store's server"
         retries = _RETRIES.search(status)
         count = int(retries.group(1)) if retries else 0
         tried = f" after {count} attempt{'s' if count != 1 else ''}" if retries else ""
-        return (
-            f"{url}: cannot reach the server {server} while {what}{tried}; {endpoint_hint(url)}"
-        )
+        return f"{url}: cannot reach {named} while {what}{tried}; {endpoint_hint(url)}"
     if (
         "NoSuchBucket" in status
         or "bucket does not exist" in status.lower()

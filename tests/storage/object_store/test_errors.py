@@ -157,6 +157,11 @@ def test_s3_with_credentials_in_the_environment_logs_nothing(s3_server, capfd, m
             "attempt;"),
         ),
         (
+            "ABORTED: All 2 retry attempts failed: CURL error Connection refused [curl_code='7']",
+            ("s3://b/d/x: cannot reach the store's server while reading it after 2 attempts; "
+            "start the server, or name the right one with --s3_endpoint"),
+        ),
+        (
             "UNAVAILABLE: server said no [http_response_code='503'] [http_response_body='x\ny']",
             "s3://b/d/x: reading it failed: UNAVAILABLE: server said no [http_response_code='503']",
         ),
