@@ -37,7 +37,14 @@ from jaxblend.index.packed_maps import (
     build_packed_dataset_maps,
     build_packed_epoch,
 )
-from jaxblend.index.packing import CutItems, PackedRows, best_fit_pack, cut_items
+from jaxblend.index.packing import (
+    CutItems,
+    PackedItems,
+    PackedRows,
+    best_fit_pack,
+    cut_items,
+    pack_items,
+)
 from jaxblend.index.per_dataset_maps import DatasetMapsRequest, PerDatasetMapsProvider
 from jaxblend.index.row_table import RowSpans, build_row_table
 from jaxblend.index.sample_index import build_sample_index
@@ -59,6 +66,7 @@ __all__ = [
     "MaskedIndexConfig",
     "MaskedSampleIndex",
     "PackedDatasetMaps",
+    "PackedItems",
     "PackedRows",
     "PackedSplitMaps",
     "PerDatasetMapsProvider",
@@ -83,6 +91,7 @@ __all__ = [
     "cut_items",
     "history_fingerprint",
     "normalize",
+    "pack_items",
     "parse_blend",
     "parse_optional_blend",
     "parse_split",

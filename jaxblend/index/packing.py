@@ -6,7 +6,8 @@ no randomness: the caller fixes the item order, e.g. with a seeded shuffle):
 
 * `cut_items(lengths, capacity)`: an item longer than a row is cut into `capacity`-token pieces
   (the remainder, at the item's end, is a piece of its own); every other item is one piece.
-  Empty items have no piece.
+  Empty items have no piece. With `overflow` ("truncate", "drop": `OVERFLOWS`) only the first
+  piece of a longer item, or none of it, is kept.
 * `best_fit_pack(lengths, capacity, window)`: the pieces, taken `window` at a time in the given
   order, are placed longest first (ties in the given order) each into the open row with the least
   room that still holds it, else into a new row. The rows of a window are closed when the window
