@@ -150,8 +150,9 @@ class Bench:
     def data_flags(self, cache: str) -> list[str]:
         a = self.args
         return [
-            f"--data_args_path={self.data_args}", "--split=99,1,0", f"--seq_length={a.seq_length}",
-            f"--train_samples={train_samples(a)}", f"--valid_samples={a.global_batch_size}",
+            f"--data_args_path={self.data_args}", f"--split={a.split}", f"--seq_length={a.seq_length}",
+            f"--train_samples={train_samples(a)}",
+            f"--valid_samples={a.global_batch_size if float(a.split.split(',')[1]) else 0}",
             "--test_samples=0", f"--data_cache_path={cache}",
         ]
 
@@ -339,6 +340,9 @@ def main() -> None:
     parser.add_argument("--global_batch_size", type=int, default=256)
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--hosts", type=int, default=4, help="P; 0 skips that phase")
+    parser.add_argument("--split", default="99,1,0",
+                        help="100,0,0 for datasets too small to give every split a document "
+                             "(e.g. 1e8 tokens over 10,000 prefixes or more); no valid samples")
     parser.add_argument("--phases", default="build,host1,host",
                         help="build,host1 skips the --steps run (its columns stay empty)")
     parser.add_argument("--timeout", type=float, default=1800.0, help="per process, seconds")
@@ -362,7 +366,7 @@ def main() -> None:
     run_id = time.strftime("%Y%m%d-%H%M%S")
     results = {
         "run_id": run_id,
-        "config": {"delay_ms": args.delay_ms, "seq_length": args.seq_length,
+        "config": {"delay_ms": args.delay_ms, "seq_length": args.seq_length, "split": args.split,
                    "global_batch_size": args.global_batch_size, "steps": args.steps,
                    "hosts": args.hosts, "trees": dict(sides)},
         "commits": {side: _commit(tree) for side, tree in sides},
