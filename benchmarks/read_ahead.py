@@ -12,7 +12,7 @@ For each delay, each consumer and each read-ahead mode, one loader runs `--steps
 * consumer "slow": spends `--step_ms` ms per step;
 * read-ahead "fixed": `adaptive_read_ahead=False` (the fixed 8 steps from a bucket);
 * read-ahead "adaptive": the default for a bucket (starts at 8 steps, doubles on trial while the
-  loader waits and its reads are behind, shrinks while it does not; up to 64 steps within
+  loader waits and its reads are behind, shrinks while it does not; up to 32 steps within
   `--memory_mb` and the requests that fit in flight).
 
 The defaults make a step a few requests (one dataset, documents longer than a row), so that the
@@ -70,7 +70,7 @@ def run(urls, work: Path, args, adaptive: bool, step_ms: float) -> dict:
                                  num_samples=(args.batch * args.steps, None, None))
     access = DataAccess.from_env().with_maps(location=str(work / "cache"))
     source = open_gpt_sources(config, GPTSchemaOptions(), access=access)["train"]
-    prefetch = PrefetchOptions(adaptive_read_ahead=adaptive,
+    prefetch = PrefetchOptions(adaptive_read_ahead=adaptive, max_read_ahead=args.max_read_ahead,
                                read_ahead_memory=args.memory_mb << 20)
     mesh = jax.make_mesh((1,), ("data",))
     loader = make_loader(source, mesh, global_batch_size=args.batch, num_steps=args.steps,
@@ -113,7 +113,9 @@ def main() -> None:
     parser.add_argument("--step_ms", type=float, default=250.0, help="the slow consumer's step")
     parser.add_argument("--fast_ms", type=float, default=5.0, help="the fast consumer's step")
     parser.add_argument("--trajectory", action="store_true", help="print the adaptive window")
+    parser.add_argument("--consumers", default="fast,slow", help="fast, slow or both")
     parser.add_argument("--memory_mb", type=int, default=1024)
+    parser.add_argument("--max_read_ahead", type=int, default=32, help="the adaptive window's")
     parser.add_argument("--work_dir", default=os.path.join(tempfile.gettempdir(), "jaxblend_ra"))
     parser.add_argument("--repeats", type=int, default=1,
                         help="runs of each case, fixed and adaptive alternating; medians")
@@ -135,7 +137,9 @@ def main() -> None:
         urls = upload(server, prefixes)
         for delay in (float(d) for d in args.delays.split(",")):
             with ProxyProcess(server.url, delay / 1000) as proxy, server.pointed_at(proxy.url):
-                for consumer, step_ms in (("fast", args.fast_ms), ("slow", args.step_ms)):
+                consumers = {"fast": args.fast_ms, "slow": args.step_ms}
+                for consumer in args.consumers.split(","):
+                    step_ms = consumers[consumer]
                     runs: dict[str, list[dict]] = {"fixed": [], "adaptive": []}
                     for r in range(args.repeats):
                         for mode in (("fixed", "adaptive") if r % 2 == 0 else ("adaptive", "fixed")):

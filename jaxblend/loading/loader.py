@@ -92,7 +92,8 @@ class PrefetchOptions:
         None (the default): on for sources read from an object store, off for local files
         (their reads take microseconds: the fixed window is never late); True / False force it.
         Only with `worker_count` 0 (reads in this process's threads).
-      max_read_ahead: the adaptive window's largest size, steps (Grain's reader threads).
+      max_read_ahead: the adaptive window's largest size, steps (Grain's reader threads: idle
+        ones are not free, so no more than the window grows to in practice).
       read_ahead_memory: bytes the records read ahead of the loader may hold (adaptive window).
     """
 
@@ -103,7 +104,7 @@ class PrefetchOptions:
     device_prefetch: int = 1
     read_ahead: int = 0
     adaptive_read_ahead: bool | None = None
-    max_read_ahead: int = 64
+    max_read_ahead: int = 32
     read_ahead_memory: int = DEFAULT_READ_AHEAD_MEMORY
 
     def __post_init__(self):

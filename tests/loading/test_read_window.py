@@ -193,7 +193,7 @@ def test_options():
     assert not PrefetchOptions(adaptive_read_ahead=False).adapts(remote)
     assert not PrefetchOptions(worker_count=1).adapts(remote)
     assert not PrefetchOptions(worker_count=1, adaptive_read_ahead=True).adapts(remote)
-    assert PrefetchOptions().grain_read_options(remote).num_threads == 64
+    assert PrefetchOptions().grain_read_options(remote).num_threads == 32  # max_read_ahead
     assert PrefetchOptions(adaptive_read_ahead=False).grain_read_options(remote).num_threads == 8
     assert PrefetchOptions().grain_read_options(local).num_threads == 1
     assert PrefetchOptions().read_window(local, 0) is None
