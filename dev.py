@@ -84,8 +84,10 @@ def main(argv: list[str]) -> int:
         env["JAXBLEND_STRICT_EXTRAS"] = "1"
         # Two worker processes (pytest-xdist), the tests of one file in the same one: a file's
         # tests may share module fixtures and build on each other's results. `-n 0` runs serially.
+        # Files are handed out in collection order, which tests/slow_files_first.py sets (longest
+        # first), not xdist's default (most tests first).
         cmd = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2",
-               "--dist", "loadfile"]
+               "--dist", "loadfile", "--no-loadscope-reorder"]
     return subprocess.run(cmd + rest, check=False, cwd=ROOT, env=env).returncode
 
 

@@ -10,6 +10,8 @@
   fail when they were never parsed.
 * With JAXBLEND_STRICT_EXTRAS=1 (set by `dev.py test`, i.e. in CI) any skip fails the run, at
   collection or at run time (plugin `strict_skips`); only `@pytest.mark.allowed_skip(reason)` exempts.
+* The test files that take longest run first (plugin `slow_files_first`, times listed in
+  `file_seconds.txt`), so `dev.py test`'s two pytest-xdist workers finish together.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ _share_jax_compilation_cache()
 
 from absl import flags
 
-pytest_plugins = ["strict_skips", "pytester", "fixtures_object_store"]
+pytest_plugins = ["strict_skips", "slow_files_first", "pytester", "fixtures_object_store"]
 
 if not flags.FLAGS.is_parsed():
     flags.FLAGS.mark_as_parsed()

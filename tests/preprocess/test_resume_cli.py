@@ -1,4 +1,5 @@
-"""The CLI as a subprocess: kill -9 mid-run, rerun, byte-identical output; clear CLI errors."""
+"""The CLI as a subprocess: kill -9 mid-run, rerun, byte-identical output; clear CLI errors (those
+in this process: `helpers_cli.run_tool`)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import sys
 import time
 
 import pytest
+from helpers_cli import run_tool
 
 from jaxblend.preprocess import config as config_lib
 from jaxblend.preprocess import layout, pipeline
@@ -88,15 +90,13 @@ def test_kill_9_then_resume_is_byte_identical(tmp_path, tokenizer_files):
 
 def test_cli_errors_are_clear(tmp_path):
     (tmp_path / "a.jsonl").write_text('{"text": "hi"}\n')
-    proc = _cli(
-        [
-            f"--input={tmp_path / 'a.jsonl'}",
-            f"--output_prefix={tmp_path / 'o'}",
-            "--tokenizer_type=SentencePieceTokenizer",
-            f"--tokenizer_model={tmp_path / 'no.model'}",
-        ]
-    )
-    _, err = proc.communicate(timeout=120)
+    proc = run_tool("jaxblend.tools.preprocess", [
+        f"--input={tmp_path / 'a.jsonl'}",
+        f"--output_prefix={tmp_path / 'o'}",
+        "--tokenizer_type=SentencePieceTokenizer",
+        f"--tokenizer_model={tmp_path / 'no.model'}",
+    ])
+    err = proc.stderr
     assert proc.returncode == 1 and "no.model" in err and "does not exist" in err
     assert not os.path.exists(str(tmp_path / "o") + ".preprocess.json")
     assert not os.path.exists(tmp_path / ".jaxblend" / "o.preprocess.json")
@@ -105,9 +105,11 @@ def test_cli_errors_are_clear(tmp_path):
 def test_cli_exits_non_zero_when_no_document_is_written(tmp_path):
     src = tmp_path / "a.jsonl"
     src.write_text('{"text": "hi"}\n{"text": "ho"}\n')
-    proc = _cli([f"--input={src}", f"--output_prefix={tmp_path / 'o'}", "--tokenizer_type=byte",
-                 "--json_keys=body", "--noprogress"])
-    out, err = proc.communicate(timeout=120)
+    proc = run_tool("jaxblend.tools.preprocess", [
+        f"--input={src}", f"--output_prefix={tmp_path / 'o'}", "--tokenizer_type=byte",
+        "--json_keys=body", "--noprogress",
+    ])
+    out, err = proc.stdout, proc.stderr
     assert proc.returncode == 1, (out, err)
     lines = [line for line in err.strip().splitlines() if "] preprocess: " not in line]  # logging
     assert len(lines) == 1 and lines[0] == (

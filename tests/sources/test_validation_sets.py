@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
+from helpers_cli import run_tool
 from helpers_data import write_random_dataset
 
 from jaxblend import index
@@ -98,51 +97,18 @@ def test_training_evaluates_and_inspect_explains_each_set(prefixes, tmp_path):
         "--multiple_validation_sets",
         f"--data_cache_path={tmp_path / 'cache'}",
     ]
-    train = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "jaxblend.train",
-            *args,
-            "--train_iters=2",
-            "--eval_interval=2",
-            "--eval_iters=1",
-            "--global_batch_size=4",
-            "--vocab_size=512",
-            "--hidden_size=32",
-            "--ffn_hidden_size=64",
-            "--num_attention_heads=2",
-            "--num_layers=1",
-            f"--workdir={tmp_path / 'run'}",
-            "--save_interval=0",
-            "--num_cpu_devices=1",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    train = run_tool("jaxblend.train", [
+        *args, "--train_iters=2", "--eval_interval=2", "--eval_iters=1", "--global_batch_size=8",
+        "--vocab_size=512", "--hidden_size=32", "--ffn_hidden_size=64", "--num_attention_heads=2",
+        "--num_layers=1", f"--workdir={tmp_path / 'run'}", "--save_interval=0",
+    ])
     assert train.returncode == 0, train.stderr[-3000:]
     assert "validation valid_0 (v1) loss" in train.stdout, train.stdout
     assert "validation valid_1 (v2) loss" in train.stdout
     out = tmp_path / "explain.json"
-    inspect = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "jaxblend.tools.inspect",
-            "explain",
-            *args,
-            "--valid_samples=8",
-            "--which=valid_1",
-            "--global_batch_size=4",
-            "--step=0",
-            f"--json={out}",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    inspect = run_tool("jaxblend.tools.inspect", [
+        "explain", *args, "--valid_samples=8", "--which=valid_1", "--global_batch_size=4",
+        "--step=0", f"--json={out}",
+    ])
     assert inspect.returncode == 0, inspect.stderr[-3000:]
     assert json.loads(out.read_text())["datasets"] == [v2]

@@ -1,10 +1,13 @@
-"""The README's cleaning run, as written there, and the CLI's one-line errors."""
+"""The README's cleaning run, as written there (its commands as processes), and the CLI's one-line
+errors (in this process: `helpers_cli.run_tool`)."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+
+from helpers_cli import run_tool
 
 from tests.preprocess.test_resume_cli import _ROOT
 
@@ -67,17 +70,14 @@ def test_cli_errors_are_one_line(tmp_path):
         ("--clean_quality_thresholds=word_count.min", "must be <filter>.min=<number>"),
         (f"--clean_config={cfg}", "unknown setting(s) ['shingles']"),
     ):
-        proc = _cli(
-            "-m",
-            "jaxblend.tools.preprocess",
+        proc = run_tool("jaxblend.tools.preprocess", [
             "--tokenizer-type",
             "ByteTokenizer",
             f"--input={src}",
             f"--output_prefix={tmp_path}/o",
             "--clean_languages=en" if "lang_model" in flag else "--noprogress",
             flag,
-            timeout=120,
-        )
+        ])
         assert proc.returncode == 1, flag
         lines = proc.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], (
@@ -91,17 +91,14 @@ def test_clean_config_file(tmp_path):
     src.write_text('{"text": "write to a@example.com"}\n{"text": "WRITE to a@example.com!"}\n')
     cfg = tmp_path / "clean.json"
     cfg.write_text('{"pii": true, "exact_dedup": true, "plot": false}')
-    proc = _cli(
-        "-m",
-        "jaxblend.tools.preprocess",
+    proc = run_tool("jaxblend.tools.preprocess", [
         "--tokenizer-type",
         "ByteTokenizer",
         f"--input={src}",
         f"--output_prefix={tmp_path}/o/c",
         f"--clean_config={cfg}",
         "--noprogress",
-        timeout=120,
-    )
+    ])
     assert proc.returncode == 0, proc.stderr[-2000:]
     with open(tmp_path / "o" / ".jaxblend" / "c.cleaning.json") as f:
         report = json.load(f)
