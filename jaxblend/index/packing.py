@@ -39,7 +39,19 @@ import dataclasses
 
 import numba
 import numpy as np
-from numba.cpython.unsafe.numbers import trailing_zeros
+
+try:  # Numba's intrinsic: one instruction
+    from numba.cpython.unsafe.numbers import trailing_zeros
+except ImportError:  # a Numba release that moved it: the same answer by a loop
+
+    @numba.njit(cache=True, nogil=True)
+    def trailing_zeros(x):  # pragma: no cover - compiled
+        n = 0
+        while not x & np.uint64(1):
+            x >>= np.uint64(1)
+            n += 1
+        return n
+
 
 PACKINGS = ("concat", "best_fit")
 """`GPTDataConfig.packing` values: Megatron's concatenate-and-cut samples, or packed rows."""
