@@ -79,6 +79,11 @@ def test_distributed_config_from_flags(fl):
 def test_prefetch_from_flags(fl):
     fl.worker_count, fl.read_ahead = 2, 3
     assert cli.prefetch_from_flags() == PrefetchOptions(worker_count=2, read_ahead=3)
+    fl.worker_count = 0
+    assert cli.prefetch_from_flags().adapts(reads_remote=True)  # unset: on for buckets only
+    assert not cli.prefetch_from_flags().adapts(reads_remote=False)
+    fl.adaptive_read_ahead = False  # --noadaptive_read_ahead
+    assert not cli.prefetch_from_flags().adapts(reads_remote=True)
 
 
 def test_train_settings_from_flags(train_fl):
