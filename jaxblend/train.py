@@ -636,6 +636,12 @@ class _LogWindow:
         self.metrics = self.loader.metrics()
         self.loader_window = self.metrics.since(self.metrics)
 
+    def start_clock(self) -> None:
+        """Starts the window's time and data wait now, keeping the loader's figures from when the
+        window was made: the first batch, taken while the checkpoint was restored, belongs to the
+        first window, and its wait was not the training loop's."""
+        self.began, self.wait = time.perf_counter(), self.loader.wait_seconds
+
     def figures(self, loss: float, batch_size: int) -> dict:
         """The log line's figures (also the `--metrics_jsonl` record's, with `"loader"`)."""
         elapsed = time.perf_counter() - self.began
@@ -736,11 +742,11 @@ def _announce_stage(data: _Data, step: int, first: int, top: int) -> None:
 
 
 def _run_steps(watch, loader, state: _Model, resume: _Resume, data: _Data, steps, mesh,
-               batch_axes, s: cli.TrainSettings, first_batch=None):
+               batch_axes, s: cli.TrainSettings, window: _LogWindow, first_batch=None):
     """Trains from `resume.start` to `--train_iters`; returns (last loss, preempted step).
 
-    `first_batch`: the batch of step `resume.start` when it was already taken from `loader`
-    (`_FirstStep`).
+    `window`: the first log window (made before `first_batch` was taken); `first_batch`: the batch
+    of step `resume.start` when it was already taken from `loader` (`_FirstStep`).
 
     The host reads the device's losses and per-dataset sums only at log lines, evaluations and
     checkpoints; a non-finite loss stops the run there (`jaxblend.training.divergence`), and a
@@ -772,7 +778,7 @@ def _run_steps(watch, loader, state: _Model, resume: _Resume, data: _Data, steps
     guard = DivergenceGuard(
         _advice(s), resume.start if resume.loader_state is not None else None
     )
-    window = _LogWindow(loader)
+    window.start_clock()
     batches = loader if first_batch is None else itertools.chain([first_batch], loader)
     iters, seq = data.plan.num_steps, data.seq_length  # a phase of Megatron's ends before the run
     logging.info(
@@ -892,6 +898,7 @@ def _train(watch, s: cli.TrainSettings) -> None:
     # The first steps are read, and the step function compiled for the first batch, while the
     # arrays are restored (or initialized).
     loader.start_reading()
+    window = _LogWindow(loader)
     train_step, eval_step = _compile_steps(state, len(data.names), mesh)
     first = _FirstStep(loader, train_step, state, len(data.names), mesh)
     try:
@@ -906,7 +913,7 @@ def _train(watch, s: cli.TrainSettings) -> None:
     with _metrics_endpoint(loader, telemetry):
         loss, preempted_at = _run_steps(
             watch, loader, state, resume, data, (train_step, eval_step), mesh, batch_axes, s,
-            first_batch,
+            window, first_batch,
         )
     watch.phase = "saving the checkpoint"
     resume.ckpt.close()
