@@ -269,11 +269,11 @@ class PublishedBins:
 
     def loss_masks(self, access: DataAccess) -> Any:
         """The split's stored loss masks as the publication records them
-        (`jaxblend.sources.conversation_masks.LossMasks`), or None when none of its datasets has
+        (`jaxblend.storage.loss_mask_reader.LossMasks`), or None when none of its datasets has
         one: no dataset is probed, and only the masked datasets are described.
         """
         from jaxblend.loss_masks import loss_mask_prefix
-        from jaxblend.sources.conversation_masks import LossMasks
+        from jaxblend.storage.loss_mask_reader import LossMasks
 
         masked = set(self.reader.table.masked)
         ids = [d for d, p in enumerate(self.positions.tolist()) if p in masked]

@@ -195,9 +195,9 @@ def publish_plan(
 
 def _masked(datasets: tuple[PublishedDataset, ...], access: DataAccess) -> list[int]:
     """Positions of the datasets with a stored loss mask (one small read per bucket dataset)."""
-    from jaxblend.sources import conversation_masks
+    from jaxblend.storage import loss_mask_reader
 
-    found = conversation_masks.find_loss_masks([dataset_table.to_bin_dataset(d) for d in datasets],
+    found = loss_mask_reader.find_loss_masks([dataset_table.to_bin_dataset(d) for d in datasets],
                                                access)
     return [] if found is None else [k for k, m in enumerate(found.masked) if m]
 

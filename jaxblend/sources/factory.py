@@ -25,10 +25,11 @@ from jaxblend.access import DataAccess
 from jaxblend.map_store import entries, load_or_build_data_maps, publication
 from jaxblend.map_store.dataset_table import PublishedBins
 from jaxblend.map_store.store import MapStore
-from jaxblend.sources import base, conversation_masks, schema
+from jaxblend.sources import base, schema
 from jaxblend.sources.gpt_source import GPTSource
 from jaxblend.sources.row_tables import ArrayRowTables, BucketRowTables, RowTables
 from jaxblend.sources.span_index import RowTableSpanIndex, SpanIndex, SplitMapsSpanIndex
+from jaxblend.storage import loss_mask_reader
 from jaxblend.storage.reader import IndexedDataset
 
 SPLITS = ("train", "valid", "test")
@@ -139,13 +140,13 @@ def open_gpt_sources(
     }
 
 
-def _loss_masks(index: SpanIndex, access: DataAccess) -> conversation_masks.LossMasks | None:
+def _loss_masks(index: SpanIndex, access: DataAccess) -> loss_mask_reader.LossMasks | None:
     """The split's stored loss masks: as the publication records them (nothing probed), else
     looked for next to each dataset."""
     datasets = index.bin_datasets
     if isinstance(datasets, PublishedBins):
         return datasets.loss_masks(access)
-    return conversation_masks.find_loss_masks(datasets, access)
+    return loss_mask_reader.find_loss_masks(datasets, access)
 
 
 def _split_maps_indexes(

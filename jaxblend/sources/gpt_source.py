@@ -30,9 +30,10 @@ import numpy as np
 from jaxblend import access as access_lib
 from jaxblend import identity
 from jaxblend.index.packing import PACKINGS
-from jaxblend.sources import base, conversation_masks, packed_schema, schema
+from jaxblend.sources import base, packed_schema, schema
 from jaxblend.sources.source_identity import gpt_source_fingerprint
 from jaxblend.sources.span_index import SpanIndex
+from jaxblend.storage import loss_mask_reader
 from jaxblend.storage.token_reader import TokenReader
 
 
@@ -82,7 +83,7 @@ class GPTSource(base.PerProcess, base.BatchSource):
       transform: rewrites each batch's windows after they are read (`WindowTransform`; the FIM
         transform of `options.fim`), or None. Its identity enters the fingerprint.
       loss_masks: the stored loss masks of the split's datasets (conversations,
-        `jaxblend.sources.conversation_masks.find_loss_masks`), or None: `loss_mask` is then
+        `jaxblend.storage.loss_mask_reader.find_loss_masks`), or None: `loss_mask` is then
         multiplied by the mask of each target token, and the fingerprint records which datasets
         have masks.
     """
@@ -99,7 +100,7 @@ class GPTSource(base.PerProcess, base.BatchSource):
         split: str = "train",
         access: access_lib.DataAccess | None = None,
         transform: WindowTransform | None = None,
-        loss_masks: conversation_masks.LossMasks | None = None,
+        loss_masks: loss_mask_reader.LossMasks | None = None,
     ):
         if (options.fim is None) != (transform is None):
             raise ValueError(
@@ -252,7 +253,7 @@ class GPTSource(base.PerProcess, base.BatchSource):
         else:
             batch = schema.assemble_windows(raw, self.options, seq_length=self.seq_length)
         if "loss_weights" in raw:  # stored loss masks, or FIM's padding inside packed documents
-            conversation_masks.apply_loss_masks(batch, np.asarray(raw["loss_weights"]))
+            loss_mask_reader.apply_loss_masks(batch, np.asarray(raw["loss_weights"]))
         return batch
 
     def get_batch(self, sample_ids: np.ndarray) -> dict[str, np.ndarray]:

@@ -19,7 +19,7 @@ from jaxblend.loss_masks import loss_mask_prefix
 from jaxblend.preprocess import pipeline
 from jaxblend.preprocess import tokenizer_spec as tok_spec
 from jaxblend.sources import GPTSchemaOptions, GPTSource, open_gpt_sources
-from jaxblend.sources.conversation_masks import apply_loss_masks, find_loss_masks
+from jaxblend.storage.loss_mask_reader import apply_loss_masks, find_loss_masks
 from tests.helpers_chat import CHATML, chat_tokenizer, make_conversations, write_chat
 from tests.preprocess.conftest import make_documents, small_run_config, write_jsonl
 
