@@ -82,7 +82,8 @@ class PeerWatch:
         self.timeout = float(timeout)
         self.interval = float(interval or min(1.0, timeout / 5))
         self.step = 0
-        self.phase = "starting"
+        self._phase = "starting"
+        self._phase_changed = threading.Event()  # wakes the heartbeat: a new phase is told at once
         self._on_fatal = on_fatal
         if process_index is None or process_count is None:
             import jax
@@ -99,6 +100,18 @@ class PeerWatch:
         self._seen: dict[int, tuple[str, float]] = {}
         self._rounds = 0
         self._started = now
+
+    @property
+    def phase(self) -> str:
+        """What this process is doing, as its heartbeat tells the peers."""
+        return self._phase
+
+    @phase.setter
+    def phase(self, value: str) -> None:
+        # Told at once, not at the next interval: a short phase (the first steps after a compile
+        # done beforehand) is what a peer's "lost process K ... (while <phase>)" line must name.
+        self._phase = value
+        self._phase_changed.set()
 
     @property
     def active(self) -> bool:
@@ -119,6 +132,7 @@ class PeerWatch:
     def stop(self) -> None:
         """Stops watching (call once every process is past its last collective)."""
         self._stop.set()
+        self._phase_changed.set()
 
     def report_failure(self, message: str) -> None:
         """Tells every peer that this process failed with `message` (best effort).
@@ -186,7 +200,8 @@ class PeerWatch:
                 if pid != self._pid:
                     phase, _, message = value.partition("\t")
                     self._fatal(f"process {pid} failed while {phase}: {message}")
-            self._stop.wait(self.interval)
+            self._phase_changed.wait(self.interval)  # the interval, or a new phase
+            self._phase_changed.clear()
 
     def _verdict(self) -> str | None:
         """Why this process must stop, judged on the data of the last heartbeat round, or None."""

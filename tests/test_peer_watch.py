@@ -97,3 +97,25 @@ def test_single_process_does_not_watch():
 def test_timeout_must_be_positive():
     with pytest.raises(ValueError, match="--peer_timeout"):
         PeerWatch(0, client=Store(), process_index=0, process_count=2)
+
+
+def test_a_new_phase_reaches_the_peers_before_the_next_interval():
+    # A phase that lasts less than a heartbeat interval (the first training steps once the step
+    # was compiled beforehand) must still be the one a peer names if this process dies in it.
+    store = Store()
+    watch = PeerWatch(60, interval=30, on_fatal=lambda line: None, client=store,
+                      process_index=1, process_count=2).start()
+    try:
+        deadline = time.monotonic() + 20
+        while "beat/1" not in " ".join(store.data) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        watch.phase, watch.step = "training", 3
+        beat = ""
+        while time.monotonic() < deadline:
+            beat = next((v for k, v in store.data.items() if k.endswith("beat/1")), "")
+            if beat.endswith(" 3 training"):
+                break
+            time.sleep(0.01)
+        assert beat.endswith(" 3 training"), beat  # not 30 s later, at the next interval
+    finally:
+        watch.stop()
