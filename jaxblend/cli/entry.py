@@ -325,6 +325,9 @@ def call(
             if wanted is not None:
                 _print_help(wanted, main, defined, megatron_nargs, dashed_help)
                 sys.exit(0)
+            # A fresh absl program's --verbosity: whatever an earlier in-process run (or a library)
+            # left in it is not this command line's (restored when the call ends).
+            flags.FLAGS["verbosity"].unparse()
             rest, dropped = _parse_flags(args, megatron_nargs, ignored)
             if dropped:
                 print(

@@ -161,3 +161,21 @@ def test_verbose_shows_the_sdk_credential_lines_for_the_run_only(monkeypatch):
     for argv, shown in (([], False), (["--verbose"], True), ([], False)):
         assert run_program(lambda a: entry.call(main, a), argv).returncode == 0
         assert seen.pop() is shown and not sdk_logging.shown()
+
+
+def test_a_verbosity_left_by_an_earlier_run_does_not_reach_the_next_call():
+    # An earlier in-process run (or a library) that set --verbosity outside `call` must not
+    # change what the next program sees: a fresh absl program starts at INFO.
+    fl = flags.FLAGS
+    saved = (fl["verbosity"].value, fl["verbosity"].present, fl["verbosity"].using_default_value)
+    try:
+        fl.verbosity = -1
+        seen: dict = {}
+        run_program(
+            lambda argv: entry.call(_probe(seen), argv, define=_define_probe_flags),
+            ["--probe_count=7"],
+        )
+        assert seen["verbosity"] == 0
+    finally:
+        fl["verbosity"].value = saved[0]
+        fl["verbosity"].present, fl["verbosity"].using_default_value = saved[1], saved[2]
