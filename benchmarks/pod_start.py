@@ -209,14 +209,19 @@ class Bench:
 
     def side(self, side: str, tree: str) -> dict:
         a = self.args
-        base = f"runs/{self.run_id}/{side}"
+        base = f"runs/{a.reuse_build or self.run_id}/{side}"
         cache = self.server.prefix_url(f"{base}/cache")
         out: dict = {"side": side, "tree": tree}
-        print(f"  {side}: build", flush=True)
         build_extra = shlex.split(getattr(a, f"{side}_build_flags"))
         host_extra = shlex.split(getattr(a, f"{side}_host_flags"))
-        out["build"] = self.run(f"{side}-build", tree,
-                                ["jaxblend.tools.build_index", *self.data_flags(cache), *build_extra])
+        if "build" in a.phases.split(","):
+            print(f"  {side}: build", flush=True)
+            out["build"] = self.run(f"{side}-build", tree, ["jaxblend.tools.build_index",
+                                                            *self.data_flags(cache), *build_extra])
+        else:
+            print(f"  {side}: no build; the publication of run {a.reuse_build}", flush=True)
+        if "host1" not in a.phases.split(","):
+            return out
         dump = ["jaxblend.tools.dump_batches", *self.data_flags(cache),
                 f"--global_batch_size={a.global_batch_size}", *host_extra]
         print(f"  {side}: fresh host, 1 step", flush=True)
@@ -345,6 +350,10 @@ def main() -> None:
                              "(e.g. 1e8 tokens over 10,000 prefixes or more); no valid samples")
     parser.add_argument("--phases", default="build,host1,host",
                         help="build,host1 skips the --steps run (its columns stay empty)")
+    parser.add_argument("--reuse_build", default=None,
+                        help="the run id of an earlier run whose build (its bucket cache) the hosts "
+                             "use; with --phases lacking build, the slow 100,000-prefix build can "
+                             "run apart (e.g. under load) and the hosts later on an idle machine")
     parser.add_argument("--timeout", type=float, default=1800.0, help="per process, seconds")
     parser.add_argument("--report", default=None,
                         help="only print the report of these results JSONs (comma-separated runs "
@@ -352,6 +361,8 @@ def main() -> None:
     parser.add_argument("--prepare_only", action="store_true",
                         help="only write and upload the corpora of --sizes (cached for later runs)")
     args = parser.parse_args()
+    if args.reuse_build is None and "build" not in args.phases.split(","):
+        parser.error("--phases without build needs --reuse_build=<run id of the build>")
     if args.report:
         print(report(merge_results([json.loads(Path(p).read_text())
                                     for p in args.report.split(",")])))
