@@ -32,7 +32,7 @@ any jaxblend module defines no flag, and nothing outside this package reads `abs
   tool_flags         each tool's own flags; preprocess_flags: the preprocessing CLI's
   data_warnings      --warn_epochs; a training dataset shorter than one sequence or repeated
                      more epochs than that, as warning lines (training, inspect preflight)
-  entry              `call(main, argv, define=...)` -> exit code (in-process), `run` (`__main__`):
+  entry              `call(main, argv, define=...)` -> exit code (in-process):
                      defines the flags, parses, one-line failures, then leaves the process clean;
                      `SharedFlags`: the training job's flagfile accepted by the data tools
   flag_help          `--help`: the program's docstring and its flags by group (`group`, `ORDER`)
@@ -53,7 +53,7 @@ from jaxblend.cli.distributed_flags import (
     distributed_config_from_flags,
     initialize_from_flags,
 )
-from jaxblend.cli.entry import call, run
+from jaxblend.cli.entry import call
 from jaxblend.cli.flag_values import DataFlagValues, read_flag_values
 from jaxblend.cli.loader_flags import define_loader_flags, prefetch_from_flags
 from jaxblend.cli.mesh_flags import define_mesh_flags, mesh_from_flags
@@ -123,7 +123,6 @@ __all__ = [
     "prefetch_from_flags",
     "prefixes_from_flags",
     "read_flag_values",
-    "run",
     "run_config_from_flags",
     "run_tokenizer_from_flags",
     "schema_options_from_flags",
