@@ -59,7 +59,7 @@ from jaxblend.cli.loader_flags import define_loader_flags, prefetch_from_flags
 from jaxblend.cli.mesh_flags import define_mesh_flags, mesh_from_flags
 from jaxblend.cli.object_store_flags import object_store_from_flags
 from jaxblend.cli.schedule_flags import staged_history
-from jaxblend.cli.schema_flags import define_schema_flags, schema_options_from_flags
+from jaxblend.cli.schema_flags import define_schema_flags
 from jaxblend.cli.source_flags import (
     checked_run_config_from_flags,
     define_source_flags,
@@ -67,7 +67,6 @@ from jaxblend.cli.source_flags import (
     open_source,
     open_validation_sources,
     source_from_flags,
-    validation_sources_from_flags,
 )
 from jaxblend.cli.step_plan_flags import (
     MEGATRON_NARGS,
@@ -125,11 +124,9 @@ __all__ = [
     "read_flag_values",
     "run_config_from_flags",
     "run_tokenizer_from_flags",
-    "schema_options_from_flags",
     "source_from_flags",
     "staged_history",
     "step_settings_from_flags",
     "telemetry_from_flags",
     "train_settings_from_flags",
-    "validation_sources_from_flags",
 ]
