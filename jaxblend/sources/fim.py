@@ -296,12 +296,6 @@ class FIMRewriter:
         part = self.plan_fragment(np.asarray(tokens, np.int64), rate, draws, plan)
         return build([part], self.encode(plan))
 
-    def segment(self, tokens: np.ndarray, draws: Draws) -> np.ndarray:
-        """One EOD-delimited segment, rewritten (`plan_segment`)."""
-        plan = RewritePlan()
-        parts = self.plan_segment(np.asarray(tokens, np.int64), draws, plan)
-        return build(parts, self.encode(plan))
-
     def sample(self, tokens: np.ndarray, draws: Draws) -> np.ndarray:
         """The rewritten sample, before it is cut or padded back to its length."""
         plan = RewritePlan()
