@@ -235,7 +235,7 @@ class FIMRewriter:
     """Megatron's FIM rewrite of one sample, given its tokenizer, sentinel ids and draws.
 
     The `plan_*` methods draw and decode, leaving the encoding to a `RewritePlan` shared by a
-    batch; `fragment`, `segment` and `sample` plan and encode one at a time (the same tokens).
+    batch; `fragment`, `sample` and `document` plan and encode one at a time (the same tokens).
 
     Attributes:
       options: the FIM settings.
