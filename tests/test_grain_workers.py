@@ -190,10 +190,13 @@ def test_the_exit_handler_collects_garbage_only_after_workers(monkeypatch):
     """A process that handed nothing to Grain workers exits without a full garbage collection;
     once it has (a loader with workers, a source pickled for one), the handler frees batches."""
     import gc
+    import weakref
 
     collections = []
     monkeypatch.setattr(gc, "collect", lambda *a: collections.append(a) or 0)
     monkeypatch.setattr(grain_workers, "_workers_fed", [])
+    monkeypatch.setattr(grain_workers, "_open", weakref.WeakSet())  # other tests' loaders stay open
+    monkeypatch.setattr(grain_workers, "_join_grain_threads", lambda timeout: None)
     grain_workers._at_exit()
     assert collections == []
     grain_workers.handed_to_workers()
