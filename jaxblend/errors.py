@@ -1,4 +1,4 @@
-"""One-line failure messages, shared by the command lines (`jaxblend.cli.run`) and the peer
+"""One-line failure messages, shared by the command lines (`jaxblend.cli.call`) and the peer
 watch of multi-process runs (`jaxblend.peer_watch`).
 
 A usage error (an unknown or malformed flag, `absl.app.UsageError`) exits with `USAGE_EXIT` (2),

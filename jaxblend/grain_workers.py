@@ -23,12 +23,14 @@ Three things stand between a script and Grain's worker processes (grain 0.2):
   exit Python's resource tracker reports them as leaked. `release` frees that garbage when a
   loader stops; at exit, loaders still open are closed (`track`) and every stopped pipeline's
   garbage is freed (`release_at_exit`), a `grain.DataLoader` of the user's over jaxblend sources
-  included.
+  included. That exit handler collects garbage only in a process that handed data to Grain
+  workers (`handed_to_workers`: a loader with workers, a source pickled for a worker); any other
+  process exits without a full collection.
 
 `prepare` (Grain's flag default and the release at exit) runs where jaxblend hands data to Grain:
 `make_loader` with workers and `jaxblend.open_gpt_sources`; `refuse_unguarded_main` runs in
 `make_loader` and where a source is pickled for a worker (`GPTSource`, whichever its span
-index).
+index), which also notes `handed_to_workers`, as `track` does for a loader with workers.
 """
 
 from __future__ import annotations
@@ -118,6 +120,7 @@ class _Closable(Protocol):
 
 _open: weakref.WeakSet = weakref.WeakSet()  # loaders whose Grain pipeline has workers
 _exit_hook: list[bool] = []  # whether `_at_exit` is registered
+_workers_fed: list[bool] = []  # whether this process handed data to Grain workers
 
 
 def release_at_exit() -> None:
@@ -129,9 +132,18 @@ def release_at_exit() -> None:
         _exit_hook.append(True)
 
 
+def handed_to_workers() -> None:
+    """Notes that this process hands data to Grain worker processes, so that the exit handler
+    (`release_at_exit`) frees the shared memory of their batches; without this note it does
+    nothing (no worker ran: no block to unlink, no garbage collection at exit)."""
+    if not _workers_fed:
+        _workers_fed.append(True)
+
+
 def track(loader: _Closable) -> None:
     """Closes ``loader`` at interpreter exit if it is still open then (`release_at_exit`)."""
     release_at_exit()
+    handed_to_workers()
     _open.add(loader)
 
 
@@ -181,6 +193,8 @@ def _join_grain_threads(timeout: float) -> None:
 
 
 def _at_exit() -> None:
+    if not _workers_fed:  # no Grain worker ran here: no shared memory to free
+        return
     for loader in list(_open):
         loader.close()
     _join_grain_threads(timeout=10.0)

@@ -78,7 +78,7 @@ def open_config_datasets(
       IndexFormatError: a dataset is missing or malformed (with that hint when it applies).
     """
     try:
-        return open_datasets(config_prefixes(config), access)
+        return open_datasets(index.config_prefixes(config), access)
     except IndexFormatError as e:
         hint = index.swapped_weights_hint(config_blends(config), str(e))
         if hint:
@@ -130,15 +130,3 @@ def check_datasets_exist(
 def config_blends(config: index.GPTDataConfig) -> list:
     """The raw blends of a configuration (for `index.swapped_weights_hint`)."""
     return [config.blend, *(config.blend_per_split or ())]
-
-
-def open_dataset_infos(
-    prefixes: Iterable[str], access: DataAccess | None = None
-) -> dict[str, index.DatasetInfo]:
-    """`DatasetInfo` of each distinct prefix."""
-    return open_datasets(prefixes, access)[1]
-
-
-def config_prefixes(config: index.GPTDataConfig) -> list[str]:
-    """Every distinct prefix a configuration names, in order of first appearance."""
-    return index.config_prefixes(config)

@@ -184,3 +184,21 @@ def test_the_readme_example_runs_as_written(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.splitlines()[-1].startswith("read 16 batches of (64, 128)"), out.stdout
     assert LEAK not in out.stderr, out.stderr
+
+
+def test_the_exit_handler_collects_garbage_only_after_workers(monkeypatch):
+    """A process that handed nothing to Grain workers exits without a full garbage collection;
+    once it has (a loader with workers, a source pickled for one), the handler frees batches."""
+    import gc
+    import weakref
+
+    collections = []
+    monkeypatch.setattr(gc, "collect", lambda *a: collections.append(a) or 0)
+    monkeypatch.setattr(grain_workers, "_workers_fed", [])
+    monkeypatch.setattr(grain_workers, "_open", weakref.WeakSet())  # other tests' loaders stay open
+    monkeypatch.setattr(grain_workers, "_join_grain_threads", lambda timeout: None)
+    grain_workers._at_exit()
+    assert collections == []
+    grain_workers.handed_to_workers()
+    grain_workers._at_exit()
+    assert len(collections) == 1

@@ -32,7 +32,7 @@ any jaxblend module defines no flag, and nothing outside this package reads `abs
   tool_flags         each tool's own flags; preprocess_flags: the preprocessing CLI's
   data_warnings      --warn_epochs; a training dataset shorter than one sequence or repeated
                      more epochs than that, as warning lines (training, inspect preflight)
-  entry              `call(main, argv, define=...)` -> exit code (in-process), `run` (`__main__`):
+  entry              `call(main, argv, define=...)` -> exit code (in-process):
                      defines the flags, parses, one-line failures, then leaves the process clean;
                      `SharedFlags`: the training job's flagfile accepted by the data tools
   flag_help          `--help`: the program's docstring and its flags by group (`group`, `ORDER`)
@@ -53,13 +53,13 @@ from jaxblend.cli.distributed_flags import (
     distributed_config_from_flags,
     initialize_from_flags,
 )
-from jaxblend.cli.entry import call, run
+from jaxblend.cli.entry import call
 from jaxblend.cli.flag_values import DataFlagValues, read_flag_values
 from jaxblend.cli.loader_flags import define_loader_flags, prefetch_from_flags
 from jaxblend.cli.mesh_flags import define_mesh_flags, mesh_from_flags
 from jaxblend.cli.object_store_flags import object_store_from_flags
 from jaxblend.cli.schedule_flags import staged_history
-from jaxblend.cli.schema_flags import define_schema_flags, schema_options_from_flags
+from jaxblend.cli.schema_flags import define_schema_flags
 from jaxblend.cli.source_flags import (
     checked_run_config_from_flags,
     define_source_flags,
@@ -67,7 +67,6 @@ from jaxblend.cli.source_flags import (
     open_source,
     open_validation_sources,
     source_from_flags,
-    validation_sources_from_flags,
 )
 from jaxblend.cli.step_plan_flags import (
     MEGATRON_NARGS,
@@ -123,14 +122,11 @@ __all__ = [
     "prefetch_from_flags",
     "prefixes_from_flags",
     "read_flag_values",
-    "run",
     "run_config_from_flags",
     "run_tokenizer_from_flags",
-    "schema_options_from_flags",
     "source_from_flags",
     "staged_history",
     "step_settings_from_flags",
     "telemetry_from_flags",
     "train_settings_from_flags",
-    "validation_sources_from_flags",
 ]

@@ -1,9 +1,8 @@
 """The entry point of every CLI (`jaxblend.tools.*`, `jaxblend.train`): flags defined when the
 program runs, failures in one line, callable in-process.
 
-`call(main, argv, define=...)` runs a program as its command line does and returns its exit code;
-`run(main, define=...)` (the `__main__` of a module) does the same with `sys.argv` and exits with
-that code. Each CLI module exposes `run(argv=None) -> int` built on `call`, so a test or a Python
+`call(main, argv, define=...)` runs a program as its command line does and returns its exit code.
+Each CLI module exposes `run(argv=None) -> int` built on `call`, so a test or a Python
 caller runs `jaxblend.tools.inspect.run(["stats", "--data_path=..."])` without a subprocess.
 
 `call` defines `--verbose` and the program's flags (`define`, which calls the `define_*`
@@ -52,7 +51,7 @@ from jaxblend.cli import flag_help, megatron_argv
 from jaxblend.errors import ERROR_EXIT, USAGE_EXIT, print_failure
 from jaxblend.storage.object_store import sdk_logging
 
-__all__ = ["SharedFlags", "call", "run"]
+__all__ = ["SharedFlags", "call"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -377,21 +376,3 @@ def _print_help(
     except BrokenPipeError:  # `--help | head`
         pass
 
-
-def run(
-    main: Callable[[list[str]], int | None],
-    megatron_nargs: Collection[str] | None = None,
-    *,
-    define: Callable[[], None] | None = None,
-    quiet_logs: bool = False,
-    shared: SharedFlags | None = None,
-    dashed_help: bool = False,
-) -> None:
-    """Runs the program on `sys.argv` (see `call`) and exits with its code: the `__main__` of a
-    CLI module."""
-    sys.exit(
-        call(
-            main, None, megatron_nargs, define=define, quiet_logs=quiet_logs, shared=shared,
-            dashed_help=dashed_help,
-        )
-    )

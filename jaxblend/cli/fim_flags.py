@@ -19,9 +19,6 @@ if TYPE_CHECKING:
     from jaxblend.preprocess.tokenizer_spec import TokenizerSpec
 
 _DEFAULT = FIMOptions()
-FIM_FIELDS = tuple(f"fim_{name}" for name in FIMOptions.setting_names())
-"""The settings of `--fim_data` (fields of `DataFlagValues`, named after their flags): one per
-`FIMOptions` setting, whose default is the flag's."""
 
 
 def define_fim_flags() -> None:

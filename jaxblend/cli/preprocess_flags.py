@@ -1,7 +1,7 @@
 """Flags of the preprocessing CLI (`jaxblend.tools.preprocess`) and their `PreprocessConfig`.
 
 Named after Megatron-LM's `tools/preprocess_data.py` (whose dashed, space-separated spellings
-`jaxblend.cli.run` accepts for `MEGATRON_NARGS`), plus the cleaning flags (docs/cleaning.md), the
+`jaxblend.cli.call` accepts for `MEGATRON_NARGS`), plus the cleaning flags (docs/cleaning.md), the
 bucket output's `--work_dir` and the object-store flags (`jaxblend.cli.object_store_flags`).
 """
 

@@ -1,11 +1,11 @@
-"""Sample-schema flags (what a sample holds besides its tokens) and their `GPTSchemaOptions`."""
+"""Sample-schema flags (what a sample holds besides its tokens); their `GPTSchemaOptions` is
+`jaxblend.cli.assembly.schema_options` of the flags' values."""
 
 from __future__ import annotations
 
 from absl import flags
 
-from jaxblend.cli import assembly, fim_flags, flag_help
-from jaxblend.cli.flag_values import read_flag_values
+from jaxblend.cli import fim_flags, flag_help
 
 
 def define_schema_flags() -> None:
@@ -36,17 +36,3 @@ def define_schema_flags() -> None:
         flags.DEFINE_bool("reset_position_ids", False, "Restart position ids after each EOD.")
         flags.DEFINE_bool("reset_attention_mask", False, "Number documents in segment_ids.")
 
-
-def schema_options_from_flags(eod_id: int | None = None):
-    """The `jaxblend.sources.GPTSchemaOptions` of the flags (`assembly.schema_options` of their
-    values; the window, `--seq_length` and `--add_extra_token_to_sequence`, is the data
-    configuration's).
-
-    Args:
-      eod_id: the end-of-document id when `--eod_id` is not given (e.g. a built-in tokenizer's, or
-        the one recorded with the datasets).
-
-    Raises:
-      ValueError: an inconsistent combination (the message names the option).
-    """
-    return assembly.schema_options(read_flag_values(), eod_id)

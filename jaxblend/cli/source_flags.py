@@ -21,7 +21,6 @@ __all__ = [
     "open_source",
     "open_validation_sources",
     "source_from_flags",
-    "validation_sources_from_flags",
 ]
 
 
@@ -127,11 +126,6 @@ def source_from_flags(split: str, *, phase=None):
       TokenizerMismatchError: as `checked_run_config_from_flags`.
     """
     return open_source(split, checked_run_config_from_flags(phase=phase))
-
-
-def validation_sources_from_flags() -> dict:
-    """The validation source(s) described by the flags (see `open_validation_sources`)."""
-    return open_validation_sources(checked_run_config_from_flags())
 
 
 def history_of(split: str, source, run: RunConfig):

@@ -42,6 +42,7 @@ import numba
 import numpy as np
 
 from jaxblend.index import blend_schedule, gpt, packing
+from jaxblend.index.row_table import gather_pieces
 from jaxblend.index.split_maps import Spans, SplitMaps, resolve_samples
 
 PACKED_FIELDS = (
@@ -215,35 +216,14 @@ def _joined(parts: list[np.ndarray]) -> np.ndarray:
 
 
 @numba.njit(cache=True, nogil=True)
-def _packed_spans_kernel(
-    sample_ids, blended, dataset_index, dataset_sample_index, offsets, order, starts, sequence,
-    offset, length,
+def _packed_rows(
+    sample_ids, blended, dataset_index, dataset_sample_index, offsets, order
 ):  # pragma: no cover - compiled
-    k = sample_ids.shape[0]
     ds, local = resolve_samples(sample_ids, blended, dataset_index, dataset_sample_index)
-    first = np.empty(k, np.int64)
-    last = np.empty(k, np.int64)
-    total = 0
-    for r in range(k):
-        q = offsets[ds[r], 1] + order[offsets[ds[r], 1] + local[r]]
-        first[r] = starts[q]
-        last[r] = starts[q + 1]
-        total += last[r] - first[r]
-    out_row = np.empty(total, np.int64)
-    out_ds = np.empty(total, np.int32)
-    out_seq = np.empty(total, np.int64)
-    out_off = np.empty(total, np.int64)
-    out_len = np.empty(total, np.int64)
-    m = 0
-    for r in range(k):
-        for p in range(first[r], last[r]):
-            out_row[m] = r
-            out_ds[m] = ds[r]
-            out_seq[m] = sequence[p]
-            out_off[m] = offset[p]
-            out_len[m] = length[p]
-            m += 1
-    return out_row, out_ds, out_seq, out_off, out_len
+    rows = np.empty(sample_ids.shape[0], np.int64)
+    for r in range(sample_ids.shape[0]):
+        rows[r] = offsets[ds[r], 1] + order[offsets[ds[r], 1] + local[r]]
+    return ds, rows
 
 
 class PackedSplitMaps(SplitMaps):
@@ -342,8 +322,8 @@ class PackedSplitMaps(SplitMaps):
           IndexError: a sample id out of range.
         """
         ids = self._check_many(sample_ids)
-        row, ds, seq, off, length = _packed_spans_kernel(
-            ids, *self._blend_arrays(), self._offsets, self._order, self._starts, self._sequence,
-            self._offset, self._piece_length,
+        ds, rows = _packed_rows(ids, *self._blend_arrays(), self._offsets, self._order)
+        row, seq, off, length = gather_pieces(
+            rows, self._starts, 0, self._sequence, self._offset, self._piece_length, True
         )
-        return Spans(row=row, dataset=ds, sequence=seq, offset=off, length=length)
+        return Spans(row=row, dataset=ds[row].astype(np.int32), sequence=seq, offset=off, length=length)

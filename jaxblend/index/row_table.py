@@ -157,30 +157,29 @@ class RowSpans:
 
 
 @numba.njit(cache=True, nogil=True)
-def _spans_of_rows(
-    local_ids, starts, dataset, offset, length, keep_empty
-):  # pragma: no cover - compiled
-    k = local_ids.shape[0]
-    base = starts[0]
+def gather_pieces(rows, starts, base, first, second, length, keep_empty):  # pragma: no cover
+    """The pieces of rows `rows` of a table whose row q holds pieces `[starts[q], starts[q + 1])`
+    (`base`: the index of the first piece the columns hold), row order then piece order:
+    (position in `rows`, `first`, `second`, `length`), all int64; without `keep_empty`, the
+    pieces of length 0 are left out. The one gather of a table's pieces (here and
+    `PackedSplitMaps.spans`)."""
     total = 0
-    for r in range(k):
-        i = local_ids[r]
-        total += starts[i + 1] - starts[i]
+    for r in range(rows.shape[0]):
+        total += starts[rows[r] + 1] - starts[rows[r]]
     out_row = np.empty(total, np.int64)
-    out_ds = np.empty(total, np.int32)
-    out_off = np.empty(total, np.int64)
+    out_first = np.empty(total, np.int64)
+    out_second = np.empty(total, np.int64)
     out_len = np.empty(total, np.int64)
     m = 0
-    for r in range(k):
-        i = local_ids[r]
-        for p in range(starts[i] - base, starts[i + 1] - base):
+    for r in range(rows.shape[0]):
+        for p in range(starts[rows[r]] - base, starts[rows[r] + 1] - base):
             if length[p] > 0 or keep_empty:
                 out_row[m] = r
-                out_ds[m] = dataset[p]
-                out_off[m] = offset[p]
+                out_first[m] = first[p]
+                out_second[m] = second[p]
                 out_len[m] = length[p]
                 m += 1
-    return out_row[:m], out_ds[:m], out_off[:m], out_len[:m]
+    return out_row[:m], out_first[:m], out_second[:m], out_len[:m]
 
 
 def spans_of_rows(
@@ -225,5 +224,7 @@ def spans_of_rows(
     if ids.size and (ids.min() < lo or ids.max() >= hi):
         bad = ids[(ids < lo) | (ids >= hi)][0]
         raise IndexError(f"sample id {int(bad)} is outside the row-table rows [{lo}, {hi})")
-    row, ds, off, n = _spans_of_rows(ids - lo, starts, dataset, offset, length, bool(keep_empty))
-    return RowSpans(row=row, dataset=ds, offset=off, length=n)
+    row, ds, off, n = gather_pieces(
+        ids - lo, starts, starts[0], dataset, offset, length, bool(keep_empty)
+    )
+    return RowSpans(row=row, dataset=ds.astype(np.int32), offset=off, length=n)

@@ -43,7 +43,6 @@ class StallWatch:
         self.pending = pending
         self.worker_count = worker_count
         self.on_report = on_report if on_report is not None else logger.warning
-        self.reports = 0
         self._since: float | None = None
         self._step = 0
         self._stop = threading.Event()
@@ -77,7 +76,6 @@ class StallWatch:
             due = since + self.threshold if reported_at is None else reported_at + self.threshold
             if now >= due:
                 reported_at = now
-                self.reports += 1
                 self.on_report(self.line(self._step, now - since, now))
 
     def line(self, step: int, waited: float, now: float | None = None) -> str:

@@ -76,16 +76,13 @@ class Bucket:
         self.object_store = object_store
         self._dir = ObjectDirectory(self.url, object_store)
 
-    def _read(self, key: str) -> bytes | None:
-        return self._dir.read(key, "reading the map store")
-
     def read_object(self, key: str) -> bytes | None:
         """The whole object `key` under the store's URL (e.g. a publication record), or None.
 
         Raises:
           ObjectStoreError: the bucket failed or timed out.
         """
-        return self._read(key)
+        return self._dir.read(key, "reading the map store")
 
     def write_object(self, key: str, data: bytes) -> str:
         """Writes object `key` under the store's URL in one request (atomic on GCS and S3); its URL.
@@ -98,7 +95,7 @@ class Bucket:
 
     def committed(self, key: str) -> bool:
         """Whether entry `key` has its commit marker in the bucket."""
-        return self._read(f"{key}/{MARKER}") is not None
+        return self.read_object(f"{key}/{MARKER}") is not None
 
     def fetch(self, key: str, local_dir: str) -> bool:
         """Downloads committed entry `key` into `local_dir` (if not there yet); whether it is there.
@@ -113,10 +110,10 @@ class Bucket:
         if cache.load(local_dir, key) is not None:
             return True
         where = entry_url(self.url, key)
-        marker = self._read(f"{key}/{MARKER}")
+        marker = self.read_object(f"{key}/{MARKER}")
         if marker is None:
             return False
-        manifest_bytes = self._read(f"{key}/{cache.MANIFEST}")
+        manifest_bytes = self.read_object(f"{key}/{cache.MANIFEST}")
         if manifest_bytes is None:
             raise ValueError(f"index cache {where}: committed but {cache.MANIFEST} is missing")
         manifest = json.loads(manifest_bytes)

@@ -52,7 +52,7 @@ from jaxblend._pause import pause_point
 from jaxblend.access import DataAccess
 from jaxblend.index import row_table
 from jaxblend.index.config import GPTDataConfig
-from jaxblend.index.data_maps import DataMaps
+from jaxblend.index.data_maps import DataMaps, config_prefixes
 from jaxblend.map_store import bucket, dataset_table, entries, record
 from jaxblend.map_store.record import (
     SPLITS,
@@ -223,7 +223,7 @@ def published_tokenizers(
             facts = None if not table.tokenizers else TokenizerFacts.from_published(
                 table.tokenizers[0]
             )
-            prefixes = opening.config_prefixes(config)
+            prefixes = config_prefixes(config)
             if len(prefixes) == table.count:
                 return dict.fromkeys(prefixes, facts)
         described = table_reader(found, access).all()
@@ -327,7 +327,7 @@ def check_bins_exist(config: GPTDataConfig, access: DataAccess) -> None:
     store = access.object_store
     directories: dict[str, ObjectDirectory] = {}
     pending = []
-    for prefix in opening.config_prefixes(config):
+    for prefix in config_prefixes(config):
         loc = resolve(prefix)
         if loc.local_prefix is not None:
             if not os.path.isfile(loc.local_prefix + ".bin"):

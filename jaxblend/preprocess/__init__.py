@@ -31,7 +31,6 @@ from jaxblend.preprocess.tokenizer_spec import (
     Tokenizer,
     TokenizerError,
     TokenizerSpec,
-    special_ids,
 )
 from jaxblend.preprocess.tokenizers import load_tokenizer
 from jaxblend.preprocess.worker import WorkerConfig, process_partition
@@ -56,6 +55,5 @@ __all__ = [
     "preprocess",
     "process_partition",
     "resolve_inputs",
-    "special_ids",
     "split_sentences",
 ]

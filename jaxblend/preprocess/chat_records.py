@@ -20,16 +20,16 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from jaxblend.loss_masks import LOSS_MASK_SUFFIX
 from jaxblend.preprocess import chat_template, conversations, readers, records
 from jaxblend.preprocess import tokenizer_spec as tok_spec
 
 MASK_DTYPE = np.dtype(np.uint8)
-MASK_SUFFIX = "_loss_mask"
 
 
 def mask_key(key: str) -> str:
     """The partial-dataset key of ``key``'s loss masks (``messages`` -> ``messages_loss_mask``)."""
-    return key + MASK_SUFFIX
+    return key + LOSS_MASK_SUFFIX
 
 
 @dataclasses.dataclass

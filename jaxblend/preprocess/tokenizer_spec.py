@@ -67,8 +67,6 @@ _MODEL_FILES_IN_DIR = {
     TIKTOKEN: ("tokenizer.json", "tokenizer.tiktoken"),
 }
 
-SPECIAL_NAMES = ("eod", "pad", "bos", "eos", "mask", "cls", "sep")
-
 HF_CONFIG_FILES = ("tokenizer_config.json", "special_tokens_map.json")
 
 
@@ -264,11 +262,6 @@ class Tokenizer(Protocol):
     def tokenize_batch(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]: ...
 
     def detokenize(self, ids: Sequence[int] | np.ndarray) -> str: ...
-
-
-def special_ids(tokenizer: Tokenizer) -> dict[str, int | None]:
-    """Returns the tokenizer's special ids by name (``None`` where it has none)."""
-    return {name: getattr(tokenizer, name) for name in SPECIAL_NAMES}
 
 
 def facts_of(spec: TokenizerSpec, tokenizer: Tokenizer) -> TokenizerFacts:

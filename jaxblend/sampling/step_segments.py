@@ -84,10 +84,6 @@ class StepSegments:
         i = int(np.searchsorted(self.firsts, num_samples, side="right")) - 1
         return int(self.steps[i] + (num_samples - self.firsts[i]) // self.sizes[i])
 
-    def sizes_before(self, num_steps: int) -> frozenset[int]:
-        """The distinct batch sizes of steps `[0, num_steps)`."""
-        return self.sizes_between(0, num_steps)
-
     def sizes_between(self, start: int, stop: int) -> frozenset[int]:
         """The distinct batch sizes of steps `[start, stop)` (empty if `stop <= start`).
 

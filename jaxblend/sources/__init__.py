@@ -23,12 +23,11 @@ from jaxblend.sources.masked_config import (
 from jaxblend.sources.masked_t5 import T5Source
 from jaxblend.sources.mock import MockSource
 from jaxblend.sources.row_tables import ArrayRowTables, BucketRowTables, RowTables
-from jaxblend.sources.schema import GPT_KEYS, GPTSchemaOptions, windows_to_batch
+from jaxblend.sources.schema import GPTSchemaOptions, windows_to_batch
 from jaxblend.sources.sequence import SequenceSource
 from jaxblend.sources.span_index import RowTableSpanIndex, SpanIndex, SplitMapsSpanIndex
 
 __all__ = [
-    "GPT_KEYS",
     "ArrayRowTables",
     "BERTMaskedConfig",
     "BERTSource",

@@ -54,7 +54,7 @@ class _SplitOpener:
             raise ValueError(
                 f"the {self.split} split rebuilt in this worker has fingerprint {plan.fingerprint}, "
                 f"the parent process had {self.fingerprint}: a dataset of "
-                f"{opening.config_prefixes(self.config)} changed while the job was running"
+                f"{index.config_prefixes(self.config)} changed while the job was running"
             )
         split_maps = plan.split(self.split)
         return [datasets[n] for n in split_maps.dataset_names], split_maps

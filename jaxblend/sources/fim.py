@@ -235,7 +235,7 @@ class FIMRewriter:
     """Megatron's FIM rewrite of one sample, given its tokenizer, sentinel ids and draws.
 
     The `plan_*` methods draw and decode, leaving the encoding to a `RewritePlan` shared by a
-    batch; `fragment`, `segment` and `sample` plan and encode one at a time (the same tokens).
+    batch; `fragment`, `sample` and `document` plan and encode one at a time (the same tokens).
 
     Attributes:
       options: the FIM settings.
@@ -295,12 +295,6 @@ class FIMRewriter:
         plan = RewritePlan()
         part = self.plan_fragment(np.asarray(tokens, np.int64), rate, draws, plan)
         return build([part], self.encode(plan))
-
-    def segment(self, tokens: np.ndarray, draws: Draws) -> np.ndarray:
-        """One EOD-delimited segment, rewritten (`plan_segment`)."""
-        plan = RewritePlan()
-        parts = self.plan_segment(np.asarray(tokens, np.int64), draws, plan)
-        return build(parts, self.encode(plan))
 
     def sample(self, tokens: np.ndarray, draws: Draws) -> np.ndarray:
         """The rewritten sample, before it is cut or padded back to its length."""

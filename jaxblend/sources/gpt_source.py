@@ -142,6 +142,7 @@ class GPTSource(base.PerProcess, base.BatchSource):
         from jaxblend import grain_workers  # pickled for a Grain worker
 
         grain_workers.refuse_unguarded_main()
+        grain_workers.handed_to_workers()
         return super().__getstate__()
 
     def __len__(self) -> int:

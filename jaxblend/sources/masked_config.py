@@ -243,10 +243,5 @@ class T5MaskedConfig(MaskedConfig):
         super().__post_init__()
         require_int(f"{type(self).__name__}.sequence_length_decoder", self.sequence_length_decoder, 3)
 
-    @property
-    def sequence_length_encoder(self) -> int:
-        """Alias of `sequence_length`, as in Megatron-Core."""
-        return self.sequence_length
-
     def identity_fields(self) -> dict[str, object]:
         return {**super().identity_fields(), "sequence_length_decoder": self.sequence_length_decoder}

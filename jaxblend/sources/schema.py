@@ -42,8 +42,6 @@ import numpy as np
 from jaxblend import identity
 from jaxblend.sources.fim import FIMOptions
 
-GPT_KEYS = ("inputs", "targets", "loss_mask", "positions", "segment_ids", "dataset_ids", "sample_ids")
-
 
 @dataclasses.dataclass(frozen=True)
 class GPTSchemaOptions:

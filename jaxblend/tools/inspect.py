@@ -124,7 +124,7 @@ def _plan_and_names(run):
     """The split's index maps and dataset names in the assembled configuration `run` (with a
     phase, the train split built for that phase alone), from the map store: loaded, or built and
     cached, whatever kind of map store."""
-    from jaxblend import opening
+    from jaxblend import index, opening
     from jaxblend.map_store import load_or_build_data_maps
     from jaxblend.sources.factory import validation_set_configs
 
@@ -143,7 +143,7 @@ def _plan_and_names(run):
                 "--multiple_validation_sets)"
             )
         config, split = sets[which], "valid"
-    infos = opening.open_dataset_infos(opening.config_prefixes(config), run.access)
+    _, infos = opening.open_datasets(index.config_prefixes(config), run.access)
     plan = load_or_build_data_maps(config, infos, run.access, (split,)).split(split)
     if plan is None or len(plan) == 0:
         raise ValueError(

@@ -8,6 +8,7 @@ from absl import app, flags
 
 from jaxblend import cli
 from jaxblend.access import DataAccess
+from jaxblend.cli import assembly
 from jaxblend.distributed import DistributedConfig
 from jaxblend.loading import PrefetchOptions
 from jaxblend.sampling import FixedStepPlan, RampupStepPlan
@@ -23,9 +24,11 @@ def train_fl(fl):
 
 def test_schema_options_and_the_default_eod(fl):
     fl.seq_length, fl.eod_mask_loss = 32, True
-    assert cli.schema_options_from_flags(eod_id=3) == GPTSchemaOptions(eod_id=3, eod_mask_loss=True)
+    assert assembly.schema_options(cli.read_flag_values(), 3) == GPTSchemaOptions(
+        eod_id=3, eod_mask_loss=True
+    )
     fl.eod_id = 7
-    assert cli.schema_options_from_flags(eod_id=3).eod_id == 7  # the flag wins
+    assert assembly.schema_options(cli.read_flag_values(), 3).eod_id == 7  # the flag wins
 
 
 def test_mock_source_settings_and_source(fl):
@@ -35,7 +38,7 @@ def test_mock_source_settings_and_source(fl):
     assert run.mock == cli.MockSettings(40, 99, 5, 8) and run.config is None
     source = cli.source_from_flags("train")
     assert isinstance(source, MockSource) and len(source) == 40
-    assert set(cli.validation_sources_from_flags()) == {"valid"}
+    assert set(cli.open_validation_sources(cli.checked_run_config_from_flags())) == {"valid"}
 
 
 def test_source_settings_are_validated(fl):

@@ -1,4 +1,4 @@
-"""`jaxblend.cli.call`/`run`: flags defined when a program runs, `--help` listing the program's
+"""`jaxblend.cli.call`: flags defined when a program runs, `--help` listing the program's
 flags, Megatron's spellings, one-line failures; a program run in-process leaves the process as it
 found it. The programs run in this process (`helpers_cli.run_tool`), but for one `python -m` smoke
 test (`tests/tools/test_cli_errors.py` also runs each tool's first failure as a process)."""

@@ -12,7 +12,7 @@ from pathlib import Path
 import jaxblend
 
 PACKAGE = Path(jaxblend.__file__).parent
-# Programs run by `jaxblend.cli.run`: they may read the flags they had defined.
+# Programs run by `jaxblend.cli.call`: they may read the flags they had defined.
 ENTRY_MODULES = {
     "train.py",
     "tools/build_index.py",

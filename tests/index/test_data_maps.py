@@ -3,12 +3,12 @@ tests/map_store/test_store.py)."""
 
 from __future__ import annotations
 
+import kernel_reference as reference
 import numpy as np
 import pytest
 from helpers_data import dataset_info, three_dataset_config, three_dataset_infos
 
 from jaxblend import index
-from jaxblend.index import reference
 
 
 @pytest.fixture(scope="module")

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import kernel_reference as reference
 import numpy as np
 import pytest
 
 from jaxblend import index
-from jaxblend.index import blend_index, reference, sample_index
+from jaxblend.index import blend_index, sample_index
 
 
 def _weight_cases(rng: np.random.Generator):

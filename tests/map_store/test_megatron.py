@@ -71,7 +71,7 @@ def _config(a, b, cache, seed=5):
 
 def _plan(config_and_access):
     config, access = config_and_access
-    _, infos = opening.open_datasets(opening.config_prefixes(config), access)
+    _, infos = opening.open_datasets(index.config_prefixes(config), access)
     return load_or_build_data_maps(config, infos, access)
 
 

@@ -1,4 +1,4 @@
-"""Slow, obviously-correct twins of the Numba kernels, used only by tests.
+"""Slow, obviously-correct twins of the Numba kernels of `jaxblend.index`, for the tests.
 
 Each function restates Megatron-Core's algorithm in plain Python/numpy, one step at a time.
 """
