@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -9,6 +10,9 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
+
+import numpy as np
 
 from jaxblend.tools.launch_local import child_env, free_port, process_args, run_processes
 
@@ -116,3 +120,112 @@ def assert_same_batches(x: dict, y: dict) -> None:
     assert x.keys() == y.keys()
     for key, value in x.items():
         assert value.tobytes() == y[key].tobytes(), key
+
+
+GROUP_WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "loading", "group_worker.py")
+
+# The groups of processes a `DumpPlan` starts, (processes, devices per process), in launch order:
+# a state saved on 2 processes resumes on 1 or 4 (and one saved on 1 process resumes on 2 x 8).
+GROUP_ORDER = ((2, 4), (1, 8), (4, 2), (2, 8))
+
+# Seconds a group may take per job it runs (on top of `TIMEOUT`): the jobs run one after another.
+SECONDS_PER_JOB = 60
+
+
+class DumpPlan:
+    """Batch dumps to run on groups of real local JAX processes, each group started once.
+
+    A test module registers every dump it compares (`dump`, `token_budget`), then `run` starts
+    each group of `GROUP_ORDER` that has jobs once (`tests/loading/group_worker.py`), which runs
+    the group's jobs in turn, in the order registered: the processes' start-up (imports,
+    `jax.distributed`) is paid once per group, not once per dump.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self._jobs: dict[tuple[int, int], list[dict]] = {group: [] for group in GROUP_ORDER}
+        self._names: set[str] = set()
+
+    def out(self, name: str) -> Path:
+        """The directory of job `name`'s output."""
+        return self.root / name
+
+    def _add(self, processes: int, devices: int | None, job: dict) -> None:
+        group = (processes, devices or 8 // processes)
+        if group not in self._jobs:
+            raise ValueError(f"no group of {group[0]} processes x {group[1]} devices: {GROUP_ORDER}")
+        if job["name"] in self._names:
+            raise ValueError(f"job {job['name']!r} registered twice")
+        self._names.add(job["name"])
+        self._jobs[group].append(job)
+
+    def dump(
+        self,
+        name: str,
+        processes: int,
+        args: list[str],
+        *,
+        devices: int | None = None,
+        expect_failure: bool = False,
+    ) -> None:
+        """Registers `jaxblend.tools.dump_batches` with `args` (its `--out` is `out(name)`) on
+        `processes` processes of `devices` devices each (default: 8 devices in all)."""
+        self._add(processes, devices, {
+            "name": name, "kind": "dump_batches", "args": [*args, f"--out={self.out(name)}"],
+            "expect_failure": expect_failure,
+        })
+
+    def token_budget(self, name: str, processes: int, **spec) -> None:
+        """Registers a bucketed run over a saved `TokenBudgetPlan` (`spec`: see the worker)."""
+        self._add(processes, None, {
+            "name": name, "kind": "token_budget", "args": {**spec, "out": str(self.out(name))},
+        })
+
+    def run(self) -> DumpResults:
+        """Starts every group that has jobs, in `GROUP_ORDER`; fails with every process's output
+        if a process fails."""
+        results: dict[str, dict] = {}
+        for (processes, devices), jobs in self._jobs.items():
+            if not jobs:
+                continue
+            directory = self.root / f"group_{processes}x{devices}"
+            directory.mkdir(parents=True, exist_ok=True)
+            (directory / "jobs.json").write_text(json.dumps(jobs))
+            command = [sys.executable, GROUP_WORKER, f"--jobs={directory / 'jobs.json'}"]
+            timeout = TIMEOUT + SECONDS_PER_JOB * len(jobs)
+            code, outputs = run_processes(command, processes, devices, timeout, echo=False)
+            if code != 0:
+                joined = "\n".join(f"--- process {i} ---\n{o[-6000:]}" for i, o in enumerate(outputs))
+                raise AssertionError(
+                    f"group of {processes} x {devices} devices failed with exit code {code}:\n"
+                    f"{joined}"
+                )
+            results.update(json.loads((directory / "results.json").read_text()))
+        return DumpResults(self, results)
+
+
+class DumpResults:
+    """What the jobs of a `DumpPlan` produced: exit codes, error lines, batches and states."""
+
+    def __init__(self, plan: DumpPlan, results: dict[str, dict]) -> None:
+        self._plan = plan
+        self._results = results
+
+    def code(self, name: str) -> int:
+        return self._results[name]["code"]
+
+    def errors(self, name: str) -> list[str]:
+        """The job's output lines starting with "error:"."""
+        return self._results[name]["errors"]
+
+    def out(self, name: str) -> Path:
+        return self._plan.out(name)
+
+    def batches(self, name: str) -> dict[str, np.ndarray]:
+        """The job's `batches.npz` (name -> array)."""
+        with np.load(self._plan.out(name) / "batches.npz") as f:
+            return {k: f[k] for k in f.files}
+
+    def state(self, name: str) -> dict:
+        """The loader state a `token_budget` job saved after its last step."""
+        return json.loads((self._plan.out(name) / "state.json").read_text())
