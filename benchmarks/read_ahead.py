@@ -23,10 +23,11 @@ requests/s on a loaded 2-core machine, far below a real bucket's), is what limit
 Reported (from `loader.metrics()`): the wait fraction (time in `next()` / wall time of the run),
 tokens/s, the largest number of steps read ahead of the loader at once and the memory they held
 (x the bytes of a step's record), the mean number of steps read ahead over the second half of the
-run and their memory, the final adaptive window, the most reader threads alive at once (Grain's
-for fixed, the `ReadPool`'s for adaptive), requests per step and the CPU time of the process
-per step (user + system, all its threads: steadier than wall time on a loaded machine). Prints a markdown table with the
-median and the range of the wait fraction and tokens/s, and the run's duration.
+run and their memory, the final adaptive window, the reader threads alive (Grain's for fixed,
+the `ReadPool`'s for adaptive: the most at once and the mean over the second half), requests per
+step and the CPU time of the process per step (user + system, all its threads: steadier than
+wall time on a loaded machine). Prints a markdown table with the median and the range of the
+wait fraction and tokens/s, and the run's duration.
 """
 
 from __future__ import annotations
@@ -108,6 +109,7 @@ def run(urls, work: Path, args, adaptive: bool, step_ms: float) -> dict:
         "steady MB": steady * m.step_bytes / 1e6,
         "peak MB": m.read_ahead_peak_steps * m.step_bytes / 1e6,
         "window": m.read_ahead_window, "readers": max(readers),
+        "steady readers": float(np.mean(readers[len(readers) // 2:])),
         "p50 ms": 1e3 * (m.stores["gs"].latency_p50 or 0),
         "requests/step": sum(s.requests for s in m.stores.values()) / m.steps,
     }
@@ -180,7 +182,8 @@ def main() -> None:
           f"{time.monotonic() - began:.0f} s, load average {load:.1f} at the end\n")
     print("| ms/request | consumer | read-ahead | wait fraction (range) | M tokens/s (range) | "
           "adaptive / fixed tokens/s | most steps ahead | their memory MB | "
-          "steps ahead, 2nd half (mean) | their memory MB | final window | most reader threads | "
+          "steps ahead, 2nd half (mean) | their memory MB | final window | reader threads: most, "
+          "2nd half (mean) | "
           "request p50 ms | requests/step | CPU ms/step |")
     print("|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     fixed_rate = {}
@@ -194,7 +197,8 @@ def main() -> None:
               f"({min(r['waits']):.2f}-{max(r['waits']):.2f}) | {r['tokens/s'] / 1e6:.2f} "
               f"({min(r['rates']) / 1e6:.2f}-{max(r['rates']) / 1e6:.2f}) | {ratio} | "
               f"{r['peak steps']} | {r['peak MB']:.2f} | {r['steady steps']:.1f} | "
-              f"{r['steady MB']:.2f} | {window} | {r['readers']} | {r['p50 ms']:.0f} | "
+              f"{r['steady MB']:.2f} | {window} | {r['readers']}, {r['steady readers']:.1f} | "
+              f"{r['p50 ms']:.0f} | "
               f"{r['requests/step']:.1f} | {r['cpu ms/step']:.1f} |")
 
 
