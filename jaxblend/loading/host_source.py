@@ -18,7 +18,7 @@ TALLY_KEY = "__jaxblend_read_tally__"
 class HostStepSource:
     """Grain data source whose record `k` is this process's rows of step `k` of a plan.
 
-    Rows of unpadded steps are read with `read_batch` (the compact form, in Grain's readers or
+    Rows of unpadded steps are read with `read_batch` (the compact form, in the reader threads or
     workers) and turned into the batch schema by `assemble` in the training process; rows of
     padded (bucketed) steps are read with `get_padded_batch`.
 

@@ -102,12 +102,17 @@ def test_a_step_beyond_the_window_is_read_only_once_the_loader_takes_one():
     reads.finish(12)
 
 
-def test_readers_grow_with_the_window_and_never_outnumber_it():
-    gate = Gate(limit=2, size=2)
-    reads = Reads()
+def reading(limit: int, size: int) -> tuple[Gate, Reads, ReadPool]:
+    """A pool over steps from 0 behind a `Gate`, once its first `size` reads are running."""
+    gate, reads = Gate(limit, size), Reads()
     pool = ReadPool(reads, start=0, end=100, admission=gate)
     pool.start_prefetch()
-    assert eventually(lambda: reads.running == 2)
+    assert eventually(lambda: reads.running == size)
+    return gate, reads, pool
+
+
+def test_readers_grow_with_the_window_and_never_outnumber_it():
+    gate, reads, pool = reading(limit=2, size=2)
     gate.set(limit=40, size=6)  # grown: 38 steps admitted, 6 readers
     assert eventually(lambda: reads.running == 6)
     time.sleep(0.1)
@@ -119,11 +124,7 @@ def test_readers_grow_with_the_window_and_never_outnumber_it():
 
 
 def test_readers_leave_when_the_window_shrinks():
-    gate = Gate(limit=8, size=8)
-    reads = Reads()
-    pool = ReadPool(reads, start=0, end=100, admission=gate)
-    pool.start_prefetch()
-    assert eventually(lambda: reads.running == 8)
+    gate, reads, pool = reading(limit=8, size=8)
     reads.finish(*range(8))
     assert [next(pool) for _ in range(8)] == [f"record {s}" for s in range(8)]
     assert eventually(lambda: reads.running == 0)
