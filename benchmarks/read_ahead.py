@@ -1,6 +1,6 @@
 """Fixed vs adaptive read-ahead from a bucket: the loader's wait fraction and read-ahead memory.
 
-  .venv/bin/python benchmarks/read_ahead.py --repeats 3   # 0, 20, 100 ms per request, ~6 min
+  .venv/bin/python benchmarks/read_ahead.py              # 0, 20, 100 ms per request, ~5 min
   .venv/bin/python benchmarks/read_ahead.py --quick       # fewer steps
 
 `--prefixes` datasets (long lognormal documents, uint16) are uploaded to fake-gcs-server and read
@@ -132,8 +132,10 @@ def main() -> None:
     parser.add_argument("--memory_mb", type=int, default=1024)
     parser.add_argument("--max_read_ahead", type=int, default=32, help="the adaptive window's")
     parser.add_argument("--work_dir", default=os.path.join(tempfile.gettempdir(), "jaxblend_ra"))
-    parser.add_argument("--repeats", type=int, default=1,
-                        help="runs of each case, fixed and adaptive alternating; medians")
+    parser.add_argument("--repeats", type=int, default=5,
+                        help="runs of each fast case, fixed and adaptive alternating; medians")
+    parser.add_argument("--slow_repeats", type=int, default=1,
+                        help="runs of each slow case (its figures vary little between runs)")
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     if args.quick:
@@ -148,7 +150,7 @@ def main() -> None:
                             int(args.tokens), mean_log_length=args.doc_log_length)
     server = GcsServer.start(work)
     rows = []
-    began = time.monotonic()
+    began, start_load = time.monotonic(), os.getloadavg()[0]
     try:
         urls = upload(server, prefixes)
         with server.pointed_at():
@@ -159,7 +161,8 @@ def main() -> None:
                 for consumer in args.consumers.split(","):
                     step_ms = consumers[consumer]
                     runs: dict[str, list[dict]] = {"fixed": [], "adaptive": []}
-                    for r in range(args.repeats):
+                    repeats = args.repeats if consumer == "fast" else args.slow_repeats
+                    for r in range(repeats):
                         for mode in (("fixed", "adaptive") if r % 2 == 0 else ("adaptive", "fixed")):
                             row = run(urls, work, args, mode == "adaptive", step_ms)
                             runs[mode].append(row)
@@ -176,10 +179,12 @@ def main() -> None:
         server.stop()
     load = os.getloadavg()[0]
     print(f"\n{args.prefixes} prefixes on fake-gcs-server, B {args.batch} x {args.seq} tokens, "
-          f"{args.steps} steps, medians of {args.repeats}, fast consumer {args.fast_ms:g} ms/step, "
-          f"slow {args.step_ms:g} ms/step, memory bound {args.memory_mb} MB, "
+          f"{args.steps} steps, medians of {args.repeats} (slow: {args.slow_repeats}), "
+          f"fast consumer {args.fast_ms:g} ms/step, slow {args.step_ms:g} ms/step, "
+          f"memory bound {args.memory_mb} MB, "
           f"max_read_ahead {args.max_read_ahead}, {os.cpu_count()} cores; "
-          f"{time.monotonic() - began:.0f} s, load average {load:.1f} at the end\n")
+          f"{time.monotonic() - began:.0f} s, load average {start_load:.1f} at the start and "
+          f"{load:.1f} at the end\n")
     print("| ms/request | consumer | read-ahead | wait fraction (range) | M tokens/s (range) | "
           "adaptive / fixed tokens/s | most steps ahead | their memory MB | "
           "steps ahead, 2nd half (mean) | their memory MB | final window | reader threads: most, "

@@ -3,7 +3,7 @@
 A `ReadWindow` admits the read of step s once s < (steps taken by the loader) + size (`limit`),
 so at most `size` steps are being read or wait, read, for the loader. The reads run in a
 `jaxblend.loading.read_pool.ReadPool`, which follows the window (`watch`): it starts a step's
-read only once the window admits it, with as many reader threads as the window holds steps, so a
+read only once the window admits it, with no more reader threads than the window holds steps, so a
 window that shrinks also ends readers. Steps are admitted in order of their numbers, so the step
 the loader waits for is always admitted.
 
