@@ -63,7 +63,7 @@ class ReadPool(Iterator[T]):
         self._size = 1
         self._records: dict[int, tuple[bool, T | BaseException]] = {}
         self._threads = 0  # live readers
-        self._idle = 0  # readers waiting for work and not yet woken
+        self._idle = 0  # readers waiting for work
         self.most_threads = 0
         self._started = False
         self._closed = False
@@ -104,7 +104,6 @@ class ReadPool(Iterator[T]):
         with self._lock:
             self._closed = True
             self._records.clear()
-            self._idle = 0
             self._work.notify_all()
             self._ready.notify_all()
 
@@ -124,16 +123,17 @@ class ReadPool(Iterator[T]):
         wake = min(waiting, self._idle)
         beyond = max(0, min(self._threads - self._size, self._idle - wake))
         if wake + beyond:
-            self._idle -= wake + beyond
             self._work.notify(wake + beyond)
         for _ in range(max(0, min(waiting - wake, self._size - self._threads))):
             self._threads += 1
             self.most_threads = max(self.most_threads, self._threads)
-            threading.Thread(target=self._reader, name=self._name, daemon=True).start()
+            threading.Thread(target=self._reader, name=self._name).start()
 
     def _reader(self) -> None:
         """One reader thread: reads admitted steps until the pool closes, every step is taken by
-        a reader, or the pool holds more readers than the window holds steps."""
+        a reader, the pool holds more readers than the window holds steps, or the main thread
+        ended (a loader left open at exit: Python joins the readers then, so an idle one must
+        notice)."""
         with self._lock:
             try:
                 while not self._closed and self._threads <= self._size and self._unread < self._end:
@@ -151,9 +151,12 @@ class ReadPool(Iterator[T]):
                             self._records[step] = outcome
                             if step == self._next:
                                 self._ready.notify()
+                    elif threading.main_thread().is_alive():
+                        self._idle += 1  # counted until it runs again, woken or not
+                        self._work.wait(0.5)
+                        self._idle -= 1
                     else:
-                        self._idle += 1
-                        self._work.wait()
+                        break
             finally:
                 self._threads -= 1
                 if not self._closed:  # a reader woken for a step that left instead

@@ -3,12 +3,15 @@ order, runs no more readers than the window holds steps, and ends readers when i
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
 
 import pytest
 
+from jaxblend.loading import read_pool
 from jaxblend.loading.read_pool import ReadPool
 from jaxblend.loading.read_window import ReadWindow
 
@@ -185,3 +188,24 @@ def test_nothing_is_read_before_the_first_next_or_start_prefetch():
     assert reads.begun == [] and pool.threads == 0
     reads.finish(0, 1, 2)
     assert list(pool) == ["record 0", "record 1", "record 2"]
+
+
+def test_a_pool_left_open_does_not_hold_the_process_at_exit(tmp_path):
+    # the process boundary is the point: Python joins the readers when the main thread ends
+    script = tmp_path / "left_open.py"
+    script.write_text(  # the module alone (it imports nothing of jaxblend): no JAX to import
+        "import importlib.util, sys\n"
+        f"spec = importlib.util.spec_from_file_location('read_pool', {read_pool.__file__!r})\n"
+        "module = importlib.util.module_from_spec(spec)\n"
+        "sys.modules['read_pool'] = module\n"
+        "spec.loader.exec_module(module)\n"
+        "ReadPool = module.ReadPool\n"
+        "class Gate:\n"
+        "    def watch(self, callback):\n"
+        "        callback(1, 4)\n"
+        "pool = ReadPool(lambda step: step, start=0, end=10, admission=Gate())\n"
+        "assert next(pool) == 0 and pool.threads == 1  # its reader waits for step 1\n"
+    )
+    done = subprocess.run([sys.executable, str(script)], check=False, capture_output=True,
+                          text=True, timeout=120)  # a reader that never noticed: no exit
+    assert done.returncode == 0, done.stderr
