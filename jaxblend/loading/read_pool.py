@@ -6,7 +6,10 @@ only once the window admits it, and the pool runs no more reader threads than th
 steps. A reader starts when a step is admitted and no reader is free (and the window has room
 for one more); a reader leaves when the window holds fewer steps than there are readers, at once
 when it is idle, after its read otherwise. So a window of 8 steps runs at most 8 readers, one
-grown to 32 runs up to 32, and one shrunk to 2 ends all but 2.
+grown to 32 runs up to 32, and one shrunk to 2 ends all but 2. Readers also leave once every
+step of the stream has been taken by a reader, when the pool is closed, and (idle ones, within
+half a second) when the main thread has ended: they are ordinary threads like Grain's, so a read
+in progress at exit finishes rather than being cut off inside native code.
 
 Grain's reader pool (`grain.ReadOptions`) has a fixed number of threads and prefetch slots, so
 a window that may grow to 32 steps needed 32 threads all the time, most of them blocked waiting
