@@ -192,7 +192,7 @@ def source(prefix, tmp_path_factory):
 
 
 def test_loader_batches_are_the_same_and_read_ahead_stays_in_its_bound(source):
-    assert _no_readers_left()  # no other adaptive loader reads in this process
+    others = _readers()  # those of loaders other tests left open
     mesh = Mesh(np.array(jax.devices()), ("data",))
     fixed = [np.asarray(b["inputs"]) for b in make_loader(
         source, mesh, global_batch_size=B, num_steps=40,
@@ -206,7 +206,7 @@ def test_loader_batches_are_the_same_and_read_ahead_stays_in_its_bound(source):
         m = loader.metrics()
         ahead.append(m.read_ahead_steps)
         windows.append(m.read_ahead_window)
-        readers.append(_readers())
+        readers.append(len(_readers() - others))
         assert m.read_ahead_window is not None
     for got, want in zip(adaptive, fixed, strict=True):
         np.testing.assert_array_equal(got, want)
@@ -219,20 +219,16 @@ def test_loader_batches_are_the_same_and_read_ahead_stays_in_its_bound(source):
     # no more reader threads than the window held steps (a reader above a window that just
     # shrank finishes its read first), and none once the stream ended
     assert max(readers) <= 4 and all(r <= bound for r in readers[10:]), (readers, windows)
-    assert _no_readers_left()
-
-
-def _readers() -> int:
-    """Live reader threads of adaptive loaders (`ReadPool`'s)."""
-    return sum(thread.name == "jaxblend-read" for thread in threading.enumerate())
-
-
-def _no_readers_left() -> bool:
     for _ in range(1000):
-        if not _readers():
-            return True
+        if not _readers() - others:
+            break
         time.sleep(0.01)
-    return False
+    assert not _readers() - others
+
+
+def _readers() -> set[threading.Thread]:
+    """Live reader threads of adaptive loaders (`ReadPool`'s)."""
+    return {thread for thread in threading.enumerate() if thread.name == "jaxblend-read"}
 
 
 def test_default_on_for_a_bucket_source_off_for_local_and_the_same_bytes(
