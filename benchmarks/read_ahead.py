@@ -1,19 +1,20 @@
 """Fixed vs adaptive read-ahead from a bucket: the loader's wait fraction and read-ahead memory.
 
-  .venv/bin/python benchmarks/read_ahead.py --repeats 3   # 0, 20, 100 ms per request
+  .venv/bin/python benchmarks/read_ahead.py              # 0, 20, 100 ms per request, ~5 min
   .venv/bin/python benchmarks/read_ahead.py --quick       # fewer steps
 
 `--prefixes` datasets (long lognormal documents, uint16) are uploaded to fake-gcs-server and read
 through `ProxyProcess` (tests/helpers_fault_proxy.py), which adds `--delays` ms to every request.
 For each delay, each consumer and each read-ahead mode, one loader runs `--steps` global batches
-(B `--batch`, sequence `--seq`) on one CPU device:
+(B `--batch`, sequence `--seq`) on one CPU device, after one untimed run (imports, compilation):
 
 * consumer "fast": spends `--fast_ms` ms per step (a short training step) before taking the next;
 * consumer "slow": spends `--step_ms` ms per step;
 * read-ahead "fixed": `adaptive_read_ahead=False` (the fixed 8 steps from a bucket);
 * read-ahead "adaptive": the default for a bucket (starts at 8 steps, doubles on trial while the
-  loader waits and its reads are behind, shrinks while it does not; up to 32 steps within
-  `--memory_mb` and the requests that fit in flight).
+  loader waits and its reads are behind, shrinks while it does not; up to `--max_read_ahead`
+  steps within `--memory_mb` and the requests that fit in flight), read in a `ReadPool` with as
+  many reader threads as the window holds steps.
 
 The defaults make a step a few requests (one dataset, documents longer than a row), so that the
 latency added per request, not the request rate of the local server and relay (a few hundred
@@ -22,7 +23,11 @@ requests/s on a loaded 2-core machine, far below a real bucket's), is what limit
 Reported (from `loader.metrics()`): the wait fraction (time in `next()` / wall time of the run),
 tokens/s, the largest number of steps read ahead of the loader at once and the memory they held
 (x the bytes of a step's record), the mean number of steps read ahead over the second half of the
-run and their memory, the final adaptive window and requests per step. Prints a markdown table.
+run and their memory, the final adaptive window, the reader threads alive (Grain's for fixed,
+the `ReadPool`'s for adaptive: the most at once and the mean over the second half), requests per
+step and the CPU time of the process per step (user + system, all its threads: steadier than
+wall time on a loaded machine). Prints a markdown table with the median and the range of the
+wait fraction and tokens/s, and the run's duration.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import argparse
 import os
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -76,8 +82,12 @@ def run(urls, work: Path, args, adaptive: bool, step_ms: float) -> dict:
     loader = make_loader(source, mesh, global_batch_size=args.batch, num_steps=args.steps,
                          prefetch=prefetch, telemetry=TelemetryOptions(stall_threshold=0))
     assert loader.prefetch.adapts(source.reads_remote) == adaptive
-    began = loader.metrics()
-    ahead, windows = [], []
+    for _ in range(500):  # the readers of the run before have left
+        if not _readers():
+            break
+        time.sleep(0.01)
+    began, cpu = loader.metrics(), time.process_time()
+    ahead, windows, readers = [], [], []
     for batch in loader:
         jax.block_until_ready(batch)
         if step_ms:
@@ -85,17 +95,22 @@ def run(urls, work: Path, args, adaptive: bool, step_ms: float) -> dict:
         now = loader.metrics()
         ahead.append(now.read_ahead_steps)
         windows.append(now.read_ahead_window)
+        readers.append(_readers())
     m = loader.metrics().since(began)
+    cpu = time.process_time() - cpu
     steady = float(np.mean(ahead[len(ahead) // 2:]))
     loader.close()
     if adaptive and args.trajectory:
         print("window every 4 steps:", windows[::4], flush=True)
     return {
         "wait": m.wait_seconds / m.elapsed_seconds, "tokens/s": m.tokens / m.elapsed_seconds,
+        "cpu ms/step": 1e3 * cpu / m.steps,
         "peak steps": m.read_ahead_peak_steps, "steady steps": steady,
         "steady MB": steady * m.step_bytes / 1e6,
         "peak MB": m.read_ahead_peak_steps * m.step_bytes / 1e6,
-        "window": m.read_ahead_window, "p50 ms": 1e3 * (m.stores["gs"].latency_p50 or 0),
+        "window": m.read_ahead_window, "readers": max(readers),
+        "steady readers": float(np.mean(readers[len(readers) // 2:])),
+        "p50 ms": 1e3 * (m.stores["gs"].latency_p50 or 0),
         "requests/step": sum(s.requests for s in m.stores.values()) / m.steps,
     }
 
@@ -110,15 +125,17 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=120)
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--seq", type=int, default=1024)
-    parser.add_argument("--step_ms", type=float, default=250.0, help="the slow consumer's step")
+    parser.add_argument("--step_ms", type=float, default=100.0, help="the slow consumer's step")
     parser.add_argument("--fast_ms", type=float, default=5.0, help="the fast consumer's step")
     parser.add_argument("--trajectory", action="store_true", help="print the adaptive window")
     parser.add_argument("--consumers", default="fast,slow", help="fast, slow or both")
     parser.add_argument("--memory_mb", type=int, default=1024)
     parser.add_argument("--max_read_ahead", type=int, default=32, help="the adaptive window's")
     parser.add_argument("--work_dir", default=os.path.join(tempfile.gettempdir(), "jaxblend_ra"))
-    parser.add_argument("--repeats", type=int, default=1,
-                        help="runs of each case, fixed and adaptive alternating; medians")
+    parser.add_argument("--repeats", type=int, default=5,
+                        help="runs of each fast case, fixed and adaptive alternating; medians")
+    parser.add_argument("--slow_repeats", type=int, default=1,
+                        help="runs of each slow case (its figures vary little between runs)")
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     if args.quick:
@@ -133,15 +150,19 @@ def main() -> None:
                             int(args.tokens), mean_log_length=args.doc_log_length)
     server = GcsServer.start(work)
     rows = []
+    began, start_load = time.monotonic(), os.getloadavg()[0]
     try:
         urls = upload(server, prefixes)
+        with server.pointed_at():
+            run(urls, work, args, True, 0.0)  # untimed: imports, compilation, the index maps
         for delay in (float(d) for d in args.delays.split(",")):
             with ProxyProcess(server.url, delay / 1000) as proxy, server.pointed_at(proxy.url):
                 consumers = {"fast": args.fast_ms, "slow": args.step_ms}
                 for consumer in args.consumers.split(","):
                     step_ms = consumers[consumer]
                     runs: dict[str, list[dict]] = {"fixed": [], "adaptive": []}
-                    for r in range(args.repeats):
+                    repeats = args.repeats if consumer == "fast" else args.slow_repeats
+                    for r in range(repeats):
                         for mode in (("fixed", "adaptive") if r % 2 == 0 else ("adaptive", "fixed")):
                             row = run(urls, work, args, mode == "adaptive", step_ms)
                             runs[mode].append(row)
@@ -150,24 +171,46 @@ def main() -> None:
                                       for k, v in row.items()}}, flush=True)
                     for mode, done in runs.items():
                         row = {k: _median([d[k] for d in done]) for k in done[0]}
-                        row.update(delay=delay, consumer=consumer, mode=mode)
+                        row.update(delay=delay, consumer=consumer, mode=mode,
+                                   waits=[d["wait"] for d in done],
+                                   rates=[d["tokens/s"] for d in done])
                         rows.append(row)
     finally:
         server.stop()
+    load = os.getloadavg()[0]
     print(f"\n{args.prefixes} prefixes on fake-gcs-server, B {args.batch} x {args.seq} tokens, "
-          f"{args.steps} steps, medians of {args.repeats}, fast consumer {args.fast_ms:g} ms/step, "
-          f"slow {args.step_ms:g} ms/step, memory bound {args.memory_mb} MB, "
-          f"{os.cpu_count()} cores\n")
-    print("| ms/request | consumer | read-ahead | wait fraction | M tokens/s | most steps ahead | "
-          "their memory MB | steps ahead, 2nd half (mean) | their memory MB | final window | "
-          "request p50 ms | requests/step |")
-    print("|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          f"{args.steps} steps, medians of {args.repeats} (slow: {args.slow_repeats}), "
+          f"fast consumer {args.fast_ms:g} ms/step, slow {args.step_ms:g} ms/step, "
+          f"memory bound {args.memory_mb} MB, "
+          f"max_read_ahead {args.max_read_ahead}, {os.cpu_count()} cores; "
+          f"{time.monotonic() - began:.0f} s, load average {start_load:.1f} at the start and "
+          f"{load:.1f} at the end\n")
+    print("| ms/request | consumer | read-ahead | wait fraction (range) | M tokens/s (range) | "
+          "adaptive / fixed tokens/s | most steps ahead | their memory MB | "
+          "steps ahead, 2nd half (mean) | their memory MB | final window | reader threads: most, "
+          "2nd half (mean) | "
+          "request p50 ms | requests/step | CPU ms/step |")
+    print("|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    fixed_rate = {}
     for r in rows:
+        key = (r["delay"], r["consumer"])
+        if r["mode"] == "fixed":
+            fixed_rate[key] = r["tokens/s"]
+        ratio = f"{r['tokens/s'] / fixed_rate[key]:.2f}x" if r["mode"] == "adaptive" else ""
         window = "" if r["window"] is None else r["window"]
-        print(f"| {r['delay']:g} | {r['consumer']} | {r['mode']} | {r['wait']:.3f} | "
-              f"{r['tokens/s'] / 1e6:.2f} | {r['peak steps']} | {r['peak MB']:.2f} | "
-              f"{r['steady steps']:.1f} | {r['steady MB']:.2f} | {window} | "
-              f"{r['p50 ms']:.0f} | {r['requests/step']:.1f} |")
+        print(f"| {r['delay']:g} | {r['consumer']} | {r['mode']} | {r['wait']:.3f} "
+              f"({min(r['waits']):.2f}-{max(r['waits']):.2f}) | {r['tokens/s'] / 1e6:.2f} "
+              f"({min(r['rates']) / 1e6:.2f}-{max(r['rates']) / 1e6:.2f}) | {ratio} | "
+              f"{r['peak steps']} | {r['peak MB']:.2f} | {r['steady steps']:.1f} | "
+              f"{r['steady MB']:.2f} | {window} | {r['readers']}, {r['steady readers']:.1f} | "
+              f"{r['p50 ms']:.0f} | "
+              f"{r['requests/step']:.1f} | {r['cpu ms/step']:.1f} |")
+
+
+def _readers() -> int:
+    """Live reader threads: Grain's (fixed read-ahead) and the `ReadPool`'s (adaptive)."""
+    return sum(t.name.startswith(("grain-prefetch", "jaxblend-read"))
+               for t in threading.enumerate())
 
 
 def _median(values: list):

@@ -18,12 +18,13 @@ TALLY_KEY = "__jaxblend_read_tally__"
 class HostStepSource:
     """Grain data source whose record `k` is this process's rows of step `k` of a plan.
 
-    Rows of unpadded steps are read with `read_batch` (the compact form, in Grain's readers or
+    Rows of unpadded steps are read with `read_batch` (the compact form, in the reader threads or
     workers) and turned into the batch schema by `assemble` in the training process; rows of
     padded (bucketed) steps are read with `get_padded_batch`.
 
-    With a `window` (`ReadWindow`, reads in this process's threads), each read waits until the
-    window admits its step, and tells it how long the read took. In this process,
+    With a `window` (`ReadWindow`, reads in this process's `ReadPool`, which starts a step's
+    read once the window admits it), each read tells the window that it began and how long it
+    took. In this process,
     `highest_begun` is the highest step whose read began (with `tally` or a `window`).
 
     With `tally`, each record also carries what reading it cost (a `read_tally.ReadTally` under
@@ -35,7 +36,8 @@ class HostStepSource:
       process_rows: this process's share of the step plan.
       tally: count each record's reads.
       pending: where requests in flight and steps being read are registered (with `tally`).
-      window: the adaptive read-ahead window reads wait for (not sent to worker processes).
+      window: the adaptive read-ahead window the reads report to (not sent to worker
+        processes).
 
     Raises:
       ValueError: if the plan pads steps to a length and the source cannot read padded rows.
@@ -81,7 +83,7 @@ class HostStepSource:
     def __getitem__(self, step: int) -> dict[str, np.ndarray]:
         window = self.window
         if window is not None:
-            window.admit(step)
+            window.begun(step)
         if window is not None or self.tally:  # a gauge: a rare lost update is corrected next step
             self.highest_begun = max(self.highest_begun, step)
         if not self.tally:

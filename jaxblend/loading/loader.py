@@ -6,7 +6,8 @@ Flow per step k (the same program on every host):
   2. a `HostStepSource` record = those rows, read through the source's `read_batch` (one batched
      storage call; `get_padded_batch` for bucketed steps) in a `grain.DataLoader` (reader threads
      or worker processes, prefetch; its sampler is the steps from the resume point to the run's
-     `end_step`, so nothing past it is read ahead); the compact record is turned into the batch
+     `end_step`, so nothing past it is read ahead), or, with the adaptive read-ahead, in a
+     `ReadPool` whose reader threads follow the window; the compact record is turned into the batch
      schema by `assemble_batch` (one compiled kernel) in this process, so only token windows
      cross from a worker;
   3. `make_global_batch` lays the rows out on the mesh; the next batch is put on the devices while
@@ -38,6 +39,7 @@ from jaxblend import grain_workers, identity
 from jaxblend.loading import global_batch
 from jaxblend.loading.host_source import HostStepSource
 from jaxblend.loading.protocols import LoaderSource
+from jaxblend.loading.read_pool import ReadPool
 from jaxblend.loading.read_window import ReadWindow
 from jaxblend.loading.resume_history import STATE_KEY, StagedHistory, explain_unscheduled
 from jaxblend.loading.stall import StallWatch, logger
@@ -92,8 +94,8 @@ class PrefetchOptions:
         None (the default): on for sources read from an object store, off for local files
         (their reads take microseconds: the fixed window is never late); True / False force it.
         Only with `worker_count` 0 (reads in this process's threads).
-      max_read_ahead: the adaptive window's largest size, steps (Grain's reader threads: idle
-        ones are not free, so no more than the window grows to in practice).
+      max_read_ahead: the adaptive window's largest size, steps (its `ReadPool` runs as many
+        reader threads as the window holds steps, up to this).
       read_ahead_memory: bytes the records read ahead of the loader may hold (adaptive window).
     """
 
@@ -135,12 +137,9 @@ class PrefetchOptions:
         return self.read_ahead or (DEFAULT_REMOTE_READ_AHEAD if reads_remote else self.read_threads)
 
     def grain_read_options(self, reads_remote: bool) -> grain.ReadOptions:
-        """Grain's reader threads and buffer: `read_ahead` steps are read concurrently (with
-        adaptation, as many threads as the window may grow to; the window admits the reads)."""
-        if self.adapts(reads_remote):
-            ahead = max(self.max_read_ahead, self.initial_read_ahead(reads_remote))
-        else:
-            ahead = self.read_ahead or (DEFAULT_REMOTE_READ_AHEAD if reads_remote else 0)
+        """Grain's reader threads and buffer for the fixed read-ahead: `read_ahead` steps are
+        read concurrently (the adaptive window reads in its own `ReadPool`, not Grain's)."""
+        ahead = self.read_ahead or (DEFAULT_REMOTE_READ_AHEAD if reads_remote else 0)
         return grain.ReadOptions(
             num_threads=max(self.read_threads, ahead),
             prefetch_buffer_size=max(self.read_buffer_size, ahead),
@@ -257,7 +256,7 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
         self._stall: StallWatch | None = None
         self._window: ReadWindow | None = None
         self._queued_tokens: collections.deque[int] = collections.deque()
-        self._grain_iter: Iterator[dict[str, np.ndarray]] | None = None
+        self._records: Iterator[dict[str, np.ndarray]] | None = None  # Grain's or a ReadPool
         self._queue: collections.deque[dict[str, jax.Array]] = collections.deque()
         self._start(start_step if state is None else self.check_state(state))
 
@@ -287,8 +286,6 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
             self.source.reads_remote, step, _request_concurrency(self.source)
         )
         self.host_source.window = self._window
-        if self._window is not None:  # a loader dropped without `close` lets its reads go
-            weakref.finalize(self, self._window.close)
         self._step = self._next_put = step
         self._queue: collections.deque[dict[str, jax.Array]] = collections.deque()
         self._queued_tokens = collections.deque()
@@ -296,6 +293,12 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
             self._stall = _stall_watch(self.telemetry.stall_threshold, self._pending,
                                        self.prefetch.worker_count, self._counters)
             weakref.finalize(self, self._stall.stop)
+        self._exhausted = False
+        if self._window is not None:
+            pool = ReadPool(self.host_source.__getitem__, step, self.end_step, self._window)
+            weakref.finalize(self, pool.close)  # a loader dropped without `close` ends its readers
+            self._records = pool
+            return
         if self.prefetch.worker_count:
             grain_workers.prepare()
         loader = grain.DataLoader(
@@ -306,17 +309,16 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
             shard_options=grain.sharding.NoSharding(),
             read_options=self.prefetch.grain_read_options(self.source.reads_remote),
         )
-        self._grain_iter = iter(loader)
-        self._exhausted = False
+        self._records = iter(loader)
         if self.prefetch.worker_count:
             grain_workers.track(self)
 
     def start_reading(self) -> None:
-        """Starts reading the first steps now, in the background (Grain's read threads or worker
+        """Starts reading the first steps now, in the background (the reader threads or worker
         processes), rather than at the first `next()`: e.g. while a checkpoint is restored and the
         step function compiles. Idempotent."""
-        if self._grain_iter is not None:
-            self._grain_iter.start_prefetch()
+        if self._records is not None:
+            self._records.start_prefetch()
 
     @property
     def step(self) -> int:
@@ -334,9 +336,9 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
                 stall.begin(self._next_put)
             pulling = time.perf_counter()
             try:
-                host = next(self._grain_iter)
+                host = next(self._records)
             except StopIteration:
-                self._stop_grain()
+                self._stop_reading()
                 break
             finally:
                 if stall is not None:
@@ -377,27 +379,28 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
         return self._counters.snapshot(ahead, None if window is None else window.size)
 
     def close(self) -> None:
-        """Stops Grain's reader threads and worker processes and releases the shared memory of
+        """Stops the reader threads and Grain's worker processes and releases the shared memory of
         their batches; the loader is unusable after (`restore` starts it again).
 
         Grain's iterator releases them when it is released (its pipeline closes on deletion), so
-        the loader drops its only reference. A loader with workers that is still open at exit is
-        closed then (`grain_workers.track`).
+        the loader drops its only reference; a `ReadPool` is closed. A loader with workers that is
+        still open at exit is closed then (`grain_workers.track`).
         """
         self._queue.clear()
         self._queued_tokens.clear()
-        if self._window is not None:
-            self._window.close()
         if self._stall is not None:
             self._stall.stop()
             self._stall = None
-        self._stop_grain()
+        self._stop_reading()
 
-    def _stop_grain(self) -> None:
-        """Drops the Grain pipeline (at its end, or on `close`); with workers, frees the batches it
-        keeps in reference cycles, unlinking their shared memory (`grain_workers.release`)."""
-        had_workers = self._grain_iter is not None and self.prefetch.worker_count > 0
-        self._grain_iter = None
+    def _stop_reading(self) -> None:
+        """Drops the reads (at the stream's end, or on `close`): closes a `ReadPool`; with Grain's
+        workers, frees the batches it keeps in reference cycles, unlinking their shared memory
+        (`grain_workers.release`)."""
+        had_workers = self._records is not None and self.prefetch.worker_count > 0
+        if isinstance(self._records, ReadPool):
+            self._records.close()
+        self._records = None
         self._exhausted = True
         if had_workers:
             grain_workers.untrack(self)

@@ -1,9 +1,10 @@
 """Read-ahead that adapts: how many steps may be read ahead of the loader.
 
-A `ReadWindow` admits the read of step s once s < (steps taken by the loader) + size, so at most
-`size` steps are being read or wait, read, for the loader; Grain's reader threads (as many as the
-window may grow to) block in `admit` until their step is admitted (each on its own event: a step
-taken wakes only the reads it admits). Steps are admitted in order of their numbers, so the step
+A `ReadWindow` admits the read of step s once s < (steps taken by the loader) + size (`limit`),
+so at most `size` steps are being read or wait, read, for the loader. The reads run in a
+`jaxblend.loading.read_pool.ReadPool`, which follows the window (`watch`): it starts a step's
+read only once the window admits it, with no more reader threads than the window holds steps, so a
+window that shrinks also ends readers. Steps are admitted in order of their numbers, so the step
 the loader waits for is always admitted.
 
 The size adapts to the consumer, once per step the loader takes (`taken`), starting from the
@@ -59,7 +60,7 @@ class ReadWindow:
       start: the first step of the stream (the first step admitted).
       size: the initial window, steps.
       low: the smallest window.
-      high: the largest window (Grain's reader threads).
+      high: the largest window.
       memory: bytes the records read ahead may hold.
       concurrency: requests the object store client keeps in flight (None: no such bound).
       clock: seconds, for the time between steps taken (a monotonic clock).
@@ -71,7 +72,7 @@ class ReadWindow:
     ) -> None:
         self._clock = clock
         self._lock = threading.Lock()
-        self._blocked: dict[int, threading.Event] = {}
+        self._watchers: list[Callable[[int, int], None]] = []
         self._start = start
         self._next = start  # the next step the loader takes
         self.low, self.high, self.memory = low, high, memory
@@ -92,19 +93,23 @@ class ReadWindow:
         self._calm = 0
         self._last = clock()
         self._admitted = start - 1
-        self._closed = False
 
-    def admit(self, step: int) -> None:
-        """Blocks until the read of `step` may start (or the window is closed)."""
+    @property
+    def limit(self) -> int:
+        """The first step whose read may not start yet (the window admits the steps before)."""
         with self._lock:
-            event = None
-            if step >= self._next + self.size and not self._closed:
-                event = self._blocked.setdefault(step, threading.Event())
-        # a loader left open at exit: Python joins Grain's reader threads after the main thread
-        # stops, so a blocked read must notice that itself
-        while event is not None and not event.wait(0.5):
-            if not threading.main_thread().is_alive():
-                break
+            return self._next + self.size
+
+    def watch(self, callback: Callable[[int, int], None]) -> None:
+        """Calls `callback(limit, size)` now and after every step taken, in the thread that took
+        it and under the window's lock (so the calls come in order): the callback must not call
+        the window."""
+        with self._lock:
+            self._watchers.append(callback)
+            callback(self._next + self.size, self.size)
+
+    def begun(self, step: int) -> None:
+        """The read of the admitted `step` began (for `ahead` and `peak`)."""
         with self._lock:
             if step > self._admitted:
                 self._admitted = step
@@ -134,7 +139,8 @@ class ReadWindow:
             if step >= self._start + self.initial:  # the first window is the pipe filling
                 self._adapt(step, late, waited, period)
             self.size = min(self.size, self.bound)
-            self._release()
+            for callback in self._watchers:
+                callback(self._next + self.size, self.size)
 
     def _adapt(self, step: int, late: bool, waited: float, period: float) -> None:
         """One step's change of the window (under the lock)."""
@@ -190,21 +196,10 @@ class ReadWindow:
         fits = int(self.concurrency / self._requests) + 1
         return min(bound, max(self.initial, fits))
 
-    def _release(self) -> None:
-        """Wakes the reads the window now admits (under the lock)."""
-        for step in [s for s in self._blocked if self._closed or s < self._next + self.size]:
-            self._blocked.pop(step).set()
-
     @property
     def ahead(self) -> int:
         """Steps admitted and not yet taken by the loader."""
         return max(0, self._admitted - self._next + 1)
-
-    def close(self) -> None:
-        """Lets every blocked read go (the stream ended or the loader closed)."""
-        with self._lock:
-            self._closed = True
-            self._release()
 
 
 class _Trial:

@@ -4,6 +4,7 @@ while it does not, stays within its memory bound; the loader's batches are the s
 from __future__ import annotations
 
 import threading
+import time
 
 import jax
 import numpy as np
@@ -20,24 +21,18 @@ from jaxblend.sources import GPTSchemaOptions, open_gpt_sources
 B, SEQ = 16, 16
 
 
-def test_a_step_beyond_the_window_waits_until_the_loader_takes_one():
+def test_the_window_admits_the_steps_before_its_limit_and_tells_its_watchers():
     window = ReadWindow(start=10, size=2, low=1, high=8, memory=1 << 20)
-    window.admit(10)
-    window.admit(11)
-    admitted = threading.Event()
-
-    def read_step_12():
-        window.admit(12)
-        admitted.set()
-
-    thread = threading.Thread(target=read_step_12)
-    thread.start()
-    thread.join(0.3)
-    assert thread.is_alive() and not admitted.is_set()  # 12 >= 10 + 2: not admitted
-    assert window.ahead == 2
+    told: list[tuple[int, int]] = []
+    window.watch(lambda limit, size: told.append((limit, size)))
+    assert window.limit == 12 and told == [(12, 2)]  # 10 and 11
+    window.begun(10)
+    window.begun(11)
+    assert window.ahead == 2 and window.peak == 2
     window.taken(10, waited=0.0, step_bytes=100)
-    thread.join(10)
-    assert admitted.is_set() and window.ahead == 2  # 11 and 12
+    assert window.limit == 13 and told == [(12, 2), (13, 2)]  # a step taken admits one more
+    window.begun(12)
+    assert window.ahead == 2  # 11 and 12
 
 
 class Clock:
@@ -160,31 +155,6 @@ def test_bound_is_at_least_one_step():
     assert window.bound == window.size == 1
 
 
-def test_a_step_taken_wakes_only_the_reads_it_admits():
-    window = ReadWindow(start=0, size=1, low=1, high=8, memory=1 << 20)
-    admitted = []
-    threads = [threading.Thread(target=lambda s=s: (window.admit(s), admitted.append(s)))
-               for s in (1, 2, 3)]
-    for thread in threads:
-        thread.start()
-    window.taken(0, waited=0.0, step_bytes=100)  # admits step 1 only
-    threads[0].join(10)
-    assert admitted == [1] and threads[1].is_alive() and threads[2].is_alive()
-    window.close()
-    for thread in threads:
-        thread.join(10)
-    assert sorted(admitted) == [1, 2, 3]
-
-
-def test_close_lets_blocked_reads_go():
-    window = ReadWindow(start=0, size=1, low=1, high=4, memory=1 << 20)
-    thread = threading.Thread(target=window.admit, args=(3,))
-    thread.start()
-    window.close()
-    thread.join(10)
-    assert not thread.is_alive()
-
-
 def test_options():
     remote, local = True, False
     assert PrefetchOptions().adapts(remote) and not PrefetchOptions().adapts(local)  # default
@@ -193,8 +163,9 @@ def test_options():
     assert not PrefetchOptions(adaptive_read_ahead=False).adapts(remote)
     assert not PrefetchOptions(worker_count=1).adapts(remote)
     assert not PrefetchOptions(worker_count=1, adaptive_read_ahead=True).adapts(remote)
-    assert PrefetchOptions().grain_read_options(remote).num_threads == 32  # max_read_ahead
+    # Grain's pool serves the fixed read-ahead only (the adaptive window reads in a ReadPool)
     assert PrefetchOptions(adaptive_read_ahead=False).grain_read_options(remote).num_threads == 8
+    assert PrefetchOptions(read_ahead=5).grain_read_options(remote).num_threads == 5
     assert PrefetchOptions().grain_read_options(local).num_threads == 1
     assert PrefetchOptions().read_window(local, 0) is None
     assert PrefetchOptions().read_window(remote, 0).size == 8  # from the fixed default
@@ -221,6 +192,7 @@ def source(prefix, tmp_path_factory):
 
 
 def test_loader_batches_are_the_same_and_read_ahead_stays_in_its_bound(source):
+    others = _readers()  # those of loaders other tests left open
     mesh = Mesh(np.array(jax.devices()), ("data",))
     fixed = [np.asarray(b["inputs"]) for b in make_loader(
         source, mesh, global_batch_size=B, num_steps=40,
@@ -228,11 +200,13 @@ def test_loader_batches_are_the_same_and_read_ahead_stays_in_its_bound(source):
     step_bytes = sum(v.nbytes for v in source.read_batch(np.arange(B)).values())  # a record
     loader = make_loader(source, mesh, global_batch_size=B, num_steps=40, prefetch=PrefetchOptions(
         adaptive_read_ahead=True, read_ahead=4, read_ahead_memory=3 * step_bytes))
-    adaptive, ahead = [], []
+    adaptive, ahead, readers, windows = [], [], [], []
     for batch in loader:
         adaptive.append(np.asarray(batch["inputs"]))
         m = loader.metrics()
         ahead.append(m.read_ahead_steps)
+        windows.append(m.read_ahead_window)
+        readers.append(len(_readers() - others))
         assert m.read_ahead_window is not None
     for got, want in zip(adaptive, fixed, strict=True):
         np.testing.assert_array_equal(got, want)
@@ -242,6 +216,19 @@ def test_loader_batches_are_the_same_and_read_ahead_stays_in_its_bound(source):
     assert 1 <= m.read_ahead_window <= bound
     # the first window (4 steps) is admitted before a step's size is known; then the bound holds
     assert all(a <= bound for a in ahead[4:]), (ahead, bound, m.step_bytes)
+    # no more reader threads than the window held steps (a reader above a window that just
+    # shrank finishes its read first), and none once the stream ended
+    assert max(readers) <= 4 and all(r <= bound for r in readers[10:]), (readers, windows)
+    for _ in range(1000):
+        if not _readers() - others:
+            break
+        time.sleep(0.01)
+    assert not _readers() - others
+
+
+def _readers() -> set[threading.Thread]:
+    """Live reader threads of adaptive loaders (`ReadPool`'s)."""
+    return {thread for thread in threading.enumerate() if thread.name == "jaxblend-read"}
 
 
 def test_default_on_for_a_bucket_source_off_for_local_and_the_same_bytes(
