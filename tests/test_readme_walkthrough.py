@@ -11,15 +11,21 @@ checked for what it should have done. Nothing else is set up: no interpreter on 
 credentials and no endpoint in the environment (the S3 endpoint reaches the bucket run only through
 the README's `--s3_endpoint`); only the fake GCS server's own emulator settings are given, which
 a real bucket does not need.
+
+The blocks before the bucket's (tokenize, inspect, train) read and write only `$DATA`: they run
+once for the module, and each bucket test starts from their outcome (the checkpoints of step 12
+as the second training command left them).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 
@@ -103,26 +109,38 @@ def _setup(block: str, values: dict[str, str]) -> str:
     return "\n".join(lines)
 
 
-@pytest.mark.parametrize("kind", ["s3", "gcs"])
-def test_your_own_data_walkthrough_runs_as_written(kind, request, tmp_path):
-    server = request.getfixturevalue(f"{kind}_server")
-    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
-        blocks = section_blocks(f.read())
-    assert len(blocks) == 5, "the walkthrough's blocks changed: update this test"
-    data = str(tmp_path / "data")
+def _environment(kind: str | None = None, server=None) -> dict[str, str]:
+    """What the walkthrough's shell starts from: this process's environment without the user's
+    settings, plus the fake GCS server's emulator settings for `kind` "gcs"."""
     env = {k: v for k, v in os.environ.items() if k not in USER_ENVS}
     if kind == "gcs":  # the fake GCS server's emulator settings (a real bucket needs none)
         env.update(server.environ())
     # The clone's own package (a no-op in a clone; a worktree's venv may point elsewhere).
     env["PYTHONPATH"] = ROOT
-    setup = _setup(blocks[0], {
-        "DATA": data,
-        "TOKENIZER": _user_inputs(data, str(tmp_path / "model")),
-        "BUCKET": server.prefix_url(f"walkthrough{next(_runs)}"),
-        "S3_ENDPOINT": server.url if kind == "s3" else "",
-    })
-    cwd = ROOT
-    _, tokenize, inspect, train, bucket = (setup + "\n" + b for b in blocks)
+    return env
+
+
+@dataclasses.dataclass(frozen=True)
+class _Local:
+    """The walkthrough's local part, run once: its blocks, placeholder values and checkpoints."""
+
+    blocks: list[str]
+    values: dict[str, str]
+    trained: str  # a copy of `$DATA/checkpoints` after the second training command
+
+
+@pytest.fixture(scope="module")
+def local_part(tmp_path_factory) -> _Local:
+    """Runs the blocks that use only `$DATA` (tokenize, inspect, train), checking each."""
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+        blocks = section_blocks(f.read())
+    assert len(blocks) == 5, "the walkthrough's blocks changed: update this test"
+    tmp = tmp_path_factory.mktemp("walkthrough")
+    data = str(tmp / "data")
+    values = {"DATA": data, "TOKENIZER": _user_inputs(data, str(tmp / "model"))}
+    setup = _setup(blocks[0], {**values, "BUCKET": "", "S3_ENDPOINT": ""})
+    env, cwd = _environment(), ROOT
+    _, tokenize, inspect, train, _ = (setup + "\n" + b for b in blocks)
 
     _bash(tokenize, env, cwd)
     for name in ("corpus_text_document.bin", "corpus_text_document.idx",
@@ -138,8 +156,33 @@ def test_your_own_data_walkthrough_runs_as_written(kind, request, tmp_path):
     assert "finished at step 6" in "\n".join(out)
     assert f"resumed from {data}/checkpoints step 6" in out
     assert any(s.startswith("finished at step 12: final loss") for s in out)
+    trained = str(tmp / "trained")
+    shutil.copytree(os.path.join(data, "checkpoints"), trained)
+    return _Local(blocks, values, trained)
 
-    out = _bash(bucket, env, cwd).splitlines()
+
+def test_the_local_blocks_tokenize_inspect_and_train(local_part):
+    data = local_part.values["DATA"]
+    assert sorted(os.listdir(local_part.trained)) == ["12", "6"]
+    assert os.path.isfile(os.path.join(data, "data.flags"))
+    assert os.path.isfile(os.path.join(data, "model.flags"))
+
+
+@pytest.mark.parametrize("kind", ["s3", "gcs"])
+def test_your_own_data_walkthrough_runs_as_written(kind, request, local_part):
+    server = request.getfixturevalue(f"{kind}_server")
+    data = local_part.values["DATA"]
+    # The checkpoints as the local blocks left them (an earlier bucket test trained on).
+    shutil.rmtree(os.path.join(data, "checkpoints"))
+    shutil.copytree(local_part.trained, os.path.join(data, "checkpoints"))
+    setup = _setup(local_part.blocks[0], {
+        **local_part.values,
+        "BUCKET": server.prefix_url(f"walkthrough{next(_runs)}"),
+        "S3_ENDPOINT": server.url if kind == "s3" else "",
+    })
+    bucket = setup + "\n" + local_part.blocks[4]
+
+    out = _bash(bucket, _environment(kind, server), ROOT).splitlines()
     assert out[:3] == [f"copied {n}" for n in (
         ".jaxblend/corpus.preprocess.json", "corpus_text_document.bin", "corpus_text_document.idx")]
     assert f"resumed from {data}/checkpoints step 12" in out

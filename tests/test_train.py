@@ -22,6 +22,12 @@ SMALL = [
     "--log_interval=5", "--eval_interval=0", "--lr_warmup_iters=5",
     "--train_samples=400",  # fixed data order: extending --train_iters keeps the same stream
 ]
+# The model most tests train: one shape, compiled once for all of them (JAX's caches).
+TINY = [
+    "--mock_data", "--seq_length=16", "--global_batch_size=8", "--eval_interval=0",
+    "--hidden_size=32", "--ffn_hidden_size=64", "--num_layers=1", "--num_attention_heads=2",
+    "--mock_num_samples=512", "--mock_vocab_size=128", "--vocab_size=128", "--keep_checkpoints=50",
+]
 
 
 def losses(output: str) -> dict[int, float]:
@@ -72,11 +78,10 @@ def test_resume_on_two_processes_through_launch_local_sh(workdir):
 
 
 def test_fsdp_tensor_mesh_and_resume_on_another_mesh(tmp_path):
+    # The model of TINY (below): the resumed run on the data mesh compiles what other tests do.
     common = [
-        "--mock_data", "--seq_length=32", "--global_batch_size=8", "--log_interval=2",
-        "--num_cpu_devices=8", f"--workdir={tmp_path}", "--eval_interval=0", "--save_interval=3",
-        "--hidden_size=64", "--ffn_hidden_size=128", "--num_attention_heads=4",
-        "--mock_num_samples=64", "--mock_vocab_size=512",
+        *TINY, "--log_interval=2", "--num_cpu_devices=8", f"--workdir={tmp_path}",
+        "--save_interval=3",
     ]
     first = run_tool("jaxblend.train", [*common, "--train_iters=3",
          "--mesh_shape=2,2,2", "--mesh_axes=data,fsdp,tensor"])
@@ -99,14 +104,8 @@ def test_rampup_batch_size_resumed_mid_ramp_on_another_mesh(tmp_path):
     ]
     batch = re.compile(r"step\s+(\d+)\s+loss\s+([0-9.]+)\s+batch\s+(\d+)")
 
-    def run(workdir, *extra, in_process=True):
-        if in_process:
-            out = run_tool("jaxblend.train", [*common, f"--workdir={workdir}", *extra])
-        else:  # another device count than the test process's: a process of its own
-            out = subprocess.run(
-                [sys.executable, "-m", "jaxblend.train", *common, f"--workdir={workdir}", *extra],
-                capture_output=True, text=True, timeout=600, check=False,
-            )
+    def run(workdir, *extra):
+        out = run_tool("jaxblend.train", [*common, f"--workdir={workdir}", *extra])
         assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
         return out, {int(s): (loss, int(b)) for s, loss, b in batch.findall(out.stdout)}
 
@@ -117,8 +116,9 @@ def test_rampup_batch_size_resumed_mid_ramp_on_another_mesh(tmp_path):
     shutil.copytree(tmp_path / "full", tmp_path / "resumed")
     for step in ("10", "12"):
         shutil.rmtree(tmp_path / "resumed" / "checkpoints" / step)
-    out, rest = run(tmp_path / "resumed", "--rampup_batch_size=8 8 64", "--num_cpu_devices=4",
-                   in_process=False)
+    # Resumed on another mesh of the 8 devices: the batch split 4 ways, the model 2 ways.
+    out, rest = run(tmp_path / "resumed", "--rampup_batch_size=8 8 64", "--mesh_shape=4,2",
+                    "--mesh_axes=data,tensor")
     assert "resumed from" in out.stdout and sorted(rest) == list(range(6, 13))
     assert rest == {k: full[k] for k in range(6, 13)}
 
@@ -150,11 +150,6 @@ def test_bad_rampup_is_one_line_naming_the_flag(tmp_path):
     assert out.stderr.strip().splitlines()[-1].startswith("error: --rampup_batch_size='8 10 64'")
 
 
-TINY = [
-    "--mock_data", "--seq_length=16", "--global_batch_size=8", "--eval_interval=0",
-    "--hidden_size=32", "--ffn_hidden_size=64", "--num_layers=1", "--num_attention_heads=2",
-    "--mock_num_samples=512", "--mock_vocab_size=128", "--vocab_size=128", "--keep_checkpoints=50",
-]
 _DIVERGED = re.compile(
     r"^error: training diverged at step (\d+): (loss nan|its update left non-finite parameters or "
     r"optimizer state) \(last finite loss [0-9.]+ at step \d+\); lower --lr \(now 10000\), raise "

@@ -22,6 +22,9 @@ COMMON = [
     "--ffn_hidden_size=64", "--num_layers=1", "--num_attention_heads=2", "--vocab_size=512",
     "--eod_id=0", "--valid_samples=0",
 ]
+# Another mesh than the default (8 devices on the data axis) of the test process's 8 CPU devices:
+# the batch split 4 ways, the model 2 ways.
+OTHER_MESH = ["--mesh_shape=4,2", "--mesh_axes=data,tensor"]
 _LINE = re.compile(r"step\s+(\d+)\s+loss\s+([0-9.]+)\s+batch\s+\d+.*samples (.*)$", re.MULTILINE)
 
 
@@ -60,11 +63,11 @@ def test_resume_across_a_future_edit_and_refuse_a_past_one(tmp_path, datasets):
     base = schedule(tmp_path / "base.json", a, b, c)
     future = schedule(tmp_path / "future.json", a, b, c, third=8, third_blend=["60", c, "40", b])
     # the edited schedule run from scratch: what a resume from step 6 must reproduce
-    edited = train(tmp_path / "edited", future, "--num_cpu_devices=4")
+    edited = train(tmp_path / "edited", future, *OTHER_MESH)
     assert edited.returncode == 0, edited.stdout[-2000:] + edited.stderr[-3000:]
     expected = lines(edited)
     assert sorted(expected) == list(range(1, STEPS + 1))
-    first = train(tmp_path / "run", base, "--num_cpu_devices=8")
+    first = train(tmp_path / "run", base)
     assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-3000:]
     before = lines(first)
     assert stage_lines(first) == [
@@ -74,11 +77,11 @@ def test_resume_across_a_future_edit_and_refuse_a_past_one(tmp_path, datasets):
     ]
     for k in range(1, 7):  # steps before the edit: the same losses and sample counts
         assert before[k] == expected[k], k
-    # keep the step-6 checkpoint (mid stage 1) and resume with the future edited, on 4 devices
+    # keep the step-6 checkpoint (mid stage 1) and resume with the future edited, on the other mesh
     shutil.copytree(tmp_path / "run", tmp_path / "resumed")
     for step in ("9", "10"):
         shutil.rmtree(tmp_path / "resumed" / "checkpoints" / step)
-    resumed = train(tmp_path / "resumed", future, "--num_cpu_devices=4")
+    resumed = train(tmp_path / "resumed", future, *OTHER_MESH)
     assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-3000:]
     assert "resumed from" in resumed.stdout and "step 6" in resumed.stdout
     rest = lines(resumed)
@@ -95,7 +98,7 @@ def test_resume_across_a_future_edit_and_refuse_a_past_one(tmp_path, datasets):
     for step in ("9", "10"):
         shutil.rmtree(tmp_path / "past" / "checkpoints" / step)
     past = schedule(tmp_path / "past.json", a, b, c, second=5)
-    refused = train(tmp_path / "past", past, "--num_cpu_devices=4")
+    refused = train(tmp_path / "past", past, *OTHER_MESH)
     assert refused.returncode != 0
     assert "Traceback" not in refused.stderr
     err = refused.stderr.strip().splitlines()

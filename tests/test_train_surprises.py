@@ -26,9 +26,11 @@ def data(tmp_path_factory):
     rng = np.random.default_rng(5)
     big = write_random_dataset(str(root / "big_text_document"), rng, 200, lengths=(20, 60),
                                vocab=(1, 300))
+    # Ids below 300 everywhere: the runs train a model of --vocab_size=300 (one shape per number
+    # of datasets, compiled once for the module).
     other = write_random_dataset(str(root / "other_text_document"), rng, 200, lengths=(20, 60),
-                                 vocab=(1, 500))
-    tiny = write_random_dataset(str(root / "tiny_text_document"), rng, 1, lengths=(31, 32),
+                                 vocab=(1, 300))
+    tiny = write_random_dataset(str(root / "tiny_text_document"), rng, 1, lengths=(11, 12),
                                 vocab=(1, 300))
     small = write_random_dataset(str(root / "small_text_document"), rng, 4, lengths=(20, 21),
                                  vocab=(1, 300))
@@ -57,7 +59,7 @@ def test_another_runs_checkpoint_names_the_directory_and_the_flag(data, tmp_path
     first = _train(f"--data_path={data['big']}", "--vocab_size=300", "--train_iters=2",
                    "--save_interval=2", f"--workdir={work}", "--train_samples=64")
     assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-3000:]
-    # Another run (other data, so another vocabulary) in the same work directory.
+    # Another run (other data, another model) in the same work directory.
     out = _train(f"--data_path={data['other']}", "--vocab_size=500", "--hidden_size=32",
                  "--train_iters=4", f"--workdir={work}")
     assert _error(out) == (
@@ -136,7 +138,7 @@ def test_a_refused_schedule_edit_prints_no_resumed_line(data, tmp_path):
         ]}))
         return f"--data_schedule={path}"
 
-    common = ["--vocab_size=500", f"--workdir={work}", "--valid_samples=0",
+    common = ["--vocab_size=300", f"--workdir={work}", "--valid_samples=0",
               f"--data_cache_path={work}/cache"]
     first = run_tool("jaxblend.train", ["--seq_length=16", "--global_batch_size=8", *MODEL,
                                         *common, schedule("a.json", 3), "--train_iters=4",
@@ -149,11 +151,11 @@ def test_a_refused_schedule_edit_prints_no_resumed_line(data, tmp_path):
 
 
 def test_a_dataset_shorter_than_a_sequence_is_a_warning(data, tmp_path):
-    args = [f"--data_path=1 {data['big']} 1 {data['tiny']}", "--seq_length=64",
+    args = [f"--data_path=1 {data['big']} 1 {data['tiny']}", "--seq_length=16",
             "--global_batch_size=8", "--train_iters=2"]
     line = (
-        f"tiny_text_document ({data['tiny']}) has 31 tokens in the train split, fewer than one "
-        "sequence (--seq_length=64): every sample repeats it, {epochs} epochs in all; give it "
+        f"tiny_text_document ({data['tiny']}) has 11 tokens in the train split, fewer than one "
+        "sequence (--seq_length=16): every sample repeats it, {epochs} epochs in all; give it "
         "more data, or a shorter --seq_length"
     )
     out = run_tool("jaxblend.tools.inspect", ["preflight", *args, "--split=100,0,0"])

@@ -10,6 +10,7 @@ from helpers_cli import run_tool
 
 from jaxblend.preprocess import pipeline
 from jaxblend.preprocess import tokenizer_spec as tok_spec
+from jaxblend.preprocess.tokenizers import ByteTokenizer
 from tests.helpers_data import write_random_dataset
 from tests.preprocess.conftest import make_documents, small_run_config, write_jsonl
 
@@ -21,11 +22,14 @@ TINY = [
     "--eval_interval=0", "--save_interval=0", "--log_interval=1",
 ]
 
+BYTE_VOCAB = ByteTokenizer().vocab_size  # 267: 256 bytes, EOD and the sentinels
+
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     """A HuggingFace-tokenized and a byte-tokenized dataset (both with records), and a
-    Megatron-made one (no record)."""
+    Megatron-made one (no record); the vocabularies are the byte tokenizer's size (267), so each
+    run trains one model shape (compiled once)."""
     tokenizers = pytest.importorskip("tokenizers")
     from tokenizers import models, pre_tokenizers, trainers
 
@@ -34,7 +38,7 @@ def data(tmp_path_factory):
     bpe = tokenizers.Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.train_from_iterator(docs, trainers.BpeTrainer(
-        vocab_size=300, special_tokens=["<|endoftext|>"],
+        vocab_size=BYTE_VOCAB, special_tokens=["<|endoftext|>"],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     ))
     bpe.save(str(d / "tokenizer.json"))
@@ -43,7 +47,8 @@ def data(tmp_path_factory):
     pipeline.preprocess(small_run_config(str(d / "hf"), [src], tokenizer=hf))
     pipeline.preprocess(small_run_config(str(d / "byte"), [src], tokenizer=tok_spec.TokenizerSpec()))
     megatron = write_random_dataset(
-        str(d / "megatron_text_document"), np.random.default_rng(0), 100, vocab=(0, 500), eod=500
+        str(d / "megatron_text_document"), np.random.default_rng(0), 100,
+        vocab=(0, BYTE_VOCAB - 1), eod=BYTE_VOCAB - 1,
     )
     return {"hf": str(d / "hf_text_document"), "byte": str(d / "byte_text_document"),
             "megatron": megatron, "dir": d}
@@ -103,7 +108,7 @@ def test_megatron_made_data_needs_vocab_size_as_before(data, tmp_path):
         "error: --vocab_size is required with --data_path when the datasets have no "
         "preprocessing record"
     )
-    out = _train(tmp_path / "b", f"--data_path={data['megatron']}", "--vocab_size=501",
-                 "--eod_id=500", "--eod_mask_loss")
+    out = _train(tmp_path / "b", f"--data_path={data['megatron']}",
+                 f"--vocab_size={BYTE_VOCAB}", f"--eod_id={BYTE_VOCAB - 1}", "--eod_mask_loss")
     assert out.returncode == 0, out.stderr[-3000:]
     assert "finished at step 2" in out.stdout

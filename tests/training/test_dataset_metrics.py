@@ -43,9 +43,13 @@ def setup():
     cfg = model.ModelConfig(vocab_size=V, d_model=32, num_layers=1, num_heads=2, mlp_dim=64)
     mesh = Mesh(np.array(jax.devices()[:4]), ("data",))
     optimizer = optax.adam(1e-2)
-    params = model.init_params(cfg, 0)
+    params = jax.jit(model.init_params, static_argnums=0)(cfg, 0)  # one compilation, not one per op
     state = train._Model(cfg, optimizer, params, optimizer.init(params))
     return cfg, mesh, state
+
+
+# The loss of some rows, compiled (once per row count) rather than run op by op.
+_loss_of_rows = jax.jit(model.loss_fn, static_argnums=1)
 
 
 def _direct(cfg, params, batch, num_datasets):
@@ -54,7 +58,7 @@ def _direct(cfg, params, batch, num_datasets):
     for j in range(num_datasets):
         keep = batch["dataset_ids"] == j
         if keep.any():
-            mean, count = model.loss_fn(params, cfg, _rows(batch, keep))
+            mean, count = _loss_of_rows(params, cfg, _rows(batch, keep))
             loss[j], tokens[j] = float(mean) * float(count), int(count)
     return loss, tokens
 
