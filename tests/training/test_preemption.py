@@ -14,7 +14,7 @@ pytestmark = pytest.mark.slow
 # Both runs train to the same --train_iters (the learning-rate schedule, hence the compiled step,
 # is the same: the resumed run finds it in the compilation cache); enough steps that the first run
 # is still training when the SIGTERM lands, however loaded the machine.
-ITERS = 400
+ITERS = 100
 
 
 def test_sigterm_checkpoints_and_exits_zero_then_resumes(tmp_path):
