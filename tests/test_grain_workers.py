@@ -58,8 +58,8 @@ def check_make_loader(source, workers):
 """
 
 EARLY_BREAK = """
-def main():
-    loader = make_loader(open_source(sys.argv[1], sys.argv[2]), 1)
+def check_early_break(source):
+    loader = make_loader(source, 1)
     for step, batch in enumerate(loader):
         if step == 2:
             break  # never closed: released at exit
@@ -93,6 +93,9 @@ PLAIN = MAKE_LOADER + DATALOADER + main_calling("check_make_loader(source, 2)",
                                                 "check_dataloader(source)")
 MAKE_LOADER_MAIN = MAKE_LOADER + main_calling("check_make_loader(source, 1)")
 DATALOADER_MAIN = DATALOADER + main_calling("check_dataloader(source)")
+# The program a wrapper runs through runpy: make_loader, then a loader left open at exit.
+THROUGH_RUNPY = MAKE_LOADER + EARLY_BREAK + main_calling("check_make_loader(source, 1)",
+                                                         "check_early_break(source)")
 
 
 @pytest.fixture(scope="module")
@@ -125,12 +128,12 @@ def test_make_loader_with_workers_in_a_plain_script(plain):
     assert LEAK not in out.stderr and "UnparsedFlagAccessError" not in out.stderr, out.stderr
 
 
-def test_a_program_run_through_runpy_is_not_taken_for_an_unguarded_worker(data):
-    # Importing multiprocessing registers the __main__ of that moment as __mp_main__; `python -m`
-    # and wrapper scripts then run the program through runpy as another __main__.
+@pytest.fixture(scope="module")
+def through_runpy(data) -> subprocess.CompletedProcess:
+    """THROUGH_RUNPY started by a wrapper script, run once for the two tests below."""
     prefix, maps, root = data
     inner = root / "inner_make_loader.py"
-    inner.write_text(textwrap.dedent(OPEN) + MAKE_LOADER_MAIN + "\n\n" + GUARD)
+    inner.write_text(textwrap.dedent(OPEN) + THROUGH_RUNPY + "\n\n" + GUARD)
     wrapper = root / "wrapper.py"
     wrapper.write_text(
         "import multiprocessing, runpy, sys\n"
@@ -138,20 +141,26 @@ def test_a_program_run_through_runpy_is_not_taken_for_an_unguarded_worker(data):
         f"runpy.run_path({str(inner)!r}, run_name='__main__')\n"
     )
     env = dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu")
-    out = subprocess.run([sys.executable, str(wrapper), prefix, maps], capture_output=True,
-                         text=True, timeout=600, check=False, cwd=str(root), env=env)
+    return subprocess.run([sys.executable, str(wrapper), prefix, maps], capture_output=True,
+                          text=True, timeout=600, check=False, cwd=str(root), env=env)
+
+
+def test_a_program_run_through_runpy_is_not_taken_for_an_unguarded_worker(through_runpy):
+    # Importing multiprocessing registers the __main__ of that moment as __mp_main__; `python -m`
+    # and wrapper scripts then run the program through runpy as another __main__.
+    out = through_runpy
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.startswith("make_loader True "), out.stdout + out.stderr[-3000:]
 
 
-def test_a_loader_left_open_is_closed_at_exit(data):
+def test_a_loader_left_open_is_closed_at_exit(through_runpy):
     # Closed at exit without a hang. Whether a batch a worker still had in flight
     # then is reported by Python's resource tracker is a race on Grain's worker side (seen once in
     # four fresh-clone runs), so it is not asserted here; a loader run to its end is
     # (test_make_loader_with_workers_in_a_plain_script).
-    out = run_script(data, "early_break", EARLY_BREAK, GUARD)
+    out = through_runpy
     assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout == "stopped at step 3\n"
+    assert out.stdout.splitlines()[1:] == ["stopped at step 3"], out.stdout
     assert "UnparsedFlagAccessError" not in out.stderr, out.stderr
 
 
