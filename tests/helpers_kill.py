@@ -1,11 +1,17 @@
-"""Run a command until it reaches a `jaxblend._pause` point, then kill -9 its process group."""
+"""Run a command until it reaches a `jaxblend._pause` point, then kill -9 its process group; run
+the same script in this process (the rerun after the kill needs no process of its own)."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
+import runpy
 import signal
 import subprocess
 import sys
+
+import pytest
 
 from jaxblend import _pause
 
@@ -38,3 +44,13 @@ def kill_at(args: list[str], point: str, timeout: float = 300) -> str:
         proc.stderr.close()
     assert proc.returncode == -signal.SIGKILL, proc.returncode
     return "".join(lines)
+
+
+def run_here(args: list[str], monkeypatch: pytest.MonkeyPatch) -> str:
+    """Runs the script `args[0]` with arguments `args[1:]` in this process (as `kill_at` would run
+    `python args...`); returns what it printed."""
+    out = io.StringIO()
+    with monkeypatch.context() as patch, contextlib.redirect_stdout(out):
+        patch.setattr(sys, "argv", list(args))
+        runpy.run_path(args[0], run_name="__main__")
+    return out.getvalue()

@@ -12,7 +12,7 @@ import sys
 import numpy as np
 import pytest
 from helpers_data import write_random_dataset
-from helpers_kill import ROOT, kill_at
+from helpers_kill import ROOT, kill_at, run_here
 
 from jaxblend import index
 from jaxblend.access import DataAccess, MapStoreOptions
@@ -50,8 +50,17 @@ def local_data(tmp_path_factory):
     return [write_random_dataset(str(root / n), rng, d, lengths=(3, 40)) for n, d in (("a", 90), ("b", 60))]
 
 
+@pytest.fixture(scope="module")
+def host_script(tmp_path_factory):
+    """HOST as a file: run by the child processes, and in this process by a host that starts once
+    the publication exists (it needs no process of its own)."""
+    path = tmp_path_factory.mktemp("script") / "host.py"
+    path.write_text(HOST)
+    return str(path)
+
+
 @pytest.fixture
-def run(object_store, local_data, tmp_path, request):
+def run(object_store, local_data, host_script, tmp_path, request):
     base = f"pubproc/{request.node.name}"
     urls = [object_store.upload(p, f"{base}/{os.path.basename(p)}") for p in local_data]
     config = {"blend": ["40", urls[0], "60", urls[1]], "split": "100,0,0", "seq_length": 16,
@@ -59,7 +68,7 @@ def run(object_store, local_data, tmp_path, request):
     url = object_store.prefix_url(f"{base}/maps")
 
     def args(name: str, builder: bool, wait: float = 120.0) -> list[str]:
-        return ["-c", HOST, json.dumps({"config": config, "url": url, "builder": builder,
+        return [host_script, json.dumps({"config": config, "url": url, "builder": builder,
                                         "wait": wait, "mirror": str(tmp_path / name)})]
 
     def access(name: str, builder: bool, wait: float = 120.0) -> DataAccess:
@@ -81,7 +90,7 @@ def _finish(proc: subprocess.Popen) -> list[str]:
     return out.split()
 
 
-def test_host_started_before_the_publication_waits_then_reads_it(run):
+def test_host_started_before_the_publication_waits_then_reads_it(run, monkeypatch):
     config, args, access, _url = run
     reader = subprocess.Popen([sys.executable, *args("reader", builder=False)], cwd=ROOT,
                               env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -93,12 +102,11 @@ def test_host_started_before_the_publication_waits_then_reads_it(run):
         if reader.poll() is None:
             reader.kill()
     assert kind == "RowTableSpanIndex"
-    builder = subprocess.run([sys.executable, *args("builder", builder=True)], cwd=ROOT, env=_env(),
-                             capture_output=True, text=True, timeout=300, check=True)
-    assert builder.stdout.split() == ["present", "RowTableSpanIndex", digest]
+    builder = run_here(args("builder", builder=True), monkeypatch).split()
+    assert builder == ["present", "RowTableSpanIndex", digest]
 
 
-def test_publisher_killed_before_its_record_then_rerun(run):
+def test_publisher_killed_before_its_record_then_rerun(run, monkeypatch):
     config, args, access, url = run
     kill_at(args("builder", builder=True), "publish-record:0")
     remote = bucket.Bucket(url, access("look", builder=False).object_store)
@@ -113,7 +121,5 @@ def test_publisher_killed_before_its_record_then_rerun(run):
     assert record_url in str(err.value) and "--data_cache_wait" in str(err.value)
     done = publication.publish(config, access("rerun", builder=True))
     assert done.written and done.url == record_url
-    out = subprocess.run([sys.executable, *args("reader", builder=False, wait=5)], cwd=ROOT,
-                         env=_env(), capture_output=True, text=True, timeout=300, check=False)
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.split()[:2] == ["present", "RowTableSpanIndex"]
+    out = run_here(args("reader", builder=False, wait=5), monkeypatch).split()
+    assert out[:2] == ["present", "RowTableSpanIndex"]
