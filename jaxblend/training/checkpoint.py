@@ -104,8 +104,8 @@ class Checkpointer:
         )
 
     def latest_step(self) -> int | None:
-        """The newest committed step, or None."""
-        self._manager.reload()
+        """The newest committed step, or None: as listed when this checkpointer was opened (one
+        listing of the directory), with the steps it saved since."""
         return self._manager.latest_step()
 
     def resume_point(self, step: int) -> tuple[dict[str, Any], dict[str, Any]]:
