@@ -510,6 +510,14 @@ class _CheckpointDir:
         """The newest committed step when the run started (None: none)."""
         return self.ckpt.latest_step()
 
+    def close_unused(self) -> None:
+        """Closes the checkpointer if it was opened and has saved nothing (a run stopped before
+        its first save: nothing to wait for, on any process); a run that saved closes it itself
+        (`_train_from`, `_run_steps`)."""
+        ckpt = self.__dict__.get("ckpt")
+        if ckpt is not None and not ckpt.saved:
+            ckpt.close()
+
 
 def _resume_point(checkpoints: _CheckpointDir, state: _Model) -> _Resume:
     """Where the run resumes: the newest checkpoint's step, loader state and metadata, read
@@ -876,12 +884,6 @@ def _run_steps(watch, loader, state: _Model, resume: _Resume, data: _Data, steps
 
 
 def _train(watch, s: cli.TrainSettings) -> None:
-    import jax
-    from jax.experimental import multihost_utils
-
-    from jaxblend.loading import make_loader
-    from jaxblend.mesh import default_batch_axes
-
     _import_optax()
     try:
         from jaxblend.training import checkpoint
@@ -899,6 +901,21 @@ def _train(watch, s: cli.TrainSettings) -> None:
             raise app.UsageError(str(err)) from None
     watch.phase = "preparing the data"
     checkpoints = _CheckpointDir(checkpoint, s)  # opened once, by the phase plan or the resume
+    try:
+        _train_from(watch, s, checkpoints)
+    except BaseException:
+        checkpoints.close_unused()  # a run refused before saving leaves no checkpointer open
+        raise
+
+
+def _train_from(watch, s: cli.TrainSettings, checkpoints: _CheckpointDir) -> None:
+    """The run, from the phase plan to the last step (`_train`, once the flags are checked)."""
+    import jax
+    from jax.experimental import multihost_utils
+
+    from jaxblend.loading import make_loader
+    from jaxblend.mesh import default_batch_axes
+
     phase = _phase_plan(checkpoints, s)
     spec = _data_spec(s, phase)
     mesh = cli.mesh_from_flags()

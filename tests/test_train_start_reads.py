@@ -11,6 +11,7 @@ import json
 import numpy as np
 import orbax.checkpoint as ocp
 import pytest
+from absl import logging as absl_logging
 from helpers_cli import run_tool
 from helpers_data import write_random_dataset
 
@@ -136,3 +137,10 @@ def test_the_checkpoint_directory_is_opened_and_listed_once(tmp_path, monkeypatc
     assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-3000:]
     assert "resumed from" in second.stdout and "phase 2 of 2 from step 1" in second.stdout
     assert len(opened) == 1 and listed == [], (opened, listed)
+
+    # A run refused after opening it (another global batch size across phases) closes it: in
+    # this process no Orbax manager or log filter of its is left behind.
+    filters = list(absl_logging.get_absl_logger().filters)
+    refused = run_tool("jaxblend.train", [*flags, "--global_batch_size=4"])
+    assert refused.returncode != 0 and "requires a fixed global batch size" in refused.stderr
+    assert len(opened) == 2 and absl_logging.get_absl_logger().filters == filters
