@@ -19,11 +19,14 @@ checkpoint's latency, which `--checkpoint_delay_ms` sets (e.g. 200 ms: a store f
 host) while the data is read at `--delay_ms`. More layers (`--num_layers`) mostly add
 compilation (48 layers: 5 minutes to compile the initialization at load 25), not requests.
 
-Set-up (not timed): the last tree trains `--steps` steps and saves a checkpoint there (model,
-AdamW state, loader state). Then, `--repeats` times and rotating which side goes first, each
-side (a `name=path` of `--trees`, a checkout run with `PYTHONPATH=<path>`) resumes that checkpoint in a fresh process (`jaxblend.train` through benchmarks/_pod_child.py:
-empty local state, a line when the loader hands over its first batch) and trains one step without
-saving, so every run restores the same checkpoint. Per run: seconds from process start to the
+Set-up (not timed): each tree (a `name=path` of `--trees`, a checkout run with
+`PYTHONPATH=<path>`) trains `--steps` steps and saves a checkpoint there (model, AdamW state,
+loader state) in a directory of its own, with its own index-map cache: two trees whose data
+streams differ (another source fingerprint) refuse each other's loader state. Then, `--repeats`
+times and rotating which side goes first, each side resumes its checkpoint in a fresh process
+(`jaxblend.train` through benchmarks/_pod_child.py: empty local state, a line when the loader
+hands over its first batch) and trains one step without saving, so every run of a side restores
+the same checkpoint, of the same size on both sides. Per run: seconds from process start to the
 first trained step's log line (the loss is read back from the device there), the same from the
 moment jaxblend is imported (the child's first line; imports alone vary by tens of seconds on a
 loaded machine), to the loader's first batch, to the "resumed from" line, and the requests and
@@ -190,8 +193,8 @@ def _report(results: dict) -> str:
         cells = [f"{median(s, key) / scale:,.1f}" for s in sides]
         ratios = [f"{median(s, key) / median(first, key):.2f}" for s in sides[1:]]
         lines.append(f"| {label} | " + " | ".join(cells + ratios) + " |")
-    losses = {r["loss"] for r in results["runs"]}
-    lines += ["", f"first-step losses of every run: {sorted(losses)} (one value: the same step)"]
+    losses = "; ".join(f"{side} {sorted({r['loss'] for r in rows[side]})}" for side in sides)
+    lines += ["", f"first-step losses of every run: {losses} (one value a side: the same step)"]
     return "\n".join(lines)
 
 
@@ -203,8 +206,7 @@ def _commit(tree: str) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trees", default="old=/work/prev-restore,new=/work/main",
-                        help="name=checkout,... (the first is the baseline of the ratios; the last "
-                             "writes the checkpoint)")
+                        help="name=checkout,... (the first is the baseline of the ratios)")
     parser.add_argument("--python", default=sys.executable)
     parser.add_argument("--data_dir", default="/work/bench-data")
     parser.add_argument("--tokens", type=float, default=4e6)
@@ -249,24 +251,27 @@ def main() -> None:
         urls = upload_corpus(server, root, local, f"corpus-{key}")
         blend = scratch / "blend.txt"
         blend.write_text("\n".join(f"1 {u}" for u in urls) + "\n")
-        base_key = f"runs/restore_overlap-{run_id}"
-        base = server.prefix_url(base_key)
-        flags = _train_flags(args, blend, base)
+        base = server.prefix_url(f"runs/restore_overlap-{run_id}")
+        flags = {side: _train_flags(args, blend, f"{base}/{side}") for side in sides}
+        resume = {side: [*flags[side], f"--train_iters={args.steps + 1}", "--save_interval=0"]
+                  for side in sides}
         if args.checkpoint_delay_ms is None:
             args.checkpoint_delay_ms = args.delay_ms
-        with CountingProxy(server.url, args.delay_ms / 1000, part=f"{base_key}/checkpoints",
+        # Only the checkpoint directories' object names (and listings) hold "/checkpoints".
+        with CountingProxy(server.url, args.delay_ms / 1000, part="/checkpoints",
                            part_delay=args.checkpoint_delay_ms / 1000) as proxy:
-            resume = [*flags, f"--train_iters={args.steps + 1}", "--save_interval=0"]
-            print(f"set-up: {args.steps} steps and a checkpoint ({trees[sides[-1]]})", flush=True)
-            _run(args, server, proxy, "setup", trees[sides[-1]],
-                 [*flags, f"--train_iters={args.steps}", f"--save_interval={args.steps}"],
-                 scratch)
+            for side in sides:
+                print(f"set-up: {args.steps} steps and a checkpoint ({trees[side]})", flush=True)
+                _run(args, server, proxy, f"setup-{side}", trees[side],
+                     [*flags[side], f"--train_iters={args.steps}",
+                      f"--save_interval={args.steps}"], scratch)
             for side in sides * args.warmup:
-                _run(args, server, proxy, f"warmup-{side}", trees[side], resume, scratch)
+                _run(args, server, proxy, f"warmup-{side}", trees[side], resume[side], scratch)
             runs = []
             for k in range(args.repeats):
                 for side in sides[k % len(sides):] + sides[:k % len(sides)]:
-                    result = _run(args, server, proxy, f"{side}-{k}", trees[side], resume, scratch)
+                    result = _run(args, server, proxy, f"{side}-{k}", trees[side], resume[side],
+                                  scratch)
                     print(f"  {side} run {k}: first step at {result['first_step_s']:.2f} s, "
                           f"first batch at {result['first_batch_s']:.2f} s", flush=True)
                     runs.append(result)
