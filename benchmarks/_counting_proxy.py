@@ -8,6 +8,9 @@ connection, and relays the answer while counting its body bytes (Content-Length,
 until close). `Expect: 100-continue` is answered by the proxy itself (the header is not passed on),
 so a client's large upload is neither stalled nor miscounted.
 
+Requests whose (URL-decoded) target contains `part` (e.g. a checkpoint directory's name) can wait
+`part_delay` instead of `delay`, and are also counted apart (`part_requests`, `part_bytes`).
+
 Counters (requests, response-body bytes, of which from `.bin` and from `.idx` objects, and
 request-body bytes) are read and reset through
 `GET /__count__/read` and `GET /__count__/reset` on the proxy (not delayed, not counted).
@@ -42,6 +45,8 @@ class Counts:
       sent_bytes: bytes of request bodies relayed upstream (what clients wrote).
       bin_bytes: the part of `body_bytes` from objects whose name ends in `.bin` (tokens).
       idx_bytes: the part of `body_bytes` from objects whose name ends in `.idx`.
+      part_requests: the part of `requests` whose target contains the proxy's `part`.
+      part_bytes: the part of `body_bytes` answering those requests.
     """
 
     requests: int = 0
@@ -49,6 +54,8 @@ class Counts:
     sent_bytes: int = 0
     bin_bytes: int = 0
     idx_bytes: int = 0
+    part_requests: int = 0
+    part_bytes: int = 0
 
     @property
     def other_bytes(self) -> int:
@@ -63,13 +70,18 @@ class CountingProxy:
     Args:
       upstream: base URL of the object-store server.
       delay: seconds added before each request is forwarded.
+      part: requests whose URL-decoded target contains this string are counted apart too, and
+        wait `part_delay` (None: no such requests).
+      part_delay: seconds added before each of those is forwarded (None: `delay`).
     """
 
-    def __init__(self, upstream: str, delay: float):
-        self._process = subprocess.Popen(
-            [sys.executable, __file__, "--upstream", upstream, "--delay", str(delay)],
-            stdout=subprocess.PIPE, text=True,
-        )
+    def __init__(self, upstream: str, delay: float, part: str | None = None,
+                 part_delay: float | None = None):
+        command = [sys.executable, __file__, "--upstream", upstream, "--delay", str(delay)]
+        if part is not None:
+            command += ["--part", part, "--part_delay", str(delay if part_delay is None
+                                                             else part_delay)]
+        self._process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
         line = self._process.stdout.readline().strip()
         if not line.startswith("http://"):
             self._process.kill()
@@ -98,6 +110,11 @@ class CountingProxy:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _in_part(target: bytes, part: str | None) -> bool:
+    """Whether the URL-decoded request target (path and query) contains `part`."""
+    return part is not None and part in urllib.parse.unquote(target.decode("latin-1"))
 
 
 def _kind(target: bytes) -> str | None:
@@ -159,9 +176,10 @@ async def _copy_to_close(reader: asyncio.StreamReader, writer: asyncio.StreamWri
     return total
 
 
-async def _serve(upstream: str, delay: float, ready) -> None:
+async def _serve(upstream: str, delay: float, ready, part: str | None = None,
+                 part_delay: float = 0.0) -> None:
     parsed = urllib.parse.urlparse(upstream)
-    counts = {"requests": 0, "body_bytes": 0, "sent_bytes": 0, "bin_bytes": 0, "idx_bytes": 0}
+    counts = {key: 0 for key in (f.name for f in dataclasses.fields(Counts))}
 
     async def control(target: bytes, writer: asyncio.StreamWriter) -> None:
         body = json.dumps(counts).encode()
@@ -193,8 +211,11 @@ async def _serve(upstream: str, delay: float, ready) -> None:
                     writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
                     await writer.drain()
                 counts["requests"] += 1
-                if delay:
-                    await asyncio.sleep(delay)
+                in_part = _in_part(target, part)
+                counts["part_requests"] += in_part
+                wait = part_delay if in_part else delay
+                if wait:
+                    await asyncio.sleep(wait)
                 if up_writer is None:
                     up_reader, up_writer = await asyncio.open_connection(
                         parsed.hostname, parsed.port, limit=1 << 20
@@ -227,6 +248,8 @@ async def _serve(upstream: str, delay: float, ready) -> None:
                     received = await _copy_to_close(up_reader, writer)
                     to_close = True
                 counts["body_bytes"] += received
+                if in_part:
+                    counts["part_bytes"] += received
                 if kind := _kind(target):
                     counts[kind] += received
                 if to_close:
@@ -251,8 +274,11 @@ def _main() -> None:
     parser = argparse.ArgumentParser(description="Counting latency proxy on loopback.")
     parser.add_argument("--upstream", required=True)
     parser.add_argument("--delay", type=float, default=0.0)
+    parser.add_argument("--part", default=None)
+    parser.add_argument("--part_delay", type=float, default=0.0)
     args = parser.parse_args()
-    asyncio.run(_serve(args.upstream, args.delay, lambda url: print(url, flush=True)))
+    asyncio.run(_serve(args.upstream, args.delay, lambda url: print(url, flush=True), args.part,
+                       args.part_delay))
 
 
 if __name__ == "__main__":

@@ -481,18 +481,53 @@ def _differences(saved: dict, ours: dict, spelled: Callable[[str, Any], str]) ->
     return f"it was trained with {flags_of(saved)}, this run has {flags_of(ours)}"
 
 
-def _resume_point(checkpoint, state: _Model, s: cli.TrainSettings) -> _Resume:
+class _CheckpointDir:
+    """The run's checkpoint directory, opened once (`Checkpointer`) and its steps listed once,
+    when first asked for: by the phase plan (`--phase_transition_iterations`) before the data is
+    opened, else by the resume point after it. On a bucket, each opening and each listing are
+    requests.
+
+    Args:
+      checkpoint: the `jaxblend.training.checkpoint` module (imported by `_train`).
+      s: the run's settings.
+    """
+
+    def __init__(self, checkpoint, s: cli.TrainSettings) -> None:
+        self._checkpoint = checkpoint
+        self._settings = s
+
+    @functools.cached_property
+    def ckpt(self):
+        """The run's `Checkpointer` (opened on first use)."""
+        s = self._settings
+        return self._checkpoint.Checkpointer(
+            s.checkpoint_dir, keep=s.keep_checkpoints, chosen_by=_checkpoint_flag(),
+            show_save_waits=flags.FLAGS.verbose,
+        )
+
+    @functools.cached_property
+    def latest(self) -> int | None:
+        """The newest committed step when the run started (None: none)."""
+        return self.ckpt.latest_step()
+
+    def close_unused(self) -> None:
+        """Closes the checkpointer if it was opened and has saved nothing (a run stopped before
+        its first save: nothing to wait for, on any process); a run that saved closes it itself
+        (`_train_from`, `_run_steps`)."""
+        ckpt = self.__dict__.get("ckpt")
+        if ckpt is not None and not ckpt.saved:
+            ckpt.close()
+
+
+def _resume_point(checkpoints: _CheckpointDir, state: _Model) -> _Resume:
     """Where the run resumes: the newest checkpoint's step, loader state and metadata, read
     without its arrays (`_restore_state` reads them, while the loader reads its first steps); a
     checkpoint of another model (another run's, e.g. the demo's under the default `--workdir`) is
     refused first, with the directory and the flag that chose it."""
-    directory = s.checkpoint_dir
-    ckpt = checkpoint.Checkpointer(
-        directory, keep=s.keep_checkpoints, chosen_by=_checkpoint_flag(),
-        show_save_waits=flags.FLAGS.verbose,
-    )
+    ckpt = checkpoints.ckpt
+    directory = ckpt.directory
     resume = _Resume(ckpt, directory)
-    last = ckpt.latest_step()
+    last = checkpoints.latest
     if last is None:
         return resume
     loader_state, meta = ckpt.resume_point(last)
@@ -849,12 +884,6 @@ def _run_steps(watch, loader, state: _Model, resume: _Resume, data: _Data, steps
 
 
 def _train(watch, s: cli.TrainSettings) -> None:
-    import jax
-    from jax.experimental import multihost_utils
-
-    from jaxblend.loading import make_loader
-    from jaxblend.mesh import default_batch_axes
-
     _import_optax()
     try:
         from jaxblend.training import checkpoint
@@ -871,7 +900,23 @@ def _train(watch, s: cli.TrainSettings) -> None:
         except ValueError as err:
             raise app.UsageError(str(err)) from None
     watch.phase = "preparing the data"
-    phase = _phase_plan(checkpoint, s)
+    checkpoints = _CheckpointDir(checkpoint, s)  # opened once, by the phase plan or the resume
+    try:
+        _train_from(watch, s, checkpoints)
+    except BaseException:
+        checkpoints.close_unused()  # a run refused before saving leaves no checkpointer open
+        raise
+
+
+def _train_from(watch, s: cli.TrainSettings, checkpoints: _CheckpointDir) -> None:
+    """The run, from the phase plan to the last step (`_train`, once the flags are checked)."""
+    import jax
+    from jax.experimental import multihost_utils
+
+    from jaxblend.loading import make_loader
+    from jaxblend.mesh import default_batch_axes
+
+    phase = _phase_plan(checkpoints, s)
     spec = _data_spec(s, phase)
     mesh = cli.mesh_from_flags()
     batch_axes = default_batch_axes(mesh.axis_names)
@@ -879,7 +924,7 @@ def _train(watch, s: cli.TrainSettings) -> None:
     _warn_about_data(spec.run, data)
     watch.phase = "restoring the checkpoint"
     state = _model(s, data.steps.train_iters, spec.vocab_size, mesh)
-    resume = _resume_point(checkpoint, state, s)
+    resume = _resume_point(checkpoints, state)
     loader_state, phase_line = _enter_phase(resume, data.plan)
     resume.same_stream = loader_state is not None
     _check_same_data(resume, data, loader_state)
@@ -964,9 +1009,10 @@ def _print_outcome(
         )
 
 
-def _phase_plan(checkpoint, s: cli.TrainSettings) -> PhaseStepPlan | None:
+def _phase_plan(checkpoints: _CheckpointDir, s: cli.TrainSettings) -> PhaseStepPlan | None:
     """With `--phase_transition_iterations`, the plan of the phase the run is in: the one holding
-    the newest checkpoint's step (Megatron's phase transitions); else None."""
+    the newest checkpoint's step (Megatron's phase transitions; the run's checkpointer, which the
+    resume point then uses as it is); else None (nothing is opened)."""
     values = cli.read_flag_values()  # the step plan's values, before the run is assembled
     steps = cli.StepSettings.from_values(values)
     transitions = phase_flags.phase_transitions_from_flags(
@@ -974,9 +1020,7 @@ def _phase_plan(checkpoint, s: cli.TrainSettings) -> PhaseStepPlan | None:
     )
     if transitions is None:
         return None
-    ckpt = checkpoint.Checkpointer(s.checkpoint_dir, keep=s.keep_checkpoints)
-    last = ckpt.latest_step()
-    ckpt.close()
+    last = checkpoints.latest
     start = 0 if last is None else last
     if start > steps.train_iters:
         raise app.UsageError(

@@ -148,6 +148,23 @@ def config_prefixes(config: GPTDataConfig) -> list[str]:
     return blend_spec.blend_prefixes(blends)
 
 
+def history_prefixes(config: GPTDataConfig, num_samples: int) -> list[str]:
+    """The datasets whose content `history_fingerprint(config, ..., num_samples)` covers: those
+    of the train schedule's stages holding samples `[0, num_samples)`, else (no schedule) every
+    dataset of the train split. Only their fingerprints are looked up.
+
+    Raises:
+      ValueError: a config without a train split.
+    """
+    if config.train_schedule is not None:
+        cut = config.train_schedule.truncated(int(num_samples))
+        return [] if cut is None else cut.prefixes()
+    spec = split_resolution.resolve_splits(config, ("train",))[0]
+    if spec is None:
+        raise ValueError("the configuration has no train split to fingerprint the history of")
+    return list(spec.prefixes)
+
+
 def history_fingerprint(
     config: GPTDataConfig, infos: InfoSource, num_samples: int
 ) -> str:
@@ -186,8 +203,8 @@ def history_fingerprint(
         "bookend": [float(b) for b in spec.bookend],
         **config.packing_fields(),
     }
+    prefixes = history_prefixes(config, num_samples)
     if config.train_schedule is None:
-        prefixes = list(spec.prefixes)
         fields = {
             "train": {
                 "kind": spec.kind,
@@ -198,7 +215,6 @@ def history_fingerprint(
         }
     else:
         cut = config.train_schedule.truncated(int(num_samples))
-        prefixes = [] if cut is None else cut.prefixes()
         position = {p: k for k, p in enumerate(prefixes)}
         stages = [] if cut is None else cut.stages
         fields = {

@@ -12,8 +12,7 @@ with one line naming the first changed stage (docs/schedules.md, "Edits at resum
 from __future__ import annotations
 
 import dataclasses
-import functools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from jaxblend.sampling.data_schedule import DataSchedule
@@ -99,26 +98,25 @@ class GPTTrainHistory:
     Attributes:
       config: the data configuration (`GPTDataConfig`).
       options: the source's `GPTSchemaOptions`.
-      fingerprints: each dataset's content fingerprint, by prefix, as the source opened it (its
-        `dataset_fingerprints`: from the datasets, or from the publication record on a bucket
-        map store), so the history reads nothing again.
+      fingerprints: the content fingerprints of the datasets named, by prefix, as the source
+        opened them (its `dataset_fingerprints_of`: from the datasets, or from the publication's
+        dataset table on a bucket map store, where only the lines of the datasets asked for are
+        read). A history asks only for the datasets of the stages before its step, when a state
+        is saved or checked: nothing at start.
     """
 
     config: Any
     options: Any
-    fingerprints: Mapping[str, str]
-
-    @functools.cached_property
-    def _infos(self) -> dict[str, Any]:
-        from jaxblend.index import DatasetInfo
-
-        return {p: DatasetInfo(p, _unread, _unread, f) for p, f in self.fingerprints.items()}
+    fingerprints: Callable[[Sequence[str]], Mapping[str, str]]
 
     def __call__(self, num_samples: int) -> str:
-        from jaxblend.index import history_fingerprint
+        from jaxblend.index import DatasetInfo, history_fingerprint
+        from jaxblend.index.data_maps import history_prefixes
         from jaxblend.sources.source_identity import gpt_source_fingerprint
 
-        history = history_fingerprint(self.config, self._infos, int(num_samples))
+        found = self.fingerprints(history_prefixes(self.config, int(num_samples)))
+        infos = {p: DatasetInfo(p, _unread, _unread, f) for p, f in found.items()}
+        history = history_fingerprint(self.config, infos, int(num_samples))
         return gpt_source_fingerprint(
             history, "train-history", self.options, self.config.seq_length,
             self.config.add_extra_token_to_sequence,
@@ -131,7 +129,8 @@ def _unread():
 
 def gpt_train_history(schedule: DataSchedule, config: Any, source: Any) -> StagedHistory:
     """The `StagedHistory` of `source`, the train split of `config` (whose `train_schedule` is
-    `schedule` in samples): its schema options and its datasets' fingerprints."""
+    `schedule` in samples): its schema options and its datasets' fingerprints, looked up when
+    a state is saved or checked (`source.dataset_fingerprints_of`)."""
     return StagedHistory(
-        schedule, GPTTrainHistory(config, source.options, source.dataset_fingerprints)
+        schedule, GPTTrainHistory(config, source.options, source.dataset_fingerprints_of)
     )

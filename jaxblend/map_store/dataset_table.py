@@ -8,9 +8,12 @@ datasets, and keeps them (about 150 bytes a dataset) for the life of the process
 
 `PublishedBins` is one split's view of it for the token reader (`jaxblend.storage.token_reader`,
 `LazyBinDatasets`): its datasets in the split's order, described the first time one of their
-ranges is read (the reader asks for every dataset of a batch at once), their names and
-fingerprints read in full only when asked for (`prefixes`, `fingerprints`). Both pickle as their
-recipe (map store URL, head, split positions), never as the lines read.
+ranges is read (the reader asks for every dataset of a batch at once). Their names are the
+configuration's prefixes when the sources give them (`jaxblend.map_store.publication.table_prefixes`:
+the head is named by the configuration as written, so its table's lines carry those prefixes),
+else read in full when asked for (`prefixes`); fingerprints are read for the datasets asked for
+(`fingerprints(ids)`). Both pickle as their recipe (map store URL, head, split positions), never
+as the lines read or the names given.
 """
 
 from __future__ import annotations
@@ -177,6 +180,8 @@ class PublishedBins:
     Args:
       reader: the publication's table reader (shared by the splits of one process).
       positions: table positions of the split's datasets, in the split's order.
+      names: the split's dataset prefixes in the split's order, when known without reading the
+        table (the configuration's); None: `prefixes()` reads every line.
 
     Attributes:
       num_tokens: int64 per dataset, its tokens once described (0 before).
@@ -185,9 +190,16 @@ class PublishedBins:
       bytes_read: table bytes this split's look-ups read in this process.
     """
 
-    def __init__(self, reader: TableReader, positions: Sequence[int]) -> None:
+    def __init__(
+        self, reader: TableReader, positions: Sequence[int], names: Sequence[str] | None = None
+    ) -> None:
         self.reader = reader
         self.positions = np.asarray(positions, np.int64)
+        if names is not None and len(names) != len(self.positions):
+            raise ValueError(
+                f"{len(names)} dataset names given for a split of {len(self.positions)} datasets"
+            )
+        self._names = None if names is None else [str(n) for n in names]
         self._reset()
 
     def _reset(self) -> None:
@@ -204,6 +216,7 @@ class PublishedBins:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+        self._names = None  # not carried: a worker that asks reads them
         self._reset()
 
     def __repr__(self) -> str:
@@ -287,12 +300,17 @@ class PublishedBins:
         return LossMasks(masks, access)
 
     def prefixes(self) -> list[str]:
-        """Every dataset's prefix, in split order (reads the whole table on first use)."""
+        """Every dataset's prefix, in split order: the names given, else read from the whole
+        table on first use."""
+        if self._names is not None:
+            return list(self._names)
         return [d.prefix for d in self.published(range(len(self)))]
 
-    def fingerprints(self) -> dict[str, str]:
-        """Every dataset's content fingerprint by prefix (reads the whole table on first use)."""
-        return {d.prefix: d.fingerprint for d in self.published(range(len(self)))}
+    def fingerprints(self, ids: Sequence[int] | None = None) -> dict[str, str]:
+        """The content fingerprints of datasets `ids` (split order; None: every dataset) by
+        prefix, reading the lines not held yet in one round."""
+        wanted = range(len(self)) if ids is None else ids
+        return {d.prefix: d.fingerprint for d in self.published(wanted)}
 
 
 def to_bin_dataset(published: PublishedDataset) -> BinDataset:

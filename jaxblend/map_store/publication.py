@@ -223,8 +223,8 @@ def published_tokenizers(
             facts = None if not table.tokenizers else TokenizerFacts.from_published(
                 table.tokenizers[0]
             )
-            prefixes = config_prefixes(config)
-            if len(prefixes) == table.count:
+            prefixes = table_prefixes(config, found)
+            if prefixes is not None:
                 return dict.fromkeys(prefixes, facts)
         described = table_reader(found, access).all()
         return {
@@ -233,6 +233,15 @@ def published_tokenizers(
         }
     except ValueError:  # a damaged record: opening the sources reports it
         return None
+
+
+def table_prefixes(config: GPTDataConfig, found: Publication) -> list[str] | None:
+    """The prefixes of `found`'s dataset table in table order, known without reading it: the
+    configuration's, in order of first appearance (the head is named by the configuration as
+    written, `launch_key`, and its table has one line per prefix of the plan, in that order).
+    None when the counts differ (a head not made from `config`: read its table instead)."""
+    prefixes = config_prefixes(config)
+    return prefixes if len(prefixes) == found.table.count else None
 
 
 def table_reader(found: Publication, access: DataAccess) -> dataset_table.TableReader:

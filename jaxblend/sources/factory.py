@@ -10,7 +10,8 @@ split with no samples) and chooses only its span index (`jaxblend.sources.span_i
   each split reads through a `RowTableSpanIndex` over its row table and the publication's
   dataset table (`jaxblend.map_store.dataset_table.PublishedBins`: a dataset is described, by a
   range read of its line, when a batch first reaches it); no dataset is opened before its rows
-  are read, and no description is read that no row needs.
+  are read, and no description is read that no row needs. The splits' dataset names are the
+  configuration's prefixes (`publication.table_prefixes`), so asking for them reads nothing.
 
 The `DataAccess` travels with each source (and its re-open recipe) into Grain workers, so a
 worker reaches storage, the map store and the identity memo exactly as its parent did.
@@ -179,6 +180,7 @@ def _published_indexes(
         raise ValueError(f"split names {unknown}; expected some of {SPLITS}")
     pub = publication.load_or_publish(config, access)
     table = publication.table_reader(pub, access)  # one per process: the splits share its lines
+    prefixes = publication.table_prefixes(config, pub)  # the dataset names, nothing read
     indexes: dict[str, SpanIndex | None] = {}
     for name in SPLITS:
         if name not in wanted:
@@ -187,8 +189,9 @@ def _published_indexes(
         if split is None:
             indexes[name] = None
             continue
+        names = None if prefixes is None else [prefixes[p] for p in split.datasets]
         indexes[name] = RowTableSpanIndex(
-            _row_tables(split.rows_url, name, access), PublishedBins(table, split.datasets),
+            _row_tables(split.rows_url, name, access), PublishedBins(table, split.datasets, names),
             split.length,
         )
     return indexes, pub.plan_key

@@ -22,6 +22,7 @@ the datasets and maps, refusing a plan whose fingerprint changed).
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 import numba
@@ -174,6 +175,11 @@ class GPTSource(base.PerProcess, base.BatchSource):
         """Content fingerprint of each dataset, by name (as opened or published: nothing is read
         again)."""
         return self._index.dataset_fingerprints
+
+    def dataset_fingerprints_of(self, names: Sequence[str]) -> dict[str, str]:
+        """Content fingerprints of the datasets `names` by name (`SpanIndex.fingerprints_of`: a
+        published split reads the descriptions of those datasets alone)."""
+        return self._index.fingerprints_of(names)
 
     @property
     def token_reader(self) -> TokenReader:

@@ -67,6 +67,10 @@ class SpanIndex(Protocol):
     def dataset_fingerprints(self) -> dict[str, str]:
         """Content fingerprint of each dataset, by name."""
 
+    def fingerprints_of(self, names: Sequence[str]) -> dict[str, str]:
+        """Content fingerprints of the datasets `names`, by name (names the split does not hold
+        are left out); only those are looked up."""
+
     @property
     def reads_remote(self) -> bool:
         """Whether pieces or tokens come from an object store."""
@@ -164,6 +168,11 @@ class SplitMapsSpanIndex(PerProcess):
         datasets, _ = self._materialize()
         return {name: d.fingerprint for name, d in zip(self._names, datasets, strict=True)}
 
+    def fingerprints_of(self, names: Sequence[str]) -> dict[str, str]:
+        """As opened: nothing is read again."""
+        every = self.dataset_fingerprints
+        return {n: every[n] for n in names if n in every}
+
     @property
     def reads_remote(self) -> bool:
         return any(d.is_remote for d in self._materialize()[0])
@@ -186,8 +195,9 @@ class RowTableSpanIndex:
       tables: the split's row table (`ArrayRowTables`, `BucketRowTables`).
       datasets: the split's `.bin` files as published, in dataset order; their prefixes are the
         dataset names: `BinDataset`s, or a `LazyBinDatasets` described as the rows reach them (a
-        publication's dataset table, `jaxblend.map_store.dataset_table.PublishedBins`: then the
-        names and fingerprints are read in full only when asked for).
+        publication's dataset table, `jaxblend.map_store.dataset_table.PublishedBins`: then its
+        `prefixes()` gives the names, and fingerprints are read only for the datasets asked for,
+        `fingerprints_of`, or in full by `dataset_fingerprints`).
       length: number of samples of the split.
       dataset_fingerprints: content fingerprint of each dataset by prefix, as published (a
         `LazyBinDatasets` with `fingerprints()` provides them when omitted).
@@ -206,6 +216,7 @@ class RowTableSpanIndex:
         self._lazy = isinstance(datasets, LazyBinDatasets)
         self._datasets = datasets if self._lazy else list(datasets)
         self._names = None if self._lazy else [d.prefix for d in self._datasets]
+        self._ids: dict[str, int] | None = None  # dataset id by name (`fingerprints_of`)
         self._length = int(length)
         self._fingerprints = None if dataset_fingerprints is None else dict(dataset_fingerprints)
         self._remote_bins = datasets.remote if self._lazy else any(
@@ -225,7 +236,7 @@ class RowTableSpanIndex:
 
     @property
     def dataset_names(self) -> list[str]:
-        """The datasets' prefixes (of a `LazyBinDatasets`: read in full on first use)."""
+        """The datasets' prefixes (of a `LazyBinDatasets`: its `prefixes()`, on first use)."""
         if self._names is None:
             self._names = self._datasets.prefixes()
         return list(self._names)
@@ -251,6 +262,16 @@ class RowTableSpanIndex:
                 "dataset_fingerprints= (open_gpt_sources does)"
             )
         return dict(self._fingerprints)
+
+    def fingerprints_of(self, names: Sequence[str]) -> dict[str, str]:
+        """As published; of a `LazyBinDatasets` (given no `dataset_fingerprints`), the
+        descriptions of `names` alone are read (one round, kept), not the whole table."""
+        if not self._lazy or self._fingerprints is not None:
+            every = self.dataset_fingerprints
+            return {n: every[n] for n in names if n in every}
+        if self._ids is None:
+            self._ids = {n: d for d, n in enumerate(self.dataset_names)}
+        return self._datasets.fingerprints([self._ids[n] for n in names if n in self._ids])
 
     @property
     def reads_remote(self) -> bool:

@@ -114,10 +114,11 @@ class LazyBinDatasets(Protocol):
         """Describes datasets `ids` (one batched look-up)."""
 
     def prefixes(self) -> list[str]:
-        """Every dataset's prefix, in order (describes them all)."""
+        """Every dataset's prefix, in order (when not known otherwise, describes them all)."""
 
-    def fingerprints(self) -> dict[str, str]:
-        """Every dataset's content fingerprint by prefix (describes them all)."""
+    def fingerprints(self, ids: Sequence[int] | None = None) -> dict[str, str]:
+        """The content fingerprints of datasets `ids` (None: every dataset) by prefix
+        (describes those)."""
 
 
 @dataclasses.dataclass

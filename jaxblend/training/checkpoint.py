@@ -79,6 +79,10 @@ class Checkpointer:
         through (a save that had to wait for the one before it; advice, not a fault). Without it
         the warning is dropped from absl's log until `close`, as the training example does
         without ``--verbose``.
+
+    Attributes:
+      saved: whether `save` was called (a checkpointer that saved nothing has nothing to wait for
+        at `close`).
     """
 
     def __init__(
@@ -96,6 +100,8 @@ class Checkpointer:
             logging.get_absl_logger().addFilter(self._save_wait_filter)
         self.directory = directory
         self.chosen_by = chosen_by
+        self._closed = False
+        self.saved = False  # whether a save was started
         options = ocp.CheckpointManagerOptions(
             max_to_keep=keep, create=True, enable_async_checkpointing=asynchronous,
         )
@@ -104,8 +110,8 @@ class Checkpointer:
         )
 
     def latest_step(self) -> int | None:
-        """The newest committed step, or None."""
-        self._manager.reload()
+        """The newest committed step, or None: as listed when this checkpointer was opened (one
+        listing of the directory), with the steps it saved since."""
         return self._manager.latest_step()
 
     def resume_point(self, step: int) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -148,6 +154,7 @@ class Checkpointer:
           loader: the data loader (its `state()` is saved).
           meta: JSON-serializable metadata.
         """
+        self.saved = True
         self._manager.save(
             step,
             args=ocp.args.Composite(
@@ -196,7 +203,10 @@ class Checkpointer:
 
     def close(self) -> None:
         """Waits for pending saves and releases the manager (and stops hiding Orbax's save-wait
-        warning)."""
+        warning); a second call does nothing."""
+        if self._closed:
+            return
+        self._closed = True
         try:
             self._manager.close()
         finally:

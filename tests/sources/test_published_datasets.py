@@ -112,3 +112,46 @@ def test_resume_on_another_mesh_reads_the_same_bytes_and_only_its_rows(many_publ
     later = resumed.span_index.pieces(np.arange(k * B, len(resumed))).dataset
     described = resumed.span_index.bin_datasets.described
     assert described and set(described) <= set(later.tolist())  # nothing of the steps before k
+
+
+def test_names_are_the_configurations_and_fingerprints_read_only_those_asked(many_published):
+    """A host's split knows its dataset names without reading the table, and reads the
+    descriptions of the datasets whose fingerprints it asks for, no other."""
+    config, host = many_published
+    old = open_gpt_sources(config, OPTIONS, access=host("builder", builder=True))["train"]
+    source = open_gpt_sources(config, OPTIONS, access=host("reader", builder=False))["train"]
+    bins = source.span_index.bin_datasets
+    assert source.dataset_names == old.dataset_names
+    assert bins.reader.held == [] and bins.requests == 0
+    asked = [source.dataset_names[k] for k in (3, 30, 31)]
+    every = old.dataset_fingerprints
+    assert source.dataset_fingerprints_of(asked) == {n: every[n] for n in asked}
+    assert bins.reader.held == [3, 30, 31]
+    assert old.dataset_fingerprints_of(asked) == {n: every[n] for n in asked}  # as opened
+
+
+def test_a_staged_history_reads_the_fingerprints_of_its_stages_so_far(many_published):
+    """The resume history of a `--data_schedule` split (checked and saved with a loader state)
+    asks for the datasets of the stages before its step alone, and gives the fingerprint the
+    path that opens every dataset gives."""
+    from jaxblend.loading.resume_history import GPTTrainHistory
+
+    config, host = many_published
+    names = index.config_prefixes(config)
+    config = index.GPTDataConfig(
+        train_schedule=index.BlendSchedule((
+            index.BlendStage(0, ("1", names[0], "1", names[1])),
+            index.BlendStage(2 * B, tuple(v for n in names[2:] for v in ("1", n))),
+        )),
+        split="100,0,0", seq_length=SEQ, seed=4, num_samples=(B * STEPS, None, None),
+    )
+    builder = host("builder", builder=True)
+    opened = open_gpt_sources(config, OPTIONS, access=builder)["train"]  # publishes
+    local = GPTTrainHistory(config, OPTIONS, opened.dataset_fingerprints_of)
+    source = open_gpt_sources(config, OPTIONS, access=host("reader", builder=False))["train"]
+    history = GPTTrainHistory(config, OPTIONS, source.dataset_fingerprints_of)
+    table = source.span_index.bin_datasets.reader
+    assert history(2 * B) == local(2 * B)
+    assert table.held == [0, 1]  # stage 0's datasets: the table's first lines
+    assert history(2 * B + 1) == local(2 * B + 1)
+    assert table.held == list(range(N))
