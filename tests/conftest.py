@@ -1,7 +1,8 @@
 """Test-suite set-up shared by every test.
 
 * JAX sees 8 CPU devices in the pytest process (multi-device meshes without accelerators). The
-  setting must precede the first `import jax`, hence it lives here.
+  setting must precede the first `import jax`, hence it lives here; so does `OMP_NUM_THREADS=1`
+  (PyTorch, for the Megatron parity tests, on one thread).
 * One JAX persistent compilation cache serves the whole run (a temporary directory, removed at
   exit): the pytest process and every process a test starts (they inherit the environment)
   compile a given step function once, not once per training run. A cache hit gives the same
@@ -23,6 +24,10 @@ import tempfile
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# One OpenMP thread (PyTorch's intra-op pool, read when torch starts): the suite's tensors are
+# tiny, and on the shared cores a pool's threads spin for each other (Megatron's `GPTDataset`
+# spent 0.04 s of CPU in each 16 x 16 `torch.tril`, 100 times what one thread takes).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def _share_jax_compilation_cache() -> None:

@@ -11,6 +11,7 @@ import jax
 import numpy as np
 import pytest
 from helpers_data import write_random_dataset
+from helpers_publication import assert_same_batch, forbid_opening
 
 from jaxblend import index
 from jaxblend.access import DataAccess, IdentityStoreOptions, MapStoreOptions, ObjectStoreOptions
@@ -24,7 +25,6 @@ from jaxblend.sources import (
     open_validation_sets,
 )
 from jaxblend.storage.idx_format import IndexFormatError
-from jaxblend.storage.reader import IndexedDataset
 
 SEQ, B = 16, 8
 OPTIONS = GPTSchemaOptions()
@@ -119,22 +119,6 @@ def _split_maps(access: DataAccess) -> DataAccess:
     return access.with_maps(location=None, mirror=None)
 
 
-def _forbid(monkeypatch, what: str) -> None:
-    """A reading host opens no dataset (no `.idx`) and downloads no whole map entry."""
-
-    def refuse(*args, **kwargs):
-        raise AssertionError(f"a host starting from the publication {what}")
-
-    monkeypatch.setattr(IndexedDataset, "__init__", refuse)
-    monkeypatch.setattr(bucket.Bucket, "fetch", refuse)
-
-
-def _same(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> None:
-    assert a.keys() == b.keys()
-    for name, value in a.items():
-        assert value.dtype == b[name].dtype and value.tobytes() == b[name].tobytes(), name
-
-
 @pytest.mark.parametrize("masking", [False, True])
 def test_sources_from_the_record_equal_the_old_path(published, monkeypatch, masking):
     config, host, _url = published
@@ -142,7 +126,7 @@ def test_sources_from_the_record_equal_the_old_path(published, monkeypatch, mask
     builder = host("builder", builder=True)
     old = open_gpt_sources(config, options, access=_split_maps(builder))
     built = open_gpt_sources(config, options, access=builder)
-    _forbid(monkeypatch, "opened a dataset or downloaded a map entry")
+    forbid_opening(monkeypatch)
     read = open_gpt_sources(config, options, access=host("reader", builder=False))
     assert old["test"] is None and built["test"] is None and read["test"] is None
     for split in ("train", "valid"):
@@ -152,7 +136,7 @@ def test_sources_from_the_record_equal_the_old_path(published, monkeypatch, mask
             assert len(new) == len(old[split]) and new.fingerprint == old[split].fingerprint
             assert new.dataset_names == old[split].dataset_names
             ids = np.arange(len(new))[::-1].copy()
-            _same(new.get_batch(ids), old[split].get_batch(ids))
+            assert_same_batch(new.get_batch(ids), old[split].get_batch(ids))
     # The builder maps its own row tables; another host reads them from the bucket by range.
     assert not built["train"].span_index.tables.is_remote
     assert read["train"].span_index.tables.is_remote
@@ -171,8 +155,8 @@ def test_one_grain_worker_equals_none(published, monkeypatch):
     inline, worker = _batches(source, 0), _batches(source, 1)
     reference = _batches(old["train"], 0)
     for a, b, c in zip(inline, worker, reference, strict=True):
-        _same(a, b)
-        _same(a, c)
+        assert_same_batch(a, b)
+        assert_same_batch(a, c)
 
 
 def test_resumed_host_reads_only_the_rows_from_its_step(published):
@@ -224,11 +208,11 @@ def test_validation_sets_from_their_publications(published, monkeypatch):
     builder = host("builder", builder=True)
     old = open_validation_sets(per_split, OPTIONS, access=_split_maps(builder))
     open_validation_sets(per_split, OPTIONS, access=builder)  # publishes one record per set
-    _forbid(monkeypatch, "opened a dataset or downloaded a map entry")
+    forbid_opening(monkeypatch)
     new = open_validation_sets(per_split, OPTIONS, access=host("reader", builder=False))
     assert list(new) == list(old) == [config.blend[1], config.blend[3]]
     for prefix, source in new.items():
         assert isinstance(source.span_index, RowTableSpanIndex)
         assert source.fingerprint == old[prefix].fingerprint
         ids = np.arange(len(source))
-        _same(source.get_batch(ids), old[prefix].get_batch(ids))
+        assert_same_batch(source.get_batch(ids), old[prefix].get_batch(ids))

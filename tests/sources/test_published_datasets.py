@@ -8,14 +8,13 @@ import jax
 import numpy as np
 import pytest
 from helpers_data import write_random_dataset
+from helpers_publication import assert_same_batch, forbid_opening
 
 from jaxblend import index
 from jaxblend.access import DataAccess, MapStoreOptions
 from jaxblend.loading import PrefetchOptions, make_loader
-from jaxblend.map_store import bucket
 from jaxblend.map_store.dataset_table import PublishedBins
 from jaxblend.sources import GPTSchemaOptions, RowTableSpanIndex, open_gpt_sources
-from jaxblend.storage.reader import IndexedDataset
 
 N, SEQ, B, STEPS = 40, 16, 8, 5
 OPTIONS = GPTSchemaOptions()
@@ -51,26 +50,12 @@ def many_published(object_store, many_local, tmp_path, request):
     return config, host
 
 
-def _forbid_opening(monkeypatch) -> None:
-    def refuse(*args, **kwargs):
-        raise AssertionError("a host starting from the publication opened a dataset or map entry")
-
-    monkeypatch.setattr(IndexedDataset, "__init__", refuse)
-    monkeypatch.setattr(bucket.Bucket, "fetch", refuse)
-
-
-def _same(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> None:
-    assert a.keys() == b.keys()
-    for name, value in a.items():
-        assert value.dtype == b[name].dtype and value.tobytes() == b[name].tobytes(), name
-
-
 def test_a_host_describes_only_the_datasets_its_rows_reach(many_published, monkeypatch):
     config, host = many_published
     builder = host("builder", builder=True)
     open_gpt_sources(config, OPTIONS, access=builder)  # publishes
     old = open_gpt_sources(config, OPTIONS, access=builder.with_maps(location=None, mirror=None))
-    _forbid_opening(monkeypatch)
+    forbid_opening(monkeypatch)
     source = open_gpt_sources(config, OPTIONS, access=host("reader", builder=False))["train"]
     index_ = source.span_index
     assert isinstance(index_, RowTableSpanIndex)
@@ -80,7 +65,7 @@ def test_a_host_describes_only_the_datasets_its_rows_reach(many_published, monke
     touched: set[int] = set()
     for step in range(STEPS):
         ids = np.arange(step * B, (step + 1) * B)
-        _same(source.get_batch(ids), old["train"].get_batch(ids))
+        assert_same_batch(source.get_batch(ids), old["train"].get_batch(ids))
         touched |= set(index_.pieces(ids).dataset.tolist())
         assert bins.described == sorted(touched)  # those of the rows read, no other
         assert source.token_reader.opened == sorted(touched)
@@ -108,7 +93,7 @@ def test_resume_on_another_mesh_reads_the_same_bytes_and_only_its_rows(many_publ
     again = [{n: np.asarray(v) for n, v in batch.items()} for batch in loader]
     assert len(again) == STEPS - k
     for a, b in zip(again, reference[k:], strict=True):
-        _same(a, b)
+        assert_same_batch(a, b)
     later = resumed.span_index.pieces(np.arange(k * B, len(resumed))).dataset
     described = resumed.span_index.bin_datasets.described
     assert described and set(described) <= set(later.tolist())  # nothing of the steps before k

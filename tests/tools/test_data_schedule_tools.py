@@ -16,6 +16,8 @@ from jaxblend.tokenizer_facts import TokenizerFacts
 
 B, SEQ, STEPS = 8, 16, 9
 ENDPOINT_ENVS = ("JAXBLEND_S3_ENDPOINT", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
+# The batch split 4 ways over the test process's 8 CPU devices (the runs stay in-process).
+MESH = ("--mesh_shape=4,2", "--mesh_axes=data,tensor")
 
 
 def schedule_doc(a, b, c, last_start=6, last_blend=None):
@@ -58,8 +60,8 @@ def common(schedule, cache, *extra):
 
 def dump(out, schedule, cache, *extra, env=None):
     done = run(
-        "jaxblend.tools.dump_batches", *common(schedule, cache), "--eod_id=0", "--mesh_shape=4",
-        "--num_cpu_devices=4", f"--out={out}", *extra, env=env,
+        "jaxblend.tools.dump_batches", *common(schedule, cache), "--eod_id=0", *MESH,
+        f"--out={out}", *extra, env=env,
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     with np.load(os.path.join(out, "batches.npz")) as f:
@@ -140,8 +142,8 @@ def test_past_edit_is_refused_in_one_line(data, tmp_path):
     dump(str(tmp_path / "first"), base, cache, "--steps=7", f"--state_out={state}")
     past = write_schedule(tmp_path / "past.json", schedule_doc(a, b, c, 5))
     done = run(
-        "jaxblend.tools.dump_batches", *common(past, cache), "--mesh_shape=4",
-        "--num_cpu_devices=4", f"--out={tmp_path / 'o'}", "--steps=1", f"--state_in={state}",
+        "jaxblend.tools.dump_batches", *common(past, cache), *MESH,
+        f"--out={tmp_path / 'o'}", "--steps=1", f"--state_in={state}",
     )
     assert done.returncode == 1
     assert "Traceback" not in done.stderr
@@ -156,8 +158,8 @@ def test_conflicting_flags_give_one_line(data, tmp_path):
     a, _, _ = data[1]
     base = data[2]
     done = run(
-        "jaxblend.tools.dump_batches", *common(base, str(tmp_path / "cache")), "--mesh_shape=4",
-        "--num_cpu_devices=4", f"--out={tmp_path / 'o'}", "--steps=1", f"--train_data_path={a}",
+        "jaxblend.tools.dump_batches", *common(base, str(tmp_path / "cache")), *MESH,
+        f"--out={tmp_path / 'o'}", "--steps=1", f"--train_data_path={a}",
     )
     assert done.returncode != 0
     assert done.stderr.strip().splitlines()[-1].startswith(
@@ -259,8 +261,8 @@ def test_publication_record_path_matches_whole_maps(data, tmp_path, s3_server):
 def test_stage_boundaries_stay_at_their_steps_with_variable_batches(data, tmp_path, batch_flags):
     base = data[2]
     args = [f"--data_schedule={base}", f"--seq_length={SEQ}", f"--train_samples={B * STEPS}",
-            f"--data_cache_path={tmp_path / 'cache'}", "--eod_id=0", "--mesh_shape=2",
-            "--num_cpu_devices=2", "--steps=8", f"--out={tmp_path / 'o'}", *batch_flags]
+            f"--data_cache_path={tmp_path / 'cache'}", "--eod_id=0", "--mesh_shape=2,4",
+            "--mesh_axes=data,tensor", "--steps=8", f"--out={tmp_path / 'o'}", *batch_flags]
     if "--rampup" in batch_flags[0]:
         args.append(f"--global_batch_size={B}")
     done = run("jaxblend.tools.dump_batches", *args)

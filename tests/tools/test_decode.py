@@ -120,7 +120,7 @@ def test_dump_samples_writes_each_sample_as_text(data, tmp_path):
 
 def test_dump_batches_writes_each_row_as_text(data, tmp_path):
     out = run("jaxblend.tools.dump_batches", f"--data_path={data['prefix']}", *DATA,
-              "--global_batch_size=4", "--steps=2", "--start_step=1", "--num_cpu_devices=1",
+              "--global_batch_size=4", "--steps=2", "--start_step=1", "--mesh_shape=1,8", "--mesh_axes=data,tensor",
               f"--out={tmp_path}", "--decode")
     assert out.returncode == 0, out.stderr[-3000:]
     texts = json.loads((tmp_path / "batches.decoded.json").read_text(encoding="utf-8"))
@@ -233,7 +233,7 @@ def test_explain_decodes_bucket_data_with_its_record_in_the_bucket(data, s3_serv
 
 def test_mock_data_needs_the_tokenizer_flags(tmp_path):
     out = run("jaxblend.tools.dump_batches", "--mock_data", "--seq_length=16", "--steps=1",
-              "--num_cpu_devices=1", f"--out={tmp_path}", "--decode")
+              "--mesh_shape=1,8", "--mesh_axes=data,tensor", f"--out={tmp_path}", "--decode")
     assert _error(out) == f"error: --decode: mock data has no recorded tokenizer; {HOW} to decode it"
     assert not os.path.exists(tmp_path / "batches.npz")
 

@@ -119,7 +119,7 @@ def test_dump_samples_decode_marks_what_is_not_trained(chat, tmp_path, packing):
 def test_dump_batches_decode_marks_what_is_not_trained(chat, tmp_path):
     out = run_tool("jaxblend.tools.dump_batches", [
         f"--data_path={chat['prefix']}", *DATA, "--packing=best_fit",
-        "--packing_overflow=truncate", "--steps=1", "--num_cpu_devices=1",
+        "--packing_overflow=truncate", "--steps=1", "--mesh_shape=1,8", "--mesh_axes=data,tensor",
         f"--data_cache_path={tmp_path / 'maps'}", f"--out={tmp_path / 'out'}", "--decode",
     ])
     assert out.returncode == 0, out.stderr[-3000:]

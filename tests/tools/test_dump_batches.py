@@ -6,21 +6,21 @@ GCS server (fake-gcs-server), the batches equal `--worker_count=0` byte for byte
 endpoint given only as `--s3_endpoint` (no endpoint in the environment: a worker that lost the
 flag would try AWS and fail) and the index maps in a bucket map store: the first run publishes
 them, the second starts from the publication record (row tables and `.bin` read by range).
+Both runs are in the test process; the Grain worker is a real (spawned) process.
 """
 
 from __future__ import annotations
 
 import itertools
 import os
-import subprocess
-import sys
+import tempfile
 
 import numpy as np
 import pytest
+from helpers_cli import run_tool
 from helpers_data import write_random_dataset
 
 B, SEQ = 8, 16
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ENDPOINT_ENVS = ("JAXBLEND_S3_ENDPOINT", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
 _runs = itertools.count()
 
@@ -47,25 +47,28 @@ def _environment(server, kind: str) -> dict[str, str]:
 
 
 def _dump(args: list[str], env: dict[str, str], out: str, workers: int) -> dict[str, np.ndarray]:
-    cmd = [sys.executable, "-m", "jaxblend.tools.dump_batches", *args, f"--out={out}",
-           f"--worker_count={workers}"]
-    env = dict(env, PYTHONPATH=ROOT)  # this checkout's jaxblend, whatever the cwd
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, check=False,
-                          cwd=out.rsplit("/", 1)[0])
+    done = run_tool("jaxblend.tools.dump_batches",
+                    [*args, f"--out={out}", f"--worker_count={workers}"], env=env,
+                    cwd=out.rsplit("/", 1)[0])
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     with np.load(os.path.join(out, "batches.npz")) as f:
         return {k: f[k] for k in f.files}
 
 
 @pytest.mark.parametrize("kind", ["s3", "gcs"])
-def test_every_storage_and_cache_flag_reaches_a_worker(kind, request, local_prefixes, tmp_path):
+def test_every_storage_and_cache_flag_reaches_a_worker(
+    kind, request, local_prefixes, tmp_path, monkeypatch
+):
     server = request.getfixturevalue(f"{kind}_server")
     run = next(_runs)
     urls = [server.upload(p, f"dump{run}/{os.path.basename(p)}") for p in local_prefixes]
     maps_url = server.prefix_url(f"dump{run}/maps")
     env = _environment(server, kind)
-    env["TMPDIR"] = str(tmp_path / "tmp")  # where a map mirror would go without --data_cache_mirror
+    # Where a map mirror would go without --data_cache_mirror: the worker's (spawned: it reads
+    # $TMPDIR) and the test process's own temporary directory.
+    env["TMPDIR"] = str(tmp_path / "tmp")
     os.makedirs(env["TMPDIR"])
+    monkeypatch.setattr(tempfile, "tempdir", env["TMPDIR"])
     args = [
         f"--data_path=40 {urls[0]} 60 {urls[1]}", "--split=90,10,0", f"--seq_length={SEQ}",
         "--train_samples=200", "--valid_samples=16", f"--global_batch_size={B}", "--steps=3",

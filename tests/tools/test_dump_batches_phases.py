@@ -23,8 +23,12 @@ def prefixes(tmp_path_factory):
 
 
 def _run(args, out):
+    """dump_batches in the test process: the batch split 2 ways over its 8 CPU devices (unless
+    `args` gives another mesh)."""
+    mesh = [] if any(a.startswith("--mesh_shape") for a in args) else [
+        "--mesh_shape=2,4", "--mesh_axes=data,tensor"]
     return run_tool("jaxblend.tools.dump_batches", [
-        "--split=100,0,0", "--seq_length=16", f"--global_batch_size={B}", "--num_cpu_devices=2",
+        "--split=100,0,0", "--seq_length=16", f"--global_batch_size={B}", *mesh,
         f"--out={out}", *args], cwd=str(out.parent))
 
 
@@ -78,12 +82,13 @@ def test_a_phase_is_the_same_on_two_processes(prefixes, tmp_path):
 
     b, c = prefixes["b"], prefixes["c"]
     phase = [f"--data_path=30 {b} 70 {c}", "--train_samples=112",
-             "--phase_transition_iterations=4,9", "--start_step=5", "--steps=4", "--mesh_shape=4",
-             "--mesh_axes=data", f"--data_cache_path={tmp_path / 'maps'}"]
-    one = _dump([*phase, "--num_cpu_devices=4"], tmp_path / "one")
+             "--phase_transition_iterations=4,9", "--start_step=5", "--steps=4",
+             f"--data_cache_path={tmp_path / 'maps'}"]
+    # The batch split 4 ways: over this process's 8 devices, and over 2 processes of 2 devices.
+    one = _dump([*phase, "--mesh_shape=4,2", "--mesh_axes=data,tensor"], tmp_path / "one")
     run_cli("jaxblend.tools.dump_batches", [
-        *phase, "--split=100,0,0", "--seq_length=16", f"--global_batch_size={B}",
-        f"--out={tmp_path / 'two'}",
+        *phase, "--mesh_shape=4", "--mesh_axes=data", "--split=100,0,0", "--seq_length=16",
+        f"--global_batch_size={B}", f"--out={tmp_path / 'two'}",
     ], 2, 2)
     with np.load(tmp_path / "two" / "batches.npz") as f:
         two = {k: f[k] for k in f.files}

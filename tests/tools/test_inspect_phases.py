@@ -54,7 +54,7 @@ def test_explain_of_a_phase_2_step_is_what_dump_batches_reads(data, tmp_path):
     phase2 = [f"--data_path=30 {b} 70 {c}", *common, *RUN,
               f"--data_cache_path={root / 'maps'}"]
     done = _run("jaxblend.tools.dump_batches", *phase2, "--start_step=6", "--steps=1",
-                "--num_cpu_devices=2", f"--out={tmp_path / 'dump'}", cwd=tmp_path)
+                "--mesh_shape=2,4", "--mesh_axes=data,tensor", f"--out={tmp_path / 'dump'}", cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     with np.load(tmp_path / "dump" / "batches.npz") as f:
         sample_ids, dataset_ids = f["sample_ids"][0], f["dataset_ids"][0]

@@ -40,7 +40,7 @@ def run(module, *args):
 def test_explain_shows_the_documents_dump_batches_packs(data, tmp_path):
     _, _, args = data
     run("jaxblend.tools.dump_batches", *args, "--steps=1", "--start_step=2", f"--out={tmp_path}",
-        "--num_cpu_devices=1", "--inter_document_masking")
+        "--mesh_shape=1,8", "--mesh_axes=data,tensor", "--inter_document_masking")
     out = run("jaxblend.tools.inspect", "explain", *args, "--step=2",
               f"--json={tmp_path / 'explain.json'}")
     explained = json.loads((tmp_path / "explain.json").read_text())

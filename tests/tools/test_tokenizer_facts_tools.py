@@ -99,7 +99,7 @@ def test_megatron_tokenizer_flags_supply_the_facts_of_data_without_a_record(data
 
 def test_dump_batches_takes_the_recorded_eod(data, tmp_path):
     args = [f"--data_path={data['byte']}", *COMMON, "--eod_mask_loss", "--steps=1",
-            "--num_cpu_devices=1", f"--out={tmp_path / 'o'}"]
+            "--mesh_shape=1,8", "--mesh_axes=data,tensor", f"--out={tmp_path / 'o'}"]
     out = run("jaxblend.tools.dump_batches", *args)
     assert out.returncode == 0, out.stderr[-2000:]
     batch = np.load(tmp_path / "o" / "batches.npz")

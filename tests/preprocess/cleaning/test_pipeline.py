@@ -30,6 +30,9 @@ def files(tmp_path, corpus):
 
 
 def _cleaning(ev: str, **kw) -> CleaningConfig:
+    """Every cleaning step; no quality-score plot unless `plot=True` (drawing it costs more than
+    cleaning this corpus, and only the first test checks it)."""
+    kw.setdefault("plot", False)
     return CleaningConfig(
         pii=True,
         quality=("all",),
@@ -61,7 +64,7 @@ def test_planted_problems_removed_and_the_rest_kept(tmp_path, files, corpus):
     assert min(corpus.similarities["near"]) > 0.9
     assert max(corpus.similarities["distant"]) < 0.6
     src, ev = files
-    r = _run(src, ev, str(tmp_path / "out" / "c"))
+    r = _run(src, ev, str(tmp_path / "out" / "c"), plot=True)
     assert _texts(r.outputs["text"]) == corpus.expected_kept()
     expected: dict[str, int] = {}
     for reason in corpus.reasons.values():
