@@ -43,6 +43,8 @@ class KeyValueClient(Protocol):
 
     def key_value_dir_get(self, key: str) -> list[tuple[str, str]]: ...
 
+    def wait_at_barrier(self, barrier_id: str, timeout_in_ms: int) -> None: ...
+
 
 def _client() -> KeyValueClient | None:
     from jax._src import distributed as jax_distributed
@@ -153,6 +155,20 @@ class PeerWatch:
             return
         if self._pid == 0:
             time.sleep(2 * self.interval)
+
+    def wait_for_peers(self, name: str, timeout: float) -> None:
+        """Waits until every process calls this with `name` (no-op in a single-process run).
+
+        The wait is the coordination service's barrier, bounded by `timeout` seconds (a lost or
+        failed peer stops this process sooner, through the monitor). A job's processes enter
+        their first collective together after it: XLA's CPU collectives (Gloo) give a process 30
+        s to wait for its peers to join a collective's first run, and one process may reach it
+        far sooner than another (e.g. it found its steps in JAX's persistent compilation cache,
+        which only process 0 writes, while its peers compile theirs).
+        """
+        if not self.active:
+            return
+        self._client.wait_at_barrier(f"{_PREFIX}/barrier/{name}", int(timeout * 1000))
 
     def wait_for_verdict(self) -> None:
         """After a collective failed: gives the monitor `timeout` seconds to name a lost peer."""

@@ -952,6 +952,9 @@ def _train_from(watch, s: cli.TrainSettings, checkpoints: _CheckpointDir) -> Non
         _announce_resume(resume, phase_line)
         watch.phase = "compiling the training step"
         first_batch = first.join()
+        # Every process enters the first step's collectives together (`PeerWatch.wait_for_peers`).
+        watch.phase = "waiting for the other processes to compile"
+        watch.wait_for_peers("first step", flags.FLAGS.distributed_timeout)
     except BaseException:
         loader.close()
         raise

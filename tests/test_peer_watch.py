@@ -19,6 +19,7 @@ class Store:
         self.data: dict[str, str] = {}
         self.lock = threading.Lock()
         self.hang = threading.Event()
+        self.barriers: dict[str, threading.Barrier] = {}
 
     def key_value_set(self, key: str, value: str, allow_overwrite: bool = False) -> None:
         while self.hang.is_set():
@@ -29,6 +30,12 @@ class Store:
     def key_value_dir_get(self, key: str) -> list[tuple[str, str]]:
         with self.lock:
             return [(k, v) for k, v in self.data.items() if k.startswith(key)]
+
+    def wait_at_barrier(self, barrier_id: str, timeout_in_ms: int) -> None:
+        """Returns once two processes called it with `barrier_id` (raises after the timeout)."""
+        with self.lock:
+            barrier = self.barriers.setdefault(barrier_id, threading.Barrier(2))
+        barrier.wait(timeout_in_ms / 1000)
 
 
 def _watch(store: Store, pid: int, verdicts: list[str], timeout: float = 0.6) -> PeerWatch:
@@ -119,3 +126,27 @@ def test_a_new_phase_reaches_the_peers_before_the_next_interval():
         assert beat.endswith(" 3 training"), beat  # not 30 s later, at the next interval
     finally:
         watch.stop()
+
+
+def test_wait_for_peers_returns_once_every_process_arrived():
+    store = Store()
+    first, second = _watch(store, 0, []), _watch(store, 1, [])
+    passed = threading.Event()
+
+    def wait() -> None:
+        first.wait_for_peers("first step", 10)
+        passed.set()
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    assert not passed.wait(0.3)  # process 1 still compiles: process 0 waits
+    second.wait_for_peers("first step", 10)
+    waiter.join(10)
+    assert passed.is_set()
+
+
+def test_wait_for_peers_is_a_no_op_in_a_single_process_run():
+    store = Store()
+    watch = PeerWatch(1.0, client=store, process_index=0, process_count=1)
+    watch.wait_for_peers("first step", 0.01)  # no barrier: nobody else would come
+    assert store.barriers == {}
