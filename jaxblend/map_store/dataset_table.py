@@ -19,7 +19,7 @@ as the lines read or the names given.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -36,15 +36,15 @@ from jaxblend.storage.object_store.directory import ObjectDirectory
 from jaxblend.storage.token_reader import BinDataset
 
 
-def line_runs(ids: Sequence[int], gap: int) -> list[tuple[int, int]]:
-    """Sorted distinct `ids` as runs `[lo, hi)` of lines, runs at most `gap` lines apart merged."""
-    runs: list[tuple[int, int]] = []
-    for d in sorted(set(ids)):
-        if runs and d - runs[-1][1] <= gap:
-            runs[-1] = (runs[-1][0], d + 1)
+def merge_runs(runs: Iterable[tuple[int, int]], gap: int) -> list[tuple[int, int]]:
+    """`runs` `[lo, hi)` sorted, those at most `gap` apart merged (lines `d` as runs `(d, d + 1)`)."""
+    merged: list[tuple[int, int]] = []
+    for lo, hi in sorted(runs):
+        if merged and lo - merged[-1][1] <= gap:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], hi))
         else:
-            runs.append((d, d + 1))
-    return runs
+            merged.append((lo, hi))
+    return merged
 
 
 class TableReader:
@@ -143,7 +143,7 @@ class TableReader:
         table = self.table
         width = table.width
         directory = self._directory()
-        runs = line_runs(missing, self.access.object_store.coalesce_gap // width)
+        runs = merge_runs([(p, p + 1) for p in missing], self.access.object_store.coalesce_gap // width)
         futures = [directory.start_read(table.key, slice(lo * width, hi * width)) for lo, hi in runs]
         got: dict[int, PublishedDataset] = {}
         nbytes = 0
@@ -260,10 +260,8 @@ class PublishedBins:
             missing = sorted({int(d) for d in ids} - self._bins.keys())
         if not missing:
             return
-        found, requests, nbytes = self.reader.read(self.positions[missing].tolist())
+        found = self.published(missing)
         with self._lock:
-            self.requests += requests
-            self.bytes_read += nbytes
             for d, published in zip(missing, found):
                 if d in self._bins:
                     continue

@@ -46,6 +46,7 @@ import numpy as np
 from jaxblend import identity
 from jaxblend.index import maps_key
 from jaxblend.index.config import GPTDataConfig
+from jaxblend.validation import require_int
 
 FORMAT = "jaxblend-publication"
 VERSION = 3
@@ -154,8 +155,7 @@ class PublishedDataset:
                 raise ValueError(f"dataset field {name!r} must be a string")  # noqa: TRY004
         if not self.prefix or not self.dtype or not self.fingerprint:
             raise ValueError("dataset prefix, dtype and fingerprint must not be empty")
-        if isinstance(self.bin_size, bool) or not isinstance(self.bin_size, int) or self.bin_size < 0:
-            raise ValueError(f"dataset {self.prefix}: bin_size must be an integer >= 0")
+        require_int(f"dataset {self.prefix}: bin_size", self.bin_size, 0)
         if self.tokenizer is not None and not isinstance(self.tokenizer, Mapping):
             raise ValueError(f"dataset {self.prefix}: tokenizer must be an object or null")
 
@@ -190,9 +190,7 @@ class DatasetTable:
         if not isinstance(self.key, str) or not self.key:
             raise ValueError("table key must be an object name")
         for name in ("count", "width"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"table {name} must be an integer >= 1, got {v!r}")
+            require_int(f"table {name}", getattr(self, name), 1)
         if any(not 0 <= m < self.count for m in self.masked):
             raise ValueError(f"table masked positions must lie in [0, {self.count})")
         for name in ("uniform", "remote"):
@@ -205,25 +203,17 @@ class DatasetTable:
         return self.count * self.width
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "key": self.key, "count": self.count, "width": self.width,
-            "masked": to_runs(self.masked), "tokenizers": [dict(t) for t in self.tokenizers],
-            "uniform": self.uniform, "remote": self.remote,
-        }
+        return {**dataclasses.asdict(self), "masked": to_runs(self.masked)}
 
     @classmethod
     def from_json(cls, value: Any) -> DatasetTable:
-        fields = {"key", "count", "width", "masked", "tokenizers", "uniform", "remote"}
+        fields = {f.name for f in dataclasses.fields(cls)}
         if not isinstance(value, dict) or set(value) != fields:
             raise ValueError(f"the dataset table is not an object with {sorted(fields)}")
-        if not isinstance(value["tokenizers"], list) or not all(
-            isinstance(t, dict) for t in value["tokenizers"]
-        ):
+        tokenizers = value["tokenizers"]
+        if not isinstance(tokenizers, list) or not all(isinstance(t, dict) for t in tokenizers):
             raise ValueError("table tokenizers is not a list of objects")
-        return cls(
-            value["key"], value["count"], value["width"], from_runs(value["masked"]),
-            tuple(value["tokenizers"]), value["uniform"], value["remote"],
-        )
+        return cls(**{**value, "masked": from_runs(value["masked"]), "tokenizers": tokenizers})
 
 
 def _line_check(launch: str, position: int, fields: list[Any]) -> str:
@@ -300,8 +290,7 @@ class PublishedSplit:
     rows_url: str
 
     def __post_init__(self) -> None:
-        if isinstance(self.length, bool) or not isinstance(self.length, int) or self.length < 1:
-            raise ValueError(f"split length must be an integer >= 1, got {self.length!r}")
+        require_int("split length", self.length, 1)
         object.__setattr__(self, "datasets", tuple(self.datasets))
         if not self.datasets or not all(
             isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in self.datasets
@@ -345,9 +334,9 @@ class Publication:
                 raise ValueError(f"split {name} names dataset {max(split.datasets)} of "
                                  f"{self.table.count}")
 
-    def body(self) -> dict[str, Any]:
-        """The head's JSON body without its checksum."""
-        return {
+    def to_bytes(self) -> bytes:
+        """The head as written: compact canonical JSON with its checksum."""
+        body = {
             "format": FORMAT,
             "version": VERSION,
             "launch_key": self.launch_key,
@@ -355,10 +344,6 @@ class Publication:
             "table": self.table.to_json(),
             "splits": {k: self.splits[k].to_json() for k in SPLITS if k in self.splits},
         }
-
-    def to_bytes(self) -> bytes:
-        """The head as written: compact canonical JSON with its checksum."""
-        body = self.body()
         body["checksum"] = _checksum(body)
         return json.dumps(body, sort_keys=True, separators=(",", ":")).encode("utf-8")
 

@@ -15,22 +15,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+if TYPE_CHECKING:
+    from jaxblend.sources.masked_config import MaskedConfig
+
 GEOMETRIC_P = 0.2  # SpanBERT's span-length distribution parameter
-
-
-@dataclasses.dataclass(frozen=True)
-class MaskingOptions:
-    """The masking knobs (Megatron-Core's `masking_*` fields; see `MaskedConfig`)."""
-
-    masking_probability: float
-    masking_max_ngram: int
-    masking_do_full_word: bool
-    masking_do_permutation: bool
-    masking_use_longer_ngrams: bool
-    masking_use_geometric_distribution: bool
 
 
 @dataclasses.dataclass
@@ -82,7 +74,7 @@ def mask_ngrams(
     tokens: np.ndarray,
     special: np.ndarray,
     target_length: int,
-    options: MaskingOptions,
+    options: MaskedConfig,
     is_continuation: np.ndarray | None,
     rng: np.random.Generator,
     replace: Callable[[np.ndarray, np.random.Generator], np.ndarray],
@@ -94,7 +86,7 @@ def mask_ngrams(
       tokens: int64 token ids of the sample (special tokens included).
       special: bool per position; True positions are never candidates.
       target_length: the sample's target length (caps the number of masked positions).
-      options: masking knobs.
+      options: the masking knobs (its `masking_*` fields).
       is_continuation: bool per vocabulary id (WordPiece `##` pieces) or None.
       rng: the sample's generator.
       replace: `replace(original: int64[k], rng) -> int64[k]` new tokens for masked positions

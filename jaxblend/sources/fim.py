@@ -58,6 +58,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from jaxblend.fim_options import FIMOptions  # the settings (light: the flag layer's too)
+from jaxblend.sources.base import PerProcess
 
 if TYPE_CHECKING:
     from jaxblend.access import DataAccess
@@ -359,7 +360,7 @@ def fit_document(
     return out, real
 
 
-class FIMTransform:
+class FIMTransform(PerProcess):
     """FIM for a GPT source: rewrites the windows of a batch's raw form (`schema.raw_windows`).
 
     Args:
@@ -394,15 +395,7 @@ class FIMTransform:
         self.tokens = FIMTokens.resolve(options, self._tokenizer, self.tokenizer_identity)
         self._lock = threading.Lock()
 
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state.pop("_lock")
-        state["_tokenizer"] = None  # a worker loads its own
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
+    PER_PROCESS = ("_tokenizer",)  # a worker loads its own
 
     def __repr__(self) -> str:
         return f"FIMTransform({self.options!r}, tokenizer={self.tokenizer_identity!r})"
@@ -425,10 +418,6 @@ class FIMTransform:
             "tokenizer": self.tokenizer_identity,
             "tokens": dataclasses.asdict(self.tokens),
         }
-
-    def marks(self) -> dict[int, str]:
-        """Sentinel id -> how decoded text shows it (`--decode`)."""
-        return self.tokens.marks()
 
     def rewriter(self) -> FIMRewriter:
         """The rewrite of one sample with this process's tokenizer."""
@@ -519,23 +508,16 @@ class FIMTransform:
         return raw
 
 
-def resolve_spec(
-    options: FIMOptions, prefixes: Sequence[str], access: DataAccess | None = None
-) -> TokenizerSpec:
+def _find_spec(
+    options: FIMOptions, prefixes: Sequence[str], access: DataAccess | None
+) -> tuple[TokenizerSpec, str | None]:
     """The tokenizer FIM uses for datasets `prefixes`: the one recorded with the first dataset
-    that has a record, else `options.tokenizer`.
+    that has a record (and that dataset), else `options.tokenizer` (and None).
 
     Raises:
       ValueError: neither exists (one line saying how to name the tokenizer), or the recorded
         tokenizer's files cannot be verified.
     """
-    return _find_spec(options, prefixes, access)[0]
-
-
-def _find_spec(
-    options: FIMOptions, prefixes: Sequence[str], access: DataAccess | None
-) -> tuple[TokenizerSpec, str | None]:
-    """`resolve_spec`'s tokenizer and the dataset whose record named it (None: the flags')."""
     from jaxblend.decode import DecodeError, recorded_spec
 
     for prefix in dict.fromkeys(prefixes):
@@ -581,11 +563,11 @@ def open_fim_transform(
     *,
     packed: bool = False,
 ) -> FIMTransform:
-    """The `FIMTransform` of datasets `prefixes` (the tokenizer of `resolve_spec`) and data seed
+    """The `FIMTransform` of datasets `prefixes` (the tokenizer of `_find_spec`) and data seed
     `seed`, for packed rows when `packed`.
 
     Raises:
-      ValueError: as `resolve_spec`, a sentinel name is not a token of the tokenizer, or a
+      ValueError: as `_find_spec`, a sentinel name is not a token of the tokenizer, or a
         sentinel id lies beyond the vocabulary recorded with the data.
     """
     spec, prefix = _find_spec(options, prefixes, access)

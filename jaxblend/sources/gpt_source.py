@@ -222,7 +222,7 @@ class GPTSource(base.PerProcess, base.BatchSource):
         text = schema.allocate_arrays({"text": ((ids.size, window), np.int32)})["text"]
         text.fill(-1)
         self.token_reader.read(pieces.dataset, pieces.offset, pieces.length, text.reshape(-1), dest)
-        return text, n_valid, pieces
+        return text, n_valid, pieces, dest
 
     def windows(self, sample_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Raw token windows of `sample_ids` (the documents' tokens, before any `transform`).
@@ -230,23 +230,17 @@ class GPTSource(base.PerProcess, base.BatchSource):
         Returns:
           (int32 `[k, seq_length + extra]` windows padded with -1, int64 `[k]` valid lengths).
         """
-        text, n_valid, _ = self._read(self._check_ids(sample_ids))
-        return text, n_valid
+        return self._read(self._check_ids(sample_ids))[:2]
 
     def read_batch(self, sample_ids: np.ndarray) -> dict[str, np.ndarray]:
         ids = self._check_ids(sample_ids)
-        text, n_valid, pieces = self._read(ids)
+        text, n_valid, pieces, dest = self._read(ids)
         dataset_ids = np.zeros(ids.size, np.int32)
         dataset_ids[pieces.row[::-1]] = pieces.dataset[::-1]  # each row's first piece
         packed = self.packing != "concat"  # packed rows are assembled from their pieces
-        masking = (
-            (pieces.row, pieces.length)
-            if self.options.inter_document_masking or packed
-            else None
-        )
+        masking = (pieces.row, pieces.length) if self.options.inter_document_masking or packed else None
         raw = schema.raw_windows(text, n_valid, dataset_ids, ids, masking)
         if self.loss_masks is not None:  # the same ranges of the stored loss masks
-            dest, _, _ = _destinations(pieces.row, pieces.length, ids.size, text.shape[1])
             raw["loss_weights"] = self.loss_masks.read(
                 pieces.dataset, pieces.offset, pieces.length, dest, text.shape,
             )

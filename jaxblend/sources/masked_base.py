@@ -84,7 +84,6 @@ class MaskedSource(base.BatchSource):
         self.index = load_or_build_masked_index(
             config.index_config(), opening.dataset_info(dataset, dataset.prefix), split, access
         )
-        self._options = config.masking_options()
         self._fingerprint = identity.fingerprint(
             "masked_source", 1, source=type(self).__name__, sample_index=self.index.fingerprint,
             config=config.identity_fields(), tokenizer=tokenizer.identity_fields(),

@@ -65,7 +65,7 @@ class BERTSource(MaskedSource):
             special = (tokens == tok.cls) | (tokens == tok.sep)
             special[0] = True
             pred = _masking.mask_ngrams(
-                tokens, special, target, self._options, tok.is_continuation, rng, self._replace
+                tokens, special, target, self.config, tok.is_continuation, rng, self._replace
             )
             n = tokens.size
             out["tokens"][r, :n] = pred.tokens

@@ -15,7 +15,6 @@ import numpy as np
 
 from jaxblend.index import masked_maps
 from jaxblend.index import split as split_lib
-from jaxblend.sources import _masking
 from jaxblend.validation import require_int
 
 
@@ -203,17 +202,6 @@ class MaskedConfig:
             "masking_use_geometric_distribution": self.masking_use_geometric_distribution,
             "num_samples": self.num_samples,
         }
-
-    def masking_options(self) -> _masking.MaskingOptions:
-        """The masking knobs as `_masking.MaskingOptions`."""
-        return _masking.MaskingOptions(
-            masking_probability=float(self.masking_probability),
-            masking_max_ngram=int(self.masking_max_ngram),
-            masking_do_full_word=bool(self.masking_do_full_word),
-            masking_do_permutation=bool(self.masking_do_permutation),
-            masking_use_longer_ngrams=bool(self.masking_use_longer_ngrams),
-            masking_use_geometric_distribution=bool(self.masking_use_geometric_distribution),
-        )
 
 
 @dataclasses.dataclass(frozen=True)

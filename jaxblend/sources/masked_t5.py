@@ -76,7 +76,7 @@ class T5Source(MaskedSource):
                 tokens,
                 np.zeros(tokens.size, bool),
                 target,
-                self._options,
+                self.config,
                 tok.is_continuation,
                 rng,
                 self._replace,

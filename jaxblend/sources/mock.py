@@ -16,6 +16,7 @@ import numpy as np
 from jaxblend import identity
 from jaxblend.index.splitmix import splitmix64
 from jaxblend.sources import base, schema
+from jaxblend.validation import require_int
 
 
 @numba.njit(cache=True, nogil=True)
@@ -61,12 +62,9 @@ class MockSource(base.BatchSource):
         seed: int = 0,
         mean_doc_length: int = 512,
     ):
-        if num_samples < 0:
-            raise ValueError(f"num_samples must be >= 0, got {num_samples}")
-        if vocab_size < 2:
-            raise ValueError(f"vocab_size must be >= 2, got {vocab_size}")
-        if mean_doc_length < 1:
-            raise ValueError(f"mean_doc_length must be >= 1, got {mean_doc_length}")
+        require_int("MockSource.num_samples", num_samples, 0)
+        require_int("MockSource.vocab_size", vocab_size, 2)
+        require_int("MockSource.mean_doc_length", mean_doc_length, 1)
         if options.fim is not None:
             raise ValueError(
                 "fill-in-the-middle (--fim_data) needs real data and its tokenizer; mock data has "

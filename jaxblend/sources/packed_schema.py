@@ -116,47 +116,12 @@ def _fill_packed(
             max_seqlen[r] = longest
 
 
-def packed_to_batch(
-    text: np.ndarray,
-    n_valid: np.ndarray,
-    pieces: tuple[np.ndarray, np.ndarray],
-    options: schema.GPTSchemaOptions,
-    *,
-    seq_length: int,
-) -> dict[str, np.ndarray]:
-    """The schema arrays of a batch of packed windows (see the module docstring).
-
-    Args:
-      text: int32 `[k, window_length]` windows (values past `n_valid[r]` are ignored).
-      n_valid: int64 `[k]` tokens of each window.
-      pieces: `(row, length)` of every document piece of every window, row order then piece
-        order.
-      options: the schema options.
-      seq_length: S, the data configuration's sequence length.
-
-    Returns:
-      As `schema.windows_to_batch`.
-    """
-    k, s = text.shape[0], int(seq_length)
-    want_cu = bool(options.inter_document_masking)
-    out = schema.allocate_batch(k, s, want_cu)
-    cu = out["cu_seqlens"] if want_cu else np.zeros((0, 0), np.int32)
-    longest = out["max_seqlen"] if want_cu else np.zeros(0, np.int32)
-    row, length = (np.ascontiguousarray(a, np.int64) for a in pieces)
-    _fill_packed(
-        np.asarray(text), np.asarray(n_valid, np.int64), row, length, s,
-        -1 if options.eod_id is None else int(options.eod_id), bool(options.eod_mask_loss),
-        bool(options.megatron_compat), bool(options.megatron_compat), want_cu,
-        out["inputs"], out["targets"], out["loss_mask"], out["positions"], out["segment_ids"],
-        cu, longest,
-    )
-    return out
-
-
 def assemble_packed(
     raw: dict[str, np.ndarray], options: schema.GPTSchemaOptions, *, seq_length: int
 ) -> dict[str, np.ndarray]:
-    """Raw GPT form of packed rows (`schema.raw_windows` with their pieces) -> the batch schema.
+    """Raw GPT form of packed rows (`schema.raw_windows` with their pieces: every document piece
+    of every window, row order then piece order) -> the batch schema of `seq_length` S (see the
+    module docstring; the arrays of `schema.windows_to_batch`).
 
     Raises:
       ValueError: a raw batch without pieces (only sources of packed maps have them).
@@ -166,10 +131,18 @@ def assemble_packed(
             "packed rows (packing='best_fit') are assembled from their document pieces; this raw "
             "batch has none (mock data cannot be packed)"
         )
-    batch = packed_to_batch(
-        np.asarray(raw["text"]), np.asarray(raw["n_valid"]),
-        (raw["piece_row"], raw["piece_length"]), options, seq_length=seq_length,
+    text = np.asarray(raw["text"])
+    k, s = text.shape[0], int(seq_length)
+    want_cu = bool(options.inter_document_masking)
+    out = schema.allocate_batch(k, s, want_cu)
+    cu = out["cu_seqlens"] if want_cu else np.zeros((0, 0), np.int32)
+    longest = out["max_seqlen"] if want_cu else np.zeros(0, np.int32)
+    row, length = (np.ascontiguousarray(raw[f], np.int64) for f in ("piece_row", "piece_length"))
+    _fill_packed(
+        text, np.asarray(raw["n_valid"], np.int64), row, length, s,
+        -1 if options.eod_id is None else int(options.eod_id), bool(options.eod_mask_loss),
+        bool(options.megatron_compat), bool(options.megatron_compat), want_cu,
+        out["inputs"], out["targets"], out["loss_mask"], out["positions"], out["segment_ids"],
+        cu, longest,
     )
-    batch["dataset_ids"] = np.asarray(raw["dataset_ids"], np.int32)
-    batch["sample_ids"] = np.array(raw["sample_ids"], np.int64)
-    return batch
+    return schema.with_ids(out, raw)

@@ -25,10 +25,12 @@ import tensorstore as ts
 
 from jaxblend import access as access_lib
 from jaxblend.index import row_table
+from jaxblend.map_store.dataset_table import merge_runs
 from jaxblend.storage.idx_format import IndexFormatError
 from jaxblend.storage.object_store import location as _location
 from jaxblend.storage.object_store import requests as _remote
 from jaxblend.storage.token_reader import reader_context
+from jaxblend.validation import require_int
 
 RowSlices = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
@@ -147,17 +149,6 @@ class _Header:
         self.dtype = dtype
 
 
-def _merge_runs(runs: list[tuple[int, int]], gap: int) -> list[tuple[int, int]]:
-    """Sorted row runs with those at most `gap` rows apart merged into one."""
-    merged: list[tuple[int, int]] = []
-    for lo, hi in sorted(runs):
-        if merged and lo - merged[-1][1] <= gap:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], hi))
-        else:
-            merged.append((lo, hi))
-    return merged
-
-
 def _header_size(head: bytes) -> int:
     """Bytes of the `.npy` header (magic, version, length field, header text)."""
     if len(head) < 12 or head[:6] != b"\x93NUMPY":
@@ -221,10 +212,9 @@ class BucketRowTables:
         cache_chunks: int = 4,
         prefetch: bool = True,
     ):
-        if chunk_samples is not None and (isinstance(chunk_samples, bool) or int(chunk_samples) < 1):
-            raise ValueError(f"chunk_samples must be None or an integer >= 1, got {chunk_samples!r}")
-        if isinstance(cache_chunks, bool) or int(cache_chunks) < 2:
-            raise ValueError(f"cache_chunks must be an integer >= 2, got {cache_chunks!r}")
+        if chunk_samples is not None:
+            require_int("BucketRowTables.chunk_samples", chunk_samples, 1)
+        require_int("BucketRowTables.cache_chunks", cache_chunks, 2)
         self.entry_url = entry_url.rstrip("/") + "/"
         self.split = split
         self.access = access if access is not None else access_lib.DataAccess.from_env()
@@ -352,16 +342,11 @@ class BucketRowTables:
                        and self._inflight_covering(*r) is None]
             if not missing or len(missing) < (len(runs) + 1) // 2:
                 return
-            merged = _merge_runs(missing, self._merge_gap())
-            futures = []
-            for run in merged:
-                future: concurrent.futures.Future = concurrent.futures.Future()
-                self._inflight[run] = future
-                futures.append(future)
+            merged = merge_runs(missing, self._merge_gap())
             if self._pool is None:
                 self._pool = concurrent.futures.ThreadPoolExecutor(1, "jaxblend-rows")
-            pool = self._pool
-        pool.submit(self._fetch, merged, futures)
+            future = self._pool.submit(self._fetch, merged)  # it takes the lock to finish
+            self._inflight.update(dict.fromkeys(merged, future))
 
     def _merge_gap(self) -> int:
         """Rows between two runs worth reading to save a request (about `coalesce_gap` bytes)."""
@@ -370,23 +355,17 @@ class BucketRowTables:
         per_row = 8 + row_table.BYTES_PER_PIECE * headers["dataset"].length / max(n, 1)
         return int(self.access.object_store.coalesce_gap / per_row)
 
-    def _fetch(self, runs: list[tuple[int, int]], futures: list[concurrent.futures.Future]) -> None:
+    def _fetch(self, runs: list[tuple[int, int]]) -> None:
+        """Reads and holds `runs` (a reader waiting for them gets any error from the future)."""
         try:
             blocks = self._read_blocks(runs)
-        except BaseException as e:  # noqa: BLE001 - handed to any reader waiting for these rows
+            with self._lock:
+                for block in blocks:
+                    self._hold(block)
+        finally:
             with self._lock:
                 for run in runs:
                     self._inflight.pop(run, None)
-            for future in futures:
-                future.set_exception(e)
-            return
-        with self._lock:
-            for block in blocks:
-                self._hold(block)
-            for run in runs:
-                self._inflight.pop(run, None)
-        for future in futures:
-            future.set_result(None)
 
     def _read_blocks(self, runs: list[tuple[int, int]]) -> list[_Block]:
         """Rows of each run: `starts` of every run (one round), then their pieces (one round)."""

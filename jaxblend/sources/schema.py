@@ -394,6 +394,11 @@ def assemble_windows(
         np.asarray(raw["text"]), np.asarray(raw["n_valid"]), options, pieces,
         seq_length=seq_length,
     )
+    return with_ids(batch, raw)
+
+
+def with_ids(batch: dict[str, np.ndarray], raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """`batch` with the raw form's `dataset_ids` (int32) and `sample_ids` (int64, a copy)."""
     batch["dataset_ids"] = np.asarray(raw["dataset_ids"], np.int32)
     batch["sample_ids"] = np.array(raw["sample_ids"], np.int64)
     return batch

@@ -135,7 +135,7 @@ def main(argv: Sequence[str], own_process: bool = False) -> None:
     source = cli.open_source(fl.which, run)  # as training reads
     transform = getattr(source, "transform", None)
     if decoder is not None and transform is not None:  # fill-in-the-middle sentinels shown
-        decoder = decoder.with_marks(transform.marks())
+        decoder = decoder.with_marks(transform.tokens.marks())
     plan = run.steps.covering(len(source)) if phase is None else phase
     prefetch = cli.prefetch_from_flags()
     steps, first = fl.steps, _first_step(start_step, state)

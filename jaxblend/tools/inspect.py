@@ -183,7 +183,7 @@ def explain() -> dict:
         from jaxblend.sources.fim import open_fim_transform
 
         fim = open_fim_transform(run.schema.fim, names, run.config.seed, access)
-        decoder = decoder.with_marks(fim.marks())
+        decoder = decoder.with_marks(fim.tokens.marks())
     steps = phase if phase is not None else run.steps.covering(len(plan))
     if step >= steps.num_steps:
         raise app.UsageError(

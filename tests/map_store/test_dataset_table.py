@@ -76,8 +76,9 @@ def test_far_apart_lines_are_separate_ranges_and_near_ones_one():
     assert reader.requests == 2 and reader.bytes_read == 2 * pub.table.width
     reader.get([10, 11, 12])
     assert reader.requests == 3
-    assert dataset_table.line_runs([9, 1, 2, 3, 30], 4) == [(1, 4), (9, 10), (30, 31)]
-    assert dataset_table.line_runs([9, 1, 2, 3, 30], 5) == [(1, 10), (30, 31)]
+    lines = [(d, d + 1) for d in (9, 1, 2, 3, 30)]
+    assert dataset_table.merge_runs(lines, 4) == [(1, 4), (9, 10), (30, 31)]
+    assert dataset_table.merge_runs(lines, 5) == [(1, 10), (30, 31)]
 
 
 @pytest.mark.parametrize("damage", ["missing", "truncated", "line", "moved"])
