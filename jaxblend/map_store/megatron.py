@@ -17,7 +17,7 @@ A candidate is used only when it is the maps of this configuration:
    ``drop_last_partial_validation_sequence``, also left out) and is monotone, and the shuffle index
    is a permutation (with the separate final epoch, of each part).
 
-Otherwise :func:`load_gpt_maps` returns the reason. `MegatronCache` is a
+Otherwise it logs the reason. `MegatronCache` is a
 `jaxblend.index.PerDatasetMapsProvider`: during a build, `gpt_maps` hands verified maps to the
 index layer, or logs why not and lets it build them. Blended-dataset caches (``BlendedDataset``)
 are not read: jaxblend builds those exactly and quickly.
@@ -61,23 +61,7 @@ class MegatronCache:
     def gpt_maps(self, request: Request) -> gpt.GPTIndexMaps | None:
         """`PerDatasetMapsProvider`: Megatron's verified maps for `request`, or None (with a
         warning naming why when this cache has maps of the dataset split but not these)."""
-        found, why = self.load_gpt_maps(request)
-        if why:
-            logging.warning("%s; building them instead", why)
-        if found is not None:
-            logging.info("using Megatron's cached %s maps of %s", request.split, request.prefix)
-        return found
-
-    def load_gpt_maps(self, request: Request) -> tuple[gpt.GPTIndexMaps | None, str | None]:
-        """Megatron's maps for `request`, verified.
-
-        Returns:
-          ``(maps, None)`` when a verified entry exists; ``(None, reason)`` when entries for this
-          dataset split exist but none is usable; ``(None, None)`` when there is none.
-        """
         mine = [(base, d) for base, d in self.entries if _same_dataset(d, request)]
-        if not mine:
-            return None, None
         reasons = []
         for base, desc in mine:
             why = _description_mismatch(desc, request)
@@ -92,12 +76,17 @@ class MegatronCache:
                 else:
                     why = verify(arrays, request)
                     if why is None:
-                        return gpt.GPTIndexMaps(**arrays), None
+                        logging.info("using Megatron's cached %s maps of %s", request.split,
+                                     request.prefix)
+                        return gpt.GPTIndexMaps(**arrays)
             reasons.append(f"{os.path.basename(base)}: {why}")
-        return None, (
-            f"Megatron cache in {self.cache_dir} has {request.split} maps of {request.prefix} but "
-            f"not this configuration's ({'; '.join(reasons)})"
-        )
+        if reasons:
+            logging.warning(
+                "Megatron cache in %s has %s maps of %s but not this configuration's (%s); "
+                "building them instead", self.cache_dir, request.split, request.prefix,
+                "; ".join(reasons),
+            )
+        return None
 
 
 def _same_dataset(desc: dict[str, Any], request: Request) -> bool:

@@ -109,40 +109,37 @@ def mask_ngrams(
     probs /= probs.sum()
     if options.masking_use_longer_ngrams:
         probs = probs[::-1]
+    cum = np.concatenate([[0], np.cumsum(np.diff(offsets))])  # tokens before each candidate
     taken = np.zeros(tokens.size, dtype=bool)
-    word_tokens = np.diff(offsets)
-    cum = np.concatenate([[0], np.cumsum(word_tokens)])
-    n_masked = 0
-    spans: list[np.ndarray] = []
-    decoder_used = 1  # BOS (input) / EOS (labels)
 
-    def shrink(start: int, n: int, used: int, limit: float) -> int:
-        n = min(n, num_cand - start)  # near the end the n-gram is cut (as Megatron's slices)
-        while n > 0 and used + cum[start + n] - cum[start] > limit:
-            n -= 1
-        return n
+    def choose(order: np.ndarray, draws: np.ndarray, room: float) -> list[np.ndarray]:
+        """N-grams of the candidates in `order` (`draws` words each), cut to fit the budget and
+        skipped when they touch a `taken` position (then taken) or exceed `room` decoder places
+        (one sentinel per span plus its tokens plus one BOS/EOS)."""
+        chosen: list[np.ndarray] = []
+        count = 0
+        for c, n in zip(order.tolist(), draws.tolist()):
+            if count >= budget:
+                break
+            n = min(n, num_cand - c)  # near the end the n-gram is cut (as Megatron's slices)
+            while n > 0 and count + cum[c + n] - cum[c] > budget:
+                n -= 1
+            if n == 0:
+                continue
+            pos = positions[offsets[c] : offsets[c + n]]
+            if taken[pos].any() or 2 + len(chosen) + count + pos.size > room:
+                continue
+            taken[pos] = True
+            count += pos.size
+            chosen.append(pos)
+        return chosen
 
     order = rng.permutation(num_cand)
     if options.masking_use_geometric_distribution:
         draws = np.minimum(rng.geometric(GEOMETRIC_P, num_cand), options.masking_max_ngram)
     else:
         draws = rng.choice(nvals, size=num_cand, p=probs)
-    for c, n in zip(order.tolist(), draws.tolist()):
-        if n_masked >= budget:
-            break
-        n = shrink(c, n, n_masked, budget)
-        if n == 0:
-            continue
-        pos = positions[offsets[c] : offsets[c + n]]
-        if taken[pos].any():
-            continue
-        if decoder_limit is not None and decoder_used + 1 + pos.size > decoder_limit:
-            continue
-        taken[pos] = True
-        n_masked += pos.size
-        decoder_used += 1 + pos.size
-        spans.append(pos)
-
+    spans = choose(order, draws, np.inf if decoder_limit is None else decoder_limit)
     out = tokens.copy()
     masked_pos = np.sort(np.concatenate(spans)) if spans else np.zeros(0, np.int64)
     if masked_pos.size:
@@ -151,22 +148,9 @@ def mask_ngrams(
 
     if options.masking_do_permutation:
         order = rng.permutation(num_cand)
-        draws = rng.choice(nvals, size=num_cand, p=probs)
-        permuted = np.zeros(tokens.size, dtype=bool)
-        n_perm = 0
-        for c, n in zip(order.tolist(), draws.tolist()):
-            if n_perm >= budget:
-                break
-            n = shrink(c, n, n_perm, budget)
-            if n == 0:
-                continue
-            pos = positions[offsets[c] : offsets[c + n]]
-            if taken[pos].any() or permuted[pos].any():
-                continue
-            permuted[pos] = True
-            n_perm += pos.size
-        perm_pos = np.flatnonzero(permuted)
-        if perm_pos.size:
+        permuted = choose(order, rng.choice(nvals, size=num_cand, p=probs), np.inf)
+        if permuted:
+            perm_pos = np.sort(np.concatenate(permuted))
             out[perm_pos] = tokens[rng.permutation(perm_pos)]
             all_pos = np.sort(np.concatenate([masked_pos, perm_pos]))
 

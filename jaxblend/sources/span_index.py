@@ -150,11 +150,6 @@ class SplitMapsSpanIndex(PerProcess):
         return self._materialize()[1]
 
     @property
-    def datasets(self) -> list[IndexedDataset]:
-        """The split's opened datasets, in `dataset_names` order."""
-        return list(self._materialize()[0])
-
-    @property
     def dataset_names(self) -> list[str]:
         return list(self._names)
 
