@@ -1,41 +1,22 @@
 """Publishing a data plan once, so that training hosts start from a small record.
 
 With a bucket map store (`--data_cache_path=gs://...`), one job publishes and every training host
-reads what it published:
+reads what it published (docs/pod.md, "Publishing maps before a run"):
 
 * the publisher (`jaxblend.tools.build_index`, or `bucket.is_builder`: JAX process 0 of a
-  training job that finds nothing published) opens the datasets, loads or builds the maps (and
-  publishes their entry, as before), builds each split's row table
-  (`jaxblend.index.row_table.build_row_table`), saves them as the entry `<plan key>-rows` and
-  publishes it with its commit marker, writes the dataset table (one fixed-width line per
-  dataset; `jaxblend.map_store.record`) and LAST the head at
-  `<url>/published/<launch key>.json` in one request (atomic on GCS and S3). A publisher that
-  dies before that leaves no head (or the previous one), never a half-written one.
+  training job that finds nothing published) opens the datasets, loads or builds the maps,
+  saves every split's row table (`jaxblend.index.row_table`) as the entry `<plan key>-rows`
+  and publishes it with its commit marker, writes the dataset table
+  (`jaxblend.map_store.record`), and LAST the head in one request (atomic on GCS and S3): a
+  publisher that dies before that leaves no head (or the previous one), never a half-written
+  one. Rerunning it with unchanged data writes nothing. It looks for the datasets' loss masks
+  once; the head records which datasets have one.
 * a host (`load_or_publish`) computes the launch key from the configuration alone and reads the
-  head: one request, a few hundred bytes whatever the number of datasets. If it is absent, the
-  builder publishes it; the others poll for it (`MapStoreOptions.poll_seconds`) at most
-  `wait_seconds`, then fail with one line naming the head's URL and `--data_cache_wait`. In a
-  multi-process run a builder that fails stops the waiting hosts at once with its error
-  (`jaxblend.peer_watch`). Before waiting, a host checks that every `.bin` it names exists (one
-  empty read each), so a host given a wrong prefix fails with that prefix's name instead of
-  waiting for a record nobody will write.
-* the sources built from a head (`jaxblend.sources.factory`) read the descriptions of the
-  datasets their rows touch from the dataset table by range (`jaxblend.map_store.dataset_table`),
-  a batch's at a time, and nothing else of it.
-
-A host that reads a record opens no `.idx`, downloads no whole map entry and hashes no `.bin`: the
-sources built from it (`jaxblend.sources.factory`) read row-table ranges and `.bin` ranges, each
-checked against the generation recorded here.
-
-Rerunning the publisher with unchanged data writes nothing. With changed data (another plan key,
-or a rewritten `.bin` at the same plan) it writes the new row tables and then the new record over
-the old one. A training builder that finds a record uses it without re-checking the data: a
-dataset rewritten since is refused by every host that reads it, naming the object; publish again
-with `build_index`.
-
-The loss masks (`jaxblend.loss_masks`) of the datasets are looked for once, by the publisher, and
-the head records which datasets have one: a host probes no dataset for a mask, and a mask added
-after publishing is used once the plan is published again.
+  head (one request); if it is absent, the builder publishes it and the others poll for it at
+  most `wait_seconds`, after checking that every `.bin` named exists (`check_bins_exist`).
+  The sources built from it (`jaxblend.sources.factory`) read row-table ranges, the dataset
+  table's lines by range (`jaxblend.map_store.dataset_table`) and `.bin` ranges, each checked
+  against the generation recorded here; no `.idx` is opened and no `.bin` hashed.
 """
 
 from __future__ import annotations

@@ -1,36 +1,22 @@
 """The publication record: what a training host needs to read a published data plan.
 
-A publication is two objects under `<map store URL>/published/`, both written by the publishing
-job (`jaxblend.map_store.publication`):
+Two objects under `<map store URL>/published/` (docs/pod.md, "Publishing maps before a run"):
 
-* the dataset table `<launch key>-<digest>.datasets` (`DatasetTable`), written first: one
-  fixed-width line per dataset (in the order of first appearance in the configuration), so that
-  a host reads the descriptions of datasets {i, j, k} by byte range (`dataset_table`) whatever
-  the number of datasets. A line is the JSON list `[prefix, dtype, bin_size, generation,
-  fingerprint, tokenizer, check]` padded with spaces to the table's width: the prefix as given,
-  token dtype, `.bin` size in bytes, the `.bin` object generation seen at build (hex; empty for a
-  local file, whose version stamp means nothing on another host), its content fingerprint, the
-  position of its tokenizer facts in the head's list (null: no preprocessing record), and
-  `check`, a digest of the line's fields, its position and the launch key (a line read from the
-  wrong place, or damaged, is refused). The object's name holds a digest of its content, so a
-  head never names a table rewritten with other content;
-* the head `<launch key>.json` (`Publication.to_bytes`), written LAST: it is the commit point (a
-  publisher that dies before it leaves no head, or the previous one). It is small whatever the
-  number of datasets: `plan_key` (the maps' fingerprint, which the loader state and the sources'
-  fingerprints are built from); the table's name, line count and width, which datasets have
-  stored loss masks, the distinct tokenizer facts and whether every dataset has the first;
-  per split with samples its length, the table positions of its datasets in the split's own
-  order (as runs), and the URL of the map-store entry holding its row table; `checksum`, SHA-256
-  of the canonical JSON of everything else.
+* the dataset table `<launch key>-<digest>.datasets` (`DatasetTable`, `encode_table`), written
+  first: one fixed-width line per dataset, in the order of first appearance in the
+  configuration, so a host reads any datasets' lines by byte range (`dataset_table`). A line is
+  the JSON list `[prefix, dtype, bin_size, generation, fingerprint, tokenizer, check]` padded
+  with spaces: `generation` is the `.bin` object generation at build (hex; empty for a local
+  file), `tokenizer` the position of its facts in the head's list (null: no preprocessing
+  record), `check` a digest of the fields, the position and the launch key (a misplaced or
+  damaged line is refused). The name holds a digest of the content, so a head never names a
+  table rewritten with other content;
+* the head `<launch key>.json` (`Publication.to_bytes`), written LAST, the commit point: small
+  whatever the number of datasets, with a SHA-256 `checksum` of the rest.
 
-The launch key (`launch_key`) is computed from the data configuration as written (prefixes as
-given, split, sequence length, seed, sample counts, every setting that changes the maps), the
-index code and this format's version, so a host finds the head without opening any dataset, and
-a head of an earlier layout (version 2: one record holding every dataset) is never read: it has
-another name, and the run publishes the plan again in this layout.
-
-Pure: no I/O here (the publication module reads and writes records, `dataset_table` reads the
-table).
+The launch key (`launch_key`) comes from the configuration as written, the index code and this
+format's version, so a host finds the head without opening any dataset, and a head of an earlier
+layout is never read. Pure: no I/O here.
 """
 
 from __future__ import annotations

@@ -1,51 +1,24 @@
 """Fill-in-the-middle (FIM) samples: Megatron-LM's `GPTFIMDataset` rearrangement of GPT windows.
 
-A FIM run reads the same windows as a plain GPT run (`GPTSource.read_batch`) and then rewrites
-each one, as Megatron-LM's `--fim-data` does:
+A FIM run reads the same windows as a plain GPT run (`GPTSource.read_batch`) and rewrites each
+one as Megatron-LM's `--fim-data` does: cut at every EOD into segments (with `split_sample`, into
+fragments), each chosen fragment decoded, cut at two character positions into prefix, middle and
+suffix, encoded again and rearranged as PSM or SPM around the sentinels, then the window cut or
+padded back to its length. docs/samples.md ("Fill-in-the-middle") states every rule, the padding
+conventions and the packed-row rewrite (`fit_document`).
 
-* the window is cut at every `eod_token` into segments (an empty segment between two EODs, or
-  before a leading one, is dropped together with its EOD, as in Megatron; the segment after the
-  last EOD is always visited, even when empty);
-* with `split_sample`, a segment holding that token is first, with probability `rate`, cut at it
-  into fragments, each rewritten with probability `fragment_rate` (empty fragments dropped with
-  their split token, as EOD segments are); a segment without it is one fragment at `rate`;
-* a fragment chosen for FIM is decoded to text (the tokenizer's `detokenize`, which drops special
-  tokens), left alone when the text starts with `no_prefix`, otherwise cut at two character
-  positions drawn uniformly in `[0, len(text)]` (sorted; either may be 0 or the length, and they
-  may be equal) into prefix, middle and suffix, each encoded again; with probability `spm_rate`
-  it becomes SPM, ``<PRE> <SUF> suffix <MID> prefix middle``, else PSM,
-  ``<PRE> prefix <SUF> suffix <MID> middle``;
-* the rewritten window is cut back to its length, or padded to it (see below).
+The draws per fragment are Megatron's, in its order: one Bernoulli(rate) (or `fragment_rate`),
+two integer cut points, one Bernoulli(`spm_rate`); with `split_sample`, one Bernoulli(rate) per
+segment holding the split token first. The one departure: Megatron draws from one `RandomState`
+shared by every sample a dataset object serves (so a sample depends on the access order, the
+worker count, the resume point); here each sample draws from its own stream,
+`numpy.random.default_rng([seed, FIM_STREAM, split, sample_id])` (`sample_draws`; a packed row's
+document appends its number), so a sample is the same whoever reads it, in any order.
 
-The one departure from Megatron: its draws come from one `RandomState` shared by every sample the
-dataset object serves, so a sample's FIM depends on which samples were read before it (the access
-order, the number of data-loader workers, the resume point). Here every sample draws from its own
-stream, `numpy.random.default_rng([seed, FIM_STREAM, split, sample_id])` (`sample_draws`), so a
-sample is the same whichever process reads it, in any order, after any resume. The draws per
-fragment are Megatron's, in its order: one Bernoulli(rate) (or `fragment_rate`), then two integer
-cut points, then one Bernoulli(`spm_rate`); with `split_sample`, one Bernoulli(rate) per segment
-holding the split token before its fragments' draws.
-
-Padding: under `GPTSchemaOptions.megatron_compat` the window is padded with `pad_token`'s id, as
-Megatron's is (its loss then counts unless that id is the schema's `pad_id`, also as in Megatron).
-In jaxblend's own convention the shortfall is batch padding: the row's valid length shrinks, so
-those positions have input 0, loss 0, position 0 and segment 0. With `inter_document_masking`,
-Megatron's FIM sample is one document (`cu_seqlens` = `[0, S]`); jaxblend's own convention takes
-the documents from the EOD tokens of the rewritten window.
-
-Packed rows (`--packing=best_fit`): each document of a row is rewritten on its own, from the
-stream `[seed, FIM_STREAM, split, sample_id, document]`, and put back in its own places
-(`fit_document`: the rewrite cut to the places before the document's final EOD, the EOD, then the
-pad token up to its length, kept out of the loss by `raw["loss_weights"]`), so the row's pieces,
-positions and segment ids do not change.
-
-Speed: a batch is planned sample by sample (draws and decodes), then the three pieces of every
-rewritten fragment of the batch are encoded in one `tokenize_batch` call (`RewritePlan`), each
-piece on its own: the ids of separate encodings, the tokenizer's per-call cost paid once.
-
-The tokenizer is the one recorded with the data (`jaxblend.decode.recorded_spec`), else the one
-`FIMOptions.tokenizer` names (`--tokenizer_type` & co.); the sentinel tokens are looked up in it
-by name. A `FIMTransform` is picklable: a Grain worker loads the tokenizer again on first use.
+A batch is planned sample by sample (draws and decodes), then the pieces of every rewritten
+fragment are encoded in one `tokenize_batch` call (`RewritePlan`), each piece on its own. The
+tokenizer is the one recorded with the data, else `FIMOptions.tokenizer`; a `FIMTransform` is
+picklable (a Grain worker loads the tokenizer again on first use).
 """
 
 from __future__ import annotations

@@ -182,13 +182,11 @@ class BucketRowTables:
     range, then its pieces (two rounds of concurrent requests). Nothing else of the table is read
     on demand, so a host that runs a few rows of each step pays for those rows only.
 
-    Read-ahead: a loader asks for the same number of rows every step, a fixed stride apart (the
-    global batch size; the stride equals the width when one process reads every row). Once the
-    stride is seen, the next runs `lo + j x stride` are fetched in the background, up to
-    `chunk_samples` rows or `MAX_RUNS_AHEAD` runs ahead, and again when fewer than half of them
-    are left; adjacent or nearly adjacent runs are merged into one range. Held rows are bounded
-    by `cache_chunks x chunk_samples` (least recently used blocks dropped first). Every read must
-    see the object generation its header read saw.
+    Read-ahead (docs/row_tables.md): once the stride of the calls is seen (a loader's global
+    batch size), the next runs `lo + j x stride` are fetched in the background, up to
+    `chunk_samples` rows or `MAX_RUNS_AHEAD` runs ahead, nearby runs merged. Held rows are bounded
+    by `cache_chunks x chunk_samples` (least recently used dropped first). Every read must see
+    the object generation its header read saw.
 
     Args:
       entry_url: the map-store entry's URL (`gs://b/maps/<key>/`).
@@ -446,10 +444,10 @@ class BucketRowTables:
         headers = {}
         for field, name in self._names.items():
             url = self.entry_url + name
-            head, generation = self._head(kv, name, url, futures[field], probe)
+            head, generation = self._head(kv, name, url, futures[field])
             need = _header_size(head)
             if need > len(head):
-                head, generation = self._head(kv, name, url, _remote.read(kv, name, slice(0, need)), need)
+                head, generation = self._head(kv, name, url, _remote.read(kv, name, slice(0, need)))
             headers[field] = h = _Header(url, head, generation)
             want = np.dtype(row_table.DTYPES[field]).newbyteorder("<")
             if h.dtype != want:
@@ -465,7 +463,7 @@ class BucketRowTables:
             self.chunk_samples = max(1, int((1 << 20) / per_sample))
         return headers
 
-    def _head(self, kv, name: str, url: str, future, size: int) -> tuple[bytes, bytes]:
+    def _head(self, kv, name: str, url: str, future) -> tuple[bytes, bytes]:
         timeout = self.access.object_store.request_timeout
         self.requests += 1
         try:
