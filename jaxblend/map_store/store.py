@@ -258,12 +258,9 @@ def data_maps_status(
 
     def found(names: list[str]) -> str | None:
         if store.url is not None:
-            exists = (store.remote().committed(n) for n in names)
-        else:
-            exists = (
-                os.path.exists(os.path.join(store.local_dir, n, entries.MANIFEST)) for n in names
-            )
-        return next((n for n, e in zip(names, exists) if e), None)
+            return next((n for n in names if store.remote().committed(n)), None)
+        manifests = (os.path.join(store.local_dir, n, entries.MANIFEST) for n in names)
+        return next((n for n, m in zip(names, manifests) if os.path.exists(m)), None)
 
     names = [key] if found([key]) else [
         found(data_maps.cache_entries(key, (s.name,))) for s in specs if s is not None

@@ -182,15 +182,10 @@ def _published_indexes(
     table = publication.table_reader(pub, access)  # one per process: the splits share its lines
     prefixes = publication.table_prefixes(config, pub)  # the dataset names, nothing read
     indexes: dict[str, SpanIndex | None] = {}
-    for name in SPLITS:
-        if name not in wanted:
-            continue
+    for name in (s for s in SPLITS if s in wanted):
         split = pub.splits.get(name)
-        if split is None:
-            indexes[name] = None
-            continue
-        names = None if prefixes is None else [prefixes[p] for p in split.datasets]
-        indexes[name] = RowTableSpanIndex(
+        names = None if prefixes is None or split is None else [prefixes[p] for p in split.datasets]
+        indexes[name] = None if split is None else RowTableSpanIndex(
             _row_tables(split.rows_url, name, access), PublishedBins(table, split.datasets, names),
             split.length,
         )

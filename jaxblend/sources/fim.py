@@ -246,8 +246,6 @@ class FIMRewriter:
     def plan_sample(self, tokens: np.ndarray, draws: Draws, plan: RewritePlan) -> list:
         """A sample's parts, before it is cut or padded back to its length."""
         tokens = np.asarray(tokens, np.int64)
-        if not (tokens == self.tokens.eod).any():
-            return self.plan_segment(tokens, draws, plan)
         return _rejoin(tokens, self.tokens.eod, lambda s: self.plan_segment(s, draws, plan))
 
     def plan_document(self, tokens: np.ndarray, draws: Draws, plan: RewritePlan) -> list:
@@ -276,12 +274,11 @@ class FIMRewriter:
         parts = self.plan_sample(tokens, draws, plan)
         return build(parts, self.encode(plan))
 
-    def document(self, tokens: np.ndarray, draws: Draws, pad: int | None = None) -> np.ndarray:
+    def document(self, tokens: np.ndarray, draws: Draws) -> np.ndarray:
         """A packed document rewritten and put back in its place (`fit_document`)."""
         plan = RewritePlan()
         parts = self.plan_document(tokens, draws, plan)
-        out, _ = fit_document(tokens, build(parts, self.encode(plan)), self.tokens, pad)
-        return out
+        return fit_document(tokens, build(parts, self.encode(plan)), self.tokens)[0]
 
 
 def _rejoin(tokens: np.ndarray, sep: int, rewrite) -> list:
@@ -310,11 +307,11 @@ def fit(tokens: np.ndarray, length: int, pad: int | None) -> np.ndarray:
 
 
 def fit_document(
-    tokens: np.ndarray, rewritten: np.ndarray, sentinels: FIMTokens, pad: int | None = None
+    tokens: np.ndarray, rewritten: np.ndarray, sentinels: FIMTokens
 ) -> tuple[np.ndarray, int]:
     """A packed document's rewrite (`FIMRewriter.plan_document`) put back in its `len(tokens)`
     places: the rewritten body cut to the places before the document's final EOD (all of them
-    without one), the EOD, then padding (`pad`, default the FIM pad token) to the length.
+    without one), the EOD, then the FIM pad token up to the length.
 
     Returns:
       (the document's new tokens, how many of them are not padding).
@@ -326,7 +323,7 @@ def fit_document(
     ends_with_eod = bool(tokens[-1] == sentinels.eod)
     body = rewritten[: length - ends_with_eod]
     real = body.size + ends_with_eod
-    out = np.full(length, sentinels.pad if pad is None else pad, np.int64)
+    out = np.full(length, sentinels.pad, np.int64)
     out[: body.size] = body
     if ends_with_eod:
         out[body.size] = sentinels.eod

@@ -18,14 +18,11 @@ from jaxblend.index import split as split_lib
 from jaxblend.validation import require_int
 
 
-def _check_probability(
-    owner: str, name: str, value: float, *, low_open: bool, high_open: bool
-) -> None:
-    lo_ok = value > 0 if low_open else value >= 0
-    hi_ok = value < 1 if high_open else value <= 1
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not (lo_ok and hi_ok):
-        rng = f"{'(' if low_open else '['}0, 1{')' if high_open else ']'}"
-        raise ValueError(f"{owner}.{name} must be in {rng}, got {value!r}")
+def _check_probability(label: str, value: object, open_interval: bool) -> None:
+    """Refuses `value` unless it is a number in (0, 1) (`open_interval`) or in [0, 1]."""
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not number or not (0 < value < 1 if open_interval else 0 <= value <= 1):
+        raise ValueError(f"{label} must be in {'(0, 1)' if open_interval else '[0, 1]'}, got {value!r}")
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -147,15 +144,9 @@ class MaskedConfig:
         owner = type(self).__name__
         require_int(f"{owner}.random_seed", self.random_seed, 0)
         require_int(f"{owner}.sequence_length", self.sequence_length, 5)
+        _check_probability(f"{owner}.masking_probability", self.masking_probability, True)
         _check_probability(
-            owner, "masking_probability", self.masking_probability, low_open=True, high_open=True
-        )
-        _check_probability(
-            owner,
-            "short_sequence_probability",
-            self.short_sequence_probability,
-            low_open=False,
-            high_open=False,
+            f"{owner}.short_sequence_probability", self.short_sequence_probability, False
         )
         require_int(f"{owner}.masking_max_ngram", self.masking_max_ngram, 1)
         if self.masking_use_geometric_distribution and self.masking_do_permutation:

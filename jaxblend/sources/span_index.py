@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -119,15 +119,10 @@ class SplitMapsSpanIndex(PerProcess):
         self._names = [str(n) for n in maps.dataset_names]
         self._length = len(maps)
         self._reopen = reopen
+        if reopen is not None:  # pickled without the datasets and maps: re-opened on first use
+            self.PER_PROCESS = ("_sequences", "_maps", "_datasets")
         self._lock = threading.Lock()
         self._sequences: SequenceSpans | None = None
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = super().__getstate__()
-        if self._reopen is not None:
-            state["_maps"] = None
-            state["_datasets"] = None
-        return state
 
     def __len__(self) -> int:
         return self._length
