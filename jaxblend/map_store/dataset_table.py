@@ -1,19 +1,12 @@
 """Reading a publication's dataset table by byte range, only the lines a host needs.
 
-The table (`jaxblend.map_store.record`) has one fixed-width line per dataset, so the descriptions
-of datasets {i, j, k} are the byte ranges `[i x width, (i + 1) x width)`, ...: `TableReader.get`
-reads the lines not held yet in one round of concurrent range requests (lines less than
-`ObjectStoreOptions.coalesce_gap` bytes apart merged into one request), whatever the number of
-datasets, and keeps them (about 150 bytes a dataset) for the life of the process.
-
-`PublishedBins` is one split's view of it for the token reader (`jaxblend.storage.token_reader`,
-`LazyBinDatasets`): its datasets in the split's order, described the first time one of their
-ranges is read (the reader asks for every dataset of a batch at once). Their names are the
-configuration's prefixes when the sources give them (`jaxblend.map_store.publication.table_prefixes`:
-the head is named by the configuration as written, so its table's lines carry those prefixes),
-else read in full when asked for (`prefixes`); fingerprints are read for the datasets asked for
-(`fingerprints(ids)`). Both pickle as their recipe (map store URL, head, split positions), never
-as the lines read or the names given.
+The table (`jaxblend.map_store.record`) has one fixed-width line per dataset, so dataset i's
+description is the byte range `[i x width, (i + 1) x width)`: `TableReader` reads the lines not
+held yet in one round of range requests (lines less than `coalesce_gap` bytes apart in one) and
+keeps them for the life of the process. `PublishedBins` is one split's view of it for the token
+reader (`LazyBinDatasets`): its datasets described when a read first reaches them, its names the
+configuration's prefixes when given (`publication.table_prefixes`), fingerprints read for the
+datasets asked for. Both pickle as their recipe, never as the lines read (docs/pod.md).
 """
 
 from __future__ import annotations

@@ -5,9 +5,9 @@ split with no samples) and chooses only its span index (`jaxblend.sources.span_i
 
 * a local map store (or none): each prefix is opened once (`IndexedDataset`), all index maps are
   loaded (or built and cached) with `jaxblend.map_store.load_or_build_data_maps`, and each split
-  reads through a `SplitMapsSpanIndex`;
-* a bucket map store: the published plan's head (`jaxblend.map_store.publication`) is read, and
-  each split reads through a `RowTableSpanIndex` over its row table and the publication's
+  reads through a `SplitMapsSpanIndex` (`source.span_index.maps` is its `SplitMaps`);
+* a bucket map store: the published plan's head (`jaxblend.map_store.publication`) is read (or
+  published by the builder, or waited for), and each split reads through a `RowTableSpanIndex` over its row table and the publication's
   dataset table (`jaxblend.map_store.dataset_table.PublishedBins`: a dataset is described, by a
   range read of its line, when a batch first reaches it); no dataset is opened before its rows
   are read, and no description is read that no row needs. The splits' dataset names are the
@@ -81,18 +81,9 @@ def open_gpt_sources(
 ) -> dict[str, base.BatchSource | None]:
     """Sources for the train, valid and test splits of `config` (a `GPTDataConfig`).
 
-    One source class, two span indexes, the same samples, batches and fingerprints:
-
-    * a local map store (or none): every prefix is opened and the whole maps are loaded or built;
-      each split reads through a `SplitMapsSpanIndex` (`source.span_index.maps` is its
-      `SplitMaps`);
-    * a bucket map store: the publication record (`jaxblend.map_store.publication`) is read, or
-      published by the builder, or waited for; each split reads through a `RowTableSpanIndex`
-      (its row table by range, and only the `.bin` ranges of the rows it serves, checked against
-      the published generations). No `.idx` is opened and no whole map entry is downloaded.
-
-    Tools that need the whole maps whatever the map store (`inspect explain`/`mixture`) take
-    them from `jaxblend.map_store.load_or_build_data_maps`.
+    One source class, two span indexes (see the module docstring), the same samples, batches and
+    fingerprints. Tools that need the whole maps whatever the map store (`inspect explain`/
+    `mixture`) take them from `jaxblend.map_store.load_or_build_data_maps`.
 
     Args:
       config: the data configuration (blend, split, sequence length, seed, sample counts).
@@ -158,12 +149,9 @@ def _split_maps_indexes(
     datasets, plan = _open(config, access, splits)
     indexes: dict[str, SpanIndex | None] = {}
     for split in plan.built:
-        split_maps = plan.split(split)
-        if split_maps is None or len(split_maps) == 0:
-            indexes[split] = None
-            continue
-        indexes[split] = SplitMapsSpanIndex(
-            split_maps, [datasets[n] for n in split_maps.dataset_names],
+        maps = plan.split(split)
+        indexes[split] = None if maps is None or len(maps) == 0 else SplitMapsSpanIndex(
+            maps, [datasets[n] for n in maps.dataset_names],
             reopen=_SplitOpener(config, split, plan.fingerprint, access),
         )
     return indexes, plan.fingerprint
