@@ -57,9 +57,6 @@ class TableReader:
         self.store_url = store_url.rstrip("/") + "/"
         self.publication = publication
         self.access = access
-        self._reset()
-
-    def _reset(self) -> None:
         self.requests = 0
         self.bytes_read = 0
         self._held: dict[int, PublishedDataset] = {}
@@ -67,12 +64,8 @@ class TableReader:
         self._fetching = threading.Lock()  # one round of requests at a time
         self._dir: ObjectDirectory | None = None
 
-    def __getstate__(self) -> dict[str, Any]:
-        return {"store_url": self.store_url, "publication": self.publication, "access": self.access}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._reset()
+    def __reduce__(self) -> tuple:
+        return TableReader, (self.store_url, self.publication, self.access)
 
     def __len__(self) -> int:
         return self.table.count
@@ -193,24 +186,15 @@ class PublishedBins:
                 f"{len(names)} dataset names given for a split of {len(self.positions)} datasets"
             )
         self._names = None if names is None else [str(n) for n in names]
-        self._reset()
-
-    def _reset(self) -> None:
-        n = len(self.positions)
-        self.num_tokens = np.zeros(n, np.int64)
-        self.itemsizes = np.zeros(n, np.int64)
+        self.num_tokens = np.zeros(len(self.positions), np.int64)
+        self.itemsizes = np.zeros(len(self.positions), np.int64)
         self._bins: dict[int, BinDataset] = {}
         self._lock = threading.Lock()
         self.requests = 0
         self.bytes_read = 0
 
-    def __getstate__(self) -> dict[str, Any]:
-        return {"reader": self.reader, "positions": self.positions}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._names = None  # not carried: a worker that asks reads them
-        self._reset()
+    def __reduce__(self) -> tuple:  # the names are not carried: a worker that asks reads them
+        return PublishedBins, (self.reader, self.positions)
 
     def __repr__(self) -> str:
         return f"PublishedBins({self.reader.url!r}, datasets={len(self)})"

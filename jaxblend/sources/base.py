@@ -73,18 +73,12 @@ class BatchSource(abc.ABC):
         return raw
 
     def __getitem__(self, index: int) -> dict[str, np.ndarray]:
-        index = self._check_index(index)
-        batch = self.get_batch(np.array([index], dtype=np.int64))
-        return {key: value[0] for key, value in batch.items()}
-
-    def _check_index(self, index) -> int:
         n = len(self)
-        i = int(index)
-        if i < 0:
-            i += n
+        i = int(index) + (n if int(index) < 0 else 0)
         if not 0 <= i < n:
             raise IndexError(f"{type(self).__name__} index {index} out of range [0, {n})")
-        return i
+        batch = self.get_batch(np.array([i], dtype=np.int64))
+        return {key: value[0] for key, value in batch.items()}
 
     def _check_ids(self, sample_ids) -> np.ndarray:
         ids = np.asarray(sample_ids, dtype=np.int64).reshape(-1)

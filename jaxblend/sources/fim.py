@@ -24,8 +24,9 @@ picklable (a Grain worker loads the tokenizer again on first use).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -262,23 +263,25 @@ class FIMRewriter:
         """The planned fragments of `plan`, encoded (`RewritePlan.encode`)."""
         return plan.encode(self.tokenizer, self.tokens)
 
+    def _at_once(self, plan_parts: Callable[[RewritePlan], list]) -> np.ndarray:
+        """The tokens of the parts `plan_parts(plan)` plans, encoded at once."""
+        plan = RewritePlan()
+        parts = plan_parts(plan)
+        return build(parts, self.encode(plan))
+
     def fragment(self, tokens: np.ndarray, rate: float, draws: Draws) -> np.ndarray:
         """One fragment, rewritten as PSM or SPM with probability `rate` (else unchanged)."""
-        plan = RewritePlan()
-        part = self.plan_fragment(np.asarray(tokens, np.int64), rate, draws, plan)
-        return build([part], self.encode(plan))
+        tokens = np.asarray(tokens, np.int64)
+        return self._at_once(lambda plan: [self.plan_fragment(tokens, rate, draws, plan)])
 
     def sample(self, tokens: np.ndarray, draws: Draws) -> np.ndarray:
         """The rewritten sample, before it is cut or padded back to its length."""
-        plan = RewritePlan()
-        parts = self.plan_sample(tokens, draws, plan)
-        return build(parts, self.encode(plan))
+        return self._at_once(functools.partial(self.plan_sample, tokens, draws))
 
     def document(self, tokens: np.ndarray, draws: Draws) -> np.ndarray:
         """A packed document rewritten and put back in its place (`fit_document`)."""
-        plan = RewritePlan()
-        parts = self.plan_document(tokens, draws, plan)
-        return fit_document(tokens, build(parts, self.encode(plan)), self.tokens)[0]
+        rewritten = self._at_once(functools.partial(self.plan_document, tokens, draws))
+        return fit_document(tokens, rewritten, self.tokens)[0]
 
 
 def _rejoin(tokens: np.ndarray, sep: int, rewrite) -> list:

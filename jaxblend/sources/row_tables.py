@@ -14,11 +14,12 @@ from __future__ import annotations
 import bisect
 import collections
 import concurrent.futures
+import functools
 import io
 import os
 import sys
 import threading
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 import tensorstore as ts
@@ -106,16 +107,11 @@ class ArrayRowTables:
 
     _recipe: tuple[str, str] | None = None
 
-    def __getstate__(self) -> dict[str, Any]:
+    def __reduce__(self) -> tuple:
         if self._recipe is not None:  # a worker maps the files again instead of receiving copies
-            return {"_recipe": self._recipe}
-        return dict(self.__dict__)
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        if "_starts" in state:
-            self.__dict__.update(state)
-        else:
-            self.__dict__.update(ArrayRowTables.load(*state["_recipe"]).__dict__)
+            return ArrayRowTables.load, self._recipe
+        arrays = (self._starts, self._dataset, self._offset, self._length)
+        return ArrayRowTables, (dict(zip(row_table.FIELDS, arrays)),)
 
     def __len__(self) -> int:
         return int(self._starts.shape[0]) - 1
@@ -220,9 +216,6 @@ class BucketRowTables:
         self.cache_chunks = int(cache_chunks)
         self.prefetch = bool(prefetch)
         self._names = {f: row_table.array_name(split, f) + ".npy" for f in row_table.FIELDS}
-        self._reset()
-
-    def _reset(self) -> None:
         self.requests = 0
         self.bytes_read = 0
         self._lock = threading.Lock()
@@ -236,13 +229,10 @@ class BucketRowTables:
         self._recent: collections.deque[int] = collections.deque(maxlen=8)
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
 
-    def __getstate__(self) -> dict[str, Any]:
-        keep = ("entry_url", "split", "access", "_chunk_arg", "cache_chunks", "prefetch", "_names")
-        return {k: self.__dict__[k] for k in keep}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._reset()
+    def __reduce__(self) -> tuple:  # the recipe: each process reads its own headers and rows
+        options = {"chunk_samples": self._chunk_arg, "cache_chunks": self.cache_chunks,
+                   "prefetch": self.prefetch}
+        return functools.partial(BucketRowTables, **options), (self.entry_url, self.split, self.access)
 
     def __repr__(self) -> str:
         return f"BucketRowTables({self.entry_url!r}, split={self.split!r})"
