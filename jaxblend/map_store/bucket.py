@@ -1,25 +1,13 @@
 """The map store at a bucket URL (`--data_cache_path=gs://bucket/dir`, `s3://...`).
 
-Hosts of a TPU pod share a bucket, not a filesystem. A bucket entry is a copy of a local
-entry (`jaxblend.map_store.entries`: `<name>.npy` files + `manifest.json` with their SHA-256s)
-under `<url>/<key>/`, plus a commit marker `<url>/<key>/COMMITTED` written last, holding the
-manifest's checksum. Object stores have no rename, so the marker is what makes publishing atomic:
-an entry without it (a publisher that died half-way) is never read, and is overwritten by the next
-publisher.
-
-* One process builds (`is_builder`: `MapStoreOptions.builder`, else JAX process 0; every
-  process of a single-process run): it writes the entry into its local mirror, then uploads the
-  files, manifest, marker last.
-* The others wait for the marker (`MapStoreOptions.wait_seconds`, then an error naming the
-  entry's URL and `--data_cache_wait`) and download the entry into their local mirror.
-* Every process reads the maps from its local mirror (memory-mapped, checked like any local cache
-  entry); a download (in `DOWNLOAD_CHUNK` pieces, `DOWNLOAD_WINDOW` in flight) is checked in full
-  against the manifest's SHA-256s before use.
-
-The local mirror is `<MapStoreOptions.mirror>/<hash of the url>/` (`mirror` None:
-`<tmp>/jaxblend-index-mirror`; `DataAccess.from_env()` fills it from `$JAXBLEND_INDEX_MIRROR`). An
-entry already in the mirror is not fetched again (its name is a fingerprint of the configuration
-and the datasets' content). The bucket is reached with the `ObjectStoreOptions` given to `Bucket`.
+A bucket entry is a copy of a local entry (`jaxblend.map_store.entries`) under `<url>/<key>/`,
+plus a commit marker `<url>/<key>/COMMITTED` holding the manifest's checksum, written last:
+object stores have no rename, so the marker is what makes publishing atomic (an entry without it
+is never read, and is overwritten by the next publisher). One process builds (`is_builder`) and
+uploads; the others wait for the marker (`wait_seconds`) and download the entry (in
+`DOWNLOAD_CHUNK` pieces, `DOWNLOAD_WINDOW` in flight, checked in full) into their local mirror,
+`<MapStoreOptions.mirror>/<hash of the url>/`, which every process reads the maps from.
+docs/pod.md ("Index maps") tells the whole protocol.
 """
 
 from __future__ import annotations

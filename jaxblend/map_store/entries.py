@@ -1,21 +1,13 @@
 """Entries of a local map store: `.npy` arrays + a JSON manifest under `<cache_dir>/<key>/`.
 
-* The key (computed by the pure index layer: `jaxblend.index.data_maps.plan_fingerprint`,
-  `masked_maps.masked_index_key`) covers every parameter that changes the arrays, the source code
-  of the index package (`jaxblend.index.maps_key.code_digest`) and identifies datasets by content,
-  never by path.
-* Writes are atomic and durable (`jaxblend.atomic_write.atomic_directory`, `exists="keep"`):
-  arrays and manifest are written into a private temporary directory next to the target, each
-  file and that directory are fsynced, the directory is renamed into place and the cache
-  directory fsynced. When several processes build the same entry at once, the first rename wins
-  and the others discard their copy and load the winner's.
-* The manifest records each array's shape, dtype, file size, the SHA-256 of the whole file and a
-  SHA-256 *summary* (file size plus `SUMMARY_BLOCKS` blocks of `SUMMARY_BLOCK` bytes spread over
-  the file). `load(..., verify="summary")` (the default, at every start) checks the summary:
-  a few dozen small reads per array, whatever the plan's size. `verify="full"` reads every byte
-  and checks the whole-file digest (`tools.build_index` and `inspect preflight` do this).
-* A missing file, unreadable or malformed manifest, or an array failing its checks marks the
-  entry corrupt: it is moved aside with a warning and the caller rebuilds it.
+docs/format.md ("Cache layout") describes the entry. The key (computed by the pure index layer)
+covers every parameter that changes the arrays and the index package's code, and names datasets
+by content, never by path. Writes are atomic and durable (`atomic_write.atomic_directory`,
+`exists="keep"`: when several processes build the same entry, the first rename wins). The
+manifest records each array's shape, dtype, size, SHA-256 and a *summary* digest (the size plus
+`SUMMARY_BLOCKS` blocks of `SUMMARY_BLOCK` bytes): `load(verify="summary")`, at every start,
+checks the summaries; `verify="full"` every byte. An entry failing a check is moved aside with a
+warning and the caller rebuilds it.
 """
 
 from __future__ import annotations
