@@ -38,6 +38,7 @@ from jaxblend.storage.object_store import location
 from jaxblend.storage.reader import IndexedDataset
 from jaxblend.storage.sequence_spans import SequenceSpans
 from jaxblend.storage.token_reader import BinDataset, LazyBinDatasets
+from jaxblend.validation import require_int
 
 Reopener = Callable[[], tuple[Sequence[IndexedDataset], SplitMaps]]
 """Picklable callable returning a split's datasets (in its dataset order) and its `SplitMaps`."""
@@ -200,8 +201,7 @@ class RowTableSpanIndex:
         length: int,
         dataset_fingerprints: Mapping[str, str] | None = None,
     ) -> None:
-        if isinstance(length, bool) or int(length) < 0:
-            raise ValueError(f"length must be an integer >= 0, got {length!r}")
+        require_int("RowTableSpanIndex.length", length, 0)
         self._tables = tables
         self._lazy = isinstance(datasets, LazyBinDatasets)
         self._datasets = datasets if self._lazy else list(datasets)
