@@ -185,16 +185,9 @@ def _open_dir(final: str, key: str, verify: str) -> tuple[dict[str, np.ndarray],
 def load(
     cache_dir: str, key: str, verify: str = "summary"
 ) -> tuple[dict[str, np.ndarray], dict[str, Any]] | None:
-    """Loads an entry memory-mapped; None if absent or corrupt (a corrupt entry is moved aside).
-
-    Args:
-      cache_dir: the cache root.
-      key: the fingerprint.
-      verify: "summary" (size + sampled blocks of every array) or "full" (every byte).
-
-    Returns:
-      `(arrays, meta)` or None.
-    """
+    """Entry `key` of `cache_dir`, memory-mapped, as `(arrays, meta)`; None if absent or corrupt
+    (a corrupt entry is moved aside). `verify`: "summary" (size + sampled blocks of every array)
+    or "full" (every byte)."""
     if verify not in VERIFY_MODES:
         raise ValueError(f"verify={verify!r}; expected one of {VERIFY_MODES}")
     if not os.path.lexists(entry_path(cache_dir, key)):
