@@ -93,6 +93,7 @@ def plan_fingerprint(
     )
 
 
+@dataclasses.dataclass(eq=False)
 class DataMaps:
     """Every split of a data configuration, built or loaded from the cache.
 
@@ -100,24 +101,17 @@ class DataMaps:
       config: the `GPTDataConfig`.
       prefixes: the distinct dataset prefixes, in order of first appearance.
       fingerprint: stable identity of config + dataset contents (cache key, resume check).
+      _splits: split name -> its maps (None: no such split), for the splits built.
       cache_path: the map-store entry directory the arrays are memory-mapped from, or None.
+      built: the split names this plan was asked to build.
     """
 
-    def __init__(
-        self,
-        config: GPTDataConfig,
-        prefixes: tuple[str, ...],
-        fingerprint: str,
-        splits: dict[str, SplitMaps | None],
-        cache_path: str | None,
-        built: tuple[str, ...] = split_lib.SPLIT_NAMES,
-    ) -> None:
-        self.config = config
-        self.prefixes = prefixes
-        self.fingerprint = fingerprint
-        self._splits = splits
-        self.cache_path = cache_path
-        self.built = built
+    config: GPTDataConfig
+    prefixes: tuple[str, ...]
+    fingerprint: str
+    _splits: dict[str, SplitMaps | None]
+    cache_path: str | None
+    built: tuple[str, ...] = split_lib.SPLIT_NAMES
 
     def split(self, name: str) -> SplitMaps | None:
         """The plan of split "train", "valid" or "test", or None if the split does not exist.
