@@ -162,23 +162,38 @@ def build_packed_dataset_maps(
         total += len(epoch)
         if num_samples is None or total >= num_samples:
             break
-    if len(epochs) == 1:
-        return epochs[0]
-    piece_base = np.cumsum([0] + [int(m.starts[-1]) for m in epochs[:-1]])
-    row_base = np.cumsum([0] + [len(m) for m in epochs[:-1]])
-    starts = np.concatenate(
-        [np.zeros(1, np.int64)] + [m.starts[1:] + b for m, b in zip(epochs, piece_base)]
+    return _end_to_end(epochs, move_order=True)[0]
+
+
+def _end_to_end(
+    maps: list[PackedDatasetMaps], move_order: bool
+) -> tuple[PackedDatasetMaps, np.ndarray]:
+    """`maps` end to end (rows and pieces numbered on; the first one's split documents) and
+    `offsets` int64 `[J, 4]`: each one's (first piece, first row, epochs, rows). Each one's
+    `order` is moved by the rows before it when `move_order` (epochs of one dataset), else kept
+    (datasets of a split, whose rows are found through `offsets`)."""
+    offsets = np.zeros((len(maps), 4), np.int64)
+    offsets[:, 2] = [len(m.epoch_rows) for m in maps]
+    offsets[:, 3] = [len(m) for m in maps]
+    offsets[1:, 0] = np.cumsum([int(m.starts[-1]) for m in maps[:-1]])
+    offsets[1:, 1] = np.cumsum(offsets[:-1, 3])
+    if len(maps) == 1:
+        return maps[0], offsets
+    joined = PackedDatasetMaps(
+        starts=np.concatenate(
+            [np.zeros(1, np.int64)] + [m.starts[1:] + o for m, o in zip(maps, offsets[:, 0])]
+        ),
+        sequence=np.concatenate([m.sequence for m in maps]),
+        offset=np.concatenate([m.offset for m in maps]),
+        length=np.concatenate([m.length for m in maps]),
+        order=np.concatenate(
+            [m.order + o if move_order else m.order for m, o in zip(maps, offsets[:, 1])]
+        ),
+        epoch_rows=np.concatenate([m.epoch_rows for m in maps]),
+        split_documents=maps[0].split_documents,
+        capacity=maps[0].capacity,
     )
-    return PackedDatasetMaps(
-        starts=starts,
-        sequence=np.concatenate([m.sequence for m in epochs]),
-        offset=np.concatenate([m.offset for m in epochs]),
-        length=np.concatenate([m.length for m in epochs]),
-        order=np.concatenate([m.order + b for m, b in zip(epochs, row_base)]),
-        epoch_rows=np.concatenate([m.epoch_rows for m in epochs]),
-        split_documents=epochs[0].split_documents,
-        capacity=int(capacity),
-    )
+    return joined, offsets
 
 
 def concatenated_arrays(
@@ -186,33 +201,17 @@ def concatenated_arrays(
 ) -> dict[str, np.ndarray]:
     """The packed maps of a split's datasets end to end, named `<name>.<array>` (see the module
     docstring)."""
-    offsets = np.zeros((len(maps), 4), np.int64)
-    piece_total = row_total = 0
-    starts = [np.zeros(1, np.int64)]
-    for j, m in enumerate(maps):
-        offsets[j] = (piece_total, row_total, len(m.epoch_rows), len(m))
-        starts.append(m.starts[1:] + piece_total if piece_total else m.starts[1:])
-        piece_total += int(m.starts[-1])
-        row_total += len(m)
+    joined, offsets = _end_to_end(maps, move_order=False)
     return {
-        f"{name}.packed_starts": maps[0].starts if len(maps) == 1 else np.concatenate(starts),
-        f"{name}.packed_sequence": _joined([m.sequence for m in maps]),
-        f"{name}.packed_offset": _joined([m.offset for m in maps]),
-        f"{name}.packed_length": _joined([m.length for m in maps]),
+        f"{name}.packed_starts": joined.starts,
+        f"{name}.packed_sequence": joined.sequence,
+        f"{name}.packed_offset": joined.offset,
+        f"{name}.packed_length": joined.length,
         f"{name}.offsets": offsets,
-        f"{name}.packed_order": maps[0].order if len(maps) == 1 else np.concatenate(
-            [m.order for m in maps]
-        ),
-        f"{name}.packed_epoch_rows": np.concatenate([m.epoch_rows for m in maps]),
+        f"{name}.packed_order": joined.order,
+        f"{name}.packed_epoch_rows": joined.epoch_rows,
         f"{name}.constituent_prefix": np.array(constituent_prefix, np.int64),
     }
-
-
-def _joined(parts: list[np.ndarray]) -> np.ndarray:
-    """int32 arrays end to end (the one array itself when there is one)."""
-    if len(parts) == 1:
-        return np.asarray(parts[0], np.int32)
-    return np.concatenate(parts).astype(np.int32, copy=False)
 
 
 @numba.njit(cache=True, nogil=True)
