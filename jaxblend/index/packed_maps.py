@@ -323,6 +323,6 @@ class PackedSplitMaps(SplitMaps):
         ids = self._check_many(sample_ids)
         ds, rows = _packed_rows(ids, *self._blend_arrays(), self._offsets, self._order)
         row, seq, off, length = gather_pieces(
-            rows, self._starts, 0, self._sequence, self._offset, self._piece_length, True
+            rows, self._starts, 0, self._sequence, self._offset, self._piece_length
         )
         return Spans(row=row, dataset=ds[row].astype(np.int32), sequence=seq, offset=off, length=length)
