@@ -40,6 +40,8 @@ import dataclasses
 import numba
 import numpy as np
 
+from jaxblend.validation import require_int
+
 try:  # Numba's intrinsic: one instruction
     from numba.cpython.unsafe.numbers import trailing_zeros
 except ImportError:  # a Numba release that moved it: the same answer by a loop
@@ -134,29 +136,15 @@ class PackedItems:
         return int(self.starts.shape[0] - 1)
 
 
-def _check_capacity(capacity: int) -> int:
-    if (
-        isinstance(capacity, bool)
-        or not isinstance(capacity, (int, np.integer))
-        or not 1 <= capacity <= MAX_CAPACITY
-    ):
+def _whole_items(lengths: np.ndarray, capacity: int) -> tuple[np.ndarray, np.int64]:
+    """int64 `lengths` of items that each fill at most one row, and `capacity` (checked)."""
+    lengths, _, capacity, _ = _items(lengths, capacity, "cut")
+    if lengths.size and (int(lengths.min()) < 1 or int(lengths.max()) > capacity):
         raise ValueError(
-            f"capacity = {capacity!r} must be an integer in [1, {MAX_CAPACITY}] (tokens per row)"
+            f"item lengths must be in [1, {capacity}] (cut longer items with cut_items), got "
+            f"[{int(lengths.min())}, {int(lengths.max())}]"
         )
-    return int(capacity)
-
-
-def check_window(window: int) -> int:
-    """`window` as an int, validated.
-
-    Raises:
-      ValueError: not an integer >= 1.
-    """
-    if isinstance(window, bool) or not isinstance(window, (int, np.integer)) or window < 1:
-        raise ValueError(
-            f"packing window = {window!r} must be an integer >= 1 (items packed together)"
-        )
-    return int(window)
+    return lengths.astype(np.int64, copy=False), capacity
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -187,7 +175,9 @@ def _count_pieces(lengths, order, capacity, keep):  # pragma: no cover - compile
 
 def _items(lengths, capacity, overflow, order=None):
     """The checked arguments of `cut_items`/`pack_items` as their kernels take them."""
-    capacity = _check_capacity(capacity)
+    require_int("capacity (tokens per row)", capacity, 1)
+    if capacity > MAX_CAPACITY:
+        raise ValueError(f"capacity = {capacity} is above the packer's {MAX_CAPACITY} tokens")
     if overflow not in OVERFLOWS:
         raise ValueError(f"packing_overflow = {overflow!r}; expected one of {OVERFLOWS}")
     lengths = np.ascontiguousarray(lengths)
@@ -432,18 +422,10 @@ def best_fit_pack(lengths: np.ndarray, capacity: int, window: int = DEFAULT_WIND
       ValueError: a capacity or window < 1, lengths not 1-D, or an item of 0 or more than
         `capacity` tokens.
     """
-    capacity = _check_capacity(capacity)
-    lengths = np.ascontiguousarray(lengths, np.int64)
-    if lengths.size and (int(lengths.min()) < 1 or int(lengths.max()) > capacity):
-        raise ValueError(
-            f"item lengths must be in [1, {capacity}] (cut longer items with cut_items), got "
-            f"[{int(lengths.min())}, {int(lengths.max())}]"
-        )
-    lengths, _, capacity, keep = _items(lengths, capacity, "cut")
+    lengths, capacity = _whole_items(lengths, capacity)
+    require_int("packing window (items packed together)", window, 1)
     # Every item is one piece: `pack_items`'s rows are the rows of the items.
-    starts, item, _, _, _, used = _pack_items_kernel(
-        lengths, None, capacity, np.int64(check_window(window)), keep
-    )
+    starts, item, _, _, _, used = _pack_items_kernel(lengths, None, capacity, np.int64(window), 0)
     return PackedRows(starts, item.astype(np.int64), used)
 
 
@@ -469,8 +451,9 @@ def pack_items(
       ValueError: as `cut_items` and `best_fit_pack`, or an `order` outside `lengths`.
     """
     lengths, order, capacity, keep = _items(lengths, capacity, overflow, order)
+    require_int("packing window (items packed together)", window, 1)
     starts, item, offset, length, split, _ = _pack_items_kernel(
-        lengths, order, capacity, np.int64(check_window(window)), keep
+        lengths, order, capacity, np.int64(window), keep
     )
     return PackedItems(starts, item, offset, length, int(split))
 
@@ -505,9 +488,5 @@ def first_fit_rows(lengths: np.ndarray, capacity: int) -> np.ndarray:
     Raises:
       ValueError: as `best_fit_pack`.
     """
-    capacity = _check_capacity(capacity)
-    lengths = np.ascontiguousarray(lengths, np.int64)
-    if lengths.size and (int(lengths.min()) < 1 or int(lengths.max()) > capacity):
-        raise ValueError(f"item lengths must be in [1, {capacity}]")
-    row_of, _ = _first_fit_kernel(lengths, np.int64(capacity))
+    row_of, _ = _first_fit_kernel(*_whole_items(lengths, capacity))
     return row_of

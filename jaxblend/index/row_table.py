@@ -34,6 +34,7 @@ import numba
 import numpy as np
 
 from jaxblend.index.split_maps import SplitMaps
+from jaxblend.validation import require_int
 
 FIELDS = ("starts", "dataset", "offset", "length")
 """The arrays of a row table, in the order `RowTables.rows` returns them."""
@@ -83,9 +84,7 @@ def build_row_table(split: SplitMaps, chunk: int = DEFAULT_CHUNK) -> dict[str, n
     Raises:
       ValueError: `chunk` < 1, or a dataset longer than an int64 token offset can say.
     """
-    if isinstance(chunk, bool) or int(chunk) < 1:
-        raise ValueError(f"chunk must be an integer >= 1, got {chunk!r}")
-    chunk = int(chunk)
+    require_int("chunk", chunk, 1)
     n = len(split)
     token_starts, bases = _token_starts(split)
     starts = np.empty(n + 1, np.int64)
