@@ -24,6 +24,7 @@ changes the past (`history_stages` cuts a schedule at r for the identity of that
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import itertools
 import math
@@ -130,15 +131,7 @@ class BlendSchedule:
         """
         if sample < 0:
             raise ValueError(f"sample {sample} must be >= 0")
-        starts = [s.start_sample for s in self.stages]
-        lo, hi = 0, len(starts)
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if starts[mid] <= sample:
-                lo = mid
-            else:
-                hi = mid
-        return lo
+        return bisect.bisect_right([s.start_sample for s in self.stages], sample) - 1
 
     def bounds(self, num_samples: int) -> list[tuple[int, int]]:
         """`[start, stop)` of each stage in a split of `num_samples` samples.

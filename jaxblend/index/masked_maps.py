@@ -149,24 +149,6 @@ def _split_bounds(config: MaskedIndexConfig, info: DatasetInfo, split: str) -> n
     return documents[docs[0] : docs[-1] + 2]
 
 
-def _build_rows(config: MaskedIndexConfig, info: DatasetInfo, split: str) -> np.ndarray:
-    rows = build_masked_sample_index(
-        _split_bounds(config, info, split),
-        info.sequence_lengths,
-        config.max_length,
-        config.short_sequence_probability,
-        config.min_sentences,
-        config.seed,
-        config.num_samples,
-    )
-    if rows.shape[0] == 0:
-        raise ValueError(
-            f"split {split!r} of {info.name} yields no samples: no document has "
-            f"{config.min_sentences} or more sentences"
-        )
-    return rows
-
-
 def masked_index_from_arrays(
     arrays: dict[str, np.ndarray],
     meta: dict[str, Any],
@@ -203,13 +185,23 @@ def masked_index_arrays(
     Raises:
       ValueError: as `build_masked_index`.
     """
-    _check_split(split)
-    return {ROWS: _build_rows(config, info, split)}, {"format": MASKED_FORMAT, "split": split}
-
-
-def _check_split(split: str) -> None:
     if split not in split_lib.SPLIT_NAMES:
         raise ValueError(f"split must be one of {split_lib.SPLIT_NAMES}, got {split!r}")
+    rows = build_masked_sample_index(
+        _split_bounds(config, info, split),
+        info.sequence_lengths,
+        config.max_length,
+        config.short_sequence_probability,
+        config.min_sentences,
+        config.seed,
+        config.num_samples,
+    )
+    if rows.shape[0] == 0:
+        raise ValueError(
+            f"split {split!r} of {info.name} yields no samples: no document has "
+            f"{config.min_sentences} or more sentences"
+        )
+    return {ROWS: rows}, {"format": MASKED_FORMAT, "split": split}
 
 
 def build_masked_index(config: MaskedIndexConfig, info: DatasetInfo, split: str) -> MaskedSampleIndex:
@@ -227,5 +219,5 @@ def build_masked_index(config: MaskedIndexConfig, info: DatasetInfo, split: str)
     Raises:
       ValueError: an unknown or empty split, a split without documents, or one without samples.
     """
-    _check_split(split)
-    return MaskedSampleIndex(_build_rows(config, info, split), masked_index_key(config, info, split), split)
+    arrays, meta = masked_index_arrays(config, info, split)
+    return masked_index_from_arrays(arrays, meta, masked_index_key(config, info, split), split)

@@ -255,12 +255,6 @@ class PackedSplitMaps(SplitMaps):
         self._epochs = None
         self._megatron_dtypes = megatron_dtypes
 
-    def __repr__(self) -> str:
-        return (
-            f"PackedSplitMaps(name={self.name!r}, len={self._length}, "
-            f"datasets={len(self.dataset_names)}, blended={self.is_blended})"
-        )
-
     is_packed = True
 
     def dataset_epoch_rows(self, dataset_id: int) -> np.ndarray:

@@ -199,8 +199,8 @@ class SplitMaps:
 
     def __repr__(self) -> str:
         return (
-            f"SplitMaps(name={self.name!r}, len={self._length}, datasets={len(self.dataset_names)}, "
-            f"blended={self.is_blended})"
+            f"{type(self).__name__}(name={self.name!r}, len={self._length}, "
+            f"datasets={len(self.dataset_names)}, blended={self.is_blended})"
         )
 
     @property

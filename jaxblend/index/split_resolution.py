@@ -34,8 +34,6 @@ from jaxblend.index.config import DatasetInfo, GPTDataConfig
 
 InfoSource = Mapping[str, DatasetInfo] | Callable[[str], DatasetInfo]
 
-SPLIT_KINDS = ("single", "weighted", "unweighted", "staged")
-
 
 @dataclasses.dataclass(frozen=True)
 class SplitSpec:
@@ -62,12 +60,6 @@ class SplitSpec:
     surplus: float
     drop_last_partial: bool
     schedule: BlendSchedule | None = None
-
-    def __post_init__(self) -> None:
-        if self.kind not in SPLIT_KINDS:
-            raise ValueError(f"split kind {self.kind!r}; expected one of {SPLIT_KINDS}")
-        if (self.kind == "staged") != (self.schedule is not None):
-            raise ValueError(f"split kind {self.kind!r} with schedule {self.schedule!r}")
 
     def blend_targets(self) -> list[int] | None:
         """A weighted blend's samples per dataset, `ceil(N w_j)` (summing to its size), or None."""
