@@ -103,10 +103,8 @@ def estimate_plan(config: GPTDataConfig, infos: data_maps.InfoSource) -> PlanEst
     Raises:
       ValueError: for configuration errors `build_data_maps` would also raise before building.
     """
-    specs = split_resolution.resolve_splits(config)
-    prefixes = data_maps.config_prefixes(config)
-    info_by_prefix = {p: split_resolution.dataset_info(infos, p) for p in prefixes}
-    key = data_maps.plan_fingerprint(config, prefixes, info_by_prefix)
+    resolved = data_maps.DataMapsSpec.resolve(config, infos)
+    specs, info_by_prefix = resolved.specs, resolved.infos
     problems: list[str] = []
     extra = int(config.add_extra_token_to_sequence)
     s = int(config.seq_length)
@@ -181,4 +179,4 @@ def estimate_plan(config: GPTDataConfig, infos: data_maps.InfoSource) -> PlanEst
         if spec.name in blend_sizes:
             id_dtype = blend_index.dataset_index_dtype(len(spec.prefixes))
             total += blend_sizes[spec.name] * (id_dtype.itemsize + 8)
-    return PlanEstimate(key, specs, estimates, blend_sizes, total, problems, packed)
+    return PlanEstimate(resolved.key, specs, estimates, blend_sizes, total, problems, packed)
