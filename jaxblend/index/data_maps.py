@@ -142,6 +142,13 @@ def config_prefixes(config: GPTDataConfig) -> list[str]:
     return blend_spec.blend_prefixes(blends)
 
 
+def _train_spec(config: GPTDataConfig) -> split_resolution.SplitSpec:
+    spec = split_resolution.resolve_splits(config, ("train",))[0]
+    if spec is None:
+        raise ValueError("the configuration has no train split to fingerprint the history of")
+    return spec
+
+
 def history_prefixes(config: GPTDataConfig, num_samples: int) -> list[str]:
     """The datasets whose content `history_fingerprint(config, ..., num_samples)` covers: those
     of the train schedule's stages holding samples `[0, num_samples)`, else (no schedule) every
@@ -150,13 +157,10 @@ def history_prefixes(config: GPTDataConfig, num_samples: int) -> list[str]:
     Raises:
       ValueError: a config without a train split.
     """
-    if config.train_schedule is not None:
-        cut = config.train_schedule.truncated(int(num_samples))
-        return [] if cut is None else cut.prefixes()
-    spec = split_resolution.resolve_splits(config, ("train",))[0]
-    if spec is None:
-        raise ValueError("the configuration has no train split to fingerprint the history of")
-    return list(spec.prefixes)
+    if config.train_schedule is None:
+        return list(_train_spec(config).prefixes)
+    cut = config.train_schedule.truncated(int(num_samples))
+    return [] if cut is None else cut.prefixes()
 
 
 def history_fingerprint(
@@ -187,19 +191,10 @@ def history_fingerprint(
         raise TypeError(f"num_samples = {num_samples!r} must be an int >= 0")
     if num_samples < 0:
         raise ValueError(f"num_samples = {num_samples} must be >= 0")
-    spec = split_resolution.resolve_splits(config, ("train",))[0]
-    if spec is None:
-        raise ValueError("the configuration has no train split to fingerprint the history of")
-    common = {
-        "seq_length": int(config.seq_length),
-        "seed": int(config.seed),
-        "add_extra_token_to_sequence": bool(config.add_extra_token_to_sequence),
-        "bookend": [float(b) for b in spec.bookend],
-        **config.packing_fields(),
-    }
+    spec = _train_spec(config)
     prefixes = history_prefixes(config, num_samples)
     if config.train_schedule is None:
-        fields = {
+        fields: dict[str, Any] = {
             "train": {
                 "kind": spec.kind,
                 "num_samples": spec.num_samples,
@@ -210,7 +205,6 @@ def history_fingerprint(
     else:
         cut = config.train_schedule.truncated(int(num_samples))
         position = {p: k for k, p in enumerate(prefixes)}
-        stages = [] if cut is None else cut.stages
         fields = {
             "stages": [
                 {
@@ -218,13 +212,20 @@ def history_fingerprint(
                     "datasets": [position[p] for p in s.blend.prefixes],
                     "weights": [float(w) for w in s.weights()],
                 }
-                for s in stages
+                for s in ([] if cut is None else cut.stages)
             ],
             "num_samples": int(num_samples),
         }
-    datasets = [split_resolution.dataset_info(infos, p).fingerprint for p in prefixes]
     return identity.fingerprint(
-        HISTORY_FORMAT, HISTORY_FORMAT_VERSION, datasets=datasets, **common, **fields
+        HISTORY_FORMAT,
+        HISTORY_FORMAT_VERSION,
+        datasets=[split_resolution.dataset_info(infos, p).fingerprint for p in prefixes],
+        seq_length=int(config.seq_length),
+        seed=int(config.seed),
+        add_extra_token_to_sequence=bool(config.add_extra_token_to_sequence),
+        bookend=[float(b) for b in spec.bookend],
+        **config.packing_fields(),
+        **fields,
     )
 
 
