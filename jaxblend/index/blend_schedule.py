@@ -6,7 +6,7 @@ A `BlendSchedule` is a list of `BlendStage`s; stage k covers the train samples
 The index layer works in samples only; turning steps into samples is the sampling layer's job
 (`jaxblend.sampling.data_schedule`).
 
-How a staged split is built (`build_staged_split`):
+How a staged split is built (`build_data_maps`, `staged_split.dataset_epochs`):
 
 * its datasets are `schedule.prefixes()` (order of first appearance); dataset ids index them;
 * each dataset's samples are epochs laid end to end: epoch 0 is Megatron's one-epoch GPT maps of
