@@ -65,17 +65,6 @@ class MaskedIndexConfig:
                 f"MaskedIndexConfig.short_sequence_probability must be in [0, 1], got {p!r}"
             )
 
-    def payload(self) -> dict[str, Any]:
-        """The fields that change the rows (part of the cache key)."""
-        return {
-            "split": self.split,
-            "seed": int(self.seed),
-            "max_length": int(self.max_length),
-            "short_sequence_probability": float(self.short_sequence_probability),
-            "min_sentences": int(self.min_sentences),
-            "num_samples": None if self.num_samples is None else int(self.num_samples),
-        }
-
 
 @dataclasses.dataclass(frozen=True)
 class MaskedSampleIndex:
@@ -120,12 +109,14 @@ def _reopened(
 
 def masked_index_key(config: MaskedIndexConfig, info: DatasetInfo, split: str) -> str:
     """The cache key (and identity) of a split's masked sample index."""
+    fields = dataclasses.asdict(config)  # every field changes the rows
+    fields["short_sequence_probability"] = float(config.short_sequence_probability)  # 0 as 0.0
     return identity.fingerprint(
         MASKED_FORMAT,
         MASKED_FORMAT_VERSION,
         maps_layout=maps_key.MAPS_LAYOUT,
         index_code=maps_key.code_digest(),
-        config=config.payload(),
+        config=fields,
         split_name=split,
         dataset=info.fingerprint,
     )
