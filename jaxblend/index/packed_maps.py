@@ -267,8 +267,7 @@ class PackedSplitMaps(SplitMaps):
     def dataset_rows(self, dataset_id: int) -> PackedDatasetMaps:
         """Dataset `dataset_id`'s packed rows (its `starts` count from its first piece; its
         sample q is row `order[q]`)."""
-        if not 0 <= dataset_id < self.num_datasets:
-            raise IndexError(f"dataset_id {dataset_id} out of range [0, {self.num_datasets})")
+        epoch_rows = self.dataset_epoch_rows(dataset_id)  # checks the id
         first_piece, first_row, _, rows = (int(v) for v in self._offsets[dataset_id])
         starts = np.asarray(self._starts[first_row : first_row + rows + 1], np.int64)
         pieces = slice(int(starts[0]), int(starts[-1]))
@@ -278,7 +277,7 @@ class PackedSplitMaps(SplitMaps):
             offset=np.asarray(self._offset[pieces]),
             length=np.asarray(self._piece_length[pieces]),
             order=np.asarray(self._order[first_row : first_row + rows], np.int64),
-            epoch_rows=self.dataset_epoch_rows(dataset_id),
+            epoch_rows=epoch_rows,
             split_documents=self.split_documents[dataset_id],
             capacity=self.window,
         )
