@@ -289,11 +289,7 @@ class SplitMaps:
     def _check(self, i: int) -> int:
         if isinstance(i, bool) or not isinstance(i, (int, np.integer)):
             raise TypeError(f"sample index must be an int, got {type(i).__name__}")
-        if not 0 <= i < self._length:
-            raise IndexError(
-                f"sample index {i} out of range for split {self.name!r} of length {self._length}"
-            )
-        return int(i)
+        return int(self._check_many(np.array([i]))[0])
 
     def _check_many(self, sample_ids: np.ndarray) -> np.ndarray:
         ids = np.ascontiguousarray(sample_ids, dtype=np.int64)
