@@ -6,22 +6,13 @@ data, in memory and without I/O: `DataMapsSpec` resolves the splits and computes
 per-dataset maps first) and `data_maps_from_arrays` turns arrays and metadata, built or loaded,
 into `DataMaps`. Caching them is the map store's job (`jaxblend.map_store.load_or_build_data_maps`).
 Which datasets each split blends, and how many samples it asks of each, is decided in
-`split_resolution` (shared with `estimate`):
-
-* `blend` + `split`: one split matrix for every prefix. A single prefix without weights is a plain
-  GPT dataset per split; otherwise every split is a blend of one GPT dataset per prefix.
-* `blend_per_split`: each split names its own blend and uses each prefix whole. A single prefix is
-  a plain GPT dataset (its weight is ignored, as in Megatron).
-* Weighted blends of N samples ask dataset j for `ceil(ceil(N w_j) (1 + surplus))` samples and
-  have size `sum_j ceil(N w_j)` (Megatron quirk: may exceed N by float rounding); the blend
-  normalizes the (already normalized) weights once more, as Megatron does.
-* Unweighted blends weight datasets by their lengths (one epoch each): size `min(N, total)`, or
-  the exhaustive variant when N is None.
-* A split with no tokens and no requested count is empty (Megatron's behaviour); requesting
-  samples from it raises ValueError (Megatron loops forever).
-* A `train_schedule` makes the train split a staged blend (`staged_split`, same layout plus each
-  dataset's epoch count); `history_fingerprint` names its first samples, which a future edit of
-  the schedule leaves unchanged.
+`split_resolution` (shared with `estimate`; docs/format.md, "Blends"). Weighted blends normalize
+the (already normalized) weights once more, and the size of a weighted blend of N samples,
+`sum_j ceil(N w_j)`, may exceed N by float rounding, as in Megatron. A split with no tokens and
+no requested count is empty (Megatron's behaviour); requesting samples from it raises ValueError
+(Megatron loops forever). A `train_schedule` makes the train split a staged blend
+(`staged_split`); `history_fingerprint` names its first samples, which a future edit of the
+schedule leaves unchanged.
 """
 
 from __future__ import annotations

@@ -1,17 +1,11 @@
-"""The maps of one dataset of a staged train split, in the layout every `SplitMaps` reads.
+"""The maps of one dataset of a staged train split: its E one-epoch GPT maps end to end.
 
-A staged split (`jaxblend.index.blend_schedule`) is stored exactly like a blended split: the
-blend's `dataset_index` / `dataset_sample_index` and each dataset's document, sample and shuffle
-indices end to end with `offsets[j] = (document, sample, shuffle starts, sample count)`. What
-differs is inside a dataset's block: its E epochs, each a one-epoch GPT map, are laid end to end:
-
-* `document_index`: the epochs' document indices one after the other (E x D entries);
-* `sample_index`: epoch e's `n + 1` rows, their document positions moved by `e * D`;
-* `shuffle_index`: epoch e's permutation of `[0, n)` moved to rows `e * (n + 1) + ...`, at
-  positions `[e * n, (e + 1) * n)`, so dataset sample `e * n + q` is epoch e's sample q.
-
-The read kernel (`split_maps._spans_kernel`) then resolves a staged sample like any blended one,
-and `<split>.epochs` (E of each dataset) lets `SplitMaps.constituent` give back any one epoch.
+A staged split (`jaxblend.index.blend_schedule`) is stored exactly like a blended split; inside a
+dataset's block, epoch e's documents follow epoch e - 1's, its `n + 1` sample rows have their
+document positions moved by `e * D`, and its shuffle values are moved to rows `e * (n + 1) + ...`,
+so dataset sample `e * n + q` is epoch e's sample q (docs/format.md, "Staged blends"). The read
+kernel resolves a staged sample like any blended one, and `<split>.epochs` lets
+`SplitMaps.constituent` give back any one epoch.
 """
 
 from __future__ import annotations
