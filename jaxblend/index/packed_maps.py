@@ -2,15 +2,10 @@
 
 A packed dataset's samples are rows of at most `seq_length + extra` tokens (the window the GPT
 source reads), each holding whole documents (sequences) and padding, instead of Megatron's
-concatenate-and-cut windows. One epoch of one dataset split (`build_packed_epoch`), from a seed:
-
-1. the split's sequences are put in an order drawn with `RandomState(seed)`;
-2. sequences longer than a row are cut into row-sized pieces, every other sequence is one piece;
-   empty sequences have none;
-3. the pieces are packed best-fit decreasing within windows of `window` pieces (steps 2 and 3 are
-   `packing.pack_items`: `packing.cut_items` then `packing.best_fit_pack`);
-4. the rows are put in an order drawn from the same generator (kept as an index, `order`: the
-   rows themselves stay in the order they were packed).
+concatenate-and-cut windows. One epoch of one dataset split (`build_packed_epoch`) is built in
+the four steps of docs/samples.md ("How rows are packed"): sequences in an order drawn with
+`RandomState(seed)`, cut and packed by `packing.pack_items`, rows in an order drawn from the same
+generator (kept as an index, `order`: the rows themselves stay in the order they were packed).
 
 Each sequence's tokens are in exactly one row of an epoch. A dataset asked for N samples gets
 whole epochs until it has at least N rows (one epoch when N is None); epoch e uses the seed
@@ -92,7 +87,7 @@ def build_packed_epoch(
     window: int = packing.DEFAULT_WINDOW,
     overflow: str = "cut",
 ) -> PackedDatasetMaps:
-    """One epoch of packed rows of a dataset split (steps 1-4 of the module docstring).
+    """One epoch of packed rows of a dataset split (see the module docstring).
 
     Args:
       sequence_lengths: every sequence length of the dataset.

@@ -25,12 +25,9 @@ document case)::
     # [packed.offset[q], packed.offset[q] + packed.length[q]) of item packed.item[q]
 
 It builds the same rows as `best_fit_pack(cut_items(lengths[order], capacity).length, ...)`.
-
-Finding the best open row is a look-up in a two-level bitmap of the rooms the open rows have left
-(a few word operations), and a window is sorted by length with a counting sort, so packing costs
-O(n + capacity x windows) (a merge sort for windows much smaller than a row). A window's pieces
-go only to rows opened in that window, so the work arrays are a window's (they stay in cache) and
-the rows of a window are written out when it closes.
+How it is fast (a counting sort per window, a two-level bitmap of the open rows' rooms, work
+arrays of one window): docs/samples.md, "How rows are packed"; it costs O(n + capacity x windows)
+(a merge sort for windows much smaller than a row).
 """
 
 from __future__ import annotations
