@@ -189,7 +189,6 @@ def staged_blend_indices(
     the staged split.
 
     Args:
-      schedule: the stages.
       num_samples: the split's size (> the last stage's start).
 
     Returns:

@@ -171,7 +171,6 @@ def history_fingerprint(
     named by `HISTORY_FORMAT_VERSION`, bumped if it ever changes meaning.
 
     Args:
-      config: the data configuration.
       infos: prefix -> DatasetInfo (only content fingerprints are read).
       num_samples: samples consumed (>= 0).
 
@@ -242,7 +241,6 @@ class DataMapsSpec:
     """What to build for a data configuration: its resolved splits, datasets and cache key.
 
     Attributes:
-      config: the data configuration.
       wanted: the split names asked for, in canonical order.
       specs: the resolution of every wanted split (None for a split with no datasets).
       prefixes: the distinct dataset prefixes, in order of first appearance.
@@ -301,7 +299,6 @@ def build_data_maps(
     checks, e.g. a weighted blend's sample count).
 
     Args:
-      config: the data configuration.
       infos: prefix -> DatasetInfo, as a mapping or a callable.
       splits: the split names to build (default: all).
       provider: offers ready-made per-dataset maps (e.g. Megatron's cache), or None.

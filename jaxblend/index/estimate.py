@@ -51,8 +51,6 @@ class PackingEstimate:
     """One dataset's first packed epoch within one split (`packing="best_fit"`).
 
     Attributes:
-      split: the split.
-      prefix: the dataset.
       documents: sequences of the split with tokens.
       split_documents: sequences longer than a row, cut into row-sized pieces.
       rows: rows of the epoch.

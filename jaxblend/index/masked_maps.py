@@ -200,7 +200,6 @@ def build_masked_index(config: MaskedIndexConfig, info: DatasetInfo, split: str)
     `jaxblend.map_store.load_or_build_masked_index`).
 
     Args:
-      config: the index configuration.
       info: the dataset's sequence lengths, document boundaries and content fingerprint.
       split: "train", "valid" or "test".
 
