@@ -592,24 +592,20 @@ def build_blending_indices(
         _check_out(dataset_index, dataset_sample_index, size, len(w))
     if size == 0:
         return dataset_index, dataset_sample_index
-    groups = None
-    if method in ("auto", "group") and len(w) > 4 and _groupable(w, size):
-        groups = tie_groups(w)
-        if method == "auto" and not len(groups[0]) < min(len(w), GROUP_THRESHOLD):
-            groups = None
+    # Groups need more than 4 datasets (the register scan is as fast) and errors small enough.
+    groupable = len(w) > 4 and _groupable(w, size)
     if method == "auto":
-        method = "scan" if len(w) < BLOCK_THRESHOLD else "block"
-        if method == "block" and w.max() - w.min() < NEAR_EQUAL_SPREAD * w.max():
-            method = "tree"
-        method = "group" if groups is not None else method
-    if method == "group":
-        if groups is None:
-            # Few datasets (the register scan is as fast) or too large errors to group.
+        if groupable and len(np.unique(w)) < min(len(w), GROUP_THRESHOLD):
+            method = "group"
+        elif len(w) < BLOCK_THRESHOLD:
             method = "scan"
         else:
-            _group_scan_kernel(*groups, np.int64(size), dataset_index, dataset_sample_index)
-            return dataset_index, dataset_sample_index
-    if method == "scan" and len(w) <= 4:
+            method = "tree" if w.max() - w.min() < NEAR_EQUAL_SPREAD * w.max() else "block"
+    if method == "group" and not groupable:
+        method = "scan"
+    if method == "group":
+        _group_scan_kernel(*tie_groups(w), np.int64(size), dataset_index, dataset_sample_index)
+    elif method == "scan" and len(w) <= 4:
         padded = np.full(4, -1.0)
         padded[: len(w)] = w
         _scan4_kernel(padded, np.int64(size), dataset_index, dataset_sample_index)

@@ -6,16 +6,11 @@ A `BlendSchedule` is a list of `BlendStage`s; stage k covers the train samples
 The index layer works in samples only; turning steps into samples is the sampling layer's job
 (`jaxblend.sampling.data_schedule`).
 
-How a staged split is built (`build_staged_split`):
-
-* its datasets are `schedule.prefixes()` (order of first appearance); dataset ids index them;
-* each dataset's samples are epochs laid end to end: epoch 0 is Megatron's one-epoch GPT maps of
-  the dataset (seed = `config.seed`), epoch e > 0 a one-epoch map seeded by `epoch_seed(seed, e)`.
-  Epochs are independent, so adding epochs never changes earlier samples, and a dataset's samples
-  never repeat before all of an epoch is drawn;
-* stage k runs Megatron's greedy blending (`blend_index.build_blending_indices`) of its weights
-  over its own length, which says which dataset each sample takes; a dataset's sample counter
-  continues from where the earlier stages left it.
+How a staged split is built is in docs/format.md ("Staged blends"): its datasets are
+`schedule.prefixes()`; each dataset's samples are independent epochs laid end to end
+(`staged_split`, epoch e seeded by `epoch_seed(seed, e)`); stage k runs Megatron's greedy
+blending of its weights over its own length, each dataset's sample counter continuing from where
+the earlier stages left it (`staged_blend_indices`).
 
 Greedy blending is prefix-stable (position i depends only on i and the weights), so two schedules
 that agree on samples `[0, r)` build identical samples `[0, r)`: an edit of the future never
@@ -24,6 +19,7 @@ changes the past (`history_stages` cuts a schedule at r for the identity of that
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import itertools
 import math
@@ -130,15 +126,7 @@ class BlendSchedule:
         """
         if sample < 0:
             raise ValueError(f"sample {sample} must be >= 0")
-        starts = [s.start_sample for s in self.stages]
-        lo, hi = 0, len(starts)
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if starts[mid] <= sample:
-                lo = mid
-            else:
-                hi = mid
-        return lo
+        return bisect.bisect_right([s.start_sample for s in self.stages], sample) - 1
 
     def bounds(self, num_samples: int) -> list[tuple[int, int]]:
         """`[start, stop)` of each stage in a split of `num_samples` samples.
@@ -201,7 +189,6 @@ def staged_blend_indices(
     the staged split.
 
     Args:
-      schedule: the stages.
       num_samples: the split's size (> the last stage's start).
 
     Returns:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -84,17 +84,9 @@ class Blend(Sequence[str]):
     def __getitem__(self, index: int | slice) -> str | tuple[str, ...]:  # type: ignore[override]
         return self.items[index]
 
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.items)
-
     def normalized_weights(self) -> tuple[float, ...] | None:
         """The weights normalized once, `w / sum(w)` as Megatron's `normalize`, or None."""
         return None if self.weights is None else tuple(normalize(self.weights))
-
-    def repeated_prefix(self) -> str | None:
-        """The first prefix named more than once, or None."""
-        repeated = [p for p, n in collections.Counter(self.prefixes).items() if n > 1]
-        return repeated[0] if repeated else None
 
 
 def _weight_text(w: float) -> str:
@@ -220,10 +212,11 @@ def parse_stage_blend(blend: Blend | Sequence[str] | str, where: str) -> Blend:
         parsed = parse_blend(blend, "blend")
     except ValueError as err:
         raise ValueError(f"{where}: {err}") from None
-    repeated = parsed.repeated_prefix()
-    if repeated is not None:
+    repeated = [p for p, n in collections.Counter(parsed.prefixes).items() if n > 1]
+    if repeated:
         raise ValueError(
-            f"{where}: blend names dataset {repeated!r} twice; give it once with the summed weight"
+            f"{where}: blend names dataset {repeated[0]!r} twice; give it once with the summed "
+            "weight"
         )
     if parsed.weights is None and len(parsed.prefixes) > 1:
         raise ValueError(

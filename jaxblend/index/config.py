@@ -18,8 +18,8 @@ from jaxblend.index import blend_spec
 from jaxblend.index import packing as packing_lib
 from jaxblend.index import split as split_lib
 from jaxblend.index.blend_schedule import BlendSchedule
+from jaxblend.validation import require_int
 
-_UINT32_MAX = int(np.iinfo(np.uint32).max)
 _COUNT_LIMIT = 2**53  # counts are also handled as float64 by the blend kernels
 
 
@@ -96,17 +96,6 @@ class DatasetInfo:
         return int(self.sequence_lengths.shape[0])
 
 
-def _check_count(value: object, field: str) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{field} = {value!r} must be an int >= 0 or None")
-    if value < 0:
-        raise ValueError(f"{field} = {value} must be >= 0 or None")
-    if value > _COUNT_LIMIT:
-        raise ValueError(f"{field} = {value} overflows the int64 index dtypes (max {_COUNT_LIMIT})")
-
-
 @dataclasses.dataclass(frozen=True)
 class GPTDataConfig:
     """Everything that fixes the sample order of a GPT data configuration.
@@ -170,15 +159,7 @@ class GPTDataConfig:
             raise ValueError(
                 f"packing = {self.packing!r}; expected 'concat' (Megatron's samples) or 'best_fit'"
             )
-        if (
-            isinstance(self.packing_window, bool)
-            or not isinstance(self.packing_window, (int, np.integer))
-            or self.packing_window < 1
-        ):
-            raise ValueError(
-                f"packing_window = {self.packing_window!r} must be an integer >= 1 (documents "
-                "packed together)"
-            )
+        require_int("GPTDataConfig.packing_window (documents packed together)", self.packing_window, 1)
         object.__setattr__(self, "packing_window", int(self.packing_window))
         if self.packing_overflow not in packing_lib.OVERFLOWS:
             raise ValueError(
@@ -226,21 +207,25 @@ class GPTDataConfig:
                     f"split = {self.split!r} leaves no documents to the train split, which "
                     "train_schedule draws from; give the train split a share (e.g. '969,30,1')"
                 )
-        if isinstance(self.seq_length, bool) or not isinstance(self.seq_length, (int, np.integer)):
-            raise TypeError(f"seq_length = {self.seq_length!r} must be an int > 0")
-        if not 0 < self.seq_length <= np.iinfo(np.int32).max - 1:
-            raise ValueError(f"seq_length = {self.seq_length} must be in [1, 2**31 - 2]")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)):
-            raise TypeError(f"seed = {self.seed!r} must be an int in [0, 2**32 - 1]")
-        if not 0 <= self.seed <= _UINT32_MAX:
-            raise ValueError(f"seed = {self.seed} must be in [0, 2**32 - 1] (numpy RandomState)")
+        require_int("GPTDataConfig.seq_length", self.seq_length, 1)
+        if self.seq_length > np.iinfo(np.int32).max - 1:
+            raise ValueError(f"GPTDataConfig.seq_length = {self.seq_length} must be <= 2**31 - 2")
+        require_int("GPTDataConfig.seed", self.seed, 0)
+        if self.seed > np.iinfo(np.uint32).max:
+            raise ValueError(f"GPTDataConfig.seed = {self.seed} must be <= 2**32 - 1 (RandomState)")
         counts = tuple(self.num_samples)
         if len(counts) != 3:
             raise ValueError(
                 f"num_samples = {self.num_samples!r} must have 3 entries (train, valid, test)"
             )
         for name, value in zip(split_lib.SPLIT_NAMES, counts):
-            _check_count(value, f"num_samples[{name}]")
+            if value is not None:
+                require_int(f"GPTDataConfig.num_samples[{name}] (or None)", value, 0)
+                if value > _COUNT_LIMIT:
+                    raise ValueError(
+                        f"num_samples[{name}] = {value} overflows the int64 index dtypes (max "
+                        f"{_COUNT_LIMIT})"
+                    )
         object.__setattr__(
             self, "num_samples", tuple(None if c is None else int(c) for c in counts)
         )

@@ -6,22 +6,13 @@ data, in memory and without I/O: `DataMapsSpec` resolves the splits and computes
 per-dataset maps first) and `data_maps_from_arrays` turns arrays and metadata, built or loaded,
 into `DataMaps`. Caching them is the map store's job (`jaxblend.map_store.load_or_build_data_maps`).
 Which datasets each split blends, and how many samples it asks of each, is decided in
-`split_resolution` (shared with `estimate`):
-
-* `blend` + `split`: one split matrix for every prefix. A single prefix without weights is a plain
-  GPT dataset per split; otherwise every split is a blend of one GPT dataset per prefix.
-* `blend_per_split`: each split names its own blend and uses each prefix whole. A single prefix is
-  a plain GPT dataset (its weight is ignored, as in Megatron).
-* Weighted blends of N samples ask dataset j for `ceil(ceil(N w_j) (1 + surplus))` samples and
-  have size `sum_j ceil(N w_j)` (Megatron quirk: may exceed N by float rounding); the blend
-  normalizes the (already normalized) weights once more, as Megatron does.
-* Unweighted blends weight datasets by their lengths (one epoch each): size `min(N, total)`, or
-  the exhaustive variant when N is None.
-* A split with no tokens and no requested count is empty (Megatron's behaviour); requesting
-  samples from it raises ValueError (Megatron loops forever).
-* A `train_schedule` makes the train split a staged blend (`staged_split`, same layout plus each
-  dataset's epoch count); `history_fingerprint` names its first samples, which a future edit of
-  the schedule leaves unchanged.
+`split_resolution` (shared with `estimate`; docs/format.md, "Blends"). Weighted blends normalize
+the (already normalized) weights once more, and the size of a weighted blend of N samples,
+`sum_j ceil(N w_j)`, may exceed N by float rounding, as in Megatron. A split with no tokens and
+no requested count is empty (Megatron's behaviour); requesting samples from it raises ValueError
+(Megatron loops forever). A `train_schedule` makes the train split a staged blend
+(`staged_split`); `history_fingerprint` names its first samples, which a future edit of the
+schedule leaves unchanged.
 """
 
 from __future__ import annotations
@@ -93,6 +84,7 @@ def plan_fingerprint(
     )
 
 
+@dataclasses.dataclass(eq=False)
 class DataMaps:
     """Every split of a data configuration, built or loaded from the cache.
 
@@ -100,24 +92,17 @@ class DataMaps:
       config: the `GPTDataConfig`.
       prefixes: the distinct dataset prefixes, in order of first appearance.
       fingerprint: stable identity of config + dataset contents (cache key, resume check).
+      _splits: split name -> its maps (None: no such split), for the splits built.
       cache_path: the map-store entry directory the arrays are memory-mapped from, or None.
+      built: the split names this plan was asked to build.
     """
 
-    def __init__(
-        self,
-        config: GPTDataConfig,
-        prefixes: tuple[str, ...],
-        fingerprint: str,
-        splits: dict[str, SplitMaps | None],
-        cache_path: str | None,
-        built: tuple[str, ...] = split_lib.SPLIT_NAMES,
-    ) -> None:
-        self.config = config
-        self.prefixes = prefixes
-        self.fingerprint = fingerprint
-        self._splits = splits
-        self.cache_path = cache_path
-        self.built = built
+    config: GPTDataConfig
+    prefixes: tuple[str, ...]
+    fingerprint: str
+    _splits: dict[str, SplitMaps | None]
+    cache_path: str | None
+    built: tuple[str, ...] = split_lib.SPLIT_NAMES
 
     def split(self, name: str) -> SplitMaps | None:
         """The plan of split "train", "valid" or "test", or None if the split does not exist.
@@ -148,6 +133,13 @@ def config_prefixes(config: GPTDataConfig) -> list[str]:
     return blend_spec.blend_prefixes(blends)
 
 
+def _train_spec(config: GPTDataConfig) -> split_resolution.SplitSpec:
+    spec = split_resolution.resolve_splits(config, ("train",))[0]
+    if spec is None:
+        raise ValueError("the configuration has no train split to fingerprint the history of")
+    return spec
+
+
 def history_prefixes(config: GPTDataConfig, num_samples: int) -> list[str]:
     """The datasets whose content `history_fingerprint(config, ..., num_samples)` covers: those
     of the train schedule's stages holding samples `[0, num_samples)`, else (no schedule) every
@@ -156,13 +148,10 @@ def history_prefixes(config: GPTDataConfig, num_samples: int) -> list[str]:
     Raises:
       ValueError: a config without a train split.
     """
-    if config.train_schedule is not None:
-        cut = config.train_schedule.truncated(int(num_samples))
-        return [] if cut is None else cut.prefixes()
-    spec = split_resolution.resolve_splits(config, ("train",))[0]
-    if spec is None:
-        raise ValueError("the configuration has no train split to fingerprint the history of")
-    return list(spec.prefixes)
+    if config.train_schedule is None:
+        return list(_train_spec(config).prefixes)
+    cut = config.train_schedule.truncated(int(num_samples))
+    return [] if cut is None else cut.prefixes()
 
 
 def history_fingerprint(
@@ -182,7 +171,6 @@ def history_fingerprint(
     named by `HISTORY_FORMAT_VERSION`, bumped if it ever changes meaning.
 
     Args:
-      config: the data configuration.
       infos: prefix -> DatasetInfo (only content fingerprints are read).
       num_samples: samples consumed (>= 0).
 
@@ -193,19 +181,10 @@ def history_fingerprint(
         raise TypeError(f"num_samples = {num_samples!r} must be an int >= 0")
     if num_samples < 0:
         raise ValueError(f"num_samples = {num_samples} must be >= 0")
-    spec = split_resolution.resolve_splits(config, ("train",))[0]
-    if spec is None:
-        raise ValueError("the configuration has no train split to fingerprint the history of")
-    common = {
-        "seq_length": int(config.seq_length),
-        "seed": int(config.seed),
-        "add_extra_token_to_sequence": bool(config.add_extra_token_to_sequence),
-        "bookend": [float(b) for b in spec.bookend],
-        **config.packing_fields(),
-    }
+    spec = _train_spec(config)
     prefixes = history_prefixes(config, num_samples)
     if config.train_schedule is None:
-        fields = {
+        fields: dict[str, Any] = {
             "train": {
                 "kind": spec.kind,
                 "num_samples": spec.num_samples,
@@ -216,7 +195,6 @@ def history_fingerprint(
     else:
         cut = config.train_schedule.truncated(int(num_samples))
         position = {p: k for k, p in enumerate(prefixes)}
-        stages = [] if cut is None else cut.stages
         fields = {
             "stages": [
                 {
@@ -224,13 +202,20 @@ def history_fingerprint(
                     "datasets": [position[p] for p in s.blend.prefixes],
                     "weights": [float(w) for w in s.weights()],
                 }
-                for s in stages
+                for s in ([] if cut is None else cut.stages)
             ],
             "num_samples": int(num_samples),
         }
-    datasets = [split_resolution.dataset_info(infos, p).fingerprint for p in prefixes]
     return identity.fingerprint(
-        HISTORY_FORMAT, HISTORY_FORMAT_VERSION, datasets=datasets, **common, **fields
+        HISTORY_FORMAT,
+        HISTORY_FORMAT_VERSION,
+        datasets=[split_resolution.dataset_info(infos, p).fingerprint for p in prefixes],
+        seq_length=int(config.seq_length),
+        seed=int(config.seed),
+        add_extra_token_to_sequence=bool(config.add_extra_token_to_sequence),
+        bookend=[float(b) for b in spec.bookend],
+        **config.packing_fields(),
+        **fields,
     )
 
 
@@ -256,7 +241,6 @@ class DataMapsSpec:
     """What to build for a data configuration: its resolved splits, datasets and cache key.
 
     Attributes:
-      config: the data configuration.
       wanted: the split names asked for, in canonical order.
       specs: the resolution of every wanted split (None for a split with no datasets).
       prefixes: the distinct dataset prefixes, in order of first appearance.
@@ -315,7 +299,6 @@ def build_data_maps(
     checks, e.g. a weighted blend's sample count).
 
     Args:
-      config: the data configuration.
       infos: prefix -> DatasetInfo, as a mapping or a callable.
       splits: the split names to build (default: all).
       provider: offers ready-made per-dataset maps (e.g. Megatron's cache), or None.
@@ -340,7 +323,7 @@ def build_arrays(
     Raises:
       ValueError: as `build_data_maps`.
     """
-    arrays, meta = _build_arrays(spec.config, spec.specs, spec.prefixes, spec.infos, provider)
+    arrays, meta = _build_arrays(spec, provider)
     summary = {s.name: len(arrays.get(f"{s.name}.dataset_index", ())) for s in spec.specs if s}
     logging.info(
         "built index maps %s for %d datasets (blend sizes %s)", spec.entry, len(spec.prefixes),
@@ -362,78 +345,43 @@ def data_maps_from_arrays(
       KeyError, TypeError, ValueError, IndexError, AttributeError: the arrays or metadata are not
         what `build_arrays` writes (e.g. a hand-edited entry); the map store rebuilds such an entry.
     """
-    splits = _make_split_plans(spec.config, arrays, meta, spec.prefixes, spec.wanted)
+    config = spec.config
+    splits: dict[str, SplitMaps | None] = dict.fromkeys(spec.wanted)
+    for name in spec.wanted:
+        split_meta = meta["splits"].get(name)
+        if split_meta is None:
+            continue
+        common = {
+            "name": name,
+            "dataset_names": tuple(spec.prefixes[p] for p in split_meta["prefixes"]),
+            "arrays": {
+                key[len(name) + 1 :]: value
+                for key, value in arrays.items()
+                if key.startswith(f"{name}.")
+            },
+            "lengths": arrays["lengths"],
+            "length_offsets": arrays["length_offsets"],
+            "seq_length": config.seq_length,
+            "add_extra_token": config.add_extra_token_to_sequence,
+        }
+        if split_meta.get("packed"):
+            splits[name] = packed_maps.PackedSplitMaps(
+                split_documents=split_meta["split_documents"], window=config.packing_window,
+                **common,
+            )
+        else:
+            splits[name] = SplitMaps(
+                megatron_dtypes=[tuple(d) for d in split_meta["megatron_dtypes"]], **common
+            )
     return DataMaps(spec.config, tuple(spec.prefixes), spec.key, splits, cache_path, spec.wanted)
 
 
-def _make_split_plans(
-    config: GPTDataConfig,
-    arrays: dict[str, np.ndarray],
-    meta: dict[str, Any],
-    prefixes: list[str],
-    wanted: tuple[str, ...],
-) -> dict[str, SplitMaps | None]:
-    plans: dict[str, SplitMaps | None] = {}
-    for name in wanted:
-        split_meta = meta["splits"].get(name)
-        if split_meta is None:
-            plans[name] = None
-            continue
-        if split_meta.get("packed"):
-            plans[name] = packed_maps.PackedSplitMaps(
-                name=name,
-                dataset_names=tuple(prefixes[p] for p in split_meta["prefixes"]),
-                arrays={
-                    field: arrays[f"{name}.{field}"]
-                    for field in packed_maps.PACKED_FIELDS
-                    if f"{name}.{field}" in arrays
-                },
-                lengths=arrays["lengths"],
-                length_offsets=arrays["length_offsets"],
-                seq_length=config.seq_length,
-                add_extra_token=config.add_extra_token_to_sequence,
-                split_documents=split_meta["split_documents"],
-                window=config.packing_window,
-            )
-            continue
-        split_arrays = {
-            field: arrays[f"{name}.{field}"]
-            for field in (
-                "document_index",
-                "sample_index",
-                "shuffle_index",
-                "offsets",
-                "constituent_prefix",
-                "dataset_index",
-                "dataset_sample_index",
-                "epochs",
-            )
-            if f"{name}.{field}" in arrays
-        }
-        plans[name] = SplitMaps(
-            name=name,
-            dataset_names=tuple(prefixes[p] for p in split_meta["prefixes"]),
-            arrays=split_arrays,
-            lengths=arrays["lengths"],
-            length_offsets=arrays["length_offsets"],
-            seq_length=config.seq_length,
-            add_extra_token=config.add_extra_token_to_sequence,
-            megatron_dtypes=[tuple(d) for d in split_meta["megatron_dtypes"]],
-        )
-    return plans
-
-
 def _build_arrays(
-    config: GPTDataConfig,
-    specs: list[split_resolution.SplitSpec | None],
-    prefixes: list[str],
-    infos: dict[str, DatasetInfo],
-    provider: PerDatasetMapsProvider | None = None,
+    spec: DataMapsSpec, provider: PerDatasetMapsProvider | None = None
 ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    prefixes, infos = spec.prefixes, spec.infos
     for p in prefixes:
         split_resolution.check_has_tokens(p, infos[p])
-    position = {p: k for k, p in enumerate(prefixes)}
-    max_lengths = {p: int(infos[p].sequence_lengths.max()) for p in prefixes}
     length_offsets = np.zeros(len(prefixes) + 1, dtype=np.int64)
     length_offsets[1:] = np.cumsum([infos[p].num_sequences for p in prefixes])
     arrays: dict[str, np.ndarray] = {
@@ -441,90 +389,101 @@ def _build_arrays(
         "length_offsets": length_offsets,
     }
     meta: dict[str, Any] = {"prefixes": prefixes, "splits": {}}
-    for spec in specs:
-        if spec is None:
-            continue
-        arrays.update(
-            _build_split(config, spec, infos, max_lengths, position, meta["splits"], provider)
-        )
+    max_lengths = {p: int(infos[p].sequence_lengths.max()) for p in prefixes}
+    for split in spec.specs:
+        if split is not None:
+            out, meta["splits"][split.name] = _build_split(spec, split, max_lengths, provider)
+            arrays.update(out)
     return arrays, meta
 
 
 def _build_split(
-    config: GPTDataConfig,
-    spec: split_resolution.SplitSpec,
-    infos: dict[str, DatasetInfo],
-    max_lengths: dict[str, int],
-    position: dict[str, int],
-    meta_out: dict[str, Any],
-    provider: PerDatasetMapsProvider | None = None,
-) -> dict[str, np.ndarray]:
-    """The arrays of one split (named `<split>.<array>`); records its metadata in `meta_out`."""
-    if config.is_packed:
-        out, meta_out[spec.name] = _build_packed_split(config, spec, infos, position)
-        return out
-    if spec.kind == "staged":
-        out, meta_out[spec.name] = staged_split.build_staged_arrays(
-            config, spec, infos, max_lengths, position
-        )
-        return out
-    maps = _dataset_maps(config, spec, infos, max_lengths, provider)
-    out = _blend_arrays(spec, [len(m) for m in maps]) if spec.kind != "single" else {}
-    out.update(_concatenated_maps(spec, maps, position))
-    meta_out[spec.name] = {
-        "prefixes": [position[p] for p in spec.prefixes],
-        "megatron_dtypes": [[m.sample_index.dtype.str, m.shuffle_index.dtype.str] for m in maps],
-        "blended": spec.kind != "single",
-    }
-    return out
-
-
-def _dataset_maps(
-    config: GPTDataConfig,
-    spec: split_resolution.SplitSpec,
-    infos: dict[str, DatasetInfo],
+    spec: DataMapsSpec,
+    split: split_resolution.SplitSpec,
     max_lengths: dict[str, int],
     provider: PerDatasetMapsProvider | None,
-) -> list[gpt.GPTIndexMaps]:
-    """The GPT maps of every dataset of the split: from `provider` if it offers them, else
-    built."""
-    import tqdm  # only where maps are built: a cached start does not load it
+) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """The arrays of one split (named `<split>.<array>`) and its metadata.
 
-    maps: list[gpt.GPTIndexMaps] = []
-    progress = tqdm.tqdm(
-        total=len(spec.prefixes),
-        desc=f"index maps ({spec.name})",
-        disable=len(spec.prefixes) < 16,
-        leave=False,
-    )
-    for prefix, request in zip(spec.prefixes, spec.dataset_requests(), strict=True):
-        info = infos[prefix]
-        documents = split_lib.split_indices(spec.bookend, info.num_sequences)
-        found = None
-        if provider is not None:
-            found = provider.gpt_maps(
-                DatasetMapsRequest(
-                    prefix, spec.name, request, config.seq_length, config.seed, spec.bookend,
-                    documents, info.sequence_lengths, config.add_extra_token_to_sequence,
-                    spec.drop_last_partial,
-                )
+    Every kind of split is laid out alike: the blend's `dataset_index`/`dataset_sample_index`
+    (none for a single dataset), then its datasets' maps end to end (GPT maps, a staged dataset's
+    epochs of GPT maps, or packed rows), each dataset's maps from `build`.
+    """
+    config, name = spec.config, split.name
+    if split.kind == "staged":
+        dataset_index, dataset_sample_index, drawn = blend_schedule.staged_blend_indices(
+            split.schedule, split.num_samples
+        )
+        requests = [int(n) for n in drawn]
+    else:
+        requests = split.dataset_requests()
+
+    def build(prefix: str, request: int | None):
+        info = spec.infos[prefix]
+        documents = split_lib.split_indices(split.bookend, info.num_sequences)
+        label = f"{prefix} ({name} split)"
+        if config.is_packed:
+            return packed_maps.build_packed_dataset_maps(
+                info.sequence_lengths, documents, request,
+                config.seq_length + int(config.add_extra_token_to_sequence), config.seed,
+                config.packing_window, name=label, overflow=config.packing_overflow,
             )
-        if found is None:
-            found = gpt.build_gpt_index_maps(
-                info.sequence_lengths,
-                documents,
-                request,
-                config.seq_length,
-                config.seed,
-                config.add_extra_token_to_sequence,
-                spec.drop_last_partial,
-                name=f"{prefix} ({spec.name} split)",
+        if split.kind == "staged":
+            return staged_split.dataset_epochs(
+                config, prefix, info, documents, max_lengths[prefix], request
+            )
+        maps = None if provider is None else provider.gpt_maps(
+            DatasetMapsRequest(
+                prefix, name, request, config.seq_length, config.seed, split.bookend, documents,
+                info.sequence_lengths, config.add_extra_token_to_sequence,
+                split.drop_last_partial,
+            )
+        )
+        if maps is None:
+            maps = gpt.build_gpt_index_maps(
+                info.sequence_lengths, documents, request, config.seq_length, config.seed,
+                config.add_extra_token_to_sequence, split.drop_last_partial, name=label,
                 max_sequence_length=max_lengths[prefix],
             )
-        maps.append(found)
-        progress.update(1)
-    progress.close()
-    return maps
+        return maps, (maps.sample_index.dtype.str, maps.shuffle_index.dtype.str), 1
+
+    import tqdm  # only where maps are built: a cached start does not load it
+
+    built = [
+        build(p, r)
+        for p, r in tqdm.tqdm(
+            zip(split.prefixes, requests, strict=True), total=len(requests),
+            desc=f"index maps ({name}, {split.kind})", disable=len(requests) < 16, leave=False,
+        )
+    ]
+    position = {p: k for k, p in enumerate(spec.prefixes)}
+    constituent = [position[p] for p in split.prefixes]
+    if split.kind == "staged":
+        out = {
+            f"{name}.dataset_index": dataset_index,
+            f"{name}.dataset_sample_index": dataset_sample_index,
+        }
+    elif split.kind != "single":
+        out = _blend_arrays(split, [len(m) if config.is_packed else len(m[0]) for m in built])
+    else:
+        out = {}
+    meta: dict[str, Any] = {"prefixes": constituent}
+    if config.is_packed:
+        out.update(packed_maps.concatenated_arrays(name, built, constituent))
+        meta.update(
+            megatron_dtypes=[],
+            blended=split.kind != "single",
+            packed=True,
+            split_documents=[m.split_documents for m in built],
+        )
+        return out, meta
+    maps, dtypes, epochs = zip(*built)
+    out.update(_concatenated_maps(name, maps, constituent))
+    meta.update(megatron_dtypes=[list(d) for d in dtypes], blended=split.kind != "single")
+    if split.kind == "staged":
+        out[f"{name}.epochs"] = np.array(epochs, dtype=np.int64)
+        meta["staged"] = True
+    return out, meta
 
 
 def _blend_arrays(spec: split_resolution.SplitSpec, lengths: list[int]) -> dict[str, np.ndarray]:
@@ -567,21 +526,22 @@ def _blend_arrays(spec: split_resolution.SplitSpec, lengths: list[int]) -> dict[
     }
 
 
+
 def _concatenated_maps(
-    spec: split_resolution.SplitSpec, maps: list[gpt.GPTIndexMaps], position: dict[str, int]
+    name: str, maps: list[gpt.GPTIndexMaps], constituent_prefix: list[int]
 ) -> dict[str, np.ndarray]:
-    """The datasets' maps end to end, with `offsets[j] = (document, sample, shuffle starts of
-    dataset j, its sample count)` and each dataset's position among the plan's prefixes."""
+    """The datasets' GPT maps end to end, with `offsets[j] = (document, sample, shuffle starts of
+    dataset j, its sample count)` (the sample count is the length of its shuffle index, all of a
+    staged dataset's epochs) and each dataset's position among the plan's prefixes."""
+    sizes = np.array(
+        [[len(m.document_index), len(m.sample_index), len(m.shuffle_index)] for m in maps],
+        dtype=np.int64,
+    ).reshape(-1, 3)
+    offsets = np.zeros((len(maps), 4), dtype=np.int64)
+    offsets[1:, :3] = np.cumsum(sizes[:-1], axis=0)
+    offsets[:, 3] = sizes[:, 2]
     sample_dtype = np.result_type(*[m.sample_index.dtype for m in maps])
     shuffle_dtype = np.result_type(*[m.shuffle_index.dtype for m in maps])
-    offsets = np.zeros((len(maps), 4), dtype=np.int64)
-    doc_total = sample_total = shuffle_total = 0
-    for j, m in enumerate(maps):
-        offsets[j] = (doc_total, sample_total, shuffle_total, len(m))
-        doc_total += len(m.document_index)
-        sample_total += len(m.sample_index)
-        shuffle_total += len(m.shuffle_index)
-    name = spec.name
     return {
         f"{name}.document_index": np.concatenate([m.document_index for m in maps]),
         f"{name}.sample_index": np.concatenate(
@@ -591,58 +551,5 @@ def _concatenated_maps(
             [m.shuffle_index.astype(shuffle_dtype, copy=False) for m in maps]
         ),
         f"{name}.offsets": offsets,
-        f"{name}.constituent_prefix": np.array(
-            [position[p] for p in spec.prefixes], dtype=np.int64
-        ),
+        f"{name}.constituent_prefix": np.array(constituent_prefix, dtype=np.int64),
     }
-
-
-def _build_packed_split(
-    config: GPTDataConfig,
-    spec: split_resolution.SplitSpec,
-    infos: dict[str, DatasetInfo],
-    position: dict[str, int],
-) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    """The arrays and metadata of a packed split (`jaxblend.index.packed_maps`): each dataset's
-    packed rows, blended over rows exactly as GPT samples are (a staged split draws each dataset's
-    rows with the schedule's blend)."""
-    capacity = config.seq_length + int(config.add_extra_token_to_sequence)
-
-    def dataset(prefix: str, request: int | None) -> packed_maps.PackedDatasetMaps:
-        info = infos[prefix]
-        return packed_maps.build_packed_dataset_maps(
-            info.sequence_lengths,
-            split_lib.split_indices(spec.bookend, info.num_sequences),
-            request,
-            capacity,
-            config.seed,
-            config.packing_window,
-            name=f"{prefix} ({spec.name} split)",
-            overflow=config.packing_overflow,
-        )
-
-    if spec.kind == "staged":
-        dataset_index, dataset_sample_index, drawn = blend_schedule.staged_blend_indices(
-            spec.schedule, spec.num_samples
-        )
-        maps = [dataset(p, int(n)) for p, n in zip(spec.prefixes, drawn, strict=True)]
-        out = {
-            f"{spec.name}.dataset_index": dataset_index,
-            f"{spec.name}.dataset_sample_index": dataset_sample_index,
-        }
-    else:
-        maps = [
-            dataset(p, r) for p, r in zip(spec.prefixes, spec.dataset_requests(), strict=True)
-        ]
-        out = _blend_arrays(spec, [len(m) for m in maps]) if spec.kind != "single" else {}
-    out.update(
-        packed_maps.concatenated_arrays(spec.name, maps, [position[p] for p in spec.prefixes])
-    )
-    meta = {
-        "prefixes": [position[p] for p in spec.prefixes],
-        "megatron_dtypes": [],
-        "blended": spec.kind != "single",
-        "packed": True,
-        "split_documents": [m.split_documents for m in maps],
-    }
-    return out, meta

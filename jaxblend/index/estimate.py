@@ -51,8 +51,6 @@ class PackingEstimate:
     """One dataset's first packed epoch within one split (`packing="best_fit"`).
 
     Attributes:
-      split: the split.
-      prefix: the dataset.
       documents: sequences of the split with tokens.
       split_documents: sequences longer than a row, cut into row-sized pieces.
       rows: rows of the epoch.
@@ -103,10 +101,8 @@ def estimate_plan(config: GPTDataConfig, infos: data_maps.InfoSource) -> PlanEst
     Raises:
       ValueError: for configuration errors `build_data_maps` would also raise before building.
     """
-    specs = split_resolution.resolve_splits(config)
-    prefixes = data_maps.config_prefixes(config)
-    info_by_prefix = {p: split_resolution.dataset_info(infos, p) for p in prefixes}
-    key = data_maps.plan_fingerprint(config, prefixes, info_by_prefix)
+    resolved = data_maps.DataMapsSpec.resolve(config, infos)
+    specs, info_by_prefix = resolved.specs, resolved.infos
     problems: list[str] = []
     extra = int(config.add_extra_token_to_sequence)
     s = int(config.seq_length)
@@ -121,21 +117,18 @@ def estimate_plan(config: GPTDataConfig, infos: data_maps.InfoSource) -> PlanEst
             blend_sizes[spec.name] = sum(spec.blend_targets())
         elif spec.kind == "staged":
             blend_sizes[spec.name] = spec.num_samples
-        keep_partial = not spec.drop_last_partial
-        per_dataset_samples = []
+        samples_of_split = 0
         for prefix, request in zip(spec.prefixes, spec.dataset_requests(), strict=True):
             info = info_by_prefix[prefix]
             begin, end = split_lib.split_range(spec.bookend, info.num_sequences)
             tokens = int(np.sum(info.sequence_lengths[begin:end], dtype=np.int64))
+            epochs = samples = size = 0
             if tokens == 0:
                 if request:
                     problems.append(
                         f"{prefix}: the {spec.name} split has no tokens but {request} samples are requested"
                     )
-                estimates.append(DatasetEstimate(spec.name, prefix, end - begin, 0, request, 0, 0, 0))
-                per_dataset_samples.append(0)
-                continue
-            if config.is_packed:
+            elif config.is_packed:
                 epoch = packed_maps.build_packed_epoch(
                     info.sequence_lengths, np.arange(begin, end), s + extra, config.seed,
                     config.packing_window, config.packing_overflow,
@@ -148,41 +141,40 @@ def estimate_plan(config: GPTDataConfig, infos: data_maps.InfoSource) -> PlanEst
                     spec.name, prefix, int(np.count_nonzero(info.sequence_lengths[begin:end])),
                     epoch.split_documents, rows, epoch.padding, s + extra,
                 ))
-                estimates.append(
-                    DatasetEstimate(spec.name, prefix, end - begin, tokens, request, epochs, samples, size)
-                )
-                per_dataset_samples.append(samples)
-                total += size
-                continue
-            if spec.kind == "staged":
-                # One-epoch maps end to end, as many as the stages draw (at most `request`).
-                per_epoch = (tokens - extra) // s
-                epochs = max(1, -(-request // per_epoch)) if per_epoch else 1
-                if request and not per_epoch:
-                    problems.append(
-                        f"{prefix}: the staged train split draws up to {request} samples but the "
-                        "dataset has no complete sample"
-                    )
-                samples = epochs * per_epoch
-                rows = epochs * (samples // epochs + 1)
             else:
-                epochs = gpt.num_epochs_for(tokens, request, s, bool(extra))
-                total_tokens = epochs * tokens - extra
-                samples = -(-total_tokens // s) if keep_partial else total_tokens // s
-                rows = samples + 1
-            docs = epochs * (end - begin)
-            si = sample_index.sample_index_dtype(docs, int(info.sequence_lengths.max()))
-            sh = shuffle_index.shuffle_index_dtype(samples)
-            size = docs * 4 + rows * 2 * si.itemsize + samples * sh.itemsize
-            if docs > np.iinfo(np.int32).max:
-                problems.append(f"{prefix} ({spec.name}): document index of {docs} entries exceeds int32")
-            estimates.append(DatasetEstimate(spec.name, prefix, end - begin, tokens, request, epochs, samples, size))
-            per_dataset_samples.append(samples)
+                if spec.kind == "staged":
+                    # One-epoch maps end to end, as many as the stages draw (at most `request`).
+                    per_epoch = (tokens - extra) // s
+                    epochs = max(1, -(-request // per_epoch)) if per_epoch else 1
+                    if request and not per_epoch:
+                        problems.append(
+                            f"{prefix}: the staged train split draws up to {request} samples but "
+                            "the dataset has no complete sample"
+                        )
+                    samples = epochs * per_epoch
+                    rows = epochs * (samples // epochs + 1)
+                else:
+                    epochs = gpt.num_epochs_for(tokens, request, s, bool(extra))
+                    total_tokens = epochs * tokens - extra
+                    samples = total_tokens // s if spec.drop_last_partial else -(-total_tokens // s)
+                    rows = samples + 1
+                docs = epochs * (end - begin)
+                si = sample_index.sample_index_dtype(docs, int(info.sequence_lengths.max()))
+                sh = shuffle_index.shuffle_index_dtype(samples)
+                size = docs * 4 + rows * 2 * si.itemsize + samples * sh.itemsize
+                if docs > np.iinfo(np.int32).max:
+                    problems.append(
+                        f"{prefix} ({spec.name}): document index of {docs} entries exceeds int32"
+                    )
+            estimates.append(
+                DatasetEstimate(spec.name, prefix, end - begin, tokens, request, epochs, samples, size)
+            )
+            samples_of_split += samples
             total += size
         if spec.kind == "unweighted":
-            available = sum(per_dataset_samples)
-            blend_sizes[spec.name] = available if spec.num_samples is None else min(spec.num_samples, available)
+            n = spec.num_samples
+            blend_sizes[spec.name] = samples_of_split if n is None else min(n, samples_of_split)
         if spec.name in blend_sizes:
             id_dtype = blend_index.dataset_index_dtype(len(spec.prefixes))
             total += blend_sizes[spec.name] * (id_dtype.itemsize + 8)
-    return PlanEstimate(key, specs, estimates, blend_sizes, total, problems, packed)
+    return PlanEstimate(resolved.key, specs, estimates, blend_sizes, total, problems, packed)

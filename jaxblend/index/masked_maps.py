@@ -65,17 +65,6 @@ class MaskedIndexConfig:
                 f"MaskedIndexConfig.short_sequence_probability must be in [0, 1], got {p!r}"
             )
 
-    def payload(self) -> dict[str, Any]:
-        """The fields that change the rows (part of the cache key)."""
-        return {
-            "split": self.split,
-            "seed": int(self.seed),
-            "max_length": int(self.max_length),
-            "short_sequence_probability": float(self.short_sequence_probability),
-            "min_sentences": int(self.min_sentences),
-            "num_samples": None if self.num_samples is None else int(self.num_samples),
-        }
-
 
 @dataclasses.dataclass(frozen=True)
 class MaskedSampleIndex:
@@ -120,12 +109,14 @@ def _reopened(
 
 def masked_index_key(config: MaskedIndexConfig, info: DatasetInfo, split: str) -> str:
     """The cache key (and identity) of a split's masked sample index."""
+    fields = dataclasses.asdict(config)  # every field changes the rows
+    fields["short_sequence_probability"] = float(config.short_sequence_probability)  # 0 as 0.0
     return identity.fingerprint(
         MASKED_FORMAT,
         MASKED_FORMAT_VERSION,
         maps_layout=maps_key.MAPS_LAYOUT,
         index_code=maps_key.code_digest(),
-        config=config.payload(),
+        config=fields,
         split_name=split,
         dataset=info.fingerprint,
     )
@@ -147,24 +138,6 @@ def _split_bounds(config: MaskedIndexConfig, info: DatasetInfo, split: str) -> n
             f"documents, split {config.split!r})"
         )
     return documents[docs[0] : docs[-1] + 2]
-
-
-def _build_rows(config: MaskedIndexConfig, info: DatasetInfo, split: str) -> np.ndarray:
-    rows = build_masked_sample_index(
-        _split_bounds(config, info, split),
-        info.sequence_lengths,
-        config.max_length,
-        config.short_sequence_probability,
-        config.min_sentences,
-        config.seed,
-        config.num_samples,
-    )
-    if rows.shape[0] == 0:
-        raise ValueError(
-            f"split {split!r} of {info.name} yields no samples: no document has "
-            f"{config.min_sentences} or more sentences"
-        )
-    return rows
 
 
 def masked_index_from_arrays(
@@ -203,13 +176,23 @@ def masked_index_arrays(
     Raises:
       ValueError: as `build_masked_index`.
     """
-    _check_split(split)
-    return {ROWS: _build_rows(config, info, split)}, {"format": MASKED_FORMAT, "split": split}
-
-
-def _check_split(split: str) -> None:
     if split not in split_lib.SPLIT_NAMES:
         raise ValueError(f"split must be one of {split_lib.SPLIT_NAMES}, got {split!r}")
+    rows = build_masked_sample_index(
+        _split_bounds(config, info, split),
+        info.sequence_lengths,
+        config.max_length,
+        config.short_sequence_probability,
+        config.min_sentences,
+        config.seed,
+        config.num_samples,
+    )
+    if rows.shape[0] == 0:
+        raise ValueError(
+            f"split {split!r} of {info.name} yields no samples: no document has "
+            f"{config.min_sentences} or more sentences"
+        )
+    return {ROWS: rows}, {"format": MASKED_FORMAT, "split": split}
 
 
 def build_masked_index(config: MaskedIndexConfig, info: DatasetInfo, split: str) -> MaskedSampleIndex:
@@ -217,7 +200,6 @@ def build_masked_index(config: MaskedIndexConfig, info: DatasetInfo, split: str)
     `jaxblend.map_store.load_or_build_masked_index`).
 
     Args:
-      config: the index configuration.
       info: the dataset's sequence lengths, document boundaries and content fingerprint.
       split: "train", "valid" or "test".
 
@@ -227,5 +209,5 @@ def build_masked_index(config: MaskedIndexConfig, info: DatasetInfo, split: str)
     Raises:
       ValueError: an unknown or empty split, a split without documents, or one without samples.
     """
-    _check_split(split)
-    return MaskedSampleIndex(_build_rows(config, info, split), masked_index_key(config, info, split), split)
+    arrays, meta = masked_index_arrays(config, info, split)
+    return masked_index_from_arrays(arrays, meta, masked_index_key(config, info, split), split)

@@ -104,8 +104,6 @@ def build_masked_sample_index(
     bounds = np.ascontiguousarray(doc_bounds, dtype=np.int64)
     lengths = np.ascontiguousarray(sequence_lengths, dtype=np.int64)
     threshold = min(int(short_sequence_probability * 2.0**64), MASK64)
-    if short_sequence_probability >= 1.0:
-        threshold = MASK64
     wanted = -1 if num_samples is None else int(num_samples)
     args = (
         bounds,

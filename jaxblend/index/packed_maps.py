@@ -2,15 +2,10 @@
 
 A packed dataset's samples are rows of at most `seq_length + extra` tokens (the window the GPT
 source reads), each holding whole documents (sequences) and padding, instead of Megatron's
-concatenate-and-cut windows. One epoch of one dataset split (`build_packed_epoch`), from a seed:
-
-1. the split's sequences are put in an order drawn with `RandomState(seed)`;
-2. sequences longer than a row are cut into row-sized pieces, every other sequence is one piece;
-   empty sequences have none;
-3. the pieces are packed best-fit decreasing within windows of `window` pieces (steps 2 and 3 are
-   `packing.pack_items`: `packing.cut_items` then `packing.best_fit_pack`);
-4. the rows are put in an order drawn from the same generator (kept as an index, `order`: the
-   rows themselves stay in the order they were packed).
+concatenate-and-cut windows. One epoch of one dataset split (`build_packed_epoch`) is built in
+the four steps of docs/samples.md ("How rows are packed"): sequences in an order drawn with
+`RandomState(seed)`, cut and packed by `packing.pack_items`, rows in an order drawn from the same
+generator (kept as an index, `order`: the rows themselves stay in the order they were packed).
 
 Each sequence's tokens are in exactly one row of an epoch. A dataset asked for N samples gets
 whole epochs until it has at least N rows (one epoch when N is None); epoch e uses the seed
@@ -92,7 +87,7 @@ def build_packed_epoch(
     window: int = packing.DEFAULT_WINDOW,
     overflow: str = "cut",
 ) -> PackedDatasetMaps:
-    """One epoch of packed rows of a dataset split (steps 1-4 of the module docstring).
+    """One epoch of packed rows of a dataset split (see the module docstring).
 
     Args:
       sequence_lengths: every sequence length of the dataset.
@@ -162,23 +157,38 @@ def build_packed_dataset_maps(
         total += len(epoch)
         if num_samples is None or total >= num_samples:
             break
-    if len(epochs) == 1:
-        return epochs[0]
-    piece_base = np.cumsum([0] + [int(m.starts[-1]) for m in epochs[:-1]])
-    row_base = np.cumsum([0] + [len(m) for m in epochs[:-1]])
-    starts = np.concatenate(
-        [np.zeros(1, np.int64)] + [m.starts[1:] + b for m, b in zip(epochs, piece_base)]
+    return _end_to_end(epochs, move_order=True)[0]
+
+
+def _end_to_end(
+    maps: list[PackedDatasetMaps], move_order: bool
+) -> tuple[PackedDatasetMaps, np.ndarray]:
+    """`maps` end to end (rows and pieces numbered on; the first one's split documents) and
+    `offsets` int64 `[J, 4]`: each one's (first piece, first row, epochs, rows). Each one's
+    `order` is moved by the rows before it when `move_order` (epochs of one dataset), else kept
+    (datasets of a split, whose rows are found through `offsets`)."""
+    offsets = np.zeros((len(maps), 4), np.int64)
+    offsets[:, 2] = [len(m.epoch_rows) for m in maps]
+    offsets[:, 3] = [len(m) for m in maps]
+    offsets[1:, 0] = np.cumsum([int(m.starts[-1]) for m in maps[:-1]])
+    offsets[1:, 1] = np.cumsum(offsets[:-1, 3])
+    if len(maps) == 1:
+        return maps[0], offsets
+    joined = PackedDatasetMaps(
+        starts=np.concatenate(
+            [np.zeros(1, np.int64)] + [m.starts[1:] + o for m, o in zip(maps, offsets[:, 0])]
+        ),
+        sequence=np.concatenate([m.sequence for m in maps]),
+        offset=np.concatenate([m.offset for m in maps]),
+        length=np.concatenate([m.length for m in maps]),
+        order=np.concatenate(
+            [m.order + o if move_order else m.order for m, o in zip(maps, offsets[:, 1])]
+        ),
+        epoch_rows=np.concatenate([m.epoch_rows for m in maps]),
+        split_documents=maps[0].split_documents,
+        capacity=maps[0].capacity,
     )
-    return PackedDatasetMaps(
-        starts=starts,
-        sequence=np.concatenate([m.sequence for m in epochs]),
-        offset=np.concatenate([m.offset for m in epochs]),
-        length=np.concatenate([m.length for m in epochs]),
-        order=np.concatenate([m.order + b for m, b in zip(epochs, row_base)]),
-        epoch_rows=np.concatenate([m.epoch_rows for m in epochs]),
-        split_documents=epochs[0].split_documents,
-        capacity=int(capacity),
-    )
+    return joined, offsets
 
 
 def concatenated_arrays(
@@ -186,33 +196,17 @@ def concatenated_arrays(
 ) -> dict[str, np.ndarray]:
     """The packed maps of a split's datasets end to end, named `<name>.<array>` (see the module
     docstring)."""
-    offsets = np.zeros((len(maps), 4), np.int64)
-    piece_total = row_total = 0
-    starts = [np.zeros(1, np.int64)]
-    for j, m in enumerate(maps):
-        offsets[j] = (piece_total, row_total, len(m.epoch_rows), len(m))
-        starts.append(m.starts[1:] + piece_total if piece_total else m.starts[1:])
-        piece_total += int(m.starts[-1])
-        row_total += len(m)
+    joined, offsets = _end_to_end(maps, move_order=False)
     return {
-        f"{name}.packed_starts": maps[0].starts if len(maps) == 1 else np.concatenate(starts),
-        f"{name}.packed_sequence": _joined([m.sequence for m in maps]),
-        f"{name}.packed_offset": _joined([m.offset for m in maps]),
-        f"{name}.packed_length": _joined([m.length for m in maps]),
+        f"{name}.packed_starts": joined.starts,
+        f"{name}.packed_sequence": joined.sequence,
+        f"{name}.packed_offset": joined.offset,
+        f"{name}.packed_length": joined.length,
         f"{name}.offsets": offsets,
-        f"{name}.packed_order": maps[0].order if len(maps) == 1 else np.concatenate(
-            [m.order for m in maps]
-        ),
-        f"{name}.packed_epoch_rows": np.concatenate([m.epoch_rows for m in maps]),
+        f"{name}.packed_order": joined.order,
+        f"{name}.packed_epoch_rows": joined.epoch_rows,
         f"{name}.constituent_prefix": np.array(constituent_prefix, np.int64),
     }
-
-
-def _joined(parts: list[np.ndarray]) -> np.ndarray:
-    """int32 arrays end to end (the one array itself when there is one)."""
-    if len(parts) == 1:
-        return np.asarray(parts[0], np.int32)
-    return np.concatenate(parts).astype(np.int32, copy=False)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -256,12 +250,6 @@ class PackedSplitMaps(SplitMaps):
         self._epochs = None
         self._megatron_dtypes = megatron_dtypes
 
-    def __repr__(self) -> str:
-        return (
-            f"PackedSplitMaps(name={self.name!r}, len={self._length}, "
-            f"datasets={len(self.dataset_names)}, blended={self.is_blended})"
-        )
-
     is_packed = True
 
     def dataset_epoch_rows(self, dataset_id: int) -> np.ndarray:
@@ -274,8 +262,7 @@ class PackedSplitMaps(SplitMaps):
     def dataset_rows(self, dataset_id: int) -> PackedDatasetMaps:
         """Dataset `dataset_id`'s packed rows (its `starts` count from its first piece; its
         sample q is row `order[q]`)."""
-        if not 0 <= dataset_id < self.num_datasets:
-            raise IndexError(f"dataset_id {dataset_id} out of range [0, {self.num_datasets})")
+        epoch_rows = self.dataset_epoch_rows(dataset_id)  # checks the id
         first_piece, first_row, _, rows = (int(v) for v in self._offsets[dataset_id])
         starts = np.asarray(self._starts[first_row : first_row + rows + 1], np.int64)
         pieces = slice(int(starts[0]), int(starts[-1]))
@@ -285,7 +272,7 @@ class PackedSplitMaps(SplitMaps):
             offset=np.asarray(self._offset[pieces]),
             length=np.asarray(self._piece_length[pieces]),
             order=np.asarray(self._order[first_row : first_row + rows], np.int64),
-            epoch_rows=self.dataset_epoch_rows(dataset_id),
+            epoch_rows=epoch_rows,
             split_documents=self.split_documents[dataset_id],
             capacity=self.window,
         )
@@ -324,6 +311,6 @@ class PackedSplitMaps(SplitMaps):
         ids = self._check_many(sample_ids)
         ds, rows = _packed_rows(ids, *self._blend_arrays(), self._offsets, self._order)
         row, seq, off, length = gather_pieces(
-            rows, self._starts, 0, self._sequence, self._offset, self._piece_length, True
+            rows, self._starts, 0, self._sequence, self._offset, self._piece_length
         )
         return Spans(row=row, dataset=ds[row].astype(np.int32), sequence=seq, offset=off, length=length)

@@ -25,12 +25,9 @@ document case)::
     # [packed.offset[q], packed.offset[q] + packed.length[q]) of item packed.item[q]
 
 It builds the same rows as `best_fit_pack(cut_items(lengths[order], capacity).length, ...)`.
-
-Finding the best open row is a look-up in a two-level bitmap of the rooms the open rows have left
-(a few word operations), and a window is sorted by length with a counting sort, so packing costs
-O(n + capacity x windows) (a merge sort for windows much smaller than a row). A window's pieces
-go only to rows opened in that window, so the work arrays are a window's (they stay in cache) and
-the rows of a window are written out when it closes.
+How it is fast (a counting sort per window, a two-level bitmap of the open rows' rooms, work
+arrays of one window): docs/samples.md, "How rows are packed"; it costs O(n + capacity x windows)
+(a merge sort for windows much smaller than a row).
 """
 
 from __future__ import annotations
@@ -39,6 +36,8 @@ import dataclasses
 
 import numba
 import numpy as np
+
+from jaxblend.validation import require_int
 
 try:  # Numba's intrinsic: one instruction
     from numba.cpython.unsafe.numbers import trailing_zeros
@@ -134,29 +133,15 @@ class PackedItems:
         return int(self.starts.shape[0] - 1)
 
 
-def _check_capacity(capacity: int) -> int:
-    if (
-        isinstance(capacity, bool)
-        or not isinstance(capacity, (int, np.integer))
-        or not 1 <= capacity <= MAX_CAPACITY
-    ):
+def _whole_items(lengths: np.ndarray, capacity: int) -> tuple[np.ndarray, np.int64]:
+    """int64 `lengths` of items that each fill at most one row, and `capacity` (checked)."""
+    lengths, _, capacity, _ = _items(lengths, capacity, "cut")
+    if lengths.size and (int(lengths.min()) < 1 or int(lengths.max()) > capacity):
         raise ValueError(
-            f"capacity = {capacity!r} must be an integer in [1, {MAX_CAPACITY}] (tokens per row)"
+            f"item lengths must be in [1, {capacity}] (cut longer items with cut_items), got "
+            f"[{int(lengths.min())}, {int(lengths.max())}]"
         )
-    return int(capacity)
-
-
-def check_window(window: int) -> int:
-    """`window` as an int, validated.
-
-    Raises:
-      ValueError: not an integer >= 1.
-    """
-    if isinstance(window, bool) or not isinstance(window, (int, np.integer)) or window < 1:
-        raise ValueError(
-            f"packing window = {window!r} must be an integer >= 1 (items packed together)"
-        )
-    return int(window)
+    return lengths.astype(np.int64, copy=False), capacity
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -185,26 +170,11 @@ def _count_pieces(lengths, order, capacity, keep):  # pragma: no cover - compile
     return total, split
 
 
-@numba.njit(cache=True, nogil=True)
-def _cut_kernel(lengths, order, capacity, keep):  # pragma: no cover - compiled
-    total, split = _count_pieces(lengths, order, capacity, keep)
-    item = np.empty(total, np.int64)
-    offset = np.empty(total, np.int64)
-    length = np.empty(total, np.int64)
-    m = 0
-    for i in range(lengths.shape[0] if order is None else order.shape[0]):
-        size = _kept(np.int64(lengths[i] if order is None else lengths[order[i]]), capacity, keep)
-        for start in range(0, size, capacity):
-            item[m] = i
-            offset[m] = start
-            length[m] = min(capacity, size - start)
-            m += 1
-    return item, offset, length, split
-
-
 def _items(lengths, capacity, overflow, order=None):
     """The checked arguments of `cut_items`/`pack_items` as their kernels take them."""
-    capacity = _check_capacity(capacity)
+    require_int("capacity (tokens per row)", capacity, 1)
+    if capacity > MAX_CAPACITY:
+        raise ValueError(f"capacity = {capacity} is above the packer's {MAX_CAPACITY} tokens")
     if overflow not in OVERFLOWS:
         raise ValueError(f"packing_overflow = {overflow!r}; expected one of {OVERFLOWS}")
     lengths = np.ascontiguousarray(lengths)
@@ -238,8 +208,14 @@ def cut_items(lengths: np.ndarray, capacity: int, overflow: str = "cut") -> CutI
       ValueError: a capacity < 1, lengths that are not 1-D or are negative, an unknown
         ``overflow``.
     """
-    item, offset, length, split = _cut_kernel(*_items(lengths, capacity, overflow))
-    return CutItems(item, offset, length, int(split))
+    lengths, _, capacity, keep = _items(lengths, capacity, overflow)
+    size = lengths.astype(np.int64)
+    kept = (size, np.minimum(size, capacity), np.where(size > capacity, 0, size))[keep]
+    pieces = -(-kept // capacity)
+    item = np.repeat(np.arange(size.shape[0], dtype=np.int64), pieces)
+    offset = (np.arange(item.shape[0]) - np.repeat(np.cumsum(pieces) - pieces, pieces)) * capacity
+    length = np.minimum(capacity, kept[item] - offset)
+    return CutItems(item, offset, length, int(np.count_nonzero(size > capacity)))
 
 
 _ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
@@ -379,25 +355,6 @@ def _pack_window(lengths, capacity, work, starts, used, rows, slot):  # pragma: 
 
 
 @numba.njit(cache=True, nogil=True)
-def _best_fit_kernel(lengths, capacity, window):  # pragma: no cover - compiled
-    n = lengths.shape[0]
-    span = max(1, min(window, n))
-    work = _window_work(capacity, span)
-    slot = np.empty(span, np.int64)
-    starts = np.empty(n + 1, np.int64)  # rows <= pieces; trimmed at the end
-    used = np.empty(n, np.int64)
-    pieces = np.empty(n, np.int64)
-    starts[0] = 0
-    rows = 0
-    for w0 in range(0, n, window):
-        w1 = min(n, w0 + window)
-        rows += _pack_window(lengths[w0:w1], capacity, work, starts, used, rows, slot)
-        for k in range(w1 - w0):
-            pieces[slot[k]] = w0 + k
-    return starts[: rows + 1].copy(), pieces, used[:rows].copy()
-
-
-@numba.njit(cache=True, nogil=True)
 def _pack_pieces(k, capacity, work, starts, used, rows, slot, pieces):  # pragma: no cover
     # Packs the first k pieces of the window buffers and writes them to their rows' places.
     piece_item, piece_offset, piece_length, item, offset, length = pieces
@@ -442,7 +399,7 @@ def _pack_items_kernel(lengths, order, capacity, window, keep):  # pragma: no co
                 k = 0
     if k > 0:
         rows += _pack_pieces(k, capacity, work, starts, used, rows, slot, pieces)
-    return starts[: rows + 1].copy(), item, offset, length, split
+    return starts[: rows + 1].copy(), item, offset, length, split, used[:rows].copy()
 
 
 def best_fit_pack(lengths: np.ndarray, capacity: int, window: int = DEFAULT_WINDOW) -> PackedRows:
@@ -462,20 +419,11 @@ def best_fit_pack(lengths: np.ndarray, capacity: int, window: int = DEFAULT_WIND
       ValueError: a capacity or window < 1, lengths not 1-D, or an item of 0 or more than
         `capacity` tokens.
     """
-    capacity = _check_capacity(capacity)
-    window = check_window(window)
-    lengths = np.ascontiguousarray(lengths, np.int64)
-    if lengths.ndim != 1:
-        raise ValueError(f"item lengths must be 1-D, got shape {lengths.shape}")
-    if lengths.size and (int(lengths.min()) < 1 or int(lengths.max()) > capacity):
-        raise ValueError(
-            f"item lengths must be in [1, {capacity}] (cut longer items with cut_items), got "
-            f"[{int(lengths.min())}, {int(lengths.max())}]"
-        )
-    if lengths.size >= MAX_ITEMS:
-        raise ValueError(f"{lengths.size} items in one call; pack fewer than {MAX_ITEMS} at a time")
-    starts, pieces, used = _best_fit_kernel(lengths, np.int64(capacity), np.int64(window))
-    return PackedRows(starts, pieces, used)
+    lengths, capacity = _whole_items(lengths, capacity)
+    require_int("packing window (items packed together)", window, 1)
+    # Every item is one piece: `pack_items`'s rows are the rows of the items.
+    starts, item, _, _, _, used = _pack_items_kernel(lengths, None, capacity, np.int64(window), 0)
+    return PackedRows(starts, item.astype(np.int64), used)
 
 
 def pack_items(
@@ -500,8 +448,9 @@ def pack_items(
       ValueError: as `cut_items` and `best_fit_pack`, or an `order` outside `lengths`.
     """
     lengths, order, capacity, keep = _items(lengths, capacity, overflow, order)
-    starts, item, offset, length, split = _pack_items_kernel(
-        lengths, order, capacity, np.int64(check_window(window)), keep
+    require_int("packing window (items packed together)", window, 1)
+    starts, item, offset, length, split, _ = _pack_items_kernel(
+        lengths, order, capacity, np.int64(window), keep
     )
     return PackedItems(starts, item, offset, length, int(split))
 
@@ -536,9 +485,5 @@ def first_fit_rows(lengths: np.ndarray, capacity: int) -> np.ndarray:
     Raises:
       ValueError: as `best_fit_pack`.
     """
-    capacity = _check_capacity(capacity)
-    lengths = np.ascontiguousarray(lengths, np.int64)
-    if lengths.size and (int(lengths.min()) < 1 or int(lengths.max()) > capacity):
-        raise ValueError(f"item lengths must be in [1, {capacity}]")
-    row_of, _ = _first_fit_kernel(lengths, np.int64(capacity))
+    row_of, _ = _first_fit_kernel(*_whole_items(lengths, capacity))
     return row_of

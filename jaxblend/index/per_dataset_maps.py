@@ -21,11 +21,9 @@ class DatasetMapsRequest:
     """What the maps of one dataset split must be.
 
     Attributes:
-      prefix: the dataset prefix.
       split: ``train``, ``valid`` or ``test``.
       num_samples: samples requested from this dataset (None: one epoch).
       seq_length: S.
-      seed: the random seed.
       bookend: the split's ``(begin, end)`` fractions.
       documents: the split's sequence ids.
       sequence_lengths: every sequence length of the dataset.

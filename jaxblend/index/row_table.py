@@ -34,6 +34,7 @@ import numba
 import numpy as np
 
 from jaxblend.index.split_maps import SplitMaps
+from jaxblend.validation import require_int
 
 FIELDS = ("starts", "dataset", "offset", "length")
 """The arrays of a row table, in the order `RowTables.rows` returns them."""
@@ -83,9 +84,7 @@ def build_row_table(split: SplitMaps, chunk: int = DEFAULT_CHUNK) -> dict[str, n
     Raises:
       ValueError: `chunk` < 1, or a dataset longer than an int64 token offset can say.
     """
-    if isinstance(chunk, bool) or int(chunk) < 1:
-        raise ValueError(f"chunk must be an integer >= 1, got {chunk!r}")
-    chunk = int(chunk)
+    require_int("chunk", chunk, 1)
     n = len(split)
     token_starts, bases = _token_starts(split)
     starts = np.empty(n + 1, np.int64)
@@ -115,16 +114,12 @@ def _token_starts(split: SplitMaps) -> tuple[np.ndarray, np.ndarray]:
     """First token of every sequence of every prefix (the lengths' running sums, per prefix), and
     each constituent dataset's base index into it."""
     # SplitMaps keeps the sequence lengths private; this module is its sibling in the index layer.
-    lengths = np.asarray(split._lengths)
+    lengths = np.asarray(split._lengths, np.int64)
     length_offsets = np.asarray(split._length_offsets, np.int64)
-    constituent_prefix = np.asarray(split._constituent_prefix, np.int64)
-    token_starts = np.empty(lengths.shape[0], np.int64)
-    for p in range(length_offsets.shape[0] - 1):
-        a, b = int(length_offsets[p]), int(length_offsets[p + 1])
-        if b > a:
-            sizes = lengths[a:b].astype(np.int64)
-            token_starts[a:b] = np.cumsum(sizes) - sizes
-    return token_starts, length_offsets[constituent_prefix]
+    ends = np.cumsum(lengths)
+    before = np.concatenate(([0], ends))[length_offsets[:-1]]  # tokens of the earlier prefixes
+    token_starts = ends - lengths - np.repeat(before, np.diff(length_offsets))
+    return token_starts, length_offsets[np.asarray(split._constituent_prefix, np.int64)]
 
 
 @numba.njit(cache=True, nogil=True)
@@ -157,12 +152,11 @@ class RowSpans:
 
 
 @numba.njit(cache=True, nogil=True)
-def gather_pieces(rows, starts, base, first, second, length, keep_empty):  # pragma: no cover
+def gather_pieces(rows, starts, base, first, second, length):  # pragma: no cover
     """The pieces of rows `rows` of a table whose row q holds pieces `[starts[q], starts[q + 1])`
     (`base`: the index of the first piece the columns hold), row order then piece order:
-    (position in `rows`, `first`, `second`, `length`), all int64; without `keep_empty`, the
-    pieces of length 0 are left out. The one gather of a table's pieces (here and
-    `PackedSplitMaps.spans`)."""
+    (position in `rows`, `first`, `second`, `length`), all int64, empty pieces included. The one
+    gather of a table's pieces (here and `PackedSplitMaps.spans`)."""
     total = 0
     for r in range(rows.shape[0]):
         total += starts[rows[r] + 1] - starts[rows[r]]
@@ -173,13 +167,12 @@ def gather_pieces(rows, starts, base, first, second, length, keep_empty):  # pra
     m = 0
     for r in range(rows.shape[0]):
         for p in range(starts[rows[r]] - base, starts[rows[r] + 1] - base):
-            if length[p] > 0 or keep_empty:
-                out_row[m] = r
-                out_first[m] = first[p]
-                out_second[m] = second[p]
-                out_len[m] = length[p]
-                m += 1
-    return out_row[:m], out_first[:m], out_second[:m], out_len[:m]
+            out_row[m] = r
+            out_first[m] = first[p]
+            out_second[m] = second[p]
+            out_len[m] = length[p]
+            m += 1
+    return out_row, out_first, out_second, out_len
 
 
 def spans_of_rows(
@@ -189,7 +182,6 @@ def spans_of_rows(
     offset: np.ndarray,
     length: np.ndarray,
     sample_ids: np.ndarray,
-    keep_empty: bool = False,
 ) -> RowSpans:
     """The pieces of `sample_ids` from rows `[lo, hi)` of a row table (one compiled call).
 
@@ -198,10 +190,9 @@ def spans_of_rows(
       starts: `starts[lo : hi + 1]` of the table.
       dataset, offset, length: the pieces `[starts[lo], starts[hi])` of the table.
       sample_ids: int64 sample ids in `[lo, hi)`, any order, repeats allowed.
-      keep_empty: also return empty pieces (as `SplitMaps.spans(keep_empty=True)`).
 
     Returns:
-      The same pieces, in the same order, as `SplitMaps.spans(sample_ids, keep_empty)`.
+      The same pieces, in the same order, as `SplitMaps.spans(sample_ids, keep_empty=True)`.
 
     Raises:
       IndexError: a sample id outside `[lo, hi)`.
@@ -224,7 +215,5 @@ def spans_of_rows(
     if ids.size and (ids.min() < lo or ids.max() >= hi):
         bad = ids[(ids < lo) | (ids >= hi)][0]
         raise IndexError(f"sample id {int(bad)} is outside the row-table rows [{lo}, {hi})")
-    row, ds, off, n = gather_pieces(
-        ids - lo, starts, starts[0], dataset, offset, length, bool(keep_empty)
-    )
+    row, ds, off, n = gather_pieces(ids - lo, starts, starts[0], dataset, offset, length)
     return RowSpans(row=row, dataset=ds.astype(np.int32), offset=off, length=n)

@@ -199,8 +199,8 @@ class SplitMaps:
 
     def __repr__(self) -> str:
         return (
-            f"SplitMaps(name={self.name!r}, len={self._length}, datasets={len(self.dataset_names)}, "
-            f"blended={self.is_blended})"
+            f"{type(self).__name__}(name={self.name!r}, len={self._length}, "
+            f"datasets={len(self.dataset_names)}, blended={self.is_blended})"
         )
 
     @property
@@ -258,57 +258,38 @@ class SplitMaps:
           ValueError: `epoch=None` for a staged dataset of several epochs.
         """
         count = self.dataset_epochs(dataset_id)
+        if epoch is None and count > 1:
+            raise ValueError(
+                f"dataset {dataset_id} ({self.dataset_names[dataset_id]}) of split {self.name!r} "
+                f"holds {count} epochs laid end to end; ask constituent({dataset_id}, epoch=e)"
+            )
+        e = 0 if epoch is None else epoch
+        if not 0 <= e < count:
+            raise IndexError(f"epoch {epoch} out of range [0, {count}) of dataset {dataset_id}")
         doc0, smp0, shf0, n = (int(v) for v in self._offsets[dataset_id])
         doc1 = (
             int(self._offsets[dataset_id + 1, 0])
             if dataset_id + 1 < self.num_datasets
             else int(self._document_index.shape[0])
         )
-        sample_dtype, shuffle_dtype = self._megatron_dtypes[dataset_id]
-        if epoch is None and count > 1:
-            raise ValueError(
-                f"dataset {dataset_id} ({self.dataset_names[dataset_id]}) of split {self.name!r} "
-                f"holds {count} epochs laid end to end; ask constituent({dataset_id}, epoch=e)"
-            )
-        if count == 1:
-            if epoch not in (None, 0):
-                raise IndexError(f"epoch {epoch} out of range [0, 1) of dataset {dataset_id}")
-            return gpt.GPTIndexMaps(
-                document_index=self._document_index[doc0:doc1],
-                sample_index=self._sample_index[smp0 : smp0 + n + 1].astype(
-                    sample_dtype, copy=False
-                ),
-                shuffle_index=self._shuffle_index[shf0 : shf0 + n].astype(
-                    shuffle_dtype, copy=False
-                ),
-            )
-        if not 0 <= epoch < count:
-            raise IndexError(f"epoch {epoch} out of range [0, {count}) of dataset {dataset_id}")
         per_doc, per_epoch = (doc1 - doc0) // count, n // count
-        rows = self._sample_index[
-            smp0 + epoch * (per_epoch + 1) : smp0 + (epoch + 1) * (per_epoch + 1)
-        ].astype(np.int64)
-        rows[:, 0] -= epoch * per_doc
-        shuffle = self._shuffle_index[
-            shf0 + epoch * per_epoch : shf0 + (epoch + 1) * per_epoch
-        ].astype(np.int64) - epoch * (per_epoch + 1)
+        rows = self._sample_index[smp0 + e * (per_epoch + 1) : smp0 + (e + 1) * (per_epoch + 1)]
+        shuffle = self._shuffle_index[shf0 + e * per_epoch : shf0 + (e + 1) * per_epoch]
+        if e:  # epoch e's positions are moved by e epochs (`staged_split`)
+            rows = rows.astype(np.int64) - np.array([e * per_doc, 0])
+            shuffle = shuffle.astype(np.int64) - e * (per_epoch + 1)
+        sample_dtype, shuffle_dtype = self._megatron_dtypes[dataset_id]
         return gpt.GPTIndexMaps(
-            document_index=self._document_index[
-                doc0 + epoch * per_doc : doc0 + (epoch + 1) * per_doc
-            ],
-            sample_index=rows.astype(sample_dtype),
-            shuffle_index=shuffle.astype(shuffle_dtype),
+            document_index=self._document_index[doc0 + e * per_doc : doc0 + (e + 1) * per_doc],
+            sample_index=rows.astype(sample_dtype, copy=False),
+            shuffle_index=shuffle.astype(shuffle_dtype, copy=False),
         )
 
     # -- lookups -------------------------------------------------------------------------------
     def _check(self, i: int) -> int:
         if isinstance(i, bool) or not isinstance(i, (int, np.integer)):
             raise TypeError(f"sample index must be an int, got {type(i).__name__}")
-        if not 0 <= i < self._length:
-            raise IndexError(
-                f"sample index {i} out of range for split {self.name!r} of length {self._length}"
-            )
-        return int(i)
+        return int(self._check_many(np.array([i]))[0])
 
     def _check_many(self, sample_ids: np.ndarray) -> np.ndarray:
         ids = np.ascontiguousarray(sample_ids, dtype=np.int64)

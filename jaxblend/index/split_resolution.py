@@ -34,8 +34,6 @@ from jaxblend.index.config import DatasetInfo, GPTDataConfig
 
 InfoSource = Mapping[str, DatasetInfo] | Callable[[str], DatasetInfo]
 
-SPLIT_KINDS = ("single", "weighted", "unweighted", "staged")
-
 
 @dataclasses.dataclass(frozen=True)
 class SplitSpec:
@@ -62,12 +60,6 @@ class SplitSpec:
     surplus: float
     drop_last_partial: bool
     schedule: BlendSchedule | None = None
-
-    def __post_init__(self) -> None:
-        if self.kind not in SPLIT_KINDS:
-            raise ValueError(f"split kind {self.kind!r}; expected one of {SPLIT_KINDS}")
-        if (self.kind == "staged") != (self.schedule is not None):
-            raise ValueError(f"split kind {self.kind!r} with schedule {self.schedule!r}")
 
     def blend_targets(self) -> list[int] | None:
         """A weighted blend's samples per dataset, `ceil(N w_j)` (summing to its size), or None."""
@@ -105,29 +97,24 @@ def resolve_splits(
       ValueError: a bad split string, or a weighted blend without a sample count (the blends
         were parsed and validated with the config).
     """
-    specs: list[SplitSpec | None] = []
-    staged = config.train_schedule is not None
-    if config.blend is not None:
-        blend = config.blend
+    per_split = config.blend is None
+    if not per_split:
         matrix = split_lib.split_matrix(split_lib.parse_split(config.split))
-        for index, name in enumerate(split_lib.SPLIT_NAMES):
-            if matrix[index] is None or name not in wanted:
-                specs.append(None)
-            elif staged and name == "train":
-                specs.append(_staged_spec(config, matrix[index]))
-            else:
-                specs.append(_make_spec(config, name, blend, matrix[index], index, per_split=False))
-        return specs
+    specs: list[SplitSpec | None] = []
     for index, name in enumerate(split_lib.SPLIT_NAMES):
-        blend = None if config.blend_per_split is None else config.blend_per_split[index]
-        if name not in wanted:
+        if per_split:
+            bookend = (0.0, 1.0)
+            blend = None if config.blend_per_split is None else config.blend_per_split[index]
+        else:
+            bookend, blend = matrix[index], config.blend
+        if name not in wanted or bookend is None:
             specs.append(None)
-        elif staged and name == "train":
-            specs.append(_staged_spec(config, (0.0, 1.0)))
+        elif name == "train" and config.train_schedule is not None:
+            specs.append(_staged_spec(config, bookend))
         elif blend is None:
             specs.append(None)
         else:
-            specs.append(_make_spec(config, name, blend, (0.0, 1.0), index, per_split=True))
+            specs.append(_make_spec(config, name, blend, bookend, index, per_split))
     return specs
 
 

@@ -283,18 +283,18 @@ class RowTableSpanIndex:
             return _empty_pieces()
         lo, hi = int(ids.min()), int(ids.max()) + 1
         if hi - lo - ids.size <= GROUP_GAP:  # no gap between the ids can exceed GROUP_GAP
-            return row_table.spans_of_rows(lo, *self._tables.rows(lo, hi), ids, keep_empty=True)
+            return row_table.spans_of_rows(lo, *self._tables.rows(lo, hi), ids)
         order = np.argsort(ids, kind="stable")
         ordered = ids[order]
         cuts = np.flatnonzero(np.diff(ordered) > GROUP_GAP) + 1
         groups = np.split(np.arange(ids.size), cuts)
         if len(groups) == 1:
-            return row_table.spans_of_rows(lo, *self._tables.rows(lo, hi), ids, keep_empty=True)
+            return row_table.spans_of_rows(lo, *self._tables.rows(lo, hi), ids)
         parts = []
         for g in groups:
             pos = order[g]
             lo, hi = int(ordered[g[0]]), int(ordered[g[-1]]) + 1
-            s = row_table.spans_of_rows(lo, *self._tables.rows(lo, hi), ids[pos], keep_empty=True)
+            s = row_table.spans_of_rows(lo, *self._tables.rows(lo, hi), ids[pos])
             parts.append(row_table.RowSpans(pos[s.row], s.dataset, s.offset, s.length))
         row = np.concatenate([p.row for p in parts])
         by_row = np.argsort(row, kind="stable")

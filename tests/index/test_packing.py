@@ -302,7 +302,7 @@ def test_row_table_of_packed_maps_gives_the_same_pieces():
     train = index.build_data_maps(packed_config(num_samples=(300, None, None)), infos).split("train")
     table = row_table.build_row_table(train, chunk=7)
     ids = np.array([5, 0, 299, 5, 17])
-    got = row_table.spans_of_rows(0, *(table[f] for f in row_table.FIELDS), ids, keep_empty=True)
+    got = row_table.spans_of_rows(0, *(table[f] for f in row_table.FIELDS), ids)
     want = train.spans(ids)
     starts = np.concatenate([[0], np.cumsum(lengths.astype(np.int64))])
     assert got.row.tolist() == want.row.tolist()
