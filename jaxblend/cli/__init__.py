@@ -11,11 +11,11 @@ any jaxblend module defines no flag, and nothing outside this package reads `abs
   assembly           `assemble(values)`: the one function that builds `DataAccess` -> step plan
                      -> `--data_schedule` -> `GPTDataConfig` -> `GPTSchemaOptions` (a
                      `RunConfig`), without flags; `run_config_from_flags()` on the parsed flags
+                     (`data_access_from_flags()`, `prefixes_from_flags()`: parts of it)
   steps              `StepSettings`: the step plan and the rule deriving the sample counts
   data_flags         Megatron-LM data flags (definitions; the blend flags' values)
   schedule_flags     --data_schedule (a data flag): the JSON file -> `DataSchedule`, the resume
                      history of a staged train split
-  access_flags       storage and cache flags -> `DataAccess` (`data_access_from_flags`)
   schema_flags       sample-schema flags -> `GPTSchemaOptions`; fim_flags: Megatron's --fim-*
                      flags (part of the schema flags) -> `GPTSchemaOptions.fim`
   source_flags       mock data, storage backend; opens a split's source of a `RunConfig`
@@ -39,12 +39,13 @@ any jaxblend module defines no flag, and nothing outside this package reads `abs
   megatron_argv      Megatron-LM's spellings (dashes, space-separated lists)
 """
 
-from jaxblend.cli.access_flags import data_access_from_flags, prefixes_from_flags
 from jaxblend.cli.assembly import (
     MockSettings,
     RunConfig,
     assemble,
+    data_access_from_flags,
     phase_data_config,
+    prefixes_from_flags,
     run_config_from_flags,
 )
 from jaxblend.cli.data_flags import define_data_flags

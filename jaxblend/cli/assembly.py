@@ -173,19 +173,16 @@ def read_schedule(values: DataFlagValues, access: DataAccess) -> DataSchedule | 
     return schedule_flags.read_data_schedule(values.data_schedule, access)
 
 
-def prefixes(values: DataFlagValues, access: DataAccess | None = None) -> list[str]:
-    """Every distinct dataset prefix the data flags name, in order (needs no --seq_length).
-
-    Raises:
-      ValueError: no data path, both forms given, a malformed blend or schedule.
-    """
-    access = data_access(values) if access is None else access
-    schedule = read_schedule(values, access)
-    blend, per_split = data_flags.blends_from_values(values, scheduled=schedule is not None)
-    named = index.blend_prefixes([blend] if blend is not None else per_split)
-    if schedule is None:
-        return named
-    return list(dict.fromkeys([*schedule.prefixes(), *named]))
+# The fields of `GPTDataConfig` and `GPTSchemaOptions` that are a flag's value as it is.
+_DATA_AS_GIVEN = (
+    "split", "seq_length", "seed", "add_extra_token_to_sequence",
+    "drop_last_partial_validation_sequence", "mid_level_dataset_surplus",
+    "multiple_validation_sets", "full_validation", "packing", "packing_window", "packing_overflow",
+)
+_SCHEMA_AS_GIVEN = (
+    "eod_mask_loss", "reset_position_ids", "reset_attention_mask", "megatron_compat", "pad_id",
+    "inter_document_masking",
+)
 
 
 def data_config(
@@ -223,18 +220,8 @@ def data_config(
         blend=blend,
         blend_per_split=None if blend is not None else per_split,
         train_schedule=train_schedule,
-        split=values.split,
-        seq_length=values.seq_length,
-        seed=values.seed,
         num_samples=counts,
-        add_extra_token_to_sequence=values.add_extra_token_to_sequence,
-        drop_last_partial_validation_sequence=values.drop_last_partial_validation_sequence,
-        mid_level_dataset_surplus=values.mid_level_dataset_surplus,
-        multiple_validation_sets=values.multiple_validation_sets,
-        full_validation=values.full_validation,
-        packing=values.packing,
-        packing_window=values.packing_window,
-        packing_overflow=values.packing_overflow,
+        **{name: getattr(values, name) for name in _DATA_AS_GIVEN},
     )
     return config if phase is None else phase_data_config(config, phase)
 
@@ -267,13 +254,8 @@ def schema_options(
 
     return GPTSchemaOptions(
         eod_id=values.eod_id if values.eod_id is not None else eod_id,
-        eod_mask_loss=values.eod_mask_loss,
-        reset_position_ids=values.reset_position_ids,
-        reset_attention_mask=values.reset_attention_mask,
-        megatron_compat=values.megatron_compat,
-        pad_id=values.pad_id,
-        inter_document_masking=values.inter_document_masking,
         fim=fim_flags.fim_options(values, tokenizer),
+        **{name: getattr(values, name) for name in _SCHEMA_AS_GIVEN},
     )
 
 
@@ -411,3 +393,23 @@ def run_config_from_flags(fl: flags.FlagValues | None = None, **options: Any) ->
     """`assemble(read_flag_values(fl), **options)`: the configuration of the parsed flags (`fl`,
     default absl's `FLAGS`)."""
     return assemble(read_flag_values(fl), **options)
+
+
+def data_access_from_flags(default_map_location: str | None = None) -> DataAccess:
+    """`data_access` of the parsed flags: where and how their data is reached."""
+    return data_access(read_flag_values(), default_map_location)
+
+
+def prefixes_from_flags() -> list[str]:
+    """Every distinct dataset prefix the data flags name, in order (needs no --seq_length).
+
+    Raises:
+      ValueError: no data path, both forms given, a malformed blend or schedule.
+    """
+    values = read_flag_values()
+    schedule = read_schedule(values, data_access(values))
+    blend, per_split = data_flags.blends_from_values(values, scheduled=schedule is not None)
+    named = index.blend_prefixes([blend] if blend is not None else per_split)
+    if schedule is None:
+        return named
+    return list(dict.fromkeys([*schedule.prefixes(), *named]))

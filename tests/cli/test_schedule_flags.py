@@ -9,7 +9,7 @@ import pytest
 
 from jaxblend import cli
 from jaxblend.cli import assembly
-from jaxblend.cli.access_flags import data_access_from_flags
+from jaxblend.cli.assembly import data_access_from_flags
 
 STAGES = [
     {"start_step": 0, "blend": ["50", "/d/a", "50", "/d/b"]},
