@@ -51,7 +51,7 @@ from jaxblend.cli import flag_help, megatron_argv
 from jaxblend.errors import ERROR_EXIT, USAGE_EXIT, print_failure
 from jaxblend.storage.object_store import sdk_logging
 
-__all__ = ["SharedFlags", "call"]
+__all__ = ["SharedFlags", "call", "usage_errors"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,6 +66,16 @@ class SharedFlags:
 
     program: str
     define: Callable[[], None]
+
+
+@contextlib.contextmanager
+def usage_errors(kind: type[Exception] = ValueError) -> Iterator[None]:
+    """Raises an exception of `kind` from the block again as an `app.UsageError` of the same text:
+    a bad flag value, one line and the usage exit code."""
+    try:
+        yield
+    except kind as err:
+        raise app.UsageError(str(err)) from None
 
 
 def _fail(err: BaseException, code: int, verbose: bool) -> None:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from absl import app, flags
 
 from jaxblend.cli import flag_help
+from jaxblend.cli.entry import usage_errors
 
 if TYPE_CHECKING:
     from jaxblend.sampling import PhaseStepPlan, PhaseTransitions
@@ -73,10 +74,8 @@ def phase_transitions_from_flags(
     if value is None:
         return None
     _refuse_combinations()
-    try:
+    with usage_errors():
         return PhaseTransitions.parse(value, global_batch_size, train_steps, train_samples)
-    except ValueError as err:
-        raise app.UsageError(str(err)) from None
 
 
 def dump_phase_plan_from_flags(global_batch_size: int, start_step: int) -> PhaseStepPlan | None:

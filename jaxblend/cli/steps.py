@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from absl import app
 
 from jaxblend.cli import flag_values
+from jaxblend.cli.entry import usage_errors
 
 if TYPE_CHECKING:
     from jaxblend.sampling import Rampup, StepBatchSchedule, StepPlan
@@ -66,12 +67,10 @@ class StepSettings:
         from jaxblend.sampling import StepBatchSchedule
 
         schedule = values.step_batch_size_schedule
-        try:
+        with usage_errors():
             in_samples = None if schedule is None else StepBatchSchedule.from_megatron(
                 schedule, values.seq_length
             )
-        except ValueError as err:
-            raise app.UsageError(str(err)) from None
         return cls(
             global_batch_size=values.global_batch_size,
             rampup_batch_size=values.rampup_batch_size or None,
@@ -93,10 +92,8 @@ class StepSettings:
 
         if not self.rampup_batch_size:
             return None
-        try:
+        with usage_errors():
             return Rampup.parse(self.rampup_batch_size)
-        except ValueError as err:
-            raise app.UsageError(str(err)) from None
 
     def batch_schedule(self) -> StepBatchSchedule | None:
         """The schedule of `--step_batch_size_schedule` in samples, or None.
@@ -153,14 +150,12 @@ class StepSettings:
 
         schedule = self.batch_schedule()
         rampup = self.rampup()
-        try:
+        with usage_errors():
             if schedule is not None:
                 return StepBatchSchedulePlan.covering(num_samples, schedule, num_steps)
             if rampup is None:
                 return FixedStepPlan.covering(num_samples, self.global_batch_size, num_steps)
             return RampupStepPlan.covering(num_samples, rampup, self.global_batch_size, num_steps)
-        except ValueError as err:
-            raise app.UsageError(str(err)) from None
 
     def planned(self, num_steps: int | None = None) -> StepPlan:
         """The plan without a source: `num_steps` steps, or (None) the ramp or schedule and one
@@ -181,12 +176,10 @@ class StepSettings:
         rampup = self.rampup()
         if rampup is None:
             return FixedStepPlan(self.global_batch_size, 1 if num_steps is None else num_steps)
-        try:
+        with usage_errors():
             plan = RampupStepPlan(
                 rampup, self.global_batch_size, 0 if num_steps is None else num_steps
             )
-        except ValueError as err:
-            raise app.UsageError(str(err)) from None
         if num_steps is None:
             return dataclasses.replace(plan, num_steps=plan.ramp_steps + 1)
         return plan
