@@ -9,16 +9,15 @@ any jaxblend module defines no flag, and nothing outside this package reads `abs
   flag_values        every data, storage, source, step-plan and schema flag, read once into a
                      frozen `DataFlagValues` (`read_flag_values`)
   assembly           `assemble(values)`: the one function that builds `DataAccess` -> step plan
-                     -> `--data_schedule` -> `GPTDataConfig` -> `GPTSchemaOptions` (a
+                     -> `--data_schedule`'s file -> `GPTDataConfig` -> `GPTSchemaOptions` (a
                      `RunConfig`), without flags; `run_config_from_flags()` on the parsed flags
                      (`data_access_from_flags()`, `prefixes_from_flags()`: parts of it)
   steps              `StepSettings`: the step plan and the rule deriving the sample counts
   data_flags         Megatron-LM data flags (definitions; the blend flags' values)
-  schedule_flags     --data_schedule (a data flag): the JSON file -> `DataSchedule`, the resume
-                     history of a staged train split
   schema_flags       sample-schema flags -> `GPTSchemaOptions`; fim_flags: Megatron's --fim-*
                      flags (part of the schema flags) -> `GPTSchemaOptions.fim`
-  source_flags       mock data, storage backend; opens a split's source of a `RunConfig`
+  source_flags       mock data, storage backend; opens a split's source of a `RunConfig` (and
+                     a staged train split's resume history, `history_of`)
   step_plan_flags    --global_batch_size, --rampup_batch_size, --step_batch_size_schedule,
                      --train_iters, --eval_interval, --eval_iters -> `StepSettings`
   phase_flags        --phase_transition_iterations -> `PhaseTransitions` (Megatron's phases)
@@ -59,7 +58,6 @@ from jaxblend.cli.flag_values import DataFlagValues, read_flag_values
 from jaxblend.cli.loader_flags import define_loader_flags, prefetch_from_flags
 from jaxblend.cli.mesh_flags import define_mesh_flags, mesh_from_flags
 from jaxblend.cli.object_store_flags import object_store_from_flags
-from jaxblend.cli.schedule_flags import staged_history
 from jaxblend.cli.schema_flags import define_schema_flags
 from jaxblend.cli.source_flags import (
     checked_run_config_from_flags,
@@ -126,7 +124,6 @@ __all__ = [
     "run_config_from_flags",
     "run_tokenizer_from_flags",
     "source_from_flags",
-    "staged_history",
     "step_settings_from_flags",
     "telemetry_from_flags",
     "train_settings_from_flags",

@@ -29,7 +29,7 @@ from absl import app, flags
 
 from jaxblend import index
 from jaxblend.access import DataAccess, MapStoreOptions
-from jaxblend.cli import data_flags, fim_flags, object_store_flags, schedule_flags
+from jaxblend.cli import data_flags, fim_flags, object_store_flags
 from jaxblend.cli.flag_values import DataFlagValues, read_flag_values
 from jaxblend.cli.steps import StepSettings
 from jaxblend.urls import is_url
@@ -163,14 +163,29 @@ def mock_settings(values: DataFlagValues) -> MockSettings | None:
 
 
 def read_schedule(values: DataFlagValues, access: DataAccess) -> DataSchedule | None:
-    """The stages of `--data_schedule` (None without it), read with `access`.
+    """The stages of `--data_schedule` (None without it): its JSON file (local, ``file://``,
+    ``gs://`` or ``s3://``), read with `access`. The format and the rules are in
+    docs/schedules.md and `jaxblend.sampling.data_schedule`.
 
     Raises:
-      ValueError: as `schedule_flags.read_data_schedule`.
+      ValueError: one line naming ``--data_schedule <path>``: the file is missing or unreadable,
+        or not a valid schedule (which stage, what is wrong).
     """
     if not values.data_schedule:
         return None
-    return schedule_flags.read_data_schedule(values.data_schedule, access)
+    from jaxblend.sampling import DataSchedule
+    from jaxblend.tokenizer_facts import read_text
+
+    source = f"--data_schedule {values.data_schedule}"
+    try:
+        text = read_text(values.data_schedule, access)
+    except UnicodeDecodeError:
+        raise ValueError(f"{source}: not a UTF-8 text file; expected a JSON schedule") from None
+    except (ValueError, OSError, TimeoutError) as err:  # the store's failure, in one line
+        raise ValueError(f"{source}: cannot read it ({' '.join(str(err).split())})") from None
+    if text is None:
+        raise ValueError(f"{source}: no such file; give the path or URL of the schedule's JSON")
+    return DataSchedule.from_json_text(text, source)
 
 
 # The fields of `GPTDataConfig` and `GPTSchemaOptions` that are a flag's value as it is.
