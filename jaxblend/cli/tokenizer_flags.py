@@ -82,16 +82,6 @@ def spec_from_flags():
     )
 
 
-def fallback_facts_from_flags() -> TokenizerFacts | None:
-    """The facts of `--tokenizer_type` & co. (the tokenizer is loaded, offline), or None."""
-    spec = spec_from_flags()
-    if spec is None:
-        return None
-    from jaxblend.preprocess import tokenizer_spec, tokenizers
-
-    return tokenizer_spec.facts_of(spec, tokenizers.load_tokenizer(spec))
-
-
 def decoder_from_flags(prefixes: list[str], access: DataAccess):
     """The tokenizer `--decode` uses for ``prefixes`` (recorded, else `--tokenizer_type` & co.).
 
@@ -116,9 +106,13 @@ def run_tokenizer_from_flags(
         return RunTokenizer({})
     from jaxblend.map_store import publication
 
-    spec = spec_from_flags()
+    spec, fallback = spec_from_flags(), None
+    if spec is not None:  # its facts: the tokenizer is loaded, offline
+        from jaxblend.preprocess import tokenizer_spec, tokenizers
+
+        fallback = tokenizer_spec.facts_of(spec, tokenizers.load_tokenizer(spec))
     facts = blend_facts(
-        index.config_prefixes(config), access, fallback_facts_from_flags(),
+        index.config_prefixes(config), access, fallback,
         allow_mixed=flags.FLAGS.allow_mixed_tokenizers,
         known=publication.published_tokenizers(config, access),
     )
