@@ -113,9 +113,10 @@ def _define(define: Callable[[], None] | None, quiet_logs: bool) -> set[str]:
     return defined
 
 
-def _flagfile_error(err: flags.CantOpenFlagFileError) -> BaseException:
-    """A flagfile that cannot be read, as one line naming it (absl's own text otherwise)."""
-    cause = err.__context__
+def _flag_error(err: flags.Error) -> BaseException:
+    """A flag error as one line; a flagfile that cannot be read names it (absl's own text
+    otherwise)."""
+    cause = err.__context__ if isinstance(err, flags.CantOpenFlagFileError) else None
     if not isinstance(cause, OSError) or cause.filename is None:
         return err
     path = os.fsdecode(cause.filename)
@@ -172,11 +173,8 @@ def _parse_flags(
             args, dropped = _drop_ignored(args, ignored)
             argv = [argv[0], *args]
         return flags.FLAGS(list(argv)), dropped
-    except flags.CantOpenFlagFileError as err:
-        _fail(_flagfile_error(err), USAGE_EXIT, "--verbose" in argv)
-        raise  # not reached: _fail exits
     except flags.Error as err:
-        _fail(err, USAGE_EXIT, "--verbose" in argv)
+        _fail(_flag_error(err), USAGE_EXIT, "--verbose" in argv)
         raise  # not reached: _fail exits
 
 
