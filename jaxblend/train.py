@@ -434,21 +434,6 @@ _MODEL_FLAGS = {
 }
 
 
-def _checkpoint_flag() -> str:
-    """The flag that chose the run's checkpoint directory: `--checkpoint_dir` when given, else
-    `--workdir` (its `checkpoints/` directory is the default)."""
-    return "--checkpoint_dir" if flags.FLAGS["checkpoint_dir"].present else "--workdir"
-
-
-def _model_differences(saved: dict | None, model: dict) -> str | None:
-    """What differs between the model a checkpoint records and this run's, as flags
-    (`it was trained with --hidden_size=128, this run has --hidden_size=64`); None when they are
-    equal or the checkpoint records none."""
-    if not isinstance(saved, dict):
-        return None
-    return _differences(saved, model, lambda n, v: f"{_MODEL_FLAGS.get(n, n)}={v}")
-
-
 def _differences(saved: dict, ours: dict, spelled: Callable[[str, Any], str]) -> str | None:
     """`it was trained with <saved>, this run has <ours>` over the entries of both that differ,
     each `spelled(name, value)` as a flag; None when none differs."""
@@ -481,8 +466,10 @@ class _CheckpointDir:
     def ckpt(self):
         """The run's `Checkpointer` (opened on first use)."""
         s = self._settings
+        # The flag that chose the directory: --workdir when its checkpoints/ is the default.
+        chosen_by = "--checkpoint_dir" if flags.FLAGS["checkpoint_dir"].present else "--workdir"
         return self._checkpoint.Checkpointer(
-            s.checkpoint_dir, keep=s.keep_checkpoints, chosen_by=_checkpoint_flag(),
+            s.checkpoint_dir, keep=s.keep_checkpoints, chosen_by=chosen_by,
             show_save_waits=flags.FLAGS.verbose,
         )
 
@@ -512,8 +499,11 @@ def _resume_point(checkpoints: _CheckpointDir, state: _Model) -> _Resume:
     if last is None:
         return resume
     loader_state, meta = ckpt.resume_point(last)
-    differs = _model_differences(meta.get("model"), dataclasses.asdict(state.config))
-    if differs is not None:
+    saved = meta.get("model")  # `it was trained with --hidden_size=128, this run has ...=64`
+    differs = isinstance(saved, dict) and _differences(
+        saved, dataclasses.asdict(state.config), lambda n, v: f"{_MODEL_FLAGS.get(n, n)}={v}"
+    )
+    if differs:
         raise app.UsageError(ckpt.another_run(last, differs))
     resume.start, resume.loader_state, resume.meta = int(loader_state["step"]), loader_state, meta
     if resume.start != last:
@@ -708,10 +698,7 @@ def _evaluate(
         if not outputs or jax.process_index() != 0:
             continue
         loss = float(np.mean([float(batch_loss) for batch_loss, _ in outputs]))
-        sums = dataset_metrics.DatasetSums(
-            *(np.sum([np.asarray(getattr(bs, f)) for _, bs in outputs], axis=0)
-              for f in dataset_metrics.DatasetSums._fields)
-        )
+        sums = jax.tree.map(lambda *xs: np.sum(xs, axis=0), *(bs for _, bs in outputs))
         label = "validation"
         if vname != "valid":  # one of --multiple_validation_sets
             label = f"validation {vname} ({os.path.basename(names[0])})"
