@@ -14,8 +14,8 @@ any jaxblend module defines no flag, and nothing outside this package reads `abs
                      (`data_access_from_flags()`, `prefixes_from_flags()`: parts of it)
   steps              `StepSettings`: the step plan and the rule deriving the sample counts
   data_flags         Megatron-LM data flags (definitions; the blend flags' values)
-  schema_flags       sample-schema flags -> `GPTSchemaOptions`; fim_flags: Megatron's --fim-*
-                     flags (part of the schema flags) -> `GPTSchemaOptions.fim`
+  schema_flags       sample-schema flags -> `GPTSchemaOptions`, Megatron's --fim-* flags among
+                     them -> `GPTSchemaOptions.fim`
   source_flags       mock data, storage backend; opens a split's source of a `RunConfig` (and
                      a staged train split's resume history, `history_of`)
   step_plan_flags    --global_batch_size, --rampup_batch_size, --step_batch_size_schedule,

@@ -29,7 +29,7 @@ from absl import app, flags
 
 from jaxblend import index
 from jaxblend.access import DataAccess, MapStoreOptions
-from jaxblend.cli import data_flags, fim_flags, object_store_flags
+from jaxblend.cli import data_flags, object_store_flags, schema_flags
 from jaxblend.cli.flag_values import DataFlagValues, read_flag_values
 from jaxblend.cli.steps import StepSettings
 from jaxblend.urls import is_url
@@ -269,7 +269,7 @@ def schema_options(
 
     return GPTSchemaOptions(
         eod_id=values.eod_id if values.eod_id is not None else eod_id,
-        fim=fim_flags.fim_options(values, tokenizer),
+        fim=schema_flags.fim_options(values, tokenizer),
         **{name: getattr(values, name) for name in _SCHEMA_AS_GIVEN},
     )
 
