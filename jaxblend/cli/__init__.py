@@ -21,10 +21,10 @@ any jaxblend module defines no flag, and nothing outside this package reads `abs
   step_plan_flags    --global_batch_size, --rampup_batch_size, --step_batch_size_schedule,
                      --train_iters, --eval_interval, --eval_iters -> `StepSettings`
   phase_flags        --phase_transition_iterations -> `PhaseTransitions` (Megatron's phases)
-  mesh_flags         --mesh_shape, --mesh_axes -> `jax.sharding.Mesh`
-  distributed_flags  --coordinator_address, ... -> `DistributedConfig`
-  loader_flags       --worker_count, --read_ahead, --adaptive_read_ahead, ... -> `PrefetchOptions`
-  telemetry_flags    --stall_threshold, --metrics_port, --metrics_address -> `TelemetrySettings`
+  distributed_flags  --coordinator_address, ... -> `DistributedConfig`; --mesh_shape,
+                     --mesh_axes -> `jax.sharding.Mesh`
+  loader_flags       --worker_count, --read_ahead, --adaptive_read_ahead, ... -> `PrefetchOptions`;
+                     --stall_threshold, --metrics_port, --metrics_address -> `TelemetrySettings`
   train_flags        the training example's flags -> `TrainSettings`
   tokenizer_flags    --allow_mixed_tokenizers, --tokenizer_type, ... -> `RunTokenizer` (the
                      datasets' recorded tokenizer facts: --vocab_size, --eod_id defaults)
@@ -50,13 +50,20 @@ from jaxblend.cli.assembly import (
 from jaxblend.cli.data_flags import define_data_flags
 from jaxblend.cli.distributed_flags import (
     define_distributed_flags,
+    define_mesh_flags,
     distributed_config_from_flags,
     initialize_from_flags,
+    mesh_from_flags,
 )
 from jaxblend.cli.entry import call
 from jaxblend.cli.flag_values import DataFlagValues, read_flag_values
-from jaxblend.cli.loader_flags import define_loader_flags, prefetch_from_flags
-from jaxblend.cli.mesh_flags import define_mesh_flags, mesh_from_flags
+from jaxblend.cli.loader_flags import (
+    TelemetrySettings,
+    define_loader_flags,
+    define_telemetry_flags,
+    prefetch_from_flags,
+    telemetry_from_flags,
+)
 from jaxblend.cli.object_store_flags import object_store_from_flags
 from jaxblend.cli.schema_flags import define_schema_flags
 from jaxblend.cli.source_flags import (
@@ -73,11 +80,6 @@ from jaxblend.cli.step_plan_flags import (
     step_settings_from_flags,
 )
 from jaxblend.cli.steps import StepSettings
-from jaxblend.cli.telemetry_flags import (
-    TelemetrySettings,
-    define_telemetry_flags,
-    telemetry_from_flags,
-)
 from jaxblend.cli.tokenizer_flags import (
     RunTokenizer,
     decoder_from_flags,
