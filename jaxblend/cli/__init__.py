@@ -12,14 +12,14 @@ any jaxblend module defines no flag, and nothing outside this package reads `abs
                      -> `--data_schedule`'s file -> `GPTDataConfig` -> `GPTSchemaOptions` (a
                      `RunConfig`), without flags; `run_config_from_flags()` on the parsed flags
                      (`data_access_from_flags()`, `prefixes_from_flags()`: parts of it)
-  steps              `StepSettings`: the step plan and the rule deriving the sample counts
+  steps              --global_batch_size, --rampup_batch_size, --step_batch_size_schedule,
+                     --train_iters, --eval_interval, --eval_iters -> `StepSettings`: the step
+                     plan and the rule deriving the sample counts
   data_flags         Megatron-LM data flags (definitions; the blend flags' values)
   schema_flags       sample-schema flags -> `GPTSchemaOptions`, Megatron's --fim-* flags among
                      them -> `GPTSchemaOptions.fim`
   source_flags       mock data, storage backend; opens a split's source of a `RunConfig` (and
                      a staged train split's resume history, `history_of`)
-  step_plan_flags    --global_batch_size, --rampup_batch_size, --step_batch_size_schedule,
-                     --train_iters, --eval_interval, --eval_iters -> `StepSettings`
   phase_flags        --phase_transition_iterations -> `PhaseTransitions` (Megatron's phases)
   distributed_flags  --coordinator_address, ... -> `DistributedConfig`; --mesh_shape,
                      --mesh_axes -> `jax.sharding.Mesh`
@@ -74,12 +74,12 @@ from jaxblend.cli.source_flags import (
     open_validation_sources,
     source_from_flags,
 )
-from jaxblend.cli.step_plan_flags import (
+from jaxblend.cli.steps import (
     MEGATRON_NARGS,
+    StepSettings,
     define_step_plan_flags,
     step_settings_from_flags,
 )
-from jaxblend.cli.steps import StepSettings
 from jaxblend.cli.tokenizer_flags import (
     RunTokenizer,
     decoder_from_flags,
