@@ -105,7 +105,6 @@ def data_access(values: DataFlagValues, default_map_location: str | None = None)
     `--storage_backend` how `.bin` files are read.
 
     Args:
-      values: the flags' values.
       default_map_location: the map store's location when `--data_cache_path` is not given.
 
     Raises:
@@ -210,7 +209,6 @@ def data_config(
     """The `GPTDataConfig` of the data flags' values.
 
     Args:
-      values: the flags' values.
       steps: the step plan (the sample counts not given, and a schedule's steps in samples).
       schedule: `--data_schedule`'s stages, or None.
       default_blend: the blend used when no data path flag is given (e.g. a built-in corpus).
@@ -257,7 +255,6 @@ def schema_options(
     `--add_extra_token_to_sequence`, is the data configuration's).
 
     Args:
-      values: the flags' values.
       eod_id: the end-of-document id when `--eod_id` is not given.
       tokenizer: the `TokenizerSpec` of `--tokenizer_type` & co., which `--fim_data` uses for
         data without a preprocessing record.
@@ -317,7 +314,6 @@ def require_eod_id(
     id (neither `--eod_id` nor a record gives one); a dataset that does not exist is said first.
 
     Args:
-      values: the flags' values.
       config: the data configuration (None: mock data).
       access: how the datasets are reached.
       eod_id: the EOD id the records (or the program) give, or None.

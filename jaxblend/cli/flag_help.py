@@ -157,8 +157,7 @@ def flags_help(
     """The flags `names` of `fl`, grouped (see the module docstring).
 
     Args:
-      fl: the parsed or unparsed flags.
-      names: the program's own flags.
+      names: the program's own flags (of `fl`, parsed or not).
       megatron_nargs: when given, each flag shows its dashed spelling beside the absl one (with
         these flags as space-separated lists), as Megatron-LM's command lines spell them.
     """
@@ -189,8 +188,7 @@ def program_help(
 
     Args:
       doc: the program's module docstring.
-      fl: the flags.
-      names: the program's own flags.
+      names: the program's own flags (of `fl`).
       megatron_nargs: the program accepts Megatron-LM's spellings (these flags as lists).
       dashed: show each flag's dashed spelling beside it (else one sentence says they work).
     """

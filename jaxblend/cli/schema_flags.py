@@ -91,7 +91,6 @@ def fim_options(values: DataFlagValues, tokenizer: TokenizerSpec | None = None) 
     """The `FIMOptions` of the flags' values, or None without `--fim_data`.
 
     Args:
-      values: the flags' values.
       tokenizer: the `TokenizerSpec` of `--tokenizer_type` & co. (for data without a
         preprocessing record), or None.
 
