@@ -178,6 +178,7 @@ class _Data:
     steps: cli.StepSettings
     history: object = None  # a `--data_schedule` run's `StagedHistory` (resume across edits)
     record: dict | None = None  # what a checkpoint records of the data (`_data_record`)
+    compiled_sets: set[str] = dataclasses.field(default_factory=set)  # evaluated (`_evaluate`)
 
 
 @dataclasses.dataclass
@@ -676,11 +677,17 @@ class _LogWindow:
 
 def _evaluate(
     done: int, params, eval_step, data: _Data, mesh, batch_axes, s: cli.TrainSettings,
-    metrics_log=None,
+    metrics_log, peers: Callable[[str], None],
 ) -> None:
     """Prints the validation loss of every validation set: the mean of its batches' losses and,
     for a set blending several datasets, each dataset's loss (over that dataset's loss tokens of
-    the same batches)."""
+    the same batches).
+
+    A set's first evaluation compiles its step for its first batch and then calls
+    `peers(name)`, which waits for every process (`PeerWatch.wait_for_peers`): as at the first
+    training step, no process runs the step's collectives while a peer still compiles it (one
+    that found it in JAX's persistent compilation cache would wait past Gloo's 30 s).
+    """
     import jax
     import numpy as np
 
@@ -694,7 +701,16 @@ def _evaluate(
             num_steps=min(data.steps.eval_batches, len(valid_source) // b),
         )
         names = list(getattr(valid_source, "dataset_names", ["mock"]))
-        outputs = jax.device_get([eval_step(params, vb, len(names)) for vb in vloader])
+        batches = iter(vloader)
+        first = next(batches, None)
+        if first is not None and vname not in data.compiled_sets:
+            eval_step.lower(params, first, len(names)).compile()
+            peers(f"evaluation {vname}")
+            data.compiled_sets.add(vname)
+        outputs = jax.device_get([
+            eval_step(params, vb, len(names))
+            for vb in itertools.chain(() if first is None else (first,), batches)
+        ])
         if not outputs or jax.process_index() != 0:
             continue
         loss = float(np.mean([float(batch_loss) for batch_loss, _ in outputs]))
@@ -776,6 +792,11 @@ def _run_steps(watch, loader, state: _Model, resume: _Resume, data: _Data, steps
     guard = DivergenceGuard(
         _advice(s), resume.start if resume.loader_state is not None else None
     )
+    def peers(name: str) -> None:  # a validation set's step is compiled (`_evaluate`)
+        watch.phase = "waiting for the other processes to compile"
+        watch.wait_for_peers(name, flags.FLAGS.distributed_timeout)
+        watch.phase = "training"
+
     window.start_clock()
     batches = loader if first_batch is None else itertools.chain([first_batch], loader)
     iters, seq = data.plan.num_steps, data.seq_length  # a phase of Megatron's ends before the run
@@ -818,7 +839,8 @@ def _run_steps(watch, loader, state: _Model, resume: _Resume, data: _Data, steps
                 window.reset()
             if data.steps.eval_interval and done % data.steps.eval_interval == 0:
                 guard.losses()
-                _evaluate(done, state.params, eval_step, data, mesh, batch_axes, s, metrics_log)
+                _evaluate(done, state.params, eval_step, data, mesh, batch_axes, s, metrics_log,
+                          peers)
             preempt = preemption.reached(done)
             phase_end = done == iters < data.steps.train_iters  # saved whatever --save_interval
             if preempt or phase_end or (
