@@ -48,7 +48,7 @@ from absl import app, flags
 from absl import logging as absl_logging
 
 from jaxblend.cli import flag_help, megatron_argv
-from jaxblend.errors import ERROR_EXIT, USAGE_EXIT, print_failure
+from jaxblend.errors import print_failure
 from jaxblend.storage.object_store import sdk_logging
 
 __all__ = ["SharedFlags", "call", "usage_errors"]
@@ -76,11 +76,6 @@ def usage_errors(kind: type[Exception] = ValueError) -> Iterator[None]:
         yield
     except kind as err:
         raise app.UsageError(str(err)) from None
-
-
-def _fail(err: BaseException, code: int, verbose: bool) -> None:
-    print_failure(err, verbose)
-    sys.exit(code)
 
 
 def _flags_of(shared: SharedFlags) -> dict[str, bool]:
@@ -174,8 +169,7 @@ def _parse_flags(
             argv = [argv[0], *args]
         return flags.FLAGS(list(argv)), dropped
     except flags.Error as err:
-        _fail(_flag_error(err), USAGE_EXIT, "--verbose" in argv)
-        raise  # not reached: _fail exits
+        sys.exit(print_failure(_flag_error(err), "--verbose" in argv))
 
 
 def _exit_code(err: SystemExit) -> int:
@@ -319,13 +313,10 @@ def call(
             sdk_logging.show_sdk_logging(verbose or sdk_shown)  # the AWS SDK's chain lines
             try:
                 return main(args)
-            except app.UsageError as err:
-                _fail(err, USAGE_EXIT, verbose)
             except Exception as err:  # noqa: BLE001 - every failure becomes one line
-                _fail(err, ERROR_EXIT, verbose)
+                sys.exit(print_failure(err, verbose))  # its exit code: usage error or failure
             finally:
                 sdk_logging.show_sdk_logging(sdk_shown)
-            return None
 
         def parse(args: list[str]) -> list[str]:
             wanted = flag_help.help_requested(args[1:])
