@@ -369,9 +369,7 @@ def _print_help(
         text = f"{(doc or '').strip()}\n\nflags:\n{flags.FLAGS.get_help()}\n"
     else:
         text = flag_help.program_help(doc, flags.FLAGS, names, megatron_nargs, dashed)
-    try:
+    with contextlib.suppress(BrokenPipeError):  # `--help | head`
         sys.stdout.write(text)
         sys.stdout.flush()
-    except BrokenPipeError:  # `--help | head`
-        pass
 
