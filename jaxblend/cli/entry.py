@@ -191,12 +191,13 @@ def _set_aside(fl: flags.FlagValues, names: Collection[str]) -> Iterator[None]:
     """Removes the flags `names` from `fl` for the duration, then puts them back as they were
     (same flag objects, values and module registrations)."""
     objects = {name: fl[name] for name in names}
+    registries = (  # (who lists a flag, how it is registered there again)
+        (fl.flags_by_module_dict, fl.register_flag_by_module),
+        (fl.flags_by_module_id_dict, fl.register_flag_by_module_id),
+        (fl.key_flags_by_module_dict, fl.register_key_flag_for_module),
+    )
     owners = {
-        name: (
-            [m for m, fs in fl.flags_by_module_dict().items() if flag in fs],
-            [m for m, fs in fl.flags_by_module_id_dict().items() if flag in fs],
-            [m for m, fs in fl.key_flags_by_module_dict().items() if flag in fs],
-        )
+        name: [[m for m, fs in listed().items() if flag in fs] for listed, _ in registries]
         for name, flag in objects.items()
     }
     for name, flag in objects.items():
@@ -205,16 +206,10 @@ def _set_aside(fl: flags.FlagValues, names: Collection[str]) -> Iterator[None]:
         yield
     finally:
         for name, flag in objects.items():
-            fl[name] = flag
-            if flag.short_name:
-                fl[flag.short_name] = flag
-            by_module, by_id, key_of = owners[name]
-            for module in by_module:
-                fl.register_flag_by_module(module, flag)
-            for module_id in by_id:
-                fl.register_flag_by_module_id(module_id, flag)
-            for module in key_of:
-                fl.register_key_flag_for_module(module, flag)
+            fl[name] = flag  # its short name too
+            for (_, register), modules in zip(registries, owners[name], strict=True):
+                for module in modules:
+                    register(module, flag)
 
 
 def _remove_flag(fl: flags.FlagValues, name: str, flag: flags.Flag) -> None:
