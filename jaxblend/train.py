@@ -233,10 +233,8 @@ def _data_spec(
             phase=phase,  # Megatron's phases: the train split holds this phase alone
             tokenizer=cli.run_tokenizer_from_flags,
         )
-    if vocab_size is None and run.mock is not None:
-        vocab_size = run.mock.vocab_size
-    if vocab_size is None:
-        vocab_size = run.tokenizer.vocab_size
+    if vocab_size is None:  # the mock data's, else the datasets' recorded one
+        vocab_size = run.mock.vocab_size if run.mock is not None else run.tokenizer.vocab_size
     if vocab_size is None:
         assembly.check_datasets_exist(run.config, run.access)  # a wrong path is the real error
         raise app.UsageError(
