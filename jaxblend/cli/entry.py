@@ -9,22 +9,14 @@ caller runs `jaxblend.tools.inspect.run(["stats", "--data_path=..."])` without a
 functions of `jaxblend.cli`: importing a module defines no flag), then parses the command line.
 Flags that `define` defines count as the program's own: `--help` prints the program's module
 docstring and those flags grouped by what they configure (`jaxblend.cli.flag_help`) and exits 0;
-`--helpfull` lists every flag, absl's included (exit 0 too).
-
-A program that reads data only (`build_index`, `dump_samples`, `dump_batches`, `inspect`) accepts
-the flagfile of the training job: `call(..., shared=SharedFlags("jaxblend.train", define))` drops
-the flags of that program which this one does not define (given in a flagfile or on the command
-line), with one note line on stderr naming them; any other unknown flag is still an error.
+`--helpfull` lists every flag, absl's included (exit 0 too). The data tools accept the training
+job's flagfile (`SharedFlags`; docs/design.md, "The command-line layer").
 
 A bad flag, bad input or any other failure prints one line `error: ...` on stderr (the
 exception's text, which names the flag or file) and exits non-zero: 2 for usage errors (unknown
 or malformed flags, `app.UsageError`), 1 otherwise. `--verbose` adds the Python traceback before
 that line. Without it, JAX's note that no TPU backend was found on a CPU host is silenced, so an
 error is not preceded by unrelated log lines. A missing `--flagfile` is one line naming it.
-
-A program that passes `quiet_logs=True` (the training example) logs only warnings and errors
-unless `--verbose` or an explicit `--verbosity` is given: the INFO lines of absl, Orbax, Grain,
-JAX and jaxblend are hidden, and the program's output is what it prints.
 
 When the program ends, `call` leaves the process as it found it: the flags it defined are removed
 (flags that `jaxblend.cli` functions defined earlier in the process are set aside during the call
