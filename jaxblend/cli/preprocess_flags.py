@@ -13,7 +13,7 @@ import os
 
 from absl import app, flags
 
-from jaxblend.cli import flag_help, object_store_flags
+from jaxblend.cli import flag_help, object_store_flags, tokenizer_flags
 from jaxblend.preprocess import config as config_lib
 from jaxblend.preprocess import partitions, records, sentences
 from jaxblend.preprocess import tokenizer_spec as tok_lib
@@ -368,7 +368,7 @@ def preprocess_config_from_flags() -> config_lib.PreprocessConfig:
     """
     fl = flags.FLAGS
     inputs = tuple(p.strip() for value in fl.input for p in value.split(",") if p.strip())
-    if fl.tokenizer_type is None:
+    if not fl.tokenizer_type:
         raise app.UsageError(
             "--tokenizer-type is required (as in Megatron's preprocess_data.py): one of "
             + ", ".join(tok_lib.TOKENIZER_TYPES)
@@ -378,11 +378,7 @@ def preprocess_config_from_flags() -> config_lib.PreprocessConfig:
     specials = tuple(fl.tokenizer_special_tokens or ())
     if specials and tok_lib.canonical_type(fl.tokenizer_type) != tok_lib.TIKTOKEN:
         raise ValueError("--tokenizer_special_tokens is supported with TikTokenizer only")
-    spec = tok_lib.TokenizerSpec(
-        type=fl.tokenizer_type,
-        model=fl.tokenizer_model,
-        vocab_file=fl.vocab_file,
-        merge_file=fl.merge_file,
+    spec = tokenizer_flags.spec_from_flags(
         tiktoken_pattern=fl.tiktoken_pattern,
         tiktoken_num_special_tokens=fl.tiktoken_num_special_tokens,
         tiktoken_special_tokens=specials,

@@ -69,8 +69,9 @@ class RunTokenizer:
     spec: Any = None
 
 
-def spec_from_flags():
-    """The `TokenizerSpec` of `--tokenizer_type` & co., or None when not given."""
+def spec_from_flags(**settings):
+    """The `TokenizerSpec` of `--tokenizer_type`, `--tokenizer_model`, `--vocab_file`,
+    `--merge_file` and the other `settings` (the preprocessing CLI's), or None without a type."""
     fl = flags.FLAGS
     if not fl.tokenizer_type:
         return None
@@ -78,7 +79,7 @@ def spec_from_flags():
 
     return tokenizer_spec.TokenizerSpec(
         type=fl.tokenizer_type, model=fl.tokenizer_model, vocab_file=fl.vocab_file,
-        merge_file=fl.merge_file,
+        merge_file=fl.merge_file, **settings,
     )
 
 
