@@ -1,7 +1,7 @@
 """Fill-in-the-middle settings: `FIMOptions`, Megatron-LM's `--fim-*` values, validated.
 
 Light on purpose (no numpy, no Numba): the flag layer (`jaxblend.cli.flag_values`,
-`jaxblend.cli.fim_flags`) takes the flags' defaults and names from here, so each default is
+`jaxblend.cli.schema_flags`) takes the flags' defaults and names from here, so each default is
 written once. The rewrite itself is `jaxblend.sources.fim`, which re-exports `FIMOptions`.
 """
 

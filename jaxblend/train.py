@@ -71,6 +71,7 @@ from absl import app, flags, logging
 
 from jaxblend import cli
 from jaxblend.cli import assembly, data_warnings, phase_flags
+from jaxblend.cli.entry import usage_errors
 
 if TYPE_CHECKING:  # the data layers import JAX, which must wait for the flags
     from jaxblend.loading import LoaderSource
@@ -96,11 +97,11 @@ def define_flags() -> None:
 
 
 def _has_data_flags() -> bool:
-    fl = flags.FLAGS
-    return bool(
-        fl.data_path or fl.train_data_path or fl.valid_data_path or fl.test_data_path
-        or fl.data_args_path or fl.per_split_data_args_path or fl.data_schedule or fl.mock_data
-    )
+    values = cli.read_flag_values()
+    return any(getattr(values, name) for name in (
+        "data_path", "train_data_path", "valid_data_path", "test_data_path", "data_args_path",
+        "per_split_data_args_path", "data_schedule", "mock_data",
+    ))
 
 
 def build_default_corpus(
@@ -165,16 +166,6 @@ def main(argv: Sequence[str]) -> None:
         raise diverged
 
 
-@dataclasses.dataclass(frozen=True)
-class _DataSpec:
-    """What the run reads, assembled once from the flags (`cli.RunConfig`: access, step plan,
-    data configuration, schema, mock data, validation sets) and the model's vocabulary."""
-
-    run: cli.RunConfig
-    vocab_size: int
-    seed: int
-
-
 @dataclasses.dataclass
 class _Data:
     """The run's data: the training source and its step plan, validation sources, dataset names."""
@@ -187,6 +178,7 @@ class _Data:
     steps: cli.StepSettings
     history: object = None  # a `--data_schedule` run's `StagedHistory` (resume across edits)
     record: dict | None = None  # what a checkpoint records of the data (`_data_record`)
+    compiled_sets: set[str] = dataclasses.field(default_factory=set)  # evaluated (`_evaluate`)
 
 
 @dataclasses.dataclass
@@ -212,17 +204,20 @@ class _Resume:
     same_stream: bool = False  # the loader continues the checkpoint's data stream
 
 
-def _data_spec(s: cli.TrainSettings, phase: PhaseStepPlan | None = None) -> _DataSpec:
-    """The run's data, assembled from the flags (`cli.run_config_from_flags`) with the run's
-    defaults: the built-in corpus (and its vocabulary, EOD id and index cache) without data
-    flags; the sample counts not given by `--*_samples` derive from the step-plan flags
-    (`jaxblend.cli.steps`, as in every tool); `--vocab_size` and the EOD id default to what the
-    datasets' records say (their tokenizer's), and a blend of different tokenizers is refused here,
-    before anything is built."""
+def _data_spec(
+    s: cli.TrainSettings, phase: PhaseStepPlan | None = None
+) -> tuple[cli.RunConfig, int]:
+    """(what the run reads, the model's vocabulary): the run's data, assembled from the flags
+    (`cli.run_config_from_flags`) with the run's defaults: the built-in corpus (and its vocabulary,
+    EOD id and index cache) without data flags; the sample counts not given by `--*_samples`
+    derive from the step-plan flags (`jaxblend.cli.steps`, as in every tool); `--vocab_size` and
+    the EOD id default to what the datasets' records say (their tokenizer's). A blend of different
+    tokenizers, an EOD or pad id outside the vocabulary, and data holding ids the model cannot
+    embed (datasets with a known tokenizer: the record's largest id, else a scan, logged) are
+    refused here, before anything is built."""
     from jaxblend.index import config_prefixes
-    from jaxblend.tokenizer_facts import TokenizerMismatchError
+    from jaxblend.tokenizer_facts import TokenizerMismatchError, check_ids
 
-    fl = flags.FLAGS
     default_blend, vocab_size, eod_id, cache = None, s.vocab_size, None, None
     if not _has_data_flags():
         os.makedirs(s.workdir, exist_ok=True)
@@ -232,18 +227,14 @@ def _data_spec(s: cli.TrainSettings, phase: PhaseStepPlan | None = None) -> _Dat
         default_blend = tuple(blend.split())
         vocab_size = vocab_size if vocab_size is not None else corpus_vocab
         cache = os.path.join(s.workdir, "index_cache")
-    try:
+    with usage_errors(TokenizerMismatchError):
         run = cli.run_config_from_flags(
             default_blend=default_blend, default_map_location=cache, default_eod_id=eod_id,
             phase=phase,  # Megatron's phases: the train split holds this phase alone
             tokenizer=cli.run_tokenizer_from_flags,
         )
-    except TokenizerMismatchError as err:
-        raise app.UsageError(str(err)) from None
-    if vocab_size is None and run.mock is not None:
-        vocab_size = run.mock.vocab_size
-    if vocab_size is None:
-        vocab_size = run.tokenizer.vocab_size
+    if vocab_size is None:  # the mock data's, else the datasets' recorded one
+        vocab_size = run.mock.vocab_size if run.mock is not None else run.tokenizer.vocab_size
     if vocab_size is None:
         assembly.check_datasets_exist(run.config, run.access)  # a wrong path is the real error
         raise app.UsageError(
@@ -252,27 +243,16 @@ def _data_spec(s: cli.TrainSettings, phase: PhaseStepPlan | None = None) -> _Dat
             f"{assembly.without_record(config_prefixes(run.config))}; pass --vocab_size (and "
             "--eod_id), or --tokenizer_type (and its files)"
         )
-    _check_token_ids(vocab_size, run.schema, run.tokenizer.facts, run.access)
-    return _DataSpec(run, vocab_size, fl.seed)
-
-
-def _check_token_ids(vocab_size: int, schema, facts: dict, access) -> None:
-    """Refuses an EOD or pad id outside the vocabulary, and data holding ids the model cannot
-    embed (datasets with a known tokenizer; the record's largest id, else a scan, logged)."""
-    from jaxblend.tokenizer_facts import TokenizerMismatchError, check_ids
-
-    try:
+    with usage_errors(TokenizerMismatchError):
         check_ids(
-            vocab_size, schema.eod_id, schema.pad_id, facts, access,
+            vocab_size, run.schema.eod_id, run.schema.pad_id, run.tokenizer.facts, run.access,
             log=logging.warning,
         )
-    except TokenizerMismatchError as err:
-        raise app.UsageError(str(err)) from None
+    return run, vocab_size
 
 
-def _open_data(spec: _DataSpec, s: cli.TrainSettings, phase: PhaseStepPlan | None = None) -> _Data:
+def _open_data(run: cli.RunConfig, phase: PhaseStepPlan | None = None) -> _Data:
     """Opens the training and validation sources and the training step plan."""
-    run = spec.run
     train = cli.open_source("train", run)
     valid = {}
     if run.steps.eval_batches:
@@ -453,21 +433,6 @@ _MODEL_FLAGS = {
 }
 
 
-def _checkpoint_flag() -> str:
-    """The flag that chose the run's checkpoint directory: `--checkpoint_dir` when given, else
-    `--workdir` (its `checkpoints/` directory is the default)."""
-    return "--checkpoint_dir" if flags.FLAGS["checkpoint_dir"].present else "--workdir"
-
-
-def _model_differences(saved: dict | None, model: dict) -> str | None:
-    """What differs between the model a checkpoint records and this run's, as flags
-    (`it was trained with --hidden_size=128, this run has --hidden_size=64`); None when they are
-    equal or the checkpoint records none."""
-    if not isinstance(saved, dict):
-        return None
-    return _differences(saved, model, lambda n, v: f"{_MODEL_FLAGS.get(n, n)}={v}")
-
-
 def _differences(saved: dict, ours: dict, spelled: Callable[[str, Any], str]) -> str | None:
     """`it was trained with <saved>, this run has <ours>` over the entries of both that differ,
     each `spelled(name, value)` as a flag; None when none differs."""
@@ -500,8 +465,10 @@ class _CheckpointDir:
     def ckpt(self):
         """The run's `Checkpointer` (opened on first use)."""
         s = self._settings
+        # The flag that chose the directory: --workdir when its checkpoints/ is the default.
+        chosen_by = "--checkpoint_dir" if flags.FLAGS["checkpoint_dir"].present else "--workdir"
         return self._checkpoint.Checkpointer(
-            s.checkpoint_dir, keep=s.keep_checkpoints, chosen_by=_checkpoint_flag(),
+            s.checkpoint_dir, keep=s.keep_checkpoints, chosen_by=chosen_by,
             show_save_waits=flags.FLAGS.verbose,
         )
 
@@ -531,8 +498,11 @@ def _resume_point(checkpoints: _CheckpointDir, state: _Model) -> _Resume:
     if last is None:
         return resume
     loader_state, meta = ckpt.resume_point(last)
-    differs = _model_differences(meta.get("model"), dataclasses.asdict(state.config))
-    if differs is not None:
+    saved = meta.get("model")  # `it was trained with --hidden_size=128, this run has ...=64`
+    differs = isinstance(saved, dict) and _differences(
+        saved, dataclasses.asdict(state.config), lambda n, v: f"{_MODEL_FLAGS.get(n, n)}={v}"
+    )
+    if differs:
         raise app.UsageError(ckpt.another_run(last, differs))
     resume.start, resume.loader_state, resume.meta = int(loader_state["step"]), loader_state, meta
     if resume.start != last:
@@ -606,56 +576,51 @@ def _compile_steps(state: _Model, num_datasets: int, mesh):
     return train_step, eval_step
 
 
-class _FirstStep:
+def _first_step(loader, train_step, state: _Model, num_datasets: int, mesh) -> Callable:
     """Takes the first batch from the loader and compiles `train_step` for it, in a thread, while
     the main thread restores the checkpoint's arrays: `state`'s parameters and optimizer state
     are still abstract (shapes and shardings) when it starts, which is all a compilation needs
     (`jit(...).lower(...).compile()`; the jitted step then finds the executable in JAX's cache).
+
+    Returns:
+      `join()`: the first batch (None: the loader had none left), once the step is compiled; it
+      raises what reading or compiling raised.
     """
+    import jax
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
 
-    def __init__(self, loader, train_step, state: _Model, num_datasets: int, mesh) -> None:
-        import jax
-        from jax.sharding import NamedSharding
-        from jax.sharding import PartitionSpec as P
+    from jaxblend.training import dataset_metrics
 
-        from jaxblend.training import dataset_metrics
-
-        sums = jax.tree.map(
-            lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=NamedSharding(mesh, P())),
-            jax.eval_shape(functools.partial(dataset_metrics.zeros, num_datasets)),
+    def abstract(tree, sharding=None):
+        return jax.tree.map(
+            lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding or x.sharding), tree
         )
-        self.batch = None
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(
-            target=self._run, args=(loader, train_step, state.params, state.opt_state, sums),
-            name="jaxblend-first-step", daemon=True,
-        )
-        self._thread.start()
 
-    def _run(self, loader, train_step, params, opt_state, sums) -> None:
-        import jax
+    sums = abstract(
+        jax.eval_shape(functools.partial(dataset_metrics.zeros, num_datasets)),
+        NamedSharding(mesh, P()),
+    )
+    params, opt_state, done = state.params, state.opt_state, {}
 
+    def read_and_compile() -> None:
         try:
-            self.batch = next(loader, None)
-            if self.batch is not None:
-                batch = jax.tree.map(
-                    lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
-                    self.batch,
-                )
-                train_step.lower(params, opt_state, sums, batch).compile()
+            done["batch"] = next(loader, None)
+            if done["batch"] is not None:
+                train_step.lower(params, opt_state, sums, abstract(done["batch"])).compile()
         except Exception as err:  # noqa: BLE001 - raised in the main thread by `join`
-            self._error = err
+            done["error"] = err
 
-    def join(self):
-        """The first batch (None: the loader had none left), once the step is compiled.
+    thread = threading.Thread(target=read_and_compile, name="jaxblend-first-step", daemon=True)
+    thread.start()
 
-        Raises:
-          What reading or compiling raised.
-        """
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        return self.batch
+    def join():
+        thread.join()
+        if "error" in done:
+            raise done["error"]
+        return done["batch"]
+
+    return join
 
 
 class _LogWindow:
@@ -710,11 +675,17 @@ class _LogWindow:
 
 def _evaluate(
     done: int, params, eval_step, data: _Data, mesh, batch_axes, s: cli.TrainSettings,
-    metrics_log=None,
+    metrics_log, peers: Callable[[str], None],
 ) -> None:
     """Prints the validation loss of every validation set: the mean of its batches' losses and,
     for a set blending several datasets, each dataset's loss (over that dataset's loss tokens of
-    the same batches)."""
+    the same batches).
+
+    A set's first evaluation compiles its step for its first batch and then calls
+    `peers(name)`, which waits for every process (`PeerWatch.wait_for_peers`): as at the first
+    training step, no process runs the step's collectives while a peer still compiles it (one
+    that found it in JAX's persistent compilation cache would wait past Gloo's 30 s).
+    """
     import jax
     import numpy as np
 
@@ -728,14 +699,20 @@ def _evaluate(
             num_steps=min(data.steps.eval_batches, len(valid_source) // b),
         )
         names = list(getattr(valid_source, "dataset_names", ["mock"]))
-        outputs = jax.device_get([eval_step(params, vb, len(names)) for vb in vloader])
+        batches = iter(vloader)
+        first = next(batches, None)
+        if first is not None and vname not in data.compiled_sets:
+            eval_step.lower(params, first, len(names)).compile()
+            peers(f"evaluation {vname}")
+            data.compiled_sets.add(vname)
+        outputs = jax.device_get([
+            eval_step(params, vb, len(names))
+            for vb in itertools.chain(() if first is None else (first,), batches)
+        ])
         if not outputs or jax.process_index() != 0:
             continue
         loss = float(np.mean([float(batch_loss) for batch_loss, _ in outputs]))
-        sums = dataset_metrics.DatasetSums(
-            *(np.sum([np.asarray(getattr(bs, f)) for _, bs in outputs], axis=0)
-              for f in dataset_metrics.DatasetSums._fields)
-        )
+        sums = jax.tree.map(lambda *xs: np.sum(xs, axis=0), *(bs for _, bs in outputs))
         label = "validation"
         if vname != "valid":  # one of --multiple_validation_sets
             label = f"validation {vname} ({os.path.basename(names[0])})"
@@ -781,7 +758,7 @@ def _run_steps(watch, loader, state: _Model, resume: _Resume, data: _Data, steps
     """Trains from `resume.start` to `--train_iters`; returns (last loss, preempted step).
 
     `window`: the first log window (made before `first_batch` was taken); `first_batch`: the batch
-    of step `resume.start` when it was already taken from `loader` (`_FirstStep`).
+    of step `resume.start` when it was already taken from `loader` (`_first_step`).
 
     The host reads the device's losses and per-dataset sums only at log lines, evaluations and
     checkpoints; a non-finite loss stops the run there (`jaxblend.training.divergence`), and a
@@ -813,6 +790,11 @@ def _run_steps(watch, loader, state: _Model, resume: _Resume, data: _Data, steps
     guard = DivergenceGuard(
         _advice(s), resume.start if resume.loader_state is not None else None
     )
+    def peers(name: str) -> None:  # a validation set's step is compiled (`_evaluate`)
+        watch.phase = "waiting for the other processes to compile"
+        watch.wait_for_peers(name, flags.FLAGS.distributed_timeout)
+        watch.phase = "training"
+
     window.start_clock()
     batches = loader if first_batch is None else itertools.chain([first_batch], loader)
     iters, seq = data.plan.num_steps, data.seq_length  # a phase of Megatron's ends before the run
@@ -855,7 +837,8 @@ def _run_steps(watch, loader, state: _Model, resume: _Resume, data: _Data, steps
                 window.reset()
             if data.steps.eval_interval and done % data.steps.eval_interval == 0:
                 guard.losses()
-                _evaluate(done, state.params, eval_step, data, mesh, batch_axes, s, metrics_log)
+                _evaluate(done, state.params, eval_step, data, mesh, batch_axes, s, metrics_log,
+                          peers)
             preempt = preemption.reached(done)
             phase_end = done == iters < data.steps.train_iters  # saved whatever --save_interval
             if preempt or phase_end or (
@@ -895,10 +878,8 @@ def _train(watch, s: cli.TrainSettings) -> None:
     if s.metrics_jsonl:
         from jaxblend.training.metrics_log import check_path
 
-        try:
+        with usage_errors():
             check_path(s.metrics_jsonl)
-        except ValueError as err:
-            raise app.UsageError(str(err)) from None
     watch.phase = "preparing the data"
     checkpoints = _CheckpointDir(checkpoint, s)  # opened once, by the phase plan or the resume
     try:
@@ -917,13 +898,13 @@ def _train_from(watch, s: cli.TrainSettings, checkpoints: _CheckpointDir) -> Non
     from jaxblend.mesh import default_batch_axes
 
     phase = _phase_plan(checkpoints, s)
-    spec = _data_spec(s, phase)
+    run, vocab_size = _data_spec(s, phase)
     mesh = cli.mesh_from_flags()
     batch_axes = default_batch_axes(mesh.axis_names)
-    data = _open_data(spec, s, phase)
-    _warn_about_data(spec.run, data)
+    data = _open_data(run, phase)
+    _warn_about_data(run, data)
     watch.phase = "restoring the checkpoint"
-    state = _model(s, data.steps.train_iters, spec.vocab_size, mesh)
+    state = _model(s, data.steps.train_iters, vocab_size, mesh)
     resume = _resume_point(checkpoints, state)
     loader_state, phase_line = _enter_phase(resume, data.plan)
     resume.same_stream = loader_state is not None
@@ -945,13 +926,13 @@ def _train_from(watch, s: cli.TrainSettings, checkpoints: _CheckpointDir) -> Non
     loader.start_reading()
     window = _LogWindow(loader)
     train_step, eval_step = _compile_steps(state, len(data.names), mesh)
-    first = _FirstStep(loader, train_step, state, len(data.names), mesh)
+    first_step = _first_step(loader, train_step, state, len(data.names), mesh)
     try:
         watch.phase = "restoring the checkpoint" if resume.loader_state else "initializing the model"
-        _restore_state(resume, state, spec.seed)
+        _restore_state(resume, state, flags.FLAGS.seed)
         _announce_resume(resume, phase_line)
         watch.phase = "compiling the training step"
-        first_batch = first.join()
+        first_batch = first_step()
         # Every process enters the first step's collectives together (`PeerWatch.wait_for_peers`).
         watch.phase = "waiting for the other processes to compile"
         watch.wait_for_peers("first step", flags.FLAGS.distributed_timeout)

@@ -75,14 +75,10 @@ class _Recorder:
         monkeypatch.setattr(Checkpointer, "restore_state", recording_restore)
 
 
-class _AtTheFirstStep:
+def _at_the_first_step(*args):
     """Nothing ahead: the training loop takes the first batch and compiles at its first step."""
-
-    def __init__(self, *args) -> None:
-        del args
-
-    def join(self) -> None:
-        return None
+    del args
+    return lambda: None
 
 
 def _train(data, workdir, metrics, iters):
@@ -121,7 +117,7 @@ def test_first_reads_overlap_the_restore_and_train_the_same(data, tmp_path, monk
         # The order before: the first read and the compilation at the first step, after the
         # restore.
         patch.setattr(StepLoader, "start_reading", lambda loader: None)
-        patch.setattr(train, "_FirstStep", _AtTheFirstStep)
+        patch.setattr(train, "_first_step", _at_the_first_step)
         after = _Recorder(patch, wait_for_read=False)
         _train(data, _resumable_copy(tmp_path / "full", tmp_path / "b"), tmp_path / "b.jsonl", 6)
     assert after.events[:2] == [("arrays restored", 3), ("read", 3)], after.events

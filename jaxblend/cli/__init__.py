@@ -9,23 +9,22 @@ any jaxblend module defines no flag, and nothing outside this package reads `abs
   flag_values        every data, storage, source, step-plan and schema flag, read once into a
                      frozen `DataFlagValues` (`read_flag_values`)
   assembly           `assemble(values)`: the one function that builds `DataAccess` -> step plan
-                     -> `--data_schedule` -> `GPTDataConfig` -> `GPTSchemaOptions` (a
+                     -> `--data_schedule`'s file -> `GPTDataConfig` -> `GPTSchemaOptions` (a
                      `RunConfig`), without flags; `run_config_from_flags()` on the parsed flags
-  steps              `StepSettings`: the step plan and the rule deriving the sample counts
+                     (`data_access_from_flags()`, `prefixes_from_flags()`: parts of it)
+  steps              --global_batch_size, --rampup_batch_size, --step_batch_size_schedule,
+                     --train_iters, --eval_interval, --eval_iters -> `StepSettings`: the step
+                     plan and the rule deriving the sample counts
   data_flags         Megatron-LM data flags (definitions; the blend flags' values)
-  schedule_flags     --data_schedule (a data flag): the JSON file -> `DataSchedule`, the resume
-                     history of a staged train split
-  access_flags       storage and cache flags -> `DataAccess` (`data_access_from_flags`)
-  schema_flags       sample-schema flags -> `GPTSchemaOptions`; fim_flags: Megatron's --fim-*
-                     flags (part of the schema flags) -> `GPTSchemaOptions.fim`
-  source_flags       mock data, storage backend; opens a split's source of a `RunConfig`
-  step_plan_flags    --global_batch_size, --rampup_batch_size, --step_batch_size_schedule,
-                     --train_iters, --eval_interval, --eval_iters -> `StepSettings`
+  schema_flags       sample-schema flags -> `GPTSchemaOptions`, Megatron's --fim-* flags among
+                     them -> `GPTSchemaOptions.fim`
+  source_flags       mock data, storage backend; opens a split's source of a `RunConfig` (and
+                     a staged train split's resume history, `history_of`)
   phase_flags        --phase_transition_iterations -> `PhaseTransitions` (Megatron's phases)
-  mesh_flags         --mesh_shape, --mesh_axes -> `jax.sharding.Mesh`
-  distributed_flags  --coordinator_address, ... -> `DistributedConfig`
-  loader_flags       --worker_count, --read_ahead, --adaptive_read_ahead, ... -> `PrefetchOptions`
-  telemetry_flags    --stall_threshold, --metrics_port, --metrics_address -> `TelemetrySettings`
+  distributed_flags  --coordinator_address, ... -> `DistributedConfig`; --mesh_shape,
+                     --mesh_axes -> `jax.sharding.Mesh`
+  loader_flags       --worker_count, --read_ahead, --adaptive_read_ahead, ... -> `PrefetchOptions`;
+                     --stall_threshold, --metrics_port, --metrics_address -> `TelemetrySettings`
   train_flags        the training example's flags -> `TrainSettings`
   tokenizer_flags    --allow_mixed_tokenizers, --tokenizer_type, ... -> `RunTokenizer` (the
                      datasets' recorded tokenizer facts: --vocab_size, --eod_id defaults)
@@ -39,26 +38,33 @@ any jaxblend module defines no flag, and nothing outside this package reads `abs
   megatron_argv      Megatron-LM's spellings (dashes, space-separated lists)
 """
 
-from jaxblend.cli.access_flags import data_access_from_flags, prefixes_from_flags
 from jaxblend.cli.assembly import (
     MockSettings,
     RunConfig,
     assemble,
+    data_access_from_flags,
     phase_data_config,
+    prefixes_from_flags,
     run_config_from_flags,
 )
 from jaxblend.cli.data_flags import define_data_flags
 from jaxblend.cli.distributed_flags import (
     define_distributed_flags,
+    define_mesh_flags,
     distributed_config_from_flags,
     initialize_from_flags,
+    mesh_from_flags,
 )
 from jaxblend.cli.entry import call
 from jaxblend.cli.flag_values import DataFlagValues, read_flag_values
-from jaxblend.cli.loader_flags import define_loader_flags, prefetch_from_flags
-from jaxblend.cli.mesh_flags import define_mesh_flags, mesh_from_flags
+from jaxblend.cli.loader_flags import (
+    TelemetrySettings,
+    define_loader_flags,
+    define_telemetry_flags,
+    prefetch_from_flags,
+    telemetry_from_flags,
+)
 from jaxblend.cli.object_store_flags import object_store_from_flags
-from jaxblend.cli.schedule_flags import staged_history
 from jaxblend.cli.schema_flags import define_schema_flags
 from jaxblend.cli.source_flags import (
     checked_run_config_from_flags,
@@ -68,16 +74,11 @@ from jaxblend.cli.source_flags import (
     open_validation_sources,
     source_from_flags,
 )
-from jaxblend.cli.step_plan_flags import (
+from jaxblend.cli.steps import (
     MEGATRON_NARGS,
+    StepSettings,
     define_step_plan_flags,
     step_settings_from_flags,
-)
-from jaxblend.cli.steps import StepSettings
-from jaxblend.cli.telemetry_flags import (
-    TelemetrySettings,
-    define_telemetry_flags,
-    telemetry_from_flags,
 )
 from jaxblend.cli.tokenizer_flags import (
     RunTokenizer,
@@ -125,7 +126,6 @@ __all__ = [
     "run_config_from_flags",
     "run_tokenizer_from_flags",
     "source_from_flags",
-    "staged_history",
     "step_settings_from_flags",
     "telemetry_from_flags",
     "train_settings_from_flags",

@@ -29,7 +29,7 @@ from absl import app, flags
 
 from jaxblend import index
 from jaxblend.access import DataAccess, MapStoreOptions
-from jaxblend.cli import data_flags, fim_flags, object_store_flags, schedule_flags
+from jaxblend.cli import data_flags, object_store_flags, schema_flags
 from jaxblend.cli.flag_values import DataFlagValues, read_flag_values
 from jaxblend.cli.steps import StepSettings
 from jaxblend.urls import is_url
@@ -105,7 +105,6 @@ def data_access(values: DataFlagValues, default_map_location: str | None = None)
     `--storage_backend` how `.bin` files are read.
 
     Args:
-      values: the flags' values.
       default_map_location: the map store's location when `--data_cache_path` is not given.
 
     Raises:
@@ -163,29 +162,41 @@ def mock_settings(values: DataFlagValues) -> MockSettings | None:
 
 
 def read_schedule(values: DataFlagValues, access: DataAccess) -> DataSchedule | None:
-    """The stages of `--data_schedule` (None without it), read with `access`.
+    """The stages of `--data_schedule` (None without it): its JSON file (local, ``file://``,
+    ``gs://`` or ``s3://``), read with `access`. The format and the rules are in
+    docs/schedules.md and `jaxblend.sampling.data_schedule`.
 
     Raises:
-      ValueError: as `schedule_flags.read_data_schedule`.
+      ValueError: one line naming ``--data_schedule <path>``: the file is missing or unreadable,
+        or not a valid schedule (which stage, what is wrong).
     """
     if not values.data_schedule:
         return None
-    return schedule_flags.read_data_schedule(values.data_schedule, access)
+    from jaxblend.sampling import DataSchedule
+    from jaxblend.tokenizer_facts import read_text
+
+    source = f"--data_schedule {values.data_schedule}"
+    try:
+        text = read_text(values.data_schedule, access)
+    except UnicodeDecodeError:
+        raise ValueError(f"{source}: not a UTF-8 text file; expected a JSON schedule") from None
+    except (ValueError, OSError, TimeoutError) as err:  # the store's failure, in one line
+        raise ValueError(f"{source}: cannot read it ({' '.join(str(err).split())})") from None
+    if text is None:
+        raise ValueError(f"{source}: no such file; give the path or URL of the schedule's JSON")
+    return DataSchedule.from_json_text(text, source)
 
 
-def prefixes(values: DataFlagValues, access: DataAccess | None = None) -> list[str]:
-    """Every distinct dataset prefix the data flags name, in order (needs no --seq_length).
-
-    Raises:
-      ValueError: no data path, both forms given, a malformed blend or schedule.
-    """
-    access = data_access(values) if access is None else access
-    schedule = read_schedule(values, access)
-    blend, per_split = data_flags.blends_from_values(values, scheduled=schedule is not None)
-    named = index.blend_prefixes([blend] if blend is not None else per_split)
-    if schedule is None:
-        return named
-    return list(dict.fromkeys([*schedule.prefixes(), *named]))
+# The fields of `GPTDataConfig` and `GPTSchemaOptions` that are a flag's value as it is.
+_DATA_AS_GIVEN = (
+    "split", "seq_length", "seed", "add_extra_token_to_sequence",
+    "drop_last_partial_validation_sequence", "mid_level_dataset_surplus",
+    "multiple_validation_sets", "full_validation", "packing", "packing_window", "packing_overflow",
+)
+_SCHEMA_AS_GIVEN = (
+    "eod_mask_loss", "reset_position_ids", "reset_attention_mask", "megatron_compat", "pad_id",
+    "inter_document_masking",
+)
 
 
 def data_config(
@@ -198,7 +209,6 @@ def data_config(
     """The `GPTDataConfig` of the data flags' values.
 
     Args:
-      values: the flags' values.
       steps: the step plan (the sample counts not given, and a schedule's steps in samples).
       schedule: `--data_schedule`'s stages, or None.
       default_blend: the blend used when no data path flag is given (e.g. a built-in corpus).
@@ -223,18 +233,8 @@ def data_config(
         blend=blend,
         blend_per_split=None if blend is not None else per_split,
         train_schedule=train_schedule,
-        split=values.split,
-        seq_length=values.seq_length,
-        seed=values.seed,
         num_samples=counts,
-        add_extra_token_to_sequence=values.add_extra_token_to_sequence,
-        drop_last_partial_validation_sequence=values.drop_last_partial_validation_sequence,
-        mid_level_dataset_surplus=values.mid_level_dataset_surplus,
-        multiple_validation_sets=values.multiple_validation_sets,
-        full_validation=values.full_validation,
-        packing=values.packing,
-        packing_window=values.packing_window,
-        packing_overflow=values.packing_overflow,
+        **{name: getattr(values, name) for name in _DATA_AS_GIVEN},
     )
     return config if phase is None else phase_data_config(config, phase)
 
@@ -255,7 +255,6 @@ def schema_options(
     `--add_extra_token_to_sequence`, is the data configuration's).
 
     Args:
-      values: the flags' values.
       eod_id: the end-of-document id when `--eod_id` is not given.
       tokenizer: the `TokenizerSpec` of `--tokenizer_type` & co., which `--fim_data` uses for
         data without a preprocessing record.
@@ -267,13 +266,8 @@ def schema_options(
 
     return GPTSchemaOptions(
         eod_id=values.eod_id if values.eod_id is not None else eod_id,
-        eod_mask_loss=values.eod_mask_loss,
-        reset_position_ids=values.reset_position_ids,
-        reset_attention_mask=values.reset_attention_mask,
-        megatron_compat=values.megatron_compat,
-        pad_id=values.pad_id,
-        inter_document_masking=values.inter_document_masking,
-        fim=fim_flags.fim_options(values, tokenizer),
+        fim=schema_flags.fim_options(values, tokenizer),
+        **{name: getattr(values, name) for name in _SCHEMA_AS_GIVEN},
     )
 
 
@@ -320,7 +314,6 @@ def require_eod_id(
     id (neither `--eod_id` nor a record gives one); a dataset that does not exist is said first.
 
     Args:
-      values: the flags' values.
       config: the data configuration (None: mock data).
       access: how the datasets are reached.
       eod_id: the EOD id the records (or the program) give, or None.
@@ -411,3 +404,23 @@ def run_config_from_flags(fl: flags.FlagValues | None = None, **options: Any) ->
     """`assemble(read_flag_values(fl), **options)`: the configuration of the parsed flags (`fl`,
     default absl's `FLAGS`)."""
     return assemble(read_flag_values(fl), **options)
+
+
+def data_access_from_flags(default_map_location: str | None = None) -> DataAccess:
+    """`data_access` of the parsed flags: where and how their data is reached."""
+    return data_access(read_flag_values(), default_map_location)
+
+
+def prefixes_from_flags() -> list[str]:
+    """Every distinct dataset prefix the data flags name, in order (needs no --seq_length).
+
+    Raises:
+      ValueError: no data path, both forms given, a malformed blend or schedule.
+    """
+    values = read_flag_values()
+    schedule = read_schedule(values, data_access(values))
+    blend, per_split = data_flags.blends_from_values(values, scheduled=schedule is not None)
+    named = index.blend_prefixes([blend] if blend is not None else per_split)
+    if schedule is None:
+        return named
+    return list(dict.fromkeys([*schedule.prefixes(), *named]))

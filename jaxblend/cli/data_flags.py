@@ -1,32 +1,14 @@
-"""absl data flags named after Megatron-LM's, shared by every CLI, and their `GPTDataConfig`.
+"""absl data flags named after Megatron-LM's, shared by every CLI: the blends (`--data_path`,
+the per-split paths, Megatron's data-args files, `--data_schedule`), `--split`, `--seq_length`,
+`--seed`, the sample counts (omitted: derived from the step-plan flags, `jaxblend.cli.steps`, the
+same in every tool and training), packing, validation sets, the index-map cache and the
+object-store flags (`jaxblend.access.ObjectStoreOptions`); `--help` describes each.
 
-`define_data_flags()` (called once, by an entry point before absl parses) defines:
-
-  --data_path                blend: "30 /d/a 70 /d/b", "/d/a", or an absl list 30,/d/a,70,/d/b
-  --train_data_path, --valid_data_path, --test_data_path   per-split blends (instead of data_path)
-  --data_args_path           a file holding the --data_path blend (Megatron's)
-  --per_split_data_args_path a JSON file with the train/valid/test blends (Megatron's)
-  --data_schedule            a JSON file (local or bucket) of the train split's stages over steps
-                             (docs/schedules.md); the train blend then comes from it alone
-  --split                    "969,30,1"
-  --seq_length               tokens per sample (required)
-  --seed                     RandomState seed (1234)
-  --train_samples, --valid_samples, --test_samples         omitted: derived from the step-plan
-                             flags (`jaxblend.cli.steps`), the same in every tool and training
-  --add_extra_token_to_sequence, --drop_last_partial_validation_sequence   (both default True)
-  --mid_level_dataset_surplus  (0.005)
-  --packing                  concat (default, Megatron's samples) or best_fit (whole documents)
-  --packing_window           documents packed together with --packing=best_fit (16384)
-  --packing_overflow         a document longer than a row: cut (default), truncate or drop
-  --data_cache_path          index-map cache: directory or bucket URL (--data_cache_wait)
-  --multiple_validation_sets, --full_validation   one validation set per valid-blend prefix
-  --s3_endpoint, --s3_region, --storage_concurrency, --storage_retries, --storage_timeout
-                             object-store access (`jaxblend.access.ObjectStoreOptions`)
-
-Their values (`jaxblend.cli.flag_values.read_flag_values`) are assembled, with the step-plan,
-source and schema flags' values, by `jaxblend.cli.assembly.assemble` into the run's
-`jaxblend.access.DataAccess` (how the data is reached) and `jaxblend.index.GPTDataConfig` (what
-it is); `blends_from_values` reads the blend flags' values (and Megatron's data-args files).
+`define_data_flags()` is called once, by an entry point before absl parses. Their values
+(`jaxblend.cli.flag_values.read_flag_values`) are assembled, with the step-plan, source and schema
+flags' values, by `jaxblend.cli.assembly.assemble` into the run's `jaxblend.access.DataAccess`
+(how the data is reached) and `jaxblend.index.GPTDataConfig` (what it is); `blends_from_values`
+reads the blend flags' values (and Megatron's data-args files).
 """
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""Multi-process flags of every JAX command line and their `jaxblend.distributed.DistributedConfig`.
+"""Multi-process and device flags of every JAX command line: their
+`jaxblend.distributed.DistributedConfig`, and the `jax.sharding.Mesh` of `--mesh_shape` /
+`--mesh_axes`.
 
 `--coordinator_address`, `--num_processes` and `--process_id` are given together (or all omitted:
 on a TPU pod JAX detects the cluster); `--num_cpu_devices` fakes a multi-device host on CPU.
@@ -9,6 +11,7 @@ from __future__ import annotations
 from absl import flags
 
 from jaxblend import distributed
+from jaxblend import mesh as mesh_lib
 from jaxblend.cli import flag_help
 
 
@@ -59,3 +62,29 @@ def distributed_config_from_flags() -> distributed.DistributedConfig:
 def initialize_from_flags() -> None:
     """Sets up JAX (CPU device count, `jax.distributed`) as the flags say."""
     distributed.setup(distributed_config_from_flags())
+
+
+def define_mesh_flags() -> None:
+    """Defines `--mesh_shape` and `--mesh_axes`."""
+    with flag_help.group(flag_help.PROCESSES):
+        flags.DEFINE_string(
+            "mesh_shape", None,
+            "Mesh shape, e.g. 8 or 4,2; one size may be -1 (default: all devices on one axis).",
+        )
+        flags.DEFINE_string(
+            "mesh_axes", "data",
+            "Mesh axis names, e.g. data or data,tensor (data and fsdp split the batch).",
+        )
+
+
+def mesh_from_flags():
+    """The mesh of `--mesh_shape`/`--mesh_axes` over every global device (`jax.make_mesh`).
+
+    Raises:
+      ValueError: a malformed shape, or one that does not match the devices.
+    """
+    import jax
+
+    fl = flags.FLAGS
+    shape = fl.mesh_shape if fl.mesh_shape is not None else str(jax.device_count())
+    return mesh_lib.make_mesh(shape, fl.mesh_axes)

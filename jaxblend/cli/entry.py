@@ -9,22 +9,14 @@ caller runs `jaxblend.tools.inspect.run(["stats", "--data_path=..."])` without a
 functions of `jaxblend.cli`: importing a module defines no flag), then parses the command line.
 Flags that `define` defines count as the program's own: `--help` prints the program's module
 docstring and those flags grouped by what they configure (`jaxblend.cli.flag_help`) and exits 0;
-`--helpfull` lists every flag, absl's included (exit 0 too).
-
-A program that reads data only (`build_index`, `dump_samples`, `dump_batches`, `inspect`) accepts
-the flagfile of the training job: `call(..., shared=SharedFlags("jaxblend.train", define))` drops
-the flags of that program which this one does not define (given in a flagfile or on the command
-line), with one note line on stderr naming them; any other unknown flag is still an error.
+`--helpfull` lists every flag, absl's included (exit 0 too). The data tools accept the training
+job's flagfile (`SharedFlags`; docs/design.md, "The command-line layer").
 
 A bad flag, bad input or any other failure prints one line `error: ...` on stderr (the
 exception's text, which names the flag or file) and exits non-zero: 2 for usage errors (unknown
 or malformed flags, `app.UsageError`), 1 otherwise. `--verbose` adds the Python traceback before
 that line. Without it, JAX's note that no TPU backend was found on a CPU host is silenced, so an
 error is not preceded by unrelated log lines. A missing `--flagfile` is one line naming it.
-
-A program that passes `quiet_logs=True` (the training example) logs only warnings and errors
-unless `--verbose` or an explicit `--verbosity` is given: the INFO lines of absl, Orbax, Grain,
-JAX and jaxblend are hidden, and the program's output is what it prints.
 
 When the program ends, `call` leaves the process as it found it: the flags it defined are removed
 (flags that `jaxblend.cli` functions defined earlier in the process are set aside during the call
@@ -48,10 +40,10 @@ from absl import app, flags
 from absl import logging as absl_logging
 
 from jaxblend.cli import flag_help, megatron_argv
-from jaxblend.errors import ERROR_EXIT, USAGE_EXIT, print_failure
+from jaxblend.errors import print_failure
 from jaxblend.storage.object_store import sdk_logging
 
-__all__ = ["SharedFlags", "call"]
+__all__ = ["SharedFlags", "call", "usage_errors"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,9 +60,14 @@ class SharedFlags:
     define: Callable[[], None]
 
 
-def _fail(err: BaseException, code: int, verbose: bool) -> None:
-    print_failure(err, verbose)
-    sys.exit(code)
+@contextlib.contextmanager
+def usage_errors(kind: type[Exception] = ValueError) -> Iterator[None]:
+    """Raises an exception of `kind` from the block again as an `app.UsageError` of the same text:
+    a bad flag value, one line and the usage exit code."""
+    try:
+        yield
+    except kind as err:
+        raise app.UsageError(str(err)) from None
 
 
 def _flags_of(shared: SharedFlags) -> dict[str, bool]:
@@ -103,9 +100,10 @@ def _define(define: Callable[[], None] | None, quiet_logs: bool) -> set[str]:
     return defined
 
 
-def _flagfile_error(err: flags.CantOpenFlagFileError) -> BaseException:
-    """A flagfile that cannot be read, as one line naming it (absl's own text otherwise)."""
-    cause = err.__context__
+def _flag_error(err: flags.Error) -> BaseException:
+    """A flag error as one line; a flagfile that cannot be read names it (absl's own text
+    otherwise)."""
+    cause = err.__context__ if isinstance(err, flags.CantOpenFlagFileError) else None
     if not isinstance(cause, OSError) or cause.filename is None:
         return err
     path = os.fsdecode(cause.filename)
@@ -162,12 +160,8 @@ def _parse_flags(
             args, dropped = _drop_ignored(args, ignored)
             argv = [argv[0], *args]
         return flags.FLAGS(list(argv)), dropped
-    except flags.CantOpenFlagFileError as err:
-        _fail(_flagfile_error(err), USAGE_EXIT, "--verbose" in argv)
-        raise  # not reached: _fail exits
     except flags.Error as err:
-        _fail(err, USAGE_EXIT, "--verbose" in argv)
-        raise  # not reached: _fail exits
+        sys.exit(print_failure(_flag_error(err), "--verbose" in argv))
 
 
 def _exit_code(err: SystemExit) -> int:
@@ -189,12 +183,13 @@ def _set_aside(fl: flags.FlagValues, names: Collection[str]) -> Iterator[None]:
     """Removes the flags `names` from `fl` for the duration, then puts them back as they were
     (same flag objects, values and module registrations)."""
     objects = {name: fl[name] for name in names}
+    registries = (  # (who lists a flag, how it is registered there again)
+        (fl.flags_by_module_dict, fl.register_flag_by_module),
+        (fl.flags_by_module_id_dict, fl.register_flag_by_module_id),
+        (fl.key_flags_by_module_dict, fl.register_key_flag_for_module),
+    )
     owners = {
-        name: (
-            [m for m, fs in fl.flags_by_module_dict().items() if flag in fs],
-            [m for m, fs in fl.flags_by_module_id_dict().items() if flag in fs],
-            [m for m, fs in fl.key_flags_by_module_dict().items() if flag in fs],
-        )
+        name: [[m for m, fs in listed().items() if flag in fs] for listed, _ in registries]
         for name, flag in objects.items()
     }
     for name, flag in objects.items():
@@ -203,16 +198,10 @@ def _set_aside(fl: flags.FlagValues, names: Collection[str]) -> Iterator[None]:
         yield
     finally:
         for name, flag in objects.items():
-            fl[name] = flag
-            if flag.short_name:
-                fl[flag.short_name] = flag
-            by_module, by_id, key_of = owners[name]
-            for module in by_module:
-                fl.register_flag_by_module(module, flag)
-            for module_id in by_id:
-                fl.register_flag_by_module_id(module_id, flag)
-            for module in key_of:
-                fl.register_key_flag_for_module(module, flag)
+            fl[name] = flag  # its short name too
+            for (_, register), modules in zip(registries, owners[name], strict=True):
+                for module in modules:
+                    register(module, flag)
 
 
 def _remove_flag(fl: flags.FlagValues, name: str, flag: flags.Flag) -> None:
@@ -311,13 +300,10 @@ def call(
             sdk_logging.show_sdk_logging(verbose or sdk_shown)  # the AWS SDK's chain lines
             try:
                 return main(args)
-            except app.UsageError as err:
-                _fail(err, USAGE_EXIT, verbose)
             except Exception as err:  # noqa: BLE001 - every failure becomes one line
-                _fail(err, ERROR_EXIT, verbose)
+                sys.exit(print_failure(err, verbose))  # its exit code: usage error or failure
             finally:
                 sdk_logging.show_sdk_logging(sdk_shown)
-            return None
 
         def parse(args: list[str]) -> list[str]:
             wanted = flag_help.help_requested(args[1:])
@@ -370,9 +356,7 @@ def _print_help(
         text = f"{(doc or '').strip()}\n\nflags:\n{flags.FLAGS.get_help()}\n"
     else:
         text = flag_help.program_help(doc, flags.FLAGS, names, megatron_nargs, dashed)
-    try:
+    with contextlib.suppress(BrokenPipeError):  # `--help | head`
         sys.stdout.write(text)
         sys.stdout.flush()
-    except BrokenPipeError:  # `--help | head`
-        pass
 

@@ -41,8 +41,8 @@ ORDER = (
 )
 
 _ATTRIBUTE = "jaxblend_help_group"
-HELP_FLAGS = ("help", "helpshort", "?", "h")
-HELPFULL_FLAGS = ("helpfull",)
+# absl's help flags -> what they ask for.
+_HELP_FLAGS = {"help": "help", "helpshort": "help", "?": "help", "h": "help", "helpfull": "helpfull"}
 
 
 @contextlib.contextmanager
@@ -76,13 +76,8 @@ def help_requested(argv: Iterable[str]) -> str | None:
     for arg in argv:
         if arg == "--":
             return None
-        if not arg.startswith("-"):
-            continue
-        name = arg.lstrip("-").partition("=")[0]
-        if name in HELP_FLAGS:
-            return "help"
-        if name in HELPFULL_FLAGS:
-            return "helpfull"
+        if arg.startswith("-") and (wanted := _HELP_FLAGS.get(arg.lstrip("-").partition("=")[0])):
+            return wanted
     return None
 
 
@@ -151,33 +146,6 @@ def _wrap(text: str, first: str = "", rest: str = "") -> str:
     )
 
 
-def flags_help(
-    fl: flags.FlagValues, names: Collection[str], megatron_nargs: Collection[str] | None = None
-) -> str:
-    """The flags `names` of `fl`, grouped (see the module docstring).
-
-    Args:
-      fl: the parsed or unparsed flags.
-      names: the program's own flags.
-      megatron_nargs: when given, each flag shows its dashed spelling beside the absl one (with
-        these flags as space-separated lists), as Megatron-LM's command lines spell them.
-    """
-    grouped: dict[str, list[flags.Flag]] = {}
-    seen = set()
-    for name in fl:  # definition order
-        flag = fl[name]
-        if name not in names or flag.name in seen:
-            continue
-        seen.add(flag.name)
-        grouped.setdefault(group_of(flag), []).append(flag)
-    blocks = []
-    for title in ORDER:
-        if title in grouped:
-            entries = "\n".join(_flag_entry(f, megatron_nargs) for f in grouped[title])
-            blocks.append(f"{title}:\n{entries}")
-    return "\n\n".join(blocks)
-
-
 def program_help(
     doc: str | None,
     fl: flags.FlagValues,
@@ -189,11 +157,14 @@ def program_help(
 
     Args:
       doc: the program's module docstring.
-      fl: the flags.
-      names: the program's own flags.
+      names: the program's own flags (of `fl`).
       megatron_nargs: the program accepts Megatron-LM's spellings (these flags as lists).
       dashed: show each flag's dashed spelling beside it (else one sentence says they work).
     """
+    grouped: dict[str, list[flags.Flag]] = {}
+    for name in fl:  # definition order; a flag's short name is skipped
+        if name in names and name == fl[name].name:
+            grouped.setdefault(group_of(fl[name]), []).append(fl[name])
     parts = [doc.strip("\n")] if doc and doc.strip() else []
     spelling = ""
     if megatron_nargs is not None and not dashed:
@@ -206,5 +177,9 @@ def program_help(
         "line); --helpfull lists every flag, absl's included."
     )
     parts.append(_wrap(intro))
-    parts.append(flags_help(fl, names, megatron_nargs if dashed else None))
+    nargs = megatron_nargs if dashed else None
+    parts += [
+        f"{title}:\n" + "\n".join(_flag_entry(f, nargs) for f in grouped[title])
+        for title in ORDER if title in grouped
+    ]
     return "\n\n".join(parts) + "\n"

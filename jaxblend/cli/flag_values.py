@@ -119,11 +119,8 @@ _BLEND_FIELDS = ("data_path", "train_data_path", "valid_data_path", "test_data_p
 
 
 def read_flag_values(fl: flags.FlagValues | None = None) -> DataFlagValues:
-    """The values of every flag of `DataFlagValues` that `fl` (default: absl's `FLAGS`) defines.
-
-    Args:
-      fl: parsed flags.
-    """
+    """The values of every flag of `DataFlagValues` that the parsed `fl` (default: absl's
+    `FLAGS`) defines."""
     fl = flags.FLAGS if fl is None else fl
     values = {}
     for field in dataclasses.fields(DataFlagValues):

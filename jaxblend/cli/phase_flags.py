@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from absl import app, flags
 
 from jaxblend.cli import flag_help
+from jaxblend.cli.entry import usage_errors
 
 if TYPE_CHECKING:
     from jaxblend.sampling import PhaseStepPlan, PhaseTransitions
@@ -37,8 +38,16 @@ def define_phase_flags() -> None:
         )
 
 
-def _refuse_combinations() -> None:
+def check_phase_combinations() -> None:
+    """Refuses `--phase_transition_iterations` beside `--data_schedule`, a batch-size ramp-up or
+    schedule (also where the phases themselves are not needed: `inspect` of a validation split).
+
+    Raises:
+      app.UsageError: one line naming the flags.
+    """
     fl = flags.FLAGS
+    if fl.phase_transition_iterations is None:
+        return
     for name in ("rampup_batch_size", "step_batch_size_schedule"):
         if name in fl and fl[name].value:
             raise app.UsageError(
@@ -72,11 +81,9 @@ def phase_transitions_from_flags(
     value = flags.FLAGS.phase_transition_iterations
     if value is None:
         return None
-    _refuse_combinations()
-    try:
+    check_phase_combinations()
+    with usage_errors():
         return PhaseTransitions.parse(value, global_batch_size, train_steps, train_samples)
-    except ValueError as err:
-        raise app.UsageError(str(err)) from None
 
 
 def dump_phase_plan_from_flags(global_batch_size: int, start_step: int) -> PhaseStepPlan | None:
@@ -138,7 +145,7 @@ def inspect_phase_plan_from_flags(
     fl = flags.FLAGS
     if fl.phase_transition_iterations is None:
         return None
-    _refuse_combinations()  # before anything else: the data flags may not even parse together
+    check_phase_combinations()  # before anything else: the data flags may not even parse together
     plan = dump_phase_plan_from_flags(global_batch_size, first_step)
     if end_step is None or end_step <= plan.num_steps:
         return plan
@@ -177,14 +184,3 @@ def phase_json(plan: PhaseStepPlan) -> dict:
         "phase_samples": plan.num_samples, "run_samples": list(t.sample_range(plan.phase)),
         "transitions": t.to_json(),
     }
-
-
-def check_phase_combinations() -> None:
-    """Refuses `--phase_transition_iterations` beside `--data_schedule`, a batch-size ramp-up or
-    schedule (where the phases themselves are not needed: `inspect` of a validation split).
-
-    Raises:
-      app.UsageError: one line naming the flags.
-    """
-    if flags.FLAGS.phase_transition_iterations is not None:
-        _refuse_combinations()

@@ -13,7 +13,7 @@ import os
 
 from absl import app, flags
 
-from jaxblend.cli import flag_help, object_store_flags
+from jaxblend.cli import flag_help, object_store_flags, tokenizer_flags
 from jaxblend.preprocess import config as config_lib
 from jaxblend.preprocess import partitions, records, sentences
 from jaxblend.preprocess import tokenizer_spec as tok_lib
@@ -269,28 +269,8 @@ def _define_cleaning_flags() -> None:
     flags.DEFINE_bool("clean_plot", True, "Write the quality-score PNG (matplotlib).")
 
 
-# flag -> CleaningConfig field, and how to read the flag's value.
-_CLEAN_FLAGS = (
-    ("clean_pii", "pii", bool),
-    ("clean_pii_all_ips", "pii_public_ips_only", lambda v: not v),
-    ("clean_quality", "quality", tuple),
-    ("clean_quality_thresholds", "quality_thresholds", None),
-    ("clean_lang_model", "lang_model", None),
-    ("clean_languages", "languages", tuple),
-    ("clean_lang_min_score", "lang_min_score", float),
-    ("clean_decontaminate", "decontaminate", tuple),
-    ("clean_decontam_ngram", "decontam_ngram", int),
-    ("clean_decontam_key", "decontam_key", str),
-    ("clean_exact_dedup", "exact_dedup", bool),
-    ("clean_near_dedup", "near_dedup", bool),
-    ("clean_shingle", "shingle", int),
-    ("clean_num_perm", "num_perm", int),
-    ("clean_bands", "bands", int),
-    ("clean_near_threshold", "near_threshold", float),
-    ("clean_seed", "seed", int),
-    ("clean_join_memory_mb", "join_memory_mb", int),
-    ("clean_plot", "plot", bool),
-)
+# The `CleaningConfig` fields whose flag is not `--clean_<field>` (the flag says the opposite).
+_CLEAN_FLAG_OF = {"pii_public_ips_only": "clean_pii_all_ips"}
 
 
 def _thresholds(items: list[str]) -> tuple[tuple[str, float], ...]:
@@ -327,16 +307,15 @@ def cleaning_from_flags() -> CleaningConfig | None:
                 f"--clean_config={os.path.abspath(path)}: unknown setting(s) {unknown}; "
                 f"known: {', '.join(sorted(known))}"
             )
-        if isinstance(values.get("quality_thresholds"), dict):
-            values["quality_thresholds"] = tuple(sorted(values["quality_thresholds"].items()))
-    for name, field, convert in _CLEAN_FLAGS:
-        if fl[name].present or field not in values:
-            v = fl[name].value
-            if field == "quality_thresholds":
+    for field in dataclasses.fields(CleaningConfig):  # lists become tuples in the config
+        flag = fl[_CLEAN_FLAG_OF.get(field.name, f"clean_{field.name}")]
+        if flag.present or field.name not in values:
+            v = flag.value
+            if field.name == "quality_thresholds":
                 v = _thresholds(v or [])
-            elif convert is not None:
-                v = convert(v if v is not None else ())
-            values[field] = v
+            elif field.name in _CLEAN_FLAG_OF:
+                v = not v
+            values[field.name] = v
     config = CleaningConfig(**values)
     return config if config.enabled else None
 
@@ -373,6 +352,14 @@ def megatron_compat_notes() -> list[str]:
     return notes
 
 
+# The `PreprocessConfig` fields that are the value of the flag of the same name.
+_AS_GIVEN = (
+    "output_prefix", "chat", "append_eod", "split_sentences", "text_mode", "workers", "partitions",
+    "keep_parts", "log_interval", "on_error", "max_document_chars", "overwrite", "work_dir",
+    "progress", "sentence_splitter", "lang", "keep_newlines",
+)
+
+
 def preprocess_config_from_flags() -> config_lib.PreprocessConfig:
     """The `PreprocessConfig` of the parsed flags.
 
@@ -381,7 +368,7 @@ def preprocess_config_from_flags() -> config_lib.PreprocessConfig:
     """
     fl = flags.FLAGS
     inputs = tuple(p.strip() for value in fl.input for p in value.split(",") if p.strip())
-    if fl.tokenizer_type is None:
+    if not fl.tokenizer_type:
         raise app.UsageError(
             "--tokenizer-type is required (as in Megatron's preprocess_data.py): one of "
             + ", ".join(tok_lib.TOKENIZER_TYPES)
@@ -391,11 +378,7 @@ def preprocess_config_from_flags() -> config_lib.PreprocessConfig:
     specials = tuple(fl.tokenizer_special_tokens or ())
     if specials and tok_lib.canonical_type(fl.tokenizer_type) != tok_lib.TIKTOKEN:
         raise ValueError("--tokenizer_special_tokens is supported with TikTokenizer only")
-    spec = tok_lib.TokenizerSpec(
-        type=fl.tokenizer_type,
-        model=fl.tokenizer_model,
-        vocab_file=fl.vocab_file,
-        merge_file=fl.merge_file,
+    spec = tokenizer_flags.spec_from_flags(
         tiktoken_pattern=fl.tiktoken_pattern,
         tiktoken_num_special_tokens=fl.tiktoken_num_special_tokens,
         tiktoken_special_tokens=specials,
@@ -403,26 +386,10 @@ def preprocess_config_from_flags() -> config_lib.PreprocessConfig:
     )
     return config_lib.PreprocessConfig(
         input=inputs,
-        output_prefix=fl.output_prefix,
         json_keys=("messages",) if fl.chat and not fl["json_keys"].present else tuple(fl.json_keys),
-        chat=fl.chat,
         tokenizer=spec,
-        append_eod=fl.append_eod,
-        split_sentences=fl.split_sentences,
-        text_mode=fl.text_mode,
-        workers=fl.workers,
-        partitions=fl.partitions,
-        keep_parts=fl.keep_parts,
-        log_interval=fl.log_interval,
-        on_error=fl.on_error,
-        max_document_chars=fl.max_document_chars,
-        overwrite=fl.overwrite,
-        work_dir=fl.work_dir,
-        object_store=object_store_flags.object_store_from_flags(),
-        progress=fl.progress,
         drop_empty=fl.drop_empty_documents,
-        sentence_splitter=fl.sentence_splitter,
-        lang=fl.lang,
-        keep_newlines=fl.keep_newlines,
+        object_store=object_store_flags.object_store_from_flags(),
         cleaning=cleaning_from_flags(),
+        **{name: fl[name].value for name in _AS_GIVEN},
     )

@@ -11,7 +11,7 @@ from __future__ import annotations
 from absl import flags
 
 from jaxblend.access import BACKENDS
-from jaxblend.cli import flag_help, schedule_flags, tokenizer_flags
+from jaxblend.cli import flag_help, tokenizer_flags
 from jaxblend.cli.assembly import RunConfig, run_config_from_flags
 
 __all__ = [
@@ -131,7 +131,10 @@ def source_from_flags(split: str, *, phase=None):
 def history_of(split: str, source, run: RunConfig):
     """The resume history (`jaxblend.loading.StagedHistory`) of `source`, the `split` source of
     `run`, when it is a `--data_schedule` train split; else None (the loader then checks the
-    whole source)."""
+    whole source). The history takes the source's schema options and its datasets'
+    fingerprints: nothing is opened again."""
     if split != "train" or run.schedule is None:
         return None
-    return schedule_flags.staged_history(run.config, source, run.schedule)
+    from jaxblend.loading.resume_history import gpt_train_history
+
+    return gpt_train_history(run.schedule, run.config, source)

@@ -1,9 +1,14 @@
-"""`StepSettings`: the step plan of a run (global batch sizes over steps, steps, evaluation), and
-the one rule that turns it into the sample counts of the data configuration.
+"""The step-plan flags and `StepSettings`: the step plan of a run (global batch sizes over steps,
+steps, evaluation), and the one rule that turns it into the sample counts of the data
+configuration.
 
-Built from the step-plan flags' values (`--global_batch_size`, `--rampup_batch_size`,
-`--step_batch_size_schedule`, `--train_iters`, `--eval_interval`, `--eval_iters`); no absl flag is
-read here. With `--rampup_batch_size`, global batches follow Megatron-LM's `--rampup-batch-size`
+`define_step_plan_flags()` defines `--global_batch_size`, `--rampup_batch_size`,
+`--step_batch_size_schedule` (the global batch size of every step), `--train_iters` (the run's
+steps), `--eval_interval` and `--eval_iters` (validation batches) in every program that reads a
+data configuration (`jaxblend.train` and the tools), with the same defaults everywhere, so the
+same flags give the same data configuration, index-map key and publication key in every program.
+`StepSettings.from_values` builds the settings from their values (no absl flag is read there).
+With `--rampup_batch_size`, global batches follow Megatron-LM's `--rampup-batch-size`
 (`jaxblend.sampling.RampupStepPlan`); with `--step_batch_size_schedule`, megatron-core's
 `--step-batch-size-schedule` (`jaxblend.sampling.StepBatchSchedulePlan`, its thresholds in tokens
 of `--seq_length`, turned into samples once, when the settings are built: the sequence length
@@ -16,18 +21,63 @@ Sample counts (`sample_counts`), the same in every tool and in training:
          (0 with `--eval_interval=0`: no evaluation);
   test   `--test_samples`, else 0.
 """
-
 from __future__ import annotations
 
 import dataclasses
 from typing import TYPE_CHECKING
 
-from absl import app
+from absl import app, flags
 
-from jaxblend.cli import flag_values
+from jaxblend.cli import data_flags, flag_help, flag_values
+from jaxblend.cli.entry import usage_errors
 
 if TYPE_CHECKING:
     from jaxblend.sampling import Rampup, StepBatchSchedule, StepPlan
+
+
+# Flags given as space-separated lists in Megatron-LM's spelling (see `megatron_argv`).
+# `--step-batch-size-schedule` is one quoted argument in Megatron, so it is not among them.
+MEGATRON_NARGS = (*data_flags.MEGATRON_NARGS, "rampup_batch_size")
+
+
+def define_step_plan_flags() -> None:
+    """Defines the step-plan flags (once per program)."""
+    with flag_help.group(flag_help.STEPS):
+        flags.DEFINE_integer(
+            "global_batch_size", flag_values.DEFAULT_GLOBAL_BATCH_SIZE,
+            "Global batch size (the size after a --rampup_batch_size ramp).", lower_bound=1,
+        )
+        flags.DEFINE_string(
+            "rampup_batch_size", None,
+            "Megatron-LM's --rampup-batch-size: 'START INCREMENT RAMP_SAMPLES'. The global batch "
+            "size starts at START and grows by INCREMENT over RAMP_SAMPLES samples up to "
+            "--global_batch_size, computed from the samples consumed so far, exactly as Megatron "
+            "does; step k holds the next batch-size samples of the split (default: none, every "
+            "step holds --global_batch_size samples).",
+        )
+        flags.DEFINE_string(
+            "step_batch_size_schedule", None,
+            "megatron-core's --step-batch-size-schedule: 'THRESHOLD:BATCH_SIZE ...', e.g. "
+            "'0:768 250B:1536 500B:3072'. Thresholds count tokens (converted to samples by integer "
+            "division by --seq_length; samples when no --seq_length is set) and take K/M/B/T "
+            "suffixes; each step's global batch size is that of the last threshold reached by the "
+            "samples consumed so far, and step k holds the next batch-size samples of the split. "
+            "Replaces --global_batch_size and --rampup_batch_size (default: none).",
+        )
+        flags.DEFINE_integer(
+            "train_iters", flag_values.DEFAULT_TRAIN_ITERS,
+            "Training steps (the train split holds their samples unless --train_samples is given).",
+            lower_bound=1,
+        )
+        flags.DEFINE_integer(
+            "eval_interval", flag_values.DEFAULT_EVAL_INTERVAL,
+            "Steps between validations (0 = never).", lower_bound=0,
+        )
+        flags.DEFINE_integer(
+            "eval_iters", flag_values.DEFAULT_EVAL_ITERS,
+            "Validation batches per evaluation (the valid split holds them unless --valid_samples "
+            "is given).", lower_bound=1,
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,12 +116,10 @@ class StepSettings:
         from jaxblend.sampling import StepBatchSchedule
 
         schedule = values.step_batch_size_schedule
-        try:
+        with usage_errors():
             in_samples = None if schedule is None else StepBatchSchedule.from_megatron(
                 schedule, values.seq_length
             )
-        except ValueError as err:
-            raise app.UsageError(str(err)) from None
         return cls(
             global_batch_size=values.global_batch_size,
             rampup_batch_size=values.rampup_batch_size or None,
@@ -93,10 +141,8 @@ class StepSettings:
 
         if not self.rampup_batch_size:
             return None
-        try:
+        with usage_errors():
             return Rampup.parse(self.rampup_batch_size)
-        except ValueError as err:
-            raise app.UsageError(str(err)) from None
 
     def batch_schedule(self) -> StepBatchSchedule | None:
         """The schedule of `--step_batch_size_schedule` in samples, or None.
@@ -153,14 +199,12 @@ class StepSettings:
 
         schedule = self.batch_schedule()
         rampup = self.rampup()
-        try:
+        with usage_errors():
             if schedule is not None:
                 return StepBatchSchedulePlan.covering(num_samples, schedule, num_steps)
             if rampup is None:
                 return FixedStepPlan.covering(num_samples, self.global_batch_size, num_steps)
             return RampupStepPlan.covering(num_samples, rampup, self.global_batch_size, num_steps)
-        except ValueError as err:
-            raise app.UsageError(str(err)) from None
 
     def planned(self, num_steps: int | None = None) -> StepPlan:
         """The plan without a source: `num_steps` steps, or (None) the ramp or schedule and one
@@ -181,12 +225,10 @@ class StepSettings:
         rampup = self.rampup()
         if rampup is None:
             return FixedStepPlan(self.global_batch_size, 1 if num_steps is None else num_steps)
-        try:
+        with usage_errors():
             plan = RampupStepPlan(
                 rampup, self.global_batch_size, 0 if num_steps is None else num_steps
             )
-        except ValueError as err:
-            raise app.UsageError(str(err)) from None
         if num_steps is None:
             return dataclasses.replace(plan, num_steps=plan.ramp_steps + 1)
         return plan
@@ -209,3 +251,11 @@ class StepSettings:
             valid if valid is not None else self.eval_batches * self.final_global_batch_size,
             test if test is not None else 0,
         )
+
+
+def step_settings_from_flags(global_batch_size: int | None = None) -> StepSettings:
+    """The `StepSettings` of the flags (`global_batch_size` in place of `--global_batch_size`)."""
+    settings = StepSettings.from_values(flag_values.read_flag_values())
+    if global_batch_size is not None:
+        settings = dataclasses.replace(settings, global_batch_size=global_batch_size)
+    return settings

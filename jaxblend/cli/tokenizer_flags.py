@@ -69,8 +69,9 @@ class RunTokenizer:
     spec: Any = None
 
 
-def spec_from_flags():
-    """The `TokenizerSpec` of `--tokenizer_type` & co., or None when not given."""
+def spec_from_flags(**settings):
+    """The `TokenizerSpec` of `--tokenizer_type`, `--tokenizer_model`, `--vocab_file`,
+    `--merge_file` and the other `settings` (the preprocessing CLI's), or None without a type."""
     fl = flags.FLAGS
     if not fl.tokenizer_type:
         return None
@@ -78,18 +79,8 @@ def spec_from_flags():
 
     return tokenizer_spec.TokenizerSpec(
         type=fl.tokenizer_type, model=fl.tokenizer_model, vocab_file=fl.vocab_file,
-        merge_file=fl.merge_file,
+        merge_file=fl.merge_file, **settings,
     )
-
-
-def fallback_facts_from_flags() -> TokenizerFacts | None:
-    """The facts of `--tokenizer_type` & co. (the tokenizer is loaded, offline), or None."""
-    spec = spec_from_flags()
-    if spec is None:
-        return None
-    from jaxblend.preprocess import tokenizer_spec, tokenizers
-
-    return tokenizer_spec.facts_of(spec, tokenizers.load_tokenizer(spec))
 
 
 def decoder_from_flags(prefixes: list[str], access: DataAccess):
@@ -116,9 +107,13 @@ def run_tokenizer_from_flags(
         return RunTokenizer({})
     from jaxblend.map_store import publication
 
-    spec = spec_from_flags()
+    spec, fallback = spec_from_flags(), None
+    if spec is not None:  # its facts: the tokenizer is loaded, offline
+        from jaxblend.preprocess import tokenizer_spec, tokenizers
+
+        fallback = tokenizer_spec.facts_of(spec, tokenizers.load_tokenizer(spec))
     facts = blend_facts(
-        index.config_prefixes(config), access, fallback_facts_from_flags(),
+        index.config_prefixes(config), access, fallback,
         allow_mixed=flags.FLAGS.allow_mixed_tokenizers,
         known=publication.published_tokenizers(config, access),
     )

@@ -1,6 +1,6 @@
 """`assemble`: the run's configuration from plain flag values, without absl; `DataFlagValues`'
 defaults are the flags' own, so a program that lacks a flag assembles what one with its default
-does."""
+does; the storage and cache flags make a `DataAccess` (`data_access_from_flags`)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from absl import app
 from helpers_data import write_random_dataset
 
 from jaxblend import cli
+from jaxblend.access import DataAccess
 from jaxblend.cli import assembly
 from jaxblend.cli.flag_values import DataFlagValues
 from jaxblend.sources import GPTSchemaOptions
@@ -104,3 +105,44 @@ def test_an_eod_needing_flag_without_an_eod_id_names_a_missing_dataset_first(tmp
     with pytest.raises(app.UsageError, match=r"^--eod_id is required with --reset_position_ids: "
                        "mock data has no end-of-document id$"):
         cli.assemble(VALUES.replace(mock_data=True, eod_id=None))
+
+
+@pytest.fixture
+def data(fl, monkeypatch):
+    fl.data_path, fl.seq_length = ["1 /d/a"], 16
+    for name in ("JAXBLEND_INDEX_MIRROR", "JAXBLEND_IDENTITY_CACHE", "JAXBLEND_S3_ENDPOINT"):
+        monkeypatch.delenv(name, raising=False)
+    return fl
+
+
+def test_data_access_from_storage_and_cache_flags(data):
+    data.s3_endpoint, data.s3_region = "http://localhost:9000", "eu-west-1"
+    data.storage_concurrency, data.storage_retries, data.storage_timeout = 7, 2, 30.0
+    data.data_cache_path, data.data_cache_mirror = "gs://b/run1/maps/", "/tmp/mirror"
+    data.data_cache_wait = 12.0
+    data.storage_backend = "tensorstore"
+    access = cli.data_access_from_flags()
+    assert isinstance(access, DataAccess)
+    store = access.object_store
+    assert (store.s3_endpoint, store.s3_region) == ("http://localhost:9000", "eu-west-1")
+    assert (store.request_concurrency, store.max_retries, store.request_timeout) == (7, 2, 30.0)
+    assert access.maps.location == "gs://b/run1/maps/"
+    assert (access.maps.mirror, access.maps.wait_seconds) == ("/tmp/mirror", 12.0)
+    assert access.identity.shared_url == "gs://b/run1/maps/identity/"
+    assert access.backend == "tensorstore"
+
+
+def test_data_access_of_a_local_cache_and_the_default_location(data, monkeypatch):
+    monkeypatch.setenv("JAXBLEND_INDEX_MIRROR", "/env/mirror")
+    access = cli.data_access_from_flags(default_map_location="/run/index_cache")
+    assert access.maps.location == "/run/index_cache"
+    assert access.maps.mirror == "/env/mirror"
+    assert access.identity.shared_url is None
+    data.data_cache_path = "/flag/cache"
+    assert cli.data_access_from_flags("/run/index_cache").maps.location == "/flag/cache"
+
+
+def test_bad_cache_wait_names_the_flags(data):
+    data["data_cache_wait"].value = 0.0
+    with pytest.raises(ValueError, match="--data_cache_path/--data_cache_mirror/--data_cache_wait"):
+        cli.data_access_from_flags()

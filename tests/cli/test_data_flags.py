@@ -7,7 +7,7 @@ import pytest
 
 from jaxblend import cli
 from jaxblend.access import DataAccess
-from jaxblend.cli.access_flags import data_access_from_flags
+from jaxblend.cli.assembly import data_access_from_flags
 
 
 @pytest.fixture

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from jaxblend.cli import step_plan_flags
+from jaxblend.cli import steps
 from jaxblend.cli.megatron_argv import normalize_argv
 
 DEFINED = {"data_path", "seq_length", "rampup_batch_size", "add_extra_token_to_sequence", "split"}
@@ -14,7 +14,7 @@ def test_dashes_lists_and_negations():
         "--rampup-batch-size", "32", "32", "1000", "--no-add-extra-token-to-sequence",
         "--split=969,30,1",
     ]
-    assert normalize_argv(argv, DEFINED, step_plan_flags.MEGATRON_NARGS) == [
+    assert normalize_argv(argv, DEFINED, steps.MEGATRON_NARGS) == [
         "prog", "--data_path=30,/d/a,70,/d/b", "--seq_length", "2048",
         "--rampup_batch_size=32,32,1000", "--noadd_extra_token_to_sequence", "--split=969,30,1",
     ]

@@ -9,7 +9,7 @@ import pytest
 
 from jaxblend import cli
 from jaxblend.cli import assembly
-from jaxblend.cli.access_flags import data_access_from_flags
+from jaxblend.cli.assembly import data_access_from_flags
 
 STAGES = [
     {"start_step": 0, "blend": ["50", "/d/a", "50", "/d/b"]},
@@ -45,9 +45,9 @@ def test_schedule_alone_gives_a_train_split_only(fl):
 def test_rampup_turns_steps_into_samples(fl):
     fl.rampup_batch_size = "2 2 16"
     config = cli.run_config_from_flags().config
-    from jaxblend.cli import step_plan_flags  # the ramp's steps 0..3 are smaller than 8
+    from jaxblend.cli import steps  # the ramp's steps 0..3 are smaller than 8
 
-    plan = step_plan_flags.step_settings_from_flags(8).covering(80)
+    plan = steps.step_settings_from_flags(8).covering(80)
     assert config.train_schedule.stages[1].start_sample == sum(plan.batch_size(k) for k in range(4))
     assert config.train_schedule.stages[1].start_sample != 32
 

@@ -9,7 +9,7 @@ import pytest
 from absl import app, flags
 
 from jaxblend import cli
-from jaxblend.cli import step_plan_flags
+from jaxblend.cli import steps
 from jaxblend.cli.megatron_argv import normalize_argv
 from jaxblend.sampling import FixedStepPlan, StepBatchSchedule, StepBatchSchedulePlan
 
@@ -91,7 +91,7 @@ def test_megatrons_spelling_is_one_quoted_argument():
     argv = ["prog", "--step-batch-size-schedule", "0:768 250B:1536", "--rampup-batch-size", "1",
             "2", "3"]
     defined = {"step_batch_size_schedule", "rampup_batch_size"}
-    normal = normalize_argv(argv, defined, step_plan_flags.MEGATRON_NARGS)
+    normal = normalize_argv(argv, defined, steps.MEGATRON_NARGS)
     assert normal == ["prog", "--step_batch_size_schedule", "0:768 250B:1536",
                       "--rampup_batch_size=1,2,3"]
     values = flags.FlagValues()

@@ -94,8 +94,8 @@ def _open_training_data(argv: list[str], tmp_path):
 
     def main(_):
         settings = cli.train_settings_from_flags()
-        spec = train._data_spec(settings)
-        opened.append((spec, train._open_data(spec, settings)))
+        run, _ = train._data_spec(settings)
+        opened.append((run, train._open_data(run)))
 
     train_argv = [*argv, "--vocab_size=500", f"--workdir={tmp_path / 'run'}",
                   f"--checkpoint_dir={tmp_path / 'run' / 'ckpt'}"]
@@ -143,11 +143,11 @@ def _check_every_program(argv: list[str], store: _Store, tmp_path, bucket: bool)
         out = _run("build_index", argv)
         assert any(line.startswith("already published: ") for line in out.splitlines()), out
 
-    spec, data = _open_training_data([*argv, "--mesh_shape=8", "--mesh_axes=data"], tmp_path)
+    run, data = _open_training_data([*argv, "--mesh_shape=8", "--mesh_axes=data"], tmp_path)
     assert store.contents() == built, "training built maps"
-    config = spec.run.config
+    config = run.config
     assert data.train.fingerprint == gpt_source_fingerprint(
-        key, "train", spec.run.schema, config.seq_length, config.add_extra_token_to_sequence,
+        key, "train", run.schema, config.seq_length, config.add_extra_token_to_sequence,
     )
     assert set(data.valid) == {"valid"} and len(data.valid["valid"]) > 0
 
