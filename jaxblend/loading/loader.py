@@ -78,16 +78,12 @@ class PrefetchOptions:
 
     Attributes:
       worker_count: Grain worker processes (0 = read in this process's threads).
-      worker_buffer_size: batches each Grain worker prepares ahead.
-      read_threads: Grain reader threads (with worker_count 0 they run in this process).
-      read_buffer_size: host batches Grain keeps ready per reader.
       device_prefetch: global batches put on the devices ahead of the one being consumed.
       read_ahead: K, steps whose reads are kept in flight ahead of the one consumed (each step's
         byte ranges are known from the index maps, so step k + K is read while k trains); 0 =
-        auto: `DEFAULT_REMOTE_READ_AHEAD` for sources read from an object store, else
-        `read_threads`. Hides per-request latency: K steps x the requests of one step are in
-        flight (bounded by `ObjectStoreOptions.request_concurrency`). With adaptation, the
-        window it starts from.
+        auto: `DEFAULT_REMOTE_READ_AHEAD` for sources read from an object store, else 1. Hides
+        per-request latency: K steps x the requests of one step are in flight (bounded by
+        `ObjectStoreOptions.request_concurrency`). With adaptation, the window it starts from.
       adaptive_read_ahead: let the read-ahead window grow while the loader waits for batches and
         shrink while it does not (`jaxblend.loading.read_window`), between 1 and
         `max_read_ahead` steps and within `read_ahead_memory`, starting from the fixed window.
@@ -100,9 +96,6 @@ class PrefetchOptions:
     """
 
     worker_count: int = 0
-    worker_buffer_size: int = 2
-    read_threads: int = 1
-    read_buffer_size: int = 2
     device_prefetch: int = 1
     read_ahead: int = 0
     adaptive_read_ahead: bool | None = None
@@ -110,20 +103,14 @@ class PrefetchOptions:
     read_ahead_memory: int = DEFAULT_READ_AHEAD_MEMORY
 
     def __post_init__(self):
-        for field in dataclasses.fields(self):
-            if field.name == "adaptive_read_ahead":
-                if self.adaptive_read_ahead is not None and not isinstance(
-                    self.adaptive_read_ahead, bool
-                ):
-                    raise ValueError(
-                        "PrefetchOptions.adaptive_read_ahead must be True, False or None "
-                        f"(on for object stores), got {self.adaptive_read_ahead!r}"
-                    )
-                continue
-            value, low = getattr(self, field.name), 1
-            if field.name in ("worker_count", "device_prefetch", "read_ahead"):
-                low = 0
-            require_int(f"PrefetchOptions.{field.name}", value, low)
+        for name, low in (("worker_count", 0), ("device_prefetch", 0), ("read_ahead", 0),
+                          ("max_read_ahead", 1), ("read_ahead_memory", 1)):
+            require_int(f"PrefetchOptions.{name}", getattr(self, name), low)
+        if self.adaptive_read_ahead is not None and not isinstance(self.adaptive_read_ahead, bool):
+            raise ValueError(
+                "PrefetchOptions.adaptive_read_ahead must be True, False or None "
+                f"(on for object stores), got {self.adaptive_read_ahead!r}"
+            )
 
     def adapts(self, reads_remote: bool) -> bool:
         """Whether the read-ahead window adapts: `adaptive_read_ahead`, by default for sources
@@ -134,16 +121,13 @@ class PrefetchOptions:
 
     def initial_read_ahead(self, reads_remote: bool) -> int:
         """The read-ahead window a stream starts with (fixed: the whole time), steps."""
-        return self.read_ahead or (DEFAULT_REMOTE_READ_AHEAD if reads_remote else self.read_threads)
+        return self.read_ahead or (DEFAULT_REMOTE_READ_AHEAD if reads_remote else 1)
 
     def grain_read_options(self, reads_remote: bool) -> grain.ReadOptions:
         """Grain's reader threads and buffer for the fixed read-ahead: `read_ahead` steps are
         read concurrently (the adaptive window reads in its own `ReadPool`, not Grain's)."""
-        ahead = self.read_ahead or (DEFAULT_REMOTE_READ_AHEAD if reads_remote else 0)
-        return grain.ReadOptions(
-            num_threads=max(self.read_threads, ahead),
-            prefetch_buffer_size=max(self.read_buffer_size, ahead),
-        )
+        ahead = self.initial_read_ahead(reads_remote)
+        return grain.ReadOptions(num_threads=ahead, prefetch_buffer_size=max(2, ahead))
 
     def read_window(
         self, reads_remote: bool, start: int, concurrency: int | None = None
@@ -305,7 +289,7 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
             data_source=self.host_source,
             sampler=StepSampler(self.end_step, step),
             worker_count=self.prefetch.worker_count,
-            worker_buffer_size=self.prefetch.worker_buffer_size,
+            worker_buffer_size=2,
             shard_options=grain.sharding.NoSharding(),
             read_options=self.prefetch.grain_read_options(self.source.reads_remote),
         )

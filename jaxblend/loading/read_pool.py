@@ -128,9 +128,11 @@ class ReadPool(Iterator[T]):
         if wake + beyond:
             self._work.notify(wake + beyond)
         for _ in range(max(0, min(waiting - wake, self._size - self._threads))):
+            # Counted once started (it waits for the lock held here), so a thread that cannot be
+            # started leaves no phantom reader behind: its error reaches the caller.
+            threading.Thread(target=self._reader, name=self._name).start()
             self._threads += 1
             self.most_threads = max(self.most_threads, self._threads)
-            threading.Thread(target=self._reader, name=self._name).start()
 
     def _reader(self) -> None:
         """One reader thread: reads admitted steps until the pool closes, every step is taken by

@@ -176,7 +176,3 @@ def masked_mean(nll, mask):
     tokens = jnp.sum(mask)
     return jnp.sum(nll * mask) / jnp.maximum(tokens, 1.0), tokens
 
-
-def loss_fn(params: dict, config: ModelConfig, batch: dict):
-    """Mean cross-entropy over positions with `loss_mask` 1; returns (loss, tokens counted)."""
-    return masked_mean(token_losses(params, config, batch), batch["loss_mask"])
