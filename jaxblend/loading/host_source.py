@@ -24,8 +24,7 @@ class HostStepSource:
 
     With a `window` (`ReadWindow`, reads in this process's `ReadPool`, which starts a step's
     read once the window admits it), each read tells the window that it began and how long it
-    took. In this process,
-    `highest_begun` is the highest step whose read began (with `tally` or a `window`).
+    took.
 
     With `tally`, each record also carries what reading it cost (a `read_tally.ReadTally` under
     `TALLY_KEY`, taken out by `take_tally`), its requests in flight registered in `pending` (in
@@ -36,8 +35,7 @@ class HostStepSource:
       process_rows: this process's share of the step plan.
       tally: count each record's reads.
       pending: where requests in flight and steps being read are registered (with `tally`).
-      window: the adaptive read-ahead window the reads report to (not sent to worker
-        processes).
+      window: the read-ahead window the reads report to (not sent to worker processes).
 
     Raises:
       ValueError: if the plan pads steps to a length and the source cannot read padded rows.
@@ -56,7 +54,6 @@ class HostStepSource:
         self.tally = tally
         self.pending = pending
         self.window = window
-        self.highest_begun = -1
         self._padded: PaddedLoaderSource | None = None
         if any(shape.length is not None for shape in process_rows.plan.batch_shapes()):
             if not isinstance(source, PaddedLoaderSource):
@@ -84,8 +81,6 @@ class HostStepSource:
         window = self.window
         if window is not None:
             window.begun(step)
-        if window is not None or self.tally:  # a gauge: a rare lost update is corrected next step
-            self.highest_begun = max(self.highest_begun, step)
         if not self.tally:
             return self._timed_read(step, window)
         tally = read_tally.ReadTally(pending=self.pending)

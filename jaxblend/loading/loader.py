@@ -316,7 +316,7 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
             self._next_put += 1
             tally = HostStepSource.take_tally(host)
             step_bytes = sum(getattr(v, "nbytes", 0) for v in host.values())  # as read
-            self._counters.note_ahead(self.host_source.highest_begun - step + 1, step_bytes)
+            self._counters.note_ahead(0 if self._window is None else self._window.ahead, step_bytes)
             if self._window is not None:
                 requests = sum(tally.requests.values()) if tally is not None else 0
                 self._window.taken(step, assembling - pulling, step_bytes, requests)
@@ -342,9 +342,8 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
         dataset, read-ahead now, stall reports (docs/telemetry.md). Safe from any thread."""
         if self.prefetch.worker_count:
             return self._counters.snapshot(None, None)
-        ahead = max(0, self.host_source.highest_begun - self._next_put + 1)
-        adapts = self.prefetch.adapts(self.source.reads_remote)
-        return self._counters.snapshot(ahead, self._window.size if adapts else None)
+        window, adapts = self._window, self.prefetch.adapts(self.source.reads_remote)
+        return self._counters.snapshot(window.ahead, window.size if adapts else None)
 
     def close(self) -> None:
         """Stops the reader threads and Grain's worker processes and releases the shared memory of

@@ -199,7 +199,7 @@ class ReadWindow:
 
     @property
     def ahead(self) -> int:
-        """Steps admitted and not yet taken by the loader."""
+        """Steps whose reads began and that the loader has not taken yet."""
         return max(0, self._admitted - self._next + 1)
 
 

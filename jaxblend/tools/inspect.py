@@ -214,27 +214,27 @@ def explain() -> dict:
             rows[-1]["padding"] = plan.window - sum(q["stop"] - q["start"] for q in pieces)
             text += f"  + {rows[-1]['padding']} padding"
         print(f"{r:4d} {sample:8d}  {os.path.basename(names[dataset_id])}  {text}")
-        if decoder is not None and plan.is_packed:  # one line per document: the boundaries
-            read = [_piece(opened, masks, names[q["dataset_id"]], q) for q in pieces]
+        if decoder is None:
+            continue
+        read = [_piece(opened, masks, names[q["dataset_id"]], q) for q in pieces]
+        split = flags.FLAGS.which.split("_")[0]  # valid_<k> reads as valid
+        if plan.is_packed:  # one line per document: the boundaries
             if fim is not None:  # each document rewritten in its own places
-                split = flags.FLAGS.which.split("_")[0]
                 read = [(fim.rewrite_document(np.asarray(t, np.int64), split, sample, j), w)
                         for j, (t, w) in enumerate(read)]
             rows[-1]["texts"] = [decoder.detokenize(t, w) for t, w in read]
             for j, piece_text in enumerate(rows[-1]["texts"], start=1):
                 print(f"      document {j}: {shorten(piece_text, flags.FLAGS.decode_chars)}")
-        elif decoder is not None:
-            read = [_piece(opened, masks, names[q["dataset_id"]], q) for q in pieces]
-            tokens = np.concatenate([np.zeros(0, np.int64)] + [t for t, _ in read])
-            weights = None
-            if fim is not None:  # the rewritten sample (conversations are not rewritten)
-                tokens = fim.rewrite(tokens, flags.FLAGS.which.split("_")[0], sample,
-                                     run.schema.megatron_compat)
-            elif any(w is not None for _, w in read):  # a conversation: untrained text marked
-                weights = np.concatenate([np.zeros(0, np.uint8)] + [
-                    np.ones(len(t), np.uint8) if w is None else w for t, w in read])
-            rows[-1]["text"] = decoder.detokenize(tokens, weights)
-            print(f"      text: {shorten(rows[-1]['text'], flags.FLAGS.decode_chars)}")
+            continue
+        tokens = np.concatenate([np.zeros(0, np.int64)] + [t for t, _ in read])
+        weights = None
+        if fim is not None:  # the rewritten sample (conversations are not rewritten)
+            tokens = fim.rewrite(tokens, split, sample, run.schema.megatron_compat)
+        elif any(w is not None for _, w in read):  # a conversation: untrained text marked
+            weights = np.concatenate([np.zeros(0, np.uint8)] + [
+                np.ones(len(t), np.uint8) if w is None else w for t, w in read])
+        rows[-1]["text"] = decoder.detokenize(tokens, weights)
+        print(f"      text: {shorten(rows[-1]['text'], flags.FLAGS.decode_chars)}")
     result = {"step": step, "global_batch_size": b, "split": flags.FLAGS.which, "datasets": names,
               "rows": rows}
     if stages is not None:
