@@ -42,7 +42,7 @@ from jaxblend.loading.protocols import LoaderSource
 from jaxblend.loading.read_pool import ReadPool
 from jaxblend.loading.read_window import ReadWindow
 from jaxblend.loading.resume_history import STATE_KEY, StagedHistory, explain_unscheduled
-from jaxblend.loading.stall import StallWatch, logger
+from jaxblend.loading.stall import StallWatch
 from jaxblend.loading.telemetry import (
     DEFAULT_TELEMETRY,
     LoaderCounters,
@@ -158,15 +158,6 @@ def loader_fingerprint(source: LoaderSource, plan: StepPlan) -> str | None:
     )
 
 
-def history_fingerprint(history: StagedHistory, plan: StepPlan, step: int) -> str:
-    """What the resume state of a staged split at `step` must match: the identity of the
-    samples of steps [0, step) and the plan's."""
-    return identity.fingerprint(
-        "loader_history", STATE_VERSION,
-        source=history.identity(first_sample(plan, step)), plan=plan.fingerprint,
-    )
-
-
 class StepLoader(Iterator[dict[str, jax.Array]]):
     """Global batches of a step plan over a source, laid out on a mesh; see `make_loader`.
 
@@ -260,8 +251,8 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
         self.host_source.window = self._window
         self._step = self._next_put = step
         if self.telemetry.stall_threshold > 0:
-            self._stall = _stall_watch(self.telemetry.stall_threshold, self._pending,
-                                       self.prefetch.worker_count, self._counters)
+            self._stall = StallWatch(self.telemetry.stall_threshold, self._pending,
+                                     self.prefetch.worker_count, self._counters)
             weakref.finalize(self, self._stall.stop)
         self._exhausted = False
         if self._window is not None:
@@ -380,11 +371,15 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
         self.close()
 
     def _fingerprint_at(self, step: int) -> str | None:
-        """The fingerprint a state at `step` carries: the whole stream's, or (staged split) that
-        of its steps before `step`."""
+        """The fingerprint a state at `step` carries: the whole stream's, or (staged split) the
+        identity of the samples of its steps [0, step) and the plan's."""
         if self.history is None or self.fingerprint is None:
             return self.fingerprint
-        return history_fingerprint(self.history, self.plan, step)
+        return identity.fingerprint(
+            "loader_history", STATE_VERSION,
+            source=self.history.identity(first_sample(self.plan, step)),
+            plan=self.plan.fingerprint,
+        )
 
     def state(self) -> LoaderState:
         """A small JSON-serializable resume state: the next step and the stream's fingerprint
@@ -550,15 +545,3 @@ def _request_concurrency(source: LoaderSource) -> int | None:
     store = getattr(access, "object_store", None)
     return getattr(store, "request_concurrency", None)
 
-
-def _stall_watch(
-    threshold: float, pending: PendingReads, worker_count: int, counters: LoaderCounters
-) -> StallWatch:
-    """A stall watch whose reports are logged and counted (it holds no reference to the loader,
-    so a loader dropped without `close` is collected and its watch stopped)."""
-
-    def report(line: str) -> None:
-        counters.add_stall()
-        logger.warning("%s", line)
-
-    return StallWatch(threshold, pending, worker_count, on_report=report)
