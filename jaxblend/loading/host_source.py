@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import numpy as np
@@ -81,33 +82,25 @@ class HostStepSource:
         window = self.window
         if window is not None:
             window.begun(step)
-        if not self.tally:
-            return self._timed_read(step, window)
-        tally = read_tally.ReadTally(pending=self.pending)
-        steps = self.pending.steps if self.pending is not None else None
+        began = time.perf_counter()
+        tally = read_tally.ReadTally(pending=self.pending) if self.tally else None
+        steps = self.pending.steps if tally is not None and self.pending is not None else None
         if steps is not None:
-            steps[step] = time.perf_counter()
+            steps[step] = began
         try:
-            with read_tally.collecting(tally):
-                record = self._timed_read(step, window)
+            with contextlib.nullcontext() if tally is None else read_tally.collecting(tally):
+                record = self._read(step)
         finally:
             if steps is not None:
                 steps.pop(step, None)
-        return {**record, TALLY_KEY: tally}
+        if window is not None:
+            window.read(time.perf_counter() - began)
+        return record if tally is None else {**record, TALLY_KEY: tally}
 
     @staticmethod
     def take_tally(record: dict) -> read_tally.ReadTally | None:
         """Removes and returns the `ReadTally` a record carries (None without one)."""
         return record.pop(TALLY_KEY, None)
-
-    def _timed_read(self, step: int, window: ReadWindow | None) -> dict[str, np.ndarray]:
-        """Reads record `step`, telling the `window` (if any) how long the read took."""
-        if window is None:
-            return self._read(step)
-        began = time.perf_counter()
-        record = self._read(step)
-        window.read(time.perf_counter() - began)
-        return record
 
     def _read(self, step: int) -> dict[str, np.ndarray]:
         ids = self.process_rows.sample_ids(step)

@@ -368,6 +368,34 @@ def verify() -> dict:
     return result
 
 
+def preflight() -> dict:
+    """The checks before training (`jaxblend.tools._preflight`); a blend of different tokenizers
+    is one of the problems reported."""
+    from jaxblend.tokenizer_facts import TokenizerMismatchError
+    from jaxblend.tools import _preflight
+
+    fl = flags.FLAGS
+    mixed = []
+
+    def tokenizer(config, access):
+        try:
+            return cli.run_tokenizer_from_flags(config, access)
+        except TokenizerMismatchError as err:
+            mixed.append(str(err))
+            return cli.RunTokenizer({})
+
+    run = cli.run_config_from_flags(tokenizer=tokenizer)
+    recorded = run.tokenizer
+    return _preflight.run(
+        run.config, run.access, run.steps.planned(run.steps.train_iters),
+        fl.vocab_size if fl.vocab_size is not None else recorded.vocab_size, fl.max_index_gb,
+        tokenizer=_preflight.TokenizerCheck(
+            recorded.facts, run.schema.eod_id, run.schema.pad_id, mixed[0] if mixed else None,
+        ),
+        warn_epochs=fl.warn_epochs,
+    )
+
+
 def _check_output_directories() -> None:
     """Fails before any work when the directory of `--plot` or `--json` does not exist."""
     for name in ("plot", "json"):
@@ -386,36 +414,11 @@ def main(argv: Sequence[str]) -> None:
         raise app.UsageError(f"give one command: {', '.join(COMMANDS)}")
     command = argv[1]
     _check_output_directories()
-    if command == "preflight":
-        from jaxblend.tokenizer_facts import TokenizerMismatchError
-        from jaxblend.tools import _preflight
-
-        fl = flags.FLAGS
-        mixed = []
-
-        def tokenizer(config, access):  # a blend of different tokenizers is a problem reported
-            try:
-                return cli.run_tokenizer_from_flags(config, access)
-            except TokenizerMismatchError as err:
-                mixed.append(str(err))
-                return cli.RunTokenizer({})
-
-        run = cli.run_config_from_flags(tokenizer=tokenizer)
-        recorded = run.tokenizer
-        result = _preflight.run(
-            run.config, run.access, run.steps.planned(run.steps.train_iters),
-            fl.vocab_size if fl.vocab_size is not None else recorded.vocab_size, fl.max_index_gb,
-            tokenizer=_preflight.TokenizerCheck(
-                recorded.facts, run.schema.eod_id, run.schema.pad_id, mixed[0] if mixed else None,
-            ),
-            warn_epochs=fl.warn_epochs,
-        )
-        _write_json(result)
-        if result["problems"]:
-            sys.exit(1)
-        return
-    result = {"stats": stats, "explain": explain, "mixture": mixture, "verify": verify}[command]()
+    result = {"stats": stats, "explain": explain, "mixture": mixture, "preflight": preflight,
+              "verify": verify}[command]()
     _write_json(result)
+    if command == "preflight" and result["problems"]:
+        sys.exit(1)
     if command == "verify":
         bad = [p for p, r in result.items() if not r["ok"]]
         if bad:

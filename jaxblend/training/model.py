@@ -70,15 +70,11 @@ def param_specs(config: ModelConfig) -> dict:
     }
 
 
-def _restrict(spec: P, mesh: Mesh) -> P:
-    return P(*(a if a in mesh.axis_names else None for a in spec))
-
-
 def param_shardings(config: ModelConfig, mesh: Mesh) -> dict:
     """NamedShardings of every parameter on `mesh` (unknown axes replicate)."""
     return jax.tree.map(
-        lambda s: NamedSharding(mesh, _restrict(s, mesh)), param_specs(config),
-        is_leaf=lambda x: isinstance(x, P),
+        lambda s: NamedSharding(mesh, P(*(a if a in mesh.axis_names else None for a in s))),
+        param_specs(config), is_leaf=lambda x: isinstance(x, P),
     )
 
 
