@@ -312,11 +312,7 @@ def mixture() -> dict:
     phase = _phase(start, flags.FLAGS.end_step)
     run = cli.checked_run_config_from_flags(phase=phase)
     plan, names = _plan_and_names(run)
-    if phase is None:
-        steps = run.steps.covering(len(plan))
-        first = 0
-    else:
-        steps, first = phase, phase.first_step
+    steps, first = (run.steps.covering(len(plan)), 0) if phase is None else (phase, phase.first_step)
     end = flags.FLAGS.end_step if flags.FLAGS.end_step is not None else steps.num_steps
     if not first <= start < end <= steps.num_steps:
         raise app.UsageError(f"step range [{start}, {end}) outside [{first}, {steps.num_steps})")
