@@ -133,14 +133,12 @@ class PrefetchOptions:
         self, reads_remote: bool, start: int, concurrency: int | None = None
     ) -> ReadWindow | None:
         """The read-ahead window of a stream read in this process's threads, starting at step
-        `start` (None: reads in Grain worker processes): adaptive, or fixed at the initial size
-        (at least 2 steps, as Grain's buffer was); `concurrency`: the object store's request
-        concurrency, if known."""
+        `start` (None: reads in Grain worker processes): adaptive, or fixed at the initial size;
+        `concurrency`: the object store's request concurrency, if known."""
         if self.worker_count:
             return None
         size = self.initial_read_ahead(reads_remote)
         if not self.adapts(reads_remote):
-            size = max(2, size)
             return ReadWindow(start, size, size, size, self.read_ahead_memory)
         high = max(self.max_read_ahead, size)
         return ReadWindow(start, size, 1, high, self.read_ahead_memory, concurrency)

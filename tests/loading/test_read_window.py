@@ -168,8 +168,8 @@ def test_options():
     assert PrefetchOptions(read_ahead=5).grain_read_options(remote).num_threads == 5
     assert PrefetchOptions().grain_read_options(local).num_threads == 1
     assert PrefetchOptions(worker_count=1).read_window(local, 0) is None
-    fixed = PrefetchOptions().read_window(local, 0)  # 2 steps, as Grain's buffer held
-    assert (fixed.low, fixed.size, fixed.high) == (2, 2, 2)
+    fixed = PrefetchOptions().read_window(local, 0)  # the fixed read-ahead: a constant window
+    assert (fixed.low, fixed.size, fixed.high) == (1, 1, 1)
     fixed = PrefetchOptions(adaptive_read_ahead=False).read_window(remote, 0)
     assert (fixed.low, fixed.size, fixed.high) == (8, 8, 8)
     assert PrefetchOptions().read_window(remote, 0).size == 8  # from the fixed default
