@@ -32,7 +32,7 @@ class LoaderSource(Protocol):
         """Whether samples come from an object store (the loader then reads further ahead)."""
 
     def read_batch(self, sample_ids: np.ndarray) -> dict[str, np.ndarray]:
-        """Phase 1: the compact raw form of the samples (runs in Grain readers or workers)."""
+        """Phase 1: the compact raw form of the samples (runs in reader threads or Grain workers)."""
 
     def assemble_batch(self, raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Phase 2: raw form -> batch schema (runs in the training process)."""
