@@ -4,22 +4,10 @@ A loader's state is a small JSON dict (`{"version", "step", "fingerprint"}`, see
 `StepLoader.state`): the next step and the identity of the stream. A staged train split
 (`--data_schedule`) adds `"data_schedule"`, the schedule in steps, and its fingerprint covers only
 the steps before the saved one, so a resumed run may edit later stages (docs/schedules.md). It
-holds no topology, so a checkpoint taken on 8 hosts resumes on 4. To save it beside a model in your own training loop,
-add one item to the `ocp.args.Composite` you already give `CheckpointManager.save`:
-
-    import orbax.checkpoint as ocp
-    from jaxblend.loading.checkpointing import LoaderStateRestore, LoaderStateSave
-
-    manager.save(step, args=ocp.args.Composite(
-        state=ocp.args.StandardSave(train_state),
-        loader=LoaderStateSave.of(loader),
-    ))
-    ...
-    restored = manager.restore(step, args=ocp.args.Composite(
-        state=ocp.args.StandardRestore(abstract_train_state),
-        loader=LoaderStateRestore(),
-    ))
-    loader = make_loader(source, mesh, global_batch_size=b, state=restored["loader"])
+holds no topology, so a checkpoint taken on 8 hosts resumes on 4. Saved beside a model in your
+own training loop, it is one more item of the `ocp.args.Composite` given to
+`CheckpointManager.save` (`LoaderStateSave.of(loader)`) and `restore` (`LoaderStateRestore()`):
+docs/pod.md, "The loader state in your own checkpoints", shows both.
 
 The item is one JSON file (`loader_state.json`) written by the primary host only; Orbax commits it
 with the rest of the checkpoint, so a checkpoint whose save was interrupted is never listed.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import numpy as np
@@ -24,8 +25,7 @@ class HostStepSource:
 
     With a `window` (`ReadWindow`, reads in this process's `ReadPool`, which starts a step's
     read once the window admits it), each read tells the window that it began and how long it
-    took. In this process,
-    `highest_begun` is the highest step whose read began (with `tally` or a `window`).
+    took.
 
     With `tally`, each record also carries what reading it cost (a `read_tally.ReadTally` under
     `TALLY_KEY`, taken out by `take_tally`), its requests in flight registered in `pending` (in
@@ -36,8 +36,7 @@ class HostStepSource:
       process_rows: this process's share of the step plan.
       tally: count each record's reads.
       pending: where requests in flight and steps being read are registered (with `tally`).
-      window: the adaptive read-ahead window the reads report to (not sent to worker
-        processes).
+      window: the read-ahead window the reads report to (not sent to worker processes).
 
     Raises:
       ValueError: if the plan pads steps to a length and the source cannot read padded rows.
@@ -56,7 +55,6 @@ class HostStepSource:
         self.tally = tally
         self.pending = pending
         self.window = window
-        self.highest_begun = -1
         self._padded: PaddedLoaderSource | None = None
         if any(shape.length is not None for shape in process_rows.plan.batch_shapes()):
             if not isinstance(source, PaddedLoaderSource):
@@ -84,35 +82,25 @@ class HostStepSource:
         window = self.window
         if window is not None:
             window.begun(step)
-        if window is not None or self.tally:  # a gauge: a rare lost update is corrected next step
-            self.highest_begun = max(self.highest_begun, step)
-        if not self.tally:
-            return self._timed_read(step, window)
-        tally = read_tally.ReadTally(pending=self.pending)
-        steps = self.pending.steps if self.pending is not None else None
+        began = time.perf_counter()
+        tally = read_tally.ReadTally(pending=self.pending) if self.tally else None
+        steps = self.pending.steps if tally is not None and self.pending is not None else None
         if steps is not None:
-            steps[step] = time.perf_counter()
+            steps[step] = began
         try:
-            with read_tally.collecting(tally):
-                record = self._timed_read(step, window)
+            with contextlib.nullcontext() if tally is None else read_tally.collecting(tally):
+                record = self._read(step)
         finally:
             if steps is not None:
                 steps.pop(step, None)
-        return {**record, TALLY_KEY: tally}
+        if window is not None:
+            window.read(time.perf_counter() - began)
+        return record if tally is None else {**record, TALLY_KEY: tally}
 
     @staticmethod
     def take_tally(record: dict) -> read_tally.ReadTally | None:
         """Removes and returns the `ReadTally` a record carries (None without one)."""
         return record.pop(TALLY_KEY, None)
-
-    def _timed_read(self, step: int, window: ReadWindow | None) -> dict[str, np.ndarray]:
-        """Reads record `step`, telling the `window` (if any) how long the read took."""
-        if window is None:
-            return self._read(step)
-        began = time.perf_counter()
-        record = self._read(step)
-        window.read(time.perf_counter() - began)
-        return record
 
     def _read(self, step: int) -> dict[str, np.ndarray]:
         ids = self.process_rows.sample_ids(step)

@@ -4,12 +4,12 @@ Flow per step k (the same program on every host):
   1. the step plan (`jaxblend.sampling`) gives the global sample ids of step k, and this process's
      share of it (`ProcessRows`, from the batch sharding) the rows it loads;
   2. a `HostStepSource` record = those rows, read through the source's `read_batch` (one batched
-     storage call; `get_padded_batch` for bucketed steps) in a `grain.DataLoader` (reader threads
-     or worker processes, prefetch; its sampler is the steps from the resume point to the run's
-     `end_step`, so nothing past it is read ahead), or, with the adaptive read-ahead, in a
-     `ReadPool` whose reader threads follow the window; the compact record is turned into the batch
-     schema by `assemble_batch` (one compiled kernel) in this process, so only token windows
-     cross from a worker;
+     storage call; `get_padded_batch` for bucketed steps) in a `ReadPool` whose reader threads
+     follow the read-ahead window (fixed or adaptive), or in Grain's worker processes (a
+     `grain.DataLoader`); either reads the steps from the resume point to the run's `end_step`
+     only, so nothing past it is read ahead; the compact record is turned into the batch schema
+     by `assemble_batch` (one compiled kernel) in this process, so only token windows cross from
+     a worker;
   3. `make_global_batch` lays the rows out on the mesh; the next batch is put on the devices while
      the current one is consumed (device prefetch).
 
@@ -42,7 +42,7 @@ from jaxblend.loading.protocols import LoaderSource
 from jaxblend.loading.read_pool import ReadPool
 from jaxblend.loading.read_window import ReadWindow
 from jaxblend.loading.resume_history import STATE_KEY, StagedHistory, explain_unscheduled
-from jaxblend.loading.stall import StallWatch, logger
+from jaxblend.loading.stall import StallWatch
 from jaxblend.loading.telemetry import (
     DEFAULT_TELEMETRY,
     LoaderCounters,
@@ -78,16 +78,12 @@ class PrefetchOptions:
 
     Attributes:
       worker_count: Grain worker processes (0 = read in this process's threads).
-      worker_buffer_size: batches each Grain worker prepares ahead.
-      read_threads: Grain reader threads (with worker_count 0 they run in this process).
-      read_buffer_size: host batches Grain keeps ready per reader.
       device_prefetch: global batches put on the devices ahead of the one being consumed.
       read_ahead: K, steps whose reads are kept in flight ahead of the one consumed (each step's
         byte ranges are known from the index maps, so step k + K is read while k trains); 0 =
-        auto: `DEFAULT_REMOTE_READ_AHEAD` for sources read from an object store, else
-        `read_threads`. Hides per-request latency: K steps x the requests of one step are in
-        flight (bounded by `ObjectStoreOptions.request_concurrency`). With adaptation, the
-        window it starts from.
+        auto: `DEFAULT_REMOTE_READ_AHEAD` for sources read from an object store, else 1. Hides
+        per-request latency: K steps x the requests of one step are in flight (bounded by
+        `ObjectStoreOptions.request_concurrency`). With adaptation, the window it starts from.
       adaptive_read_ahead: let the read-ahead window grow while the loader waits for batches and
         shrink while it does not (`jaxblend.loading.read_window`), between 1 and
         `max_read_ahead` steps and within `read_ahead_memory`, starting from the fixed window.
@@ -100,9 +96,6 @@ class PrefetchOptions:
     """
 
     worker_count: int = 0
-    worker_buffer_size: int = 2
-    read_threads: int = 1
-    read_buffer_size: int = 2
     device_prefetch: int = 1
     read_ahead: int = 0
     adaptive_read_ahead: bool | None = None
@@ -110,20 +103,14 @@ class PrefetchOptions:
     read_ahead_memory: int = DEFAULT_READ_AHEAD_MEMORY
 
     def __post_init__(self):
-        for field in dataclasses.fields(self):
-            if field.name == "adaptive_read_ahead":
-                if self.adaptive_read_ahead is not None and not isinstance(
-                    self.adaptive_read_ahead, bool
-                ):
-                    raise ValueError(
-                        "PrefetchOptions.adaptive_read_ahead must be True, False or None "
-                        f"(on for object stores), got {self.adaptive_read_ahead!r}"
-                    )
-                continue
-            value, low = getattr(self, field.name), 1
-            if field.name in ("worker_count", "device_prefetch", "read_ahead"):
-                low = 0
-            require_int(f"PrefetchOptions.{field.name}", value, low)
+        for name, low in (("worker_count", 0), ("device_prefetch", 0), ("read_ahead", 0),
+                          ("max_read_ahead", 1), ("read_ahead_memory", 1)):
+            require_int(f"PrefetchOptions.{name}", getattr(self, name), low)
+        if self.adaptive_read_ahead is not None and not isinstance(self.adaptive_read_ahead, bool):
+            raise ValueError(
+                "PrefetchOptions.adaptive_read_ahead must be True, False or None "
+                f"(on for object stores), got {self.adaptive_read_ahead!r}"
+            )
 
     def adapts(self, reads_remote: bool) -> bool:
         """Whether the read-ahead window adapts: `adaptive_read_ahead`, by default for sources
@@ -134,27 +121,27 @@ class PrefetchOptions:
 
     def initial_read_ahead(self, reads_remote: bool) -> int:
         """The read-ahead window a stream starts with (fixed: the whole time), steps."""
-        return self.read_ahead or (DEFAULT_REMOTE_READ_AHEAD if reads_remote else self.read_threads)
+        return self.read_ahead or (DEFAULT_REMOTE_READ_AHEAD if reads_remote else 1)
 
     def grain_read_options(self, reads_remote: bool) -> grain.ReadOptions:
-        """Grain's reader threads and buffer for the fixed read-ahead: `read_ahead` steps are
-        read concurrently (the adaptive window reads in its own `ReadPool`, not Grain's)."""
-        ahead = self.read_ahead or (DEFAULT_REMOTE_READ_AHEAD if reads_remote else 0)
-        return grain.ReadOptions(
-            num_threads=max(self.read_threads, ahead),
-            prefetch_buffer_size=max(self.read_buffer_size, ahead),
-        )
+        """The reader threads and buffer of each Grain worker process: the fixed read-ahead's
+        steps are read concurrently (reads in this process's threads run in a `ReadPool`)."""
+        ahead = self.initial_read_ahead(reads_remote)
+        return grain.ReadOptions(num_threads=ahead, prefetch_buffer_size=max(2, ahead))
 
     def read_window(
         self, reads_remote: bool, start: int, concurrency: int | None = None
     ) -> ReadWindow | None:
-        """A new adaptive window for a stream starting at step `start` (None: fixed read-ahead);
+        """The read-ahead window of a stream read in this process's threads, starting at step
+        `start` (None: reads in Grain worker processes): adaptive, or fixed at the initial size;
         `concurrency`: the object store's request concurrency, if known."""
-        if not self.adapts(reads_remote):
+        if self.worker_count:
             return None
-        high = max(self.max_read_ahead, self.initial_read_ahead(reads_remote))
-        return ReadWindow(start, self.initial_read_ahead(reads_remote), 1, high,
-                          self.read_ahead_memory, concurrency)
+        size = self.initial_read_ahead(reads_remote)
+        if not self.adapts(reads_remote):
+            return ReadWindow(start, size, size, size, self.read_ahead_memory)
+        high = max(self.max_read_ahead, size)
+        return ReadWindow(start, size, 1, high, self.read_ahead_memory, concurrency)
 
 
 def loader_fingerprint(source: LoaderSource, plan: StepPlan) -> str | None:
@@ -169,39 +156,14 @@ def loader_fingerprint(source: LoaderSource, plan: StepPlan) -> str | None:
     )
 
 
-def history_fingerprint(history: StagedHistory, plan: StepPlan, step: int) -> str:
-    """What the resume state of a staged split at `step` must match: the identity of the
-    samples of steps [0, step) and the plan's."""
-    return identity.fingerprint(
-        "loader_history", STATE_VERSION,
-        source=history.fingerprint_before(first_sample(plan, step)), plan=plan.fingerprint,
-    )
-
-
 class StepLoader(Iterator[dict[str, jax.Array]]):
     """Global batches of a step plan over a source, laid out on a mesh; see `make_loader`.
 
-    A `grain.DataLoader` over a `StepSampler` (stateless resume from a step), device prefetch,
-    the figures of what it did (`metrics()`, `jaxblend.loading.telemetry`), stall reports
-    (`jaxblend.loading.stall`), and the resume state `{"version", "step", "fingerprint"}` (plus
-    `"data_schedule"` with a `history`).
-
-    Args:
-      source: the samples.
-      plan: which samples make each step.
-      mesh: the training mesh (the same on every process).
-      batch_axes: mesh axes that split the batch dimension.
-      prefetch: reading and prefetching options.
-      start_step: first step (ignored when `state` is given).
-      process_index: this process (defaults to `jax.process_index()`).
-      history: for a staged train split, what a resume state checks instead of the whole
-        source (`StagedHistory`): later stages may change at resume, earlier ones not.
-      state: a resume state (`state()`), checked as `restore` does; the loader starts at its step.
-      telemetry: what the loader counts (`metrics()`) and when it reports a stall.
-      end_step: where this run's stream ends (exclusive; None = the plan's end, `num_steps`):
-        the loader yields no step from it on and reads none of them ahead, so a tool that
-        consumes N steps from step s passes s + N and reads nothing past them. Resume states
-        and fingerprints do not depend on it (the plan does).
+    Reads in a `ReadPool` or Grain's worker processes from a step on (stateless resume from a
+    step), device prefetch, the figures of what it did (`metrics()`,
+    `jaxblend.loading.telemetry`), stall reports (`jaxblend.loading.stall`), and the resume
+    state `{"version", "step", "fingerprint"}` (plus `"data_schedule"` with a `history`). Its
+    arguments are `make_loader`'s, with the step plan given.
 
     Only the batch sizes of the steps the loader runs (from its first step on) must split over
     the batch axes: a run resumed in the middle of a batch-size schedule may use more data shards
@@ -254,9 +216,8 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
             read_tally.start_retry_count()
         self._pending = PendingReads()
         self._stall: StallWatch | None = None
-        self._window: ReadWindow | None = None
         self._queued_tokens: collections.deque[int] = collections.deque()
-        self._records: Iterator[dict[str, np.ndarray]] | None = None  # Grain's or a ReadPool
+        self._records: Iterator[dict[str, np.ndarray]] | None = None  # a ReadPool or Grain's
         self._queue: collections.deque[dict[str, jax.Array]] = collections.deque()
         self._start(start_step if state is None else self.check_state(state))
 
@@ -287,11 +248,9 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
         )
         self.host_source.window = self._window
         self._step = self._next_put = step
-        self._queue: collections.deque[dict[str, jax.Array]] = collections.deque()
-        self._queued_tokens = collections.deque()
         if self.telemetry.stall_threshold > 0:
-            self._stall = _stall_watch(self.telemetry.stall_threshold, self._pending,
-                                       self.prefetch.worker_count, self._counters)
+            self._stall = StallWatch(self.telemetry.stall_threshold, self._pending,
+                                     self.prefetch.worker_count, self._counters)
             weakref.finalize(self, self._stall.stop)
         self._exhausted = False
         if self._window is not None:
@@ -299,19 +258,17 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
             weakref.finalize(self, pool.close)  # a loader dropped without `close` ends its readers
             self._records = pool
             return
-        if self.prefetch.worker_count:
-            grain_workers.prepare()
+        grain_workers.prepare()
         loader = grain.DataLoader(
             data_source=self.host_source,
             sampler=StepSampler(self.end_step, step),
             worker_count=self.prefetch.worker_count,
-            worker_buffer_size=self.prefetch.worker_buffer_size,
+            worker_buffer_size=2,
             shard_options=grain.sharding.NoSharding(),
             read_options=self.prefetch.grain_read_options(self.source.reads_remote),
         )
         self._records = iter(loader)
-        if self.prefetch.worker_count:
-            grain_workers.track(self)
+        grain_workers.track(self)
 
     def start_reading(self) -> None:
         """Starts reading the first steps now, in the background (the reader threads or worker
@@ -347,8 +304,8 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
             step = self._next_put
             self._next_put += 1
             tally = HostStepSource.take_tally(host)
-            step_bytes = _record_bytes(host)
-            self._counters.note_ahead(self.host_source.highest_begun - step + 1, step_bytes)
+            step_bytes = sum(getattr(v, "nbytes", 0) for v in host.values())  # as read
+            self._counters.note_ahead(0 if self._window is None else self._window.ahead, step_bytes)
             if self._window is not None:
                 requests = sum(tally.requests.values()) if tally is not None else 0
                 self._window.taken(step, assembling - pulling, step_bytes, requests)
@@ -374,9 +331,8 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
         dataset, read-ahead now, stall reports (docs/telemetry.md). Safe from any thread."""
         if self.prefetch.worker_count:
             return self._counters.snapshot(None, None)
-        window = self._window
-        ahead = max(0, self.host_source.highest_begun - self._next_put + 1)
-        return self._counters.snapshot(ahead, None if window is None else window.size)
+        window, adapts = self._window, self.prefetch.adapts(self.source.reads_remote)
+        return self._counters.snapshot(window.ahead, window.size if adapts else None)
 
     def close(self) -> None:
         """Stops the reader threads and Grain's worker processes and releases the shared memory of
@@ -413,11 +369,15 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
         self.close()
 
     def _fingerprint_at(self, step: int) -> str | None:
-        """The fingerprint a state at `step` carries: the whole stream's, or (staged split) that
-        of its steps before `step`."""
+        """The fingerprint a state at `step` carries: the whole stream's, or (staged split) the
+        identity of the samples of its steps [0, step) and the plan's."""
         if self.history is None or self.fingerprint is None:
             return self.fingerprint
-        return history_fingerprint(self.history, self.plan, step)
+        return identity.fingerprint(
+            "loader_history", STATE_VERSION,
+            source=self.history.identity(first_sample(self.plan, step)),
+            plan=self.plan.fingerprint,
+        )
 
     def state(self) -> LoaderState:
         """A small JSON-serializable resume state: the next step and the stream's fingerprint
@@ -535,17 +495,15 @@ def make_loader(
         with `global_batch_size`), or on any `StepLoader` error.
     """
     grain_workers.refuse_unguarded_main()
-    if not isinstance(mesh, Mesh):
-        raise TypeError(
-            f"make_loader(source, mesh, *, plan=... or global_batch_size=...): the second argument "
-            f"must be a jax.sharding.Mesh, got {type(mesh).__name__}"
-        )
-    if not isinstance(prefetch, PrefetchOptions):
-        raise TypeError(f"make_loader: prefetch must be a PrefetchOptions, got {type(prefetch).__name__}")
-    if not isinstance(telemetry, TelemetryOptions):
-        raise TypeError(
-            f"make_loader: telemetry must be a TelemetryOptions, got {type(telemetry).__name__}"
-        )
+    for name, value, kind, shown in (
+        ("mesh", mesh, Mesh, "jax.sharding.Mesh"), ("prefetch", prefetch, PrefetchOptions, None),
+        ("telemetry", telemetry, TelemetryOptions, None),
+    ):
+        if not isinstance(value, kind):
+            raise TypeError(
+                f"make_loader(source, mesh, *, plan=... or global_batch_size=...): {name} must be "
+                f"a {shown or kind.__name__}, got {type(value).__name__}"
+            )
     if (plan is None) == (global_batch_size is None) or (plan is not None and num_steps is not None):
         raise ValueError(
             "make_loader needs exactly one of plan= (which fixes the batch sizes and the number of "
@@ -585,20 +543,3 @@ def _request_concurrency(source: LoaderSource) -> int | None:
     store = getattr(access, "object_store", None)
     return getattr(store, "request_concurrency", None)
 
-
-def _record_bytes(record: Mapping[str, object]) -> int:
-    """Bytes of a step's record as read (its arrays)."""
-    return sum(getattr(v, "nbytes", 0) for v in record.values())
-
-
-def _stall_watch(
-    threshold: float, pending: PendingReads, worker_count: int, counters: LoaderCounters
-) -> StallWatch:
-    """A stall watch whose reports are logged and counted (it holds no reference to the loader,
-    so a loader dropped without `close` is collected and its watch stopped)."""
-
-    def report(line: str) -> None:
-        counters.add_stall()
-        logger.warning("%s", line)
-
-    return StallWatch(threshold, pending, worker_count, on_report=report)

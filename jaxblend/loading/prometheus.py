@@ -45,19 +45,15 @@ class LoaderCollector:
             ("stalls", "Stall reports written.", m.stalls),
         ):
             yield CounterMetricFamily(PREFIX + name, doc, value=value)
-        yield GaugeMetricFamily(PREFIX + "elapsed_seconds", "Seconds since the loader started.",
-                                value=m.elapsed_seconds)
-        if m.read_ahead_steps is not None:
-            yield GaugeMetricFamily(
-                PREFIX + "read_ahead_steps",
-                "Steps whose reads began and that the loader has not taken yet.",
-                value=m.read_ahead_steps,
-            )
-        if m.read_ahead_window is not None:
-            yield GaugeMetricFamily(PREFIX + "read_ahead_window_steps",
-                                    "The adaptive read-ahead window.", value=m.read_ahead_window)
-        yield GaugeMetricFamily(PREFIX + "step_bytes", "Bytes of the last step's record as read.",
-                                value=m.step_bytes)
+        for name, doc, value in (
+            ("elapsed_seconds", "Seconds since the loader started.", m.elapsed_seconds),
+            ("read_ahead_steps", "Steps whose reads began and that the loader has not taken yet.",
+             m.read_ahead_steps),
+            ("read_ahead_window_steps", "The adaptive read-ahead window.", m.read_ahead_window),
+            ("step_bytes", "Bytes of the last step's record as read.", m.step_bytes),
+        ):
+            if value is not None:  # None: not measured (worker processes, fixed read-ahead)
+                yield GaugeMetricFamily(PREFIX + name, doc, value=value)
         per_store = {
             "read_bytes": ("Bytes read, per store.", lambda s: s.bytes),
             "read_requests": ("Range requests issued, per store.", lambda s: s.requests),

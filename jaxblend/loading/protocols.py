@@ -7,12 +7,14 @@ random-access source (dict samples, no batched read) is loaded through `GrainSou
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
 
 from jaxblend.sources.base import stack_items
+
+if TYPE_CHECKING:
+    from grain.sources import RandomAccessDataSource  # `len` and `source[i]` -> a dict of arrays
 
 
 class LoaderSource(Protocol):
@@ -30,7 +32,7 @@ class LoaderSource(Protocol):
         """Whether samples come from an object store (the loader then reads further ahead)."""
 
     def read_batch(self, sample_ids: np.ndarray) -> dict[str, np.ndarray]:
-        """Phase 1: the compact raw form of the samples (runs in Grain readers or workers)."""
+        """Phase 1: the compact raw form of the samples (runs in reader threads or Grain workers)."""
 
     def assemble_batch(self, raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Phase 2: raw form -> batch schema (runs in the training process)."""
@@ -45,14 +47,6 @@ class PaddedLoaderSource(LoaderSource, Protocol):
         batch schema (no assembly step)."""
 
 
-class RandomAccessSource(Protocol):
-    """A Grain random-access source: `len` and `source[i]` -> a dict of numpy arrays."""
-
-    def __len__(self) -> int: ...
-
-    def __getitem__(self, index: int) -> Mapping[str, np.ndarray]: ...
-
-
 class GrainSourceAdapter:
     """A `LoaderSource` over a plain Grain random-access source (one read per sample, stacked).
 
@@ -64,7 +58,7 @@ class GrainSourceAdapter:
 
     reads_remote = False
 
-    def __init__(self, source: RandomAccessSource, fingerprint: str | None = None):
+    def __init__(self, source: RandomAccessDataSource, fingerprint: str | None = None):
         self.source = source
         self.fingerprint = fingerprint
 

@@ -1,9 +1,9 @@
 """A reader pool that grows and shrinks with the read-ahead window.
 
 `ReadPool` reads the steps of a stream ahead of the loader in threads and hands their records
-over in step order. It follows an `Admission` (the adaptive `ReadWindow`): a step's read starts
-only once the window admits it, and the pool runs no more reader threads than the window holds
-steps. A reader starts when a step is admitted and no reader is free (and the window has room
+over in step order. It follows an `Admission` (a `ReadWindow`, adaptive or fixed): a step's
+read starts only once the window admits it, and the pool runs no more reader threads than the
+window holds steps. A reader starts when a step is admitted and no reader is free (and the window has room
 for one more); a reader leaves when the window holds fewer steps than there are readers, at once
 when it is idle, after its read otherwise. So a window of 8 steps runs at most 8 readers, one
 grown to 32 runs up to 32, and one shrunk to 2 ends all but 2. Readers also leave once every
@@ -13,8 +13,8 @@ in progress at exit finishes rather than being cut off inside native code.
 
 Grain's reader pool (`grain.ReadOptions`) has a fixed number of threads and prefetch slots, so
 a window that may grow to 32 steps needed 32 threads all the time, most of them blocked waiting
-for admission (which cost a fast loop tokens/s, BENCHMARKS.md "Adaptive read-ahead"); the fixed
-read-ahead and worker processes still read through Grain.
+for admission (which cost a fast loop tokens/s, BENCHMARKS.md "Adaptive read-ahead"). The fixed
+read-ahead is the same pool over a window that never changes; worker processes read through Grain.
 """
 
 from __future__ import annotations
@@ -128,9 +128,11 @@ class ReadPool(Iterator[T]):
         if wake + beyond:
             self._work.notify(wake + beyond)
         for _ in range(max(0, min(waiting - wake, self._size - self._threads))):
+            # Counted once started (it waits for the lock held here), so a thread that cannot be
+            # started leaves no phantom reader behind: its error reaches the caller.
+            threading.Thread(target=self._reader, name=self._name).start()
             self._threads += 1
             self.most_threads = max(self.most_threads, self._threads)
-            threading.Thread(target=self._reader, name=self._name).start()
 
     def _reader(self) -> None:
         """One reader thread: reads admitted steps until the pool closes, every step is taken by

@@ -5,7 +5,8 @@ so at most `size` steps are being read or wait, read, for the loader. The reads 
 `jaxblend.loading.read_pool.ReadPool`, which follows the window (`watch`): it starts a step's
 read only once the window admits it, with no more reader threads than the window holds steps, so a
 window that shrinks also ends readers. Steps are admitted in order of their numbers, so the step
-the loader waits for is always admitted.
+the loader waits for is always admitted. A window whose `low` and `high` equal its size never
+changes: the fixed read-ahead.
 
 The size adapts to the consumer, once per step the loader takes (`taken`), starting from the
 fixed read-ahead (so it is never behind it at the start):
@@ -54,7 +55,7 @@ SMOOTHING = 0.2  # weight of the newest figure in the moving averages
 
 
 class ReadWindow:
-    """The adaptive read-ahead window of one loader stream (reads in this process's threads).
+    """The read-ahead window of one loader stream (reads in this process's threads).
 
     Args:
       start: the first step of the stream (the first step admitted).
@@ -198,7 +199,7 @@ class ReadWindow:
 
     @property
     def ahead(self) -> int:
-        """Steps admitted and not yet taken by the loader."""
+        """Steps whose reads began and that the loader has not taken yet."""
         return max(0, self._admitted - self._next + 1)
 
 

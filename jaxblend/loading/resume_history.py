@@ -4,7 +4,7 @@ A loader's resume state normally carries the identity of its whole source, so an
 data refuses a resume. A train split drawn by a data schedule (`--data_schedule`,
 `jaxblend.sampling.DataSchedule`) may change its stages after the resume step: the samples before
 it stay the same (the index layer's staged blend is prefix-stable). For such a source the state's
-fingerprint is the identity of the samples BEFORE the resume step (`StagedHistory.fingerprint_before`)
+fingerprint is the identity of the samples BEFORE the resume step (`StagedHistory.identity`)
 and the state carries the schedule in steps, so that a schedule rewriting a past step is refused
 with one line naming the first changed stage (docs/schedules.md, "Edits at resume").
 """
@@ -39,10 +39,6 @@ class StagedHistory:
 
     schedule: DataSchedule
     identity: PrefixIdentity
-
-    def fingerprint_before(self, num_samples: int) -> str:
-        """Identity of the source's samples [0, num_samples)."""
-        return self.identity(num_samples)
 
     def saved(self) -> dict[str, Any]:
         """The state's entry: the schedule in steps."""

@@ -14,8 +14,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
 
+from jaxblend.loading.telemetry import LoaderCounters
 from jaxblend.storage.read_tally import PendingReads
 
 logger = logging.getLogger("jaxblend.loading")
@@ -29,7 +29,9 @@ class StallWatch:
       threshold: seconds of waiting before the first line, and between lines.
       pending: the requests in flight and steps being read (`PendingReads`).
       worker_count: Grain worker processes reading (their requests are not visible here).
-      on_report: called with each line (default: a WARNING of the `jaxblend.loading` logger).
+      counters: the loader's figures, whose stall count each line adds to (the watch holds no
+        reference to the loader, so a loader dropped without `close` is collected and its watch
+        stopped).
     """
 
     def __init__(
@@ -37,12 +39,12 @@ class StallWatch:
         threshold: float,
         pending: PendingReads,
         worker_count: int = 0,
-        on_report: Callable[[str], None] | None = None,
+        counters: LoaderCounters | None = None,
     ) -> None:
         self.threshold = threshold
         self.pending = pending
         self.worker_count = worker_count
-        self.on_report = on_report if on_report is not None else logger.warning
+        self.counters = counters
         self._since: float | None = None
         self._step = 0
         self._stop = threading.Event()
@@ -76,7 +78,9 @@ class StallWatch:
             due = since + self.threshold if reported_at is None else reported_at + self.threshold
             if now >= due:
                 reported_at = now
-                self.on_report(self.line(self._step, now - since, now))
+                if self.counters is not None:
+                    self.counters.add_stall()
+                logger.warning("%s", self.line(self._step, now - since, now))
 
     def line(self, step: int, waited: float, now: float | None = None) -> str:
         """The report: the step awaited, the requests in flight (oldest first), steps being read."""

@@ -10,6 +10,7 @@ every figure.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import threading
 import time
@@ -24,6 +25,8 @@ from jaxblend.storage.read_tally import ReadTally
 LATENCY_BOUNDS = 1e-5 * 2.0 ** (np.arange(108) / 4)
 PROMETHEUS_EVERY = 4  # the Prometheus histogram keeps every 4th bound (powers of two)
 _TOKEN_KEYS = ("inputs", "tokens", "encoder_tokens")  # GPT, BERT, T5 batch schemas
+_CUMULATIVE = ("steps", "tokens", "elapsed_seconds", "wait_seconds", "read_seconds",
+               "assemble_seconds", "stalls")  # `LoaderMetrics` fields a window subtracts
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,17 +158,8 @@ class LoaderMetrics:
     def since(self, earlier: LoaderMetrics) -> LoaderMetrics:
         """The figures of the window between `earlier` and this snapshot (gauges: this one's)."""
         empty = StoreMetrics()
-        return LoaderMetrics(
-            steps=self.steps - earlier.steps,
-            tokens=self.tokens - earlier.tokens,
-            elapsed_seconds=self.elapsed_seconds - earlier.elapsed_seconds,
-            wait_seconds=self.wait_seconds - earlier.wait_seconds,
-            read_seconds=self.read_seconds - earlier.read_seconds,
-            assemble_seconds=self.assemble_seconds - earlier.assemble_seconds,
-            read_ahead_steps=self.read_ahead_steps,
-            read_ahead_peak_steps=self.read_ahead_peak_steps,
-            read_ahead_window=self.read_ahead_window, step_bytes=self.step_bytes,
-            stalls=self.stalls - earlier.stalls,
+        return dataclasses.replace(
+            self, **{k: getattr(self, k) - getattr(earlier, k) for k in _CUMULATIVE},
             stores={k: v.since(earlier.stores.get(k, empty)) for k, v in self.stores.items()},
             dataset_bytes={
                 k: v - earlier.dataset_bytes.get(k, 0) for k, v in self.dataset_bytes.items()
@@ -226,12 +220,12 @@ class LoaderCounters:
         self.stalls = 0
         self.peak_ahead = 0
         self.step_bytes = 0
-        self._bytes: dict[str, int] = {}
-        self._requests: dict[str, int] = {}
-        self._retries: dict[str, int] = {}
+        self._bytes: collections.Counter[str] = collections.Counter()
+        self._requests: collections.Counter[str] = collections.Counter()
+        self._retries: collections.Counter[str] = collections.Counter()
         self._latency: dict[str, np.ndarray] = {}
-        self._latency_sum: dict[str, float] = {}
-        self._datasets: dict[str, int] = {}
+        self._latency_sum: collections.Counter[str] = collections.Counter()
+        self._datasets: collections.Counter[str] = collections.Counter()
 
     def add_batch(self, tally: ReadTally | None, assemble_seconds: float) -> None:
         """Adds one batch's reads (its tally, if counted) and assembly time."""
@@ -240,12 +234,10 @@ class LoaderCounters:
             if tally is None:
                 return
             self.read += tally.read_seconds
-            for name, n in tally.bytes.items():
-                self._bytes[name] = self._bytes.get(name, 0) + n
-            for name, n in tally.requests.items():
-                self._requests[name] = self._requests.get(name, 0) + n
-            for name, n in tally.retries.items():
-                self._retries[name] = self._retries.get(name, 0) + n
+            self._bytes.update(tally.bytes)
+            self._requests.update(tally.requests)
+            self._retries.update(tally.retries)
+            self._datasets.update(tally.dataset_bytes)
             for name, seconds in tally.latencies.items():
                 if not seconds:
                     continue
@@ -255,9 +247,7 @@ class LoaderCounters:
                 values = np.asarray(seconds)
                 counts += np.bincount(np.searchsorted(LATENCY_BOUNDS, values),
                                       minlength=counts.size)
-                self._latency_sum[name] = self._latency_sum.get(name, 0.0) + float(values.sum())
-            for name, n in tally.dataset_bytes.items():
-                self._datasets[name] = self._datasets.get(name, 0) + n
+                self._latency_sum[name] += float(values.sum())
 
     def note_ahead(self, steps: int, step_bytes: int) -> None:
         """Notes the steps read ahead when the loader took one, and that step's record bytes
@@ -287,10 +277,9 @@ class LoaderCounters:
             names = set(self._bytes) | set(self._requests)
             stores = {
                 name: StoreMetrics(
-                    self._bytes.get(name, 0), self._requests.get(name, 0),
-                    self._retries.get(name, 0),
+                    self._bytes[name], self._requests[name], self._retries[name],
                     tuple(self._latency[name].tolist()) if name in self._latency else (),
-                    self._latency_sum.get(name, 0.0),
+                    float(self._latency_sum[name]),
                 )
                 for name in names
             }

@@ -11,6 +11,7 @@ each. Stage boundaries are given in steps as the step holding the stage's first 
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import os
 from collections.abc import Sequence
@@ -61,14 +62,11 @@ def step_of_sample(steps, sample: int) -> tuple[int, int]:
     """
     if not 0 <= sample < steps.num_samples:
         raise ValueError(f"sample {sample} is outside the plan's {steps.num_samples} samples")
-    lo, hi = 0, steps.num_steps  # invariant: first sample of step lo <= sample < that of hi
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if int(steps.sample_ids(mid)[0]) <= sample:
-            lo = mid
-        else:
-            hi = mid
-    return lo, sample - int(steps.sample_ids(lo)[0])
+    def first(step: int) -> int:
+        return int(steps.sample_ids(step)[0])
+
+    step = bisect.bisect_right(range(steps.num_steps), sample, key=first) - 1
+    return step, sample - first(step)
 
 
 def stage_spans(schedule, names: Sequence[str], num_samples: int, steps) -> list[StageSpan]:

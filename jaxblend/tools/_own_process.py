@@ -42,18 +42,13 @@ def import_grain_without_orbax() -> None:
     sys.modules[_ORBAX] = None  # an import of it raises ImportError, which Grain catches
     try:
         importlib.import_module("grain")
-    except ImportError:
-        _forget_partial_grain()
+    except ImportError:  # drop what the failed import left behind, so the next starts afresh
+        for name in [n for n in sys.modules if n == "grain" or n.startswith("grain.")]:
+            del sys.modules[name]
     finally:
-        if _ORBAX in sys.modules and sys.modules[_ORBAX] is None:
+        if sys.modules.get(_ORBAX, False) is None:  # the marker, not an Orbax imported since
             del sys.modules[_ORBAX]
     importlib.import_module("grain")  # done already, or the ordinary import after a failure
-
-
-def _forget_partial_grain() -> None:
-    """Drops the Grain modules a failed import left behind, so the next import starts afresh."""
-    for name in [n for n in sys.modules if n == "grain" or n.startswith("grain.")]:
-        del sys.modules[name]
 
 
 def exit_now(code: int) -> NoReturn:

@@ -163,11 +163,10 @@ def main(argv: Sequence[str], own_process: bool = False) -> None:
         os.makedirs(fl.out, exist_ok=True)
         path = os.path.join(fl.out, "batches.npz")
         with atomic_write.atomic_path(path, suffix=".npz") as tmp:
-            np.savez(tmp, **_stacked(gathered, loader.step - steps))
-        logging.info("wrote %s (%d steps from step %d)", path, steps, loader.step - steps)
+            np.savez(tmp, **_stacked(gathered, first))
+        logging.info("wrote %s (%d steps from step %d)", path, steps, first)
         print(f"wrote {path}")
         if decoder is not None:
-            first = loader.step - steps
             text = {
                 str(first + i): [
                     decoder.detokenize(row, weights)

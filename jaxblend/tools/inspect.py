@@ -214,27 +214,27 @@ def explain() -> dict:
             rows[-1]["padding"] = plan.window - sum(q["stop"] - q["start"] for q in pieces)
             text += f"  + {rows[-1]['padding']} padding"
         print(f"{r:4d} {sample:8d}  {os.path.basename(names[dataset_id])}  {text}")
-        if decoder is not None and plan.is_packed:  # one line per document: the boundaries
-            read = [_piece(opened, masks, names[q["dataset_id"]], q) for q in pieces]
+        if decoder is None:
+            continue
+        read = [_piece(opened, masks, names[q["dataset_id"]], q) for q in pieces]
+        split = flags.FLAGS.which.split("_")[0]  # valid_<k> reads as valid
+        if plan.is_packed:  # one line per document: the boundaries
             if fim is not None:  # each document rewritten in its own places
-                split = flags.FLAGS.which.split("_")[0]
                 read = [(fim.rewrite_document(np.asarray(t, np.int64), split, sample, j), w)
                         for j, (t, w) in enumerate(read)]
             rows[-1]["texts"] = [decoder.detokenize(t, w) for t, w in read]
             for j, piece_text in enumerate(rows[-1]["texts"], start=1):
                 print(f"      document {j}: {shorten(piece_text, flags.FLAGS.decode_chars)}")
-        elif decoder is not None:
-            read = [_piece(opened, masks, names[q["dataset_id"]], q) for q in pieces]
-            tokens = np.concatenate([np.zeros(0, np.int64)] + [t for t, _ in read])
-            weights = None
-            if fim is not None:  # the rewritten sample (conversations are not rewritten)
-                tokens = fim.rewrite(tokens, flags.FLAGS.which.split("_")[0], sample,
-                                     run.schema.megatron_compat)
-            elif any(w is not None for _, w in read):  # a conversation: untrained text marked
-                weights = np.concatenate([np.zeros(0, np.uint8)] + [
-                    np.ones(len(t), np.uint8) if w is None else w for t, w in read])
-            rows[-1]["text"] = decoder.detokenize(tokens, weights)
-            print(f"      text: {shorten(rows[-1]['text'], flags.FLAGS.decode_chars)}")
+            continue
+        tokens = np.concatenate([np.zeros(0, np.int64)] + [t for t, _ in read])
+        weights = None
+        if fim is not None:  # the rewritten sample (conversations are not rewritten)
+            tokens = fim.rewrite(tokens, split, sample, run.schema.megatron_compat)
+        elif any(w is not None for _, w in read):  # a conversation: untrained text marked
+            weights = np.concatenate([np.zeros(0, np.uint8)] + [
+                np.ones(len(t), np.uint8) if w is None else w for t, w in read])
+        rows[-1]["text"] = decoder.detokenize(tokens, weights)
+        print(f"      text: {shorten(rows[-1]['text'], flags.FLAGS.decode_chars)}")
     result = {"step": step, "global_batch_size": b, "split": flags.FLAGS.which, "datasets": names,
               "rows": rows}
     if stages is not None:
@@ -312,11 +312,7 @@ def mixture() -> dict:
     phase = _phase(start, flags.FLAGS.end_step)
     run = cli.checked_run_config_from_flags(phase=phase)
     plan, names = _plan_and_names(run)
-    if phase is None:
-        steps = run.steps.covering(len(plan))
-        first = 0
-    else:
-        steps, first = phase, phase.first_step
+    steps, first = (run.steps.covering(len(plan)), 0) if phase is None else (phase, phase.first_step)
     end = flags.FLAGS.end_step if flags.FLAGS.end_step is not None else steps.num_steps
     if not first <= start < end <= steps.num_steps:
         raise app.UsageError(f"step range [{start}, {end}) outside [{first}, {steps.num_steps})")
@@ -368,6 +364,34 @@ def verify() -> dict:
     return result
 
 
+def preflight() -> dict:
+    """The checks before training (`jaxblend.tools._preflight`); a blend of different tokenizers
+    is one of the problems reported."""
+    from jaxblend.tokenizer_facts import TokenizerMismatchError
+    from jaxblend.tools import _preflight
+
+    fl = flags.FLAGS
+    mixed = []
+
+    def tokenizer(config, access):
+        try:
+            return cli.run_tokenizer_from_flags(config, access)
+        except TokenizerMismatchError as err:
+            mixed.append(str(err))
+            return cli.RunTokenizer({})
+
+    run = cli.run_config_from_flags(tokenizer=tokenizer)
+    recorded = run.tokenizer
+    return _preflight.run(
+        run.config, run.access, run.steps.planned(run.steps.train_iters),
+        fl.vocab_size if fl.vocab_size is not None else recorded.vocab_size, fl.max_index_gb,
+        tokenizer=_preflight.TokenizerCheck(
+            recorded.facts, run.schema.eod_id, run.schema.pad_id, mixed[0] if mixed else None,
+        ),
+        warn_epochs=fl.warn_epochs,
+    )
+
+
 def _check_output_directories() -> None:
     """Fails before any work when the directory of `--plot` or `--json` does not exist."""
     for name in ("plot", "json"):
@@ -386,36 +410,11 @@ def main(argv: Sequence[str]) -> None:
         raise app.UsageError(f"give one command: {', '.join(COMMANDS)}")
     command = argv[1]
     _check_output_directories()
-    if command == "preflight":
-        from jaxblend.tokenizer_facts import TokenizerMismatchError
-        from jaxblend.tools import _preflight
-
-        fl = flags.FLAGS
-        mixed = []
-
-        def tokenizer(config, access):  # a blend of different tokenizers is a problem reported
-            try:
-                return cli.run_tokenizer_from_flags(config, access)
-            except TokenizerMismatchError as err:
-                mixed.append(str(err))
-                return cli.RunTokenizer({})
-
-        run = cli.run_config_from_flags(tokenizer=tokenizer)
-        recorded = run.tokenizer
-        result = _preflight.run(
-            run.config, run.access, run.steps.planned(run.steps.train_iters),
-            fl.vocab_size if fl.vocab_size is not None else recorded.vocab_size, fl.max_index_gb,
-            tokenizer=_preflight.TokenizerCheck(
-                recorded.facts, run.schema.eod_id, run.schema.pad_id, mixed[0] if mixed else None,
-            ),
-            warn_epochs=fl.warn_epochs,
-        )
-        _write_json(result)
-        if result["problems"]:
-            sys.exit(1)
-        return
-    result = {"stats": stats, "explain": explain, "mixture": mixture, "verify": verify}[command]()
+    result = {"stats": stats, "explain": explain, "mixture": mixture, "preflight": preflight,
+              "verify": verify}[command]()
     _write_json(result)
+    if command == "preflight" and result["problems"]:
+        sys.exit(1)
     if command == "verify":
         bad = [p for p, r in result.items() if not r["ok"]]
         if bad:

@@ -124,16 +124,10 @@ class Checkpointer:
         Raises:
           ValueError: they cannot be read.
         """
-        try:
-            restored = self._manager.restore(
-                step,
-                args=ocp.args.Composite(loader=LoaderStateRestore(), meta=ocp.args.JsonRestore()),
-            )
-        except (ValueError, KeyError, FileNotFoundError) as err:
-            raise ValueError(
-                f"checkpoint {self.directory} step {step}: its metadata or loader state cannot be read "
-                f"({' '.join(str(err).split())[:300]})"
-            ) from None
+        restored = self._restore(
+            step, f"checkpoint {self.directory} step {step}: its metadata or loader state cannot "
+            "be read", loader=LoaderStateRestore(), meta=ocp.args.JsonRestore(),
+        )
         return restored["loader"], dict(restored["meta"] or {})
 
     def another_run(self, step: int, why: str) -> str:
@@ -184,18 +178,20 @@ class Checkpointer:
         abstract = jax.tree.map(
             lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), like
         )
+        return self._restore(
+            step, f"checkpoint {self.directory} (from {self.chosen_by}) step {step} cannot be "
+            "restored into this model (another run's checkpoint, or an incomplete copy): give "
+            f"this run its own {self.chosen_by}, or delete {self.directory} to start over",
+            state=ocp.args.StandardRestore(abstract),
+        )["state"]
+
+    def _restore(self, step: int, refusal: str, **items: Any) -> Any:
+        """Restores `items` of checkpoint `step`; an error Orbax raises becomes one ValueError
+        line: `refusal`, then Orbax's own text (shortened)."""
         try:
-            restored = self._manager.restore(
-                step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract))
-            )
-        except (ValueError, KeyError) as err:
-            raise ValueError(
-                f"checkpoint {self.directory} (from {self.chosen_by}) step {step} cannot be "
-                "restored into this model (another run's checkpoint, or an incomplete copy): give "
-                f"this run its own {self.chosen_by}, or delete {self.directory} to start over; "
-                f"{' '.join(str(err).split())[:300]}"
-            ) from None
-        return restored["state"]
+            return self._manager.restore(step, args=ocp.args.Composite(**items))
+        except (ValueError, KeyError, FileNotFoundError) as err:
+            raise ValueError(f"{refusal} ({' '.join(str(err).split())[:300]})") from None
 
     def wait(self) -> None:
         """Blocks until the last save is committed."""

@@ -70,15 +70,11 @@ def param_specs(config: ModelConfig) -> dict:
     }
 
 
-def _restrict(spec: P, mesh: Mesh) -> P:
-    return P(*(a if a in mesh.axis_names else None for a in spec))
-
-
 def param_shardings(config: ModelConfig, mesh: Mesh) -> dict:
     """NamedShardings of every parameter on `mesh` (unknown axes replicate)."""
     return jax.tree.map(
-        lambda s: NamedSharding(mesh, _restrict(s, mesh)), param_specs(config),
-        is_leaf=lambda x: isinstance(x, P),
+        lambda s: NamedSharding(mesh, P(*(a if a in mesh.axis_names else None for a in s))),
+        param_specs(config), is_leaf=lambda x: isinstance(x, P),
     )
 
 
@@ -176,7 +172,3 @@ def masked_mean(nll, mask):
     tokens = jnp.sum(mask)
     return jnp.sum(nll * mask) / jnp.maximum(tokens, 1.0), tokens
 
-
-def loss_fn(params: dict, config: ModelConfig, batch: dict):
-    """Mean cross-entropy over positions with `loss_mask` 1; returns (loss, tokens counted)."""
-    return masked_mean(token_losses(params, config, batch), batch["loss_mask"])

@@ -163,11 +163,15 @@ def test_options():
     assert not PrefetchOptions(adaptive_read_ahead=False).adapts(remote)
     assert not PrefetchOptions(worker_count=1).adapts(remote)
     assert not PrefetchOptions(worker_count=1, adaptive_read_ahead=True).adapts(remote)
-    # Grain's pool serves the fixed read-ahead only (the adaptive window reads in a ReadPool)
+    # Grain's pool serves worker processes only (reads in threads run in a ReadPool)
     assert PrefetchOptions(adaptive_read_ahead=False).grain_read_options(remote).num_threads == 8
     assert PrefetchOptions(read_ahead=5).grain_read_options(remote).num_threads == 5
     assert PrefetchOptions().grain_read_options(local).num_threads == 1
-    assert PrefetchOptions().read_window(local, 0) is None
+    assert PrefetchOptions(worker_count=1).read_window(local, 0) is None
+    fixed = PrefetchOptions().read_window(local, 0)  # the fixed read-ahead: a constant window
+    assert (fixed.low, fixed.size, fixed.high) == (1, 1, 1)
+    fixed = PrefetchOptions(adaptive_read_ahead=False).read_window(remote, 0)
+    assert (fixed.low, fixed.size, fixed.high) == (8, 8, 8)
     assert PrefetchOptions().read_window(remote, 0).size == 8  # from the fixed default
     with pytest.raises(ValueError, match="adaptive_read_ahead"):
         PrefetchOptions(adaptive_read_ahead="yes")

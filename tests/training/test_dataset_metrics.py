@@ -4,6 +4,7 @@ the log lines with many datasets, and the --metrics_jsonl file."""
 
 from __future__ import annotations
 
+import functools
 import json
 
 import jax
@@ -49,7 +50,10 @@ def setup():
 
 
 # The loss of some rows, compiled (once per row count) rather than run op by op.
-_loss_of_rows = jax.jit(model.loss_fn, static_argnums=1)
+@functools.partial(jax.jit, static_argnums=1)
+def _loss_of_rows(params, cfg, batch):
+    """Mean cross-entropy over the positions with `loss_mask` 1, and the tokens counted."""
+    return model.masked_mean(model.token_losses(params, cfg, batch), batch["loss_mask"])
 
 
 def _direct(cfg, params, batch, num_datasets):
