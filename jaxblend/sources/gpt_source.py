@@ -12,7 +12,8 @@ configuration and seed, whichever span index answers.
 Batch assembly plugs in after `windows`: the raw form (`schema.raw_windows`: windows, valid
 lengths, dataset ids, sample ids, document pieces) is what a new schema builds on. A window
 transform (`WindowTransform`, e.g. fill-in-the-middle, `jaxblend.sources.fim`) rewrites that raw
-form inside `read_batch`, where the reads run (Grain reader threads or worker processes).
+form inside `read_batch`, where the reads run (the loader's reader threads or Grain worker
+processes).
 
 Pickling (Grain workers) keeps the span index's recipe, the options and the `DataAccess`, and
 drops the token reader: each worker opens the `.bin` files it reads (and, for split maps, re-opens
