@@ -286,10 +286,6 @@ def first_sample(plan: StepPlan, step: int) -> int:
     Raises:
       ValueError: the plan's steps are not consecutive runs of samples (token-budget plans).
     """
-    from jaxblend.sampling.step_plan import FixedStepPlan
-
-    if isinstance(plan, FixedStepPlan):
-        return int(step) * plan.global_batch_size
     first = getattr(plan, "first_sample", None)
     if first is None:
         raise ValueError(

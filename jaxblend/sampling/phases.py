@@ -259,9 +259,8 @@ class PhaseStepPlan:
         return self.global_batch_size
 
     def sample_ids(self, step: int) -> np.ndarray:
-        self._in_phase(step)
-        run = FixedStepPlan(self.global_batch_size, self.num_steps)
-        return run.sample_ids(step) - np.int64(self.first_step) * np.int64(self.global_batch_size)
+        first = np.int64(self._in_phase(step) - self.first_step) * np.int64(self.global_batch_size)
+        return first + np.arange(self.global_batch_size, dtype=np.int64)
 
     def padded_length(self, step: int) -> int | None:
         self._in_phase(step)

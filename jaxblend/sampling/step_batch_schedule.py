@@ -30,7 +30,7 @@ import itertools
 import math
 
 from jaxblend import identity
-from jaxblend.sampling.step_segments import SegmentedStepPlan, StepSegments, plan_covering
+from jaxblend.sampling.step_plan import SegmentedStepPlan
 from jaxblend.validation import require_int
 
 FLAG = "--step_batch_size_schedule"
@@ -163,7 +163,7 @@ class StepBatchSchedulePlan(SegmentedStepPlan):
 
     schedule: StepBatchSchedule
     num_steps: int
-    _segments: StepSegments = dataclasses.field(init=False, repr=False, compare=False)
+    _segments: tuple = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
         if not isinstance(self.schedule, StepBatchSchedule):
@@ -171,7 +171,7 @@ class StepBatchSchedulePlan(SegmentedStepPlan):
                 f"StepBatchSchedulePlan.schedule must be a StepBatchSchedule, got {self.schedule!r}"
             )
         require_int("StepBatchSchedulePlan.num_steps", self.num_steps, 0)
-        object.__setattr__(self, "_segments", StepSegments.of(self._runs()))
+        self._set_segments(self._runs())
 
     def _runs(self) -> list[tuple[int, int, int]]:
         """(first step, first sample, batch size) of each entry the steps reach."""
@@ -200,12 +200,12 @@ class StepBatchSchedulePlan(SegmentedStepPlan):
           ValueError: if `num_steps` steps need more samples than there are.
         """
         unbounded = cls(schedule, 0)
-        return plan_covering(unbounded, num_samples, num_steps, f"{FLAG}='{schedule}'")
+        return unbounded._covering(num_samples, num_steps, f" with {FLAG}='{schedule}'")
 
     @property
     def schedule_steps(self) -> int:
         """The step at which the last entry's batch size begins (it holds every later step)."""
-        return self._segments.last_start
+        return int(self._segments[0][-1])
 
     @property
     def fingerprint(self) -> str:
