@@ -16,7 +16,6 @@ This module imports no tokenizer library: training and the tools read it.
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 import json
 import os
@@ -24,7 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from jaxblend.access import DataAccess
-from jaxblend.urls import is_url
+from jaxblend.urls import is_url, map_paths
 
 RECORD_SUFFIX = ".preprocess.json"
 SIDE_DIR = ".jaxblend"
@@ -261,21 +260,11 @@ def blend_facts(
       TokenizerMismatchError: two datasets come from different tokenizers (names both).
     """
     access = DataAccess.from_env() if access is None else access
-    names = list(dict.fromkeys(prefixes))
     known = {} if known is None else known
-    unread = [p for p in names if p not in known]
-    if len(unread) > 1 and any(is_url(p) for p in unread):  # bucket reads wait: many at a time
-        with concurrent.futures.ThreadPoolExecutor(min(32, len(unread))) as pool:
-            found = dict(zip(unread, pool.map(lambda p: read_facts(p, access), unread)))
-    else:
-        found = {p: read_facts(p, access) for p in unread}
-    read = [known[p] if p in known else found[p] for p in names]
-    out: dict[str, TokenizerFacts] = {}
-    for prefix, facts in zip(names, read, strict=True):
-        if facts is None:
-            facts = fallback
-        if facts is not None:
-            out[prefix] = facts
+    unread = [p for p in prefixes if p not in known]
+    found = map_paths(lambda p: read_facts(p, access), unread, 32, "jaxblend-facts")
+    read = {**found, **known}
+    out = {p: f for p in dict.fromkeys(prefixes) if (f := read[p] or fallback) is not None}
     first = next(iter(out.items()), None)
     if first is not None and not allow_mixed:
         for prefix, facts in out.items():
