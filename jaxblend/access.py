@@ -88,15 +88,12 @@ class ObjectStoreOptions:
     @classmethod
     def from_env(cls, **overrides: Any) -> ObjectStoreOptions:
         """Options from the environment (endpoint, region), with explicit `overrides` on top."""
-        values: dict[str, Any] = {}
-        endpoint = _first_env((ENDPOINT_ENV, *_AWS_ENDPOINT_ENVS))
-        if endpoint:
-            values["s3_endpoint"] = endpoint
-        region = _first_env(_AWS_REGION_ENVS)
-        if region:
-            values["s3_region"] = region
+        values = {
+            "s3_endpoint": _first_env((ENDPOINT_ENV, *_AWS_ENDPOINT_ENVS)),
+            "s3_region": _first_env(_AWS_REGION_ENVS),
+        }
         values.update({k: v for k, v in overrides.items() if v is not None})
-        return cls(**values)
+        return cls(**{k: v for k, v in values.items() if v is not None})
 
     def complete_spec(self, spec: dict[str, Any]) -> dict[str, Any]:
         """Fills an s3 kvstore spec's endpoint and region from these options (copy; other drivers
@@ -284,8 +281,4 @@ class DataAccess:
 
 
 def _first_env(names: tuple[str, ...]) -> str | None:
-    for name in names:
-        value = os.environ.get(name, "").strip()
-        if value:
-            return value
-    return None
+    return next((v for name in names if (v := os.environ.get(name, "").strip())), None)

@@ -21,15 +21,15 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Mapping
-from typing import Protocol
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from jaxblend.access import DataAccess
-from jaxblend.tokenizer_facts import (
-    dataset_record,
-    where_records_were_sought,
-)
+from jaxblend.tokenizer_facts import dataset_record, where_records_were_sought
+
+if TYPE_CHECKING:
+    from jaxblend.preprocess.tokenizer_spec import Tokenizer
 
 EOD_MARK = "[EOD]"
 """What decoded text shows where a document ends (tokenizers drop their own EOD token)."""
@@ -43,14 +43,6 @@ _HOW = "pass --tokenizer_type and --tokenizer_model (or --vocab_file, --merge_fi
 
 class DecodeError(ValueError):
     """The tokenizer of a dataset cannot be found, verified or loaded for ``--decode``."""
-
-
-def _sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _recorded_tokenizer(prefix: str, access: DataAccess) -> tuple[str, dict] | None:
@@ -97,7 +89,8 @@ def _check_recorded_files(entry: dict, record_path: str) -> None:
                 f"--decode: tokenizer file {path} recorded in {record_path} does not exist here; "
                 f"copy it there or {_HOW} naming a copy"
             )
-        actual = _sha256(path)
+        with open(path, "rb") as file:
+            actual = hashlib.file_digest(file, "sha256").hexdigest()
         if actual != digest:
             raise DecodeError(
                 f"--decode: tokenizer file {path} has SHA-256 {actual[:12]}, not the "
@@ -141,12 +134,6 @@ def recorded_spec(prefix: str, access: DataAccess | None = None, fallback=None):
     return _spec_of(entry)
 
 
-class _Detokenizer(Protocol):
-    eod: int | None
-
-    def detokenize(self, ids) -> str: ...
-
-
 class DocumentDecoder:
     """A tokenizer's ``detokenize`` that marks where each document ends.
 
@@ -156,7 +143,7 @@ class DocumentDecoder:
     as their mark the same way.
     """
 
-    def __init__(self, tokenizer: _Detokenizer, marks: Mapping[int, str] | None = None) -> None:
+    def __init__(self, tokenizer: Tokenizer, marks: Mapping[int, str] | None = None) -> None:
         self.tokenizer = tokenizer
         self.eod = tokenizer.eod
         self.marks = dict(marks or {})
@@ -181,8 +168,6 @@ class DocumentDecoder:
                     text = self.detokenize(run)
                     parts.append(text if weights[0] else f"{NOT_TRAINED[0]}{text}{NOT_TRAINED[1]}")
             return "".join(parts)
-        if not self.marks:
-            return self.tokenizer.detokenize(arr)
         cuts = np.flatnonzero(np.isin(arr, list(self.marks)))
         texts = []
         start = 0
@@ -242,14 +227,11 @@ def load_decoder(
     from jaxblend.preprocess import tokenizers
 
     access = DataAccess.from_env() if access is None else access
-    spec = None
-    for prefix in dict.fromkeys(prefixes):
-        spec = recorded_spec(prefix, access, fallback)
-        if spec is not None:
-            break
-    if spec is None and not prefixes and fallback is None:
+    recorded = (recorded_spec(p, access, fallback) for p in dict.fromkeys(prefixes))
+    spec = next((s for s in recorded if s is not None), fallback)
+    if spec is None and not prefixes:
         raise DecodeError(f"--decode: mock data has no recorded tokenizer; {_HOW} to decode it")
-    if spec is None and fallback is None:
+    if spec is None:
         from jaxblend.opening import check_datasets_exist
 
         check_datasets_exist(prefixes, access)  # a dataset that does not exist is the real error
@@ -257,7 +239,7 @@ def load_decoder(
             f"--decode: {prefixes[0]} has no preprocessing record naming its tokenizer "
             f"({where_records_were_sought(prefixes[0])}); {_HOW} to decode it"
         )
-    return DocumentDecoder(tokenizers.load_tokenizer(spec if spec is not None else fallback))
+    return DocumentDecoder(tokenizers.load_tokenizer(spec))
 
 
 def shorten(text: str, limit: int) -> str:
