@@ -56,9 +56,11 @@ def fsync_path(path: str) -> None:
         os.close(fd)
 
 
-def _remove(path: str) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        os.remove(path)
+def _writing_mode(mode: str, encoding: str | None, owner: str) -> str | None:
+    """The encoding to write in `mode`: "wb", or "w" (UTF-8 by default); refuses other modes."""
+    if mode not in ("wb", "w"):
+        raise ValueError(f"{owner} mode {mode!r}; expected 'wb' or 'w'")
+    return "utf-8" if mode == "w" and encoding is None else encoding
 
 
 @contextlib.contextmanager
@@ -82,7 +84,8 @@ def atomic_path(path: str | os.PathLike, suffix: str = "", durable: bool = True)
             fsync_path(tmp)
         os.replace(tmp, path)
     except BaseException:
-        _remove(tmp)
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(tmp)
         raise
     if durable:
         fsync_path(os.path.dirname(os.path.abspath(path)))
@@ -103,10 +106,7 @@ def atomic_file(
     Yields:
       The open file object.
     """
-    if mode not in ("wb", "w"):
-        raise ValueError(f"atomic_file mode {mode!r}; expected 'wb' or 'w'")
-    if mode == "w" and encoding is None:
-        encoding = "utf-8"
+    encoding = _writing_mode(mode, encoding, "atomic_file")
     with atomic_path(path, durable=durable) as tmp, open(tmp, mode, encoding=encoding) as f:
         yield f
         f.flush()
@@ -132,10 +132,7 @@ class DirectoryWriter:
     @contextlib.contextmanager
     def open(self, name: str, mode: str = "wb", encoding: str | None = None) -> Iterator[IO[Any]]:
         """Opens file `name` for writing (fsynced with the directory when it is published)."""
-        if mode not in ("wb", "w"):
-            raise ValueError(f"DirectoryWriter.open mode {mode!r}; expected 'wb' or 'w'")
-        if mode == "w" and encoding is None:
-            encoding = "utf-8"
+        encoding = _writing_mode(mode, encoding, "DirectoryWriter.open")
         with open(self.file_path(name), mode, encoding=encoding) as f:
             yield f
 

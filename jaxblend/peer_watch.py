@@ -32,6 +32,8 @@ from typing import Protocol
 
 from absl import logging
 
+from jaxblend.validation import require_positive
+
 LOST_PEER_EXIT = 75
 _PREFIX = "jaxblend/peer_watch"
 
@@ -79,8 +81,7 @@ class PeerWatch:
         process_index: int | None = None,
         process_count: int | None = None,
     ) -> None:
-        if timeout <= 0:
-            raise ValueError(f"--peer_timeout must be positive, got {timeout}")
+        require_positive("--peer_timeout", timeout)
         self.timeout = float(timeout)
         self.interval = float(interval or min(1.0, timeout / 5))
         self.step = 0
@@ -97,11 +98,9 @@ class PeerWatch:
         self._stop = threading.Event()
         self._fired = threading.Event()
         self._threads: list[threading.Thread] = []
-        now = time.monotonic()
-        self._last_contact = now
+        self._started = self._last_contact = time.monotonic()
         self._seen: dict[int, tuple[str, float]] = {}
         self._rounds = 0
-        self._started = now
 
     @property
     def phase(self) -> str:
