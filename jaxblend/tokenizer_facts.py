@@ -108,17 +108,11 @@ class TokenizerFacts:
 def record_candidates(prefix: str) -> list[str]:
     """The run-record prefixes a dataset prefix ``<P>_<key>_<level>`` may come from (``<P>``; a key
     may hold underscores, so every split point is a candidate, the shortest key first)."""
-    stem, _, level = prefix.rpartition("_")
-    if level not in _LEVELS or not stem:
+    directory = prefix[: prefix.rfind("/") + 1]  # the record lives in the dataset's directory
+    parts = prefix[len(directory) :].split("_")
+    if parts[-1] not in _LEVELS:
         return []
-    sep = prefix.rfind("/") + 1  # the record lives in the dataset's directory
-    out = []
-    cut = len(stem)
-    while True:
-        cut = stem.rfind("_", sep, cut)
-        if cut <= sep:
-            return out
-        out.append(stem[:cut])
+    return [directory + p for k in range(len(parts) - 2, 0, -1) if (p := "_".join(parts[:k]))]
 
 
 def side_path(output_prefix: str, suffix: str) -> str:

@@ -190,9 +190,7 @@ class PhaseTransitions:
     def to_json(self) -> dict:
         """Plain JSON of the transitions (what a checkpoint records)."""
         return {
-            "iterations": list(self.iterations),
-            "global_batch_size": self.global_batch_size,
-            "train_steps": self.train_steps,
+            **dataclasses.asdict(self), "iterations": list(self.iterations),
             "train_samples": self.end_sample,
         }
 

@@ -121,15 +121,11 @@ class StepBatchSchedule:
             try:
                 if not colon:
                     raise ValueError(f"entry {entry!r} is not THRESHOLD:BATCH_SIZE")
-                threshold_value = _number(threshold)
-                if seq_length is not None:
-                    threshold_value //= seq_length
-                entries.append((threshold_value, _number(size)))
+                entries.append((_number(threshold) // (seq_length or 1), _number(size)))
             except ValueError as err:
                 raise ValueError(f"{FLAG}={text!r}: {err} (thresholds in {unit}, e.g. {EXAMPLE})") from None
         entries.sort(key=lambda e: e[0])  # Megatron orders the entries by threshold
-        thresholds = tuple(t for t, _ in entries)
-        batch_sizes = tuple(b for _, b in entries)
+        thresholds, batch_sizes = zip(*entries) if entries else ((), ())
         if problem := _problem(thresholds, batch_sizes):
             raise ValueError(f"{FLAG}={text!r}: {problem} (thresholds in {unit})")
         return cls(thresholds, batch_sizes)
