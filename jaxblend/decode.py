@@ -45,19 +45,6 @@ class DecodeError(ValueError):
     """The tokenizer of a dataset cannot be found, verified or loaded for ``--decode``."""
 
 
-def _recorded_tokenizer(prefix: str, access: DataAccess) -> tuple[str, dict] | None:
-    """(record path, its ``settings.tokenizer`` entry) of dataset ``prefix``; None without one."""
-    try:
-        found = dataset_record(prefix, access)
-    except ValueError as err:
-        raise DecodeError(str(err)) from None
-    if found is None:
-        return None
-    path, record, _ = found
-    entry = (record.get("settings") or {}).get("tokenizer")
-    return (path, entry) if isinstance(entry, dict) else None
-
-
 def _spec_of(entry: dict):
     """The `TokenizerSpec` of a record's ``settings.tokenizer`` entry (files as recorded)."""
     from jaxblend.preprocess import tokenizer_spec as tok_spec
@@ -112,10 +99,14 @@ def recorded_spec(prefix: str, access: DataAccess | None = None, fallback=None):
         line naming the file, the record and how to supply a copy).
     """
     access = DataAccess.from_env() if access is None else access
-    found = _recorded_tokenizer(prefix, access)
-    if found is None:
+    try:
+        found = dataset_record(prefix, access)
+    except ValueError as err:
+        raise DecodeError(str(err)) from None
+    entry = None if found is None else (found[1].get("settings") or {}).get("tokenizer")
+    if not isinstance(entry, dict):
         return None
-    record_path, entry = found
+    record_path = found[0]
     try:
         _check_recorded_files(entry, record_path)
     except DecodeError:
