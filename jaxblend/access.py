@@ -38,7 +38,7 @@ import dataclasses
 import os
 from typing import Any
 
-from jaxblend.validation import require_int, require_positive
+from jaxblend.validation import require_choice, require_int, require_positive
 
 ENDPOINT_ENV = "JAXBLEND_S3_ENDPOINT"
 _AWS_ENDPOINT_ENVS = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
@@ -165,10 +165,7 @@ class MapStoreOptions:
         require_positive("MapStoreOptions.poll_seconds", self.poll_seconds)
         if self.builder is not None and not isinstance(self.builder, bool):
             raise ValueError(f"MapStoreOptions.builder must be None or a bool, got {self.builder!r}")
-        if self.verify not in VERIFY_LEVELS:
-            raise ValueError(
-                f"MapStoreOptions.verify must be one of {VERIFY_LEVELS}, got {self.verify!r}"
-            )
+        require_choice("MapStoreOptions.verify", self.verify, VERIFY_LEVELS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -247,8 +244,7 @@ class DataAccess:
                 raise TypeError(
                     f"DataAccess.{name} must be a {cls.__name__}, got {getattr(self, name)!r}"
                 )
-        if self.backend not in BACKENDS:
-            raise ValueError(f"DataAccess.backend must be one of {BACKENDS}, got {self.backend!r}")
+        require_choice("DataAccess.backend", self.backend, BACKENDS)
 
     @classmethod
     def from_env(cls, **overrides: Any) -> DataAccess:

@@ -44,6 +44,8 @@ from typing import IO, Any
 
 import numpy as np
 
+from jaxblend.validation import require_choice
+
 EXISTS_MODES = ("keep", "replace")
 
 
@@ -58,8 +60,7 @@ def fsync_path(path: str) -> None:
 
 def _writing_mode(mode: str, encoding: str | None, owner: str) -> str | None:
     """The encoding to write in `mode`: "wb", or "w" (UTF-8 by default); refuses other modes."""
-    if mode not in ("wb", "w"):
-        raise ValueError(f"{owner} mode {mode!r}; expected 'wb' or 'w'")
+    require_choice(f"{owner} mode", mode, ("wb", "w"))
     return "utf-8" if mode == "w" and encoding is None else encoding
 
 

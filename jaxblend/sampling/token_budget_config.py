@@ -6,7 +6,7 @@ import dataclasses
 
 import numpy as np
 
-from jaxblend.validation import require_int
+from jaxblend.validation import require_choice, require_int
 
 OVER_LENGTH = ("skip", "truncate")
 LEFTOVER = ("drop", "pad")
@@ -46,11 +46,8 @@ class TokenBudgetConfig:
     def __post_init__(self):
         for name in ("bucket_width", "max_length", "token_budget", "row_multiple", "num_epochs"):
             require_int(f"TokenBudgetConfig.{name}", getattr(self, name), 1)
-        for name, allowed in (("over_length", OVER_LENGTH), ("leftover", LEFTOVER)):
-            if getattr(self, name) not in allowed:
-                raise ValueError(
-                    f"TokenBudgetConfig.{name} must be one of {allowed}, got {getattr(self, name)!r}"
-                )
+        require_choice("TokenBudgetConfig.over_length", self.over_length, OVER_LENGTH)
+        require_choice("TokenBudgetConfig.leftover", self.leftover, LEFTOVER)
         if self.seed is not None:
             require_int("TokenBudgetConfig.seed", self.seed, 0)
         smallest = self.row_multiple * self.max_length
