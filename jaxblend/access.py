@@ -15,20 +15,8 @@ Where does a new option belong? If changing it can change the bytes of a batch, 
 data configuration (and its fingerprint); if it only changes where or how fast the same bytes are
 reached, it belongs here (and never enters a fingerprint).
 
-Object stores (`ObjectStoreOptions`). S3-compatible stores: An `s3://bucket/key` URL names no server, so the endpoint is the
-`s3_endpoint` option (`--s3_endpoint`); `from_env()` fills it from `JAXBLEND_S3_ENDPOINT`, else the
-AWS SDKs' standard `AWS_ENDPOINT_URL_S3` / `AWS_ENDPOINT_URL`. With none, TensorStore talks to AWS.
-The region is `s3_region` (`from_env()`: `AWS_REGION` or `AWS_DEFAULT_REGION`; with a custom
-endpoint and no region, "us-east-1", which MinIO, R2, Ceph and moto accept). Credentials follow the AWS
-chain TensorStore implements (`AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY`, profiles, metadata).
-
-Google Cloud Storage uses application default credentials; `TENSORSTORE_GCS_HTTP_URL` points
-the `gcs` driver at another server (a local emulator in the tests).
-
-Failures. Requests that fail with a retryable status (429, 5xx) are retried by TensorStore with
-exponential backoff (`max_retries`, `initial_retry_delay`, `max_retry_delay`); every wait for a
-result is bounded by `request_timeout`, after which the read fails with `ObjectStoreError`
-naming the URL instead of hanging.
+Object stores (`ObjectStoreOptions`: endpoint and region from the environment, retries,
+timeouts): README, "Data in a bucket", and docs/object_stores.md.
 """
 
 from __future__ import annotations
@@ -87,7 +75,9 @@ class ObjectStoreOptions:
 
     @classmethod
     def from_env(cls, **overrides: Any) -> ObjectStoreOptions:
-        """Options from the environment (endpoint, region), with explicit `overrides` on top."""
+        """Options from the environment, with explicit `overrides` on top: the endpoint from
+        `$JAXBLEND_S3_ENDPOINT`, else the AWS SDKs' `$AWS_ENDPOINT_URL_S3` / `$AWS_ENDPOINT_URL`;
+        the region from `$AWS_REGION` or `$AWS_DEFAULT_REGION`."""
         values = {
             "s3_endpoint": _first_env((ENDPOINT_ENV, *_AWS_ENDPOINT_ENVS)),
             "s3_region": _first_env(_AWS_REGION_ENVS),
