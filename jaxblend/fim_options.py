@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from jaxblend.preprocess.tokenizer_spec import TokenizerSpec
 
+_TOKENS = ("prefix_token", "middle_token", "suffix_token", "pad_token", "eod_token")
+
 
 def _rate(name: str, value: float) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -79,7 +81,7 @@ class FIMOptions:
                 self, "fragment_rate",
                 _rate("fim fragment_rate (--fim_fragment_rate)", self.fragment_rate),
             )
-        for name in ("prefix_token", "middle_token", "suffix_token", "pad_token", "eod_token"):
+        for name in _TOKENS:
             value = getattr(self, name)
             if not isinstance(value, str) or not value:
                 raise ValueError(f"--fim_{name} must be a token name, got {value!r}")
@@ -88,14 +90,5 @@ class FIMOptions:
 
     def identity_fields(self) -> dict[str, object]:
         """The settings that change a FIM batch, as named fingerprint fields."""
-        return {
-            "rate": self.rate,
-            "spm_rate": self.spm_rate,
-            "split_sample": self.split_sample,
-            "fragment_rate": self.fragment_rate,
-            "no_prefix": self.no_prefix,
-            "tokens": [
-                self.prefix_token, self.middle_token, self.suffix_token, self.pad_token,
-                self.eod_token,
-            ],
-        }
+        settings = ("rate", "spm_rate", "split_sample", "fragment_rate", "no_prefix")
+        return {n: getattr(self, n) for n in settings} | {"tokens": [getattr(self, n) for n in _TOKENS]}

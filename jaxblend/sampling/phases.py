@@ -98,9 +98,8 @@ class PhaseTransitions:
         Raises:
           ValueError: one line naming the flag and the value.
         """
-        parts = [p.strip() for p in str(text).split(",")]
         try:
-            values = [int(p) for p in parts]
+            values = [int(p) for p in str(text).split(",")]  # int() strips the blanks
         except ValueError:
             raise ValueError(
                 f"{FLAG}={text!r}: expected comma-separated step numbers, e.g. '100,200'"
