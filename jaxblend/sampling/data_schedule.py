@@ -239,14 +239,10 @@ class DataSchedule:
 
 def _blend_of_json(value: Any, where: str) -> blend_spec.Blend:
     """A stage's ``blend`` entry (a list of strings and numbers, or one string) as a `Blend`."""
-    if isinstance(value, str):
-        items = value.split()
-    elif isinstance(value, list) and all(
-        isinstance(v, str) or (isinstance(v, (int, float)) and not isinstance(v, bool))
-        for v in value
+    items = value.split() if isinstance(value, str) else value  # numbers: weights, as str(v)
+    if not isinstance(items, list) or not all(
+        isinstance(v, (str, int, float)) and not isinstance(v, bool) for v in items
     ):
-        items = [v if isinstance(v, str) else repr(v) for v in value]
-    else:
         raise ValueError(
             f"{where}: blend must be a list of weights and prefixes (e.g. [\"50\", \"/d/a\", "
             f"\"50\", \"/d/b\"]) or one prefix, got {value!r}"
