@@ -24,10 +24,8 @@ from __future__ import annotations
 import bisect
 import dataclasses
 
-import numpy as np
-
 from jaxblend import identity
-from jaxblend.sampling.step_plan import BatchShape, FixedStepPlan, StepPlan, check_from_step
+from jaxblend.sampling.step_plan import FixedStepPlan, SegmentedStepPlan, StepPlan
 from jaxblend.validation import require_int
 
 FLAG = "--phase_transition_iterations"
@@ -199,13 +197,13 @@ class PhaseTransitions:
 
 
 @dataclasses.dataclass(frozen=True)
-class PhaseStepPlan:
+class PhaseStepPlan(SegmentedStepPlan):
     """The steps of one phase: step k of the run holds the phase's samples from
     `(k - first step) x B`, over a source built for the phase alone (`num_samples` samples).
 
     Steps are numbered as in the whole run (a loader resumes from the run's step number); steps
     outside the phase raise `IndexError`. `num_steps` is the phase's exit step, so a loader stops
-    there.
+    there. One run of B-sized steps, starting at the phase's first step with its sample 0.
 
     Attributes:
       transitions: the run's phases.
@@ -214,9 +212,11 @@ class PhaseStepPlan:
 
     transitions: PhaseTransitions
     phase: int
+    _segments: tuple = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.transitions._check_phase(self.phase)
+        self._set_segments([(self.first_step, 0, self.global_batch_size)])
 
     @property
     def first_step(self) -> int:
@@ -243,28 +243,10 @@ class PhaseStepPlan:
             first_step=self.first_step, exit_step=self.num_steps, samples=(first, end),
         )
 
-    def _in_phase(self, step: int) -> int:
+    def _check(self, step: int) -> int:
         if not self.first_step <= step < self.num_steps:
             raise IndexError(
                 f"step {step} is outside phase {self.phase} (steps [{self.first_step}, "
                 f"{self.num_steps}))"
             )
         return int(step)
-
-    def batch_size(self, step: int) -> int:
-        self._in_phase(step)
-        return self.global_batch_size
-
-    def sample_ids(self, step: int) -> np.ndarray:
-        first = np.int64(self._in_phase(step) - self.first_step) * np.int64(self.global_batch_size)
-        return first + np.arange(self.global_batch_size, dtype=np.int64)
-
-    def padded_length(self, step: int) -> int | None:
-        self._in_phase(step)
-        return None
-
-    def batch_shapes(self, from_step: int = 0) -> frozenset[BatchShape]:
-        # Steps before the phase's first are not in the plan: from them on, the whole phase runs.
-        if check_from_step(from_step, self.num_steps) == self.num_steps:
-            return frozenset()
-        return frozenset({BatchShape(self.global_batch_size, None)})

@@ -112,6 +112,10 @@ class SegmentedStepPlan:
         run starts at step 0, sample 0)."""
         object.__setattr__(self, "_segments", tuple(np.array(c, np.int64) for c in zip(*runs)))
 
+    def _check(self, step: int) -> int:
+        """`step` as an int if it is a step of the plan, else IndexError."""
+        return check_step(step, self.num_steps)
+
     def _run(self, step: int) -> int:
         return int(np.searchsorted(self._segments[0], step, side="right")) - 1
 
@@ -138,14 +142,14 @@ class SegmentedStepPlan:
         return self.first_sample(self.num_steps)
 
     def batch_size(self, step: int) -> int:
-        return int(self._segments[2][self._run(check_step(step, self.num_steps))])
+        return int(self._segments[2][self._run(self._check(step))])
 
     def sample_ids(self, step: int) -> np.ndarray:
-        first = np.int64(self.first_sample(check_step(step, self.num_steps)))
+        first = np.int64(self.first_sample(self._check(step)))
         return first + np.arange(self.batch_size(step), dtype=np.int64)
 
     def padded_length(self, step: int) -> int | None:
-        check_step(step, self.num_steps)
+        self._check(step)
         return None
 
     def batch_shapes(self, from_step: int = 0) -> frozenset[BatchShape]:
