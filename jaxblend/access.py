@@ -26,6 +26,7 @@ import dataclasses
 import os
 from typing import Any
 
+from jaxblend.urls import is_url, local_path
 from jaxblend.validation import require_choice, require_int, require_positive
 
 ENDPOINT_ENV = "JAXBLEND_S3_ENDPOINT"
@@ -179,8 +180,6 @@ class IdentityStoreOptions:
         if self.local_dir is not None:
             object.__setattr__(self, "local_dir", os.fspath(self.local_dir))
         if self.shared_url is not None:
-            from jaxblend.urls import is_url
-
             if not is_url(self.shared_url):
                 raise ValueError(
                     f"IdentityStoreOptions.shared_url must be a bucket URL, got {self.shared_url!r}"
@@ -192,8 +191,6 @@ class IdentityStoreOptions:
         """From `$JAXBLEND_IDENTITY_CACHE`: unset = defaults, "" or "off" = disabled, a bucket URL
         = `shared_url`, anything else = `local_dir`. A `local_dir` left unset is
         `$XDG_CACHE_HOME/jaxblend/identity` when `$XDG_CACHE_HOME` is set."""
-        from jaxblend.urls import is_url, local_path
-
         value = os.environ.get(IDENTITY_ENV)
         xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
         default_dir = os.path.join(xdg, "jaxblend", "identity") if xdg else None
@@ -254,8 +251,6 @@ class DataAccess:
         """The identity memo's options with `shared_url` resolved: the given one, else
         `<maps.location>/identity/` when the map store is a bucket (so a pod that shares its index
         maps also shares its dataset identities), else None (entries stay in `local_dir`)."""
-        from jaxblend.urls import is_url
-
         if self.identity.shared_url is not None or not is_url(self.maps.location):
             return self.identity
         shared = f"{self.maps.location.rstrip('/')}/identity/"

@@ -159,13 +159,10 @@ class DocumentDecoder:
                     text = self.detokenize(run)
                     parts.append(text if weights[0] else f"{NOT_TRAINED[0]}{text}{NOT_TRAINED[1]}")
             return "".join(parts)
-        cuts = np.flatnonzero(np.isin(arr, list(self.marks)))
-        texts = []
-        start = 0
-        for cut in cuts.tolist():
-            texts += [self.tokenizer.detokenize(arr[start:cut]), self.marks[int(arr[cut])]]
-            start = cut + 1
-        texts.append(self.tokenizer.detokenize(arr[start:]))
+        # Every piece but the first starts with a marked id.
+        pieces = np.split(arr, np.flatnonzero(np.isin(arr, list(self.marks))))
+        texts = [self.tokenizer.detokenize(pieces[0])]
+        texts += [self.marks[int(p[0])] + self.tokenizer.detokenize(p[1:]) for p in pieces[1:]]
         return "".join(texts)
 
 

@@ -13,7 +13,7 @@ from jaxblend import index
 from jaxblend.access import DataAccess
 from jaxblend.storage.idx_format import IndexFormatError
 from jaxblend.storage.protocols import SequenceDataset
-from jaxblend.storage.reader import IndexedDataset
+from jaxblend.storage.reader import IndexedDataset, check_exists
 from jaxblend.urls import map_paths
 
 
@@ -87,8 +87,6 @@ def check_datasets_exist(
       IndexFormatError: a dataset does not exist.
       ObjectStoreError: the store fails or does not answer in time.
     """
-    from jaxblend.storage.reader import check_exists
-
     store = (DataAccess.from_env() if access is None else access).object_store
 
     def check(prefix: str) -> IndexFormatError | None:
