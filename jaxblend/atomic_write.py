@@ -109,8 +109,7 @@ def atomic_file(
     """
     encoding = _writing_mode(mode, encoding, "atomic_file")
     with atomic_path(path, durable=durable) as tmp, open(tmp, mode, encoding=encoding) as f:
-        yield f
-        f.flush()
+        yield f  # closed (flushed) before atomic_path publishes it
 
 
 class DirectoryWriter:
@@ -137,18 +136,15 @@ class DirectoryWriter:
         with open(self.file_path(name), mode, encoding=encoding) as f:
             yield f
 
-    def save_npy(self, name: str, array: np.ndarray) -> str:
-        """Saves `array` as `<name>.npy` (no pickles); returns its path."""
-        filename = f"{name}.npy"
-        with self.open(filename) as f:
+    def save_npy(self, name: str, array: np.ndarray) -> None:
+        """Saves `array` as `<name>.npy` (no pickles)."""
+        with self.open(f"{name}.npy") as f:
             np.save(f, np.asarray(array), allow_pickle=False)
-        return self.file_path(filename)
 
-    def write_json(self, name: str, payload: Any, **dump_kwargs: Any) -> str:
-        """Writes `payload` as JSON file `name` (`dump_kwargs` go to `json.dump`); its path."""
+    def write_json(self, name: str, payload: Any, **dump_kwargs: Any) -> None:
+        """Writes `payload` as JSON file `name` (`dump_kwargs` go to `json.dump`)."""
         with self.open(name, "w") as f:
             json.dump(payload, f, **dump_kwargs)
-        return self.file_path(name)
 
 
 def _check_exists_mode(exists: str) -> None:
