@@ -2,15 +2,7 @@
 
 A data schedule is a list of stages; stage k starts at a training STEP and has its own blend
 (weights over any datasets: a dataset may join or leave at a stage boundary). The last stage runs
-to the end of the train split. The file format:
-
-    {"stages": [
-      {"start_step": 0,   "blend": ["50", "/d/a", "50", "/d/b"]},
-      {"start_step": 100, "blend": ["20", "/d/a", "80", "/d/c"]}
-    ]}
-
-A blend is a Megatron weight/prefix list (weights may be JSON numbers or strings), a
-whitespace-separated string of one (``"20 /d/a 80 /d/c"``), or a single prefix.
+to the end of the train split. The file format (`EXAMPLE`) is in docs/schedules.md.
 
 The index layer works in samples, not steps (`jaxblend.index.blend_schedule.BlendSchedule`):
 `DataSchedule.blend_schedule(plan)` turns each stage's first step into the first sample of that

@@ -1,22 +1,11 @@
 """Megatron-LM's phase transitions (`--phase-transition-iterations "100,200"`), for migration.
 
-Megatron-LM splits a run into phases at the listed iterations. At a transition the job saves a
-checkpoint and exits; the user relaunches it with the next phase's data arguments. Each launch
-builds its training data afresh from the data arguments it is given, sized for the current phase
-only, and reads it from its first sample:
-
-* iteration `t` of the run has consumed `t x B` samples (B: the global batch size, which must stay
-  fixed: Megatron compares it with the checkpoint's at resume);
-* the phase holding step `k` spans samples `[t_p x B, t_{p+1} x B)` of the run, where `t_p` is the
-  last transition `<= k` (0 for the first phase) and the last phase ends at the run's
-  `train_samples` (`train_iters x B`); its training split is a fresh blend of that many samples;
-* step `k` reads the phase's samples `[(k - t_p) x B, (k - t_p + 1) x B)`: the consumed samples
-  are counted per phase, so the first step of every phase reads the phase's sample 0.
-
-`PhaseTransitions` is that arithmetic; `PhaseStepPlan` is the step plan of one phase (a
-`StepPlan` over a `FixedStepPlan` whose sample ids start again at 0 at the phase's first step).
-jaxblend's own staged blends (`--data_schedule`) keep one stream across stages instead; see
-docs/schedules.md, "Megatron's phase transitions".
+At each listed iteration the job saves a checkpoint and exits; the user relaunches it with the
+next phase's data arguments, and each launch reads a fresh training split sized for its phase
+only, from its first sample (consumed samples count per phase; the global batch size is fixed).
+`PhaseTransitions` is that arithmetic; `PhaseStepPlan` is the step plan of one phase. The rules
+are in docs/schedules.md, "Megatron's phase transitions", with how jaxblend's own staged blends
+(`--data_schedule`, one stream across stages) differ.
 """
 
 from __future__ import annotations

@@ -1,25 +1,11 @@
 """Megatron-Core's step batch-size schedule (`--step-batch-size-schedule "0:768 250B:1536"`).
 
 Megatron-Core 0.18 replaced `--rampup-batch-size` with a list of `THRESHOLD:BATCH_SIZE` entries:
-once the samples consumed so far reach an entry's threshold, steps have that entry's global batch
-size, until the next threshold is reached. The rules, as megatron-core's
-`StepBatchsizeNumMicroBatchesCalculator` applies them (docs/megatron_migration.md, "Step
-batch-size schedule"):
-
-* entries are separated by spaces or commas; each is `THRESHOLD:BATCH_SIZE`;
-* both numbers may carry a suffix K, M, B or T (x 1e3, 1e6, 1e9, 1e12, either case); a number is
-  read as Megatron reads it, `int(float(digits) * multiplier)`, so `2.5B` is 2_500_000_000 and a
-  decimal that binary floating point cannot hold exactly truncates as it does in Megatron;
-* with a sequence length, thresholds count tokens and become samples by integer division
-  (`tokens // seq_length`); without one they count samples;
-* the entries are taken in threshold order; after conversion the smallest threshold must be 0,
-  no two may be equal, and every batch size must be >= 1;
-* before each step the batch size is that of the last entry whose threshold is <= the samples
-  consumed, and the step consumes that many samples: step k holds samples
-  `[consumed_k, consumed_k + B_k)`. A step that starts below a threshold keeps its size even if
-  it runs past it, so an entry can be skipped altogether.
-
-Megatron refuses `decrease_batch_size_if_needed` with a schedule, so every size is used as given.
+before each step the batch size is that of the last entry whose threshold is <= the samples
+consumed, and step k holds samples `[consumed_k, consumed_k + B_k)`, as megatron-core's
+`StepBatchsizeNumMicroBatchesCalculator` applies them. The rules (suffixes, numbers read as
+Megatron reads them, token thresholds, the checks, skipped entries; no
+`decrease_batch_size_if_needed`) are in docs/megatron_migration.md, "Step batch-size schedule".
 """
 
 from __future__ import annotations
@@ -40,7 +26,8 @@ _LARGEST = 2**53  # beyond any corpus; keeps the step arithmetic inside int64
 
 
 def _number(text: str) -> int:
-    """One number of an entry, with its optional suffix, as Megatron reads it.
+    """One number of an entry, with its optional suffix (K, M, B, T), as Megatron reads it:
+    `int(float(digits) * multiplier)`, so a decimal binary floating point cannot hold truncates.
 
     Raises:
       ValueError: if it is not a finite number.
