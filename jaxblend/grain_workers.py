@@ -36,6 +36,7 @@ index), which also notes `handed_to_workers`, as `track` does for a loader with 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import gc
 import os
@@ -166,10 +167,8 @@ def release() -> None:
 
     pool = getattr(SharedMemoryArray, "_del_thread_pool", None)
     if pool is not None:
-        try:
+        with contextlib.suppress(ValueError):  # a pool shut down already has nothing queued
             pool.apply(int)
-        except ValueError:  # the pool was shut down already: nothing is queued on it
-            pass
 
 
 GRAIN_THREAD_PREFIX = "grain-"

@@ -160,8 +160,7 @@ class StepBatchSchedulePlan(SegmentedStepPlan):
         """(first step, first sample, batch size) of each entry the steps reach."""
         s = self.schedule
         runs = []
-        step = consumed = 0
-        entry = 0
+        step = consumed = entry = 0
         while entry + 1 < len(s.thresholds):
             size = s.batch_sizes[entry]
             # Steps of this size until the consumed samples reach the next threshold.
