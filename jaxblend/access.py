@@ -64,8 +64,7 @@ class ObjectStoreOptions:
     coalesce_gap: int = 4096
 
     def __post_init__(self):
-        for name in ("request_concurrency", "max_retries", "coalesce_gap"):
-            low = 1 if name == "request_concurrency" else 0
+        for name, low in (("request_concurrency", 1), ("max_retries", 0), ("coalesce_gap", 0)):
             require_int(f"ObjectStoreOptions.{name}", getattr(self, name), low)
         for name in ("initial_retry_delay", "max_retry_delay", "request_timeout"):
             require_positive(f"ObjectStoreOptions.{name}", getattr(self, name))
