@@ -103,9 +103,6 @@ def atomic_file(
       mode: "wb" or "w" (text; `encoding` defaults to UTF-8).
       encoding: text encoding for mode "w".
       durable: see `atomic_path`.
-
-    Yields:
-      The open file object.
     """
     encoding = _writing_mode(mode, encoding, "atomic_file")
     with atomic_path(path, durable=durable) as tmp, open(tmp, mode, encoding=encoding) as f:

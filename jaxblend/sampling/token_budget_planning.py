@@ -42,9 +42,6 @@ def plan_token_budget(lengths: np.ndarray, config: TokenBudgetConfig) -> TokenBu
       lengths: int[n] length of each sample (sample id = position).
       config: the bucketing rules.
 
-    Returns:
-      A `TokenBudgetPlan`.
-
     Raises:
       ValueError: if a length is negative.
     """
