@@ -203,9 +203,9 @@ class DataSchedule:
         for k, stage in enumerate(self.stages):
             if stage.start_step >= plan.num_steps:
                 raise ValueError(
-                    f"{self.source}: {self.describe_stage(k)} starts at or after the end of the run "
-                    f"({plan.num_steps} steps, last step {plan.num_steps - 1}); it would never "
-                    "train: drop it, or train longer (--train_iters / --train_samples)"
+                    f"{self.source}: {self.describe_stage(k)} starts at or after the end of the "
+                    f"run ({plan.num_steps} steps, last step {plan.num_steps - 1}); it would "
+                    "never train: drop it, or train longer (--train_iters / --train_samples)"
                 )
         return [first_sample(plan, s.start_step) for s in self.stages]
 

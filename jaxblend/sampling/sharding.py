@@ -37,7 +37,8 @@ def rows_by_process(global_batch_size: int, sharding) -> dict[int, np.ndarray]:
     rows: dict[int, set[int]] = {}
     for device, index in index_map.items():
         first = index[0] if index else slice(None)  # the rows; a 0-d index holds them all
-        rows.setdefault(device.process_index, set()).update(range(*first.indices(global_batch_size)))
+        held = range(*first.indices(global_batch_size))
+        rows.setdefault(device.process_index, set()).update(held)
     return {p: np.array(sorted(r), dtype=np.int64) for p, r in sorted(rows.items())}
 
 

@@ -105,7 +105,7 @@ class SegmentedStepPlan:
     """
 
     num_steps: int
-    _segments: tuple[np.ndarray, np.ndarray, np.ndarray]  # int64 first step, first sample, batch size
+    _segments: tuple[np.ndarray, np.ndarray, np.ndarray]  # int64 first step, first sample, size
 
     def _set_segments(self, runs: list[tuple[int, int, int]]) -> None:
         """Stores `(first step, first sample, batch size)` of each run, in step order (the first
