@@ -239,12 +239,9 @@ class DataAccess:
         values: dict[str, Any] = {
             "object_store": ObjectStoreOptions.from_env(),
             "identity": IdentityStoreOptions.from_env(),
+            "maps": MapStoreOptions(mirror=_first_env((MIRROR_ENV,))),
         }
-        mirror = os.environ.get(MIRROR_ENV, "").strip()
-        if mirror:
-            values["maps"] = MapStoreOptions(mirror=mirror)
-        values.update(overrides)
-        return cls(**values)
+        return cls(**(values | overrides))
 
     def identity_store(self) -> IdentityStoreOptions:
         """The identity memo's options with `shared_url` resolved: the given one, else
