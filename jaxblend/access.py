@@ -15,20 +15,8 @@ Where does a new option belong? If changing it can change the bytes of a batch, 
 data configuration (and its fingerprint); if it only changes where or how fast the same bytes are
 reached, it belongs here (and never enters a fingerprint).
 
-Object stores (`ObjectStoreOptions`). S3-compatible stores: An `s3://bucket/key` URL names no server, so the endpoint is the
-`s3_endpoint` option (`--s3_endpoint`); `from_env()` fills it from `JAXBLEND_S3_ENDPOINT`, else the
-AWS SDKs' standard `AWS_ENDPOINT_URL_S3` / `AWS_ENDPOINT_URL`. With none, TensorStore talks to AWS.
-The region is `s3_region` (`from_env()`: `AWS_REGION` or `AWS_DEFAULT_REGION`; with a custom
-endpoint and no region, "us-east-1", which MinIO, R2, Ceph and moto accept). Credentials follow the AWS
-chain TensorStore implements (`AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY`, profiles, metadata).
-
-Google Cloud Storage uses application default credentials; `TENSORSTORE_GCS_HTTP_URL` points
-the `gcs` driver at another server (a local emulator in the tests).
-
-Failures. Requests that fail with a retryable status (429, 5xx) are retried by TensorStore with
-exponential backoff (`max_retries`, `initial_retry_delay`, `max_retry_delay`); every wait for a
-result is bounded by `request_timeout`, after which the read fails with `ObjectStoreError`
-naming the URL instead of hanging.
+Object stores (`ObjectStoreOptions`: endpoint and region from the environment, retries,
+timeouts): README, "Data in a bucket", and docs/object_stores.md.
 """
 
 from __future__ import annotations
@@ -38,7 +26,8 @@ import dataclasses
 import os
 from typing import Any
 
-from jaxblend.validation import require_int, require_positive
+from jaxblend.urls import is_url, local_path
+from jaxblend.validation import require_choice, require_int, require_positive
 
 ENDPOINT_ENV = "JAXBLEND_S3_ENDPOINT"
 _AWS_ENDPOINT_ENVS = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
@@ -75,8 +64,7 @@ class ObjectStoreOptions:
     coalesce_gap: int = 4096
 
     def __post_init__(self):
-        for name in ("request_concurrency", "max_retries", "coalesce_gap"):
-            low = 1 if name == "request_concurrency" else 0
+        for name, low in (("request_concurrency", 1), ("max_retries", 0), ("coalesce_gap", 0)):
             require_int(f"ObjectStoreOptions.{name}", getattr(self, name), low)
         for name in ("initial_retry_delay", "max_retry_delay", "request_timeout"):
             require_positive(f"ObjectStoreOptions.{name}", getattr(self, name))
@@ -87,16 +75,15 @@ class ObjectStoreOptions:
 
     @classmethod
     def from_env(cls, **overrides: Any) -> ObjectStoreOptions:
-        """Options from the environment (endpoint, region), with explicit `overrides` on top."""
-        values: dict[str, Any] = {}
-        endpoint = _first_env((ENDPOINT_ENV, *_AWS_ENDPOINT_ENVS))
-        if endpoint:
-            values["s3_endpoint"] = endpoint
-        region = _first_env(_AWS_REGION_ENVS)
-        if region:
-            values["s3_region"] = region
+        """Options from the environment, with explicit `overrides` on top: the endpoint from
+        `$JAXBLEND_S3_ENDPOINT`, else the AWS SDKs' `$AWS_ENDPOINT_URL_S3` / `$AWS_ENDPOINT_URL`;
+        the region from `$AWS_REGION` or `$AWS_DEFAULT_REGION`."""
+        values = {
+            "s3_endpoint": _first_env((ENDPOINT_ENV, *_AWS_ENDPOINT_ENVS)),
+            "s3_region": _first_env(_AWS_REGION_ENVS),
+        }
         values.update({k: v for k, v in overrides.items() if v is not None})
-        return cls(**values)
+        return cls(**{k: v for k, v in values.items() if v is not None})
 
     def complete_spec(self, spec: dict[str, Any]) -> dict[str, Any]:
         """Fills an s3 kvstore spec's endpoint and region from these options (copy; other drivers
@@ -168,10 +155,7 @@ class MapStoreOptions:
         require_positive("MapStoreOptions.poll_seconds", self.poll_seconds)
         if self.builder is not None and not isinstance(self.builder, bool):
             raise ValueError(f"MapStoreOptions.builder must be None or a bool, got {self.builder!r}")
-        if self.verify not in VERIFY_LEVELS:
-            raise ValueError(
-                f"MapStoreOptions.verify must be one of {VERIFY_LEVELS}, got {self.verify!r}"
-            )
+        require_choice("MapStoreOptions.verify", self.verify, VERIFY_LEVELS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -195,8 +179,6 @@ class IdentityStoreOptions:
         if self.local_dir is not None:
             object.__setattr__(self, "local_dir", os.fspath(self.local_dir))
         if self.shared_url is not None:
-            from jaxblend.urls import is_url
-
             if not is_url(self.shared_url):
                 raise ValueError(
                     f"IdentityStoreOptions.shared_url must be a bucket URL, got {self.shared_url!r}"
@@ -208,8 +190,6 @@ class IdentityStoreOptions:
         """From `$JAXBLEND_IDENTITY_CACHE`: unset = defaults, "" or "off" = disabled, a bucket URL
         = `shared_url`, anything else = `local_dir`. A `local_dir` left unset is
         `$XDG_CACHE_HOME/jaxblend/identity` when `$XDG_CACHE_HOME` is set."""
-        from jaxblend.urls import is_url, local_path
-
         value = os.environ.get(IDENTITY_ENV)
         xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
         default_dir = os.path.join(xdg, "jaxblend", "identity") if xdg else None
@@ -250,8 +230,7 @@ class DataAccess:
                 raise TypeError(
                     f"DataAccess.{name} must be a {cls.__name__}, got {getattr(self, name)!r}"
                 )
-        if self.backend not in BACKENDS:
-            raise ValueError(f"DataAccess.backend must be one of {BACKENDS}, got {self.backend!r}")
+        require_choice("DataAccess.backend", self.backend, BACKENDS)
 
     @classmethod
     def from_env(cls, **overrides: Any) -> DataAccess:
@@ -260,19 +239,14 @@ class DataAccess:
         values: dict[str, Any] = {
             "object_store": ObjectStoreOptions.from_env(),
             "identity": IdentityStoreOptions.from_env(),
+            "maps": MapStoreOptions(mirror=_first_env((MIRROR_ENV,))),
         }
-        mirror = os.environ.get(MIRROR_ENV, "").strip()
-        if mirror:
-            values["maps"] = MapStoreOptions(mirror=mirror)
-        values.update(overrides)
-        return cls(**values)
+        return cls(**(values | overrides))
 
     def identity_store(self) -> IdentityStoreOptions:
         """The identity memo's options with `shared_url` resolved: the given one, else
         `<maps.location>/identity/` when the map store is a bucket (so a pod that shares its index
         maps also shares its dataset identities), else None (entries stay in `local_dir`)."""
-        from jaxblend.urls import is_url
-
         if self.identity.shared_url is not None or not is_url(self.maps.location):
             return self.identity
         shared = f"{self.maps.location.rstrip('/')}/identity/"
@@ -284,8 +258,4 @@ class DataAccess:
 
 
 def _first_env(names: tuple[str, ...]) -> str | None:
-    for name in names:
-        value = os.environ.get(name, "").strip()
-        if value:
-            return value
-    return None
+    return next((v for name in names if (v := os.environ.get(name, "").strip())), None)

@@ -44,6 +44,8 @@ from typing import IO, Any
 
 import numpy as np
 
+from jaxblend.validation import require_choice
+
 EXISTS_MODES = ("keep", "replace")
 
 
@@ -56,9 +58,10 @@ def fsync_path(path: str) -> None:
         os.close(fd)
 
 
-def _remove(path: str) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        os.remove(path)
+def _writing_mode(mode: str, encoding: str | None, owner: str) -> str | None:
+    """The encoding to write in `mode`: "wb", or "w" (UTF-8 by default); refuses other modes."""
+    require_choice(f"{owner} mode", mode, ("wb", "w"))
+    return "utf-8" if mode == "w" and encoding is None else encoding
 
 
 @contextlib.contextmanager
@@ -82,7 +85,8 @@ def atomic_path(path: str | os.PathLike, suffix: str = "", durable: bool = True)
             fsync_path(tmp)
         os.replace(tmp, path)
     except BaseException:
-        _remove(tmp)
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(tmp)
         raise
     if durable:
         fsync_path(os.path.dirname(os.path.abspath(path)))
@@ -99,17 +103,10 @@ def atomic_file(
       mode: "wb" or "w" (text; `encoding` defaults to UTF-8).
       encoding: text encoding for mode "w".
       durable: see `atomic_path`.
-
-    Yields:
-      The open file object.
     """
-    if mode not in ("wb", "w"):
-        raise ValueError(f"atomic_file mode {mode!r}; expected 'wb' or 'w'")
-    if mode == "w" and encoding is None:
-        encoding = "utf-8"
+    encoding = _writing_mode(mode, encoding, "atomic_file")
     with atomic_path(path, durable=durable) as tmp, open(tmp, mode, encoding=encoding) as f:
-        yield f
-        f.flush()
+        yield f  # closed (flushed) before atomic_path publishes it
 
 
 class DirectoryWriter:
@@ -132,25 +129,19 @@ class DirectoryWriter:
     @contextlib.contextmanager
     def open(self, name: str, mode: str = "wb", encoding: str | None = None) -> Iterator[IO[Any]]:
         """Opens file `name` for writing (fsynced with the directory when it is published)."""
-        if mode not in ("wb", "w"):
-            raise ValueError(f"DirectoryWriter.open mode {mode!r}; expected 'wb' or 'w'")
-        if mode == "w" and encoding is None:
-            encoding = "utf-8"
+        encoding = _writing_mode(mode, encoding, "DirectoryWriter.open")
         with open(self.file_path(name), mode, encoding=encoding) as f:
             yield f
 
-    def save_npy(self, name: str, array: np.ndarray) -> str:
-        """Saves `array` as `<name>.npy` (no pickles); returns its path."""
-        filename = f"{name}.npy"
-        with self.open(filename) as f:
+    def save_npy(self, name: str, array: np.ndarray) -> None:
+        """Saves `array` as `<name>.npy` (no pickles)."""
+        with self.open(f"{name}.npy") as f:
             np.save(f, np.asarray(array), allow_pickle=False)
-        return self.file_path(filename)
 
-    def write_json(self, name: str, payload: Any, **dump_kwargs: Any) -> str:
-        """Writes `payload` as JSON file `name` (`dump_kwargs` go to `json.dump`); its path."""
+    def write_json(self, name: str, payload: Any, **dump_kwargs: Any) -> None:
+        """Writes `payload` as JSON file `name` (`dump_kwargs` go to `json.dump`)."""
         with self.open(name, "w") as f:
             json.dump(payload, f, **dump_kwargs)
-        return self.file_path(name)
 
 
 def _check_exists_mode(exists: str) -> None:

@@ -13,6 +13,7 @@ flag, the file and the split.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
 from jaxblend.index.blend_spec import Blend, parse_optional_blend
 
@@ -31,9 +32,9 @@ def _read(path: str, flag: str) -> str:
         raise DataArgsError(f"--{flag}={path}: cannot read it ({e.strerror or e})") from e
 
 
-def _parsed(tokens: tuple[str, ...], where: str) -> Blend | None:
+def _parsed(blend: Sequence[str] | str | None, where: str) -> Blend | None:
     try:
-        return parse_optional_blend(tokens, where)
+        return parse_optional_blend(blend, where)
     except ValueError as e:
         raise DataArgsError(str(e)) from None
 
@@ -71,17 +72,13 @@ def read_per_split_data_args(path: str) -> tuple[Blend | None, ...]:
     for split in SPLITS:
         if split not in data:
             raise DataArgsError(f"--per_split_data_args_path={path}: no {split!r} entry")
-        value = data[split]
-        where = f"--per_split_data_args_path={path}: {split} blend"
-        if value is None:
-            out.append(None)
-        elif isinstance(value, str):
-            out.append(_parsed(tuple(value.split()), where))
-        elif isinstance(value, list) and all(isinstance(v, (str, int, float)) for v in value):
-            out.append(_parsed(tuple(str(v) for v in value), where))
-        else:
+        value = data[split]  # null, one string, or a list of strings and numbers (weights)
+        if not (value is None or isinstance(value, str) or (
+            isinstance(value, list) and all(isinstance(v, (str, int, float)) for v in value)
+        )):
             raise DataArgsError(
                 f"--per_split_data_args_path={path}: {split!r} must be a list of strings, a "
                 f"string or null, not {type(value).__name__}"
             )
+        out.append(_parsed(value, f"--per_split_data_args_path={path}: {split} blend"))
     return tuple(out)

@@ -21,15 +21,15 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Mapping
-from typing import Protocol
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from jaxblend.access import DataAccess
-from jaxblend.tokenizer_facts import (
-    dataset_record,
-    where_records_were_sought,
-)
+from jaxblend.tokenizer_facts import dataset_record, where_records_were_sought
+
+if TYPE_CHECKING:
+    from jaxblend.preprocess.tokenizer_spec import Tokenizer
 
 EOD_MARK = "[EOD]"
 """What decoded text shows where a document ends (tokenizers drop their own EOD token)."""
@@ -43,27 +43,6 @@ _HOW = "pass --tokenizer_type and --tokenizer_model (or --vocab_file, --merge_fi
 
 class DecodeError(ValueError):
     """The tokenizer of a dataset cannot be found, verified or loaded for ``--decode``."""
-
-
-def _sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def _recorded_tokenizer(prefix: str, access: DataAccess) -> tuple[str, dict] | None:
-    """(record path, its ``settings.tokenizer`` entry) of dataset ``prefix``; None without one."""
-    try:
-        found = dataset_record(prefix, access)
-    except ValueError as err:
-        raise DecodeError(str(err)) from None
-    if found is None:
-        return None
-    path, record, _ = found
-    entry = (record.get("settings") or {}).get("tokenizer")
-    return (path, entry) if isinstance(entry, dict) else None
 
 
 def _spec_of(entry: dict):
@@ -97,7 +76,8 @@ def _check_recorded_files(entry: dict, record_path: str) -> None:
                 f"--decode: tokenizer file {path} recorded in {record_path} does not exist here; "
                 f"copy it there or {_HOW} naming a copy"
             )
-        actual = _sha256(path)
+        with open(path, "rb") as file:
+            actual = hashlib.file_digest(file, "sha256").hexdigest()
         if actual != digest:
             raise DecodeError(
                 f"--decode: tokenizer file {path} has SHA-256 {actual[:12]}, not the "
@@ -119,10 +99,14 @@ def recorded_spec(prefix: str, access: DataAccess | None = None, fallback=None):
         line naming the file, the record and how to supply a copy).
     """
     access = DataAccess.from_env() if access is None else access
-    found = _recorded_tokenizer(prefix, access)
-    if found is None:
+    try:
+        found = dataset_record(prefix, access)
+    except ValueError as err:
+        raise DecodeError(str(err)) from None
+    entry = None if found is None else (found[1].get("settings") or {}).get("tokenizer")
+    if not isinstance(entry, dict):
         return None
-    record_path, entry = found
+    record_path = found[0]
     try:
         _check_recorded_files(entry, record_path)
     except DecodeError:
@@ -141,12 +125,6 @@ def recorded_spec(prefix: str, access: DataAccess | None = None, fallback=None):
     return _spec_of(entry)
 
 
-class _Detokenizer(Protocol):
-    eod: int | None
-
-    def detokenize(self, ids) -> str: ...
-
-
 class DocumentDecoder:
     """A tokenizer's ``detokenize`` that marks where each document ends.
 
@@ -156,7 +134,7 @@ class DocumentDecoder:
     as their mark the same way.
     """
 
-    def __init__(self, tokenizer: _Detokenizer, marks: Mapping[int, str] | None = None) -> None:
+    def __init__(self, tokenizer: Tokenizer, marks: Mapping[int, str] | None = None) -> None:
         self.tokenizer = tokenizer
         self.eod = tokenizer.eod
         self.marks = dict(marks or {})
@@ -181,15 +159,10 @@ class DocumentDecoder:
                     text = self.detokenize(run)
                     parts.append(text if weights[0] else f"{NOT_TRAINED[0]}{text}{NOT_TRAINED[1]}")
             return "".join(parts)
-        if not self.marks:
-            return self.tokenizer.detokenize(arr)
-        cuts = np.flatnonzero(np.isin(arr, list(self.marks)))
-        texts = []
-        start = 0
-        for cut in cuts.tolist():
-            texts += [self.tokenizer.detokenize(arr[start:cut]), self.marks[int(arr[cut])]]
-            start = cut + 1
-        texts.append(self.tokenizer.detokenize(arr[start:]))
+        # Every piece but the first starts with a marked id.
+        pieces = np.split(arr, np.flatnonzero(np.isin(arr, list(self.marks))))
+        texts = [self.tokenizer.detokenize(pieces[0])]
+        texts += [self.marks[int(p[0])] + self.tokenizer.detokenize(p[1:]) for p in pieces[1:]]
         return "".join(texts)
 
 
@@ -242,14 +215,11 @@ def load_decoder(
     from jaxblend.preprocess import tokenizers
 
     access = DataAccess.from_env() if access is None else access
-    spec = None
-    for prefix in dict.fromkeys(prefixes):
-        spec = recorded_spec(prefix, access, fallback)
-        if spec is not None:
-            break
-    if spec is None and not prefixes and fallback is None:
+    recorded = (recorded_spec(p, access, fallback) for p in dict.fromkeys(prefixes))
+    spec = next((s for s in recorded if s is not None), fallback)
+    if spec is None and not prefixes:
         raise DecodeError(f"--decode: mock data has no recorded tokenizer; {_HOW} to decode it")
-    if spec is None and fallback is None:
+    if spec is None:
         from jaxblend.opening import check_datasets_exist
 
         check_datasets_exist(prefixes, access)  # a dataset that does not exist is the real error
@@ -257,7 +227,7 @@ def load_decoder(
             f"--decode: {prefixes[0]} has no preprocessing record naming its tokenizer "
             f"({where_records_were_sought(prefixes[0])}); {_HOW} to decode it"
         )
-    return DocumentDecoder(tokenizers.load_tokenizer(spec if spec is not None else fallback))
+    return DocumentDecoder(tokenizers.load_tokenizer(spec))
 
 
 def shorten(text: str, limit: int) -> str:

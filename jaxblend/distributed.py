@@ -13,6 +13,8 @@ import os
 
 from absl import logging
 
+from jaxblend.validation import require_positive
+
 
 @dataclasses.dataclass(frozen=True)
 class DistributedConfig:
@@ -48,8 +50,7 @@ class DistributedConfig:
                     f"--coordinator_address, --num_processes and --process_id go together; "
                     f"missing {missing}"
                 )
-        if self.timeout_seconds <= 0:
-            raise ValueError(f"--distributed_timeout must be > 0, got {self.timeout_seconds}")
+        require_positive("--distributed_timeout", self.timeout_seconds)
         if self.num_cpu_devices is not None and self.num_cpu_devices < 1:
             raise ValueError(f"--num_cpu_devices must be >= 1, got {self.num_cpu_devices}")
 

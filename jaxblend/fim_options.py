@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from jaxblend.preprocess.tokenizer_spec import TokenizerSpec
 
+_TOKENS = ("prefix_token", "middle_token", "suffix_token", "pad_token", "eod_token")
+
 
 def _rate(name: str, value: float) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -62,24 +64,21 @@ class FIMOptions:
         return tuple(f.name for f in dataclasses.fields(cls) if f.name != "tokenizer")
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "rate", _rate("fim rate (--fim_rate)", self.rate))
-        object.__setattr__(self, "spm_rate", _rate("fim spm_rate (--fim_spm_rate)", self.spm_rate))
         if self.split_sample is not None and self.fragment_rate is None:
             raise ValueError(
                 f"--fim_split_sample={self.split_sample} needs --fim_fragment_rate (the FIM "
                 "probability of each fragment)"
             )
-        if self.fragment_rate is not None:
-            if self.split_sample is None:
-                raise ValueError(
-                    "--fim_fragment_rate applies only with --fim_split_sample (the token that "
-                    "cuts segments into fragments)"
-                )
-            object.__setattr__(
-                self, "fragment_rate",
-                _rate("fim fragment_rate (--fim_fragment_rate)", self.fragment_rate),
+        if self.fragment_rate is not None and self.split_sample is None:
+            raise ValueError(
+                "--fim_fragment_rate applies only with --fim_split_sample (the token that "
+                "cuts segments into fragments)"
             )
-        for name in ("prefix_token", "middle_token", "suffix_token", "pad_token", "eod_token"):
+        for name in ("rate", "spm_rate", "fragment_rate"):
+            value = getattr(self, name)
+            if value is not None or name != "fragment_rate":
+                object.__setattr__(self, name, _rate(f"fim {name} (--fim_{name})", value))
+        for name in _TOKENS:
             value = getattr(self, name)
             if not isinstance(value, str) or not value:
                 raise ValueError(f"--fim_{name} must be a token name, got {value!r}")
@@ -88,14 +87,6 @@ class FIMOptions:
 
     def identity_fields(self) -> dict[str, object]:
         """The settings that change a FIM batch, as named fingerprint fields."""
-        return {
-            "rate": self.rate,
-            "spm_rate": self.spm_rate,
-            "split_sample": self.split_sample,
-            "fragment_rate": self.fragment_rate,
-            "no_prefix": self.no_prefix,
-            "tokens": [
-                self.prefix_token, self.middle_token, self.suffix_token, self.pad_token,
-                self.eod_token,
-            ],
-        }
+        settings = ("rate", "spm_rate", "split_sample", "fragment_rate", "no_prefix")
+        tokens = [getattr(self, n) for n in _TOKENS]
+        return {n: getattr(self, n) for n in settings} | {"tokens": tokens}

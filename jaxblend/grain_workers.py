@@ -36,6 +36,8 @@ index), which also notes `handed_to_workers`, as `track` does for a loader with 
 from __future__ import annotations
 
 import atexit
+import contextlib
+import functools
 import gc
 import os
 import sys
@@ -119,17 +121,15 @@ class _Closable(Protocol):
 
 
 _open: weakref.WeakSet = weakref.WeakSet()  # loaders whose Grain pipeline has workers
-_exit_hook: list[bool] = []  # whether `_at_exit` is registered
 _workers_fed: list[bool] = []  # whether this process handed data to Grain workers
 
 
+@functools.cache  # registers the handler once
 def release_at_exit() -> None:
     """At interpreter exit, closes the loaders still open (`track`) and frees the batches of
     stopped pipelines (`release`), before multiprocessing's exit handlers (registered earlier, so
     run later) and the resource tracker."""
-    if not _exit_hook:
-        atexit.register(_at_exit)
-        _exit_hook.append(True)
+    atexit.register(_at_exit)
 
 
 def handed_to_workers() -> None:
@@ -167,10 +167,8 @@ def release() -> None:
 
     pool = getattr(SharedMemoryArray, "_del_thread_pool", None)
     if pool is not None:
-        try:
+        with contextlib.suppress(ValueError):  # a pool shut down already has nothing queued
             pool.apply(int)
-        except ValueError:  # the pool was shut down already: nothing is queued on it
-            pass
 
 
 GRAIN_THREAD_PREFIX = "grain-"

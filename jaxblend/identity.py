@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from jaxblend.validation import require_int
+
 DIGITS = 32
 
 
@@ -80,8 +82,7 @@ def fingerprint(kind: str, version: int, /, **fields: Any) -> str:
     """
     if not kind or not isinstance(kind, str):
         raise ValueError(f"fingerprint kind must be a non-empty string, got {kind!r}")
-    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-        raise ValueError(f"fingerprint version must be an integer >= 1, got {version!r}")
+    require_int("fingerprint version", version, 1)
     payload = {"kind": kind, "version": version, "fields": canonical(fields)}
     text = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return hashlib.sha256(text.encode("ascii")).hexdigest()[:DIGITS]

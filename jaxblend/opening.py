@@ -7,15 +7,14 @@ sequence lengths, document boundaries and content fingerprint of each dataset.
 
 from __future__ import annotations
 
-import concurrent.futures
 from collections.abc import Iterable, Sequence
 
 from jaxblend import index
 from jaxblend.access import DataAccess
 from jaxblend.storage.idx_format import IndexFormatError
 from jaxblend.storage.protocols import SequenceDataset
-from jaxblend.storage.reader import IndexedDataset
-from jaxblend.urls import is_url
+from jaxblend.storage.reader import IndexedDataset, check_exists
+from jaxblend.urls import map_paths
 
 
 def dataset_info(dataset: SequenceDataset, name: str) -> index.DatasetInfo:
@@ -43,29 +42,16 @@ def open_datasets(
     and their identities taken, concurrently on `max_concurrency` threads; errors surface for the
     first failing prefix in order.
     """
-    names = list(dict.fromkeys(prefixes))
     access = DataAccess.from_env() if access is None else access
 
     def open_one(prefix: str) -> tuple[IndexedDataset, index.DatasetInfo]:
         dataset = IndexedDataset(prefix, access=access)
+        # The info takes the identity, a request of its own at first sight (the store's
+        # checksum): on the pool, rather than one prefix at a time when the maps' key is computed.
         return dataset, dataset_info(dataset, prefix)
 
-    def open_remote(prefix: str) -> tuple[IndexedDataset, index.DatasetInfo]:
-        opened = open_one(prefix)
-        # The identity needs a request of its own at first sight (the store's checksum): take it
-        # here, on the pool, rather than one prefix at a time when the maps' key is computed.
-        _ = opened[0].fingerprint
-        return opened
-
-    # Local opens are CPU-bound (threads would only contend for the GIL); remote ones wait.
-    remote = [p for p in names if is_url(p)]
-    opened_by_name: dict[str, tuple[IndexedDataset, index.DatasetInfo]] = {}
-    if len(remote) > 1:
-        workers = min(max_concurrency, len(remote))
-        with concurrent.futures.ThreadPoolExecutor(workers, "jaxblend-open") as pool:
-            opened_by_name.update(zip(remote, pool.map(open_remote, remote)))
-    opened = [opened_by_name.get(p) or open_one(p) for p in names]
-    return {p: d for p, (d, _) in zip(names, opened)}, {p: i for p, (_, i) in zip(names, opened)}
+    opened = map_paths(open_one, prefixes, max_concurrency, "jaxblend-open")
+    return {p: d for p, (d, _) in opened.items()}, {p: i for p, (_, i) in opened.items()}
 
 
 def open_config_datasets(
@@ -101,11 +87,7 @@ def check_datasets_exist(
       IndexFormatError: a dataset does not exist.
       ObjectStoreError: the store fails or does not answer in time.
     """
-    from jaxblend.storage.reader import check_exists
-
-    names = list(dict.fromkeys(prefixes))
-    access = DataAccess.from_env() if access is None else access
-    store = access.object_store
+    store = (DataAccess.from_env() if access is None else access).object_store
 
     def check(prefix: str) -> IndexFormatError | None:
         try:
@@ -114,14 +96,7 @@ def check_datasets_exist(
             return e
         return None
 
-    remote = [p for p in names if is_url(p)]
-    found: dict[str, IndexFormatError | None] = {}
-    if len(remote) > 1:
-        workers = min(max_concurrency, len(remote))
-        with concurrent.futures.ThreadPoolExecutor(workers, "jaxblend-exists") as pool:
-            found.update(zip(remote, pool.map(check, remote)))
-    for prefix in names:
-        err = found[prefix] if prefix in found else check(prefix)
+    for err in map_paths(check, prefixes, max_concurrency, "jaxblend-exists").values():
         if err is not None:
             hint = index.swapped_weights_hint(list(blends), str(err))
             raise IndexFormatError(f"{err}{hint}") from None

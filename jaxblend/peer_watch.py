@@ -1,23 +1,13 @@
 """Multi-process fault detection: a lost or failed peer stops every process with one clear line.
 
 Without it, a process whose peer died sits in the next collective until a transport timeout, then
-dies with a raw traceback that names no process. `PeerWatch` runs two daemon threads in every
-process of a `jax.distributed` run:
-
-* a heartbeat thread writes `<counter> <step> <phase>` under a per-process key of the JAX
-  coordination service's key-value store every `interval` seconds and reads everyone's;
-* a monitor thread stops this process (`os._exit`, exit code `LOST_PEER_EXIT`) with one line
-  `error: lost process K at step S ...` when process K's heartbeat has not changed for `timeout`
-  seconds (on this host's clock, up to this host's last completed round, so that a host starved
-  of CPU does not blame its peers), or when the coordination service itself (process 0) has not
-  answered for `timeout` seconds; a verdict is confirmed on a fresh round (waiting at most
-  `timeout / 2`), so a peer is declared lost 1 to 1.5 x `timeout` after its last heartbeat;
-* a process that fails (`report_failure`, e.g. from `failures_reported`) writes its error under a
-  failure key; every other process stops with `error: process K failed while <phase>: <error>`.
-
-The watch uses the coordination service's key-value store that `jax.distributed.initialize` sets
-up; single-process runs do not start it. JAX's own heartbeat timeout (`--distributed_timeout`)
-should be longer than `timeout`, so that this clear message comes first.
+dies with a raw traceback that names no process. `PeerWatch` runs a heartbeat thread and a monitor
+thread in every process of a `jax.distributed` run, over the key-value store of JAX's
+coordination service (single-process runs do not start it); a failing process tells the others
+through the same store (`report_failure`, `failures_reported`). The rules (staleness judged up to
+this host's last completed round, the confirming round, exit code `LOST_PEER_EXIT`, the messages)
+are in docs/pod.md, "Faults". JAX's own heartbeat timeout (`--distributed_timeout`) should be
+longer than `timeout`, so that this clear message comes first.
 """
 
 from __future__ import annotations
@@ -31,6 +21,8 @@ from collections.abc import Callable, Iterator
 from typing import Protocol
 
 from absl import logging
+
+from jaxblend.validation import require_positive
 
 LOST_PEER_EXIT = 75
 _PREFIX = "jaxblend/peer_watch"
@@ -79,8 +71,7 @@ class PeerWatch:
         process_index: int | None = None,
         process_count: int | None = None,
     ) -> None:
-        if timeout <= 0:
-            raise ValueError(f"--peer_timeout must be positive, got {timeout}")
+        require_positive("--peer_timeout", timeout)
         self.timeout = float(timeout)
         self.interval = float(interval or min(1.0, timeout / 5))
         self.step = 0
@@ -97,11 +88,9 @@ class PeerWatch:
         self._stop = threading.Event()
         self._fired = threading.Event()
         self._threads: list[threading.Thread] = []
-        now = time.monotonic()
-        self._last_contact = now
+        self._started = self._last_contact = time.monotonic()
         self._seen: dict[int, tuple[str, float]] = {}
         self._rounds = 0
-        self._started = now
 
     @property
     def phase(self) -> str:

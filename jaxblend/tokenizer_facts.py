@@ -16,7 +16,6 @@ This module imports no tokenizer library: training and the tools read it.
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 import json
 import os
@@ -24,7 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from jaxblend.access import DataAccess
-from jaxblend.urls import is_url
+from jaxblend.urls import is_url, local_path, map_paths
 
 RECORD_SUFFIX = ".preprocess.json"
 SIDE_DIR = ".jaxblend"
@@ -67,23 +66,16 @@ class TokenizerFacts:
     def describe(self) -> str:
         """One line: ``HuggingFaceTokenizer (vocab 1000): eod 0, pad none``."""
 
-        def show(value: int | None) -> str:
-            return "none" if value is None else str(value)
-
-        return f"{self.type} (vocab {self.vocab_size}): eod {show(self.eod_id)}, pad {show(self.pad_id)}"
+        eod, pad = ("none" if i is None else i for i in (self.eod_id, self.pad_id))
+        return f"{self.type} (vocab {self.vocab_size}): eod {eod}, pad {pad}"
 
     def to_json(self) -> dict[str, Any]:
         """The record's ``tokenizer_facts`` entry (without the per-dataset ``max_token_id``)."""
-        return {
-            "identity": self.identity,
-            "vocab_size": self.vocab_size,
-            "eod_id": self.eod_id,
-            "pad_id": self.pad_id,
-        }
+        return {k: v for k, v in self.to_published().items() if k != "max_token_id"}
 
     def to_published(self) -> dict[str, Any]:
         """The facts as a publication record carries them: `to_json` plus ``max_token_id``."""
-        return {**self.to_json(), "max_token_id": self.max_token_id}
+        return dataclasses.asdict(self)
 
     @classmethod
     def from_published(cls, data: dict[str, Any]) -> TokenizerFacts:
@@ -92,9 +84,7 @@ class TokenizerFacts:
         Raises:
           ValueError: malformed entry.
         """
-        return cls.from_json(
-            {k: v for k, v in data.items() if k != "max_token_id"}, data.get("max_token_id")
-        )
+        return cls.from_json(data, data.get("max_token_id"))
 
     @classmethod
     def from_json(cls, data: dict[str, Any], max_token_id: int | None = None) -> TokenizerFacts:
@@ -118,17 +108,11 @@ class TokenizerFacts:
 def record_candidates(prefix: str) -> list[str]:
     """The run-record prefixes a dataset prefix ``<P>_<key>_<level>`` may come from (``<P>``; a key
     may hold underscores, so every split point is a candidate, the shortest key first)."""
-    stem, _, level = prefix.rpartition("_")
-    if level not in _LEVELS or not stem:
+    directory = prefix[: prefix.rfind("/") + 1]  # the record lives in the dataset's directory
+    parts = prefix[len(directory) :].split("_")
+    if parts[-1] not in _LEVELS:
         return []
-    sep = prefix.rfind("/") + 1  # the record lives in the dataset's directory
-    out = []
-    cut = len(stem)
-    while True:
-        cut = stem.rfind("_", sep, cut)
-        if cut <= sep:
-            return out
-        out.append(stem[:cut])
+    return [directory + p for k in range(len(parts) - 2, 0, -1) if (p := "_".join(parts[:k]))]
 
 
 def side_path(output_prefix: str, suffix: str) -> str:
@@ -169,10 +153,9 @@ def where_records_were_sought(prefix: str) -> str:
 
 def read_text(path: str, access: DataAccess) -> str | None:
     """The text of a local file or bucket object; None when it does not exist."""
-    if not is_url(path) or path.lower().startswith("file://"):
-        local = path[len("file://") :] if path.lower().startswith("file://") else path
+    if not is_url(path):
         try:
-            with open(local, encoding="utf-8") as f:
+            with open(local_path(path), encoding="utf-8") as f:
                 return f.read()
         except FileNotFoundError:
             return None
@@ -261,21 +244,11 @@ def blend_facts(
       TokenizerMismatchError: two datasets come from different tokenizers (names both).
     """
     access = DataAccess.from_env() if access is None else access
-    names = list(dict.fromkeys(prefixes))
     known = {} if known is None else known
-    unread = [p for p in names if p not in known]
-    if len(unread) > 1 and any(is_url(p) for p in unread):  # bucket reads wait: many at a time
-        with concurrent.futures.ThreadPoolExecutor(min(32, len(unread))) as pool:
-            found = dict(zip(unread, pool.map(lambda p: read_facts(p, access), unread)))
-    else:
-        found = {p: read_facts(p, access) for p in unread}
-    read = [known[p] if p in known else found[p] for p in names]
-    out: dict[str, TokenizerFacts] = {}
-    for prefix, facts in zip(names, read, strict=True):
-        if facts is None:
-            facts = fallback
-        if facts is not None:
-            out[prefix] = facts
+    unread = [p for p in prefixes if p not in known]
+    found = map_paths(lambda p: read_facts(p, access), unread, 32, "jaxblend-facts")
+    read = {**found, **known}
+    out = {p: f for p in dict.fromkeys(prefixes) if (f := read[p] or fallback) is not None}
     first = next(iter(out.items()), None)
     if first is not None and not allow_mixed:
         for prefix, facts in out.items():
@@ -294,15 +267,11 @@ def scan_max_token_id(prefix: str, access: DataAccess | None = None) -> int | No
 
     access = DataAccess.from_env() if access is None else access
     ds = IndexedDataset(prefix, access=access)
-    if ds.num_tokens == 0:
-        return None
-    largest, step = None, 4096
-    for start in range(0, len(ds), step):
-        pieces = ds[start : min(start + step, len(ds))]
-        nonempty = [int(p.max()) for p in pieces if len(p)]
-        if nonempty:
-            largest = max(nonempty) if largest is None else max(largest, *nonempty)
-    return largest
+    return max(
+        (int(p.max()) for start in range(0, len(ds), 4096)
+         for p in ds[start : min(start + 4096, len(ds))] if len(p)),
+        default=None,
+    )
 
 
 def check_ids(

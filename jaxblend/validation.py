@@ -25,6 +25,12 @@ def require_int(label: str, value: object, low: int) -> None:
         raise ValueError(f"{label} must be an integer >= {low}, got {value!r}")
 
 
+def require_choice(label: str, value: object, choices: tuple) -> None:
+    """Refuses `value` unless it is one of `choices`, naming `label`, the choices and the value."""
+    if value not in choices:
+        raise ValueError(f"{label} must be one of {choices}, got {value!r}")
+
+
 def require_positive(label: str, value: object) -> None:
     """Refuses `value` unless it is a number (int or float, not a bool) > 0, naming `label`."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from jaxblend.validation import require_int
+from jaxblend.validation import require_choice, require_int
 
 
 @pytest.mark.parametrize("value", [0, 5, np.int64(3), np.uint8(0)])
@@ -17,3 +17,9 @@ def test_integers_at_or_above_the_bound_pass(value):
 def test_everything_else_is_refused_with_the_label(value):
     with pytest.raises(ValueError, match=r"^Owner\.field must be an integer >= 0, got "):
         require_int("Owner.field", value, 0)
+
+
+def test_a_value_outside_the_choices_is_refused_naming_them():
+    require_choice("Owner.mode", "b", ("a", "b"))
+    with pytest.raises(ValueError, match=r"^Owner\.mode must be one of \('a', 'b'\), got 'c'$"):
+        require_choice("Owner.mode", "c", ("a", "b"))

@@ -2,15 +2,7 @@
 
 A data schedule is a list of stages; stage k starts at a training STEP and has its own blend
 (weights over any datasets: a dataset may join or leave at a stage boundary). The last stage runs
-to the end of the train split. The file format:
-
-    {"stages": [
-      {"start_step": 0,   "blend": ["50", "/d/a", "50", "/d/b"]},
-      {"start_step": 100, "blend": ["20", "/d/a", "80", "/d/c"]}
-    ]}
-
-A blend is a Megatron weight/prefix list (weights may be JSON numbers or strings), a
-whitespace-separated string of one (``"20 /d/a 80 /d/c"``), or a single prefix.
+to the end of the train split. The file format (`EXAMPLE`) is in docs/schedules.md.
 
 The index layer works in samples, not steps (`jaxblend.index.blend_schedule.BlendSchedule`):
 `DataSchedule.blend_schedule(plan)` turns each stage's first step into the first sample of that
@@ -22,12 +14,14 @@ trained (docs/schedules.md, "Edits at resume").
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from jaxblend.index import blend_spec
+from jaxblend.validation import require_int
 
 if TYPE_CHECKING:  # the index layer's staged blend; the step plans
     from jaxblend.index.blend_schedule import BlendSchedule
@@ -35,11 +29,6 @@ if TYPE_CHECKING:  # the index layer's staged blend; the step plans
 
 _STAGE_KEYS = ("start_step", "blend")
 EXAMPLE = '{"stages": [{"start_step": 0, "blend": ["50", "/d/a", "50", "/d/b"]}, ...]}'
-
-
-def _normalized(blend: blend_spec.Blend) -> tuple[tuple[str, ...], tuple[float, ...] | None]:
-    """What a stage's samples depend on: its prefixes and its normalized weights."""
-    return blend.prefixes, blend.normalized_weights()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,12 +46,8 @@ class DataStage:
     blend: blend_spec.Blend
 
     def __post_init__(self) -> None:
-        if (
-            isinstance(self.start_step, bool)
-            or not isinstance(self.start_step, int)
-            or self.start_step < 0
-        ):
-            raise ValueError(f"DataStage.start_step must be an integer >= 0, got {self.start_step!r}")
+        require_int("DataStage.start_step", self.start_step, 0)
+        object.__setattr__(self, "start_step", int(self.start_step))
         object.__setattr__(
             self, "blend", blend_spec.parse_stage_blend(self.blend, "DataStage.blend")
         )
@@ -70,13 +55,9 @@ class DataStage:
     def same_samples(self, other: DataStage) -> bool:
         """Whether both stages start at the same step and draw alike (same datasets, in the same
         order, with the same normalized weights: ``50 a 50 b`` equals ``1 a 1 b``)."""
-        return self.start_step == other.start_step and _normalized(self.blend) == _normalized(
-            other.blend
+        return (self.start_step, self.blend.prefixes, self.blend.normalized_weights()) == (
+            other.start_step, other.blend.prefixes, other.blend.normalized_weights()
         )
-
-    def describe(self, index: int) -> str:
-        """``stage 1 (start_step 100)``."""
-        return f"stage {index} (start_step {self.start_step})"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,14 +85,14 @@ class DataSchedule:
                 )
         if stages[0].start_step != 0:
             raise ValueError(
-                f"{self.source}: {stages[0].describe(0)} must start at step 0 (the first stage "
+                f"{self.source}: {self.describe_stage(0)} must start at step 0 (the first stage "
                 "covers the run's first steps)"
             )
         for k in range(1, len(stages)):
             if stages[k].start_step <= stages[k - 1].start_step:
                 raise ValueError(
-                    f"{self.source}: {stages[k].describe(k)} does not start after "
-                    f"{stages[k - 1].describe(k - 1)}; start steps must strictly increase"
+                    f"{self.source}: {self.describe_stage(k)} does not start after "
+                    f"{self.describe_stage(k - 1)}; start steps must strictly increase"
                 )
 
     @classmethod
@@ -150,8 +131,7 @@ class DataSchedule:
             if missing:
                 raise ValueError(f"{where}: missing {missing}")
             step = entry["start_step"]
-            if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-                raise ValueError(f"{where}: start_step must be an integer >= 0, got {step!r}")
+            require_int(f"{where}: start_step", step, 0)
             where = f"{source}: stage {k} (start_step {step})"
             stages.append(DataStage(step, _blend_of_json(entry["blend"], where)))
         return cls(tuple(stages), source)
@@ -187,10 +167,7 @@ class DataSchedule:
 
     def stage_of(self, step: int) -> int:
         """The index of the stage that `step` belongs to."""
-        k = 0
-        while k + 1 < len(self.stages) and self.stages[k + 1].start_step <= step:
-            k += 1
-        return k
+        return max(0, bisect.bisect_right([s.start_step for s in self.stages], step) - 1)
 
     def cut(self, step: int) -> tuple[DataStage, ...]:
         """The stages that start before `step` (what steps [0, step) are drawn from)."""
@@ -214,30 +191,22 @@ class DataSchedule:
 
     def describe_stage(self, index: int) -> str:
         """``stage 1 (start_step 100)``."""
-        return self.stages[index].describe(index)
-
-    def check_within(self, num_steps: int) -> None:
-        """Refuses a stage that starts at or after the run's last step (it would never train).
-
-        Raises:
-          ValueError: naming the source, the stage and the run's steps.
-        """
-        for k, stage in enumerate(self.stages):
-            if stage.start_step >= num_steps:
-                raise ValueError(
-                    f"{self.source}: {stage.describe(k)} starts at or after the end of the run "
-                    f"({num_steps} steps, last step {num_steps - 1}); it would never train: drop "
-                    "it, or train longer (--train_iters / --train_samples)"
-                )
+        return f"stage {index} (start_step {self.stages[index].start_step})"
 
     def start_samples(self, plan: StepPlan) -> list[int]:
         """The first sample id of each stage's first step under `plan`.
 
         Raises:
-          ValueError: a stage starts at or after the plan's last step, or the plan's steps are
-            not consecutive runs of samples (token-budget plans).
+          ValueError: a stage starts at or after the plan's last step (it would never train), or
+            the plan's steps are not consecutive runs of samples (token-budget plans).
         """
-        self.check_within(plan.num_steps)
+        for k, stage in enumerate(self.stages):
+            if stage.start_step >= plan.num_steps:
+                raise ValueError(
+                    f"{self.source}: {self.describe_stage(k)} starts at or after the end of the "
+                    f"run ({plan.num_steps} steps, last step {plan.num_steps - 1}); it would "
+                    "never train: drop it, or train longer (--train_iters / --train_samples)"
+                )
         return [first_sample(plan, s.start_step) for s in self.stages]
 
     def blend_schedule(self, plan: StepPlan) -> BlendSchedule:
@@ -262,14 +231,10 @@ class DataSchedule:
 
 def _blend_of_json(value: Any, where: str) -> blend_spec.Blend:
     """A stage's ``blend`` entry (a list of strings and numbers, or one string) as a `Blend`."""
-    if isinstance(value, str):
-        items = value.split()
-    elif isinstance(value, list) and all(
-        isinstance(v, str) or (isinstance(v, (int, float)) and not isinstance(v, bool))
-        for v in value
+    items = value.split() if isinstance(value, str) else value  # numbers: weights, as str(v)
+    if not isinstance(items, list) or not all(
+        isinstance(v, (str, int, float)) and not isinstance(v, bool) for v in items
     ):
-        items = [v if isinstance(v, str) else repr(v) for v in value]
-    else:
         raise ValueError(
             f"{where}: blend must be a list of weights and prefixes (e.g. [\"50\", \"/d/a\", "
             f"\"50\", \"/d/b\"]) or one prefix, got {value!r}"
@@ -286,10 +251,6 @@ def first_sample(plan: StepPlan, step: int) -> int:
     Raises:
       ValueError: the plan's steps are not consecutive runs of samples (token-budget plans).
     """
-    from jaxblend.sampling.step_plan import FixedStepPlan
-
-    if isinstance(plan, FixedStepPlan):
-        return int(step) * plan.global_batch_size
     first = getattr(plan, "first_sample", None)
     if first is None:
         raise ValueError(

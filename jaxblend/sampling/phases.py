@@ -1,22 +1,11 @@
 """Megatron-LM's phase transitions (`--phase-transition-iterations "100,200"`), for migration.
 
-Megatron-LM splits a run into phases at the listed iterations. At a transition the job saves a
-checkpoint and exits; the user relaunches it with the next phase's data arguments. Each launch
-builds its training data afresh from the data arguments it is given, sized for the current phase
-only, and reads it from its first sample:
-
-* iteration `t` of the run has consumed `t x B` samples (B: the global batch size, which must stay
-  fixed: Megatron compares it with the checkpoint's at resume);
-* the phase holding step `k` spans samples `[t_p x B, t_{p+1} x B)` of the run, where `t_p` is the
-  last transition `<= k` (0 for the first phase) and the last phase ends at the run's
-  `train_samples` (`train_iters x B`); its training split is a fresh blend of that many samples;
-* step `k` reads the phase's samples `[(k - t_p) x B, (k - t_p + 1) x B)`: the consumed samples
-  are counted per phase, so the first step of every phase reads the phase's sample 0.
-
-`PhaseTransitions` is that arithmetic; `PhaseStepPlan` is the step plan of one phase (a
-`StepPlan` over a `FixedStepPlan` whose sample ids start again at 0 at the phase's first step).
-jaxblend's own staged blends (`--data_schedule`) keep one stream across stages instead; see
-docs/schedules.md, "Megatron's phase transitions".
+At each listed iteration the job saves a checkpoint and exits; the user relaunches it with the
+next phase's data arguments, and each launch reads a fresh training split sized for its phase
+only, from its first sample (consumed samples count per phase; the global batch size is fixed).
+`PhaseTransitions` is that arithmetic; `PhaseStepPlan` is the step plan of one phase. The rules
+are in docs/schedules.md, "Megatron's phase transitions", with how jaxblend's own staged blends
+(`--data_schedule`, one stream across stages) differ.
 """
 
 from __future__ import annotations
@@ -24,10 +13,8 @@ from __future__ import annotations
 import bisect
 import dataclasses
 
-import numpy as np
-
 from jaxblend import identity
-from jaxblend.sampling.step_plan import BatchShape, FixedStepPlan, StepPlan, check_from_step
+from jaxblend.sampling.step_plan import FixedStepPlan, SegmentedStepPlan, StepPlan
 from jaxblend.validation import require_int
 
 FLAG = "--phase_transition_iterations"
@@ -98,9 +85,8 @@ class PhaseTransitions:
         Raises:
           ValueError: one line naming the flag and the value.
         """
-        parts = [p.strip() for p in str(text).split(",")]
         try:
-            values = [int(p) for p in parts]
+            values = [int(p) for p in str(text).split(",")]  # int() strips the blanks
         except ValueError:
             raise ValueError(
                 f"{FLAG}={text!r}: expected comma-separated step numbers, e.g. '100,200'"
@@ -190,9 +176,7 @@ class PhaseTransitions:
     def to_json(self) -> dict:
         """Plain JSON of the transitions (what a checkpoint records)."""
         return {
-            "iterations": list(self.iterations),
-            "global_batch_size": self.global_batch_size,
-            "train_steps": self.train_steps,
+            **dataclasses.asdict(self), "iterations": list(self.iterations),
             "train_samples": self.end_sample,
         }
 
@@ -202,13 +186,13 @@ class PhaseTransitions:
 
 
 @dataclasses.dataclass(frozen=True)
-class PhaseStepPlan:
+class PhaseStepPlan(SegmentedStepPlan):
     """The steps of one phase: step k of the run holds the phase's samples from
     `(k - first step) x B`, over a source built for the phase alone (`num_samples` samples).
 
     Steps are numbered as in the whole run (a loader resumes from the run's step number); steps
     outside the phase raise `IndexError`. `num_steps` is the phase's exit step, so a loader stops
-    there.
+    there. One run of B-sized steps, starting at the phase's first step with its sample 0.
 
     Attributes:
       transitions: the run's phases.
@@ -217,9 +201,11 @@ class PhaseStepPlan:
 
     transitions: PhaseTransitions
     phase: int
+    _segments: tuple = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.transitions._check_phase(self.phase)
+        self._set_segments([(self.first_step, 0, self.global_batch_size)])
 
     @property
     def first_step(self) -> int:
@@ -246,29 +232,10 @@ class PhaseStepPlan:
             first_step=self.first_step, exit_step=self.num_steps, samples=(first, end),
         )
 
-    def _in_phase(self, step: int) -> int:
+    def _check(self, step: int) -> int:
         if not self.first_step <= step < self.num_steps:
             raise IndexError(
                 f"step {step} is outside phase {self.phase} (steps [{self.first_step}, "
                 f"{self.num_steps}))"
             )
         return int(step)
-
-    def batch_size(self, step: int) -> int:
-        self._in_phase(step)
-        return self.global_batch_size
-
-    def sample_ids(self, step: int) -> np.ndarray:
-        self._in_phase(step)
-        run = FixedStepPlan(self.global_batch_size, self.num_steps)
-        return run.sample_ids(step) - np.int64(self.first_step) * np.int64(self.global_batch_size)
-
-    def padded_length(self, step: int) -> int | None:
-        self._in_phase(step)
-        return None
-
-    def batch_shapes(self, from_step: int = 0) -> frozenset[BatchShape]:
-        # Steps before the phase's first are not in the plan: from them on, the whole phase runs.
-        if check_from_step(from_step, self.num_steps) == self.num_steps:
-            return frozenset()
-        return frozenset({BatchShape(self.global_batch_size, None)})

@@ -9,8 +9,8 @@ size must be such a multiple. The step then consumes that many samples, in order
 samples `[consumed_k, consumed_k + B_k)`. See docs/megatron_migration.md, "Batch-size ramp-up".
 
 The plan stores the steps as a few segments of equal batch size (one per ramp increment, then
-the constant tail; `jaxblend.sampling.step_segments`), so a plan of millions of steps costs a few
-arrays of ramp-increment length.
+the constant tail; `jaxblend.sampling.step_plan.SegmentedStepPlan`), so a plan of millions of
+steps costs a few arrays of ramp-increment length.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import dataclasses
 import math
 
 from jaxblend import identity
-from jaxblend.sampling.step_segments import SegmentedStepPlan, StepSegments, plan_covering
+from jaxblend.sampling.step_plan import SegmentedStepPlan
 from jaxblend.validation import require_int
 
 FLAG = "--rampup_batch_size"
@@ -88,7 +88,7 @@ class RampupStepPlan(SegmentedStepPlan):
     micro_batch_size: int = 1
     data_parallel_size: int = 1
     decrease_batch_size_if_needed: bool = False
-    _segments: StepSegments = dataclasses.field(init=False, repr=False, compare=False)
+    _segments: tuple = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
         owner = "RampupStepPlan"
@@ -101,7 +101,7 @@ class RampupStepPlan(SegmentedStepPlan):
                 f"{FLAG}='{r}': START must be below --global_batch_size={gbs} and "
                 f"global_batch_size - START = {gbs - r.start} a multiple of INCREMENT"
             )
-        object.__setattr__(self, "_segments", StepSegments.of(self._runs()))
+        self._set_segments(self._runs())
 
     @property
     def _unit(self) -> int:
@@ -173,12 +173,12 @@ class RampupStepPlan(SegmentedStepPlan):
           ValueError: if `num_steps` steps need more samples than there are.
         """
         unbounded = cls(rampup, global_batch_size, 0, **options)
-        return plan_covering(unbounded, num_samples, num_steps, f"{FLAG}='{rampup}'")
+        return unbounded._covering(num_samples, num_steps, f" with {FLAG}='{rampup}'")
 
     @property
     def ramp_steps(self) -> int:
         """Steps before the batch size reaches `global_batch_size`."""
-        return self._segments.last_start
+        return int(self._segments[0][-1])
 
     @property
     def fingerprint(self) -> str:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import grain
 
+from jaxblend.validation import require_int
+
 
 class StepSampler:
     """Grain `Sampler` yielding the global steps `start_step, start_step + 1, ..., num_steps - 1`.
@@ -19,8 +21,7 @@ class StepSampler:
     """
 
     def __init__(self, num_steps: int, start_step: int = 0):
-        if num_steps < 0:
-            raise ValueError(f"num_steps must be >= 0, got {num_steps}")
+        require_int("num_steps", num_steps, 0)
         if not 0 <= start_step <= num_steps:
             raise ValueError(f"start_step must be in [0, {num_steps}], got {start_step}")
         self._num_steps = num_steps

@@ -11,12 +11,6 @@ from __future__ import annotations
 import numpy as np
 
 
-def _row_slice(index: tuple[slice, ...], global_batch_size: int) -> range:
-    first = index[0] if index else slice(None)
-    start, stop, step = first.indices(global_batch_size)
-    return range(start, stop, step)
-
-
 def rows_by_process(global_batch_size: int, sharding) -> dict[int, np.ndarray]:
     """Rows of a `[B, ...]` batch held by each process's devices under `sharding`.
 
@@ -42,9 +36,9 @@ def rows_by_process(global_batch_size: int, sharding) -> dict[int, np.ndarray]:
         ) from err
     rows: dict[int, set[int]] = {}
     for device, index in index_map.items():
-        rows.setdefault(device.process_index, set()).update(
-            _row_slice(index, global_batch_size)
-        )
+        first = index[0] if index else slice(None)  # the rows; a 0-d index holds them all
+        held = range(*first.indices(global_batch_size))
+        rows.setdefault(device.process_index, set()).update(held)
     return {p: np.array(sorted(r), dtype=np.int64) for p, r in sorted(rows.items())}
 
 

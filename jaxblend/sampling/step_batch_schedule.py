@@ -1,25 +1,11 @@
 """Megatron-Core's step batch-size schedule (`--step-batch-size-schedule "0:768 250B:1536"`).
 
 Megatron-Core 0.18 replaced `--rampup-batch-size` with a list of `THRESHOLD:BATCH_SIZE` entries:
-once the samples consumed so far reach an entry's threshold, steps have that entry's global batch
-size, until the next threshold is reached. The rules, as megatron-core's
-`StepBatchsizeNumMicroBatchesCalculator` applies them (docs/megatron_migration.md, "Step
-batch-size schedule"):
-
-* entries are separated by spaces or commas; each is `THRESHOLD:BATCH_SIZE`;
-* both numbers may carry a suffix K, M, B or T (x 1e3, 1e6, 1e9, 1e12, either case); a number is
-  read as Megatron reads it, `int(float(digits) * multiplier)`, so `2.5B` is 2_500_000_000 and a
-  decimal that binary floating point cannot hold exactly truncates as it does in Megatron;
-* with a sequence length, thresholds count tokens and become samples by integer division
-  (`tokens // seq_length`); without one they count samples;
-* the entries are taken in threshold order; after conversion the smallest threshold must be 0,
-  no two may be equal, and every batch size must be >= 1;
-* before each step the batch size is that of the last entry whose threshold is <= the samples
-  consumed, and the step consumes that many samples: step k holds samples
-  `[consumed_k, consumed_k + B_k)`. A step that starts below a threshold keeps its size even if
-  it runs past it, so an entry can be skipped altogether.
-
-Megatron refuses `decrease_batch_size_if_needed` with a schedule, so every size is used as given.
+before each step the batch size is that of the last entry whose threshold is <= the samples
+consumed, and step k holds samples `[consumed_k, consumed_k + B_k)`, as megatron-core's
+`StepBatchsizeNumMicroBatchesCalculator` applies them. The rules (suffixes, numbers read as
+Megatron reads them, token thresholds, the checks, skipped entries; no
+`decrease_batch_size_if_needed`) are in docs/megatron_migration.md, "Step batch-size schedule".
 """
 
 from __future__ import annotations
@@ -30,7 +16,7 @@ import itertools
 import math
 
 from jaxblend import identity
-from jaxblend.sampling.step_segments import SegmentedStepPlan, StepSegments, plan_covering
+from jaxblend.sampling.step_plan import SegmentedStepPlan
 from jaxblend.validation import require_int
 
 FLAG = "--step_batch_size_schedule"
@@ -40,7 +26,8 @@ _LARGEST = 2**53  # beyond any corpus; keeps the step arithmetic inside int64
 
 
 def _number(text: str) -> int:
-    """One number of an entry, with its optional suffix, as Megatron reads it.
+    """One number of an entry, with its optional suffix (K, M, B, T), as Megatron reads it:
+    `int(float(digits) * multiplier)`, so a decimal binary floating point cannot hold truncates.
 
     Raises:
       ValueError: if it is not a finite number.
@@ -121,15 +108,11 @@ class StepBatchSchedule:
             try:
                 if not colon:
                     raise ValueError(f"entry {entry!r} is not THRESHOLD:BATCH_SIZE")
-                threshold_value = _number(threshold)
-                if seq_length is not None:
-                    threshold_value //= seq_length
-                entries.append((threshold_value, _number(size)))
+                entries.append((_number(threshold) // (seq_length or 1), _number(size)))
             except ValueError as err:
                 raise ValueError(f"{FLAG}={text!r}: {err} (thresholds in {unit}, e.g. {EXAMPLE})") from None
         entries.sort(key=lambda e: e[0])  # Megatron orders the entries by threshold
-        thresholds = tuple(t for t, _ in entries)
-        batch_sizes = tuple(b for _, b in entries)
+        thresholds, batch_sizes = zip(*entries) if entries else ((), ())
         if problem := _problem(thresholds, batch_sizes):
             raise ValueError(f"{FLAG}={text!r}: {problem} (thresholds in {unit})")
         return cls(thresholds, batch_sizes)
@@ -163,7 +146,7 @@ class StepBatchSchedulePlan(SegmentedStepPlan):
 
     schedule: StepBatchSchedule
     num_steps: int
-    _segments: StepSegments = dataclasses.field(init=False, repr=False, compare=False)
+    _segments: tuple = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
         if not isinstance(self.schedule, StepBatchSchedule):
@@ -171,14 +154,13 @@ class StepBatchSchedulePlan(SegmentedStepPlan):
                 f"StepBatchSchedulePlan.schedule must be a StepBatchSchedule, got {self.schedule!r}"
             )
         require_int("StepBatchSchedulePlan.num_steps", self.num_steps, 0)
-        object.__setattr__(self, "_segments", StepSegments.of(self._runs()))
+        self._set_segments(self._runs())
 
     def _runs(self) -> list[tuple[int, int, int]]:
         """(first step, first sample, batch size) of each entry the steps reach."""
         s = self.schedule
         runs = []
-        step = consumed = 0
-        entry = 0
+        step = consumed = entry = 0
         while entry + 1 < len(s.thresholds):
             size = s.batch_sizes[entry]
             # Steps of this size until the consumed samples reach the next threshold.
@@ -200,12 +182,12 @@ class StepBatchSchedulePlan(SegmentedStepPlan):
           ValueError: if `num_steps` steps need more samples than there are.
         """
         unbounded = cls(schedule, 0)
-        return plan_covering(unbounded, num_samples, num_steps, f"{FLAG}='{schedule}'")
+        return unbounded._covering(num_samples, num_steps, f" with {FLAG}='{schedule}'")
 
     @property
     def schedule_steps(self) -> int:
         """The step at which the last entry's batch size begins (it holds every later step)."""
-        return self._segments.last_start
+        return int(self._segments[0][-1])
 
     @property
     def fingerprint(self) -> str:

@@ -7,7 +7,8 @@ a batch's rows a process loads is decided separately, from the batch sharding
 (`jaxblend.sampling.process_rows`).
 
 Variants: `FixedStepPlan` (B samples per step), `RampupStepPlan` (Megatron-LM's
-`--rampup-batch-size`) and `TokenBudgetPlan` (token-budget batches of variable-length samples).
+`--rampup-batch-size`) and `StepBatchSchedulePlan` (its `--step-batch-size-schedule`), all
+`SegmentedStepPlan`s, and `TokenBudgetPlan` (token-budget batches of variable-length samples).
 """
 
 from __future__ import annotations
@@ -91,8 +92,97 @@ def check_step(step: int, num_steps: int) -> int:
     return int(step)
 
 
+class SegmentedStepPlan:
+    """The `StepPlan` answers of a plan whose step k holds the next `B_k` samples,
+    `[first_sample(k), first_sample(k) + B_k)`, with `B_k` constant over runs of consecutive steps.
+
+    Megatron-LM's batch-size schedules (`--rampup-batch-size`, `--step-batch-size-schedule`) pick
+    each step's global batch size from the samples consumed before it; a fixed batch size is one
+    run. The plan stores a few runs ("segments") of equal-sized steps, the last never ending, so a
+    plan of millions of steps costs a few arrays of schedule length. Subclasses are frozen
+    dataclasses with a `num_steps` field and a `_segments` field (init=False) set by
+    `_set_segments` in `__post_init__`; they add the fingerprint.
+    """
+
+    num_steps: int
+    _segments: tuple[np.ndarray, np.ndarray, np.ndarray]  # int64 first step, first sample, size
+
+    def _set_segments(self, runs: list[tuple[int, int, int]]) -> None:
+        """Stores `(first step, first sample, batch size)` of each run, in step order (the first
+        run starts at step 0, sample 0)."""
+        object.__setattr__(self, "_segments", tuple(np.array(c, np.int64) for c in zip(*runs)))
+
+    def _check(self, step: int) -> int:
+        """`step` as an int if it is a step of the plan, else IndexError."""
+        return check_step(step, self.num_steps)
+
+    def _run(self, step: int) -> int:
+        return int(np.searchsorted(self._segments[0], step, side="right")) - 1
+
+    def first_sample(self, step: int) -> int:
+        """Samples consumed before `step` (Megatron's `consumed_samples`); any step >= 0.
+
+        Raises:
+          IndexError: if `step` is negative.
+        """
+        if step < 0:
+            raise IndexError(f"step {step} must be >= 0")
+        steps, firsts, sizes = self._segments
+        i = self._run(step)
+        return int(firsts[i] + (step - steps[i]) * sizes[i])
+
+    def steps_within(self, num_samples: int) -> int:
+        """How many whole steps `num_samples` samples hold."""
+        steps, firsts, sizes = self._segments
+        i = int(np.searchsorted(firsts, num_samples, side="right")) - 1
+        return int(steps[i] + (num_samples - firsts[i]) // sizes[i])
+
+    @property
+    def num_samples(self) -> int:
+        return self.first_sample(self.num_steps)
+
+    def batch_size(self, step: int) -> int:
+        return int(self._segments[2][self._run(self._check(step))])
+
+    def sample_ids(self, step: int) -> np.ndarray:
+        first = np.int64(self.first_sample(self._check(step)))
+        return first + np.arange(self.batch_size(step), dtype=np.int64)
+
+    def padded_length(self, step: int) -> int | None:
+        self._check(step)
+        return None
+
+    def batch_shapes(self, from_step: int = 0) -> frozenset[BatchShape]:
+        # Run i holds steps [steps[i], steps[i + 1]) (the last every later step); it counts if it
+        # shares a step with [from_step, num_steps).
+        start = check_from_step(from_step, self.num_steps)
+        steps, _, sizes = self._segments
+        ends = np.append(steps[1:], np.iinfo(np.int64).max)
+        used = (steps < self.num_steps) & (ends > start) & (start < self.num_steps)
+        return frozenset(BatchShape(int(s), None) for s in np.unique(sizes[used]))
+
+    def _covering(self, num_samples: int, num_steps: int | None, described: str = ""):
+        """This plan (any `num_steps`) over `num_samples` samples: with `num_steps` steps, or
+        (None) all that fit.
+
+        Args:
+          described: how the error names the schedule, e.g.
+            `" with --rampup_batch_size='32 32 1000'"`.
+
+        Raises:
+          ValueError: if `num_steps` steps need more samples than there are.
+        """
+        available = self.steps_within(num_samples)
+        if num_steps is not None and num_steps > available:
+            raise ValueError(
+                f"num_steps={num_steps}{described} needs {self.first_sample(num_steps)} samples "
+                f"but the source has {num_samples} ({available} steps)"
+            )
+        return dataclasses.replace(self, num_steps=available if num_steps is None else num_steps)
+
+
 @dataclasses.dataclass(frozen=True)
-class FixedStepPlan:
+class FixedStepPlan(SegmentedStepPlan):
     """Step k holds samples `[k * B, (k + 1) * B)`, row r holding sample `k * B + r`.
 
     Attributes:
@@ -102,10 +192,12 @@ class FixedStepPlan:
 
     global_batch_size: int
     num_steps: int
+    _segments: tuple = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
         require_int("FixedStepPlan.global_batch_size", self.global_batch_size, 1)
         require_int("FixedStepPlan.num_steps", self.num_steps, 0)
+        self._set_segments([(0, 0, self.global_batch_size)])
 
     @classmethod
     def covering(
@@ -116,36 +208,8 @@ class FixedStepPlan:
         Raises:
           ValueError: if `num_steps` batches need more samples than there are.
         """
-        require_int("FixedStepPlan.global_batch_size", global_batch_size, 1)
-        available = num_samples // global_batch_size
-        if num_steps is not None and num_steps > available:
-            raise ValueError(
-                f"num_steps={num_steps} needs {num_steps * global_batch_size} samples but the "
-                f"source has {num_samples} ({available} full batches of {global_batch_size})"
-            )
-        return cls(global_batch_size, available if num_steps is None else num_steps)
-
-    @property
-    def num_samples(self) -> int:
-        return self.num_steps * self.global_batch_size
+        return cls(global_batch_size, 0)._covering(num_samples, num_steps)
 
     @property
     def fingerprint(self) -> str:
         return identity.fingerprint("fixed_step_plan", 1, global_batch_size=self.global_batch_size)
-
-    def batch_size(self, step: int) -> int:
-        check_step(step, self.num_steps)
-        return self.global_batch_size
-
-    def sample_ids(self, step: int) -> np.ndarray:
-        first = np.int64(check_step(step, self.num_steps)) * np.int64(self.global_batch_size)
-        return first + np.arange(self.global_batch_size, dtype=np.int64)
-
-    def padded_length(self, step: int) -> int | None:
-        check_step(step, self.num_steps)
-        return None
-
-    def batch_shapes(self, from_step: int = 0) -> frozenset[BatchShape]:
-        if check_from_step(from_step, self.num_steps) == self.num_steps:
-            return frozenset()
-        return frozenset({BatchShape(self.global_batch_size, None)})

@@ -6,7 +6,7 @@ import dataclasses
 
 import numpy as np
 
-from jaxblend.validation import require_int
+from jaxblend.validation import require_choice, require_int
 
 OVER_LENGTH = ("skip", "truncate")
 LEFTOVER = ("drop", "pad")
@@ -46,14 +46,8 @@ class TokenBudgetConfig:
     def __post_init__(self):
         for name in ("bucket_width", "max_length", "token_budget", "row_multiple", "num_epochs"):
             require_int(f"TokenBudgetConfig.{name}", getattr(self, name), 1)
-        if self.over_length not in OVER_LENGTH:
-            raise ValueError(
-                f"TokenBudgetConfig.over_length must be one of {OVER_LENGTH}, got {self.over_length!r}"
-            )
-        if self.leftover not in LEFTOVER:
-            raise ValueError(
-                f"TokenBudgetConfig.leftover must be one of {LEFTOVER}, got {self.leftover!r}"
-            )
+        require_choice("TokenBudgetConfig.over_length", self.over_length, OVER_LENGTH)
+        require_choice("TokenBudgetConfig.leftover", self.leftover, LEFTOVER)
         if self.seed is not None:
             require_int("TokenBudgetConfig.seed", self.seed, 0)
         smallest = self.row_multiple * self.max_length
@@ -63,15 +57,6 @@ class TokenBudgetConfig:
                 f"= {self.row_multiple} x {self.max_length} = {smallest} (the longest bucket needs "
                 "at least row_multiple rows)"
             )
-
-    def identity_fields(self) -> dict[str, object]:
-        """Every field (each changes the plan), as named fingerprint fields (`jaxblend.identity`)."""
-        return {
-            "bucket_width": self.bucket_width, "max_length": self.max_length,
-            "token_budget": self.token_budget, "over_length": self.over_length,
-            "row_multiple": self.row_multiple, "leftover": self.leftover, "seed": self.seed,
-            "num_epochs": self.num_epochs,
-        }
 
     @property
     def num_buckets(self) -> int:

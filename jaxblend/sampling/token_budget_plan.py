@@ -34,9 +34,6 @@ class TokenBudgetPlan:
     bucket_rows: np.ndarray
     fingerprint: str
 
-    def __post_init__(self):
-        self.validate()
-
     def __len__(self) -> int:
         return int(self.step_bucket.shape[0])
 
@@ -73,7 +70,7 @@ class TokenBudgetPlan:
             BatchShape(int(self.bucket_rows[b]), int(self.bucket_lengths[b])) for b in used
         )
 
-    def validate(self) -> None:
+    def __post_init__(self) -> None:
         """Checks the arrays agree with each other.
 
         Raises:

@@ -15,6 +15,7 @@ samples still waiting in buckets.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 
 import numpy as np
@@ -26,15 +27,12 @@ from jaxblend.sampling.token_budget_plan import PLAN_VERSION, TokenBudgetPlan
 
 def _visiting_order(n: int, config: TokenBudgetConfig) -> np.ndarray:
     """Sample ids in visiting order over every epoch (index order, or a seeded permutation)."""
-    orders = []
-    for epoch in range(config.num_epochs):
-        if config.seed is None:
-            orders.append(np.arange(n, dtype=np.int64))
-        else:
-            orders.append(
-                np.random.default_rng([int(config.seed), epoch]).permutation(n).astype(np.int64)
-            )
-    return np.concatenate(orders) if orders else np.zeros(0, np.int64)
+    if config.seed is None:
+        return np.tile(np.arange(n, dtype=np.int64), config.num_epochs)
+    return np.concatenate([
+        np.random.default_rng([int(config.seed), epoch]).permutation(n).astype(np.int64)
+        for epoch in range(config.num_epochs)
+    ])
 
 
 def plan_token_budget(lengths: np.ndarray, config: TokenBudgetConfig) -> TokenBudgetPlan:
@@ -43,9 +41,6 @@ def plan_token_budget(lengths: np.ndarray, config: TokenBudgetConfig) -> TokenBu
     Args:
       lengths: int[n] length of each sample (sample id = position).
       config: the bucketing rules.
-
-    Returns:
-      A `TokenBudgetPlan`.
 
     Raises:
       ValueError: if a length is negative.
@@ -67,7 +62,8 @@ def plan_token_budget(lengths: np.ndarray, config: TokenBudgetConfig) -> TokenBu
     sorted_buckets = buckets[by_bucket]
     starts = np.searchsorted(sorted_buckets, np.arange(config.num_buckets), side="left")
     ends = np.searchsorted(sorted_buckets, np.arange(config.num_buckets), side="right")
-    batch_bucket, batch_time, batch_members = [], [], []
+    none = np.zeros(0, np.int64)
+    batch_bucket, batch_time, batch_members = [none], [none], []
     pad_after = visit.size  # leftover batches come after every full batch
     for b in range(config.num_buckets):
         members = by_bucket[starts[b] : ends[b]]  # positions in `visit`, in visiting order
@@ -85,16 +81,10 @@ def plan_token_budget(lengths: np.ndarray, config: TokenBudgetConfig) -> TokenBu
             batch_bucket.append(np.array([b], np.int64))
             batch_time.append(np.array([pad_after + b], np.int64))
             batch_members.append(row[None, :])
-    if batch_bucket:
-        bucket_arr = np.concatenate(batch_bucket)
-        time_arr = np.concatenate(batch_time)
-        order = np.argsort(time_arr, kind="stable")
-        step_bucket = bucket_arr[order].astype(np.int32)
-        rows = [m for ms in batch_members for m in ms]
-        row_ids = np.concatenate([rows[i] for i in order]).astype(np.int64)
-    else:
-        step_bucket = np.zeros(0, np.int32)
-        row_ids = np.zeros(0, np.int64)
+    order = np.argsort(np.concatenate(batch_time), kind="stable")
+    step_bucket = np.concatenate(batch_bucket)[order].astype(np.int32)
+    rows = [m for ms in batch_members for m in ms]
+    row_ids = np.concatenate([none, *(rows[i] for i in order)]).astype(np.int64)
     offsets = np.concatenate([[0], np.cumsum(b_rows[step_bucket].astype(np.int64))]).astype(
         np.int64
     )
@@ -105,7 +95,7 @@ def plan_token_budget(lengths: np.ndarray, config: TokenBudgetConfig) -> TokenBu
         bucket_lengths=b_len,
         bucket_rows=b_rows,
         fingerprint=identity.fingerprint(
-            "token_budget_plan", PLAN_VERSION, config=config.identity_fields(),
+            "token_budget_plan", PLAN_VERSION, config=dataclasses.asdict(config),
             # the lengths' content digest: the plan is a function of every length
             lengths_sha256=hashlib.sha256(np.ascontiguousarray(lengths, np.int64).tobytes()).hexdigest(),
         ),

@@ -24,7 +24,6 @@ from jaxblend.sampling import (
     plan_token_budget,
 )
 from jaxblend.sampling.phases import PhaseTransitions
-from jaxblend.sampling.step_segments import StepSegments
 
 
 def shapes_step_by_step(plan, from_step, first=0):
@@ -100,13 +99,19 @@ def test_phase_plan_shapes():
 
 
 def test_segment_sizes_between():
-    segments = StepSegments.of([(0, 0, 8), (5, 40, 16), (9, 104, 32), (12, 200, 8)])
-    assert segments.sizes_between(0, 5) == {8}
-    assert segments.sizes_between(4, 6) == {8, 16}
-    assert segments.sizes_between(9, 12) == {32}
-    assert segments.sizes_between(11, 10**12) == {32, 8}
-    assert segments.sizes_between(7, 7) == frozenset()
-    assert segments.sizes_between(0, 9) == {8, 16}
+    # Runs (first step, first sample, size): (0, 0, 8), (5, 40, 16), (9, 104, 32), (12, 200, 8).
+    plan = StepBatchSchedulePlan(StepBatchSchedule.from_megatron("0:8 40:16 104:32 200:8"), 0)
+    assert [a.tolist() for a in plan._segments] == [[0, 5, 9, 12], [0, 40, 104, 200], [8, 16, 32, 8]]
+
+    def sizes_between(start, stop):
+        return {s.rows for s in dataclasses.replace(plan, num_steps=stop).batch_shapes(start)}
+
+    assert sizes_between(0, 5) == {8}
+    assert sizes_between(4, 6) == {8, 16}
+    assert sizes_between(9, 12) == {32}
+    assert sizes_between(11, 10**12) == {32, 8}
+    assert sizes_between(7, 7) == frozenset()
+    assert sizes_between(0, 9) == {8, 16}
 
 
 def data_sharding(shards):
