@@ -71,7 +71,7 @@ from absl import app, flags, logging
 
 from jaxblend import cli
 from jaxblend.cli import assembly, data_warnings, phase_flags
-from jaxblend.cli.entry import usage_errors
+from jaxblend.cli.entry import runner, usage_errors
 
 if TYPE_CHECKING:  # the data layers import JAX, which must wait for the flags
     from jaxblend.loading import LoaderSource
@@ -147,8 +147,6 @@ def build_default_corpus(
 
 
 def main(argv: Sequence[str]) -> None:
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     cli.initialize_from_flags()
     settings = cli.train_settings_from_flags()
     from jaxblend.peer_watch import PeerWatch, failures_reported
@@ -1055,13 +1053,7 @@ def _phase_meta(plan) -> dict:
     return {"global_batch_size": plan.global_batch_size, "phase": plan.phase}
 
 
-def run(argv: Sequence[str] | None = None) -> int:
-    """Runs the training example as its command line does, in this process; returns the exit code.
-
-    Args:
-      argv: the arguments after the program name (`sys.argv[1:]` when None).
-    """
-    return cli.call(main, argv, cli.MEGATRON_NARGS, define=define_flags, quiet_logs=True)
+run = runner(main, cli.MEGATRON_NARGS, define=define_flags, quiet_logs=True)
 
 
 if __name__ == "__main__":

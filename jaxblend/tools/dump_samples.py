@@ -161,8 +161,6 @@ def dump(
 
 
 def main(argv: Sequence[str]) -> None:
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     fl = flags.FLAGS
     if not fl.out:
         raise app.UsageError("--out is required")

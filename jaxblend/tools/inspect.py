@@ -426,7 +426,7 @@ def main(argv: Sequence[str]) -> None:
             sys.exit(1)
 
 
-run = _training_flags.data_tool_run(main, define_flags)
+run = _training_flags.data_tool_run(main, define_flags, takes_args=True)
 
 
 if __name__ == "__main__":
