@@ -10,16 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from jaxblend import train
 from jaxblend.cli import MEGATRON_NARGS, entry
 
-
-def _define_training_flags() -> None:
-    from jaxblend import train  # the training example's own list of flag groups, not a copy
-
-    train.define_flags()
-
-
-TRAINING = entry.SharedFlags("jaxblend.train", _define_training_flags)
+# The training example's own list of flag groups, not a copy.
+TRAINING = entry.SharedFlags("jaxblend.train", train.define_flags)
 
 
 def data_tool_run(main: Callable, define: Callable[[], None], **options) -> Callable[..., int]:
