@@ -63,7 +63,6 @@ def run_processes(
     devices_per_process: int,
     timeout: float,
     *,
-    cwd: str | None = None,
     echo: bool = True,
 ) -> tuple[int, list[str]]:
     """Starts `num_processes` copies of `command` and waits for all of them.
@@ -83,7 +82,7 @@ def run_processes(
         ]
         procs.append(
             subprocess.Popen(
-                args, cwd=cwd, env=child_env(devices_per_process), stdout=subprocess.PIPE,
+                args, env=child_env(devices_per_process), stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT, text=True, start_new_session=True,
             )
         )
