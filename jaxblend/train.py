@@ -71,7 +71,7 @@ from absl import app, flags, logging
 
 from jaxblend import cli
 from jaxblend.cli import assembly, data_warnings, phase_flags
-from jaxblend.cli.entry import usage_errors
+from jaxblend.cli.entry import runner, usage_errors
 
 if TYPE_CHECKING:  # the data layers import JAX, which must wait for the flags
     from jaxblend.loading import LoaderSource
@@ -134,7 +134,7 @@ def build_default_corpus(
             if IndexedDataset.exists(prefix):
                 continue
             cmd = [
-                corpus.python_executable(), "-m", "jaxblend.tools.preprocess",
+                sys.executable, "-m", "jaxblend.tools.preprocess",
                 f"--input={raw[name]}", f"--output_prefix={os.path.join(out, name)}",
                 "--tokenizer_type=byte", "--append_eod", "--workers=2",
                 "--partitions=4", *(() if flags.FLAGS.verbose else ("--verbosity=-1",)),
@@ -147,8 +147,6 @@ def build_default_corpus(
 
 
 def main(argv: Sequence[str]) -> None:
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     cli.initialize_from_flags()
     settings = cli.train_settings_from_flags()
     from jaxblend.peer_watch import PeerWatch, failures_reported
@@ -333,34 +331,21 @@ def _check_same_data(resume: _Resume, data: _Data, loader_state: dict | None) ->
     )
 
 
-def _warn_about_data(run: cli.RunConfig, data: _Data) -> None:
+def _warn_about_data(run: cli.RunConfig) -> None:
     """Logs (process 0) a warning for each training dataset shorter than one sequence or repeated
     more than `--warn_epochs` epochs (`cli.data_warnings`), from the estimate `inspect preflight`
-    prints, over the datasets the sources opened. With a bucket map store the hosts open no
-    `.idx` (they start from the publication): there `inspect preflight` says it."""
+    prints (the datasets' `.idx` opened for it). With a bucket map store the hosts open no `.idx`
+    (they start from the publication): there `inspect preflight` says it."""
     import jax
 
     from jaxblend import opening
     from jaxblend.index.estimate import estimate_plan
     from jaxblend.map_store import publication
-    from jaxblend.storage import IndexedDataset
 
     if run.config is None or jax.process_index() != 0 or publication.applies(run.access):
         return
-    opened = {}
-    for source in (data.train, *data.valid.values()):
-        index = getattr(source, "span_index", None)
-        for name, dataset in zip(
-            getattr(index, "dataset_names", ()), getattr(index, "datasets", ()), strict=False
-        ):
-            opened[name] = dataset
-
-    def info(prefix: str):
-        if prefix not in opened:  # a dataset of the test split only
-            opened[prefix] = IndexedDataset(prefix, access=run.access)
-        return opening.dataset_info(opened[prefix], prefix)
-
-    estimate = estimate_plan(run.config, info)
+    _, infos = opening.open_config_datasets(run.config, run.access)
+    estimate = estimate_plan(run.config, infos)
     for line in data_warnings.training_data_warnings(
         estimate.datasets, run.config.seq_length, flags.FLAGS.warn_epochs
     ):
@@ -902,7 +887,7 @@ def _train_from(watch, s: cli.TrainSettings, checkpoints: _CheckpointDir) -> Non
     mesh = cli.mesh_from_flags()
     batch_axes = default_batch_axes(mesh.axis_names)
     data = _open_data(run, phase)
-    _warn_about_data(run, data)
+    _warn_about_data(run)
     watch.phase = "restoring the checkpoint"
     state = _model(s, data.steps.train_iters, vocab_size, mesh)
     resume = _resume_point(checkpoints, state)
@@ -1055,13 +1040,7 @@ def _phase_meta(plan) -> dict:
     return {"global_batch_size": plan.global_batch_size, "phase": plan.phase}
 
 
-def run(argv: Sequence[str] | None = None) -> int:
-    """Runs the training example as its command line does, in this process; returns the exit code.
-
-    Args:
-      argv: the arguments after the program name (`sys.argv[1:]` when None).
-    """
-    return cli.call(main, argv, cli.MEGATRON_NARGS, define=define_flags, quiet_logs=True)
+run = runner(main, cli.MEGATRON_NARGS, define=define_flags, quiet_logs=True)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ any jaxblend module defines no flag, and nothing outside this package reads `abs
                      more epochs than that, as warning lines (training, inspect preflight)
   entry              `call(main, argv, define=...)` -> exit code (in-process):
                      defines the flags, parses, one-line failures, then leaves the process clean;
+                     `runner(main, ...)`: a CLI module's `run(argv=None)`;
                      `SharedFlags`: the training job's flagfile accepted by the data tools
   flag_help          `--help`: the program's docstring and its flags by group (`group`, `ORDER`)
   megatron_argv      Megatron-LM's spellings (dashes, space-separated lists)

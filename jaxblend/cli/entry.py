@@ -2,7 +2,7 @@
 program runs, failures in one line, callable in-process.
 
 `call(main, argv, define=...)` runs a program as its command line does and returns its exit code.
-Each CLI module exposes `run(argv=None) -> int` built on `call`, so a test or a Python
+Each CLI module exposes `run(argv=None) -> int` built on `call` (`runner`), so a test or a Python
 caller runs `jaxblend.tools.inspect.run(["stats", "--data_path=..."])` without a subprocess.
 
 `call` defines `--verbose` and the program's flags (`define`, which calls the `define_*`
@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import os
 import signal
@@ -43,7 +44,7 @@ from jaxblend.cli import flag_help, megatron_argv
 from jaxblend.errors import print_failure
 from jaxblend.storage.object_store import sdk_logging
 
-__all__ = ["SharedFlags", "call", "usage_errors"]
+__all__ = ["SharedFlags", "call", "runner", "usage_errors"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -262,6 +263,7 @@ def call(
     quiet_logs: bool = False,
     shared: SharedFlags | None = None,
     dashed_help: bool = False,
+    takes_args: bool = False,
 ) -> int:
     """Runs a program as its command line does, in this process; returns its exit code.
 
@@ -279,6 +281,7 @@ def call(
       shared: another program whose flagfile this one accepts: its flags that this program does
         not define are ignored, with one note line on stderr naming those given.
       dashed_help: `--help` shows each flag's dashed (Megatron-LM) spelling beside it.
+      takes_args: `main` takes arguments besides the flags (else any is a usage error).
 
     Returns:
       The exit code (0 after `--help`/`--helpfull`): `main`'s return value or `sys.exit` code (0 for None), `USAGE_EXIT` for a
@@ -299,6 +302,8 @@ def call(
             sdk_shown = sdk_logging.shown()
             sdk_logging.show_sdk_logging(verbose or sdk_shown)  # the AWS SDK's chain lines
             try:
+                if len(args) > 1 and not takes_args:
+                    raise app.UsageError(f"unexpected arguments: {args[1:]}")
                 return main(args)
             except Exception as err:  # noqa: BLE001 - every failure becomes one line
                 sys.exit(print_failure(err, verbose))  # its exit code: usage error or failure
@@ -329,6 +334,21 @@ def call(
         except SystemExit as err:
             return _exit_code(err)
     return 0
+
+
+def runner(main: Callable[..., int | None], *args, **kwargs) -> Callable[..., int]:
+    """The `run(argv=None, **options) -> int` of a CLI module: runs `main` as its command line
+    does, in this process (`call(main, argv, *args, **kwargs)`), and returns the exit code.
+
+    `argv` is the arguments after the program name (`sys.argv[1:]` when None); keyword `options`
+    go to `main` (e.g. dump_batches' `own_process`).
+    """
+
+    def run(argv: Sequence[str] | None = None, **options) -> int:
+        program = functools.wraps(main)(functools.partial(main, **options)) if options else main
+        return call(program, argv, *args, **kwargs)
+
+    return run
 
 
 def _name(main: Callable) -> str:

@@ -183,13 +183,17 @@ def plot(path: str, names: Sequence[str], ids: np.ndarray, sizes: np.ndarray,
         ]
     fig, ax = plt.subplots(figsize=(8, 4.5))
     colors, lines = {}, []
+
+    def label(x: float, stage: int) -> None:
+        ax.annotate(f"stage {stage}", (x, 1.0), xycoords=("data", "axes fraction"),
+                    xytext=(3, -12), textcoords="offset points", fontsize=8, color="0.2")
+
     for lo, hi, seg_target in segments:
         part = slice(lo - start, hi - start)
         cum = np.cumsum(per_step[part], 0)
         share = cum / np.maximum(cum.sum(1, keepdims=True), 1)
         for j, name in enumerate(names):
-            used = share[:, j].any() or seg_target[j] > 0
-            if not used:
+            if not (share[:, j].any() or seg_target[j] > 0):
                 continue
             first = j not in colors
             line, = ax.plot(steps[part], share[:, j], color=colors.get(j),
@@ -199,15 +203,13 @@ def plot(path: str, names: Sequence[str], ids: np.ndarray, sizes: np.ndarray,
     if spans is not None:
         active = [s for s in spans if s.start_step <= start][-1]
         if active.index:  # the range starts inside a later stage: name it, no boundary line
-            ax.annotate(f"stage {active.index}", (start, 1.0), xycoords=("data", "axes fraction"),
-                        xytext=(3, -12), textcoords="offset points", fontsize=8, color="0.2")
+            label(start, active.index)
         for span in spans:
             if span.index == 0 or not start < span.start_step < end:
                 continue
             x = span.start_step + span.start_offset / sizes[span.start_step - start]
             ax.axvline(x, color="0.3", linewidth=0.8)
-            ax.annotate(f"stage {span.index}", (x, 1.0), xycoords=("data", "axes fraction"),
-                        xytext=(3, -12), textcoords="offset points", fontsize=8, color="0.2")
+            label(x, span.index)
             lines.append({"stage": span.index, "step": float(x)})
     ax.set_xlabel("step")
     ax.set_ylabel("cumulative share of samples" + (" in the stage" if spans is not None else ""))

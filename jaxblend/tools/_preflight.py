@@ -44,8 +44,8 @@ class TokenizerCheck:
 
 
 def _human(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(n) < 1024 or unit == "TB":
+    for unit in ("B", "KB", "MB", "GB"):
+        if abs(n) < 1024:
             return f"{n:.1f} {unit}"
         n /= 1024
     return f"{n:.1f} TB"

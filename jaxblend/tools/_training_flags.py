@@ -8,30 +8,17 @@ one flagfile serves the training job and every tool.
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
-from jaxblend.cli import entry
+from jaxblend import train
+from jaxblend.cli import MEGATRON_NARGS, entry
 
-
-def _define_training_flags() -> None:
-    from jaxblend import train  # the training example's own list of flag groups, not a copy
-
-    train.define_flags()
+# The training example's own list of flag groups, not a copy.
+TRAINING = entry.SharedFlags("jaxblend.train", train.define_flags)
 
 
-TRAINING = entry.SharedFlags("jaxblend.train", _define_training_flags)
-
-
-def data_tool_run(main: Callable, define: Callable[[], None]) -> Callable[..., int]:
-    """The `run(argv=None) -> int` of a tool reading the training job's data: runs `main` as the
-    tool's command line does (Megatron-LM's spellings work too), in this process, and returns the
-    exit code; `argv` is the arguments after the program name (`sys.argv[1:]` when None), and
-    keyword `options` go to `main` (e.g. dump_batches' `own_process`)."""
-    from jaxblend import cli
-
-    def run(argv: Sequence[str] | None = None, **options) -> int:
-        program = functools.partial(main, **options) if options else main
-        return cli.call(program, argv, cli.MEGATRON_NARGS, define=define, shared=TRAINING)
-
-    return run
+def data_tool_run(main: Callable, define: Callable[[], None], **options) -> Callable[..., int]:
+    """The `run(argv=None) -> int` of a tool reading the training job's data (`entry.runner`):
+    Megatron-LM's spellings and the training job's flagfile work too; `options` go to
+    `entry.call`."""
+    return entry.runner(main, MEGATRON_NARGS, define=define, shared=TRAINING, **options)

@@ -71,8 +71,6 @@ def split_summary(name: str, split: SplitMaps | None) -> str:
 
 
 def main(argv: Sequence[str]) -> None:
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     run = cli.run_config_from_flags()
     config = run.config
     # A cached entry is checked byte for byte here (training starts check only a summary).

@@ -104,8 +104,6 @@ def main(argv: Sequence[str], own_process: bool = False) -> None:
     """Dumps the batches (see the module docstring); `own_process`: the process exists for this run (the `__main__` block): Grain is imported
     without Orbax and what exists once the loader is made is kept out of later garbage collections
     (`jaxblend.tools._own_process`)."""
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     if own_process:  # this tool saves no checkpoint
         _own_process.import_grain_without_orbax()
     cli.initialize_from_flags()

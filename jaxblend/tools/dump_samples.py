@@ -117,16 +117,14 @@ def dump(
     config: index.GPTDataConfig,
     out_dir: str,
     num: int,
-    access: DataAccess | None = None,
+    access: DataAccess,
     decoder=None,
 ) -> list[str]:
     """Builds the plan of `config` and writes one .npz per existing split; returns the paths.
 
-    `access` says how data and the map store are reached (default: `DataAccess.from_env()`);
-    with a ``decoder`` (a tokenizer), each split's samples are also written as text to
-    ``<split>.decoded.json``.
+    `access` says how data and the map store are reached; with a ``decoder`` (a tokenizer), each
+    split's samples are also written as text to ``<split>.decoded.json``.
     """
-    access = DataAccess.from_env() if access is None else access
     datasets, infos = opening.open_config_datasets(config, access)
     plan = load_or_build_data_maps(config, infos, access)
     os.makedirs(out_dir, exist_ok=True)
@@ -161,8 +159,6 @@ def dump(
 
 
 def main(argv: Sequence[str]) -> None:
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     fl = flags.FLAGS
     if not fl.out:
         raise app.UsageError("--out is required")

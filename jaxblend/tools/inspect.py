@@ -61,8 +61,6 @@ from jaxblend import atomic_write, cli
 from jaxblend.cli import data_warnings, phase_flags, tool_flags
 from jaxblend.tools import _training_flags
 
-COMMANDS = ("stats", "explain", "mixture", "preflight", "verify")
-
 
 def define_flags() -> None:
     """The data, schema, source, step-plan and tokenizer flags, and the commands' options."""
@@ -402,31 +400,28 @@ def _check_output_directories() -> None:
 
 
 def main(argv: Sequence[str]) -> None:
-    if len(argv) == 2 and argv[1] not in COMMANDS:
+    commands = {"stats": stats, "explain": explain, "mixture": mixture, "preflight": preflight,
+                "verify": verify}
+    if len(argv) == 2 and argv[1] not in commands:
         raise app.UsageError(
-            f"unknown command {argv[1]!r}; the commands are {', '.join(COMMANDS)}"
+            f"unknown command {argv[1]!r}; the commands are {', '.join(commands)}"
         )
     if len(argv) != 2:
-        raise app.UsageError(f"give one command: {', '.join(COMMANDS)}")
+        raise app.UsageError(f"give one command: {', '.join(commands)}")
     command = argv[1]
     _check_output_directories()
-    result = {"stats": stats, "explain": explain, "mixture": mixture, "preflight": preflight,
-              "verify": verify}[command]()
+    result = commands[command]()
     _write_json(result)
     if command == "preflight" and result["problems"]:
         sys.exit(1)
-    if command == "verify":
-        bad = [p for p, r in result.items() if not r["ok"]]
-        if bad:
-            print(
-                f"error: {len(bad)} of {len(result)} datasets failed verification "
-                f"({', '.join(bad)}); see the MISMATCH lines above",
-                file=sys.stderr, flush=True,
-            )
-            sys.exit(1)
+    if command == "verify" and (bad := [p for p, r in result.items() if not r["ok"]]):
+        raise ValueError(
+            f"{len(bad)} of {len(result)} datasets failed verification ({', '.join(bad)}); see "
+            "the MISMATCH lines above"
+        )
 
 
-run = _training_flags.data_tool_run(main, define_flags)
+run = _training_flags.data_tool_run(main, define_flags, takes_args=True)
 
 
 if __name__ == "__main__":

@@ -25,8 +25,7 @@ from collections.abc import Sequence
 
 from absl import app, flags
 
-from jaxblend import cli
-from jaxblend.cli import tool_flags
+from jaxblend.cli import entry, tool_flags
 
 
 def free_port() -> int:
@@ -64,7 +63,6 @@ def run_processes(
     devices_per_process: int,
     timeout: float,
     *,
-    cwd: str | None = None,
     echo: bool = True,
 ) -> tuple[int, list[str]]:
     """Starts `num_processes` copies of `command` and waits for all of them.
@@ -84,7 +82,7 @@ def run_processes(
         ]
         procs.append(
             subprocess.Popen(
-                args, cwd=cwd, env=child_env(devices_per_process), stdout=subprocess.PIPE,
+                args, env=child_env(devices_per_process), stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT, text=True, start_new_session=True,
             )
         )
@@ -132,13 +130,7 @@ def main(argv: Sequence[str]) -> None:
     sys.exit(code)
 
 
-def run(argv: Sequence[str] | None = None) -> int:
-    """Runs the launcher as its command line does, in this process; returns the exit code.
-
-    Args:
-      argv: the arguments after the program name (`sys.argv[1:]` when None).
-    """
-    return cli.call(main, argv, define=tool_flags.define_launch_local_flags)
+run = entry.runner(main, define=tool_flags.define_launch_local_flags, takes_args=True)
 
 
 if __name__ == "__main__":

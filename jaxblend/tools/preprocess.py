@@ -40,9 +40,8 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Sequence
 
-from absl import app, flags
+from absl import flags
 
 from jaxblend.cli import entry, preprocess_flags
 from jaxblend.preprocess import pipeline
@@ -52,8 +51,6 @@ from jaxblend.tokenizer_facts import TokenizerFacts
 
 def main(argv: list[str]) -> int:
     """Runs preprocessing from flags; prints the summary; returns the exit status."""
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     fl = flags.FLAGS
     config = preprocess_flags.preprocess_config_from_flags()
     for note in preprocess_flags.megatron_compat_notes():
@@ -79,17 +76,10 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def run(argv: Sequence[str] | None = None) -> int:
-    """Runs preprocessing as its command line does (Megatron or absl spellings, one-line errors),
-    in this process; returns the exit code.
-
-    Args:
-      argv: the arguments after the program name (`sys.argv[1:]` when None).
-    """
-    return entry.call(
-        main, argv, preprocess_flags.MEGATRON_NARGS,
-        define=preprocess_flags.define_preprocess_flags, dashed_help=True,
-    )
+run = entry.runner(
+    main, preprocess_flags.MEGATRON_NARGS, define=preprocess_flags.define_preprocess_flags,
+    dashed_help=True,
+)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,6 @@ import hashlib
 import json
 import os
 import random
-import sys
 from collections.abc import Callable, Iterator
 
 from absl import logging
@@ -203,8 +202,3 @@ def write_raw(directory: str, max_bytes_per_dataset: int) -> dict[str, str]:
                 count += 1
         logging.info("default corpus: %s: %d documents, %.1f MB", name, count, written / 1e6)
     return paths
-
-
-def python_executable() -> str:
-    """The interpreter running jaxblend (used to start the preprocessing CLI)."""
-    return sys.executable

@@ -236,23 +236,34 @@ def _loss(value: float) -> str:
     return "-" if not math.isfinite(value) else f"{value:.4f}"
 
 
+def _loss_entries(
+    names: Sequence[str], loss: np.ndarray, tokens: np.ndarray, top: int,
+    total: np.ndarray | None = None,
+) -> str:
+    """`name loss L | ...`: the mean loss (`loss` over `tokens`) of the datasets `shown` one by
+    one and of the others together; with `total`, ranked by it and each entry with
+    `tokens T` of it."""
+    short = short_names(names)
+    one, rest = shown(tokens if total is None else total, top)
+    groups = [([j], short[j]) for j in one] + ([(rest, f"others ({len(rest)})")] if rest else [])
+    parts = []
+    for ids, label in groups:
+        mean = _means(loss[ids].sum(keepdims=True), tokens[ids].sum(keepdims=True))[0]
+        tail = "" if total is None else f" tokens {int(total[ids].sum()):,}"
+        parts.append(f"{label} loss {_loss(mean)}{tail}")
+    return " | ".join(parts)
+
+
 def dataset_line(step: int, totals: RunTotals, top: int) -> str:
     """The per-dataset log line: mean loss since the last line, tokens since step 0.
 
     `step    20  datasets: code loss 2.1034 tokens 40,960 | prose loss - tokens 0 | others (7)
     loss 2.4410 tokens 81,920`; `loss -` marks a dataset that had no tokens since the last line.
     """
-    names = short_names(totals.names)
-    means = totals.window_means()
-    one, rest = shown(totals.tokens, top)
-    parts = [f"{names[j]} loss {_loss(means[j])} tokens {int(totals.tokens[j]):,}" for j in one]
-    if rest:
-        loss = _means(totals.window_loss[rest].sum(keepdims=True),
-                      totals.window_tokens[rest].sum(keepdims=True))[0]
-        parts.append(
-            f"others ({len(rest)}) loss {_loss(loss)} tokens {int(totals.tokens[rest].sum()):,}"
-        )
-    return f"step {step:5d}  datasets: " + " | ".join(parts)
+    entries = _loss_entries(
+        totals.names, totals.window_loss, totals.window_tokens, top, totals.tokens
+    )
+    return f"step {step:5d}  datasets: {entries}"
 
 
 def stage_line(
@@ -278,16 +289,8 @@ def stage_line(
 
 def validation_part(names: Sequence[str], sums: DatasetSums, top: int) -> str:
     """The per-dataset losses of a validation pass: `datasets: a loss 2.1 | b loss 2.3`."""
-    short = short_names(names)
     tokens = np.asarray(sums.tokens, np.int64)
-    loss = np.asarray(sums.loss, np.float64)
-    means = _means(loss, tokens)
-    one, rest = shown(tokens, top)
-    parts = [f"{short[j]} loss {_loss(means[j])}" for j in one]
-    if rest:
-        folded = _means(loss[rest].sum(keepdims=True), tokens[rest].sum(keepdims=True))[0]
-        parts.append(f"others ({len(rest)}) loss {_loss(folded)}")
-    return "datasets: " + " | ".join(parts)
+    return "datasets: " + _loss_entries(names, np.asarray(sums.loss, np.float64), tokens, top)
 
 
 def _number(value: float) -> float | None:

@@ -20,6 +20,8 @@ import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from jaxblend.validation import require_int
+
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
@@ -41,8 +43,7 @@ class ModelConfig:
 
     def __post_init__(self):
         for name in ("vocab_size", "d_model", "num_layers", "num_heads", "mlp_dim"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"ModelConfig.{name} must be > 0, got {getattr(self, name)}")
+            require_int(f"ModelConfig.{name}", getattr(self, name), 1)
         if self.d_model % self.num_heads:
             raise ValueError(
                 f"ModelConfig.num_heads={self.num_heads} must divide d_model={self.d_model}"

@@ -113,7 +113,9 @@ def test_call_returns_the_code_and_leaves_the_process_clean():
     for count in (5, 6):  # twice: the second call defines the flags again
         seen: dict = {}
         out = run_program(
-            lambda argv, seen=seen: entry.call(_probe(seen), argv, define=_define_probe_flags),
+            lambda argv, seen=seen: entry.call(
+                _probe(seen), argv, define=_define_probe_flags, takes_args=True
+            ),
             [f"--probe_count={count}", "rest"],
         )
         assert out.returncode == 3 and out.stderr == "", out
@@ -146,6 +148,27 @@ def test_call_turns_a_failure_into_one_line_and_its_code():
     assert out.stderr.strip().splitlines() == ["error: --probe_count=7: too many"]
     out = run_program(lambda argv: entry.call(lambda a: sys.exit(4), argv), [])
     assert out.returncode == 4 and out.stderr == ""
+
+
+def test_call_refuses_arguments_unless_the_program_takes_them():
+    out = run_program(lambda argv: entry.call(lambda a: None, argv), ["extra"])
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines() == ["error: unexpected arguments: ['extra']"]
+    seen = []
+    out = run_program(lambda argv: entry.call(seen.append, argv, takes_args=True), ["extra"])
+    assert out.returncode == 0 and seen[0][1:] == ["extra"]
+
+
+def test_runner_passes_options_to_the_program_and_keeps_its_help():
+    seen = []
+
+    def main(argv: list[str], option: int = 0) -> None:
+        seen.append(option)
+
+    run = entry.runner(main)
+    assert run_program(lambda a: run(a, option=3), []).returncode == 0 and seen == [3]
+    out = run_program(lambda a: run(a, option=3), ["--help"])
+    assert out.returncode == 0 and out.stdout.startswith("`jaxblend.cli.call`: flags"), out.stdout
 
 
 def test_verbose_shows_the_sdk_credential_lines_for_the_run_only(monkeypatch):
