@@ -3,7 +3,7 @@
 A bijective finalizer of 64-bit integers (Steele, Lea and Flood's SplitMix64 step: add the
 golden-ratio increment, then two xor-shift-multiply rounds and a final xor-shift). Callers hash
 `(seed, counter)` tuples with it instead of running a sequential generator, so any value can be
-recomputed alone: the masked-LM target lengths (`jaxblend.index.masked_index`,
+recomputed alone: the masked-LM target lengths (`jaxblend.index.masked_sample_index`,
 docs/format.md, 'BERT/T5 sample index') and `MockSource` tokens.
 
 It lives in the index package so that the index cache key's code digest (docs/format.md,
