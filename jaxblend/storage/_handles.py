@@ -1,11 +1,11 @@
-"""Per-process open state of an `IndexedDataset` and the settings it is opened with.
+"""Per-process open state of an `IndexedDataset`.
 
 `Handles` holds what one process has open for a dataset (the parsed `.idx` header, sizes, the
 `.idx` buffer and arrays, the kvstore of a remote dataset; the `.bin` is read by the token
 reader, `token_reader.TokenReader`). It is created by `_local_open.open_local` or
 `_remote_open.open_remote`, completed lazily by `_remote_open.load_index` for remote datasets
 opened from `identity_memo`, and released by `release`. Nothing here is shared between
-processes: `IndexedDataset` pickles its settings and reopens.
+processes: `IndexedDataset` pickles its `DataAccess` and reopens.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from typing import Any
 
 import tensorstore as ts
 
-from jaxblend.access import IdentityStoreOptions, ObjectStoreOptions
 from jaxblend.storage import idx_format
 from jaxblend.storage.idx_format import IndexArrays, IndexFormatError
 from jaxblend.storage.object_store import location as _location
@@ -36,41 +35,6 @@ class Handles:
     changed_at: float = 0.0  # local: when either file last changed (identity_memo.SETTLE_SECONDS)
     arrays: IndexArrays | None = None  # None until first needed (remote)
     idx_buffer: Any = None  # a read-only map (see _mapping) or bytes; the arrays alias it
-
-
-BACKENDS = ("auto", "mmap", "tensorstore")
-
-
-@dataclasses.dataclass(frozen=True)
-class OpenSettings:
-    """How a dataset's files are opened (validated at construction; taken from `DataAccess`).
-
-    Attributes:
-      backend: "mmap" or "tensorstore" ("auto" until `IndexedDataset` resolves it from the
-        prefix).
-      multimodal: None to detect sequence modes, True to require them, False to ignore them.
-      store: object-store settings.
-      identity: where dataset identities are remembered (`shared_url` resolved).
-    """
-
-    backend: str
-    multimodal: bool | None
-    store: ObjectStoreOptions
-    identity: IdentityStoreOptions = dataclasses.field(default_factory=IdentityStoreOptions)
-
-    def __post_init__(self) -> None:
-        if self.backend not in BACKENDS:
-            raise ValueError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
-        if not (self.multimodal is None or isinstance(self.multimodal, bool)):
-            raise ValueError(f"multimodal must be None, True or False, got {self.multimodal!r}")
-
-    def context(self, loc: _location.Location) -> ts.Context:
-        """The TensorStore context for `loc`: jaxblend's shared one plus the object-store settings
-        (one per distinct setting per process, so the token reader and `.idx` reads share it)."""
-        spec: dict[str, Any] = {"file_io_mode": {"mode": "default"}}
-        if loc.local_prefix is None:
-            spec.update(self.store.context_spec())
-        return _location.context_for(spec)
 
 
 def open_kvstore(loc: _location.Location, context: ts.Context) -> ts.KvStore:

@@ -12,17 +12,21 @@ import stat
 
 import numpy as np
 
+from jaxblend.access import DataAccess
 from jaxblend.storage import _mapping, idx_format
 from jaxblend.storage import dataset_identity as _identity
-from jaxblend.storage._handles import Handles, OpenSettings
+from jaxblend.storage._handles import Handles
 from jaxblend.storage._prefix_hint import missing_prefix_hint
 from jaxblend.storage.dataset_identity import memo as identity_memo
 from jaxblend.storage.idx_format import IndexFormatError
 from jaxblend.storage.object_store import location as _location
 
 
-def open_local(loc: _location.Location, settings: OpenSettings) -> tuple[Handles, str | None]:
-    """Opens the local files of `loc` (which has a `local_prefix`).
+def open_local(
+    loc: _location.Location, access: DataAccess, multimodal: bool | None
+) -> tuple[Handles, str | None]:
+    """Opens the local files of `loc` (which has a `local_prefix`); `multimodal` as
+    `idx_format.parse_index`.
 
     Returns:
       The handles and, for a remembered version pair, its content fingerprint (else None).
@@ -38,7 +42,7 @@ def open_local(loc: _location.Location, settings: OpenSettings) -> tuple[Handles
         if not os.path.exists(loc.local_prefix + ".idx"):
             raise IndexFormatError(f"{e}{missing_prefix_hint(loc.local_prefix)}") from None
         raise
-    arrays = idx_format.parse_index(idx_buffer, idx_name, multimodal=settings.multimodal)
+    arrays = idx_format.parse_index(idx_buffer, idx_name, multimodal=multimodal)
     bin_size = _size(loc.local_prefix + ".bin", bin_name)
     idx_format.check_bin_size(arrays, bin_size, idx_name, bin_name)
     try:
@@ -58,7 +62,7 @@ def open_local(loc: _location.Location, settings: OpenSettings) -> tuple[Handles
     )
     known = identity_memo.lookup(
         _identity.memo_url(loc), idx_version, bin_version,
-        options=settings.identity, object_store=settings.store,
+        options=access.identity_store(), object_store=access.object_store,
     )
     if known is None or (known.num_tokens, known.bin_size) != (h.num_tokens, bin_size):
         known = None

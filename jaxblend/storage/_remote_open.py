@@ -13,9 +13,10 @@ from __future__ import annotations
 import numpy as np
 import tensorstore as ts
 
+from jaxblend.access import DataAccess
 from jaxblend.storage import dataset_identity as _identity
 from jaxblend.storage import idx_format
-from jaxblend.storage._handles import Handles, OpenSettings
+from jaxblend.storage._handles import Handles
 from jaxblend.storage._prefix_hint import suffix_hint
 from jaxblend.storage.dataset_identity import memo as identity_memo
 from jaxblend.storage.idx_format import IndexFormatError
@@ -24,9 +25,9 @@ from jaxblend.storage.object_store import requests as _remote
 
 
 def open_remote(
-    loc: _location.Location, kv: ts.KvStore, settings: OpenSettings
+    loc: _location.Location, kv: ts.KvStore, access: DataAccess, multimodal: bool | None
 ) -> tuple[Handles, str | None]:
-    """Opens the remote files of `loc` through `kv`.
+    """Opens the remote files of `loc` through `kv`; `multimodal` as `idx_format.parse_index`.
 
     Returns:
       The handles and, for a remembered version pair, its content fingerprint (else None).
@@ -36,7 +37,7 @@ def open_remote(
       ObjectStoreError: the store fails or does not answer in time.
     """
     idx_name, bin_name = loc.file_name(".idx"), loc.file_name(".bin")
-    timeout = settings.store.request_timeout
+    timeout = access.object_store.request_timeout
     head_future = _remote.read(kv, loc.idx_key, slice(0, idx_format.HEADER_SIZE))
     bin_future = _remote.read(kv, loc.bin_key, slice(0, 0))
     try:
@@ -59,7 +60,7 @@ def open_remote(
         header = idx_format.parse_header(head.value, idx_name)
         known = identity_memo.lookup(
             _identity.memo_url(loc), idx_generation, bin_generation,
-            options=settings.identity, object_store=settings.store,
+            options=access.identity_store(), object_store=access.object_store,
         )
         if known is not None and known.num_tokens * header.dtype.itemsize == known.bin_size:
             handles = Handles(
@@ -69,7 +70,7 @@ def open_remote(
     # First sight of this version pair: download, validate and size-check everything.
     placeholder = idx_format.IndexHeader(np.dtype(np.uint8), 0, 1)  # replaced by the load
     h = Handles(placeholder, 0, 0, kv, idx_generation, bin_generation)
-    load_index(h, loc, settings, first_sight=True)
+    load_index(h, loc, access, multimodal, first_sight=True)
     h.bin_size, _ = _remote.object_size(
         kv, loc.bin_key, h.num_tokens * h.header.dtype.itemsize, bin_name, timeout
     )
@@ -77,7 +78,11 @@ def open_remote(
 
 
 def load_index(
-    h: Handles, loc: _location.Location, settings: OpenSettings, first_sight: bool = False
+    h: Handles,
+    loc: _location.Location,
+    access: DataAccess,
+    multimodal: bool | None,
+    first_sight: bool = False,
 ) -> None:
     """Downloads, decodes and validates the whole `.idx` of a remote dataset into `h`.
 
@@ -88,14 +93,14 @@ def load_index(
     idx_name = loc.file_name(".idx")
     assert h.kvstore is not None
     res = _remote.read_existing(
-        h.kvstore, loc.idx_key, idx_name, "index file", settings.store.request_timeout
+        h.kvstore, loc.idx_key, idx_name, "index file", access.object_store.request_timeout
     )
     if h.idx_generation and bytes(res.stamp.generation) != h.idx_generation:
         raise IndexFormatError(
             f"{idx_name}: the index was rewritten while the dataset was being opened; retry"
         )
     h.idx_generation = bytes(res.stamp.generation)
-    arrays = idx_format.parse_index(res.value, idx_name, multimodal=settings.multimodal)
+    arrays = idx_format.parse_index(res.value, idx_name, multimodal=multimodal)
     if not first_sight:
         idx_format.check_bin_size(arrays, h.bin_size, idx_name, loc.file_name(".bin"))
     h.header = idx_format.parse_header(res.value, idx_name)

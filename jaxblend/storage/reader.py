@@ -27,7 +27,7 @@ This module holds the reader's public face: Megatron-Core's (`dataset[i]`, `data
 metadata and pickling. Every read goes through the package's one token reader,
 `token_reader.TokenReader` (its kernel is `_gather.gather`), given the `.bin` token offsets the
 `.idx` pointers say. Opening lives in modules with one job each:
-`_handles` (the per-process open state and the settings), `_local_open` (memory-mapped local
+`_handles` (the per-process open state), `_local_open` (memory-mapped local
 files), `_remote_open` (object-store opens and the lazy `.idx` download), `_remote` (TensorStore
 requests and coalesced range reads).
 
@@ -52,12 +52,12 @@ from jaxblend import access as access_lib
 from jaxblend.access import ObjectStoreOptions
 from jaxblend.storage import _local_open, _remote_open
 from jaxblend.storage import dataset_identity as _identity
-from jaxblend.storage._handles import Handles, OpenSettings, open_kvstore, release
+from jaxblend.storage._handles import Handles, open_kvstore, release
 from jaxblend.storage._prefix_hint import missing_prefix_hint, suffix_hint
 from jaxblend.storage.idx_format import IndexArrays, IndexFormatError
 from jaxblend.storage.object_store import location as _location
 from jaxblend.storage.object_store import requests as _remote
-from jaxblend.storage.token_reader import BinDataset, TokenReader
+from jaxblend.storage.token_reader import BinDataset, TokenReader, reader_context
 
 
 class IndexedDataset:
@@ -93,31 +93,22 @@ class IndexedDataset:
             access = access_lib.DataAccess.from_env()
         elif not isinstance(access, access_lib.DataAccess):
             raise TypeError(f"access must be a DataAccess, got {type(access).__name__}")
-        backend = access.backend
-        settings = OpenSettings(  # validates the options
-            backend=backend,
-            multimodal=multimodal,
-            store=access.object_store,
-            identity=access.identity_store(),
-        )
+        if not (multimodal is None or isinstance(multimodal, bool)):
+            raise ValueError(f"multimodal must be None, True or False, got {multimodal!r}")
         self._prefix: str | dict = (
             copy.deepcopy(prefix) if isinstance(prefix, dict) else os.fspath(prefix)
         )
-        self._location = _resolve(self._prefix, settings.store)
+        self._multimodal = multimodal
+        self._access = access
+        self._start()
         local = self._location.local_prefix is not None
-        if backend == "mmap" and not local:
+        if access.backend == "mmap" and not local:
             raise ValueError(f"backend='mmap' needs a local prefix, got {self._location.display!r}")
-        if backend == "auto":
-            backend = "mmap" if local else "tensorstore"
-            settings = dataclasses.replace(settings, backend=backend)
-        self._settings = settings
-        self._access = dataclasses.replace(access, backend=backend)
-        self._lock = threading.Lock()
-        self._state: Handles | None = None
+        if access.backend == "auto":
+            self._access = dataclasses.replace(access, backend="mmap" if local else "tensorstore")
         self._meta: tuple[str, int, int, int] | None = None
         self._versions: tuple[bytes, bytes] | None = None  # file versions seen at the first open
         self._fingerprint: str | None = None
-        self._reader: TokenReader | None = None  # this dataset's read path, built on first read
         self._handles()  # open eagerly so that bad files fail at construction
 
     # ---------------------------------------------------------------------------------- metadata
@@ -130,7 +121,7 @@ class IndexedDataset:
     @property
     def backend(self) -> str:
         """The resolved backend, "mmap" or "tensorstore"."""
-        return self._settings.backend
+        return self._access.backend
 
     @property
     def is_remote(self) -> bool:
@@ -145,7 +136,7 @@ class IndexedDataset:
     @property
     def object_store(self) -> ObjectStoreOptions:
         """The object-store settings this dataset reads with."""
-        return self._settings.store
+        return self._access.object_store
 
     @property
     def bin_dataset(self) -> BinDataset:
@@ -205,7 +196,8 @@ class IndexedDataset:
         if self._fingerprint is None:
             self._arrays()
             self._fingerprint = _identity.fingerprint(
-                self._location, self._handles(), self._settings.store, self._settings.identity
+                self._location, self._handles(), self._access.object_store,
+                self._access.identity_store(),
             )
         return self._fingerprint
 
@@ -322,26 +314,18 @@ class IndexedDataset:
             release(state)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {
-            "prefix": self._prefix,
-            "settings": self._settings,
-            "access": self._access,
-            "meta": self._meta,
-            "versions": self._versions,
-            "fingerprint": self._fingerprint,
-        }
+        return {name: getattr(self, name) for name in _PICKLED}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self._prefix = state["prefix"]
-        self._settings = state["settings"]
-        self._location = _resolve(self._prefix, self._settings.store)
-        self._access = state["access"]
-        self._meta = state["meta"]
-        self._versions = state["versions"]
-        self._fingerprint = state["fingerprint"]
+        self.__dict__.update(state)
+        self._start()
+
+    def _start(self) -> None:
+        """This process's state of the dataset: its location resolved, nothing open yet."""
+        self._location = _resolve(self._prefix, self._access.object_store)
         self._lock = threading.Lock()
-        self._state = None
-        self._reader = None
+        self._state: Handles | None = None
+        self._reader: TokenReader | None = None  # this dataset's read path, built on first read
 
     # ------------------------------------------------------------------------------ internals
 
@@ -360,7 +344,7 @@ class IndexedDataset:
         if h.arrays is None:
             with self._lock:
                 if h.arrays is None:
-                    _remote_open.load_index(h, self._location, self._settings)
+                    _remote_open.load_index(h, self._location, self._access, self._multimodal)
         assert h.arrays is not None
         return h.arrays
 
@@ -368,10 +352,10 @@ class IndexedDataset:
         """Opens the files in this process; refuses a dataset that changed since creation."""
         loc = self._location
         if loc.local_prefix is None:
-            kv = open_kvstore(loc, self._settings.context(loc))
-            h, known_fingerprint = _remote_open.open_remote(loc, kv, self._settings)
+            kv = open_kvstore(loc, reader_context(self._access.object_store))
+            h, known_fingerprint = _remote_open.open_remote(loc, kv, self._access, self._multimodal)
         else:
-            h, known_fingerprint = _local_open.open_local(loc, self._settings)
+            h, known_fingerprint = _local_open.open_local(loc, self._access, self._multimodal)
         self._fingerprint = self._fingerprint or known_fingerprint
         meta = (
             h.header.dtype.str, h.header.sequence_count, h.header.document_count - 1, h.bin_size
@@ -458,6 +442,7 @@ def check_exists(prefix: str | os.PathLike | dict, object_store: ObjectStoreOpti
 # ----------------------------------------------------------------------------------- helpers
 
 
+_PICKLED = ("_prefix", "_multimodal", "_access", "_meta", "_versions", "_fingerprint")
 _ZERO = np.zeros(1, np.int64)
 _ZERO.setflags(write=False)
 

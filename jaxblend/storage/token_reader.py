@@ -477,7 +477,7 @@ class TokenReader:
 def reader_context(store: access_lib.ObjectStoreOptions) -> ts.Context:
     """The TensorStore context buckets are read with (the one `IndexedDataset` opens a bucket's
     `.idx` with: one request-concurrency limit and one connection pool per process)."""
-    return _handles.OpenSettings(backend="tensorstore", multimodal=None, store=store).context(_REMOTE)
+    return _location.context_for({"file_io_mode": {"mode": "default"}, **store.context_spec()})
 
 
 def _show(generation: bytes) -> str:
@@ -490,4 +490,3 @@ def _show(generation: bytes) -> str:
 
 
 _ONE = np.zeros(1, np.int64)  # the touched datasets of a reader of one dataset
-_REMOTE = _location.Location(kvstore={}, name="", local_prefix=None, display="")

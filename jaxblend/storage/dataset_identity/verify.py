@@ -71,17 +71,18 @@ def verify_dataset(ds: IndexedDataset) -> Verification:
     """
     began = time.time()
     ds._arrays()  # the `.idx`, downloaded and validated (the fingerprint covers its bytes)
-    loc, h, settings = ds._location, ds._handles(), ds._settings
+    loc, h, store = ds._location, ds._handles(), ds.object_store
+    identity = ds.access.identity_store()
     bin_name = loc.file_name(".bin")
-    checksum = levels.reported_md5(loc, h, settings.store)
-    read = levels.read_md5(loc, h, settings.store)
+    checksum = levels.reported_md5(loc, h, store)
+    read = levels.read_md5(loc, h, store)
     fingerprint = levels.combine(h.idx_buffer, h.bin_size, bytes.fromhex(read))
     known = memo.lookup(
         levels.memo_url(loc),
         h.idx_generation,
         h.bin_generation,
-        options=settings.identity,
-        object_store=settings.store,
+        options=identity,
+        object_store=store,
     )
     problems = []
     store_md5 = checksum.md5.hex() if checksum.md5 is not None else None
@@ -109,8 +110,8 @@ def verify_dataset(ds: IndexedDataset) -> Verification:
             h.idx_generation,
             h.bin_generation,
             memo.Identity(fingerprint, h.num_tokens, h.bin_size),
-            options=settings.identity,
-            object_store=settings.store,
+            options=identity,
+            object_store=store,
         )
     return Verification(
         loc.display,
