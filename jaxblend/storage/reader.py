@@ -376,28 +376,17 @@ class IndexedDataset:
 
 
 def exists(prefix: str | os.PathLike | dict, object_store: ObjectStoreOptions | None = None) -> bool:
-    """Returns whether both `prefix.idx` and `prefix.bin` exist (any accepted prefix form).
+    """Returns whether both `prefix.idx` and `prefix.bin` exist (any accepted prefix form; see
+    `check_exists`).
 
-    Args:
-        prefix: dataset prefix.
-        object_store: how a remote prefix is reached (default: `ObjectStoreOptions.from_env()`).
-
-    Returns:
-        True if both files exist.
+    Raises:
+        ObjectStoreError: if the store fails or does not answer in time.
     """
-    store = object_store if object_store is not None else ObjectStoreOptions.from_env()
-    loc = _resolve(prefix, store)
-    if loc.local_prefix is not None:
-        return os.path.isfile(loc.local_prefix + ".idx") and os.path.isfile(
-            loc.local_prefix + ".bin"
-        )
-    kv = open_kvstore(loc, _location.shared_context())
-    futures = [_remote.read(kv, key, slice(0, 0)) for key in (loc.idx_key, loc.bin_key)]
-    return all(
-        _remote.wait(f, loc.display, "checking the files exist", store.request_timeout).state
-        == "value"
-        for f in futures
-    )
+    try:
+        check_exists(prefix, object_store)
+    except IndexFormatError:
+        return False
+    return True
 
 
 def check_exists(prefix: str | os.PathLike | dict, object_store: ObjectStoreOptions | None = None) -> None:
@@ -418,24 +407,20 @@ def check_exists(prefix: str | os.PathLike | dict, object_store: ObjectStoreOpti
     """
     store = object_store if object_store is not None else ObjectStoreOptions.from_env()
     loc = _resolve(prefix, store)
-    idx_name, bin_name = loc.file_name(".idx"), loc.file_name(".bin")
+    files = ((".idx", "index file"), (".bin", "data file"))
     if loc.local_prefix is not None:
-        if not os.path.exists(loc.local_prefix + ".idx"):
-            raise IndexFormatError(
-                f"{idx_name}: index file does not exist{missing_prefix_hint(loc.local_prefix)}"
-            )
-        if not os.path.exists(loc.local_prefix + ".bin"):
-            raise IndexFormatError(f"{bin_name}: data file does not exist")
+        for suffix, what in files:
+            if not os.path.exists(loc.local_prefix + suffix):
+                hint = missing_prefix_hint(loc.local_prefix) if suffix == ".idx" else ""
+                raise IndexFormatError(f"{loc.file_name(suffix)}: {what} does not exist{hint}")
         return
     kv = open_kvstore(loc, _location.shared_context())
     timeout = store.request_timeout
-    futures = [_remote.read(kv, key, slice(0, 0)) for key in (loc.idx_key, loc.bin_key)]
-    for future, key, name, what in (
-        (futures[0], loc.idx_key, idx_name, "index file"),
-        (futures[1], loc.bin_key, bin_name, "data file"),
-    ):
+    futures = [_remote.read(kv, loc.name + suffix, slice(0, 0)) for suffix, _ in files]
+    for future, (suffix, what) in zip(futures, files):
+        name, key = loc.file_name(suffix), loc.name + suffix
         if _remote.wait(future, name, "checking the files exist", timeout).state != "value":
-            hint = suffix_hint(loc.display) if what == "index file" else ""
+            hint = suffix_hint(loc.display) if suffix == ".idx" else ""
             raise IndexFormatError(_remote.missing_message(kv, key, name, what, timeout) + hint)
 
 
