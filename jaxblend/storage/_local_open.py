@@ -6,7 +6,6 @@ backend) or opens a file kvstore ("tensorstore") on the first read.
 
 from __future__ import annotations
 
-import mmap
 import os
 import stat
 
@@ -34,23 +33,13 @@ def open_local(
     Raises:
       IndexFormatError: a file is missing, a directory, or malformed, or the pair disagrees.
     """
-    assert loc.local_prefix is not None
-    idx_name, bin_name = loc.file_name(".idx"), loc.file_name(".bin")
-    try:
-        idx_buffer = _map(loc.local_prefix + ".idx", idx_name, "index")
-    except IndexFormatError as e:
-        if not os.path.exists(loc.local_prefix + ".idx"):
-            raise IndexFormatError(f"{e}{missing_prefix_hint(loc.local_prefix)}") from None
-        raise
-    arrays = idx_format.parse_index(idx_buffer, idx_name, multimodal=multimodal)
-    bin_size = _size(loc.local_prefix + ".bin", bin_name)
-    idx_format.check_bin_size(arrays, bin_size, idx_name, bin_name)
+    idx_buffer, arrays, bin_size = read_index(loc, multimodal)
     try:
         idx_version, bin_version, changed_at = _identity.local_versions(loc.local_prefix)
     except OSError as e:
-        raise IndexFormatError(f"{idx_name}: cannot be stat'ed: {e}") from None
+        raise IndexFormatError(f"{loc.file_name('.idx')}: cannot be stat'ed: {e}") from None
     h = Handles(
-        header=idx_format.parse_header(idx_buffer, idx_name),
+        header=idx_format.parse_header(idx_buffer, loc.file_name(".idx")),
         num_tokens=arrays.num_tokens,
         bin_size=bin_size,
         kvstore=None,
@@ -69,22 +58,37 @@ def open_local(
     return h, None if known is None else known.fingerprint
 
 
-def _map(path: str, name: str, what: str) -> np.ndarray | mmap.mmap | bytes:
-    try:
-        if os.path.getsize(path) == 0:
-            return b""
-        return _mapping.map_readonly(path)
-    except FileNotFoundError:
-        raise IndexFormatError(f"{name}: {what} file does not exist") from None
-    except IsADirectoryError:
-        raise IndexFormatError(f"{name}: {what} file is a directory") from None
+def read_index(
+    loc: _location.Location, multimodal: bool | None
+) -> tuple[np.ndarray | bytes, idx_format.IndexArrays, int]:
+    """Maps and validates the `.idx` of `loc` (which has a `local_prefix`) and checks the `.bin`'s
+    size against it; `multimodal` as `idx_format.parse_index`.
+
+    Returns:
+      The `.idx` buffer (a read-only map; the arrays alias it), its arrays, the `.bin` size.
+
+    Raises:
+      IndexFormatError: a file is missing (with the likely prefix), a directory, or malformed, or
+        the pair disagrees.
+    """
+    idx_name, bin_name = loc.file_name(".idx"), loc.file_name(".bin")
+    idx_path = loc.local_prefix + ".idx"
+    idx_buffer = _mapping.map_readonly(idx_path) if _size(idx_path, idx_name, loc) else b""
+    arrays = idx_format.parse_index(idx_buffer, idx_name, multimodal=multimodal)
+    bin_size = _size(loc.local_prefix + ".bin", bin_name)
+    idx_format.check_bin_size(arrays, bin_size, idx_name, bin_name)
+    return idx_buffer, arrays, bin_size
 
 
-def _size(path: str, name: str) -> int:
+def _size(path: str, name: str, hint_for: _location.Location | None = None) -> int:
+    """The size of an index (`hint_for` its dataset, for the likely prefix when it is missing) or
+    data file."""
+    what = "data file" if hint_for is None else "index file"
     try:
         st = os.stat(path)
     except FileNotFoundError:
-        raise IndexFormatError(f"{name}: data file does not exist") from None
+        hint = "" if hint_for is None else missing_prefix_hint(hint_for.local_prefix)
+        raise IndexFormatError(f"{name}: {what} does not exist{hint}") from None
     if stat.S_ISDIR(st.st_mode):
-        raise IndexFormatError(f"{name}: data file is a directory")
+        raise IndexFormatError(f"{name}: {what} is a directory")
     return st.st_size

@@ -12,8 +12,6 @@ with `os.copy_file_range` in bounded chunks, never holding it in memory.
 
 from __future__ import annotations
 
-import contextlib
-import mmap
 import os
 import secrets
 import shutil
@@ -22,7 +20,7 @@ from typing import Any, Self
 
 import numpy as np
 
-from jaxblend.storage import idx_format
+from jaxblend.storage import _local_open, idx_format
 from jaxblend.storage.idx_format import IndexFormatError
 from jaxblend.storage.object_store import location as _location
 
@@ -249,31 +247,24 @@ class IndexedDatasetBuilder:
         """
         self._check_open()
         self._check_no_pending("merge()")
-        other = _location.local_path(prefix)
-        other_idx, other_bin = other + ".idx", other + ".bin"
-        if os.path.abspath(other) == self._prefix:
-            raise ValueError(f"cannot merge {other!r} into itself")
-        with _map_file(other_idx) as buf:
-            header = idx_format.parse_header(buf, other_idx)
-            if header.dtype != self._dtype:
-                raise ValueError(
-                    f"cannot merge {other_idx} (dtype {header.dtype}) into {self._idx_path} (dtype {self._dtype})"
-                )
-            arrays = idx_format.parse_index(buf, other_idx, multimodal=self._multimodal)
-            bin_size = _file_size(other_bin)
-            idx_format.check_bin_size(arrays, bin_size, other_idx, other_bin)
-            offset = len(self._lengths)
-            self._lengths.extend(arrays.sequence_lengths)
-            self._doc_indices.extend(arrays.document_indices[1:].astype(np.int64) + offset)
-            if self._modes is not None:
-                assert (
-                    arrays.sequence_modes is not None
-                )  # parse_index(multimodal=True) guarantees it
-                self._modes.extend(arrays.sequence_modes)
-            del arrays
+        loc = _location.resolve(_location.local_path(prefix))
+        if loc.local_prefix == self._prefix:
+            raise ValueError(f"cannot merge {loc.display!r} into itself")
+        _, arrays, bin_size = _local_open.read_index(loc, self._multimodal)
+        if arrays.dtype != self._dtype:
+            raise ValueError(
+                f"cannot merge {loc.file_name('.idx')} (dtype {arrays.dtype}) into "
+                f"{self._idx_path} (dtype {self._dtype})"
+            )
+        offset = len(self._lengths)
+        self._lengths.extend(arrays.sequence_lengths)
+        self._doc_indices.extend(arrays.document_indices[1:].astype(np.int64) + offset)
+        if self._modes is not None:  # parse_index(multimodal=True) guarantees them
+            self._modes.extend(arrays.sequence_modes)
+        del arrays
         self._last_doc_end = len(self._lengths)
         self._bin.flush()
-        _copy_file(other_bin, self._bin.raw, bin_size)
+        _copy_file(loc.local_prefix + ".bin", self._bin.raw, bin_size)
         self._bin.seek(0, os.SEEK_END)  # resynchronise the buffered writer with the raw position
         self._num_tokens += bin_size // self._dtype.itemsize
 
@@ -403,37 +394,6 @@ def _check_mode(mode: Any) -> int:
     ):
         raise ValueError(f"mode must be an integer in [-128, 127], got {mode!r}")
     return int(mode)
-
-
-class _map_file:
-    """Context manager: read-only mmap of a whole file (empty bytes for an empty file)."""
-
-    def __init__(self, path: str) -> None:
-        self._path = path
-        self._mm: mmap.mmap | None = None
-
-    def __enter__(self) -> mmap.mmap | bytes:
-        try:
-            with open(self._path, "rb") as f:
-                if os.fstat(f.fileno()).st_size == 0:
-                    return b""
-                self._mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        except FileNotFoundError:
-            raise IndexFormatError(f"{self._path}: index file does not exist") from None
-        return self._mm
-
-    def __exit__(self, *exc: object) -> None:
-        if self._mm is not None:
-            # A numpy view may still exist; the map then closes when it is collected.
-            with contextlib.suppress(BufferError):
-                self._mm.close()
-
-
-def _file_size(path: str) -> int:
-    try:
-        return os.stat(path).st_size
-    except FileNotFoundError:
-        raise IndexFormatError(f"{path}: data file does not exist") from None
 
 
 def _copy_file(src_path: str, dst: Any, nbytes: int) -> None:
