@@ -32,7 +32,7 @@ _NAMES = {
     "Identity": ".memo",
     "bin_md5": ".levels",
     "combine": ".levels",
-    "dataset_fingerprint": ".entry",
+    "dataset_fingerprint": ".verify",
     "fingerprint": ".levels",
     "local_versions": ".levels",
     "memo_url": ".levels",
@@ -56,5 +56,5 @@ __all__ = [
 
 
 # Names resolve on first use (the reader imports `levels`, so this package imports neither the
-# reader nor `entry`, which opens datasets with it).
+# reader nor `verify`, which opens datasets with it).
 __getattr__, __dir__ = _lazy.exports(__name__, _NAMES)

@@ -49,15 +49,27 @@ def fingerprint(
       IndexFormatError: if a file changed while it was being hashed.
     """
     began = time.time()
-    assert h.arrays is not None
     value = combine(h.idx_buffer, h.bin_size, bytes.fromhex(bin_md5(loc, h, store)))
+    remember(loc, h, value, began, store, memo)
+    return value
+
+
+def remember(
+    loc: Location,
+    h: Handles,
+    value: str,
+    began: float,
+    store: ObjectStoreOptions,
+    memo: IdentityStoreOptions,
+) -> None:
+    """Records `value` as the fingerprint of the version pair in `h`, hashed from `began` (a
+    `time.time()`); a local file changed within `identity_memo.SETTLE_SECONDS` before is not."""
     if loc.local_prefix is None or began - h.changed_at >= identity_memo.SETTLE_SECONDS:
-        identity = identity_memo.Identity(value, h.arrays.num_tokens, h.bin_size)
         identity_memo.record(
-            memo_url(loc), h.idx_generation, h.bin_generation, identity,
+            memo_url(loc), h.idx_generation, h.bin_generation,
+            identity_memo.Identity(value, h.num_tokens, h.bin_size),
             options=memo, object_store=store,
         )
-    return value
 
 
 def combine(idx_bytes: Any, bin_size: int, bin_md5: bytes) -> str:

@@ -63,11 +63,6 @@ def _store(options: IdentityStoreOptions, remote_dataset: bool) -> Path | str | 
     return Path(options.local_dir) if options.local_dir else _default_directory()
 
 
-def _bucket(url: str, store: ObjectStoreOptions) -> ObjectDirectory:
-    """The memo's bucket directory, reached with `store`'s options."""
-    return ObjectDirectory(url, store)
-
-
 def _read(store: Path | str, name: str, access: ObjectStoreOptions) -> str | None:
     if isinstance(store, Path):
         try:  # (plain `open`: read once per dataset at every start, pathlib's parsing is not free)
@@ -76,7 +71,7 @@ def _read(store: Path | str, name: str, access: ObjectStoreOptions) -> str | Non
         except OSError:
             return None
     try:
-        data = _bucket(store, access).read(name, "reading the identity memo")
+        data = ObjectDirectory(store, access).read(name, "reading the identity memo")
     except (ValueError, OSError):  # a memo that cannot be read is a miss
         return None
     return None if data is None else data.decode(errors="replace")
@@ -92,7 +87,7 @@ def _write(store: Path | str, name: str, text: str, access: ObjectStoreOptions) 
             pass
         return
     try:  # an object-store write is atomic: readers see the old object or the new one
-        _bucket(store, access).write(name, text.encode(), "writing the identity memo")
+        ObjectDirectory(store, access).write(name, text.encode(), "writing the identity memo")
     except (ValueError, OSError):
         pass
 
