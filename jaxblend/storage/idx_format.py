@@ -132,27 +132,6 @@ def dtype_code(dtype: np.typing.DTypeLike) -> int:
         ) from None
 
 
-def dtype_from_code(code: int, name: str = "<idx>") -> np.dtype:
-    """Returns the numpy dtype for an `.idx` dtype code.
-
-    Args:
-        code: the code read from the header.
-        name: file name used in the error message.
-
-    Returns:
-        The token dtype.
-
-    Raises:
-        IndexFormatError: if the code is unknown.
-    """
-    try:
-        return _CODE_TO_DTYPE[code]
-    except KeyError:
-        raise IndexFormatError(
-            f"{name}: unknown token dtype code {code} (known codes: {sorted(_CODE_TO_DTYPE)})"
-        ) from None
-
-
 def token_dtype_for_vocab(vocab_size: int) -> np.dtype:
     """Returns the smallest token dtype Megatron-Core uses for a vocabulary.
 
@@ -171,30 +150,6 @@ def token_dtype_for_vocab(vocab_size: int) -> np.dtype:
     if vocab_size <= 0:
         raise ValueError(f"vocab_size must be > 0, got {vocab_size}")
     return np.dtype(np.uint16) if vocab_size < _UINT16_VOCAB_CUTOFF else np.dtype(np.int32)
-
-
-def index_size(sequence_count: int, document_count: int, multimodal: bool) -> int:
-    """Returns the exact byte length of an `.idx` file with the given counts."""
-    return (
-        HEADER_SIZE
-        + 12 * sequence_count
-        + 8 * document_count
-        + (sequence_count if multimodal else 0)
-    )
-
-
-def encode_header(dtype: np.typing.DTypeLike, sequence_count: int, document_count: int) -> bytes:
-    """Encodes the 34-byte `.idx` header.
-
-    Args:
-        dtype: token dtype.
-        sequence_count: N.
-        document_count: D (number of documents + 1).
-
-    Returns:
-        The header bytes.
-    """
-    return _HEADER_STRUCT.pack(MAGIC, VERSION, dtype_code(dtype), sequence_count, document_count)
 
 
 def parse_header(buf: Buffer, name: str) -> IndexHeader:
@@ -224,7 +179,11 @@ def parse_header(buf: Buffer, name: str) -> IndexHeader:
         raise IndexFormatError(
             f"{name}: unsupported index version {version} (supported: {VERSION})"
         )
-    return IndexHeader(dtype=dtype_from_code(code, name), sequence_count=n, document_count=d)
+    if code not in _CODE_TO_DTYPE:
+        raise IndexFormatError(
+            f"{name}: unknown token dtype code {code} (known codes: {sorted(_CODE_TO_DTYPE)})"
+        )
+    return IndexHeader(dtype=_CODE_TO_DTYPE[code], sequence_count=n, document_count=d)
 
 
 def parse_index(buf: Buffer, name: str, *, multimodal: bool | None = None) -> IndexArrays:
@@ -249,8 +208,8 @@ def parse_index(buf: Buffer, name: str, *, multimodal: bool | None = None) -> In
     n, d = header.sequence_count, header.document_count
     if d < 1:
         raise IndexFormatError(f"{name}: document count is {d}; it must be >= 1 (documents + 1)")
-    plain = index_size(n, d, multimodal=False)
-    with_modes = index_size(n, d, multimodal=True)
+    plain = HEADER_SIZE + 12 * n + 8 * d
+    with_modes = plain + n  # one int8 mode per sequence
     if size == with_modes and n > 0:
         has_modes = True
     elif size == plain:
@@ -358,23 +317,6 @@ def check_bin_size(arrays: IndexArrays, bin_size: int, idx_name: str, bin_name: 
         )
 
 
-def sequence_pointers(lengths: np.ndarray, itemsize: int) -> np.ndarray:
-    """Returns the byte offset of every sequence: the exclusive running sum of lengths * itemsize.
-
-    Args:
-        lengths: sequence lengths (any integer dtype).
-        itemsize: bytes per token.
-
-    Returns:
-        int64 array, same length as `lengths`.
-    """
-    nbytes = np.asarray(lengths, dtype=np.int64) * np.int64(itemsize)
-    out = np.zeros(nbytes.shape[0], dtype=np.int64)
-    if nbytes.shape[0] > 1:
-        np.cumsum(nbytes[:-1], out=out[1:])
-    return out
-
-
 def write_index(
     f: BinaryIO,
     dtype: np.typing.DTypeLike,
@@ -397,16 +339,13 @@ def write_index(
     d = np.dtype(dtype)
     lengths32 = np.ascontiguousarray(lengths, dtype="<i4")
     docs = np.ascontiguousarray(document_indices, dtype="<i8")
-    parts = [
-        encode_header(d, lengths32.shape[0], docs.shape[0]),
-        lengths32,
-        sequence_pointers(lengths32, d.itemsize).astype("<i8", copy=False),
-        docs,
-    ]
+    pointers = np.cumsum(lengths32, dtype="<i8")  # byte offsets: the exclusive running sum
+    pointers -= lengths32
+    pointers *= d.itemsize
+    header = (MAGIC, VERSION, dtype_code(d), lengths32.shape[0], docs.shape[0])
+    parts = [_HEADER_STRUCT.pack(*header), lengths32, pointers, docs]
     if modes is not None:
         parts.append(np.ascontiguousarray(modes, dtype=np.int8))
-    total = 0
-    for part in parts:
-        f.write(part if isinstance(part, bytes) else memoryview(part).cast("B"))
-        total += len(part) if isinstance(part, bytes) else part.nbytes
-    return total
+    views = [memoryview(part).cast("B") for part in parts]
+    f.writelines(views)
+    return sum(view.nbytes for view in views)
