@@ -20,7 +20,7 @@ from typing import Any, Self
 
 import numpy as np
 
-from jaxblend.storage import _local_open, idx_format
+from jaxblend.storage import _open, idx_format
 from jaxblend.storage.idx_format import IndexFormatError
 from jaxblend.storage.object_store import location as _location
 
@@ -250,7 +250,7 @@ class IndexedDatasetBuilder:
         loc = _location.resolve(_location.local_path(prefix))
         if loc.local_prefix == self._prefix:
             raise ValueError(f"cannot merge {loc.display!r} into itself")
-        _, arrays, bin_size = _local_open.read_index(loc, self._multimodal)
+        _, arrays, bin_size = _open.read_index(loc, self._multimodal)
         if arrays.dtype != self._dtype:
             raise ValueError(
                 f"cannot merge {loc.file_name('.idx')} (dtype {arrays.dtype}) into "

@@ -26,10 +26,9 @@ This module holds the reader's public face: Megatron-Core's (`dataset[i]`, `data
 `get(i, offset, length)`, `len`, `sequence_lengths`, `document_indices`, `sequence_modes`), the
 metadata and pickling. Every read goes through the package's one token reader,
 `token_reader.TokenReader` (its kernel is `_gather.gather`), given the `.bin` token offsets the
-`.idx` pointers say. Opening lives in modules with one job each:
-`_handles` (the per-process open state), `_local_open` (memory-mapped local
-files), `_remote_open` (object-store opens and the lazy `.idx` download), `_remote` (TensorStore
-requests and coalesced range reads).
+`.idx` pointers say. Opening lives in `_open` (the per-process open state, memory-mapped local
+files, object-store opens and the lazy `.idx` download), TensorStore requests in
+`object_store.requests`.
 
 Cost contract: opening a local dataset costs O(N) to validate the index (vectorized, blockwise);
 `get` and `dataset[i]` cost one bounds check plus the bytes read. Batches of spans (a loader's
@@ -50,9 +49,9 @@ import numpy as np
 
 from jaxblend import access as access_lib
 from jaxblend.access import ObjectStoreOptions
-from jaxblend.storage import _local_open, _remote_open
+from jaxblend.storage import _open
 from jaxblend.storage import dataset_identity as _identity
-from jaxblend.storage._handles import Handles, open_kvstore, release
+from jaxblend.storage._open import Handles, open_kvstore, release
 from jaxblend.storage._prefix_hint import missing_prefix_hint, suffix_hint
 from jaxblend.storage.idx_format import IndexArrays, IndexFormatError
 from jaxblend.storage.object_store import location as _location
@@ -344,7 +343,7 @@ class IndexedDataset:
         if h.arrays is None:
             with self._lock:
                 if h.arrays is None:
-                    _remote_open.load_index(h, self._location, self._access, self._multimodal)
+                    _open.load_index(h, self._location, self._access, self._multimodal)
         assert h.arrays is not None
         return h.arrays
 
@@ -353,9 +352,9 @@ class IndexedDataset:
         loc = self._location
         if loc.local_prefix is None:
             kv = open_kvstore(loc, reader_context(self._access.object_store))
-            h, known_fingerprint = _remote_open.open_remote(loc, kv, self._access, self._multimodal)
+            h, known_fingerprint = _open.open_remote(loc, kv, self._access, self._multimodal)
         else:
-            h, known_fingerprint = _local_open.open_local(loc, self._access, self._multimodal)
+            h, known_fingerprint = _open.open_local(loc, self._access, self._multimodal)
         self._fingerprint = self._fingerprint or known_fingerprint
         meta = (
             h.header.dtype.str, h.header.sequence_count, h.header.document_count - 1, h.bin_size

@@ -37,7 +37,7 @@ import numpy as np
 import tensorstore as ts
 
 from jaxblend import access as access_lib
-from jaxblend.storage import _gather, _handles, _mapping, read_tally
+from jaxblend.storage import _gather, _mapping, _open, read_tally
 from jaxblend.storage.dataset_identity import memo as identity_memo
 from jaxblend.storage.idx_format import IndexFormatError
 from jaxblend.storage.object_store import location as _location
@@ -468,7 +468,7 @@ class TokenReader:
             kv = self._kvstores.get(cache_key)
         if kv is None:
             root = dataclasses.replace(loc, kvstore=spec)
-            kv = _handles.open_kvstore(root, reader_context(self.access.object_store))
+            kv = _open.open_kvstore(root, reader_context(self.access.object_store))
             with self._lock:
                 kv = self._kvstores.setdefault(cache_key, kv)
         return kv, key

@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from jaxblend.access import IdentityStoreOptions, ObjectStoreOptions
-from jaxblend.storage._handles import Handles
+from jaxblend.storage._open import Handles
 from jaxblend.storage.dataset_identity import content_digest, store_checksums
 from jaxblend.storage.dataset_identity import memo as identity_memo
 from jaxblend.storage.idx_format import IndexFormatError
