@@ -321,7 +321,7 @@ class IndexedDataset:
 
     def _start(self) -> None:
         """This process's state of the dataset: its location resolved, nothing open yet."""
-        self._location = _resolve(self._prefix, self._access.object_store)
+        self._location = _location.resolve(self._prefix, self._access.object_store)
         self._lock = threading.Lock()
         self._state: Handles | None = None
         self._reader: TokenReader | None = None  # this dataset's read path, built on first read
@@ -405,7 +405,7 @@ def check_exists(prefix: str | os.PathLike | dict, object_store: ObjectStoreOpti
         ObjectStoreError: the store fails or does not answer in time.
     """
     store = object_store if object_store is not None else ObjectStoreOptions.from_env()
-    loc = _resolve(prefix, store)
+    loc = _location.resolve(prefix, store)
     files = ((".idx", "index file"), (".bin", "data file"))
     if loc.local_prefix is not None:
         for suffix, what in files:
@@ -429,10 +429,5 @@ def check_exists(prefix: str | os.PathLike | dict, object_store: ObjectStoreOpti
 _PICKLED = ("_prefix", "_multimodal", "_access", "_meta", "_versions", "_fingerprint")
 _ZERO = np.zeros(1, np.int64)
 _ZERO.setflags(write=False)
-
-
-def _resolve(prefix: str | dict, store: ObjectStoreOptions) -> _location.Location:
-    loc = _location.resolve(prefix)
-    return dataclasses.replace(loc, kvstore=store.complete_spec(loc.kvstore))
 
 

@@ -176,11 +176,13 @@ def open_store(url: str | dict[str, Any], options: ObjectStoreOptions) -> ts.KvS
         ) from None
 
 
-def resolve(prefix: Prefix) -> Location:
+def resolve(prefix: Prefix, options: ObjectStoreOptions | None = None) -> Location:
     """Resolves any accepted prefix form (see module docstring) to a `Location`.
 
     Args:
         prefix: the dataset prefix.
+        options: when given, an s3 store's endpoint and region are filled in from them
+            (`ObjectStoreOptions.complete_spec`).
 
     Returns:
         The resolved location.
@@ -223,6 +225,8 @@ def resolve(prefix: Prefix) -> Location:
         )
     head, _, name = path.rpartition("/")
     spec["path"] = head + "/" if head else ""
+    if options is not None:
+        spec = options.complete_spec(spec)
     return Location(kvstore=spec, name=name, local_prefix=None, display=display)
 
 
