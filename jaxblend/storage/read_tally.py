@@ -204,14 +204,7 @@ class PendingReads:
     def pending(self, now: float | None = None) -> list[PendingRead]:
         """The requests not answered yet, oldest first."""
         now = time.perf_counter() if now is None else now
-        for _ in range(3):
-            try:
-                entries = list(self._reads.values())
-                break
-            except RuntimeError:  # changed during the copy
-                continue
-        else:
-            entries = []
+        entries = list(self._reads.values())  # one C call under the GIL: no other thread runs
         retries_now: dict[str, int] = {}
         out = []
         for entry in entries:

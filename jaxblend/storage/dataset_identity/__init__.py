@@ -29,28 +29,18 @@ from __future__ import annotations
 from jaxblend import _lazy
 
 _NAMES = {
-    "Identity": ".memo",
-    "bin_md5": ".levels",
-    "combine": ".levels",
     "dataset_fingerprint": ".verify",
     "fingerprint": ".levels",
     "local_versions": ".levels",
     "memo_url": ".levels",
-    "read_md5": ".levels",
-    "reported_md5": ".levels",
     "verify_dataset": ".verify",
 }
 
 __all__ = [
-    "Identity",
-    "bin_md5",
-    "combine",
     "dataset_fingerprint",
     "fingerprint",
     "local_versions",
     "memo_url",
-    "read_md5",
-    "reported_md5",
     "verify_dataset",
 ]
 
