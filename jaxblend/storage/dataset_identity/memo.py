@@ -50,17 +50,13 @@ FORMAT = b"v3"  # v3: the `.bin` component is its MD5 (v2: chunked SHA-256; entr
 SETTLE_SECONDS = 2.0
 
 
-def _default_directory() -> Path:
-    return Path(os.path.join(os.path.expanduser("~"), ".cache", "jaxblend", "identity"))
-
-
 def _store(options: IdentityStoreOptions, remote_dataset: bool) -> Path | str | None:
     """Where entries live: a local directory, a bucket URL (remote datasets only), or None (off)."""
     if not options.enabled:
         return None
     if remote_dataset and options.shared_url:
         return options.shared_url
-    return Path(options.local_dir) if options.local_dir else _default_directory()
+    return Path(options.local_dir or os.path.expanduser("~/.cache/jaxblend/identity"))
 
 
 def _read(store: Path | str, name: str, access: ObjectStoreOptions) -> str | None:
