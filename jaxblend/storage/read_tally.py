@@ -32,6 +32,8 @@ from typing import Any
 import tensorstore as ts
 
 _local = threading.local()
+_retry_lock = threading.Lock()
+_retries_taken: dict[str, int] = {}  # per store kind: the process's retry count handed out so far
 
 # TensorStore driver -> the store name the figures use
 STORE_OF_DRIVER = {"file": "local", "gcs": "gs", "gcs_grpc": "gs", "s3": "s3"}
@@ -82,7 +84,7 @@ class ReadTally:
     def take_retries(self) -> None:
         """Adds the retries this process counted, per store read from, since the last take."""
         for store in self.requests:
-            counted = _RETRIES.take(store)
+            counted = _take_retries(store)
             if counted:
                 self.retries[store] = self.retries.get(store, 0) + counted
 
@@ -117,35 +119,22 @@ def store_retries(store: str) -> int:
     return total
 
 
-class _RetryShares:
-    """Hands out each retry TensorStore counts once: `take(store)` returns those since the last."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._seen: dict[str, int] = {}
-
-    def start(self) -> None:
-        """Counts from now the retries of the stores not seen yet."""
-        for store in _RETRY_METRIC:
-            now = store_retries(store)
-            with self._lock:
-                self._seen.setdefault(store, now)
-
-    def take(self, store: str) -> int:
-        now = store_retries(store)
-        with self._lock:
-            before = self._seen.get(store, now)
-            self._seen[store] = now
-        return max(0, now - before)
-
-
-_RETRIES = _RetryShares()
-
-
 def start_retry_count() -> None:
     """Starts counting retries for tallies now (retries before it, e.g. while opening datasets,
     are not a loader's); later calls change nothing."""
-    _RETRIES.start()
+    for store in _RETRY_METRIC:
+        now = store_retries(store)
+        with _retry_lock:
+            _retries_taken.setdefault(store, now)
+
+
+def _take_retries(store: str) -> int:
+    """The retries of a store kind counted since the last take (each retry is handed out once)."""
+    now = store_retries(store)
+    with _retry_lock:
+        before = _retries_taken.get(store, now)
+        _retries_taken[store] = now
+    return max(0, now - before)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -405,17 +405,13 @@ class TokenReader:
 
     def _map_member(self, d: int, state: _Opened) -> None:
         """Enters a mapped `.bin` into the kernel's address arrays (under the lock)."""
-        dtype = self.datasets[d].dtype
-        entry = self._member.get(dtype)
-        if entry is None:
-            entry = self._member[dtype] = (
-                np.zeros(0, np.dtype(dtype)), np.full(len(self.datasets), -1, np.int64),
-                np.dtype(dtype).itemsize,
-            )
-        member = entry[1]
+        dtype = state.dtype
+        if dtype.str not in self._member:
+            member = np.full(len(self.datasets), -1, np.int64)
+            self._member[dtype.str] = (np.zeros(0, dtype), member, dtype.itemsize)
         self._addr[d] = state.tokens.ctypes.data if state.tokens.size else 0
         self._count[d] = state.tokens.shape[0]
-        member[d] = d
+        self._member[dtype.str][1][d] = d
 
     def _open(self, ds: BinDataset) -> _Opened:
         loc = _location.resolve(ds.prefix, self.access.object_store)
