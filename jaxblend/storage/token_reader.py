@@ -232,7 +232,7 @@ class TokenReader:
         self._check_ranges(dataset, offset, length)
         if (kinds == 1).any():
             self._read_mapped(dataset, offset, length, out, out_pos)
-        self._read_remote(touched[kinds == 2].tolist(), dataset, offset, length, out, out_pos)
+        self._read_remote(touched[kinds == 2], dataset, offset, length, out, out_pos)
 
     # ------------------------------------------------------------------------------ local maps
 
@@ -312,14 +312,14 @@ class TokenReader:
     def _read_remote(self, remote, dataset, offset, length, out, out_pos) -> None:
         """Reads the ranges of datasets `remote` (ascending ids) by requests, one `ts.Batch`."""
         with self._lock:
-            opened = {d: self._opened[d] for d in remote}
+            opened = {d: self._opened[d] for d in remote.tolist()}
         order = np.argsort(dataset, kind="stable")
-        grouped = dataset[order]
+        starts = np.searchsorted(dataset[order], remote)
+        stops = np.searchsorted(dataset[order], remote + 1)
         pending = []
         tally = read_tally.current()
         with ts.Batch() as batch:
-            for d in remote:
-                lo, hi = np.searchsorted(grouped, (d, d + 1))
+            for d, lo, hi in zip(opened, starts.tolist(), stops.tolist()):
                 sel = order[lo:hi]
                 state = opened[d]
                 itemsize = state.dtype.itemsize
