@@ -101,13 +101,10 @@ class IndexArrays:
     @property
     def num_tokens(self) -> int:
         """Total number of tokens implied by the index (the `.bin` length in items)."""
-        n = self.sequence_lengths.shape[0]
-        if n == 0:
+        if self.sequence_lengths.shape[0] == 0:
             return 0
-        last_end = (
-            int(self.sequence_pointers[-1]) + int(self.sequence_lengths[-1]) * self.dtype.itemsize
-        )
-        return last_end // self.dtype.itemsize
+        last = int(self.sequence_pointers[-1]) // self.dtype.itemsize  # the last sequence's start
+        return last + int(self.sequence_lengths[-1])
 
 
 def dtype_code(dtype: np.typing.DTypeLike) -> int:
@@ -153,14 +150,8 @@ def token_dtype_for_vocab(vocab_size: int) -> np.dtype:
 
 
 def parse_header(buf: Buffer, name: str) -> IndexHeader:
-    """Decodes and checks the fixed header at the start of an `.idx` buffer.
-
-    Args:
-        buf: at least the first 34 bytes of the file (more is fine).
-        name: file name used in error messages.
-
-    Returns:
-        The decoded header.
+    """Decodes and checks the fixed header at the start of an `.idx` buffer (at least its first
+    34 bytes; `name` for messages).
 
     Raises:
         IndexFormatError: on a short buffer, wrong magic, unknown version or dtype code.
@@ -191,7 +182,7 @@ def parse_index(buf: Buffer, name: str, *, multimodal: bool | None = None) -> In
 
     Args:
         buf: the complete file contents (bytes, mmap, memoryview).
-        name: file name used in error messages.
+        name: the file's name in messages.
         multimodal: None to detect modes from the file length (see module docstring); True to
             require modes; False to ignore modes if present (as Megatron-Core does).
 
@@ -245,19 +236,13 @@ def validate_arrays(arrays: IndexArrays, name: str) -> None:
 
     Checks: lengths >= 0; document_indices start at 0, end at N and never decrease; pointers are
     the running byte offsets of the sequences (`pointers[i] = itemsize * sum(lengths[:i])`).
-
-    Args:
-        arrays: the decoded arrays.
-        name: file name used in error messages.
+    `name` is the file's name in messages.
 
     Raises:
         IndexFormatError: naming the first inconsistency found.
     """
-    lengths, pointers, doc_idx = (
-        arrays.sequence_lengths,
-        arrays.sequence_pointers,
-        arrays.document_indices,
-    )
+    lengths, pointers = arrays.sequence_lengths, arrays.sequence_pointers
+    doc_idx = arrays.document_indices
     n = lengths.shape[0]
     if doc_idx[0] != 0:
         raise IndexFormatError(f"{name}: document_indices[0] is {int(doc_idx[0])}, expected 0")
@@ -298,13 +283,8 @@ def validate_arrays(arrays: IndexArrays, name: str) -> None:
 
 
 def check_bin_size(arrays: IndexArrays, bin_size: int, idx_name: str, bin_name: str) -> None:
-    """Checks that a `.bin` has exactly the byte length its index implies.
-
-    Args:
-        arrays: the decoded (validated) index.
-        bin_size: actual `.bin` length in bytes.
-        idx_name: index file name for the message.
-        bin_name: data file name for the message.
+    """Checks that a `.bin` of `bin_size` bytes has exactly the length its (validated) index
+    implies; the names are the files' in the message.
 
     Raises:
         IndexFormatError: if the sizes disagree.

@@ -11,24 +11,16 @@ Backends (`DataAccess.backend`):
   merge) and issued together on one `ts.Batch`.
 * `"auto"` (default): `"mmap"` for local prefixes, `"tensorstore"` otherwise.
 
-Opening a remote dataset costs three rounds of small concurrent requests (the `.idx` header, its
-last length and pointer, two 1-byte probes of the `.bin` size), not a download: the `.idx` arrays
-are fetched on first use (`sequence_lengths`, reads), validated then, and the content fingerprint
-of an object version seen before comes from `identity_memo` without downloading the `.idx`.
-Every read option (backend, object-store endpoints, retries, concurrency, coalescing, timeouts)
-comes from the one `DataAccess` a dataset is opened with.
-
-Accepted prefix forms are listed in `jaxblend.storage.object_store.location` (local path, `file://`, kvstore URL,
-kvstore spec dict). Objects pickle as their prefix and options; file handles reopen lazily (under a
-lock) in each process, and a dataset whose files changed in between is refused.
+Opening a remote dataset is a few small requests, not a download (`_open`; docs/object_stores.md,
+"Opening a dataset"). Every read option (backend, object-store endpoints, retries, concurrency,
+coalescing, timeouts) comes from the one `DataAccess` a dataset is opened with. Prefix forms:
+`object_store.location`. Objects pickle as their prefix and options; file handles reopen lazily
+(under a lock) in each process, and a dataset whose files changed in between is refused.
 
 This module holds the reader's public face: Megatron-Core's (`dataset[i]`, `dataset[i:j]`,
 `get(i, offset, length)`, `len`, `sequence_lengths`, `document_indices`, `sequence_modes`), the
 metadata and pickling. Every read goes through the package's one token reader,
-`token_reader.TokenReader` (its kernel is `_gather.gather`), given the `.bin` token offsets the
-`.idx` pointers say. Opening lives in `_open` (the per-process open state, memory-mapped local
-files, object-store opens and the lazy `.idx` download), TensorStore requests in
-`object_store.requests`.
+`token_reader.TokenReader`, given the `.bin` token offsets the `.idx` pointers say.
 
 Cost contract: opening a local dataset costs O(N) to validate the index (vectorized, blockwise);
 `get` and `dataset[i]` cost one bounds check plus the bytes read. Batches of spans (a loader's
