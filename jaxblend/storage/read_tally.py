@@ -183,8 +183,7 @@ class PendingReads:
 
     def register(self, read: Any, store: str, submitted: float) -> None:
         """Enters `read` (a `RangeRead` with its futures) as submitted at `submitted`."""
-        retries = store_retries(store) if store in _RETRY_METRIC else 0
-        self._reads[id(read)] = _Entry(read, store, submitted, retries)
+        self._reads[id(read)] = _Entry(read, store, submitted, store_retries(store))
 
     def unregister(self, read: Any) -> None:
         """Removes `read` (answered, or failed)."""
@@ -201,9 +200,7 @@ class PendingReads:
             if not spans:
                 continue
             if entry.store not in retries_now:
-                retries_now[entry.store] = (
-                    store_retries(entry.store) if entry.store in _RETRY_METRIC else 0
-                )
+                retries_now[entry.store] = store_retries(entry.store)
             retries = max(0, retries_now[entry.store] - entry.retries_before)
             out.extend(
                 PendingRead(entry.read.name, lo, hi, now - entry.submitted, retries, entry.store)

@@ -104,13 +104,11 @@ def context_for(spec: dict[str, Any]) -> ts.Context:
     elsewhere opens new connections instead of reusing drivers bound to the old server.
     """
     key = json.dumps([spec, os.environ.get("TENSORSTORE_GCS_HTTP_URL")], sort_keys=True)
+    parent = shared_context()
     with _CONTEXT_LOCK:
-        context = _CHILD_CONTEXTS.get(key)
-    if context is None:
-        context = ts.Context(ts.Context.Spec(spec), shared_context())
-        with _CONTEXT_LOCK:
-            context = _CHILD_CONTEXTS.setdefault(key, context)
-    return context
+        if key not in _CHILD_CONTEXTS:
+            _CHILD_CONTEXTS[key] = ts.Context(ts.Context.Spec(spec), parent)
+        return _CHILD_CONTEXTS[key]
 
 
 def open_kvstore(spec: str | dict[str, Any], context: ts.Context | None = None) -> ts.KvStore:
