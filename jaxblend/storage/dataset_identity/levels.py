@@ -96,10 +96,7 @@ def reported_md5(
     if loc.local_prefix is not None:
         return store_checksums.StoreChecksum(None, None, "local file")
     bin_name = loc.file_name(".bin")
-    try:
-        return store_checksums.reported(loc.kvstore, loc.bin_key, h.bin_generation, bin_name, store)
-    except store_checksums.GenerationMismatch as e:
-        raise IndexFormatError(str(e)) from None
+    return store_checksums.reported(loc.kvstore, loc.bin_key, h.bin_generation, bin_name, store)
 
 
 def bin_md5(loc: Location, h: Handles, store: ObjectStoreOptions) -> str:
