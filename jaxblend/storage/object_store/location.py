@@ -112,17 +112,10 @@ def context_for(spec: dict[str, Any]) -> ts.Context:
 
 
 def open_kvstore(spec: str | dict[str, Any], context: ts.Context | None = None) -> ts.KvStore:
-    """Opens a kvstore (URL or spec dict) on the shared jaxblend context.
+    """Opens a kvstore (URL or spec dict) on `context` (default: the shared jaxblend context).
 
     Useful to put test data into a `memory://` store that `IndexedDataset("memory://...")` then
     reads: `open_kvstore("memory://d/").write("corpus.idx", idx_bytes).result()`.
-
-    Args:
-        spec: kvstore URL or JSON spec.
-        context: context to use instead of `shared_context()`.
-
-    Returns:
-        The open kvstore.
     """
     if isinstance(spec, str):
         spec = ts.KvStore.Spec(spec).to_json()
@@ -177,13 +170,8 @@ def open_store(url: str | dict[str, Any], options: ObjectStoreOptions) -> ts.KvS
 def resolve(prefix: Prefix, options: ObjectStoreOptions | None = None) -> Location:
     """Resolves any accepted prefix form (see module docstring) to a `Location`.
 
-    Args:
-        prefix: the dataset prefix.
-        options: when given, an s3 store's endpoint and region are filled in from them
-            (`ObjectStoreOptions.complete_spec`).
-
-    Returns:
-        The resolved location.
+    `options`, when given, fill in an s3 store's endpoint and region
+    (`ObjectStoreOptions.complete_spec`).
 
     Raises:
         ValueError: if the prefix is empty or not one of the accepted forms.
@@ -230,12 +218,6 @@ def resolve(prefix: Prefix, options: ObjectStoreOptions | None = None) -> Locati
 
 def local_path(prefix: str | os.PathLike) -> str:
     """Returns the absolute local path of a local prefix (path or `file://` URL).
-
-    Args:
-        prefix: the prefix.
-
-    Returns:
-        Absolute path prefix.
 
     Raises:
         ValueError: if the prefix is not local.
