@@ -314,8 +314,8 @@ class TokenReader:
         with self._lock:
             opened = {d: self._opened[d] for d in remote.tolist()}
         order = np.argsort(dataset, kind="stable")
-        starts = np.searchsorted(dataset[order], remote)
-        stops = np.searchsorted(dataset[order], remote + 1)
+        grouped = dataset[order]
+        starts, stops = np.searchsorted(grouped, remote), np.searchsorted(grouped, remote + 1)
         pending = []
         tally = read_tally.current()
         with ts.Batch() as batch:
