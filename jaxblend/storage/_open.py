@@ -31,7 +31,6 @@ from jaxblend.access import DataAccess
 from jaxblend.storage import _mapping, idx_format
 from jaxblend.storage import dataset_identity as _identity
 from jaxblend.storage._prefix_hint import missing_prefix_hint, suffix_hint
-from jaxblend.storage.dataset_identity import memo as identity_memo
 from jaxblend.storage.idx_format import IndexArrays, IndexFormatError
 from jaxblend.storage.object_store import location as _location
 from jaxblend.storage.object_store import requests as _remote
@@ -72,16 +71,6 @@ def release(state: Handles) -> None:
             state.idx_buffer.close()
 
 
-def _remembered(
-    loc: _location.Location, h: Handles, access: DataAccess
-) -> identity_memo.Identity | None:
-    """The identity remembered for the version pair of `h`, if any."""
-    return identity_memo.lookup(
-        _identity.memo_url(loc), h.idx_generation, h.bin_generation,
-        options=access.identity_store(), object_store=access.object_store,
-    )
-
-
 # ------------------------------------------------------------------------------------ local files
 
 
@@ -107,7 +96,7 @@ def open_local(
         header, arrays.num_tokens, bin_size, None, idx_version, bin_version, changed_at, arrays,
         idx_buffer,
     )
-    known = _remembered(loc, h, access)
+    known = _identity.remembered(loc, h, access)
     if known is None or (known.num_tokens, known.bin_size) != (h.num_tokens, bin_size):
         return h, None
     return h, known.fingerprint
@@ -187,7 +176,7 @@ def open_remote(
     if head is not None:
         h.header = idx_format.parse_header(head.value, idx_name)
         h.idx_generation = bytes(head.stamp.generation)
-        known = _remembered(loc, h, access)
+        known = _identity.remembered(loc, h, access)
         if known is not None and known.num_tokens * h.header.dtype.itemsize == known.bin_size:
             h.num_tokens, h.bin_size = known.num_tokens, known.bin_size
             return h, known.fingerprint

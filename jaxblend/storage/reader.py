@@ -186,10 +186,7 @@ class IndexedDataset:
         """
         if self._fingerprint is None:
             self._arrays()
-            self._fingerprint = _identity.fingerprint(
-                self._location, self._handles(), self._access.object_store,
-                self._access.identity_store(),
-            )
+            self._fingerprint = _identity.fingerprint(self._location, self._handles(), self._access)
         return self._fingerprint
 
     def __len__(self) -> int:

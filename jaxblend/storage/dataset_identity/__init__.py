@@ -33,6 +33,7 @@ _NAMES = {
     "fingerprint": ".levels",
     "local_versions": ".levels",
     "memo_url": ".levels",
+    "remembered": ".levels",
     "verify_dataset": ".verify",
 }
 
@@ -41,6 +42,7 @@ __all__ = [
     "fingerprint",
     "local_versions",
     "memo_url",
+    "remembered",
     "verify_dataset",
 ]
 

@@ -21,7 +21,7 @@ import dataclasses
 import time
 
 from jaxblend.access import DataAccess
-from jaxblend.storage.dataset_identity import levels, memo
+from jaxblend.storage.dataset_identity import levels
 from jaxblend.storage.object_store.location import Prefix
 from jaxblend.storage.reader import IndexedDataset
 
@@ -97,18 +97,11 @@ def verify_dataset(ds: IndexedDataset) -> Verification:
     began = time.time()
     ds._arrays()  # the `.idx`, downloaded and validated (the fingerprint covers its bytes)
     loc, h, store = ds._location, ds._handles(), ds.object_store
-    identity = ds.access.identity_store()
     bin_name = loc.file_name(".bin")
     checksum = levels.reported_md5(loc, h, store)
     read = levels.read_md5(loc, h, store)
     fingerprint = levels.combine(h.idx_buffer, h.bin_size, bytes.fromhex(read))
-    known = memo.lookup(
-        levels.memo_url(loc),
-        h.idx_generation,
-        h.bin_generation,
-        options=identity,
-        object_store=store,
-    )
+    known = levels.remembered(loc, h, ds.access)
     problems = []
     store_md5 = checksum.md5.hex() if checksum.md5 is not None else None
     if store_md5 is not None and store_md5 != read:
@@ -126,7 +119,7 @@ def verify_dataset(ds: IndexedDataset) -> Verification:
             "contents are meant"
         )
     if not problems and remembered is None:
-        levels.remember(loc, h, fingerprint, began, store, identity)
+        levels.remember(loc, h, fingerprint, began, ds.access)
     return Verification(
         loc.display,
         h.bin_size,
