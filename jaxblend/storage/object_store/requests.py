@@ -177,6 +177,7 @@ class RangeRead:
         self.generations: list[bytes] = []  # each request's object generation, after `finish`
         self._futures: list[Any] = []
         self._answered: list[float] | None = None  # perf_counter() of each answer, when timed
+        self._lo = self._hi = self._group = self._rel = self._nbytes = self._dst = order[:0]
         if order.size == 0:
             return
         reach = np.maximum.accumulate(b1)
@@ -211,8 +212,6 @@ class RangeRead:
 
     def unanswered(self) -> list[tuple[int, int]]:
         """The byte ranges `[start, stop)` of the requests not answered yet."""
-        if not self._futures:
-            return []
         return [
             (lo, hi) for fut, lo, hi in zip(self._futures, self._lo.tolist(), self._hi.tolist())
             if not fut.done()
@@ -225,8 +224,6 @@ class RangeRead:
           IndexFormatError: if the object vanished or is shorter than a span.
           ObjectStoreError: on a server failure or timeout.
         """
-        if not self._futures:
-            return
         buffers = []
         for fut, lo, hi in zip(self._futures, self._lo.tolist(), self._hi.tolist()):
             what = f"reading bytes [{lo}, {hi})"
