@@ -120,13 +120,10 @@ def dtype_code(dtype: np.typing.DTypeLike) -> int:
         ValueError: if the dtype has no code in the format.
     """
     d = np.dtype(dtype)
-    try:
-        return _DTYPE_TO_CODE[d]
-    except KeyError:
+    if d not in _DTYPE_TO_CODE:
         allowed = ", ".join(str(x) for x in _DTYPE_TO_CODE)
-        raise ValueError(
-            f"dtype {d} is not storable in an IndexedDataset; allowed: {allowed}"
-        ) from None
+        raise ValueError(f"dtype {d} is not storable in an IndexedDataset; allowed: {allowed}")
+    return _DTYPE_TO_CODE[d]
 
 
 def token_dtype_for_vocab(vocab_size: int) -> np.dtype:
@@ -201,11 +198,8 @@ def parse_index(buf: Buffer, name: str, *, multimodal: bool | None = None) -> In
         raise IndexFormatError(f"{name}: document count is {d}; it must be >= 1 (documents + 1)")
     plain = HEADER_SIZE + 12 * n + 8 * d
     with_modes = plain + n  # one int8 mode per sequence
-    if size == with_modes and n > 0:
-        has_modes = True
-    elif size == plain:
-        has_modes = False
-    else:
+    has_modes = n > 0 and size == with_modes
+    if not has_modes and size != plain:
         raise IndexFormatError(
             f"{name}: file is {size} bytes but its header (N={n} sequences, D={d} document indices) "
             f"implies {plain} bytes ({with_modes} with multimodal modes); the file is truncated or corrupt"
@@ -214,16 +208,12 @@ def parse_index(buf: Buffer, name: str, *, multimodal: bool | None = None) -> In
         raise IndexFormatError(
             f"{name}: multimodal=True but the file holds no sequence modes ({size} bytes, N={n}, D={d})"
         )
-    off = HEADER_SIZE
-    lengths = np.frombuffer(view, dtype="<i4", count=n, offset=off)
-    off += 4 * n
-    pointers = np.frombuffer(view, dtype="<i8", count=n, offset=off)
-    off += 8 * n
-    doc_idx = np.frombuffer(view, dtype="<i8", count=d, offset=off)
-    off += 8 * d
+    lengths = np.frombuffer(view, dtype="<i4", count=n, offset=HEADER_SIZE)
+    pointers = np.frombuffer(view, dtype="<i8", count=n, offset=HEADER_SIZE + 4 * n)
+    doc_idx = np.frombuffer(view, dtype="<i8", count=d, offset=HEADER_SIZE + 12 * n)
     modes: np.ndarray | None = None
     if has_modes and multimodal is not False:
-        modes = np.frombuffer(view, dtype=np.int8, count=n, offset=off)
+        modes = np.frombuffer(view, dtype=np.int8, count=n, offset=plain)  # after the indices
     elif multimodal and n == 0:
         modes = np.zeros(0, dtype=np.int8)
     arrays = IndexArrays(header.dtype, lengths, pointers, doc_idx, modes)

@@ -86,9 +86,7 @@ class IndexedDataset:
             raise TypeError(f"access must be a DataAccess, got {type(access).__name__}")
         if not (multimodal is None or isinstance(multimodal, bool)):
             raise ValueError(f"multimodal must be None, True or False, got {multimodal!r}")
-        self._prefix: str | dict = (
-            copy.deepcopy(prefix) if isinstance(prefix, dict) else os.fspath(prefix)
-        )
+        self._prefix = copy.deepcopy(prefix) if isinstance(prefix, dict) else os.fspath(prefix)
         self._multimodal = multimodal
         self._access = access
         self._start()
