@@ -101,13 +101,10 @@ class IndexArrays:
     @property
     def num_tokens(self) -> int:
         """Total number of tokens implied by the index (the `.bin` length in items)."""
-        n = self.sequence_lengths.shape[0]
-        if n == 0:
+        if self.sequence_lengths.shape[0] == 0:
             return 0
-        last_end = (
-            int(self.sequence_pointers[-1]) + int(self.sequence_lengths[-1]) * self.dtype.itemsize
-        )
-        return last_end // self.dtype.itemsize
+        last = int(self.sequence_pointers[-1]) // self.dtype.itemsize  # the last sequence's start
+        return last + int(self.sequence_lengths[-1])
 
 
 def dtype_code(dtype: np.typing.DTypeLike) -> int:
@@ -123,34 +120,10 @@ def dtype_code(dtype: np.typing.DTypeLike) -> int:
         ValueError: if the dtype has no code in the format.
     """
     d = np.dtype(dtype)
-    try:
-        return _DTYPE_TO_CODE[d]
-    except KeyError:
+    if d not in _DTYPE_TO_CODE:
         allowed = ", ".join(str(x) for x in _DTYPE_TO_CODE)
-        raise ValueError(
-            f"dtype {d} is not storable in an IndexedDataset; allowed: {allowed}"
-        ) from None
-
-
-def dtype_from_code(code: int, name: str = "<idx>") -> np.dtype:
-    """Returns the numpy dtype for an `.idx` dtype code.
-
-    Args:
-        code: the code read from the header.
-        name: file name used in the error message.
-
-    Returns:
-        The token dtype.
-
-    Raises:
-        IndexFormatError: if the code is unknown.
-    """
-    try:
-        return _CODE_TO_DTYPE[code]
-    except KeyError:
-        raise IndexFormatError(
-            f"{name}: unknown token dtype code {code} (known codes: {sorted(_CODE_TO_DTYPE)})"
-        ) from None
+        raise ValueError(f"dtype {d} is not storable in an IndexedDataset; allowed: {allowed}")
+    return _DTYPE_TO_CODE[d]
 
 
 def token_dtype_for_vocab(vocab_size: int) -> np.dtype:
@@ -173,39 +146,9 @@ def token_dtype_for_vocab(vocab_size: int) -> np.dtype:
     return np.dtype(np.uint16) if vocab_size < _UINT16_VOCAB_CUTOFF else np.dtype(np.int32)
 
 
-def index_size(sequence_count: int, document_count: int, multimodal: bool) -> int:
-    """Returns the exact byte length of an `.idx` file with the given counts."""
-    return (
-        HEADER_SIZE
-        + 12 * sequence_count
-        + 8 * document_count
-        + (sequence_count if multimodal else 0)
-    )
-
-
-def encode_header(dtype: np.typing.DTypeLike, sequence_count: int, document_count: int) -> bytes:
-    """Encodes the 34-byte `.idx` header.
-
-    Args:
-        dtype: token dtype.
-        sequence_count: N.
-        document_count: D (number of documents + 1).
-
-    Returns:
-        The header bytes.
-    """
-    return _HEADER_STRUCT.pack(MAGIC, VERSION, dtype_code(dtype), sequence_count, document_count)
-
-
 def parse_header(buf: Buffer, name: str) -> IndexHeader:
-    """Decodes and checks the fixed header at the start of an `.idx` buffer.
-
-    Args:
-        buf: at least the first 34 bytes of the file (more is fine).
-        name: file name used in error messages.
-
-    Returns:
-        The decoded header.
+    """Decodes and checks the fixed header at the start of an `.idx` buffer (at least its first
+    34 bytes; `name` for messages).
 
     Raises:
         IndexFormatError: on a short buffer, wrong magic, unknown version or dtype code.
@@ -224,7 +167,11 @@ def parse_header(buf: Buffer, name: str) -> IndexHeader:
         raise IndexFormatError(
             f"{name}: unsupported index version {version} (supported: {VERSION})"
         )
-    return IndexHeader(dtype=dtype_from_code(code, name), sequence_count=n, document_count=d)
+    if code not in _CODE_TO_DTYPE:
+        raise IndexFormatError(
+            f"{name}: unknown token dtype code {code} (known codes: {sorted(_CODE_TO_DTYPE)})"
+        )
+    return IndexHeader(dtype=_CODE_TO_DTYPE[code], sequence_count=n, document_count=d)
 
 
 def parse_index(buf: Buffer, name: str, *, multimodal: bool | None = None) -> IndexArrays:
@@ -232,7 +179,7 @@ def parse_index(buf: Buffer, name: str, *, multimodal: bool | None = None) -> In
 
     Args:
         buf: the complete file contents (bytes, mmap, memoryview).
-        name: file name used in error messages.
+        name: the file's name in messages.
         multimodal: None to detect modes from the file length (see module docstring); True to
             require modes; False to ignore modes if present (as Megatron-Core does).
 
@@ -249,13 +196,10 @@ def parse_index(buf: Buffer, name: str, *, multimodal: bool | None = None) -> In
     n, d = header.sequence_count, header.document_count
     if d < 1:
         raise IndexFormatError(f"{name}: document count is {d}; it must be >= 1 (documents + 1)")
-    plain = index_size(n, d, multimodal=False)
-    with_modes = index_size(n, d, multimodal=True)
-    if size == with_modes and n > 0:
-        has_modes = True
-    elif size == plain:
-        has_modes = False
-    else:
+    plain = HEADER_SIZE + 12 * n + 8 * d
+    with_modes = plain + n  # one int8 mode per sequence
+    has_modes = n > 0 and size == with_modes
+    if not has_modes and size != plain:
         raise IndexFormatError(
             f"{name}: file is {size} bytes but its header (N={n} sequences, D={d} document indices) "
             f"implies {plain} bytes ({with_modes} with multimodal modes); the file is truncated or corrupt"
@@ -264,16 +208,12 @@ def parse_index(buf: Buffer, name: str, *, multimodal: bool | None = None) -> In
         raise IndexFormatError(
             f"{name}: multimodal=True but the file holds no sequence modes ({size} bytes, N={n}, D={d})"
         )
-    off = HEADER_SIZE
-    lengths = np.frombuffer(view, dtype="<i4", count=n, offset=off)
-    off += 4 * n
-    pointers = np.frombuffer(view, dtype="<i8", count=n, offset=off)
-    off += 8 * n
-    doc_idx = np.frombuffer(view, dtype="<i8", count=d, offset=off)
-    off += 8 * d
+    lengths = np.frombuffer(view, dtype="<i4", count=n, offset=HEADER_SIZE)
+    pointers = np.frombuffer(view, dtype="<i8", count=n, offset=HEADER_SIZE + 4 * n)
+    doc_idx = np.frombuffer(view, dtype="<i8", count=d, offset=HEADER_SIZE + 12 * n)
     modes: np.ndarray | None = None
     if has_modes and multimodal is not False:
-        modes = np.frombuffer(view, dtype=np.int8, count=n, offset=off)
+        modes = np.frombuffer(view, dtype=np.int8, count=n, offset=plain)  # after the indices
     elif multimodal and n == 0:
         modes = np.zeros(0, dtype=np.int8)
     arrays = IndexArrays(header.dtype, lengths, pointers, doc_idx, modes)
@@ -286,19 +226,13 @@ def validate_arrays(arrays: IndexArrays, name: str) -> None:
 
     Checks: lengths >= 0; document_indices start at 0, end at N and never decrease; pointers are
     the running byte offsets of the sequences (`pointers[i] = itemsize * sum(lengths[:i])`).
-
-    Args:
-        arrays: the decoded arrays.
-        name: file name used in error messages.
+    `name` is the file's name in messages.
 
     Raises:
         IndexFormatError: naming the first inconsistency found.
     """
-    lengths, pointers, doc_idx = (
-        arrays.sequence_lengths,
-        arrays.sequence_pointers,
-        arrays.document_indices,
-    )
+    lengths, pointers = arrays.sequence_lengths, arrays.sequence_pointers
+    doc_idx = arrays.document_indices
     n = lengths.shape[0]
     if doc_idx[0] != 0:
         raise IndexFormatError(f"{name}: document_indices[0] is {int(doc_idx[0])}, expected 0")
@@ -339,13 +273,8 @@ def validate_arrays(arrays: IndexArrays, name: str) -> None:
 
 
 def check_bin_size(arrays: IndexArrays, bin_size: int, idx_name: str, bin_name: str) -> None:
-    """Checks that a `.bin` has exactly the byte length its index implies.
-
-    Args:
-        arrays: the decoded (validated) index.
-        bin_size: actual `.bin` length in bytes.
-        idx_name: index file name for the message.
-        bin_name: data file name for the message.
+    """Checks that a `.bin` of `bin_size` bytes has exactly the length its (validated) index
+    implies; the names are the files' in the message.
 
     Raises:
         IndexFormatError: if the sizes disagree.
@@ -356,23 +285,6 @@ def check_bin_size(arrays: IndexArrays, bin_size: int, idx_name: str, bin_name: 
             f"{bin_name}: data file is {bin_size} bytes but {idx_name} implies {expected} bytes "
             f"({arrays.num_tokens} tokens of {arrays.dtype}); the pair is truncated or mismatched"
         )
-
-
-def sequence_pointers(lengths: np.ndarray, itemsize: int) -> np.ndarray:
-    """Returns the byte offset of every sequence: the exclusive running sum of lengths * itemsize.
-
-    Args:
-        lengths: sequence lengths (any integer dtype).
-        itemsize: bytes per token.
-
-    Returns:
-        int64 array, same length as `lengths`.
-    """
-    nbytes = np.asarray(lengths, dtype=np.int64) * np.int64(itemsize)
-    out = np.zeros(nbytes.shape[0], dtype=np.int64)
-    if nbytes.shape[0] > 1:
-        np.cumsum(nbytes[:-1], out=out[1:])
-    return out
 
 
 def write_index(
@@ -397,16 +309,13 @@ def write_index(
     d = np.dtype(dtype)
     lengths32 = np.ascontiguousarray(lengths, dtype="<i4")
     docs = np.ascontiguousarray(document_indices, dtype="<i8")
-    parts = [
-        encode_header(d, lengths32.shape[0], docs.shape[0]),
-        lengths32,
-        sequence_pointers(lengths32, d.itemsize).astype("<i8", copy=False),
-        docs,
-    ]
+    pointers = np.cumsum(lengths32, dtype="<i8")  # byte offsets: the exclusive running sum
+    pointers -= lengths32
+    pointers *= d.itemsize
+    header = (MAGIC, VERSION, dtype_code(d), lengths32.shape[0], docs.shape[0])
+    parts = [_HEADER_STRUCT.pack(*header), lengths32, pointers, docs]
     if modes is not None:
         parts.append(np.ascontiguousarray(modes, dtype=np.int8))
-    total = 0
-    for part in parts:
-        f.write(part if isinstance(part, bytes) else memoryview(part).cast("B"))
-        total += len(part) if isinstance(part, bytes) else part.nbytes
-    return total
+    views = [memoryview(part).cast("B") for part in parts]
+    f.writelines(views)
+    return sum(view.nbytes for view in views)

@@ -18,7 +18,6 @@ length, destination), are read from the masks unchanged, through the same `Token
 from __future__ import annotations
 
 import concurrent.futures
-import dataclasses
 import os
 import threading
 from collections.abc import Sequence
@@ -123,8 +122,7 @@ def _mask_of(ds: BinDataset, access: access_lib.DataAccess) -> BinDataset | None
 
     prefix = loss_mask_prefix(ds.prefix)
     store = access.object_store
-    loc = _location.resolve(prefix)
-    loc = dataclasses.replace(loc, kvstore=store.complete_spec(loc.kvstore))
+    loc = _location.resolve(prefix, store)
     wrong = ValueError(
         f"loss mask {prefix}.bin is not one byte per token of {ds.prefix} ({ds.num_tokens} "
         "tokens): run preprocess --chat again for both"

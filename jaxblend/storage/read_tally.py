@@ -32,6 +32,8 @@ from typing import Any
 import tensorstore as ts
 
 _local = threading.local()
+_retry_lock = threading.Lock()
+_retries_taken: dict[str, int] = {}  # per store kind: the process's retry count handed out so far
 
 # TensorStore driver -> the store name the figures use
 STORE_OF_DRIVER = {"file": "local", "gcs": "gs", "gcs_grpc": "gs", "s3": "s3"}
@@ -82,7 +84,7 @@ class ReadTally:
     def take_retries(self) -> None:
         """Adds the retries this process counted, per store read from, since the last take."""
         for store in self.requests:
-            counted = _RETRIES.take(store)
+            counted = _take_retries(store)
             if counted:
                 self.retries[store] = self.retries.get(store, 0) + counted
 
@@ -117,35 +119,22 @@ def store_retries(store: str) -> int:
     return total
 
 
-class _RetryShares:
-    """Hands out each retry TensorStore counts once: `take(store)` returns those since the last."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._seen: dict[str, int] = {}
-
-    def start(self) -> None:
-        """Counts from now the retries of the stores not seen yet."""
-        for store in _RETRY_METRIC:
-            now = store_retries(store)
-            with self._lock:
-                self._seen.setdefault(store, now)
-
-    def take(self, store: str) -> int:
-        now = store_retries(store)
-        with self._lock:
-            before = self._seen.get(store, now)
-            self._seen[store] = now
-        return max(0, now - before)
-
-
-_RETRIES = _RetryShares()
-
-
 def start_retry_count() -> None:
     """Starts counting retries for tallies now (retries before it, e.g. while opening datasets,
     are not a loader's); later calls change nothing."""
-    _RETRIES.start()
+    for store in _RETRY_METRIC:
+        now = store_retries(store)
+        with _retry_lock:
+            _retries_taken.setdefault(store, now)
+
+
+def _take_retries(store: str) -> int:
+    """The retries of a store kind counted since the last take (each retry is handed out once)."""
+    now = store_retries(store)
+    with _retry_lock:
+        before = _retries_taken.get(store, now)
+        _retries_taken[store] = now
+    return max(0, now - before)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -194,8 +183,7 @@ class PendingReads:
 
     def register(self, read: Any, store: str, submitted: float) -> None:
         """Enters `read` (a `RangeRead` with its futures) as submitted at `submitted`."""
-        retries = store_retries(store) if store in _RETRY_METRIC else 0
-        self._reads[id(read)] = _Entry(read, store, submitted, retries)
+        self._reads[id(read)] = _Entry(read, store, submitted, store_retries(store))
 
     def unregister(self, read: Any) -> None:
         """Removes `read` (answered, or failed)."""
@@ -204,14 +192,7 @@ class PendingReads:
     def pending(self, now: float | None = None) -> list[PendingRead]:
         """The requests not answered yet, oldest first."""
         now = time.perf_counter() if now is None else now
-        for _ in range(3):
-            try:
-                entries = list(self._reads.values())
-                break
-            except RuntimeError:  # changed during the copy
-                continue
-        else:
-            entries = []
+        entries = list(self._reads.values())  # one C call under the GIL: no other thread runs
         retries_now: dict[str, int] = {}
         out = []
         for entry in entries:
@@ -219,9 +200,7 @@ class PendingReads:
             if not spans:
                 continue
             if entry.store not in retries_now:
-                retries_now[entry.store] = (
-                    store_retries(entry.store) if entry.store in _RETRY_METRIC else 0
-                )
+                retries_now[entry.store] = store_retries(entry.store)
             retries = max(0, retries_now[entry.store] - entry.retries_before)
             out.extend(
                 PendingRead(entry.read.name, lo, hi, now - entry.submitted, retries, entry.store)

@@ -11,25 +11,16 @@ Backends (`DataAccess.backend`):
   merge) and issued together on one `ts.Batch`.
 * `"auto"` (default): `"mmap"` for local prefixes, `"tensorstore"` otherwise.
 
-Opening a remote dataset costs three rounds of small concurrent requests (the `.idx` header, its
-last length and pointer, two 1-byte probes of the `.bin` size), not a download: the `.idx` arrays
-are fetched on first use (`sequence_lengths`, reads), validated then, and the content fingerprint
-of an object version seen before comes from `identity_memo` without downloading the `.idx`.
-Every read option (backend, object-store endpoints, retries, concurrency, coalescing, timeouts)
-comes from the one `DataAccess` a dataset is opened with.
-
-Accepted prefix forms are listed in `jaxblend.storage.object_store.location` (local path, `file://`, kvstore URL,
-kvstore spec dict). Objects pickle as their prefix and options; file handles reopen lazily (under a
-lock) in each process, and a dataset whose files changed in between is refused.
+Opening a remote dataset is a few small requests, not a download (`_open`; docs/object_stores.md,
+"Opening a dataset"). Every read option (backend, object-store endpoints, retries, concurrency,
+coalescing, timeouts) comes from the one `DataAccess` a dataset is opened with. Prefix forms:
+`object_store.location`. Objects pickle as their prefix and options; file handles reopen lazily
+(under a lock) in each process, and a dataset whose files changed in between is refused.
 
 This module holds the reader's public face: Megatron-Core's (`dataset[i]`, `dataset[i:j]`,
 `get(i, offset, length)`, `len`, `sequence_lengths`, `document_indices`, `sequence_modes`), the
 metadata and pickling. Every read goes through the package's one token reader,
-`token_reader.TokenReader` (its kernel is `_gather.gather`), given the `.bin` token offsets the
-`.idx` pointers say. Opening lives in modules with one job each:
-`_handles` (the per-process open state and the settings), `_local_open` (memory-mapped local
-files), `_remote_open` (object-store opens and the lazy `.idx` download), `_remote` (TensorStore
-requests and coalesced range reads).
+`token_reader.TokenReader`, given the `.bin` token offsets the `.idx` pointers say.
 
 Cost contract: opening a local dataset costs O(N) to validate the index (vectorized, blockwise);
 `get` and `dataset[i]` cost one bounds check plus the bytes read. Batches of spans (a loader's
@@ -50,14 +41,14 @@ import numpy as np
 
 from jaxblend import access as access_lib
 from jaxblend.access import ObjectStoreOptions
-from jaxblend.storage import _local_open, _remote_open
+from jaxblend.storage import _open
 from jaxblend.storage import dataset_identity as _identity
-from jaxblend.storage._handles import Handles, OpenSettings, open_kvstore, release
+from jaxblend.storage._open import Handles, open_kvstore, release
 from jaxblend.storage._prefix_hint import missing_prefix_hint, suffix_hint
 from jaxblend.storage.idx_format import IndexArrays, IndexFormatError
 from jaxblend.storage.object_store import location as _location
 from jaxblend.storage.object_store import requests as _remote
-from jaxblend.storage.token_reader import BinDataset, TokenReader
+from jaxblend.storage.token_reader import BinDataset, TokenReader, reader_context
 
 
 class IndexedDataset:
@@ -93,31 +84,20 @@ class IndexedDataset:
             access = access_lib.DataAccess.from_env()
         elif not isinstance(access, access_lib.DataAccess):
             raise TypeError(f"access must be a DataAccess, got {type(access).__name__}")
-        backend = access.backend
-        settings = OpenSettings(  # validates the options
-            backend=backend,
-            multimodal=multimodal,
-            store=access.object_store,
-            identity=access.identity_store(),
-        )
-        self._prefix: str | dict = (
-            copy.deepcopy(prefix) if isinstance(prefix, dict) else os.fspath(prefix)
-        )
-        self._location = _resolve(self._prefix, settings.store)
+        if not (multimodal is None or isinstance(multimodal, bool)):
+            raise ValueError(f"multimodal must be None, True or False, got {multimodal!r}")
+        self._prefix = copy.deepcopy(prefix) if isinstance(prefix, dict) else os.fspath(prefix)
+        self._multimodal = multimodal
+        self._access = access
+        self._start()
         local = self._location.local_prefix is not None
-        if backend == "mmap" and not local:
+        if access.backend == "mmap" and not local:
             raise ValueError(f"backend='mmap' needs a local prefix, got {self._location.display!r}")
-        if backend == "auto":
-            backend = "mmap" if local else "tensorstore"
-            settings = dataclasses.replace(settings, backend=backend)
-        self._settings = settings
-        self._access = dataclasses.replace(access, backend=backend)
-        self._lock = threading.Lock()
-        self._state: Handles | None = None
+        if access.backend == "auto":
+            self._access = dataclasses.replace(access, backend="mmap" if local else "tensorstore")
         self._meta: tuple[str, int, int, int] | None = None
         self._versions: tuple[bytes, bytes] | None = None  # file versions seen at the first open
         self._fingerprint: str | None = None
-        self._reader: TokenReader | None = None  # this dataset's read path, built on first read
         self._handles()  # open eagerly so that bad files fail at construction
 
     # ---------------------------------------------------------------------------------- metadata
@@ -130,7 +110,7 @@ class IndexedDataset:
     @property
     def backend(self) -> str:
         """The resolved backend, "mmap" or "tensorstore"."""
-        return self._settings.backend
+        return self._access.backend
 
     @property
     def is_remote(self) -> bool:
@@ -145,7 +125,7 @@ class IndexedDataset:
     @property
     def object_store(self) -> ObjectStoreOptions:
         """The object-store settings this dataset reads with."""
-        return self._settings.store
+        return self._access.object_store
 
     @property
     def bin_dataset(self) -> BinDataset:
@@ -204,9 +184,7 @@ class IndexedDataset:
         """
         if self._fingerprint is None:
             self._arrays()
-            self._fingerprint = _identity.fingerprint(
-                self._location, self._handles(), self._settings.store, self._settings.identity
-            )
+            self._fingerprint = _identity.fingerprint(self._location, self._handles(), self._access)
         return self._fingerprint
 
     def __len__(self) -> int:
@@ -322,26 +300,18 @@ class IndexedDataset:
             release(state)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {
-            "prefix": self._prefix,
-            "settings": self._settings,
-            "access": self._access,
-            "meta": self._meta,
-            "versions": self._versions,
-            "fingerprint": self._fingerprint,
-        }
+        return {name: getattr(self, name) for name in _PICKLED}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self._prefix = state["prefix"]
-        self._settings = state["settings"]
-        self._location = _resolve(self._prefix, self._settings.store)
-        self._access = state["access"]
-        self._meta = state["meta"]
-        self._versions = state["versions"]
-        self._fingerprint = state["fingerprint"]
+        self.__dict__.update(state)
+        self._start()
+
+    def _start(self) -> None:
+        """This process's state of the dataset: its location resolved, nothing open yet."""
+        self._location = _location.resolve(self._prefix, self._access.object_store)
         self._lock = threading.Lock()
-        self._state = None
-        self._reader = None
+        self._state: Handles | None = None
+        self._reader: TokenReader | None = None  # this dataset's read path, built on first read
 
     # ------------------------------------------------------------------------------ internals
 
@@ -360,7 +330,7 @@ class IndexedDataset:
         if h.arrays is None:
             with self._lock:
                 if h.arrays is None:
-                    _remote_open.load_index(h, self._location, self._settings)
+                    _open.load_index(h, self._location, self._access, self._multimodal)
         assert h.arrays is not None
         return h.arrays
 
@@ -368,10 +338,10 @@ class IndexedDataset:
         """Opens the files in this process; refuses a dataset that changed since creation."""
         loc = self._location
         if loc.local_prefix is None:
-            kv = open_kvstore(loc, self._settings.context(loc))
-            h, known_fingerprint = _remote_open.open_remote(loc, kv, self._settings)
+            kv = open_kvstore(loc, reader_context(self._access.object_store))
+            h, known_fingerprint = _open.open_remote(loc, kv, self._access, self._multimodal)
         else:
-            h, known_fingerprint = _local_open.open_local(loc, self._settings)
+            h, known_fingerprint = _open.open_local(loc, self._access, self._multimodal)
         self._fingerprint = self._fingerprint or known_fingerprint
         meta = (
             h.header.dtype.str, h.header.sequence_count, h.header.document_count - 1, h.bin_size
@@ -392,28 +362,17 @@ class IndexedDataset:
 
 
 def exists(prefix: str | os.PathLike | dict, object_store: ObjectStoreOptions | None = None) -> bool:
-    """Returns whether both `prefix.idx` and `prefix.bin` exist (any accepted prefix form).
+    """Returns whether both `prefix.idx` and `prefix.bin` exist (any accepted prefix form; see
+    `check_exists`).
 
-    Args:
-        prefix: dataset prefix.
-        object_store: how a remote prefix is reached (default: `ObjectStoreOptions.from_env()`).
-
-    Returns:
-        True if both files exist.
+    Raises:
+        ObjectStoreError: if the store fails or does not answer in time.
     """
-    store = object_store if object_store is not None else ObjectStoreOptions.from_env()
-    loc = _resolve(prefix, store)
-    if loc.local_prefix is not None:
-        return os.path.isfile(loc.local_prefix + ".idx") and os.path.isfile(
-            loc.local_prefix + ".bin"
-        )
-    kv = open_kvstore(loc, _location.shared_context())
-    futures = [_remote.read(kv, key, slice(0, 0)) for key in (loc.idx_key, loc.bin_key)]
-    return all(
-        _remote.wait(f, loc.display, "checking the files exist", store.request_timeout).state
-        == "value"
-        for f in futures
-    )
+    try:
+        check_exists(prefix, object_store)
+    except IndexFormatError:
+        return False
+    return True
 
 
 def check_exists(prefix: str | os.PathLike | dict, object_store: ObjectStoreOptions | None = None) -> None:
@@ -433,37 +392,29 @@ def check_exists(prefix: str | os.PathLike | dict, object_store: ObjectStoreOpti
         ObjectStoreError: the store fails or does not answer in time.
     """
     store = object_store if object_store is not None else ObjectStoreOptions.from_env()
-    loc = _resolve(prefix, store)
-    idx_name, bin_name = loc.file_name(".idx"), loc.file_name(".bin")
+    loc = _location.resolve(prefix, store)
+    files = ((".idx", "index file"), (".bin", "data file"))
     if loc.local_prefix is not None:
-        if not os.path.exists(loc.local_prefix + ".idx"):
-            raise IndexFormatError(
-                f"{idx_name}: index file does not exist{missing_prefix_hint(loc.local_prefix)}"
-            )
-        if not os.path.exists(loc.local_prefix + ".bin"):
-            raise IndexFormatError(f"{bin_name}: data file does not exist")
+        for suffix, what in files:
+            if not os.path.exists(loc.local_prefix + suffix):
+                hint = missing_prefix_hint(loc.local_prefix) if suffix == ".idx" else ""
+                raise IndexFormatError(f"{loc.file_name(suffix)}: {what} does not exist{hint}")
         return
     kv = open_kvstore(loc, _location.shared_context())
     timeout = store.request_timeout
-    futures = [_remote.read(kv, key, slice(0, 0)) for key in (loc.idx_key, loc.bin_key)]
-    for future, key, name, what in (
-        (futures[0], loc.idx_key, idx_name, "index file"),
-        (futures[1], loc.bin_key, bin_name, "data file"),
-    ):
+    futures = [_remote.read(kv, loc.name + suffix, slice(0, 0)) for suffix, _ in files]
+    for future, (suffix, what) in zip(futures, files):
+        name, key = loc.file_name(suffix), loc.name + suffix
         if _remote.wait(future, name, "checking the files exist", timeout).state != "value":
-            hint = suffix_hint(loc.display) if what == "index file" else ""
+            hint = suffix_hint(loc.display) if suffix == ".idx" else ""
             raise IndexFormatError(_remote.missing_message(kv, key, name, what, timeout) + hint)
 
 
 # ----------------------------------------------------------------------------------- helpers
 
 
+_PICKLED = ("_prefix", "_multimodal", "_access", "_meta", "_versions", "_fingerprint")
 _ZERO = np.zeros(1, np.int64)
 _ZERO.setflags(write=False)
-
-
-def _resolve(prefix: str | dict, store: ObjectStoreOptions) -> _location.Location:
-    loc = _location.resolve(prefix)
-    return dataclasses.replace(loc, kvstore=store.complete_spec(loc.kvstore))
 
 

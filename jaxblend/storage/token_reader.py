@@ -37,11 +37,12 @@ import numpy as np
 import tensorstore as ts
 
 from jaxblend import access as access_lib
-from jaxblend.storage import _gather, _handles, _mapping, read_tally
+from jaxblend.storage import _gather, _mapping, _open, read_tally
 from jaxblend.storage.dataset_identity import memo as identity_memo
 from jaxblend.storage.idx_format import IndexFormatError
 from jaxblend.storage.object_store import location as _location
 from jaxblend.storage.object_store import requests as _remote
+from jaxblend.validation import require_int
 
 REPUBLISH = "publish the maps again with python -m jaxblend.tools.build_index"
 
@@ -74,8 +75,7 @@ class BinDataset:
                 f"`.idx` dtypes), got {dtype}"
             )
         object.__setattr__(self, "dtype", dtype.str)
-        if isinstance(self.bin_size, bool) or int(self.bin_size) < 0:
-            raise ValueError(f"{self.prefix}.bin: bin_size must be an integer >= 0, got {self.bin_size!r}")
+        require_int(f"{self.prefix}.bin: bin_size", self.bin_size, 0)
         object.__setattr__(self, "bin_size", int(self.bin_size))
         if self.bin_size % dtype.itemsize:
             raise ValueError(
@@ -221,27 +221,18 @@ class TokenReader:
         if dataset.size == 0:
             return
         self._check_destinations(dataset, length, out, out_pos)
-        if len(self.datasets) == 1:
-            touched = _ONE
-        else:
-            touched = np.flatnonzero(np.bincount(dataset, minlength=len(self.datasets)))
-        state = self._state  # 0 unopened, 1 mapped, 2 read by requests
-        kinds = state[touched]
+        touched = np.flatnonzero(np.bincount(dataset, minlength=len(self.datasets)))
+        kinds = self._state[touched]  # 0 unopened, 1 mapped, 2 read by requests
         if (kinds == 0).any():
-            self._open_all([int(d) for d in touched[kinds == 0]])
-            kinds = state[touched]
+            self._open_all(touched[kinds == 0].tolist())
+            kinds = self._state[touched]
         if (kinds == 1).all():  # every range from local maps: the kernel checks the ranges
             self._read_mapped(dataset, offset, length, out, out_pos)
             return
         self._check_ranges(dataset, offset, length)
         if (kinds == 1).any():
             self._read_mapped(dataset, offset, length, out, out_pos)
-        order = np.argsort(dataset, kind="stable")
-        bounds = np.searchsorted(dataset[order], np.append(touched, len(self.datasets)))
-        with self._lock:
-            opened = {int(d): self._opened[int(d)] for d in touched[kinds == 2]}
-        self._read_remote(sorted(opened), order, bounds, touched, opened, dataset, offset, length,
-                          out, out_pos)
+        self._read_remote(touched[kinds == 2], dataset, offset, length, out, out_pos)
 
     # ------------------------------------------------------------------------------ local maps
 
@@ -318,15 +309,18 @@ class TokenReader:
 
     # ---------------------------------------------------------------------------- object stores
 
-    def _read_remote(self, remote, order, bounds, touched, opened, dataset, offset, length, out,
-                     out_pos) -> None:
-        index_of = {int(d): t for t, d in enumerate(touched.tolist())}
+    def _read_remote(self, remote, dataset, offset, length, out, out_pos) -> None:
+        """Reads the ranges of datasets `remote` (ascending ids) by requests, one `ts.Batch`."""
+        with self._lock:
+            opened = {d: self._opened[d] for d in remote.tolist()}
+        order = np.argsort(dataset, kind="stable")
+        grouped = dataset[order]
+        starts, stops = np.searchsorted(grouped, remote), np.searchsorted(grouped, remote + 1)
         pending = []
         tally = read_tally.current()
         with ts.Batch() as batch:
-            for d in remote:
-                t = index_of[d]
-                sel = order[bounds[t] : bounds[t + 1]]
+            for d, lo, hi in zip(opened, starts.tolist(), stops.tolist()):
+                sel = order[lo:hi]
                 state = opened[d]
                 itemsize = state.dtype.itemsize
                 counts = length[sel]
@@ -394,7 +388,7 @@ class TokenReader:
 
     # ---------------------------------------------------------------------------------- opening
 
-    def _open_all(self, ids: list[int]) -> dict[int, _Opened]:
+    def _open_all(self, ids: list[int]) -> None:
         with self._lock:
             missing = [d for d in ids if d not in self._opened]
         if self._lazy and missing:  # one look-up for the datasets of this read
@@ -408,26 +402,19 @@ class TokenReader:
                         self._map_member(d, state)
                     self._state[d] = 1 if state.tokens is not None else 2  # last: now readable
                     self._all_mapped = bool((self._state == 1).all())
-        with self._lock:
-            return {d: self._opened[d] for d in ids}
 
     def _map_member(self, d: int, state: _Opened) -> None:
         """Enters a mapped `.bin` into the kernel's address arrays (under the lock)."""
-        dtype = self.datasets[d].dtype
-        entry = self._member.get(dtype)
-        if entry is None:
-            entry = self._member[dtype] = (
-                np.zeros(0, np.dtype(dtype)), np.full(len(self.datasets), -1, np.int64),
-                np.dtype(dtype).itemsize,
-            )
-        member = entry[1]
+        dtype = state.dtype
+        if dtype.str not in self._member:
+            member = np.full(len(self.datasets), -1, np.int64)
+            self._member[dtype.str] = (np.zeros(0, dtype), member, dtype.itemsize)
         self._addr[d] = state.tokens.ctypes.data if state.tokens.size else 0
         self._count[d] = state.tokens.shape[0]
-        member[d] = d
+        self._member[dtype.str][1][d] = d
 
     def _open(self, ds: BinDataset) -> _Opened:
-        loc = _location.resolve(ds.prefix)
-        loc = dataclasses.replace(loc, kvstore=self.access.object_store.complete_spec(loc.kvstore))
+        loc = _location.resolve(ds.prefix, self.access.object_store)
         name = loc.file_name(".bin")
         dtype = np.dtype(ds.dtype)
         if loc.local_prefix is not None:
@@ -468,7 +455,7 @@ class TokenReader:
             kv = self._kvstores.get(cache_key)
         if kv is None:
             root = dataclasses.replace(loc, kvstore=spec)
-            kv = _handles.open_kvstore(root, reader_context(self.access.object_store))
+            kv = _open.open_kvstore(root, reader_context(self.access.object_store))
             with self._lock:
                 kv = self._kvstores.setdefault(cache_key, kv)
         return kv, key
@@ -477,7 +464,7 @@ class TokenReader:
 def reader_context(store: access_lib.ObjectStoreOptions) -> ts.Context:
     """The TensorStore context buckets are read with (the one `IndexedDataset` opens a bucket's
     `.idx` with: one request-concurrency limit and one connection pool per process)."""
-    return _handles.OpenSettings(backend="tensorstore", multimodal=None, store=store).context(_REMOTE)
+    return _location.context_for({"file_io_mode": {"mode": "default"}, **store.context_spec()})
 
 
 def _show(generation: bytes) -> str:
@@ -489,5 +476,3 @@ def _show(generation: bytes) -> str:
     return text if text.isprintable() else generation.hex()
 
 
-_ONE = np.zeros(1, np.int64)  # the touched datasets of a reader of one dataset
-_REMOTE = _location.Location(kvstore={}, name="", local_prefix=None, display="")

@@ -142,6 +142,8 @@ def test_missing_files(plain_corpus: Corpus, backend: str) -> None:
     _expect_error(plain_corpus.prefix, r"corpus\.bin: data file does not exist", backend)
     Path(plain_corpus.prefix + ".idx").unlink()
     _expect_error(plain_corpus.prefix, r"corpus\.idx: index file does not exist", backend)
+    Path(plain_corpus.prefix + ".idx").mkdir()
+    _expect_error(plain_corpus.prefix, r"corpus\.idx: index file is a directory", backend)
 
 
 def test_missing_files_memory(plain_corpus: Corpus) -> None:

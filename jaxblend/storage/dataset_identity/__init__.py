@@ -29,32 +29,24 @@ from __future__ import annotations
 from jaxblend import _lazy
 
 _NAMES = {
-    "Identity": ".memo",
-    "bin_md5": ".levels",
-    "combine": ".levels",
-    "dataset_fingerprint": ".entry",
+    "dataset_fingerprint": ".verify",
     "fingerprint": ".levels",
     "local_versions": ".levels",
     "memo_url": ".levels",
-    "read_md5": ".levels",
-    "reported_md5": ".levels",
+    "remembered": ".levels",
     "verify_dataset": ".verify",
 }
 
 __all__ = [
-    "Identity",
-    "bin_md5",
-    "combine",
     "dataset_fingerprint",
     "fingerprint",
     "local_versions",
     "memo_url",
-    "read_md5",
-    "reported_md5",
+    "remembered",
     "verify_dataset",
 ]
 
 
 # Names resolve on first use (the reader imports `levels`, so this package imports neither the
-# reader nor `entry`, which opens datasets with it).
+# reader nor `verify`, which opens datasets with it).
 __getattr__, __dir__ = _lazy.exports(__name__, _NAMES)

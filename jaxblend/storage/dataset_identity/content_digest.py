@@ -47,11 +47,6 @@ def _executor() -> concurrent.futures.ThreadPoolExecutor:
         return _pool
 
 
-def chunk_ranges(size: int) -> list[tuple[int, int]]:
-    """The `[start, stop)` byte ranges of the chunks of a `size`-byte file."""
-    return [(lo, min(lo + CHUNK_BYTES, size)) for lo in range(0, size, CHUNK_BYTES)]
-
-
 def _read_local_chunk(fd: int, start: int, stop: int, name: str) -> bytes:
     data = os.pread(fd, stop - start, start)
     if len(data) != stop - start:
@@ -96,7 +91,7 @@ def streamed_digest(
       start_read: starts the read of bytes `[start, stop)` and returns a handle.
       finish_read: waits for a handle and returns its bytes (raising a named error on failure).
     """
-    ranges = chunk_ranges(size)
+    ranges = [(lo, min(lo + CHUNK_BYTES, size)) for lo in range(0, size, CHUNK_BYTES)]
     pending: collections.deque = collections.deque()
     digest = hashlib.md5(usedforsecurity=False)
     try:

@@ -13,8 +13,8 @@ import os
 import time
 from typing import Any
 
-from jaxblend.access import IdentityStoreOptions, ObjectStoreOptions
-from jaxblend.storage._handles import Handles
+from jaxblend.access import DataAccess, ObjectStoreOptions
+from jaxblend.storage._open import Handles
 from jaxblend.storage.dataset_identity import content_digest, store_checksums
 from jaxblend.storage.dataset_identity import memo as identity_memo
 from jaxblend.storage.idx_format import IndexFormatError
@@ -37,27 +37,35 @@ def local_versions(prefix: str) -> tuple[bytes, bytes, float]:
     return idx_version, bin_version, max(idx_changed, bin_changed)
 
 
-def fingerprint(
-    loc: Location,
-    h: Handles,
-    store: ObjectStoreOptions,
-    memo: IdentityStoreOptions,
-) -> str:
+def fingerprint(loc: Location, h: Handles, access: DataAccess) -> str:
     """Computes the fingerprint of an opened dataset (whose `.idx` is loaded) and remembers it.
 
     Raises:
       IndexFormatError: if a file changed while it was being hashed.
     """
     began = time.time()
-    assert h.arrays is not None
-    value = combine(h.idx_buffer, h.bin_size, bytes.fromhex(bin_md5(loc, h, store)))
-    if loc.local_prefix is None or began - h.changed_at >= identity_memo.SETTLE_SECONDS:
-        identity = identity_memo.Identity(value, h.arrays.num_tokens, h.bin_size)
-        identity_memo.record(
-            memo_url(loc), h.idx_generation, h.bin_generation, identity,
-            options=memo, object_store=store,
-        )
+    value = combine(h.idx_buffer, h.bin_size, bytes.fromhex(bin_md5(loc, h, access.object_store)))
+    remember(loc, h, value, began, access)
     return value
+
+
+def remembered(loc: Location, h: Handles, access: DataAccess) -> identity_memo.Identity | None:
+    """The identity remembered for the version pair of `h`, if any."""
+    return identity_memo.lookup(
+        memo_url(loc), h.idx_generation, h.bin_generation,
+        options=access.identity_store(), object_store=access.object_store,
+    )
+
+
+def remember(loc: Location, h: Handles, value: str, began: float, access: DataAccess) -> None:
+    """Records `value` as the fingerprint of the version pair in `h`, hashed from `began` (a
+    `time.time()`); a local file changed within `identity_memo.SETTLE_SECONDS` before is not."""
+    if loc.local_prefix is None or began - h.changed_at >= identity_memo.SETTLE_SECONDS:
+        identity_memo.record(
+            memo_url(loc), h.idx_generation, h.bin_generation,
+            identity_memo.Identity(value, h.num_tokens, h.bin_size),
+            options=access.identity_store(), object_store=access.object_store,
+        )
 
 
 def combine(idx_bytes: Any, bin_size: int, bin_md5: bytes) -> str:
@@ -84,10 +92,7 @@ def reported_md5(
     if loc.local_prefix is not None:
         return store_checksums.StoreChecksum(None, None, "local file")
     bin_name = loc.file_name(".bin")
-    try:
-        return store_checksums.reported(loc.kvstore, loc.bin_key, h.bin_generation, bin_name, store)
-    except store_checksums.GenerationMismatch as e:
-        raise IndexFormatError(str(e)) from None
+    return store_checksums.reported(loc.kvstore, loc.bin_key, h.bin_generation, bin_name, store)
 
 
 def bin_md5(loc: Location, h: Handles, store: ObjectStoreOptions) -> str:

@@ -50,22 +50,13 @@ FORMAT = b"v3"  # v3: the `.bin` component is its MD5 (v2: chunked SHA-256; entr
 SETTLE_SECONDS = 2.0
 
 
-def _default_directory() -> Path:
-    return Path(os.path.join(os.path.expanduser("~"), ".cache", "jaxblend", "identity"))
-
-
 def _store(options: IdentityStoreOptions, remote_dataset: bool) -> Path | str | None:
     """Where entries live: a local directory, a bucket URL (remote datasets only), or None (off)."""
     if not options.enabled:
         return None
     if remote_dataset and options.shared_url:
         return options.shared_url
-    return Path(options.local_dir) if options.local_dir else _default_directory()
-
-
-def _bucket(url: str, store: ObjectStoreOptions) -> ObjectDirectory:
-    """The memo's bucket directory, reached with `store`'s options."""
-    return ObjectDirectory(url, store)
+    return Path(options.local_dir or os.path.expanduser("~/.cache/jaxblend/identity"))
 
 
 def _read(store: Path | str, name: str, access: ObjectStoreOptions) -> str | None:
@@ -76,7 +67,7 @@ def _read(store: Path | str, name: str, access: ObjectStoreOptions) -> str | Non
         except OSError:
             return None
     try:
-        data = _bucket(store, access).read(name, "reading the identity memo")
+        data = ObjectDirectory(store, access).read(name, "reading the identity memo")
     except (ValueError, OSError):  # a memo that cannot be read is a miss
         return None
     return None if data is None else data.decode(errors="replace")
@@ -92,7 +83,7 @@ def _write(store: Path | str, name: str, text: str, access: ObjectStoreOptions) 
             pass
         return
     try:  # an object-store write is atomic: readers see the old object or the new one
-        _bucket(store, access).write(name, text.encode(), "writing the identity memo")
+        ObjectDirectory(store, access).write(name, text.encode(), "writing the identity memo")
     except (ValueError, OSError):
         pass
 

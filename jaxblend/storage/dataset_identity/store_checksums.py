@@ -35,6 +35,7 @@ import time
 from typing import Any
 
 from jaxblend.access import ObjectStoreOptions
+from jaxblend.storage.idx_format import IndexFormatError
 from jaxblend.storage.object_store.errors import ObjectStoreError, credentials_hint
 
 GCS_DEFAULT_BASE = "https://storage.googleapis.com"
@@ -47,10 +48,6 @@ _READ_SCOPE = "https://www.googleapis.com/auth/devstorage.read_only"
 # setting: where data lives and how it is reached still travel in `DataAccess`).
 _credentials_lock = threading.Lock()
 _credentials: Any = None
-
-
-class GenerationMismatch(ObjectStoreError):
-    """The store's metadata describes another version than the one read (a rewrite in between)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,7 +102,7 @@ def reported(
       store: timeouts and retries.
 
     Raises:
-      GenerationMismatch: the metadata is of another generation (the object was rewritten).
+      IndexFormatError: the metadata is of another generation (the object was rewritten).
       ObjectStoreError: the metadata request failed, or GCS credentials cannot be found.
     """
     driver = kvstore_spec.get("driver")
@@ -121,7 +118,7 @@ def parse_gcs_metadata(meta: dict[str, Any], stamp: bytes, name: str) -> StoreCh
     """Reads `md5Hash`/`crc32c` from a GCS object resource bound to the generation in `stamp`.
 
     Raises:
-      GenerationMismatch: the resource's generation is not the stamp's.
+      IndexFormatError: the resource's generation is not the stamp's.
     """
     expected = _gcs_generation_number(stamp)
     try:
@@ -131,7 +128,7 @@ def parse_gcs_metadata(meta: dict[str, Any], stamp: bytes, name: str) -> StoreCh
             f"{name}: the store's metadata has no generation: {meta!r}"
         ) from None
     if expected is None or generation != expected:
-        raise GenerationMismatch(
+        raise IndexFormatError(
             f"{name}: the object was rewritten while it was being opened (generation {generation} "
             f"now, {expected} read); open it again"
         )

@@ -1,4 +1,6 @@
-"""Full content verification of a dataset, on request: every byte of the `.bin` is read.
+"""A dataset opened by its prefix and identified: `dataset_fingerprint`, the one entry point of
+dataset identity (the reader validates the pair and identifies it at the cheapest level; see the
+package docstring), and `verify_dataset`, full content verification on request.
 
 Opening a dataset checks sizes and file versions only (docs/robustness.md, "Dataset identity"): a
 version pair remembered (`memo`) or reported by the store (`store_checksums`) is not read.
@@ -18,8 +20,31 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from jaxblend.storage.dataset_identity import levels, memo
+from jaxblend.access import DataAccess
+from jaxblend.storage.dataset_identity import levels
+from jaxblend.storage.object_store.location import Prefix
 from jaxblend.storage.reader import IndexedDataset
+
+
+def dataset_fingerprint(prefix: Prefix, access: DataAccess | None = None) -> str:
+    """The content fingerprint of the dataset at `prefix` (local path, URL or kvstore spec).
+
+    The dataset is opened (its files' versions, sizes and `.idx` header checked) and identified at
+    the cheapest level that knows it (see `jaxblend.storage.dataset_identity`).
+
+    Args:
+      prefix: the dataset prefix.
+      access: how it is reached (default `DataAccess.from_env()`).
+
+    Raises:
+      IndexFormatError: a file is missing, malformed, or changed while it was identified.
+      ObjectStoreError: the store failed or timed out.
+    """
+    dataset = IndexedDataset(prefix, access=access)
+    try:
+        return dataset.fingerprint
+    finally:
+        dataset.close()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,18 +96,12 @@ def verify_dataset(ds: IndexedDataset) -> Verification:
     """
     began = time.time()
     ds._arrays()  # the `.idx`, downloaded and validated (the fingerprint covers its bytes)
-    loc, h, settings = ds._location, ds._handles(), ds._settings
+    loc, h, store = ds._location, ds._handles(), ds.object_store
     bin_name = loc.file_name(".bin")
-    checksum = levels.reported_md5(loc, h, settings.store)
-    read = levels.read_md5(loc, h, settings.store)
+    checksum = levels.reported_md5(loc, h, store)
+    read = levels.read_md5(loc, h, store)
     fingerprint = levels.combine(h.idx_buffer, h.bin_size, bytes.fromhex(read))
-    known = memo.lookup(
-        levels.memo_url(loc),
-        h.idx_generation,
-        h.bin_generation,
-        options=settings.identity,
-        object_store=settings.store,
-    )
+    known = levels.remembered(loc, h, ds.access)
     problems = []
     store_md5 = checksum.md5.hex() if checksum.md5 is not None else None
     if store_md5 is not None and store_md5 != read:
@@ -99,19 +118,8 @@ def verify_dataset(ds: IndexedDataset) -> Verification:
             "in-place write); restore the dataset from a good copy, or rewrite it if the new "
             "contents are meant"
         )
-    if (
-        not problems
-        and remembered is None
-        and (loc.local_prefix is None or began - h.changed_at >= memo.SETTLE_SECONDS)
-    ):
-        memo.record(
-            levels.memo_url(loc),
-            h.idx_generation,
-            h.bin_generation,
-            memo.Identity(fingerprint, h.num_tokens, h.bin_size),
-            options=settings.identity,
-            object_store=settings.store,
-        )
+    if not problems and remembered is None:
+        levels.remember(loc, h, fingerprint, began, ds.access)
     return Verification(
         loc.display,
         h.bin_size,

@@ -76,10 +76,8 @@ class ObjectDirectory:
           ObjectStoreError: the store failed or timed out.
           ValueError: OUT_OF_RANGE, the object ends before `byte_range`.
         """
-        kw: dict[str, Any] = {} if if_not_equal is None else {"if_not_equal": if_not_equal}
-        if byte_range is not None:
-            kw["byte_range"] = byte_range
-        return self.wait(self.kvstore.read(key, **kw), key, what)
+        future = self.kvstore.read(key, byte_range=byte_range, if_not_equal=if_not_equal)
+        return self.wait(future, key, what)
 
     def start_read(self, key: str, byte_range: slice | None = None, batch: Any = None) -> Any:
         """Issues a read of (a byte range of) object `key`; the future (finish it with `wait`)."""

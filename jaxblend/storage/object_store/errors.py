@@ -45,32 +45,35 @@ def short(text: str) -> str:
     return text.split(" [http_response_body", 1)[0][:300]
 
 
+# Per URL scheme: how its store finds credentials, and what to set.
+_CREDENTIALS_HINTS = {
+    "gs": (
+        "GCS credentials are the application default credentials: run `gcloud auth "
+        "application-default login` (or set GOOGLE_APPLICATION_CREDENTIALS to a key file), and "
+        "check that the account may use this bucket"
+    ),
+    "s3": (
+        "S3 credentials come from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or a profile "
+        "(AWS_PROFILE, ~/.aws/credentials); set them (a local S3 server accepts any pair, e.g. "
+        "AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test) and check that they grant access"
+    ),
+}
+# Per URL scheme: the setting that names its server.
+_ENDPOINT_HINTS = {
+    "s3": "start the server, or name the right one with --s3_endpoint (or $JAXBLEND_S3_ENDPOINT)",
+    "gs": "check the network, or the emulator named by $TENSORSTORE_GCS_HTTP_URL",
+}
+
+
 def credentials_hint(url: str) -> str:
     """How the store of `url` finds credentials, and what to set."""
     scheme = url.partition("://")[0].lower()
-    if scheme == "gs":
-        return (
-            "GCS credentials are the application default credentials: run `gcloud auth "
-            "application-default login` (or set GOOGLE_APPLICATION_CREDENTIALS to a key file), and "
-            "check that the account may use this bucket"
-        )
-    if scheme == "s3":
-        return (
-            "S3 credentials come from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or a profile "
-            "(AWS_PROFILE, ~/.aws/credentials); set them (a local S3 server accepts any pair, e.g. "
-            "AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test) and check that they grant access"
-        )
-    return "check the credentials of this store"
+    return _CREDENTIALS_HINTS.get(scheme, "check the credentials of this store")
 
 
 def endpoint_hint(url: str) -> str:
     """The setting that names the server of `url`."""
-    scheme = url.partition("://")[0].lower()
-    if scheme == "s3":
-        return "start the server, or name the right one with --s3_endpoint (or $JAXBLEND_S3_ENDPOINT)"
-    if scheme == "gs":
-        return "check the network, or the emulator named by $TENSORSTORE_GCS_HTTP_URL"
-    return "check that the server runs"
+    return _ENDPOINT_HINTS.get(url.partition("://")[0].lower(), "check that the server runs")
 
 
 def describe(

@@ -104,27 +104,18 @@ def context_for(spec: dict[str, Any]) -> ts.Context:
     elsewhere opens new connections instead of reusing drivers bound to the old server.
     """
     key = json.dumps([spec, os.environ.get("TENSORSTORE_GCS_HTTP_URL")], sort_keys=True)
+    parent = shared_context()
     with _CONTEXT_LOCK:
-        context = _CHILD_CONTEXTS.get(key)
-    if context is None:
-        context = ts.Context(ts.Context.Spec(spec), shared_context())
-        with _CONTEXT_LOCK:
-            context = _CHILD_CONTEXTS.setdefault(key, context)
-    return context
+        if key not in _CHILD_CONTEXTS:
+            _CHILD_CONTEXTS[key] = ts.Context(ts.Context.Spec(spec), parent)
+        return _CHILD_CONTEXTS[key]
 
 
 def open_kvstore(spec: str | dict[str, Any], context: ts.Context | None = None) -> ts.KvStore:
-    """Opens a kvstore (URL or spec dict) on the shared jaxblend context.
+    """Opens a kvstore (URL or spec dict) on `context` (default: the shared jaxblend context).
 
     Useful to put test data into a `memory://` store that `IndexedDataset("memory://...")` then
     reads: `open_kvstore("memory://d/").write("corpus.idx", idx_bytes).result()`.
-
-    Args:
-        spec: kvstore URL or JSON spec.
-        context: context to use instead of `shared_context()`.
-
-    Returns:
-        The open kvstore.
     """
     if isinstance(spec, str):
         spec = ts.KvStore.Spec(spec).to_json()
@@ -176,14 +167,11 @@ def open_store(url: str | dict[str, Any], options: ObjectStoreOptions) -> ts.KvS
         ) from None
 
 
-def resolve(prefix: Prefix) -> Location:
+def resolve(prefix: Prefix, options: ObjectStoreOptions | None = None) -> Location:
     """Resolves any accepted prefix form (see module docstring) to a `Location`.
 
-    Args:
-        prefix: the dataset prefix.
-
-    Returns:
-        The resolved location.
+    `options`, when given, fill in an s3 store's endpoint and region
+    (`ObjectStoreOptions.complete_spec`).
 
     Raises:
         ValueError: if the prefix is empty or not one of the accepted forms.
@@ -223,17 +211,13 @@ def resolve(prefix: Prefix) -> Location:
         )
     head, _, name = path.rpartition("/")
     spec["path"] = head + "/" if head else ""
+    if options is not None:
+        spec = options.complete_spec(spec)
     return Location(kvstore=spec, name=name, local_prefix=None, display=display)
 
 
 def local_path(prefix: str | os.PathLike) -> str:
     """Returns the absolute local path of a local prefix (path or `file://` URL).
-
-    Args:
-        prefix: the prefix.
-
-    Returns:
-        Absolute path prefix.
 
     Raises:
         ValueError: if the prefix is not local.

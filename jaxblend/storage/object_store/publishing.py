@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import collections
 import os
+import pathlib
 import time
 from collections.abc import Callable, Sequence
 from typing import TypeVar
@@ -79,10 +80,7 @@ def publish(
 
 
 def _content(data: Payload) -> bytes:
-    if isinstance(data, bytes):
-        return data
-    with open(data, "rb") as f:
-        return f.read()
+    return data if isinstance(data, bytes) else pathlib.Path(data).read_bytes()
 
 
 def wait_for_publication(

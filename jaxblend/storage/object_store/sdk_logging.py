@@ -35,10 +35,7 @@ _SHOW = threading.Event()
 
 def show_sdk_logging(show: bool = True) -> None:
     """Whether the AWS SDK's credential-chain lines reach stderr in this process (`--verbose`)."""
-    if show:
-        _SHOW.set()
-    else:
-        _SHOW.clear()
+    (_SHOW.set if show else _SHOW.clear)()
 
 
 def shown() -> bool:

@@ -161,7 +161,7 @@ def test_gcs_metadata_is_bound_to_the_generation() -> None:
     }
     got = store_checksums.parse_gcs_metadata(meta, _stamp(1234), "x.bin")
     assert got.md5 == hashlib.md5(data).digest() and got.crc32c == 1
-    with pytest.raises(store_checksums.GenerationMismatch, match="x.bin: the object was rewritten"):
+    with pytest.raises(IndexFormatError, match="x.bin: the object was rewritten"):
         store_checksums.parse_gcs_metadata(meta, _stamp(1235), "x.bin")
 
 
