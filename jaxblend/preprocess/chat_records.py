@@ -81,7 +81,6 @@ class ConversationRecords:
         dropped through ``check`` (with their reason and location)."""
         out = ConversationBatch([], [], {k: [] for k in self.keys}, {k: [] for k in self.keys})
         for ordinal, payload in zip(raw.ordinals, raw.payloads):
-            check.nbytes = records.payload_bytes(payload)
             fields = check.fields(ordinal, payload, fmt)
             if fields is None:
                 continue

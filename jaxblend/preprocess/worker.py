@@ -18,8 +18,9 @@ is dropped for any reason is dropped for every key, so the datasets of several k
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from absl import logging
@@ -102,15 +103,12 @@ class _Records:
         self.pieces: dict[str, list[list[str]]] = {k: [] for k in keys}
 
 
-class _Tokenized:
+class _Tokenized(NamedTuple):
     """One key's tokens for a batch of records: flat ids, piece lengths, pieces per record."""
 
-    __slots__ = ("counts", "flat", "lengths")
-
-    def __init__(self, flat: np.ndarray, lengths: np.ndarray, counts: np.ndarray) -> None:
-        self.flat = flat
-        self.lengths = lengths
-        self.counts = counts
+    flat: np.ndarray
+    lengths: np.ndarray
+    counts: np.ndarray
 
 
 class _PartitionWriter:
@@ -146,7 +144,7 @@ class _PartitionWriter:
             for k in config.json_keys
         }
         self.builders: dict[str, storage.IndexedDatasetBuilder] = {}
-        # input path -> {"records", "documents", "dropped": reason -> {"count", "examples"}}
+        # input path -> {"records", "documents", "dropped": `records.Drops`}
         self.inputs: dict[str, dict[str, Any]] = {}
         self.cleaner: cleaner_lib.Cleaner | None = None
         self.signer: sig_lib.SignatureWriter | None = None
@@ -165,7 +163,7 @@ class _PartitionWriter:
         if isinstance(value, list):
             return value  # already one string per sequence (Megatron's split-sentence form)
         if self.splitter is not None:
-            return self.splitter.split(value)
+            return self.splitter(value)
         return [value]
 
     def _decode(self, raw: readers.RawBatch, fmt: str) -> _Records:
@@ -317,32 +315,8 @@ class _PartitionWriter:
         assert self.cleaner is not None
         self.signer.write(cfg.parts_dir, self.partition.index, *self.cleaner.decisions())
 
-    def _input_snapshot(self) -> tuple[int, int, dict[str, int], dict[str, int]]:
-        """Records, documents, drops and drop examples so far (before a piece is read)."""
-        drops = self.check.drops
-        documents = self.counts[self.config.json_keys[0]]["documents"]  # the same for every key
-        return (
-            self.records,
-            documents,
-            dict(drops.counts),
-            {r: len(e) for r, e in drops.examples.items()},
-        )
-
-    def _add_input(self, path: str, before: tuple[int, int, dict[str, int], dict[str, int]]) -> None:
-        """Adds what one piece of input ``path`` gave (records, documents, drops) to ``inputs``."""
-        records_before, documents_before, counts_before, examples_before = before
-        drops = self.check.drops
-        entry = self.inputs.setdefault(path, {"records": 0, "documents": 0, "dropped": {}})
-        entry["records"] += self.records - records_before
-        entry["documents"] += (
-            self.counts[self.config.json_keys[0]]["documents"] - documents_before
-        )
-        for reason, count in drops.counts.items():
-            added = count - counts_before.get(reason, 0)
-            if added:
-                d = entry["dropped"].setdefault(reason, {"count": 0, "examples": []})
-                d["count"] += added
-                d["examples"] += drops.examples.get(reason, [])[examples_before.get(reason, 0):]
+    def _total(self, field: str) -> int:
+        return sum(c[field] for c in self.counts.values())
 
     def run(self) -> dict[str, object]:
         cfg = self.config
@@ -353,26 +327,34 @@ class _PartitionWriter:
         prefixes = {
             k: layout.part_prefix(cfg.parts_dir, self.partition.index, k, cfg.level) for k in keys
         }
+        dropped: records.Drops = {}
+        first_key = self.counts[cfg.json_keys[0]]  # every key has the same documents
         try:
             for k in keys:
                 dtype = chat_records.MASK_DTYPE if k not in cfg.json_keys else self.dtype
                 self.builders[k] = storage.IndexedDatasetBuilder(prefixes[k], dtype=dtype)
             for piece in self.partition.pieces:
                 self.check.locate = readers.Locator(piece, cfg.text_mode)
-                before_piece = self._input_snapshot()
+                self.check.drops = {}  # this piece's: added to its input's and the partition's
+                records_before, documents_before = self.records, first_key["documents"]
                 for raw in readers.iter_piece(piece, cfg.text_mode, columns=keys):
-                    records = self._decode(raw, piece.format)
-                    before = sum(c["documents"] for c in self.counts.values())
-                    tokens_before = sum(c["tokens"] for c in self.counts.values())
-                    self._write_batch(records)
+                    batch = self._decode(raw, piece.format)
+                    documents, tokens = self._total("documents"), self._total("tokens")
+                    self._write_batch(batch)
                     self.input_bytes += raw.consumed
                     if self.progress is not None:
                         self.progress(
                             raw.consumed,
-                            sum(c["documents"] for c in self.counts.values()) - before,
-                            sum(c["tokens"] for c in self.counts.values()) - tokens_before,
+                            self._total("documents") - documents,
+                            self._total("tokens") - tokens,
                         )
-                self._add_input(piece.path, before_piece)
+                entry = self.inputs.setdefault(
+                    piece.path, {"records": 0, "documents": 0, "dropped": {}}
+                )
+                entry["records"] += self.records - records_before
+                entry["documents"] += first_key["documents"] - documents_before
+                records.add_drops(entry["dropped"], self.check.drops)
+                records.add_drops(dropped, self.check.drops)
             for k in keys:
                 self.builders[k].finalize()
         except BaseException:
@@ -384,7 +366,7 @@ class _PartitionWriter:
             "records": self.records,
             "input_bytes": self.input_bytes,
             "keys": self.counts,
-            "dropped": self.check.drops.to_json(),
+            "dropped": records.in_report_order(dropped),
             "files": {k: layout.file_sizes(prefixes[k]) for k in keys},
             "inputs": self.inputs,
         }
@@ -408,27 +390,16 @@ def _append_eod(
     return out, new_lengths
 
 
-_TOKENIZER_CACHE: dict[tok_spec.TokenizerSpec, tok_spec.Tokenizer] = {}
-
-
-_SPLITTER_CACHE: dict[tuple[str, str, bool], sentences.Splitter] = {}
-
-
+@functools.cache
 def splitter_for(kind: str, lang: str, keep_newlines: bool) -> sentences.Splitter:
     """Returns this process's sentence splitter, loading it once."""
-    key = (kind, lang, keep_newlines)
-    splitter = _SPLITTER_CACHE.get(key)
-    if splitter is None:
-        splitter = _SPLITTER_CACHE[key] = sentences.make_splitter(kind, lang, keep_newlines)
-    return splitter
+    return sentences.make_splitter(kind, lang, keep_newlines)
 
 
+@functools.cache
 def tokenizer_for(spec: tok_spec.TokenizerSpec) -> tok_spec.Tokenizer:
     """Returns this process's tokenizer for ``spec``, loading it once."""
-    tok = _TOKENIZER_CACHE.get(spec)
-    if tok is None:
-        tok = _TOKENIZER_CACHE[spec] = tok_lib.load_tokenizer(spec)
-    return tok
+    return tok_lib.load_tokenizer(spec)
 
 
 def process_partition(

@@ -238,7 +238,7 @@ def test_split_sentences_without_punkt_data_names_it(tmp_path, monkeypatch):
     import nltk
 
     monkeypatch.setattr(nltk.data, "path", [str(tmp_path / "empty")])
-    monkeypatch.setattr(worker, "_SPLITTER_CACHE", {})
+    worker.splitter_for.cache_clear()
     with pytest.raises(sentences.SplitterError, match=r"punkt_tab/english.*nltk.downloader"):
         sentences.make_splitter("punkt", "english")
     path = _write(tmp_path / "in.jsonl", [{"text": "One. Two."}])
