@@ -15,6 +15,7 @@ file in order.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import glob
 import math
@@ -24,18 +25,10 @@ from collections.abc import Sequence
 FORMATS = ("jsonl", "jsonl.gz", "jsonl.zst", "txt", "txt.gz", "txt.zst", "parquet")
 TEXT_MODES = ("line", "file")
 
-_SUFFIXES = (
-    (".jsonl.gz", "jsonl.gz"),
-    (".json.gz", "jsonl.gz"),
-    (".jsonl.zst", "jsonl.zst"),
-    (".json.zst", "jsonl.zst"),
-    (".jsonl", "jsonl"),
-    (".json", "jsonl"),
-    (".txt.gz", "txt.gz"),
-    (".txt.zst", "txt.zst"),
-    (".txt", "txt"),
-    (".parquet", "parquet"),
-)
+# file suffix -> format; ``.json`` is a synonym of ``.jsonl``
+_SUFFIXES = {"." + f: f for f in FORMATS} | {
+    "." + f.replace("jsonl", "json"): f for f in FORMATS if f.startswith("jsonl")
+}
 
 
 class InputError(ValueError):
@@ -55,13 +48,10 @@ def detect_format(path: str) -> str:
       InputError: The suffix is not a supported format.
     """
     lower = path.lower()
-    for suffix, fmt in _SUFFIXES:
+    for suffix, fmt in _SUFFIXES.items():
         if lower.endswith(suffix):
             return fmt
-    raise InputError(
-        f"input {path!r} has an unsupported suffix; supported: "
-        + ", ".join(s for s, _ in _SUFFIXES)
-    )
+    raise InputError(f"input {path!r} has an unsupported suffix; supported: {', '.join(_SUFFIXES)}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,7 +149,7 @@ def _splittable(f: InputFile, text_mode: str) -> bool:
     return f.format == "jsonl" or (f.format == "txt" and text_mode == "line")
 
 
-def _units(f: InputFile, text_mode: str) -> list[Piece]:
+def _units(f: InputFile) -> list[Piece]:
     """Indivisible units of a non-splittable file (whole file, or parquet row groups)."""
     if f.format == "parquet":
         import pyarrow.parquet as pq
@@ -214,22 +204,14 @@ def plan_partitions(
             units.append((f, None))
             total += f.size
         else:
-            pieces = _units(f, text_mode)
+            pieces = _units(f)
             units.append((f, pieces))
             total += sum(p.weight for p in pieces)
     p_count = num_partitions or auto_partitions(total)
     bounds = [round(k * total / p_count) for k in range(p_count + 1)]
 
-    def part_of(pos: int) -> int:
-        # Largest k with bounds[k] <= pos (k < p_count).
-        lo, hi = 0, p_count - 1
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if bounds[mid] <= pos:
-                lo = mid
-            else:
-                hi = mid - 1
-        return lo
+    def part_of(pos: int) -> int:  # the largest k < p_count with bounds[k] <= pos
+        return bisect.bisect_right(bounds, pos, 0, p_count) - 1
 
     buckets: list[list[Piece]] = [[] for _ in range(p_count)]
     cum = 0

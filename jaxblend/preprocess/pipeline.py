@@ -94,9 +94,7 @@ def _preprocess_to_bucket(config: PreprocessConfig, engine: Engine | None) -> Pr
             f"--keep_parts with a bucket --output_prefix {config.output_prefix}: the parts stay in "
             "the local work directory; drop --keep_parts or use a local --output_prefix"
         )
-    store = bucket_output.BucketOutput(
-        config.output_prefix, config.object_store or ObjectStoreOptions.from_env()
-    )
+    store = bucket_output.BucketOutput(config.output_prefix, _store_options(config))
     local = bucket_output.local_prefix(config.output_prefix, config.work_dir)
     local_config = dataclasses.replace(config, output_prefix=local)
     logging.info("preprocess: building %s in local work directory %s", config.output_prefix,
@@ -213,7 +211,6 @@ def _preprocess_local(config: PreprocessConfig, engine: Engine | None) -> Prepro
         identity_record.record_local(
             config.output_names(), md5s, _identity_options(config), _store_options(config)
         )
-    if not config.keep_parts:
         shutil.rmtree(parts, ignore_errors=True)
     logging.info("preprocess: done: %s", ", ".join(result.outputs.values()) or "parts kept")
     return result
@@ -235,8 +232,8 @@ def _open_inputs(
     on a missing input, tokenizer file or end-of-document token."""
     inputs = config.input
     if any(is_url(p) for p in inputs):
-        store = config.object_store or ObjectStoreOptions.from_env()
-        inputs = bucket_input.fetch_inputs(inputs, bucket_input.mirror_root(config.work_dir), store)
+        root = bucket_input.mirror_root(config.work_dir)
+        inputs = bucket_input.fetch_inputs(inputs, root, _store_options(config))
     files = partitions.resolve_inputs(inputs)
     config.tokenizer.check_files()
     if config.split_sentences:
@@ -269,13 +266,16 @@ def _run_partitions(
     wcfg: worker.WorkerConfig,
     plan: Sequence[partitions.Partition],
     done: set[int],
+    desc: str = "preprocess",
 ) -> None:
-    """Runs the partitions not ``done`` on ``engine`` with a progress bar over input bytes."""
+    """Runs the partitions not ``done`` on ``engine`` with a progress bar over input bytes (and,
+    while tokenizing, log lines)."""
     bar = ProgressBar(
         sum(p.weight for p in plan),
         sum(p.weight for p in plan if p.index in done),
         config.progress,
-        config.log_interval,
+        config.log_interval if wcfg.mode == worker.TOKENIZE else 0,
+        desc,
     )
     try:
         engine.run(wcfg, [p for p in plan if p.index not in done], bar)
@@ -356,18 +356,9 @@ def _dedup_join(
     stats = join_lib.read_marker(parts)
     if stats is not None or not todo:
         return stats
-    unsigned = [p for p in plan if not sig_lib.is_done(parts, p.index)]
-    bar = ProgressBar(
-        sum(p.weight for p in plan),
-        sum(p.weight for p in plan if sig_lib.is_done(parts, p.index)),
-        config.progress,
-        0,
-        desc="dedup signatures",
-    )
-    try:
-        engine.run(dataclasses.replace(wcfg, mode=worker.SIGNATURES), unsigned, bar)
-    finally:
-        bar.close()
+    signed = {p.index for p in plan if sig_lib.is_done(parts, p.index)}
+    signing = dataclasses.replace(wcfg, mode=worker.SIGNATURES)
+    _run_partitions(config, engine, signing, plan, signed, "dedup signatures")
     # An engine may run the join itself (Beam); else it runs here, reading the signatures from disk.
     run_join = getattr(engine, "join_duplicates", join_lib.run_join)
     stats = run_join(parts, [p.index for p in plan], config.cleaning)
