@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import hashlib
 import json
 import os
@@ -97,14 +98,9 @@ def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None,
                       sort_keys=sort_keys)
 
 
-_COMPILED: dict[str, Any] = {}
-
-
+@functools.cache
 def _compiled(source: str):
     """The compiled Jinja template of ``source`` (once per process)."""
-    template = _COMPILED.get(source)
-    if template is not None:
-        return template
     import jinja2
     from jinja2 import ext, nodes
     from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -126,11 +122,9 @@ def _compiled(source: str):
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
     try:
-        template = env.from_string(source)
+        return env.from_string(source)
     except jinja2.TemplateSyntaxError as e:
         raise TokenizerError(f"the chat template does not parse: {e}") from None
-    _COMPILED[source] = template
-    return template
 
 
 def load_chat_template(tokenizer_file: str) -> ChatTemplate:

@@ -22,11 +22,12 @@ reason. `validate_messages` states what a conversation must be.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
 from jaxblend.preprocess.chat_template import ChatTemplate, ChatTemplateError
+from jaxblend.preprocess.tokenizers import HuggingFaceTokenizer
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 TRAINED_ROLE = "assistant"
@@ -70,28 +71,16 @@ def validate_messages(value: object, key: str) -> list[Mapping[str, Any]]:
     return value
 
 
-class OffsetTokenizer(Protocol):
-    """What the encoder needs from a tokenizer: ids with each token's character span."""
-
-    def tokenize_with_offsets(self, texts: Sequence[str]) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Per text: (ids, int64 [n, 2] character start and end of each token)."""
-        ...
-
-
 class ConversationEncoder:
     """Renders and tokenizes conversations, with a 0/1 mask on the assistant tokens.
 
     Args:
       template: the model's chat template.
-      tokenizer: a tokenizer with ``tokenize_with_offsets`` (the Hugging Face adapter).
+      tokenizer: the Hugging Face adapter (its ``tokenize_with_offsets``; the configuration refuses
+        ``chat`` with other tokenizers).
     """
 
-    def __init__(self, template: ChatTemplate, tokenizer: OffsetTokenizer) -> None:
-        if not hasattr(tokenizer, "tokenize_with_offsets"):
-            raise ConversationError(
-                f"--chat needs a Hugging Face tokenizer (its directory holds the chat template); "
-                f"{getattr(tokenizer, 'name', type(tokenizer).__name__)} has none"
-            )
+    def __init__(self, template: ChatTemplate, tokenizer: HuggingFaceTokenizer) -> None:
         self.template = template
         self.tokenizer = tokenizer
 
