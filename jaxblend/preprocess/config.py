@@ -8,7 +8,7 @@ from typing import Any
 
 from jaxblend.access import IdentityStoreOptions, ObjectStoreOptions
 from jaxblend.loss_masks import loss_mask_prefix
-from jaxblend.preprocess import chat_records, layout, partitions, sentences
+from jaxblend.preprocess import chat_records, partitions, sentences
 from jaxblend.preprocess import records as records_lib
 from jaxblend.preprocess import tokenizer_spec as tok_spec
 from jaxblend.preprocess.cleaning import report as report_lib
@@ -82,12 +82,9 @@ class PreprocessConfig:
     def __post_init__(self) -> None:
         if self.cleaning is not None and not self.cleaning.enabled:
             object.__setattr__(self, "cleaning", None)
-        if isinstance(self.input, str):
-            object.__setattr__(self, "input", (self.input,))
-        object.__setattr__(self, "input", tuple(self.input))
-        if isinstance(self.json_keys, str):
-            object.__setattr__(self, "json_keys", (self.json_keys,))
-        object.__setattr__(self, "json_keys", tuple(self.json_keys))
+        for name in ("input", "json_keys"):
+            value = getattr(self, name)
+            object.__setattr__(self, name, (value,) if isinstance(value, str) else tuple(value))
         if not self.input:
             raise ValueError("input=() must name at least one file or glob")
         if not self.output_prefix:
@@ -130,8 +127,8 @@ class PreprocessConfig:
         return "sentence" if self.split_sentences else "document"
 
     def output_names(self) -> dict[str, str]:
-        """Returns key -> final dataset prefix."""
-        return {k: layout.dataset_name(self.output_prefix, k, self.level) for k in self.json_keys}
+        """Returns key -> final dataset prefix ``{output_prefix}_{key}_{level}`` (Megatron-LM's)."""
+        return {k: f"{self.output_prefix}_{k}_{self.level}" for k in self.json_keys}
 
     def loss_mask_names(self) -> dict[str, str]:
         """With ``chat``: key -> the prefix of its loss-mask dataset (in the side directory

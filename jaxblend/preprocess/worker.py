@@ -211,19 +211,15 @@ class _PartitionWriter:
             r = int(record[i])
             try:
                 ids = np.asarray(self.tokenizer.tokenize(text), dtype=np.int64)
-            except UnicodeError as e:
-                ids = np.zeros(0, np.int64)
-                if kept[r]:
-                    self.check.drop(
-                        INVALID_UTF8, ordinals[r], key, f"text is not encodable: {e}", recs.sizes[r]
-                    )
-                kept[r] = False
             except Exception as e:  # noqa: BLE001
                 ids = np.zeros(0, np.int64)
                 if kept[r]:
-                    self.check.drop(
-                        TOKENIZER_ERROR, ordinals[r], key, f"{type(e).__name__}: {e}", recs.sizes[r]
+                    reason, detail = (
+                        (INVALID_UTF8, f"text is not encodable: {e}")
+                        if isinstance(e, UnicodeError)
+                        else (TOKENIZER_ERROR, f"{type(e).__name__}: {e}")
                     )
+                    self.check.drop(reason, ordinals[r], key, detail, recs.sizes[r])
                 kept[r] = False
             pieces.append(ids)
         lengths = np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces))
@@ -300,30 +296,21 @@ class _PartitionWriter:
             )
         self.cleaner = cleaner_lib.Cleaner(cfg.cleaning, duplicates, decided)
 
-    def sign(self) -> None:
-        """The deduplication pass: validates and cleans records, writes their signatures."""
-        cfg = self.config
-        assert cfg.cleaning is not None
-        self._start_cleaning()
-        self.signer = sig_lib.SignatureWriter(cfg.cleaning)
-        for piece in self.partition.pieces:
-            self.check.locate = readers.Locator(piece, cfg.text_mode)
-            for raw in readers.iter_piece(piece, cfg.text_mode, columns=cfg.json_keys):
-                self._decode(raw, piece.format)
-                if self.progress is not None:
-                    self.progress(raw.consumed, 0, 0)
-        assert self.cleaner is not None
-        self.signer.write(cfg.parts_dir, self.partition.index, *self.cleaner.decisions())
-
     def _total(self, field: str) -> int:
         return sum(c[field] for c in self.counts.values())
 
     def run(self) -> dict[str, object]:
+        """Reads the partition; tokenizes it into its partial datasets and writes its done marker,
+        or, in the deduplication pass (``mode`` ``signatures``), writes its signatures."""
         cfg = self.config
         keys = cfg.json_keys
         if cfg.chat:  # the conversations' loss masks are partial datasets too
             keys = keys + tuple(chat_records.mask_key(k) for k in keys)
         self._start_cleaning()
+        if cfg.mode == SIGNATURES:
+            assert cfg.cleaning is not None
+            self.signer = sig_lib.SignatureWriter(cfg.cleaning)  # takes every kept record
+            keys = ()  # no partial datasets
         prefixes = {
             k: layout.part_prefix(cfg.parts_dir, self.partition.index, k, cfg.level) for k in keys
         }
@@ -337,7 +324,7 @@ class _PartitionWriter:
                 self.check.locate = readers.Locator(piece, cfg.text_mode)
                 self.check.drops = {}  # this piece's: added to its input's and the partition's
                 records_before, documents_before = self.records, first_key["documents"]
-                for raw in readers.iter_piece(piece, cfg.text_mode, columns=keys):
+                for raw in readers.iter_piece(piece, cfg.text_mode, columns=cfg.json_keys):
                     batch = self._decode(raw, piece.format)
                     documents, tokens = self._total("documents"), self._total("tokens")
                     self._write_batch(batch)
@@ -361,6 +348,10 @@ class _PartitionWriter:
             for b in self.builders.values():
                 b.abort()
             raise
+        if self.signer is not None:
+            assert self.cleaner is not None
+            self.signer.write(cfg.parts_dir, self.partition.index, *self.cleaner.decisions())
+            return {"index": self.partition.index}
         result = {
             "index": self.partition.index,
             "records": self.records,
@@ -372,7 +363,8 @@ class _PartitionWriter:
         }
         if self.cleaner is not None:
             result["cleaning"] = self.cleaner.to_json()
-        layout.write_done_marker(cfg.parts_dir, self.partition.index, result)
+        # the partition is finished once its marker is written, after its datasets are in place
+        layout.write_json_atomic(layout.done_marker_path(cfg.parts_dir, self.partition.index), result)
         return result
 
 
@@ -424,8 +416,4 @@ def process_partition(
     """
     pause_point("partition", partition.index)
     tokenizer = tokenizer_for(config.tokenizer)
-    writer = _PartitionWriter(config, tokenizer, partition, progress)
-    if config.mode == SIGNATURES:
-        writer.sign()
-        return {"index": partition.index}
-    return writer.run()
+    return _PartitionWriter(config, tokenizer, partition, progress).run()
