@@ -156,21 +156,6 @@ def _find_specials(tokenizer: _Adapter, lookup: Callable[[str], int | None]) -> 
     tokenizer.eod = tokenizer.eos if tokenizer.eos is not None else tokenizer.sep
 
 
-def configured_special_tokens(directory: str) -> dict[str, str]:
-    """Special token strings named by a Hugging Face model directory's JSON configuration
-    (`named_tokens`), as ``{"eos": "</s>", ...}`` for what is named.
-
-    Raises:
-      TokenizerError: a present file is not valid JSON.
-    """
-    named = named_tokens(directory)
-    return {
-        special: named[f"{special}_token"]
-        for special in ("eos", "bos", "pad", "mask", "cls", "sep")
-        if f"{special}_token" in named
-    }
-
-
 class HuggingFaceTokenizer(_Adapter):
     """A Hugging Face ``tokenizers`` JSON file; batched encoding via ``encode_batch_fast``.
 
@@ -190,13 +175,13 @@ class HuggingFaceTokenizer(_Adapter):
 
         with _loading(f"cannot load Hugging Face tokenizer {path!r}"):
             self._use(tokenizers.Tokenizer.from_file(path))
-        configured = configured_special_tokens(os.path.dirname(os.path.abspath(path)))
-        for name, token in configured.items():
-            tid = self._tok.token_to_id(token)
+        named = named_tokens(os.path.dirname(os.path.abspath(path)))
+        for name in _SPECIAL_CANDIDATES:  # the special tokens the directory's JSON names win
+            tid = self._tok.token_to_id(named[f"{name}_token"]) if f"{name}_token" in named else None
             if tid is not None:
                 setattr(self, name, int(tid))
-        if "eos" in configured and self._tok.token_to_id(configured["eos"]) is not None:
-            self.eod = self.eos
+                if name == "eos":
+                    self.eod = self.eos
 
     def _use(self, tok) -> None:
         """Takes ``tok`` (a ``tokenizers.Tokenizer``): its vocabulary size and special ids."""
@@ -262,23 +247,12 @@ class SentencePieceTokenizer(_Adapter):
             self._sp = spm.SentencePieceProcessor(model_file=path)
         sp = self._sp
         self.vocab_size = int(sp.vocab_size())
-
-        def opt(i: int) -> int | None:
-            return int(i) if i >= 0 else None
-
-        self.bos = opt(sp.bos_id())
-        self.eos = opt(sp.eos_id())
-        self.pad = opt(sp.pad_id())
+        ids = (sp.bos_id(), sp.eos_id(), sp.pad_id())
+        self.bos, self.eos, self.pad = (int(i) if i >= 0 else None for i in ids)
         self.eod = self.eos
-        unk = sp.unk_id()
-
-        def lookup(piece: str) -> int | None:
-            i = sp.piece_to_id(piece)
-            return int(i) if i != unk else None
-
-        self.mask = lookup("<mask>") if lookup("<mask>") is not None else lookup("[MASK]")
-        self.cls = lookup("[CLS]")
-        self.sep = lookup("[SEP]")
+        mask = self.token_to_id("<mask>")
+        self.mask = mask if mask is not None else self.token_to_id("[MASK]")
+        self.cls, self.sep = self.token_to_id("[CLS]"), self.token_to_id("[SEP]")
 
     def tokenize(self, text: str) -> np.ndarray:
         """Returns the ids of ``text``."""
@@ -332,6 +306,17 @@ def read_tiktoken_ranks(path: str) -> dict[bytes, int]:
 class _Tiktoken(_Adapter):
     """A tokenizer over a tiktoken encoding (``self._enc``) encoding texts with ``self._encode``."""
 
+    name = TIKTOKEN
+
+    def _build(self, path: str, name: str, pattern: str, ranks: dict, specials: dict) -> None:
+        """Builds ``self._enc`` from ``ranks`` and ``specials`` (token -> id)."""
+        import tiktoken
+
+        with _loading(f"cannot build tiktoken encoding from {path!r}"):
+            self._enc = tiktoken.Encoding(
+                name=name, pat_str=pattern, mergeable_ranks=ranks, special_tokens=specials
+            )
+
     def tokenize_batch(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """Returns ``(flat_ids, lengths)``."""
         return _flatten([self._encode(t) for t in texts])
@@ -355,20 +340,11 @@ class TikTokenizer(_Tiktoken):
     text is encoded as ordinary text.
     """
 
-    name = TIKTOKEN
-
     def __init__(self, path: str, pattern: str = "cl100k") -> None:
-        import tiktoken
-
         ranks = read_tiktoken_ranks(path)
         n = max(ranks.values()) + 1
-        with _loading(f"cannot build tiktoken encoding from {path!r}"):
-            self._enc = tiktoken.Encoding(
-                name=os.path.basename(path),
-                pat_str=TIKTOKEN_PATTERNS.get(pattern, pattern),
-                mergeable_ranks=ranks,
-                special_tokens={"<|endoftext|>": n},
-            )
+        pat_str = TIKTOKEN_PATTERNS.get(pattern, pattern)
+        self._build(path, os.path.basename(path), pat_str, ranks, {"<|endoftext|>": n})
         self._encode = self._enc.encode_ordinary
         self.eod = self.eos = n
         self.vocab_size = n + 1
@@ -426,8 +402,6 @@ class MegatronTikTokenizer(_Tiktoken):
     token strings inside the text are encoded as their ids, as Megatron does.
     """
 
-    name = TIKTOKEN
-
     def __init__(
         self,
         path: str,
@@ -436,8 +410,6 @@ class MegatronTikTokenizer(_Tiktoken):
         special_tokens: Sequence[str] = (),
         vocab_size: int | None = None,
     ) -> None:
-        import tiktoken
-
         pattern = pattern or "v2"
         if pattern not in MEGATRON_TIKTOKEN_PATTERNS:
             raise TokenizerError(
@@ -464,13 +436,8 @@ class MegatronTikTokenizer(_Tiktoken):
                 f"{vocab_size - num_special_tokens}"
             )
         index = {t: i for i, t in enumerate(specials)}
-        with _loading(f"cannot build tiktoken encoding from {path!r}"):
-            self._enc = tiktoken.Encoding(
-                name=os.path.basename(os.path.dirname(os.path.abspath(path))),
-                pat_str=MEGATRON_TIKTOKEN_PATTERNS[pattern],
-                mergeable_ranks=ranks,
-                special_tokens=index,
-            )
+        name = os.path.basename(os.path.dirname(os.path.abspath(path)))
+        self._build(path, name, MEGATRON_TIKTOKEN_PATTERNS[pattern], ranks, index)
         self._encode = functools.partial(self._enc.encode, allowed_special="all")
         self.vocab_size = vocab_size
         self.bos, self.eos, self.pad, self.mask, self.cls, self.sep = (
