@@ -139,7 +139,7 @@ class _TokenizePartition(beam.DoFn):
         self._config = config
 
     def setup(self) -> None:
-        worker.tokenizer_for(self._config.tokenizer)
+        worker.tokenizer_for(self._config.run.tokenizer)
 
     def process(self, partition: partitions_lib.Partition) -> Any:
         worker.process_partition(self._config, partition)

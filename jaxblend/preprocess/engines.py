@@ -89,7 +89,7 @@ def _init_pool_worker(config: worker.WorkerConfig, q: Any, parent_pid: int) -> N
     _POOL_QUEUE = q
     # One worker process per core: keep Hugging Face tokenizers from starting a thread pool in each.
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    worker.tokenizer_for(config.tokenizer)  # load once per process
+    worker.tokenizer_for(config.run.tokenizer)  # load once per process
 
 
 def _queue_progress(nbytes: int, docs: int, tokens: int) -> None:

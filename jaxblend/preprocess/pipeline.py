@@ -161,7 +161,7 @@ def _preprocess_local(config: PreprocessConfig, engine: Engine | None) -> Prepro
 
     os.makedirs(parts, exist_ok=True)
     layout.remove_temporaries(parts)
-    wcfg = _worker_config(config, dtype, parts)
+    wcfg = worker.WorkerConfig(config, dtype.name, parts)
     done = {
         p.index
         for p in plan
@@ -246,18 +246,6 @@ def _open_inputs(
             f"append_eod=True but tokenizer {config.tokenizer.type} has no end-of-document token"
         )
     return files, tokenizer, np.dtype(storage.token_dtype_for_vocab(tokenizer.vocab_size))
-
-
-def _worker_config(config: PreprocessConfig, dtype: np.dtype, parts: str) -> worker.WorkerConfig:
-    """What every partition's worker needs: the run's settings of the same names (``level``
-    included), the token dtype and the parts directory."""
-    run_fields = {f.name for f in dataclasses.fields(PreprocessConfig)}
-    shared = {
-        f.name: getattr(config, f.name)
-        for f in dataclasses.fields(worker.WorkerConfig)
-        if f.name in run_fields
-    }
-    return worker.WorkerConfig(**shared, level=config.level, dtype=dtype.name, parts_dir=parts)
 
 
 def _run_partitions(

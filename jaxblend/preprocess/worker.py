@@ -35,7 +35,7 @@ from jaxblend.preprocess.cleaning import cleaner as cleaner_lib
 from jaxblend.preprocess.cleaning import join as join_lib
 from jaxblend.preprocess.cleaning import signatures as sig_lib
 from jaxblend.preprocess.cleaning import text as text_lib
-from jaxblend.preprocess.cleaning.config import CleaningConfig
+from jaxblend.preprocess.config import PreprocessConfig
 from jaxblend.preprocess.records import (
     EMPTY,
     INVALID_UTF8,
@@ -51,45 +51,17 @@ class WorkerConfig:
     """What a worker needs to process partitions (picklable, shared by every engine).
 
     Attributes:
-      tokenizer: How to load the tokenizer.
-      json_keys: Fields to tokenize; one output dataset per key.
-      text_mode: ``line`` or ``file`` for ``.txt`` inputs.
-      append_eod: Append the tokenizer's EOD id to every document.
-      split_sentences: One sequence per sentence.
-      max_document_chars: Drop documents longer than this many characters (0 = no limit).
-      on_error: ``skip`` (count and report) or ``fail`` (raise on the first bad record).
+      run: The run's settings (keys, tokenizer, Megatron's rules, cleaning, ``chat``, ...).
       dtype: Token dtype name of the outputs.
       parts_dir: Directory of the partial datasets and done markers.
-      level: ``document`` or ``sentence`` (output naming).
-      drop_empty: Drop records with a key whose text has no tokens (default: keep them as
-        documents with zero sequences, as Megatron does).
-      sentence_splitter: ``punkt`` (NLTK, Megatron's) or ``builtin`` (no data files).
-      lang: Punkt model language.
-      keep_newlines: Punkt keeps the newlines that follow sentences (Megatron's ``--keep-newlines``).
-      cleaning: The cleaning stage run on every valid record before tokenization (None = off).
       mode: ``tokenize`` (write partial datasets) or ``signatures`` (the deduplication pass: write
         the partition's hashes and MinHash signatures, :mod:`jaxblend.preprocess.cleaning.signatures`).
-      chat: Every key is a conversation, written with its loss masks
-        (:mod:`jaxblend.preprocess.chat_records`).
     """
 
-    tokenizer: tok_spec.TokenizerSpec
-    json_keys: tuple[str, ...]
-    text_mode: str
-    append_eod: bool
-    split_sentences: bool
-    max_document_chars: int
-    on_error: str
+    run: PreprocessConfig
     dtype: str
     parts_dir: str
-    level: str
-    drop_empty: bool = False
-    sentence_splitter: str = sentences.PUNKT
-    lang: str = "english"
-    keep_newlines: bool = False
-    cleaning: CleaningConfig | None = None
     mode: str = TOKENIZE
-    chat: bool = False
 
 
 class _Records:
@@ -126,22 +98,23 @@ class _PartitionWriter:
         progress: Callable[[int, int, int], None] | None,
     ) -> None:
         self.config = config
+        self.settings = run = config.run
         self.tokenizer = tokenizer
         self.partition = partition
         self.progress = progress
         self.dtype = np.dtype(config.dtype)
-        self.eod = tokenizer.eod if config.append_eod else None
+        self.eod = tokenizer.eod if run.append_eod else None
         self.splitter = (
-            splitter_for(config.sentence_splitter, config.lang, config.keep_newlines)
-            if config.split_sentences
+            splitter_for(run.sentence_splitter, run.lang, run.keep_newlines)
+            if run.split_sentences
             else None
         )
-        self.check = records.RecordChecker(config.on_error, config.max_document_chars)
+        self.check = records.RecordChecker(run.on_error, run.max_document_chars)
         self.records = 0
         self.input_bytes = 0
         self.counts = {
             k: {"documents": 0, "sequences": 0, "tokens": 0, "empty_documents": 0}
-            for k in config.json_keys
+            for k in run.json_keys
         }
         self.builders: dict[str, storage.IndexedDatasetBuilder] = {}
         # input path -> {"records", "documents", "dropped": `records.Drops`}
@@ -150,9 +123,9 @@ class _PartitionWriter:
         self.signer: sig_lib.SignatureWriter | None = None
         self.chat = (
             chat_records.ConversationRecords(
-                config.tokenizer, tokenizer, config.json_keys, self.eod, self.dtype
+                run.tokenizer, tokenizer, run.json_keys, self.eod, self.dtype
             )
-            if config.chat
+            if run.chat
             else None
         )
 
@@ -170,7 +143,7 @@ class _PartitionWriter:
         if self.chat is not None:
             self.records += len(raw.ordinals)
             return self.chat.decode(raw, fmt, self.check)  # type: ignore[return-value]
-        keys = self.config.json_keys
+        keys = self.settings.json_keys
         out = _Records(keys)
         for ordinal, payload in zip(raw.ordinals, raw.payloads):
             position = self.records  # the record's place in the partition (every record counts)
@@ -230,13 +203,13 @@ class _PartitionWriter:
         if self.chat is not None:
             self.chat.write(recs, self.builders, self.counts)  # type: ignore[arg-type]
             return
-        keys = self.config.json_keys
+        keys = self.settings.json_keys
         n = len(recs.ordinals)
         if not n:
             return
         kept = np.ones(n, dtype=bool)
         toks = {k: self._tokenize(k, recs, kept) for k in keys}
-        if self.config.drop_empty:
+        if self.settings.drop_empty:
             for k in keys:
                 t = toks[k]
                 record = np.repeat(np.arange(n), t.counts)
@@ -285,16 +258,16 @@ class _PartitionWriter:
     # ------------------------------------------------------------------ driver
 
     def _start_cleaning(self) -> None:
-        cfg = self.config
-        if cfg.cleaning is None or not cfg.cleaning.enabled:
+        cfg, cleaning = self.config, self.settings.cleaning
+        if cleaning is None:
             return
         duplicates = decided = None
-        if cfg.mode == TOKENIZE and cfg.cleaning.needs_join:
+        if cfg.mode == TOKENIZE and cleaning.needs_join:
             duplicates = join_lib.load_drops(cfg.parts_dir, self.partition.index)
             decided = sig_lib.load_decisions(
                 cfg.parts_dir, self.partition.index, cleaner_lib.REASONS
             )
-        self.cleaner = cleaner_lib.Cleaner(cfg.cleaning, duplicates, decided)
+        self.cleaner = cleaner_lib.Cleaner(cleaning, duplicates, decided)
 
     def _total(self, field: str) -> int:
         return sum(c[field] for c in self.counts.values())
@@ -302,29 +275,27 @@ class _PartitionWriter:
     def run(self) -> dict[str, object]:
         """Reads the partition; tokenizes it into its partial datasets and writes its done marker,
         or, in the deduplication pass (``mode`` ``signatures``), writes its signatures."""
-        cfg = self.config
-        keys = cfg.json_keys
-        if cfg.chat:  # the conversations' loss masks are partial datasets too
-            keys = keys + tuple(chat_records.mask_key(k) for k in keys)
+        cfg, run = self.config, self.settings
+        keys = run.part_keys()  # with chat, the conversations' loss masks too
         self._start_cleaning()
         if cfg.mode == SIGNATURES:
-            assert cfg.cleaning is not None
-            self.signer = sig_lib.SignatureWriter(cfg.cleaning)  # takes every kept record
+            assert run.cleaning is not None
+            self.signer = sig_lib.SignatureWriter(run.cleaning)  # takes every kept record
             keys = ()  # no partial datasets
         prefixes = {
-            k: layout.part_prefix(cfg.parts_dir, self.partition.index, k, cfg.level) for k in keys
+            k: layout.part_prefix(cfg.parts_dir, self.partition.index, k, run.level) for k in keys
         }
         dropped: records.Drops = {}
-        first_key = self.counts[cfg.json_keys[0]]  # every key has the same documents
+        first_key = self.counts[run.json_keys[0]]  # every key has the same documents
         try:
             for k in keys:
-                dtype = chat_records.MASK_DTYPE if k not in cfg.json_keys else self.dtype
+                dtype = chat_records.MASK_DTYPE if k not in run.json_keys else self.dtype
                 self.builders[k] = storage.IndexedDatasetBuilder(prefixes[k], dtype=dtype)
             for piece in self.partition.pieces:
-                self.check.locate = readers.Locator(piece, cfg.text_mode)
+                self.check.locate = readers.Locator(piece, run.text_mode)
                 self.check.drops = {}  # this piece's: added to its input's and the partition's
                 records_before, documents_before = self.records, first_key["documents"]
-                for raw in readers.iter_piece(piece, cfg.text_mode, columns=cfg.json_keys):
+                for raw in readers.iter_piece(piece, run.text_mode, columns=run.json_keys):
                     batch = self._decode(raw, piece.format)
                     documents, tokens = self._total("documents"), self._total("tokens")
                     self._write_batch(batch)
@@ -415,5 +386,5 @@ def process_partition(
       readers.InputError: An input cannot be read.
     """
     pause_point("partition", partition.index)
-    tokenizer = tokenizer_for(config.tokenizer)
+    tokenizer = tokenizer_for(config.run.tokenizer)
     return _PartitionWriter(config, tokenizer, partition, progress).run()
