@@ -73,8 +73,6 @@ class LocalEngine:
                     for f in done:
                         f.result()  # re-raises a worker's exception
             except BaseException:
-                for f in pending:
-                    f.cancel()
                 pool.shutdown(wait=True, cancel_futures=True)
                 raise
             _drain(q, progress)

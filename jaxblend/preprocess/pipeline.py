@@ -297,18 +297,14 @@ def _merge_outputs(
     returns key -> the part prefixes."""
     part_prefixes = {
         k: [layout.part_prefix(parts, p.index, k, config.level) for p in plan]
-        for k in config.json_keys
+        for k in config.part_keys()
     }
-    if not config.keep_parts:
-        names = config.output_names()
-        for k in config.json_keys:
-            merge_parts(part_prefixes[k], names[k], dtype)
-        for k, name in config.loss_mask_names().items():  # --chat: beside the run record
+    if not config.keep_parts:  # --chat: the loss masks too, beside the run record
+        masks = {chat_records.mask_key(k): name for k, name in config.loss_mask_names().items()}
+        for k, name in {**config.output_names(), **masks}.items():
             os.makedirs(os.path.dirname(os.path.abspath(name)), exist_ok=True)
-            mask_parts = [layout.part_prefix(parts, p.index, chat_records.mask_key(k), config.level)
-                          for p in plan]
-            merge_parts(mask_parts, name, chat_records.MASK_DTYPE)
-    return part_prefixes
+            merge_parts(part_prefixes[k], name, chat_records.MASK_DTYPE if k in masks else dtype)
+    return {k: part_prefixes[k] for k in config.json_keys}
 
 
 def _cleaning_report(

@@ -202,20 +202,6 @@ def _seek_first_line(f: io.BufferedReader, start: int) -> int:
     return f.tell()
 
 
-def count_lines_before(path: str, offset: int) -> int:
-    """Returns the number of newlines in the first ``offset`` bytes of ``path``."""
-    count = 0
-    with open(path, "rb", buffering=0) as f:
-        remaining = offset
-        while remaining > 0:
-            chunk = f.read(min(remaining, 16 << 20))
-            if not chunk:
-                break
-            count += chunk.count(b"\n")
-            remaining -= len(chunk)
-    return count
-
-
 class Locator:
     """Turns a record's ordinal within a piece into ``file:line`` (or ``file:row``) text.
 
@@ -235,10 +221,12 @@ class Locator:
         if p.format.startswith("txt") and self.text_mode == "file":
             return f"{p.path}"
         if self._base is None:
-            if p.start > 0 and p.format in ("jsonl", "txt"):
+            self._base = 0
+            if p.start > 0 and p.format in ("jsonl", "txt"):  # count the newlines before the piece
                 with open(p.path, "rb") as f:
                     first = _seek_first_line(f, p.start)  # type: ignore[arg-type]
-                self._base = count_lines_before(p.path, first)
-            else:
-                self._base = 0
+                    f.seek(0)
+                    chunk = 16 << 20
+                    reads = (f.read(min(chunk, first - at)) for at in range(0, first, chunk))
+                    self._base = sum(data.count(b"\n") for data in reads)
         return f"{p.path}:{self._base + ordinal + 1}"

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -103,14 +103,6 @@ class _Join:
             ids.append(record_ids(p, rows))
         return np.concatenate(keys), np.concatenate(ids)
 
-    def _gather(self, ids: np.ndarray) -> np.ndarray:
-        out = np.empty((ids.shape[0], self.config.num_perm), np.uint32)
-        part, row = split_id(ids)
-        for p in np.unique(part).tolist():
-            m = part == p
-            out[m] = self.sigs[p][row[m]]
-        return out
-
     def exact(self) -> np.ndarray:
         dropped = []
         for s in range(self.shards):
@@ -133,9 +125,23 @@ class _Join:
                 candidates += later.shape[0]
                 for c in range(0, later.shape[0], _PAIR_CHUNK):
                     x, f = later[c : c + _PAIR_CHUNK], first[c : c + _PAIR_CHUNK]
-                    dropped.append(x[similar(self._gather(x), self._gather(f), self.config)])
+                    x_sigs, f_sigs = (gather(ids, self.sigs.__getitem__, self.config) for ids in (x, f))
+                    dropped.append(x[similar(x_sigs, f_sigs, self.config)])
         out = np.unique(np.concatenate(dropped)) if dropped else np.zeros(0, np.int64)
         return out, candidates
+
+
+def gather(
+    ids: np.ndarray, minhash: Callable[[int], np.ndarray], config: CleaningConfig
+) -> np.ndarray:
+    """The MinHash signatures of record ``ids``; ``minhash(p)`` gives those of the plan's ``p``-th
+    partition."""
+    out = np.empty((ids.shape[0], config.num_perm), np.uint32)
+    part, row = split_id(ids)
+    for p in np.unique(part).tolist():
+        m = part == p
+        out[m] = minhash(p)[row[m]]
+    return out
 
 
 def similar(a: np.ndarray, b: np.ndarray, config: CleaningConfig) -> np.ndarray:

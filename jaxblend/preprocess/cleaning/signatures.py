@@ -87,6 +87,9 @@ class SignatureWriter:
     def __init__(self, config: CleaningConfig) -> None:
         self.signer = Signer(config) if config.near_dedup else None
         self.config = config
+        near = config.near_dedup  # without it, each record has 0 bands and 0 MinHash values
+        self.empty_bands = np.zeros(config.bands if near else 0, np.uint64)
+        self.empty_minhash = np.zeros(config.num_perm if near else 0, np.uint32)
         self.positions: list[int] = []
         self.exact: list[int] = []
         self.words: list[bool] = []
@@ -103,10 +106,8 @@ class SignatureWriter:
             sig = self.signer.minhash(words)
             self.band_rows.append(self.signer.bands(sig))
         else:
-            sig = np.zeros(self.config.num_perm if self.config.near_dedup else 0, np.uint32)
-            self.band_rows.append(
-                np.zeros(self.config.bands if self.config.near_dedup else 0, np.uint64)
-            )
+            sig = self.empty_minhash
+            self.band_rows.append(self.empty_bands)
         self.sig_rows.append(sig)
 
     def write(
@@ -119,14 +120,12 @@ class SignatureWriter:
         """Writes the signature directory atomically (temporary directory, then rename), with the
         per-record filters' outcome (``filtered`` rows, score ``histograms``)."""
         n = len(self.positions)
-        nb = self.config.bands if self.config.near_dedup else 0
-        npm = self.config.num_perm if self.config.near_dedup else 0
         arrays = {
             "positions": np.asarray(self.positions, np.int64),
             "exact": np.asarray(self.exact, np.uint64),
             "words": np.asarray(self.words, bool),
-            "bands": np.stack(self.band_rows) if n else np.zeros((0, nb), np.uint64),
-            "minhash": np.stack(self.sig_rows) if n else np.zeros((0, npm), np.uint32),
+            "bands": np.stack(self.band_rows) if n else self.empty_bands[None][:0],
+            "minhash": np.stack(self.sig_rows) if n else self.empty_minhash[None][:0],
             "filtered": filtered,
         }
         with atomic_write.atomic_directory(sig_dir(parts, index), exists="replace") as out:
