@@ -152,10 +152,8 @@ def _check_chat(config: PreprocessConfig) -> None:
             f"--chat needs --tokenizer_type=HuggingFaceTokenizer (the chat template is read from "
             f"its model directory), not {config.tokenizer.type}"
         )
-    for name, on in (("split_sentences", config.split_sentences), ("cleaning", config.cleaning),
-                     ("drop_empty", config.drop_empty), ("max_document_chars",
-                                                         config.max_document_chars)):
-        if on:
+    for name in ("split_sentences", "cleaning", "drop_empty", "max_document_chars"):
+        if getattr(config, name):
             raise ValueError(f"--chat does not take {name}: a conversation is one document")
 
 
