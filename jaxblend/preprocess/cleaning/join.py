@@ -79,7 +79,6 @@ class _Join:
         self.config = config
         self.words = [signatures.load(parts, i, "words") for i in self.indices]
         n = sum(w.shape[0] for w in self.words)
-        self.records = n
         self.shards = max(1, math.ceil(n * _BYTES_PER_KEY / (config.join_memory_mb * 2**20)))
         self.sigs = (
             [signatures.load(parts, i, "minhash") for i in self.indices]
@@ -91,11 +90,7 @@ class _Join:
         keys, ids = [], []
         for p in range(len(self.indices)):
             col = np.asarray(column(p))
-            m = (
-                (col % np.uint64(self.shards)) == np.uint64(s)
-                if self.shards > 1
-                else np.ones(col.shape[0], bool)
-            )
+            m = (col % np.uint64(self.shards)) == np.uint64(s)
             if exclude is not None:
                 m &= exclude[p]
             rows = np.flatnonzero(m)
@@ -111,7 +106,7 @@ class _Join:
             )
             later, _ = _first_in_bucket(keys, ids)
             dropped.append(later)
-        return np.unique(np.concatenate(dropped)) if dropped else np.zeros(0, np.int64)
+        return np.unique(np.concatenate(dropped))  # one array per shard, at least one
 
     def near(self) -> tuple[np.ndarray, int]:
         alive = [np.asarray(w) for w in self.words]
