@@ -114,15 +114,26 @@ class RecordChecker:
         add_drops(self.drops, {reason: entry})
 
     def values(
-        self, ordinal: int, payload: object, fmt: str, keys: Sequence[str]
-    ) -> dict[str, str | list[str]] | None:
-        """The record's value of every key, or None when the record is dropped."""
+        self,
+        ordinal: int,
+        payload: object,
+        fmt: str,
+        keys: Sequence[str],
+        check: Callable[[int, str, Any], Any] | None = None,
+    ) -> dict[str, Any] | None:
+        """The record's value of every key, or None when the record is dropped. ``check(ordinal,
+        key, value)`` checks a present field's value, returning it (or what it becomes) or None
+        having dropped the record; by default the value must be a text (`text`)."""
         fields = self.fields(ordinal, payload, fmt)
         if fields is None:
             return None
-        per_key: dict[str, str | list[str]] = {}
+        per_key: dict[str, Any] = {}
         for key in keys:
-            value = self._value(ordinal, key, fields.get(key))
+            value = fields.get(key)
+            if value is None:
+                self.drop(MISSING_KEY, ordinal, key, f"no field {key!r}")
+                return None
+            value = (check or self.text)(ordinal, key, value)
             if value is None:
                 return None
             per_key[key] = value
@@ -156,11 +167,8 @@ class RecordChecker:
             return None
         return fields
 
-    def _value(self, ordinal: int, key: str, value: object) -> str | list[str] | None:
+    def text(self, ordinal: int, key: str, value: object) -> str | list[str] | None:
         """One field's value when it is a string or a list of strings, else None (dropped)."""
-        if value is None:
-            self.drop(MISSING_KEY, ordinal, key, f"no field {key!r}")
-            return None
         if isinstance(value, str):
             chars = len(value)
         elif isinstance(value, list) and all(isinstance(v, str) for v in value):

@@ -65,7 +65,8 @@ class WorkerConfig:
 
 
 class _Records:
-    """The valid records of one raw batch: per key, each record's pieces (sentences) in order."""
+    """The valid records of one raw batch: per key, each record's pieces (sentences) in order
+    (with ``chat``, its one rendered conversation)."""
 
     __slots__ = ("ordinals", "pieces", "sizes")
 
@@ -123,7 +124,7 @@ class _PartitionWriter:
         self.signer: sig_lib.SignatureWriter | None = None
         self.chat = (
             chat_records.ConversationRecords(
-                run.tokenizer, tokenizer, run.json_keys, self.eod, self.dtype
+                self.check, run.tokenizer, tokenizer, run.json_keys, self.eod, self.dtype
             )
             if run.chat
             else None
@@ -132,7 +133,8 @@ class _PartitionWriter:
     # ------------------------------------------------------------------ decoding
 
     def _pieces(self, value: str | list[str]) -> list[str]:
-        """The sequences-to-be of one field (Megatron's rules)."""
+        """The sequences-to-be of one field (Megatron's rules; a rendered conversation, a tuple, is
+        its one piece)."""
         if isinstance(value, list):
             return value  # already one string per sequence (Megatron's split-sentence form)
         if self.splitter is not None:
@@ -140,15 +142,13 @@ class _PartitionWriter:
         return [value]
 
     def _decode(self, raw: readers.RawBatch, fmt: str) -> _Records:
-        if self.chat is not None:
-            self.records += len(raw.ordinals)
-            return self.chat.decode(raw, fmt, self.check)  # type: ignore[return-value]
         keys = self.settings.json_keys
+        render = self.chat.render if self.chat is not None else None  # conversations
         out = _Records(keys)
         for ordinal, payload in zip(raw.ordinals, raw.payloads):
             position = self.records  # the record's place in the partition (every record counts)
             self.records += 1
-            per_key = self.check.values(ordinal, payload, fmt, keys)
+            per_key = self.check.values(ordinal, payload, fmt, keys, render)
             if per_key is None:
                 continue
             if self.cleaner is not None:
@@ -201,7 +201,7 @@ class _PartitionWriter:
 
     def _write_batch(self, recs: _Records) -> None:
         if self.chat is not None:
-            self.chat.write(recs, self.builders, self.counts)  # type: ignore[arg-type]
+            self.chat.write(recs.pieces, self.builders, self.counts)
             return
         keys = self.settings.json_keys
         n = len(recs.ordinals)
