@@ -50,11 +50,8 @@ _ALIASES = {t.lower(): t for t in TOKENIZER_TYPES} | {
 SENTENCEPIECE_TYPES = (SENTENCEPIECE, GPT_SENTENCEPIECE, LLAMA2)
 
 # What a directory given as --tokenizer_model is searched for, per type, first found wins.
-_MODEL_FILES_IN_DIR = {
+_MODEL_FILES_IN_DIR = dict.fromkeys(SENTENCEPIECE_TYPES, ("tokenizer.model",)) | {
     HUGGINGFACE: ("tokenizer.json",),
-    SENTENCEPIECE: ("tokenizer.model",),
-    GPT_SENTENCEPIECE: ("tokenizer.model",),
-    LLAMA2: ("tokenizer.model",),
     TIKTOKEN: ("tokenizer.json", "tokenizer.tiktoken"),
 }
 
