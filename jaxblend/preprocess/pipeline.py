@@ -121,14 +121,11 @@ def _preprocess_to_bucket(config: PreprocessConfig, engine: Engine | None) -> Pr
             for ext in ("bin", "idx")
             for name in local_config.loss_mask_names().values()
         )
-        generations = store.publish(local_config.output_names(), record, extras)
-        identities = {
-            key: identity_record.fingerprint_of(name, manifest["bin_md5"][key])
-            for key, name in local_config.output_names().items()
-            if key in manifest.get("bin_md5", {})
-        }
+        local_names = local_config.output_names()
+        generations = store.publish(local_names, record, extras)
         identity_record.record_published(
-            url_names, identities, generations, _identity_options(config), store.object_store
+            url_names, local_names, manifest.get("bin_md5", {}), generations,
+            _identity_options(config), store.object_store,
         )
         note = f"published to {config.output_prefix} (.bin, then .idx, then run record {record_url})"
     logging.info("preprocess: %s", note)
