@@ -49,9 +49,7 @@ class LocalEngine:
         progress: Progress,
     ) -> None:
         """Processes ``partitions``; returns when all are done; raises the first failure."""
-        if not partitions:
-            return
-        if self.workers <= 1 or len(partitions) == 1:
+        if self.workers <= 1 or len(partitions) <= 1:
             for p in partitions:
                 worker.process_partition(config, p, progress)
             return

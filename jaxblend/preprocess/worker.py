@@ -215,13 +215,8 @@ class _PartitionWriter:
                 record = np.repeat(np.arange(n), t.counts)
                 tokens = np.bincount(record, weights=t.lengths, minlength=n)
                 for r in np.flatnonzero(kept & (tokens == 0)).tolist():
-                    self.check.drop(
-                        EMPTY,
-                        recs.ordinals[r],
-                        k,
-                        "no tokens (--drop_empty_documents)",
-                        recs.sizes[r],
-                    )
+                    detail = "no tokens (--drop_empty_documents)"
+                    self.check.drop(EMPTY, recs.ordinals[r], k, detail, recs.sizes[r])
                     kept[r] = False
         for k in keys:
             self._write_key(k, toks[k], kept)

@@ -89,12 +89,8 @@ class Cleaner:
     def _scrub(self, values: Values) -> dict[str, Any]:
         assert self.scrubber is not None
         before = dataclasses.astuple(self.pii_counts)
-        out: dict[str, Any] = {}
-        for k, v in values.items():
-            if isinstance(v, str):
-                out[k] = self.scrubber.scrub(v, self.pii_counts)
-            else:
-                out[k] = [self.scrubber.scrub(s, self.pii_counts) for s in v]
+        scrub = functools.partial(self.scrubber.scrub, counts=self.pii_counts)
+        out = {k: scrub(v) if isinstance(v, str) else [scrub(s) for s in v] for k, v in values.items()}
         if dataclasses.astuple(self.pii_counts) != before:
             self.pii_documents += 1
         return out
