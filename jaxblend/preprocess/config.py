@@ -98,26 +98,23 @@ class PreprocessConfig:
                 raise ValueError(
                     f"json_keys entry {key!r} must be non-empty without '/' (used in file names)"
                 )
-        if self.text_mode not in partitions.TEXT_MODES:
-            raise ValueError(f"text_mode={self.text_mode!r} must be one of {partitions.TEXT_MODES}")
-        if self.workers < 0:
-            raise ValueError(f"workers={self.workers} must be >= 0 (0 = all cores)")
-        if self.partitions < 0:
-            raise ValueError(f"partitions={self.partitions} must be >= 0 (0 = automatic)")
-        if self.log_interval < 0:
-            raise ValueError(f"log_interval={self.log_interval} must be >= 0")
-        if self.sentence_splitter not in sentences.SPLITTERS:
-            raise ValueError(
-                f"sentence_splitter={self.sentence_splitter!r} must be one of {sentences.SPLITTERS}"
-            )
+        for name, allowed in (
+            ("text_mode", partitions.TEXT_MODES),
+            ("sentence_splitter", sentences.SPLITTERS),
+            ("on_error", records_lib.ON_ERROR),
+        ):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name}={getattr(self, name)!r} must be one of {allowed}")
+        for name, zero in (
+            ("workers", " (0 = all cores)"),
+            ("partitions", " (0 = automatic)"),
+            ("log_interval", ""),
+            ("max_document_chars", " (0 = no limit)"),
+        ):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name}={getattr(self, name)} must be >= 0{zero}")
         if self.keep_newlines and not self.split_sentences:
             raise ValueError("keep_newlines applies only with split_sentences")
-        if self.on_error not in records_lib.ON_ERROR:
-            raise ValueError(f"on_error={self.on_error!r} must be one of {records_lib.ON_ERROR}")
-        if self.max_document_chars < 0:
-            raise ValueError(
-                f"max_document_chars={self.max_document_chars} must be >= 0 (0 = no limit)"
-            )
         if self.chat:
             _check_chat(self)
 

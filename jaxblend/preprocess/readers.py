@@ -146,9 +146,7 @@ def _iter_compressed(piece: Piece, batch_bytes: int, batch_records: int) -> Iter
         with _open_stream(piece.path, piece.format) as (stream, raw):
             yield from _batches(stream, raw.tell, piece.weight, batch_bytes, batch_records)
     except Exception as e:
-        if isinstance(e, InputError):
-            raise
-        if type(e).__name__ in ("ZstdError",) or isinstance(e, (OSError, EOFError, zlib.error)):
+        if type(e).__name__ == "ZstdError" or isinstance(e, (OSError, EOFError, zlib.error)):
             raise InputError(f"cannot decompress input {piece.path!r}: {e}") from e
         raise
 
