@@ -66,8 +66,7 @@ class ConversationRecords:
         try:
             return self.encoder.render(conversations.validate_messages(value, key))
         except conversations.ConversationError as e:
-            self.check.drop(records.BAD_CONVERSATION, ordinal, key, str(e))
-            return None
+            return self.check.drop(records.BAD_CONVERSATION, ordinal, key, str(e))
 
     def write(
         self,

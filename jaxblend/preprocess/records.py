@@ -95,7 +95,8 @@ class RecordChecker:
     def drop(
         self, reason: str, ordinal: int, key: str | None, detail: str, nbytes: int | None = None
     ) -> None:
-        """Drops a bad record (raises `PreprocessDataError` with ``on_error="fail"``)."""
+        """Drops a bad record (raises `PreprocessDataError` with ``on_error="fail"``); returns None,
+        what a check returns for a dropped record."""
         assert self.locate is not None
         where = self.locate(ordinal)
         if key is not None:
@@ -131,8 +132,7 @@ class RecordChecker:
         for key in keys:
             value = fields.get(key)
             if value is None:
-                self.drop(MISSING_KEY, ordinal, key, f"no field {key!r}")
-                return None
+                return self.drop(MISSING_KEY, ordinal, key, f"no field {key!r}")
             value = (check or self.text)(ordinal, key, value)
             if value is None:
                 return None
@@ -148,23 +148,18 @@ class RecordChecker:
         try:
             text = payload.decode("utf-8")  # type: ignore[attr-defined]
         except UnicodeDecodeError as e:
-            self.drop(
-                INVALID_UTF8, ordinal, None, f"not valid UTF-8 ({e.reason} at byte {e.start})"
-            )
-            return None
+            detail = f"not valid UTF-8 ({e.reason} at byte {e.start})"
+            return self.drop(INVALID_UTF8, ordinal, None, detail)
         if not fmt.startswith("jsonl"):
             return {"text": text}
         if not text or text.isspace():
-            self.drop(BLANK_LINE, ordinal, None, "blank line (not a JSON object)")
-            return None
+            return self.drop(BLANK_LINE, ordinal, None, "blank line (not a JSON object)")
         try:
             fields = json.loads(text)
         except ValueError as e:
-            self.drop(MALFORMED_JSON, ordinal, None, str(e))
-            return None
+            return self.drop(MALFORMED_JSON, ordinal, None, str(e))
         if not isinstance(fields, dict):
-            self.drop(MALFORMED_JSON, ordinal, None, "not a JSON object")
-            return None
+            return self.drop(MALFORMED_JSON, ordinal, None, "not a JSON object")
         return fields
 
     def text(self, ordinal: int, key: str, value: object) -> str | list[str] | None:
@@ -174,17 +169,11 @@ class RecordChecker:
         elif isinstance(value, list) and all(isinstance(v, str) for v in value):
             chars = sum(map(len, value))
         else:
-            self.drop(
-                NOT_STRING,
-                ordinal,
-                key,
-                f"field {key!r} is {type(value).__name__} (a string or a list of strings needed)",
-            )
-            return None
+            kind = type(value).__name__
+            detail = f"field {key!r} is {kind} (a string or a list of strings needed)"
+            return self.drop(NOT_STRING, ordinal, key, detail)
         max_chars = self.max_document_chars
         if max_chars and chars > max_chars:
-            self.drop(
-                OVERSIZE, ordinal, key, f"{chars} characters > max_document_chars={max_chars}"
-            )
-            return None
+            detail = f"{chars} characters > max_document_chars={max_chars}"
+            return self.drop(OVERSIZE, ordinal, key, detail)
         return value
