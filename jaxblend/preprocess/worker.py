@@ -102,7 +102,7 @@ class _PartitionWriter:
         self.settings = run = config.run
         self.tokenizer = tokenizer
         self.partition = partition
-        self.progress = progress
+        self.progress = progress or (lambda nbytes, documents, tokens: None)
         self.dtype = np.dtype(config.dtype)
         self.eod = tokenizer.eod if run.append_eod else None
         self.splitter = (
@@ -121,7 +121,16 @@ class _PartitionWriter:
         # input path -> {"records", "documents", "dropped": `records.Drops`}
         self.inputs: dict[str, dict[str, Any]] = {}
         self.cleaner: cleaner_lib.Cleaner | None = None
-        self.signer: sig_lib.SignatureWriter | None = None
+        self.signer: sig_lib.SignatureWriter | None = None  # the deduplication pass
+        if run.cleaning is not None:
+            duplicates = decided = None  # the join's drops and the first pass's decisions
+            if config.mode == TOKENIZE and run.cleaning.needs_join:
+                duplicates = join_lib.load_drops(config.parts_dir, partition.index)
+                reasons = cleaner_lib.REASONS
+                decided = sig_lib.load_decisions(config.parts_dir, partition.index, reasons)
+            self.cleaner = cleaner_lib.Cleaner(run.cleaning, duplicates, decided)
+            if config.mode == SIGNATURES:
+                self.signer = sig_lib.SignatureWriter(run.cleaning)  # takes every kept record
         self.chat = (
             chat_records.ConversationRecords(
                 self.check, run.tokenizer, tokenizer, run.json_keys, self.eod, self.dtype
@@ -252,18 +261,6 @@ class _PartitionWriter:
 
     # ------------------------------------------------------------------ driver
 
-    def _start_cleaning(self) -> None:
-        cfg, cleaning = self.config, self.settings.cleaning
-        if cleaning is None:
-            return
-        duplicates = decided = None
-        if cfg.mode == TOKENIZE and cleaning.needs_join:
-            duplicates = join_lib.load_drops(cfg.parts_dir, self.partition.index)
-            decided = sig_lib.load_decisions(
-                cfg.parts_dir, self.partition.index, cleaner_lib.REASONS
-            )
-        self.cleaner = cleaner_lib.Cleaner(cleaning, duplicates, decided)
-
     def _total(self, field: str) -> int:
         return sum(c[field] for c in self.counts.values())
 
@@ -271,12 +268,8 @@ class _PartitionWriter:
         """Reads the partition; tokenizes it into its partial datasets and writes its done marker,
         or, in the deduplication pass (``mode`` ``signatures``), writes its signatures."""
         cfg, run = self.config, self.settings
-        keys = run.part_keys()  # with chat, the conversations' loss masks too
-        self._start_cleaning()
-        if cfg.mode == SIGNATURES:
-            assert run.cleaning is not None
-            self.signer = sig_lib.SignatureWriter(run.cleaning)  # takes every kept record
-            keys = ()  # no partial datasets
+        # with chat, the conversations' loss masks too; no partial datasets in the first pass
+        keys = () if self.signer is not None else run.part_keys()
         prefixes = {
             k: layout.part_prefix(cfg.parts_dir, self.partition.index, k, run.level) for k in keys
         }
@@ -295,12 +288,8 @@ class _PartitionWriter:
                     documents, tokens = self._total("documents"), self._total("tokens")
                     self._write_batch(batch)
                     self.input_bytes += raw.consumed
-                    if self.progress is not None:
-                        self.progress(
-                            raw.consumed,
-                            self._total("documents") - documents,
-                            self._total("tokens") - tokens,
-                        )
+                    documents_now, tokens_now = self._total("documents"), self._total("tokens")
+                    self.progress(raw.consumed, documents_now - documents, tokens_now - tokens)
                 entry = self.inputs.setdefault(
                     piece.path, {"records": 0, "documents": 0, "dropped": {}}
                 )
