@@ -64,15 +64,14 @@ def scan_outputs(
     key -> MD5 hex of the bytes, the dataset's content digest: docs/format.md, "Fingerprint")."""
     max_ids: dict[str, int | None] = {}
     md5s: dict[str, str] = {}
-    chunk = SCAN_TOKENS
     for key, name in names.items():
         path = f"{name}.bin"
         digest = hashlib.md5(usedforsecurity=False)
         largest = None
         if os.path.getsize(path):
             tokens = np.memmap(path, dtype=dtype, mode="r")
-            for i in range(0, tokens.size, chunk):
-                block = tokens[i : i + chunk]
+            for i in range(0, tokens.size, SCAN_TOKENS):
+                block = tokens[i : i + SCAN_TOKENS]
                 digest.update(memoryview(block).cast("B"))
                 top = int(block.max())
                 largest = top if largest is None else max(largest, top)

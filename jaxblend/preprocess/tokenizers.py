@@ -289,11 +289,9 @@ def read_tiktoken_ranks(path: str) -> dict[bytes, int]:
         for lineno, line in enumerate(f, 1):
             if not line.strip():
                 continue
-            parts = line.split()
             try:
-                if len(parts) != 2:
-                    raise ValueError("expected 2 fields")
-                ranks[base64.b64decode(parts[0], validate=True)] = int(parts[1])
+                token, rank = line.split()
+                ranks[base64.b64decode(token, validate=True)] = int(rank)
             except ValueError as e:
                 raise TokenizerError(
                     f"{path}:{lineno}: not a tiktoken ranks line ('base64 rank'): {e}"

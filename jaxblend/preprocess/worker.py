@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -64,16 +64,14 @@ class WorkerConfig:
     mode: str = TOKENIZE
 
 
+@dataclasses.dataclass
 class _Records:
     """The valid records of one raw batch: per key, each record's pieces (sentences) in order
-    (with ``chat``, its one rendered conversation)."""
+    (with ``chat``, its one rendered conversation), and the records' ordinals and input bytes."""
 
-    __slots__ = ("ordinals", "pieces", "sizes")
-
-    def __init__(self, keys: Sequence[str]) -> None:
-        self.ordinals: list[int] = []
-        self.sizes: list[int] = []
-        self.pieces: dict[str, list[list[str]]] = {k: [] for k in keys}
+    pieces: dict[str, list[list[Any]]]
+    ordinals: list[int] = dataclasses.field(default_factory=list)
+    sizes: list[int] = dataclasses.field(default_factory=list)
 
 
 class _Tokenized(NamedTuple):
@@ -153,7 +151,7 @@ class _PartitionWriter:
     def _decode(self, raw: readers.RawBatch, fmt: str) -> _Records:
         keys = self.settings.json_keys
         render = self.chat.render if self.chat is not None else None  # conversations
-        out = _Records(keys)
+        out = _Records({k: [] for k in keys})
         for ordinal, payload in zip(raw.ordinals, raw.payloads):
             position = self.records  # the record's place in the partition (every record counts)
             self.records += 1
