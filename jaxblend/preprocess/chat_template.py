@@ -88,10 +88,6 @@ def _raise_exception(message: str) -> None:
     raise _TemplateRaised(message)
 
 
-def _strftime_now(fmt: str) -> str:
-    return datetime.datetime.now().strftime(fmt)
-
-
 def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None,
             separators=None, sort_keys: bool = False) -> str:
     return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
@@ -120,7 +116,7 @@ def _compiled(source: str):
     )
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
-    env.globals["strftime_now"] = _strftime_now
+    env.globals["strftime_now"] = lambda fmt: datetime.datetime.now().strftime(fmt)
     try:
         return env.from_string(source)
     except jinja2.TemplateSyntaxError as e:

@@ -116,12 +116,8 @@ class ConversationEncoder:
         self, texts: Sequence[str], spans: Sequence[Sequence[tuple[int, int]]]
     ) -> list[tuple[np.ndarray, np.ndarray]]:
         """Tokenizes rendered conversations; per conversation (ids int64, mask uint8)."""
-        out = []
-        for (ids, offsets), turn_spans in zip(
-            self.tokenizer.tokenize_with_offsets(list(texts)), spans, strict=True
-        ):
-            out.append((ids, span_mask(offsets, turn_spans)))
-        return out
+        encoded = self.tokenizer.tokenize_with_offsets(list(texts))
+        return [(ids, span_mask(offsets, s)) for (ids, offsets), s in zip(encoded, spans, strict=True)]
 
     def encode(self, messages: Sequence[Mapping[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
         """One conversation's (ids, mask); see the module docstring."""
@@ -137,8 +133,6 @@ def span_mask(offsets: np.ndarray, spans: Sequence[tuple[int, int]]) -> np.ndarr
       spans: ``(start, end)`` character spans, in order and disjoint.
     """
     mask = np.zeros(offsets.shape[0], np.uint8)
-    if not spans or not offsets.shape[0]:
-        return mask
     starts, ends = offsets[:, 0], offsets[:, 1]
     for lo, hi in spans:
         mask[(ends > lo) & (starts < hi)] = 1

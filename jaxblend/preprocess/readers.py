@@ -151,22 +151,6 @@ def _iter_compressed(piece: Piece, batch_bytes: int, batch_records: int) -> Iter
         raise
 
 
-def _read_row_group(
-    pf: Any, rg: int, wanted: list[str], path: str
-) -> tuple[dict[str, list], int, int]:
-    """One row group's columns as Python lists, its row count and byte size; InputError if corrupt."""
-    import pyarrow as pa
-
-    try:
-        table = pf.read_row_group(rg, columns=wanted)
-        cols = {c: table.column(c).to_pylist() for c in wanted}
-        return cols, table.num_rows, pf.metadata.row_group(rg).total_byte_size
-    except (pa.ArrowException, ValueError, OSError, EOFError) as e:
-        raise InputError(
-            f"--input {path!r}: row group {rg} is not readable Parquet: {type(e).__name__}: {e}"
-        ) from e
-
-
 def _iter_parquet(piece: Piece, columns: Sequence[str], batch_records: int) -> Iterator[RawBatch]:
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -179,7 +163,15 @@ def _iter_parquet(piece: Piece, columns: Sequence[str], batch_records: int) -> I
     wanted = [c for c in columns if c in names]
     row = 0
     for rg in range(piece.start, piece.stop):
-        cols, n, weight = _read_row_group(pf, rg, wanted, piece.path)
+        try:  # the row group's columns as Python lists
+            table = pf.read_row_group(rg, columns=wanted)
+            cols = {c: table.column(c).to_pylist() for c in wanted}
+            n, weight = table.num_rows, pf.metadata.row_group(rg).total_byte_size
+        except (pa.ArrowException, ValueError, OSError, EOFError) as e:
+            raise InputError(
+                f"--input {piece.path!r}: row group {rg} is not readable Parquet: "
+                f"{type(e).__name__}: {e}"
+            ) from e
         for lo in range(0, n, batch_records):
             hi = min(n, lo + batch_records)
             payloads = [{c: cols[c][i] for c in wanted} for i in range(lo, hi)]
@@ -191,12 +183,9 @@ def _iter_parquet(piece: Piece, columns: Sequence[str], batch_records: int) -> I
 
 def _seek_first_line(f: io.BufferedReader, start: int) -> int:
     """Positions ``f`` at the first line starting at or after byte ``start``; returns it."""
-    if start > 0:
-        f.seek(start - 1)
-        if f.read(1) != b"\n":
-            f.readline()  # the line holding byte `start` belongs to the previous piece
-    else:
-        f.seek(0)
+    f.seek(max(start - 1, 0))
+    if start > 0 and f.read(1) != b"\n":
+        f.readline()  # the line holding byte `start` belongs to the previous piece
     return f.tell()
 
 
