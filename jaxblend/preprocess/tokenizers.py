@@ -7,21 +7,10 @@ texts concatenated plus each text's token count — which is the hot path of the
 Hugging Face adapter uses the library's batched encoder).
 
 Tokenizers are described by a picklable :class:`TokenizerSpec`
-(:mod:`jaxblend.preprocess.tokenizer_spec`) so worker processes can each load
-their own copy once (:func:`load_tokenizer`). Type names follow Megatron-LM's ``--tokenizer_type``
-where one exists:
-
-=====================  =========================  ============================================
-``--tokenizer_type``   aliases                    files
-=====================  =========================  ============================================
-``ByteTokenizer``      ``byte``                   none (ids 0..255 = UTF-8 bytes, specials 256+)
-``HuggingFaceTokenizer`` ``hf``, ``huggingface``  ``tokenizer.json`` (``--tokenizer_model`` or
-                                                  ``--vocab_file``)
-``GPT2BPETokenizer``   ``gpt2``                   ``--vocab_file`` (vocab.json) + ``--merge_file``
-``SentencePieceTokenizer`` ``sentencepiece``, ``spm``  ``--tokenizer_model`` (``.model``)
-``TikTokenizer``       ``tiktoken``               ``--tokenizer_model`` (tiktoken BPE ranks file:
-                                                  ``base64(token) rank`` per line)
-=====================  =========================  ============================================
+(:mod:`jaxblend.preprocess.tokenizer_spec`, which also holds the type names and their aliases) so
+worker processes can each load their own copy once (:func:`load_tokenizer`). Type names follow
+Megatron-LM's ``--tokenizer_type`` where one exists; docs/preprocessing.md ("Tokenizers") lists
+each type's files and ids.
 """
 
 from __future__ import annotations
