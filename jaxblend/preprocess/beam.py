@@ -164,8 +164,7 @@ class BeamEngine:
         """
         if not partitions:
             return
-        options = PipelineOptions(self.pipeline_args)
-        with beam.Pipeline(options=options) as p:
+        with beam.Pipeline(options=PipelineOptions(self.pipeline_args)) as p:
             _ = (
                 p
                 | "CreatePartitions" >> beam.Create(list(partitions))
@@ -180,8 +179,7 @@ class BeamEngine:
         self, parts: str, indices: Sequence[int], config: CleaningConfig
     ) -> dict[str, Any]:
         """The duplicate join as a Beam pipeline (module docstring); returns its statistics."""
-        options = PipelineOptions(self.pipeline_args)
-        p = beam.Pipeline(options=options)
+        p = beam.Pipeline(options=PipelineOptions(self.pipeline_args))
         plan = p | "Partitions" >> beam.Create(list(enumerate(indices)))
         drops = (
             plan

@@ -55,9 +55,8 @@ class LocalEngine:
             return
         ctx = multiprocessing.get_context("spawn")
         q = ctx.Queue()
-        n = min(self.workers, len(partitions))
         with cf.ProcessPoolExecutor(
-            max_workers=n,
+            max_workers=min(self.workers, len(partitions)),
             mp_context=ctx,
             initializer=_init_pool_worker,
             initargs=(config, q, os.getpid()),

@@ -115,12 +115,9 @@ def _preprocess_to_bucket(config: PreprocessConfig, engine: Engine | None) -> Pr
     if remote == record:
         note = f"{config.output_prefix} is already published (run record {record_url}); nothing uploaded"
     else:
+        masks = local_config.loss_mask_names().values()  # --chat: .bin before .idx
         extras = tuple(p for p in report_lib.paths(local) if os.path.exists(p))
-        extras += tuple(  # --chat: the loss masks (.bin before .idx), before the record
-            f"{name}.{ext}"
-            for ext in ("bin", "idx")
-            for name in local_config.loss_mask_names().values()
-        )
+        extras += tuple(f"{name}.{ext}" for ext in ("bin", "idx") for name in masks)
         local_names = local_config.output_names()
         generations = store.publish(local_names, record, extras)
         identity_record.record_published(
