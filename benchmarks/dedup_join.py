@@ -55,7 +55,7 @@ def write_signatures(parts: str, records: int, partitions: int, seed: int = 0) -
     sig[near[:, None], flip] ^= np.uint32(1)
     bands = np.empty((records, cfg.bands), np.uint64)
     width = cfg.rows
-    for b in range(cfg.bands):  # the band keys Signer.bands computes, one band at a time
+    for b in range(cfg.bands):  # the band keys SignatureWriter.add computes, one band at a time
         block = np.ascontiguousarray(sig[:, b * width : (b + 1) * width])
         bands[:, b] = [text_lib.hash64(row.tobytes()) for row in block]
     bounds = np.linspace(0, records, partitions + 1).astype(int)

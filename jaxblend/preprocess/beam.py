@@ -27,6 +27,7 @@ Usage::
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -80,16 +81,9 @@ class _Decide(beam.DoFn):
         self._candidates = Metrics.counter("jaxblend_dedup", "near_candidates")
 
     def setup(self) -> None:
-        self._sigs: dict[int, np.ndarray] = {}
-
-    def _signatures(self, ids: np.ndarray) -> np.ndarray:
-        part, rows = join_lib.split_id(ids)
-        out = np.empty((ids.shape[0], self._config.num_perm), np.uint32)
-        for p in np.unique(part).tolist():
-            if p not in self._sigs:
-                self._sigs[p] = sig_lib.load(self._parts, self._indices[p], "minhash")
-            out[part == p] = self._sigs[p][rows[part == p]]
-        return out
+        self._minhash = functools.cache(
+            lambda p: sig_lib.load(self._parts, self._indices[p], "minhash")
+        )
 
     def process(self, element: tuple[tuple[int, int], Iterable[int]]) -> Iterable[tuple[int, int]]:
         (band, _), members = element
@@ -102,7 +96,7 @@ class _Decide(beam.DoFn):
                 yield rid, join_lib.EXACT
             return
         self._candidates.inc(int(later.shape[0]))
-        sigs = self._signatures(ids)
+        sigs = join_lib.gather(ids, self._minhash, self._config)
         keep = join_lib.similar(sigs[1:], np.broadcast_to(sigs[0], sigs[1:].shape), self._config)
         for rid in later[keep].tolist():
             yield rid, join_lib.NEAR
@@ -139,7 +133,7 @@ class _TokenizePartition(beam.DoFn):
         self._config = config
 
     def setup(self) -> None:
-        worker.tokenizer_for(self._config.tokenizer)
+        worker.tokenizer_for(self._config.run.tokenizer)
 
     def process(self, partition: partitions_lib.Partition) -> Any:
         worker.process_partition(self._config, partition)
@@ -170,8 +164,7 @@ class BeamEngine:
         """
         if not partitions:
             return
-        options = PipelineOptions(self.pipeline_args)
-        with beam.Pipeline(options=options) as p:
+        with beam.Pipeline(options=PipelineOptions(self.pipeline_args)) as p:
             _ = (
                 p
                 | "CreatePartitions" >> beam.Create(list(partitions))
@@ -186,8 +179,7 @@ class BeamEngine:
         self, parts: str, indices: Sequence[int], config: CleaningConfig
     ) -> dict[str, Any]:
         """The duplicate join as a Beam pipeline (module docstring); returns its statistics."""
-        options = PipelineOptions(self.pipeline_args)
-        p = beam.Pipeline(options=options)
+        p = beam.Pipeline(options=PipelineOptions(self.pipeline_args))
         plan = p | "Partitions" >> beam.Create(list(enumerate(indices)))
         drops = (
             plan

@@ -20,6 +20,7 @@ from __future__ import annotations
 import glob
 import hashlib
 import os
+import pathlib
 import tempfile
 from collections.abc import Sequence
 
@@ -56,18 +57,13 @@ def fetch_inputs(
       InputError: a URL with a wildcard, or an object that does not exist (names the URL).
       ObjectStoreError: the store failed or timed out.
     """
-    out = []
     for pattern in patterns:
-        if not is_url(pattern):
-            out.append(pattern)
-            continue
-        if glob.has_magic(pattern):
+        if is_url(pattern) and glob.has_magic(pattern):
             raise InputError(
                 f"--input {pattern}: wildcards are not supported in gs:// and s3:// URLs; name "
                 "each object (repeat --input or separate the URLs with commas)"
             )
-        out.append(_fetch(pattern, root, object_store))
-    return tuple(out)
+    return tuple(_fetch(p, root, object_store) if is_url(p) else p for p in patterns)
 
 
 def _fetch(url: str, root: str, object_store: ObjectStoreOptions) -> str:
@@ -78,12 +74,9 @@ def _fetch(url: str, root: str, object_store: ObjectStoreOptions) -> str:
     directory = ObjectDirectory(parent + "/", object_store)
     home = os.path.join(root, _digest(url.encode()))
     current = os.path.join(home, _CURRENT)
-    known = None
-    if os.path.exists(current):
-        with open(current, "rb") as f:
-            known = f.read()
-    if known is None or not os.path.exists(os.path.join(home, _digest(known), name)):
-        known = None  # first download, or the copy is gone
+    known = pathlib.Path(current).read_bytes() if os.path.exists(current) else None
+    if known is not None and not os.path.exists(os.path.join(home, _digest(known), name)):
+        known = None  # the copy is gone
     first = _read_chunk(directory, name, 0, if_not_equal=known)
     if first.state == "unspecified":  # unchanged since the download
         return os.path.join(home, _digest(known), name)

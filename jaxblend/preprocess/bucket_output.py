@@ -5,7 +5,7 @@ built locally and uploaded afterwards:
 
 * The run (partitions, done markers, manifest, merge) happens under a local work directory,
   ``<work_dir>/<basename of the URL>``; ``work_dir`` defaults to
-  ``<tmp>/jaxblend-preprocess/<hash of the URL>`` (`work_dir_for`), never a local path named after
+  ``<tmp>/jaxblend-preprocess/<hash of the URL>`` (`local_prefix`), never a local path named after
   the URL. A rerun with the same settings resumes there exactly as a local run does.
 * `BucketOutput.publish` uploads in this order: delete the old run record
   (``<dir>/.jaxblend/<name>.preprocess.json``, and ``<prefix>.preprocess.json`` where records were
@@ -21,6 +21,7 @@ built locally and uploaded afterwards:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -33,19 +34,14 @@ from jaxblend.storage.object_store.publishing import publish
 from jaxblend.tokenizer_facts import SIDE_DIR, legacy_record_path, record_path
 
 
-def work_dir_for(url_prefix: str, work_dir: str | None = None) -> str:
-    """The local work directory of output prefix ``url_prefix``: ``work_dir`` if given, else
-    ``<tmp>/jaxblend-preprocess/<16 hex digits of the URL's SHA-256>``."""
-    if work_dir:
-        return work_dir
-    digest = hashlib.sha256(url_prefix.encode()).hexdigest()[:16]
-    return os.path.join(tempfile.gettempdir(), "jaxblend-preprocess", digest)
-
-
 def local_prefix(url_prefix: str, work_dir: str | None = None) -> str:
-    """The local output prefix the run builds before publishing to ``url_prefix``."""
-    name = url_prefix.rstrip("/").rsplit("/", 1)[-1]
-    return os.path.join(work_dir_for(url_prefix, work_dir), name)
+    """The local output prefix the run builds before publishing to ``url_prefix``:
+    ``<work_dir>/<last name of the URL>``; ``work_dir`` defaults to
+    ``<tmp>/jaxblend-preprocess/<16 hex digits of the URL's SHA-256>``."""
+    if not work_dir:
+        digest = hashlib.sha256(url_prefix.encode()).hexdigest()[:16]
+        work_dir = os.path.join(tempfile.gettempdir(), "jaxblend-preprocess", digest)
+    return os.path.join(work_dir, url_prefix.rstrip("/").rsplit("/", 1)[-1])
 
 
 def published_record(manifest: dict[str, Any], url_names: dict[str, str]) -> dict[str, Any]:
@@ -72,23 +68,17 @@ class BucketOutput:
         self._root = root + "/"
         self._dir = ObjectDirectory(self._root, object_store)
 
-    def _key(self, local_path: str) -> str:
-        return os.path.basename(local_path)
-
     def read_record(self) -> dict[str, Any] | None:
         """The published run record (`record_path`, else `legacy_record_path`), or None if
         absent/unparsable."""
         for key in (record_path(self._name), legacy_record_path(self._name)):
             data = self._dir.read(key, "reading the run record")
             if data is not None:
-                break
-        else:
-            return None
-        try:
-            record = json.loads(data)
-        except ValueError:
-            return None
-        return record if isinstance(record, dict) else None
+                with contextlib.suppress(ValueError):
+                    record = json.loads(data)
+                    return record if isinstance(record, dict) else None
+                return None
+        return None
 
     def publish(
         self, local_names: dict[str, str], record: dict[str, Any], extras: tuple[str, ...] = ()
@@ -101,7 +91,7 @@ class BucketOutput:
           key -> the generations of the uploaded (``.idx``, ``.bin``).
         """
         record_key = record_path(self._name)
-        names = {key: self._key(name) for key, name in local_names.items()}
+        names = {key: os.path.basename(name) for key, name in local_names.items()}
         stages = [
             [(f"{names[key]}.{ext}", f"{name}.{ext}") for key, name in local_names.items()]
             for ext in ("bin", "idx")

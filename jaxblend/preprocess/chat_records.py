@@ -9,19 +9,19 @@ turns, 0 elsewhere (the EOD included). A record is kept or dropped for every key
 text records are; a field that is missing is ``missing_key``, one that is not a conversation or
 that the template cannot render and mask is ``bad_conversation``, each with its ``file:line``.
 
-The writer of a partition (`jaxblend.preprocess.worker`) hands its raw batches here when
-``chat`` is set; the loss-mask datasets are its extra outputs (`mask_key`).
+The writer of a partition (`jaxblend.preprocess.worker`) checks each field with `render` and
+writes its kept records here when ``chat`` is set; the loss-mask datasets are its extra outputs
+(`mask_key`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 
 from jaxblend.loss_masks import LOSS_MASK_SUFFIX
-from jaxblend.preprocess import chat_template, conversations, readers, records
+from jaxblend.preprocess import chat_template, conversations, records
 from jaxblend.preprocess import tokenizer_spec as tok_spec
 
 MASK_DTYPE = np.dtype(np.uint8)
@@ -32,27 +32,11 @@ def mask_key(key: str) -> str:
     return key + LOSS_MASK_SUFFIX
 
 
-@dataclasses.dataclass
-class ConversationBatch:
-    """The kept records of one raw batch: per key, each record's rendered text and assistant spans.
-
-    Attributes:
-      ordinals: the kept records' ordinals in their piece.
-      sizes: their input bytes.
-      texts: key -> rendered text per kept record.
-      spans: key -> assistant character spans per kept record.
-    """
-
-    ordinals: list[int]
-    sizes: list[int]
-    texts: dict[str, list[str]]
-    spans: dict[str, list[list[tuple[int, int]]]]
-
-
 class ConversationRecords:
-    """Checks, renders and writes the conversation records of one partition.
+    """Renders and writes the conversation records of one partition.
 
     Args:
+      check: the partition's record checker (it drops what cannot be rendered).
       spec: the tokenizer's description (its directory holds the chat template).
       tokenizer: the loaded tokenizer (a Hugging Face one).
       keys: the conversation fields.
@@ -62,6 +46,7 @@ class ConversationRecords:
 
     def __init__(
         self,
+        check: records.RecordChecker,
         spec: tok_spec.TokenizerSpec,
         tokenizer: tok_spec.Tokenizer,
         keys: Sequence[str],
@@ -70,58 +55,32 @@ class ConversationRecords:
     ) -> None:
         template = chat_template.load_chat_template(spec.model_file())  # type: ignore[arg-type]
         self.encoder = conversations.ConversationEncoder(template, tokenizer)  # type: ignore[arg-type]
+        self.check = check
         self.keys = tuple(keys)
         self.eod = eod
         self.dtype = np.dtype(dtype)
 
-    def decode(
-        self, raw: readers.RawBatch, fmt: str, check: records.RecordChecker
-    ) -> ConversationBatch:
-        """The records of ``raw`` that are conversations in every key, rendered; the others are
-        dropped through ``check`` (with their reason and location)."""
-        out = ConversationBatch([], [], {k: [] for k in self.keys}, {k: [] for k in self.keys})
-        for ordinal, payload in zip(raw.ordinals, raw.payloads):
-            check.nbytes = records.payload_bytes(payload)
-            fields = check.fields(ordinal, payload, fmt)
-            if fields is None:
-                continue
-            rendered = self._render(ordinal, fields, check)
-            if rendered is None:
-                continue
-            out.ordinals.append(ordinal)
-            out.sizes.append(check.nbytes)
-            for key, (text, spans) in rendered.items():
-                out.texts[key].append(text)
-                out.spans[key].append(spans)
-        return out
-
-    def _render(
-        self, ordinal: int, fields: Mapping, check: records.RecordChecker
-    ) -> dict[str, tuple[str, list[tuple[int, int]]]] | None:
-        rendered = {}
-        for key in self.keys:
-            value = fields.get(key)
-            if value is None:
-                check.drop(records.MISSING_KEY, ordinal, key, f"no field {key!r}")
-                return None
-            try:
-                messages = conversations.validate_messages(value, key)
-                rendered[key] = self.encoder.render(messages)
-            except conversations.ConversationError as e:
-                check.drop(records.BAD_CONVERSATION, ordinal, key, str(e))
-                return None
-        return rendered
+    def render(self, ordinal: int, key: str, value: object) -> tuple[str, list] | None:
+        """Field ``key`` of record ``ordinal`` rendered (text, assistant character spans), or None
+        when it is not a conversation the template can render and mask (dropped)."""
+        try:
+            return self.encoder.render(conversations.validate_messages(value, key))
+        except conversations.ConversationError as e:
+            return self.check.drop(records.BAD_CONVERSATION, ordinal, key, str(e))
 
     def write(
         self,
-        batch: ConversationBatch,
+        pieces: Mapping[str, Sequence[Sequence[tuple[str, list]]]],
         builders: Mapping,
         counts: Mapping[str, dict[str, int]],
     ) -> None:
-        """Writes each kept record's conversation of every key: tokens to ``builders[key]``, the
-        mask to ``builders[mask_key(key)]``; adds to ``counts[key]``."""
+        """Writes each kept record's conversation of every key (``pieces[key]``: per record, its
+        one rendered conversation): tokens to ``builders[key]``, the mask to
+        ``builders[mask_key(key)]``; adds to ``counts[key]``."""
         for key in self.keys:
-            encoded = self.encoder.encode_texts(batch.texts[key], batch.spans[key])
+            texts = [text for ((text, _),) in pieces[key]]
+            spans = [spans for ((_, spans),) in pieces[key]]
+            encoded = self.encoder.encode_texts(texts, spans)
             tokens, masks = builders[key], builders[mask_key(key)]
             c = counts[key]
             for ids, mask in encoded:

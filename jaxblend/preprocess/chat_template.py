@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import hashlib
 import json
 import os
@@ -87,24 +88,15 @@ def _raise_exception(message: str) -> None:
     raise _TemplateRaised(message)
 
 
-def _strftime_now(fmt: str) -> str:
-    return datetime.datetime.now().strftime(fmt)
-
-
 def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None,
             separators=None, sort_keys: bool = False) -> str:
     return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
                       sort_keys=sort_keys)
 
 
-_COMPILED: dict[str, Any] = {}
-
-
+@functools.cache
 def _compiled(source: str):
     """The compiled Jinja template of ``source`` (once per process)."""
-    template = _COMPILED.get(source)
-    if template is not None:
-        return template
     import jinja2
     from jinja2 import ext, nodes
     from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -124,13 +116,11 @@ def _compiled(source: str):
     )
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
-    env.globals["strftime_now"] = _strftime_now
+    env.globals["strftime_now"] = lambda fmt: datetime.datetime.now().strftime(fmt)
     try:
-        template = env.from_string(source)
+        return env.from_string(source)
     except jinja2.TemplateSyntaxError as e:
         raise TokenizerError(f"the chat template does not parse: {e}") from None
-    _COMPILED[source] = template
-    return template
 
 
 def load_chat_template(tokenizer_file: str) -> ChatTemplate:

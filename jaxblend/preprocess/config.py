@@ -8,7 +8,7 @@ from typing import Any
 
 from jaxblend.access import IdentityStoreOptions, ObjectStoreOptions
 from jaxblend.loss_masks import loss_mask_prefix
-from jaxblend.preprocess import chat_records, layout, partitions, sentences
+from jaxblend.preprocess import chat_records, partitions, sentences
 from jaxblend.preprocess import records as records_lib
 from jaxblend.preprocess import tokenizer_spec as tok_spec
 from jaxblend.preprocess.cleaning import report as report_lib
@@ -82,12 +82,9 @@ class PreprocessConfig:
     def __post_init__(self) -> None:
         if self.cleaning is not None and not self.cleaning.enabled:
             object.__setattr__(self, "cleaning", None)
-        if isinstance(self.input, str):
-            object.__setattr__(self, "input", (self.input,))
-        object.__setattr__(self, "input", tuple(self.input))
-        if isinstance(self.json_keys, str):
-            object.__setattr__(self, "json_keys", (self.json_keys,))
-        object.__setattr__(self, "json_keys", tuple(self.json_keys))
+        for name in ("input", "json_keys"):
+            value = getattr(self, name)
+            object.__setattr__(self, name, (value,) if isinstance(value, str) else tuple(value))
         if not self.input:
             raise ValueError("input=() must name at least one file or glob")
         if not self.output_prefix:
@@ -101,26 +98,23 @@ class PreprocessConfig:
                 raise ValueError(
                     f"json_keys entry {key!r} must be non-empty without '/' (used in file names)"
                 )
-        if self.text_mode not in partitions.TEXT_MODES:
-            raise ValueError(f"text_mode={self.text_mode!r} must be one of {partitions.TEXT_MODES}")
-        if self.workers < 0:
-            raise ValueError(f"workers={self.workers} must be >= 0 (0 = all cores)")
-        if self.partitions < 0:
-            raise ValueError(f"partitions={self.partitions} must be >= 0 (0 = automatic)")
-        if self.log_interval < 0:
-            raise ValueError(f"log_interval={self.log_interval} must be >= 0")
-        if self.sentence_splitter not in sentences.SPLITTERS:
-            raise ValueError(
-                f"sentence_splitter={self.sentence_splitter!r} must be one of {sentences.SPLITTERS}"
-            )
+        for name, allowed in (
+            ("text_mode", partitions.TEXT_MODES),
+            ("sentence_splitter", sentences.SPLITTERS),
+            ("on_error", records_lib.ON_ERROR),
+        ):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name}={getattr(self, name)!r} must be one of {allowed}")
+        for name, zero in (
+            ("workers", " (0 = all cores)"),
+            ("partitions", " (0 = automatic)"),
+            ("log_interval", ""),
+            ("max_document_chars", " (0 = no limit)"),
+        ):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name}={getattr(self, name)} must be >= 0{zero}")
         if self.keep_newlines and not self.split_sentences:
             raise ValueError("keep_newlines applies only with split_sentences")
-        if self.on_error not in records_lib.ON_ERROR:
-            raise ValueError(f"on_error={self.on_error!r} must be one of {records_lib.ON_ERROR}")
-        if self.max_document_chars < 0:
-            raise ValueError(
-                f"max_document_chars={self.max_document_chars} must be >= 0 (0 = no limit)"
-            )
         if self.chat:
             _check_chat(self)
 
@@ -130,8 +124,8 @@ class PreprocessConfig:
         return "sentence" if self.split_sentences else "document"
 
     def output_names(self) -> dict[str, str]:
-        """Returns key -> final dataset prefix."""
-        return {k: layout.dataset_name(self.output_prefix, k, self.level) for k in self.json_keys}
+        """Returns key -> final dataset prefix ``{output_prefix}_{key}_{level}`` (Megatron-LM's)."""
+        return {k: f"{self.output_prefix}_{k}_{self.level}" for k in self.json_keys}
 
     def loss_mask_names(self) -> dict[str, str]:
         """With ``chat``: key -> the prefix of its loss-mask dataset (in the side directory
@@ -155,10 +149,8 @@ def _check_chat(config: PreprocessConfig) -> None:
             f"--chat needs --tokenizer_type=HuggingFaceTokenizer (the chat template is read from "
             f"its model directory), not {config.tokenizer.type}"
         )
-    for name, on in (("split_sentences", config.split_sentences), ("cleaning", config.cleaning),
-                     ("drop_empty", config.drop_empty), ("max_document_chars",
-                                                         config.max_document_chars)):
-        if on:
+    for name in ("split_sentences", "cleaning", "drop_empty", "max_document_chars"):
+        if getattr(config, name):
             raise ValueError(f"--chat does not take {name}: a conversation is one document")
 
 

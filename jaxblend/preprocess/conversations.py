@@ -22,11 +22,12 @@ reason. `validate_messages` states what a conversation must be.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
 from jaxblend.preprocess.chat_template import ChatTemplate, ChatTemplateError
+from jaxblend.preprocess.tokenizers import HuggingFaceTokenizer
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 TRAINED_ROLE = "assistant"
@@ -70,28 +71,16 @@ def validate_messages(value: object, key: str) -> list[Mapping[str, Any]]:
     return value
 
 
-class OffsetTokenizer(Protocol):
-    """What the encoder needs from a tokenizer: ids with each token's character span."""
-
-    def tokenize_with_offsets(self, texts: Sequence[str]) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Per text: (ids, int64 [n, 2] character start and end of each token)."""
-        ...
-
-
 class ConversationEncoder:
     """Renders and tokenizes conversations, with a 0/1 mask on the assistant tokens.
 
     Args:
       template: the model's chat template.
-      tokenizer: a tokenizer with ``tokenize_with_offsets`` (the Hugging Face adapter).
+      tokenizer: the Hugging Face adapter (its ``tokenize_with_offsets``; the configuration refuses
+        ``chat`` with other tokenizers).
     """
 
-    def __init__(self, template: ChatTemplate, tokenizer: OffsetTokenizer) -> None:
-        if not hasattr(tokenizer, "tokenize_with_offsets"):
-            raise ConversationError(
-                f"--chat needs a Hugging Face tokenizer (its directory holds the chat template); "
-                f"{getattr(tokenizer, 'name', type(tokenizer).__name__)} has none"
-            )
+    def __init__(self, template: ChatTemplate, tokenizer: HuggingFaceTokenizer) -> None:
         self.template = template
         self.tokenizer = tokenizer
 
@@ -127,12 +116,8 @@ class ConversationEncoder:
         self, texts: Sequence[str], spans: Sequence[Sequence[tuple[int, int]]]
     ) -> list[tuple[np.ndarray, np.ndarray]]:
         """Tokenizes rendered conversations; per conversation (ids int64, mask uint8)."""
-        out = []
-        for (ids, offsets), turn_spans in zip(
-            self.tokenizer.tokenize_with_offsets(list(texts)), spans, strict=True
-        ):
-            out.append((ids, span_mask(offsets, turn_spans)))
-        return out
+        encoded = self.tokenizer.tokenize_with_offsets(list(texts))
+        return [(ids, span_mask(offsets, s)) for (ids, offsets), s in zip(encoded, spans, strict=True)]
 
     def encode(self, messages: Sequence[Mapping[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
         """One conversation's (ids, mask); see the module docstring."""
@@ -148,8 +133,6 @@ def span_mask(offsets: np.ndarray, spans: Sequence[tuple[int, int]]) -> np.ndarr
       spans: ``(start, end)`` character spans, in order and disjoint.
     """
     mask = np.zeros(offsets.shape[0], np.uint8)
-    if not spans or not offsets.shape[0]:
-        return mask
     starts, ends = offsets[:, 0], offsets[:, 1]
     for lo, hi in spans:
         mask[(ends > lo) & (starts < hi)] = 1

@@ -49,17 +49,14 @@ class LocalEngine:
         progress: Progress,
     ) -> None:
         """Processes ``partitions``; returns when all are done; raises the first failure."""
-        if not partitions:
-            return
-        if self.workers <= 1 or len(partitions) == 1:
+        if self.workers <= 1 or len(partitions) <= 1:
             for p in partitions:
                 worker.process_partition(config, p, progress)
             return
         ctx = multiprocessing.get_context("spawn")
         q = ctx.Queue()
-        n = min(self.workers, len(partitions))
         with cf.ProcessPoolExecutor(
-            max_workers=n,
+            max_workers=min(self.workers, len(partitions)),
             mp_context=ctx,
             initializer=_init_pool_worker,
             initargs=(config, q, os.getpid()),
@@ -73,8 +70,6 @@ class LocalEngine:
                     for f in done:
                         f.result()  # re-raises a worker's exception
             except BaseException:
-                for f in pending:
-                    f.cancel()
                 pool.shutdown(wait=True, cancel_futures=True)
                 raise
             _drain(q, progress)
@@ -89,7 +84,7 @@ def _init_pool_worker(config: worker.WorkerConfig, q: Any, parent_pid: int) -> N
     _POOL_QUEUE = q
     # One worker process per core: keep Hugging Face tokenizers from starting a thread pool in each.
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    worker.tokenizer_for(config.tokenizer)  # load once per process
+    worker.tokenizer_for(config.run.tokenizer)  # load once per process
 
 
 def _queue_progress(nbytes: int, docs: int, tokens: int) -> None:

@@ -43,38 +43,31 @@ def record_local(
     md5s: dict[str, str],
     identity: IdentityStoreOptions,
     object_store: ObjectStoreOptions,
-) -> dict[str, memo.Identity]:
-    """Remembers each written local dataset (key -> prefix) under its current file versions.
-
-    Returns:
-      key -> the recorded identity.
-    """
-    out = {}
+) -> None:
+    """Remembers each written local dataset (key -> prefix, its `.bin`'s MD5 in ``md5s``) under
+    its current file versions."""
     for key, prefix in names.items():
         versions = levels.local_versions(prefix)[:2]
-        out[key] = fingerprint_of(prefix, md5s[key])
-        if levels.local_versions(prefix)[:2] != versions:
-            continue  # changed meanwhile: not this run's bytes; the first open identifies it
-        memo.record(
-            levels.memo_url(resolve(prefix)), *versions, out[key], options=identity,
-            object_store=object_store,
-        )
-    return out
+        found = fingerprint_of(prefix, md5s[key])
+        if levels.local_versions(prefix)[:2] == versions:  # else changed meanwhile: the first
+            where = levels.memo_url(resolve(prefix))  # open identifies it
+            memo.record(where, *versions, found, options=identity, object_store=object_store)
 
 
 def record_published(
     urls: dict[str, str],
-    identities: dict[str, memo.Identity],
+    local_names: dict[str, str],
+    md5s: dict[str, str],
     generations: dict[str, tuple[bytes, bytes]],
     identity: IdentityStoreOptions,
     object_store: ObjectStoreOptions,
 ) -> None:
     """Remembers each uploaded dataset (key -> URL prefix) under the generations its `.idx` and
-    `.bin` uploads returned (key -> (idx generation, bin generation))."""
+    `.bin` uploads returned (key -> (idx generation, bin generation)), with the identity of its
+    local copy (key -> prefix, its `.bin`'s MD5 in ``md5s``; a key without one is skipped)."""
     for key, url in urls.items():
-        if key not in generations or key not in identities:
-            continue
-        memo.record(
-            levels.memo_url(resolve(url)), *generations[key], identities[key], options=identity,
-            object_store=object_store,
-        )
+        if key in md5s:
+            found = fingerprint_of(local_names[key], md5s[key])
+            where = levels.memo_url(resolve(url))
+            memo.record(where, *generations[key], found, options=identity, object_store=object_store)
+

@@ -19,6 +19,7 @@ For ``--output_prefix P``, key ``K`` and level ``L`` (``document``, or ``sentenc
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import os
@@ -29,11 +30,6 @@ from jaxblend import atomic_write
 from jaxblend.tokenizer_facts import legacy_record_path, record_path, side_path
 
 MANIFEST_VERSION = 1
-
-
-def dataset_name(output_prefix: str, key: str, level: str) -> str:
-    """Returns the final dataset prefix ``{output_prefix}_{key}_{level}``."""
-    return f"{output_prefix}_{key}_{level}"
 
 
 def manifest_path(output_prefix: str) -> str:
@@ -98,11 +94,6 @@ def read_json(path: str) -> Any | None:
         return None
 
 
-def write_done_marker(parts: str, index: int, result: dict[str, Any]) -> None:
-    """Records partition ``index`` as finished (after its datasets are in place)."""
-    write_json_atomic(done_marker_path(parts, index), result)
-
-
 def read_done_marker(
     parts: str, index: int, keys: tuple[str, ...], level: str
 ) -> dict[str, Any] | None:
@@ -123,24 +114,18 @@ def read_done_marker(
 
 def remove_temporaries(directory: str, pattern: str = "*") -> None:
     """Deletes temporary files (``*.tmp-*``) a killed run may have left in ``directory``."""
-    for path in glob.glob(os.path.join(glob.escape(directory), pattern + ".tmp-*")):
-        try:
-            os.remove(path)
-        except FileNotFoundError:
-            pass
+    _remove(glob.glob(os.path.join(glob.escape(directory), pattern + ".tmp-*")))
 
 
 def remove_outputs(output_prefix: str, names: list[str]) -> None:
     """Deletes a previous run's outputs, parts and manifest (for ``overwrite``)."""
     shutil.rmtree(parts_dir(output_prefix), ignore_errors=True)
-    for name in names:
-        for ext in ("bin", "idx"):
-            try:
-                os.remove(f"{name}.{ext}")
-            except FileNotFoundError:
-                pass
-    for path in (manifest_path(output_prefix), legacy_record_path(output_prefix)):
-        try:
+    _remove([f"{name}.{ext}" for name in names for ext in ("bin", "idx")])
+    _remove([manifest_path(output_prefix), legacy_record_path(output_prefix)])
+
+
+def _remove(paths: list[str]) -> None:
+    """Deletes the files of ``paths`` that exist."""
+    for path in paths:
+        with contextlib.suppress(FileNotFoundError):
             os.remove(path)
-        except FileNotFoundError:
-            pass

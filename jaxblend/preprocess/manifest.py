@@ -64,15 +64,14 @@ def scan_outputs(
     key -> MD5 hex of the bytes, the dataset's content digest: docs/format.md, "Fingerprint")."""
     max_ids: dict[str, int | None] = {}
     md5s: dict[str, str] = {}
-    chunk = SCAN_TOKENS
     for key, name in names.items():
         path = f"{name}.bin"
         digest = hashlib.md5(usedforsecurity=False)
         largest = None
         if os.path.getsize(path):
             tokens = np.memmap(path, dtype=dtype, mode="r")
-            for i in range(0, tokens.size, chunk):
-                block = tokens[i : i + chunk]
+            for i in range(0, tokens.size, SCAN_TOKENS):
+                block = tokens[i : i + SCAN_TOKENS]
                 digest.update(memoryview(block).cast("B"))
                 top = int(block.max())
                 largest = top if largest is None else max(largest, top)
@@ -108,6 +107,7 @@ def prepare(config: PreprocessConfig, settings: dict[str, Any]) -> dict[str, Any
     mpath = layout.manifest_path(config.output_prefix)
     manifest = layout.read_manifest(config.output_prefix)
     names = list(config.output_names().values())
+    old_names: list[str] = []
     if manifest is not None and manifest.get("settings") != settings:
         if not config.overwrite:
             changes = _diff(manifest.get("settings") or {}, settings)
@@ -117,8 +117,6 @@ def prepare(config: PreprocessConfig, settings: dict[str, Any]) -> dict[str, Any
                 "choose another --output_prefix, or pass --overwrite to discard it"
             )
         old_names = list((manifest.get("outputs") or {}).values())
-        old_names += [loss_mask_prefix(n) for n in names + old_names]  # a --chat run's masks
-        layout.remove_outputs(config.output_prefix, names + old_names)
         manifest = None
     if manifest is None:
         existing = [f"{n}.{e}" for n in names for e in ("bin", "idx") if os.path.exists(f"{n}.{e}")]
@@ -127,8 +125,9 @@ def prepare(config: PreprocessConfig, settings: dict[str, Any]) -> dict[str, Any
                 f"output {existing[0]!r} already exists and has no run manifest ({mpath}); "
                 "pass --overwrite to replace it or choose another --output_prefix"
             )
-        if config.overwrite:
-            layout.remove_outputs(config.output_prefix, names + [loss_mask_prefix(n) for n in names])
+        if config.overwrite:  # with a --chat run's loss masks
+            stale = names + old_names
+            layout.remove_outputs(config.output_prefix, stale + [loss_mask_prefix(n) for n in stale])
         manifest = {"version": layout.MANIFEST_VERSION, "status": "running", "settings": settings}
         layout.write_json_atomic(mpath, manifest)
     return manifest

@@ -44,16 +44,10 @@ def aggregate(
         for k in keys:
             for f in fields:
                 counts[k][f] += r["keys"][k].get(f, 0)
-        for reason, d in r["dropped"].items():
-            agg = dropped.setdefault(reason, {"count": 0, "bytes": 0, "examples": []})
-            agg["count"] += d["count"]
-            agg["bytes"] += d.get("bytes", 0)
-            agg["examples"].extend(d["examples"][: records_lib.MAX_EXAMPLES - len(agg["examples"])])
+        records_lib.add_drops(dropped, r["dropped"])
     for k in keys:
         counts[k]["bytes"] = counts[k]["tokens"] * itemsize
         trained = [r["keys"][k]["trained_tokens"] for r in results if "trained_tokens" in r["keys"][k]]
         if trained:  # --chat: tokens under the loss mask
             counts[k]["trained_tokens"] = sum(trained)
-    order = {r: i for i, r in enumerate(records_lib.REASONS)}
-    dropped = dict(sorted(dropped.items(), key=lambda kv: order.get(kv[0], 99)))
-    return records, input_bytes, counts, dropped
+    return records, input_bytes, counts, records_lib.in_report_order(dropped)

@@ -72,10 +72,7 @@ def check_documents(
                 entry = per_file.setdefault(path, {"records": 0, "documents": 0, "dropped": {}})
                 entry["records"] += got["records"]
                 entry["documents"] += got["documents"]
-                for reason, d in got["dropped"].items():
-                    agg = entry["dropped"].setdefault(reason, {"count": 0, "examples": []})
-                    agg["count"] += d["count"]
-                    agg["examples"] += d["examples"]
+                records_lib.add_drops(entry["dropped"], got["dropped"])
         for f in files:
             entry = per_file.get(f.path, {"records": 0, "documents": 0, "dropped": {}})
             if not entry["documents"]:

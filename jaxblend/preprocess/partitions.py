@@ -15,6 +15,7 @@ file in order.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import glob
 import math
@@ -24,18 +25,10 @@ from collections.abc import Sequence
 FORMATS = ("jsonl", "jsonl.gz", "jsonl.zst", "txt", "txt.gz", "txt.zst", "parquet")
 TEXT_MODES = ("line", "file")
 
-_SUFFIXES = (
-    (".jsonl.gz", "jsonl.gz"),
-    (".json.gz", "jsonl.gz"),
-    (".jsonl.zst", "jsonl.zst"),
-    (".json.zst", "jsonl.zst"),
-    (".jsonl", "jsonl"),
-    (".json", "jsonl"),
-    (".txt.gz", "txt.gz"),
-    (".txt.zst", "txt.zst"),
-    (".txt", "txt"),
-    (".parquet", "parquet"),
-)
+# file suffix -> format; ``.json`` is a synonym of ``.jsonl``
+_SUFFIXES = {"." + f: f for f in FORMATS} | {
+    "." + f.replace("jsonl", "json"): f for f in FORMATS if f.startswith("jsonl")
+}
 
 
 class InputError(ValueError):
@@ -55,13 +48,10 @@ def detect_format(path: str) -> str:
       InputError: The suffix is not a supported format.
     """
     lower = path.lower()
-    for suffix, fmt in _SUFFIXES:
+    for suffix, fmt in _SUFFIXES.items():
         if lower.endswith(suffix):
             return fmt
-    raise InputError(
-        f"input {path!r} has an unsupported suffix; supported: "
-        + ", ".join(s for s, _ in _SUFFIXES)
-    )
+    raise InputError(f"input {path!r} has an unsupported suffix; supported: {', '.join(_SUFFIXES)}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,27 +145,31 @@ class Partition:
         return sum(p.weight for p in self.pieces)
 
 
-def _splittable(f: InputFile, text_mode: str) -> bool:
-    return f.format == "jsonl" or (f.format == "txt" and text_mode == "line")
-
-
 def _units(f: InputFile, text_mode: str) -> list[Piece]:
-    """Indivisible units of a non-splittable file (whole file, or parquet row groups)."""
-    if f.format == "parquet":
-        import pyarrow.parquet as pq
+    """The units of a file: parquet row groups, or the whole file (one piece of bytes ``[0, size)``
+    when it can be cut at lines, else ``(0, 1)``)."""
+    if _splittable(f.format, text_mode):
+        return [Piece(f.path, f.format, 0, f.size, f.size)]
+    if f.format != "parquet":
+        return [Piece(f.path, f.format, 0, 1, f.size)]
+    import pyarrow.parquet as pq
 
-        try:
-            meta = pq.ParquetFile(f.path).metadata
-        except Exception as e:  # pyarrow raises ArrowInvalid and friends
-            raise InputError(f"--input {f.path!r} is not a readable Parquet file: {e}") from e
-        units = []
-        row = 0
-        for i in range(meta.num_row_groups):
-            rg = meta.row_group(i)
-            units.append(Piece(f.path, f.format, i, i + 1, int(rg.total_byte_size), row))
-            row += rg.num_rows
-        return units
-    return [Piece(f.path, f.format, 0, 1, f.size)]
+    try:
+        meta = pq.ParquetFile(f.path).metadata
+    except Exception as e:  # pyarrow raises ArrowInvalid and friends
+        raise InputError(f"--input {f.path!r} is not a readable Parquet file: {e}") from e
+    units = []
+    row = 0
+    for i in range(meta.num_row_groups):
+        rg = meta.row_group(i)
+        units.append(Piece(f.path, f.format, i, i + 1, int(rg.total_byte_size), row))
+        row += rg.num_rows
+    return units
+
+
+def _splittable(fmt: str, text_mode: str) -> bool:
+    """Whether a file can be cut at line boundaries (uncompressed, a document per line)."""
+    return fmt == "jsonl" or (fmt == "txt" and text_mode == "line")
 
 
 def auto_partitions(total_bytes: int) -> int:
@@ -207,47 +201,27 @@ def plan_partitions(
         raise ValueError(f"partitions={num_partitions} must be >= 0 (0 = automatic)")
     if text_mode not in TEXT_MODES:
         raise ValueError(f"text_mode={text_mode!r} must be one of {TEXT_MODES}")
-    units: list[tuple[InputFile, list[Piece] | None]] = []
-    total = 0
-    for f in files:
-        if _splittable(f, text_mode):
-            units.append((f, None))
-            total += f.size
-        else:
-            pieces = _units(f, text_mode)
-            units.append((f, pieces))
-            total += sum(p.weight for p in pieces)
+    units = [unit for f in files for unit in _units(f, text_mode)]
+    total = sum(u.weight for u in units)
     p_count = num_partitions or auto_partitions(total)
     bounds = [round(k * total / p_count) for k in range(p_count + 1)]
 
-    def part_of(pos: int) -> int:
-        # Largest k with bounds[k] <= pos (k < p_count).
-        lo, hi = 0, p_count - 1
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if bounds[mid] <= pos:
-                lo = mid
-            else:
-                hi = mid - 1
-        return lo
+    def part_of(pos: int) -> int:  # the largest k < p_count with bounds[k] <= pos
+        return bisect.bisect_right(bounds, pos, 0, p_count) - 1
 
     buckets: list[list[Piece]] = [[] for _ in range(p_count)]
     cum = 0
-    for f, pieces in units:
-        if pieces is None:
-            if f.size == 0:
-                continue
-            pos = 0
-            while pos < f.size:
-                k = part_of(cum + pos)
-                end = min(f.size, bounds[k + 1] - cum) if k + 1 < p_count else f.size
-                end = max(end, pos + 1)
-                buckets[k].append(Piece(f.path, f.format, pos, end, end - pos))
-                pos = end
-            cum += f.size
-        else:
-            for piece in pieces:
-                buckets[part_of(cum)].append(piece)
-                cum += piece.weight
+    for unit in units:
+        pos = 0
+        if not _splittable(unit.format, text_mode):  # indivisible: where its first byte is
+            buckets[part_of(cum)].append(unit)
+            pos = unit.weight
+        while pos < unit.weight:  # cut at the bounds
+            k = part_of(cum + pos)
+            end = min(unit.weight, bounds[k + 1] - cum) if k + 1 < p_count else unit.weight
+            end = max(end, pos + 1)
+            buckets[k].append(Piece(unit.path, unit.format, pos, end, end - pos))
+            pos = end
+        cum += unit.weight
     parts = [b for b in buckets if b]
     return [Partition(i, tuple(b)) for i, b in enumerate(parts)]

@@ -94,9 +94,7 @@ def _preprocess_to_bucket(config: PreprocessConfig, engine: Engine | None) -> Pr
             f"--keep_parts with a bucket --output_prefix {config.output_prefix}: the parts stay in "
             "the local work directory; drop --keep_parts or use a local --output_prefix"
         )
-    store = bucket_output.BucketOutput(
-        config.output_prefix, config.object_store or ObjectStoreOptions.from_env()
-    )
+    store = bucket_output.BucketOutput(config.output_prefix, _store_options(config))
     local = bucket_output.local_prefix(config.output_prefix, config.work_dir)
     local_config = dataclasses.replace(config, output_prefix=local)
     logging.info("preprocess: building %s in local work directory %s", config.output_prefix,
@@ -117,20 +115,14 @@ def _preprocess_to_bucket(config: PreprocessConfig, engine: Engine | None) -> Pr
     if remote == record:
         note = f"{config.output_prefix} is already published (run record {record_url}); nothing uploaded"
     else:
+        masks = local_config.loss_mask_names().values()  # --chat: .bin before .idx
         extras = tuple(p for p in report_lib.paths(local) if os.path.exists(p))
-        extras += tuple(  # --chat: the loss masks (.bin before .idx), before the record
-            f"{name}.{ext}"
-            for ext in ("bin", "idx")
-            for name in local_config.loss_mask_names().values()
-        )
-        generations = store.publish(local_config.output_names(), record, extras)
-        identities = {
-            key: identity_record.fingerprint_of(name, manifest["bin_md5"][key])
-            for key, name in local_config.output_names().items()
-            if key in manifest.get("bin_md5", {})
-        }
+        extras += tuple(f"{name}.{ext}" for ext in ("bin", "idx") for name in masks)
+        local_names = local_config.output_names()
+        generations = store.publish(local_names, record, extras)
         identity_record.record_published(
-            url_names, identities, generations, _identity_options(config), store.object_store
+            url_names, local_names, manifest.get("bin_md5", {}), generations,
+            _identity_options(config), store.object_store,
         )
         note = f"published to {config.output_prefix} (.bin, then .idx, then run record {record_url})"
     logging.info("preprocess: %s", note)
@@ -163,7 +155,7 @@ def _preprocess_local(config: PreprocessConfig, engine: Engine | None) -> Prepro
 
     os.makedirs(parts, exist_ok=True)
     layout.remove_temporaries(parts)
-    wcfg = _worker_config(config, dtype, parts)
+    wcfg = worker.WorkerConfig(config, dtype.name, parts)
     done = {
         p.index
         for p in plan
@@ -213,7 +205,6 @@ def _preprocess_local(config: PreprocessConfig, engine: Engine | None) -> Prepro
         identity_record.record_local(
             config.output_names(), md5s, _identity_options(config), _store_options(config)
         )
-    if not config.keep_parts:
         shutil.rmtree(parts, ignore_errors=True)
     logging.info("preprocess: done: %s", ", ".join(result.outputs.values()) or "parts kept")
     return result
@@ -235,8 +226,8 @@ def _open_inputs(
     on a missing input, tokenizer file or end-of-document token."""
     inputs = config.input
     if any(is_url(p) for p in inputs):
-        store = config.object_store or ObjectStoreOptions.from_env()
-        inputs = bucket_input.fetch_inputs(inputs, bucket_input.mirror_root(config.work_dir), store)
+        root = bucket_input.mirror_root(config.work_dir)
+        inputs = bucket_input.fetch_inputs(inputs, root, _store_options(config))
     files = partitions.resolve_inputs(inputs)
     config.tokenizer.check_files()
     if config.split_sentences:
@@ -251,31 +242,22 @@ def _open_inputs(
     return files, tokenizer, np.dtype(storage.token_dtype_for_vocab(tokenizer.vocab_size))
 
 
-def _worker_config(config: PreprocessConfig, dtype: np.dtype, parts: str) -> worker.WorkerConfig:
-    """What every partition's worker needs: the run's settings of the same names (``level``
-    included), the token dtype and the parts directory."""
-    run_fields = {f.name for f in dataclasses.fields(PreprocessConfig)}
-    shared = {
-        f.name: getattr(config, f.name)
-        for f in dataclasses.fields(worker.WorkerConfig)
-        if f.name in run_fields
-    }
-    return worker.WorkerConfig(**shared, level=config.level, dtype=dtype.name, parts_dir=parts)
-
-
 def _run_partitions(
     config: PreprocessConfig,
     engine: Engine,
     wcfg: worker.WorkerConfig,
     plan: Sequence[partitions.Partition],
     done: set[int],
+    desc: str = "preprocess",
 ) -> None:
-    """Runs the partitions not ``done`` on ``engine`` with a progress bar over input bytes."""
+    """Runs the partitions not ``done`` on ``engine`` with a progress bar over input bytes (and,
+    while tokenizing, log lines)."""
     bar = ProgressBar(
         sum(p.weight for p in plan),
         sum(p.weight for p in plan if p.index in done),
         config.progress,
-        config.log_interval,
+        config.log_interval if wcfg.mode == worker.TOKENIZE else 0,
+        desc,
     )
     try:
         engine.run(wcfg, [p for p in plan if p.index not in done], bar)
@@ -309,18 +291,14 @@ def _merge_outputs(
     returns key -> the part prefixes."""
     part_prefixes = {
         k: [layout.part_prefix(parts, p.index, k, config.level) for p in plan]
-        for k in config.json_keys
+        for k in config.part_keys()
     }
-    if not config.keep_parts:
-        names = config.output_names()
-        for k in config.json_keys:
-            merge_parts(part_prefixes[k], names[k], dtype)
-        for k, name in config.loss_mask_names().items():  # --chat: beside the run record
+    if not config.keep_parts:  # --chat: the loss masks too, beside the run record
+        masks = {chat_records.mask_key(k): name for k, name in config.loss_mask_names().items()}
+        for k, name in {**config.output_names(), **masks}.items():
             os.makedirs(os.path.dirname(os.path.abspath(name)), exist_ok=True)
-            mask_parts = [layout.part_prefix(parts, p.index, chat_records.mask_key(k), config.level)
-                          for p in plan]
-            merge_parts(mask_parts, name, chat_records.MASK_DTYPE)
-    return part_prefixes
+            merge_parts(part_prefixes[k], name, chat_records.MASK_DTYPE if k in masks else dtype)
+    return {k: part_prefixes[k] for k in config.json_keys}
 
 
 def _cleaning_report(
@@ -356,18 +334,9 @@ def _dedup_join(
     stats = join_lib.read_marker(parts)
     if stats is not None or not todo:
         return stats
-    unsigned = [p for p in plan if not sig_lib.is_done(parts, p.index)]
-    bar = ProgressBar(
-        sum(p.weight for p in plan),
-        sum(p.weight for p in plan if sig_lib.is_done(parts, p.index)),
-        config.progress,
-        0,
-        desc="dedup signatures",
-    )
-    try:
-        engine.run(dataclasses.replace(wcfg, mode=worker.SIGNATURES), unsigned, bar)
-    finally:
-        bar.close()
+    signed = {p.index for p in plan if sig_lib.is_done(parts, p.index)}
+    signing = dataclasses.replace(wcfg, mode=worker.SIGNATURES)
+    _run_partitions(config, engine, signing, plan, signed, "dedup signatures")
     # An engine may run the join itself (Beam); else it runs here, reading the signatures from disk.
     run_join = getattr(engine, "join_duplicates", join_lib.run_join)
     stats = run_join(parts, [p.index for p in plan], config.cleaning)

@@ -7,11 +7,12 @@ The inputs and their partitioning are :mod:`jaxblend.preprocess.partitions`.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gzip
 import io
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from jaxblend.preprocess.partitions import (
@@ -32,19 +33,6 @@ class RawBatch:
     ordinals: list[int]
     payloads: list
     consumed: int
-
-
-class _Counter:
-    """Tracks the position of the underlying (possibly compressed) file."""
-
-    def __init__(self, raw: io.BufferedReader) -> None:
-        self.raw = raw
-        self.last = raw.tell()
-
-    def delta(self) -> int:
-        now = self.raw.tell()
-        d, self.last = now - self.last, now
-        return d
 
 
 def _strip_eol(line: bytes) -> bytes:
@@ -93,97 +81,74 @@ def iter_piece(
         raise InputError(f"cannot read input {piece.path!r}: {e}") from e
 
 
+def _batches(
+    lines: Iterable[bytes], position: Callable[[], int], weight: int, batch_bytes: int,
+    batch_records: int,
+) -> Iterator[RawBatch]:
+    """Batches of ``lines`` (line endings stripped); ``position()`` is the input bytes the lines so
+    far came from, and the batches' consumed bytes add up to the piece's ``weight``."""
+    ordinals: list[int] = []
+    payloads: list[bytes] = []
+    size = reported = 0
+    for n, line in enumerate(lines):
+        ordinals.append(n)
+        payloads.append(_strip_eol(line))
+        size += len(line)
+        if size >= batch_bytes or len(payloads) >= batch_records:
+            now = position()
+            yield RawBatch(ordinals, payloads, now - reported)
+            reported = now
+            ordinals, payloads, size = [], [], 0
+    yield RawBatch(ordinals, payloads, weight - reported)
+
+
+def _lines_in_range(f: io.BufferedReader, piece: Piece) -> Iterator[bytes]:
+    """The lines of an uncompressed file that start in ``[piece.start, piece.stop)``."""
+    pos = _seek_first_line(f, piece.start)
+    while pos < piece.stop:
+        line = f.readline()
+        if not line:
+            return
+        pos += len(line)
+        yield line
+
+
 def _iter_byte_range(piece: Piece, batch_bytes: int, batch_records: int) -> Iterator[RawBatch]:
     with open(piece.path, "rb", buffering=_BUFFER) as f:
-        start = piece.start
-        pos = _seek_first_line(f, start)
-        reported = start
-        ordinals: list[int] = []
-        payloads: list[bytes] = []
-        size = 0
-        n = 0
-        while pos < piece.stop:
-            line = f.readline()
-            if not line:
-                break
-            pos += len(line)
-            ordinals.append(n)
-            payloads.append(_strip_eol(line))
-            n += 1
-            size += len(line)
-            if size >= batch_bytes or len(payloads) >= batch_records:
-                now = min(pos, piece.stop)
-                yield RawBatch(ordinals, payloads, now - reported)
-                reported = now
-                ordinals, payloads, size = [], [], 0
-        yield RawBatch(ordinals, payloads, piece.stop - reported)
+        yield from _batches(
+            _lines_in_range(f, piece),
+            lambda: min(f.tell(), piece.stop) - piece.start,
+            piece.weight,
+            batch_bytes,
+            batch_records,
+        )
 
 
-class _open_stream:
-    """Opens a possibly compressed file; yields ``(buffered_stream, position_counter)``."""
-
-    def __init__(self, path: str, fmt: str) -> None:
-        self.path, self.fmt = path, fmt
-
-    def __enter__(self) -> tuple[io.BufferedReader, _Counter]:
-        raw = open(self.path, "rb", buffering=_BUFFER)
-        self._closers = [raw]
-        if self.fmt.endswith(".gz"):
-            inner: io.RawIOBase = gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[assignment]
-        elif self.fmt.endswith(".zst"):
+@contextlib.contextmanager
+def _open_stream(path: str, fmt: str) -> Iterator[tuple[io.BufferedReader, io.BufferedReader]]:
+    """Opens a possibly compressed file; yields ``(decompressed stream, the file itself)``."""
+    with open(path, "rb", buffering=_BUFFER) as raw:
+        if fmt.endswith(".gz"):
+            inner: Any = gzip.GzipFile(fileobj=raw, mode="rb")
+        elif fmt.endswith(".zst"):
             import zstandard
 
             inner = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True)
         else:
-            return raw, _Counter(raw)
-        stream = io.BufferedReader(inner, buffer_size=_BUFFER)  # type: ignore[arg-type]
-        self._closers.insert(0, stream)
-        return stream, _Counter(raw)
-
-    def __exit__(self, *exc: object) -> None:
-        for c in self._closers:
-            c.close()
+            yield raw, raw
+            return
+        with io.BufferedReader(inner, buffer_size=_BUFFER) as stream:
+            yield stream, raw
 
 
 def _iter_compressed(piece: Piece, batch_bytes: int, batch_records: int) -> Iterator[RawBatch]:
     try:
-        with _open_stream(piece.path, piece.format) as (stream, counter):
-            ordinals: list[int] = []
-            payloads: list[bytes] = []
-            size = 0
-            reported = 0
-            for n, line in enumerate(stream):
-                ordinals.append(n)
-                payloads.append(_strip_eol(line))
-                size += len(line)
-                if size >= batch_bytes or len(payloads) >= batch_records:
-                    d = counter.delta()
-                    reported += d
-                    yield RawBatch(ordinals, payloads, d)
-                    ordinals, payloads, size = [], [], 0
-            yield RawBatch(ordinals, payloads, piece.weight - reported)
+        with _open_stream(piece.path, piece.format) as (stream, raw):
+            yield from _batches(stream, raw.tell, piece.weight, batch_bytes, batch_records)
     except Exception as e:
-        if isinstance(e, InputError):
-            raise
-        if type(e).__name__ in ("ZstdError",) or isinstance(e, (OSError, EOFError, zlib.error)):
+        if type(e).__name__ == "ZstdError" or isinstance(e, (OSError, EOFError, zlib.error)):
             raise InputError(f"cannot decompress input {piece.path!r}: {e}") from e
         raise
-
-
-def _read_row_group(
-    pf: Any, rg: int, wanted: list[str], path: str
-) -> tuple[dict[str, list], int, int]:
-    """One row group's columns as Python lists, its row count and byte size; InputError if corrupt."""
-    import pyarrow as pa
-
-    try:
-        table = pf.read_row_group(rg, columns=wanted)
-        cols = {c: table.column(c).to_pylist() for c in wanted}
-        return cols, table.num_rows, pf.metadata.row_group(rg).total_byte_size
-    except (pa.ArrowException, ValueError, OSError, EOFError) as e:
-        raise InputError(
-            f"--input {path!r}: row group {rg} is not readable Parquet: {type(e).__name__}: {e}"
-        ) from e
 
 
 def _iter_parquet(piece: Piece, columns: Sequence[str], batch_records: int) -> Iterator[RawBatch]:
@@ -198,7 +163,15 @@ def _iter_parquet(piece: Piece, columns: Sequence[str], batch_records: int) -> I
     wanted = [c for c in columns if c in names]
     row = 0
     for rg in range(piece.start, piece.stop):
-        cols, n, weight = _read_row_group(pf, rg, wanted, piece.path)
+        try:  # the row group's columns as Python lists
+            table = pf.read_row_group(rg, columns=wanted)
+            cols = {c: table.column(c).to_pylist() for c in wanted}
+            n, weight = table.num_rows, pf.metadata.row_group(rg).total_byte_size
+        except (pa.ArrowException, ValueError, OSError, EOFError) as e:
+            raise InputError(
+                f"--input {piece.path!r}: row group {rg} is not readable Parquet: "
+                f"{type(e).__name__}: {e}"
+            ) from e
         for lo in range(0, n, batch_records):
             hi = min(n, lo + batch_records)
             payloads = [{c: cols[c][i] for c in wanted} for i in range(lo, hi)]
@@ -210,27 +183,10 @@ def _iter_parquet(piece: Piece, columns: Sequence[str], batch_records: int) -> I
 
 def _seek_first_line(f: io.BufferedReader, start: int) -> int:
     """Positions ``f`` at the first line starting at or after byte ``start``; returns it."""
-    if start > 0:
-        f.seek(start - 1)
-        if f.read(1) != b"\n":
-            f.readline()  # the line holding byte `start` belongs to the previous piece
-    else:
-        f.seek(0)
+    f.seek(max(start - 1, 0))
+    if start > 0 and f.read(1) != b"\n":
+        f.readline()  # the line holding byte `start` belongs to the previous piece
     return f.tell()
-
-
-def count_lines_before(path: str, offset: int) -> int:
-    """Returns the number of newlines in the first ``offset`` bytes of ``path``."""
-    count = 0
-    with open(path, "rb", buffering=0) as f:
-        remaining = offset
-        while remaining > 0:
-            chunk = f.read(min(remaining, 16 << 20))
-            if not chunk:
-                break
-            count += chunk.count(b"\n")
-            remaining -= len(chunk)
-    return count
 
 
 class Locator:
@@ -252,10 +208,12 @@ class Locator:
         if p.format.startswith("txt") and self.text_mode == "file":
             return f"{p.path}"
         if self._base is None:
-            if p.start > 0 and p.format in ("jsonl", "txt"):
+            self._base = 0
+            if p.start > 0 and p.format in ("jsonl", "txt"):  # count the newlines before the piece
                 with open(p.path, "rb") as f:
                     first = _seek_first_line(f, p.start)  # type: ignore[arg-type]
-                self._base = count_lines_before(p.path, first)
-            else:
-                self._base = 0
+                    f.seek(0)
+                    chunk = 16 << 20
+                    reads = (f.read(min(chunk, first - at)) for at in range(0, first, chunk))
+                    self._base = sum(data.count(b"\n") for data in reads)
         return f"{p.path}:{self._base + ordinal + 1}"

@@ -9,7 +9,8 @@ order) and its location, or, with ``on_error="fail"``, raises `PreprocessDataErr
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from jaxblend.preprocess.cleaning import cleaner as cleaner_lib
 
@@ -44,31 +45,24 @@ class PreprocessDataError(ValueError):
     """A bad input record under ``on_error="fail"``; the message starts with ``file:line``."""
 
 
-class DropStats:
-    """Counts dropped documents (and their input bytes) by reason; keeps the first locations."""
+Drops = dict[str, dict[str, Any]]
+"""reason -> ``{"count", "bytes", "examples"}``: dropped records, their input bytes and the
+``file:line`` of the first `MAX_EXAMPLES`."""
 
-    def __init__(self) -> None:
-        self.counts: dict[str, int] = {}
-        self.bytes: dict[str, int] = {}
-        self.examples: dict[str, list[str]] = {}
 
-    def add(self, reason: str, where: str, count: int = 1, nbytes: int = 0) -> None:
-        self.counts[reason] = self.counts.get(reason, 0) + count
-        self.bytes[reason] = self.bytes.get(reason, 0) + nbytes
-        ex = self.examples.setdefault(reason, [])
-        if len(ex) < MAX_EXAMPLES:
-            ex.append(where)
+def add_drops(into: Drops, drops: Mapping[str, Mapping[str, Any]]) -> None:
+    """Adds ``drops`` to ``into`` (both `Drops`), keeping the first `MAX_EXAMPLES` examples."""
+    for reason, d in drops.items():
+        agg = into.setdefault(reason, {"count": 0, "bytes": 0, "examples": []})
+        agg["count"] += d["count"]
+        agg["bytes"] += d.get("bytes", 0)
+        agg["examples"] += d["examples"][: MAX_EXAMPLES - len(agg["examples"])]
 
-    def to_json(self) -> dict[str, dict[str, object]]:
-        return {
-            r: {
-                "count": self.counts[r],
-                "bytes": self.bytes.get(r, 0),
-                "examples": self.examples.get(r, []),
-            }
-            for r in REASONS
-            if r in self.counts
-        }
+
+def in_report_order(drops: Drops) -> Drops:
+    """``drops`` with its reasons in `REASONS` order."""
+    rank = {reason: i for i, reason in enumerate(REASONS)}
+    return dict(sorted(drops.items(), key=lambda kv: rank.get(kv[0], len(rank))))
 
 
 def payload_bytes(payload: object) -> int:
@@ -86,7 +80,7 @@ class RecordChecker:
     """Decodes raw records and checks their fields, dropping bad ones with a reason and location.
 
     Attributes:
-      drops: the drops so far.
+      drops: the drops so far (`Drops`).
       locate: record ordinal -> ``file:line`` in the piece being read (set for every piece).
       nbytes: input bytes of the record being checked (set by `values`).
     """
@@ -94,38 +88,52 @@ class RecordChecker:
     def __init__(self, on_error: str, max_document_chars: int) -> None:
         self.on_error = on_error
         self.max_document_chars = max_document_chars
-        self.drops = DropStats()
+        self.drops: Drops = {}
         self.locate: Callable[[int], str] | None = None
         self.nbytes = 0
 
     def drop(
         self, reason: str, ordinal: int, key: str | None, detail: str, nbytes: int | None = None
     ) -> None:
-        """Drops a bad record (raises `PreprocessDataError` with ``on_error="fail"``)."""
+        """Drops a bad record (raises `PreprocessDataError` with ``on_error="fail"``); returns None,
+        what a check returns for a dropped record."""
         assert self.locate is not None
         where = self.locate(ordinal)
         if key is not None:
             where = f"{where} (key {key!r})"
         if self.on_error == "fail":
             raise PreprocessDataError(f"{where}: {reason}: {detail}")
-        self.drops.add(reason, where, nbytes=self.nbytes if nbytes is None else nbytes)
+        self.count(reason, ordinal, where, nbytes)
 
-    def count(self, reason: str, ordinal: int) -> None:
+    def count(
+        self, reason: str, ordinal: int, where: str | None = None, nbytes: int | None = None
+    ) -> None:
         """Counts a record dropped on purpose (e.g. by cleaning): never an error."""
         assert self.locate is not None
-        self.drops.add(reason, self.locate(ordinal), nbytes=self.nbytes)
+        nbytes = self.nbytes if nbytes is None else nbytes
+        entry = {"count": 1, "bytes": nbytes, "examples": [where or self.locate(ordinal)]}
+        add_drops(self.drops, {reason: entry})
 
     def values(
-        self, ordinal: int, payload: object, fmt: str, keys: Sequence[str]
-    ) -> dict[str, str | list[str]] | None:
-        """The record's value of every key, or None when the record is dropped."""
-        self.nbytes = payload_bytes(payload)
-        fields = self._fields(ordinal, payload, fmt)
+        self,
+        ordinal: int,
+        payload: object,
+        fmt: str,
+        keys: Sequence[str],
+        check: Callable[[int, str, Any], Any] | None = None,
+    ) -> dict[str, Any] | None:
+        """The record's value of every key, or None when the record is dropped. ``check(ordinal,
+        key, value)`` checks a present field's value, returning it (or what it becomes) or None
+        having dropped the record; by default the value must be a text (`text`)."""
+        fields = self.fields(ordinal, payload, fmt)
         if fields is None:
             return None
-        per_key: dict[str, str | list[str]] = {}
+        per_key: dict[str, Any] = {}
         for key in keys:
-            value = self._value(ordinal, key, fields.get(key))
+            value = fields.get(key)
+            if value is None:
+                return self.drop(MISSING_KEY, ordinal, key, f"no field {key!r}")
+            value = (check or self.text)(ordinal, key, value)
             if value is None:
                 return None
             per_key[key] = value
@@ -133,56 +141,39 @@ class RecordChecker:
 
     def fields(self, ordinal: int, payload: object, fmt: str) -> dict | None:
         """The record's fields as they are (no key checked), or None (dropped) when it is not a
-        readable JSON object; ``nbytes`` must be set first."""
-        return self._fields(ordinal, payload, fmt)
-
-    def _fields(self, ordinal: int, payload: object, fmt: str) -> dict | None:
-        """The record's fields, or None (dropped) when it is not a readable JSON object."""
+        readable JSON object; sets ``nbytes``."""
+        self.nbytes = payload_bytes(payload)
         if fmt == "parquet":
             return payload  # type: ignore[return-value]
         try:
             text = payload.decode("utf-8")  # type: ignore[attr-defined]
         except UnicodeDecodeError as e:
-            self.drop(
-                INVALID_UTF8, ordinal, None, f"not valid UTF-8 ({e.reason} at byte {e.start})"
-            )
-            return None
+            detail = f"not valid UTF-8 ({e.reason} at byte {e.start})"
+            return self.drop(INVALID_UTF8, ordinal, None, detail)
         if not fmt.startswith("jsonl"):
             return {"text": text}
         if not text or text.isspace():
-            self.drop(BLANK_LINE, ordinal, None, "blank line (not a JSON object)")
-            return None
+            return self.drop(BLANK_LINE, ordinal, None, "blank line (not a JSON object)")
         try:
             fields = json.loads(text)
         except ValueError as e:
-            self.drop(MALFORMED_JSON, ordinal, None, str(e))
-            return None
+            return self.drop(MALFORMED_JSON, ordinal, None, str(e))
         if not isinstance(fields, dict):
-            self.drop(MALFORMED_JSON, ordinal, None, "not a JSON object")
-            return None
+            return self.drop(MALFORMED_JSON, ordinal, None, "not a JSON object")
         return fields
 
-    def _value(self, ordinal: int, key: str, value: object) -> str | list[str] | None:
+    def text(self, ordinal: int, key: str, value: object) -> str | list[str] | None:
         """One field's value when it is a string or a list of strings, else None (dropped)."""
-        if value is None:
-            self.drop(MISSING_KEY, ordinal, key, f"no field {key!r}")
-            return None
         if isinstance(value, str):
             chars = len(value)
         elif isinstance(value, list) and all(isinstance(v, str) for v in value):
             chars = sum(map(len, value))
         else:
-            self.drop(
-                NOT_STRING,
-                ordinal,
-                key,
-                f"field {key!r} is {type(value).__name__} (a string or a list of strings needed)",
-            )
-            return None
+            kind = type(value).__name__
+            detail = f"field {key!r} is {kind} (a string or a list of strings needed)"
+            return self.drop(NOT_STRING, ordinal, key, detail)
         max_chars = self.max_document_chars
         if max_chars and chars > max_chars:
-            self.drop(
-                OVERSIZE, ordinal, key, f"{chars} characters > max_document_chars={max_chars}"
-            )
-            return None
+            detail = f"{chars} characters > max_document_chars={max_chars}"
+            return self.drop(OVERSIZE, ordinal, key, detail)
         return value

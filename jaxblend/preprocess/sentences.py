@@ -1,6 +1,6 @@
 """Sentence splitters for ``--split_sentences``: NLTK's Punkt (Megatron's) or a built-in one.
 
-:func:`make_splitter` returns a :class:`Splitter`:
+:func:`make_splitter` returns a `Splitter` (a function of the text):
 
 * ``punkt`` (default): what Megatron-LM's ``preprocess_data.py`` does. The text is cut into chunks
   of 1,000,000 characters and each chunk is split by NLTK's Punkt model for ``lang`` (the
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Protocol
+from collections.abc import Callable
 
 _ABBREVIATIONS = frozenset(
     [
@@ -134,17 +134,8 @@ class SplitterError(ValueError):
     """A sentence splitter cannot be loaded (nltk or its Punkt data missing, unknown kind)."""
 
 
-class Splitter(Protocol):
-    """Splits a document into the strings that become its sequences."""
-
-    def split(self, text: str) -> list[str]: ...
-
-
-class BuiltinSplitter:
-    """The rule-based :func:`split_sentences`."""
-
-    def split(self, text: str) -> list[str]:
-        return split_sentences(text)
+Splitter = Callable[[str], list[str]]
+"""Splits a document into the strings that become its sequences."""
 
 
 class PunktSplitter:
@@ -188,7 +179,7 @@ class PunktSplitter:
         else:
             self._tok = model
 
-    def split(self, text: str) -> list[str]:
+    def __call__(self, text: str) -> list[str]:
         out: list[str] = []
         for i in range(0, len(text), CHUNK_CHARS):
             out.extend(self._tok.tokenize(text[i : i + CHUNK_CHARS]))
@@ -219,7 +210,7 @@ def make_splitter(
     if kind == BUILTIN:
         if keep_newlines:
             raise SplitterError("--keep_newlines needs --sentence_splitter=punkt")
-        return BuiltinSplitter()
+        return split_sentences
     if kind == PUNKT:
         return PunktSplitter(lang, keep_newlines)
     raise SplitterError(f"sentence_splitter={kind!r} must be one of {SPLITTERS}")

@@ -27,25 +27,6 @@ GPT_SENTENCEPIECE = "GPTSentencePieceTokenizer"
 LLAMA2 = "Llama2Tokenizer"
 NULL = "NullTokenizer"
 
-_ALIASES = {
-    "byte": BYTE,
-    "bytetokenizer": BYTE,
-    "hf": HUGGINGFACE,
-    "huggingface": HUGGINGFACE,
-    "huggingfacetokenizer": HUGGINGFACE,
-    "gpt2": GPT2BPE,
-    "gpt2bpetokenizer": GPT2BPE,
-    "sentencepiece": SENTENCEPIECE,
-    "spm": SENTENCEPIECE,
-    "sentencepiecetokenizer": SENTENCEPIECE,
-    "tiktoken": TIKTOKEN,
-    "tiktokenizer": TIKTOKEN,
-    "gptsentencepiecetokenizer": GPT_SENTENCEPIECE,
-    "llama2tokenizer": LLAMA2,
-    "nulltokenizer": NULL,
-    "null": NULL,
-}
-
 TOKENIZER_TYPES = (
     BYTE,
     HUGGINGFACE,
@@ -56,18 +37,30 @@ TOKENIZER_TYPES = (
     TIKTOKEN,
     NULL,
 )
+_ALIASES = {t.lower(): t for t in TOKENIZER_TYPES} | {
+    "byte": BYTE,
+    "hf": HUGGINGFACE,
+    "huggingface": HUGGINGFACE,
+    "gpt2": GPT2BPE,
+    "sentencepiece": SENTENCEPIECE,
+    "spm": SENTENCEPIECE,
+    "tiktoken": TIKTOKEN,
+    "null": NULL,
+}
 SENTENCEPIECE_TYPES = (SENTENCEPIECE, GPT_SENTENCEPIECE, LLAMA2)
 
 # What a directory given as --tokenizer_model is searched for, per type, first found wins.
-_MODEL_FILES_IN_DIR = {
+_MODEL_FILES_IN_DIR = dict.fromkeys(SENTENCEPIECE_TYPES, ("tokenizer.model",)) | {
     HUGGINGFACE: ("tokenizer.json",),
-    SENTENCEPIECE: ("tokenizer.model",),
-    GPT_SENTENCEPIECE: ("tokenizer.model",),
-    LLAMA2: ("tokenizer.model",),
     TIKTOKEN: ("tokenizer.json", "tokenizer.tiktoken"),
 }
 
 HF_CONFIG_FILES = ("tokenizer_config.json", "special_tokens_map.json")
+
+
+def _sha256(path: str) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 class TokenizerError(ValueError):
@@ -158,7 +151,7 @@ class TokenizerSpec:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "type", canonical_type(self.type))
-        if self.type in (HUGGINGFACE,) and not (self.model or self.vocab_file):
+        if self.type == HUGGINGFACE and not (self.model or self.vocab_file):
             raise TokenizerError(
                 f"tokenizer_type={self.type} needs --tokenizer_model (or --vocab_file): "
                 "the path of a Hugging Face tokenizer.json"
@@ -225,22 +218,12 @@ class TokenizerSpec:
             out["tiktoken_special_tokens"] = list(self.tiktoken_special_tokens)
         if self.type in (TIKTOKEN, NULL):
             out["vocab_size"] = self.vocab_size
-        digests = []
-        for path in self.files():
-            h = hashlib.sha256()
-            with open(path, "rb") as f:
-                for chunk in iter(lambda: f.read(1 << 20), b""):
-                    h.update(chunk)
-            digests.append({"path": os.path.abspath(path), "sha256": h.hexdigest()})
+        paths = [os.path.abspath(path) for path in self.files()]
         if self.type == HUGGINGFACE:  # the model directory's JSON names the special tokens
-            directory = os.path.dirname(os.path.abspath(self.files()[0]))
-            for name in HF_CONFIG_FILES:
-                path = os.path.join(directory, name)
-                if os.path.isfile(path):
-                    with open(path, "rb") as f:
-                        digest = hashlib.sha256(f.read()).hexdigest()
-                    digests.append({"path": path, "sha256": digest})
-        out["files"] = digests
+            directory = os.path.dirname(paths[0])
+            configs = (os.path.join(directory, name) for name in HF_CONFIG_FILES)
+            paths += [path for path in configs if os.path.isfile(path)]
+        out["files"] = [{"path": path, "sha256": _sha256(path)} for path in paths]
         return out
 
 

@@ -7,29 +7,20 @@ texts concatenated plus each text's token count — which is the hot path of the
 Hugging Face adapter uses the library's batched encoder).
 
 Tokenizers are described by a picklable :class:`TokenizerSpec`
-(:mod:`jaxblend.preprocess.tokenizer_spec`) so worker processes can each load
-their own copy once (:func:`load_tokenizer`). Type names follow Megatron-LM's ``--tokenizer_type``
-where one exists:
-
-=====================  =========================  ============================================
-``--tokenizer_type``   aliases                    files
-=====================  =========================  ============================================
-``ByteTokenizer``      ``byte``                   none (ids 0..255 = UTF-8 bytes, specials 256+)
-``HuggingFaceTokenizer`` ``hf``, ``huggingface``  ``tokenizer.json`` (``--tokenizer_model`` or
-                                                  ``--vocab_file``)
-``GPT2BPETokenizer``   ``gpt2``                   ``--vocab_file`` (vocab.json) + ``--merge_file``
-``SentencePieceTokenizer`` ``sentencepiece``, ``spm``  ``--tokenizer_model`` (``.model``)
-``TikTokenizer``       ``tiktoken``               ``--tokenizer_model`` (tiktoken BPE ranks file:
-                                                  ``base64(token) rank`` per line)
-=====================  =========================  ============================================
+(:mod:`jaxblend.preprocess.tokenizer_spec`, which also holds the type names and their aliases) so
+worker processes can each load their own copy once (:func:`load_tokenizer`). Type names follow
+Megatron-LM's ``--tokenizer_type`` where one exists; docs/preprocessing.md ("Tokenizers") lists
+each type's files and ids.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
+import functools
 import itertools
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import MappingProxyType
 from typing import ClassVar
 
@@ -76,7 +67,33 @@ def _flatten(pieces: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
     return flat, lengths
 
 
-class ByteTokenizer:
+@contextlib.contextmanager
+def _loading(what: str) -> Iterator[None]:
+    """Turns a tokenizer library's failure into `TokenizerError` ``"<what>: <error>"``."""
+    try:
+        yield
+    except Exception as e:  # the libraries raise plain Exception subclasses
+        raise TokenizerError(f"{what}: {e}") from e
+
+
+class _Adapter:
+    """What every adapter shares: no special token unless it sets one, and ``tokenize`` as a
+    batch of one text."""
+
+    eod: int | None = None
+    pad: int | None = None
+    bos: int | None = None
+    eos: int | None = None
+    mask: int | None = None
+    cls: int | None = None
+    sep: int | None = None
+
+    def tokenize(self, text: str) -> np.ndarray:
+        """Returns the ids of ``text`` (``tokenize_batch`` of the one text)."""
+        return self.tokenize_batch([text])[0]  # type: ignore[attr-defined]
+
+
+class ByteTokenizer(_Adapter):
     """UTF-8 bytes as token ids 0..255, special tokens after them; needs no files.
 
     Special ids: eod=256, pad=257, bos=258, eos=259, mask=260, cls=261, sep=262, then the
@@ -100,12 +117,9 @@ class ByteTokenizer:
     vocab_size = 267
     _NAMED: ClassVar[Mapping[str, int]] = MappingProxyType({"<|endoftext|>": eod, **FIM_SENTINELS})
 
-    def tokenize(self, text: str) -> np.ndarray:
-        """Returns the UTF-8 bytes of ``text`` as uint16 ids."""
-        return np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.uint16)
-
     def tokenize_batch(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        """Returns ``(flat_ids, lengths)`` for ``texts`` (one join, one numpy conversion)."""
+        """Returns ``(flat_ids, lengths)``: the UTF-8 bytes of ``texts`` as uint16 ids (one join,
+        one numpy conversion)."""
         encoded = [t.encode("utf-8") for t in texts]
         lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
         flat = np.frombuffer(b"".join(encoded), dtype=np.uint8).astype(np.uint16)
@@ -122,37 +136,16 @@ class ByteTokenizer:
         return self._NAMED.get(token)
 
 
-class _VocabSpecials:
-    """Looks special ids up by token string in a vocabulary lookup function."""
-
-    def _init_specials(self, lookup, eod_fallback_sep: bool = True) -> None:
-        for name, candidates in _SPECIAL_CANDIDATES.items():
-            value = None
-            for cand in candidates:
-                tid = lookup(cand)
-                if tid is not None:
-                    value = int(tid)
-                    break
-            setattr(self, name, value)
-        self.eod = self.eos if self.eos is not None else (self.sep if eod_fallback_sep else None)
+def _find_specials(tokenizer: _Adapter, lookup: Callable[[str], int | None]) -> None:
+    """Sets each special id to the first of its `_SPECIAL_CANDIDATES` the vocabulary has
+    (``lookup``: token -> id or None); eod = eos, or sep without one (BERT-style, as Megatron)."""
+    for name, candidates in _SPECIAL_CANDIDATES.items():
+        ids = (lookup(c) for c in candidates)
+        setattr(tokenizer, name, next((int(i) for i in ids if i is not None), None))
+    tokenizer.eod = tokenizer.eos if tokenizer.eos is not None else tokenizer.sep
 
 
-def configured_special_tokens(directory: str) -> dict[str, str]:
-    """Special token strings named by a Hugging Face model directory's JSON configuration
-    (`named_tokens`), as ``{"eos": "</s>", ...}`` for what is named.
-
-    Raises:
-      TokenizerError: a present file is not valid JSON.
-    """
-    named = named_tokens(directory)
-    return {
-        special: named[f"{special}_token"]
-        for special in ("eos", "bos", "pad", "mask", "cls", "sep")
-        if f"{special}_token" in named
-    }
-
-
-class HuggingFaceTokenizer(_VocabSpecials):
+class HuggingFaceTokenizer(_Adapter):
     """A Hugging Face ``tokenizers`` JSON file; batched encoding via ``encode_batch_fast``.
 
     Special ids are found by token string: eos ``<|endoftext|>``/``</s>``/``<eos>``..., bos ``<s>``...,
@@ -169,32 +162,27 @@ class HuggingFaceTokenizer(_VocabSpecials):
     def __init__(self, path: str) -> None:
         import tokenizers
 
-        try:
-            self._tok = tokenizers.Tokenizer.from_file(path)
-        except Exception as e:  # the library raises plain Exception subclasses
-            raise TokenizerError(f"cannot load Hugging Face tokenizer {path!r}: {e}") from e
-        self.vocab_size = int(self._tok.get_vocab_size(with_added_tokens=True))
-        self._init_specials(self._tok.token_to_id)
-        configured = configured_special_tokens(os.path.dirname(os.path.abspath(path)))
-        for name, token in configured.items():
-            tid = self._tok.token_to_id(token)
+        with _loading(f"cannot load Hugging Face tokenizer {path!r}"):
+            self._use(tokenizers.Tokenizer.from_file(path))
+        named = named_tokens(os.path.dirname(os.path.abspath(path)))
+        for name in _SPECIAL_CANDIDATES:  # the special tokens the directory's JSON names win
+            tid = self._tok.token_to_id(named[f"{name}_token"]) if f"{name}_token" in named else None
             if tid is not None:
                 setattr(self, name, int(tid))
-        if "eos" in configured and self._tok.token_to_id(configured["eos"]) is not None:
-            self.eod = self.eos
+                if name == "eos":
+                    self.eod = self.eos
 
-    @property
-    def _encode_batch(self):
-        # encode_batch_fast (tokenizers >= 0.20) skips character offsets: same ids, less work.
-        return getattr(self._tok, "encode_batch_fast", self._tok.encode_batch)
-
-    def tokenize(self, text: str) -> np.ndarray:
-        """Returns the ids of ``text``."""
-        return np.asarray(self._tok.encode(text, add_special_tokens=False).ids, dtype=np.int64)
+    def _use(self, tok) -> None:
+        """Takes ``tok`` (a ``tokenizers.Tokenizer``): its vocabulary size and special ids."""
+        self._tok = tok
+        self.vocab_size = int(tok.get_vocab_size(with_added_tokens=True))
+        _find_specials(self, tok.token_to_id)
 
     def tokenize_batch(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """Returns ``(flat_ids, lengths)`` using the library's batched encoder."""
-        encodings = self._encode_batch(list(texts), add_special_tokens=False)
+        # encode_batch_fast (tokenizers >= 0.20) skips character offsets: same ids, less work.
+        encode = getattr(self._tok, "encode_batch_fast", self._tok.encode_batch)
+        encodings = encode(list(texts), add_special_tokens=False)
         return _flatten([e.ids for e in encodings])
 
     def tokenize_with_offsets(self, texts: Sequence[str]) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -225,20 +213,14 @@ class GPT2BPETokenizer(HuggingFaceTokenizer):
         import tokenizers
         from tokenizers import decoders, models, pre_tokenizers
 
-        try:
+        with _loading(f"cannot load GPT-2 BPE from {vocab_file!r} + {merge_file!r}"):
             tok = tokenizers.Tokenizer(models.BPE.from_file(vocab_file, merge_file))
-        except Exception as e:
-            raise TokenizerError(
-                f"cannot load GPT-2 BPE from {vocab_file!r} + {merge_file!r}: {e}"
-            ) from e
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         tok.decoder = decoders.ByteLevel()
-        self._tok = tok
-        self.vocab_size = int(tok.get_vocab_size(with_added_tokens=True))
-        self._init_specials(tok.token_to_id)
+        self._use(tok)
 
 
-class SentencePieceTokenizer:
+class SentencePieceTokenizer(_Adapter):
     """A SentencePiece ``.model``; eod = eos; pad/bos/eos/unk from the model (``None`` if absent).
 
     mask/cls/sep are looked up as pieces ``<mask>``/``[MASK]``, ``[CLS]``, ``[SEP]`` if the model
@@ -250,29 +232,16 @@ class SentencePieceTokenizer:
     def __init__(self, path: str) -> None:
         import sentencepiece as spm
 
-        try:
+        with _loading(f"cannot load SentencePiece model {path!r}"):
             self._sp = spm.SentencePieceProcessor(model_file=path)
-        except Exception as e:
-            raise TokenizerError(f"cannot load SentencePiece model {path!r}: {e}") from e
         sp = self._sp
         self.vocab_size = int(sp.vocab_size())
-
-        def opt(i: int) -> int | None:
-            return int(i) if i >= 0 else None
-
-        self.bos = opt(sp.bos_id())
-        self.eos = opt(sp.eos_id())
-        self.pad = opt(sp.pad_id())
+        ids = (sp.bos_id(), sp.eos_id(), sp.pad_id())
+        self.bos, self.eos, self.pad = (int(i) if i >= 0 else None for i in ids)
         self.eod = self.eos
-        unk = sp.unk_id()
-
-        def lookup(piece: str) -> int | None:
-            i = sp.piece_to_id(piece)
-            return int(i) if i != unk else None
-
-        self.mask = lookup("<mask>") if lookup("<mask>") is not None else lookup("[MASK]")
-        self.cls = lookup("[CLS]")
-        self.sep = lookup("[SEP]")
+        mask = self.token_to_id("<mask>")
+        self.mask = mask if mask is not None else self.token_to_id("[MASK]")
+        self.cls, self.sep = self.token_to_id("[CLS]"), self.token_to_id("[SEP]")
 
     def tokenize(self, text: str) -> np.ndarray:
         """Returns the ids of ``text``."""
@@ -309,11 +278,9 @@ def read_tiktoken_ranks(path: str) -> dict[bytes, int]:
         for lineno, line in enumerate(f, 1):
             if not line.strip():
                 continue
-            parts = line.split()
             try:
-                if len(parts) != 2:
-                    raise ValueError("expected 2 fields")
-                ranks[base64.b64decode(parts[0], validate=True)] = int(parts[1])
+                token, rank = line.split()
+                ranks[base64.b64decode(token, validate=True)] = int(rank)
             except ValueError as e:
                 raise TokenizerError(
                     f"{path}:{lineno}: not a tiktoken ranks line ('base64 rank'): {e}"
@@ -323,8 +290,23 @@ def read_tiktoken_ranks(path: str) -> dict[bytes, int]:
     return ranks
 
 
-class _TiktokenDecoding:
-    """Decoding and token lookup of a tokenizer over a tiktoken encoding (`self._enc`)."""
+class _Tiktoken(_Adapter):
+    """A tokenizer over a tiktoken encoding (``self._enc``) encoding texts with ``self._encode``."""
+
+    name = TIKTOKEN
+
+    def _build(self, path: str, name: str, pattern: str, ranks: dict, specials: dict) -> None:
+        """Builds ``self._enc`` from ``ranks`` and ``specials`` (token -> id)."""
+        import tiktoken
+
+        with _loading(f"cannot build tiktoken encoding from {path!r}"):
+            self._enc = tiktoken.Encoding(
+                name=name, pat_str=pattern, mergeable_ranks=ranks, special_tokens=specials
+            )
+
+    def tokenize_batch(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Returns ``(flat_ids, lengths)``."""
+        return _flatten([self._encode(t) for t in texts])
 
     def detokenize(self, ids: Sequence[int] | np.ndarray) -> str:
         """Decodes ids to text."""
@@ -338,45 +320,21 @@ class _TiktokenDecoding:
             return None
 
 
-class TikTokenizer(_TiktokenDecoding):
+class TikTokenizer(_Tiktoken):
     """A tiktoken BPE ranks file; ``<|endoftext|>`` is added after the ranks as eod = eos.
 
-    The pre-tokenization regex is ``pattern``: ``gpt2``, ``cl100k`` or a literal regex.
+    The pre-tokenization regex is ``pattern``: ``gpt2``, ``cl100k`` or a literal regex. Special-token
+    text is encoded as ordinary text.
     """
 
-    name = TIKTOKEN
-    pad = None
-    bos = None
-    mask = None
-    cls = None
-    sep = None
-
     def __init__(self, path: str, pattern: str = "cl100k") -> None:
-        import tiktoken
-
         ranks = read_tiktoken_ranks(path)
         n = max(ranks.values()) + 1
-        try:
-            self._enc = tiktoken.Encoding(
-                name=os.path.basename(path),
-                pat_str=TIKTOKEN_PATTERNS.get(pattern, pattern),
-                mergeable_ranks=ranks,
-                special_tokens={"<|endoftext|>": n},
-            )
-        except Exception as e:
-            raise TokenizerError(f"cannot build tiktoken encoding from {path!r}: {e}") from e
+        pat_str = TIKTOKEN_PATTERNS.get(pattern, pattern)
+        self._build(path, os.path.basename(path), pat_str, ranks, {"<|endoftext|>": n})
+        self._encode = self._enc.encode_ordinary
         self.eod = self.eos = n
         self.vocab_size = n + 1
-
-    def tokenize(self, text: str) -> np.ndarray:
-        """Returns the ids of ``text`` (special-token text is encoded as ordinary text)."""
-        return np.asarray(self._enc.encode_ordinary(text), dtype=np.int64)
-
-    def tokenize_batch(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        """Returns ``(flat_ids, lengths)``."""
-        enc = self._enc.encode_ordinary
-        return _flatten([enc(t) for t in texts])
-
 
 
 # Megatron's TikTokenizer: its pre-tokenizer patterns and the special tokens every vocabulary has.
@@ -422,7 +380,7 @@ def read_tiktoken_json(path: str, limit: int, shift: int) -> dict[bytes, int]:
     return ranks
 
 
-class MegatronTikTokenizer(_TiktokenDecoding):
+class MegatronTikTokenizer(_Tiktoken):
     """Megatron-Core's ``TikTokenizer``: JSON vocabulary, ids shifted by the special tokens.
 
     Ids ``0 .. num_special_tokens - 1`` are the special tokens (``special_tokens`` then
@@ -430,8 +388,6 @@ class MegatronTikTokenizer(_TiktokenDecoding):
     vocabulary is cut to ``vocab_size - num_special_tokens`` entries. eod = eos = ``</s>``. Special
     token strings inside the text are encoded as their ids, as Megatron does.
     """
-
-    name = TIKTOKEN
 
     def __init__(
         self,
@@ -441,8 +397,6 @@ class MegatronTikTokenizer(_TiktokenDecoding):
         special_tokens: Sequence[str] = (),
         vocab_size: int | None = None,
     ) -> None:
-        import tiktoken
-
         pattern = pattern or "v2"
         if pattern not in MEGATRON_TIKTOKEN_PATTERNS:
             raise TokenizerError(
@@ -468,35 +422,18 @@ class MegatronTikTokenizer(_TiktokenDecoding):
                 f"{vocab_size} with {num_special_tokens} special tokens needs "
                 f"{vocab_size - num_special_tokens}"
             )
-        try:
-            self._enc = tiktoken.Encoding(
-                name=os.path.basename(os.path.dirname(os.path.abspath(path))),
-                pat_str=MEGATRON_TIKTOKEN_PATTERNS[pattern],
-                mergeable_ranks=ranks,
-                special_tokens={t: i for i, t in enumerate(specials)},
-            )
-        except Exception as e:
-            raise TokenizerError(f"cannot build tiktoken encoding from {path!r}: {e}") from e
         index = {t: i for i, t in enumerate(specials)}
+        name = os.path.basename(os.path.dirname(os.path.abspath(path)))
+        self._build(path, name, MEGATRON_TIKTOKEN_PATTERNS[pattern], ranks, index)
+        self._encode = functools.partial(self._enc.encode, allowed_special="all")
         self.vocab_size = vocab_size
-        self.bos = index["<s>"]
-        self.eos = self.eod = index["</s>"]
-        self.pad = index["<pad>"]
-        self.mask = index["<mask>"]
-        self.cls = index["<cls>"]
-        self.sep = index["<sep>"]
-
-    def tokenize(self, text: str) -> np.ndarray:
-        """Returns the ids of ``text`` (special-token strings become their ids)."""
-        return np.asarray(self._enc.encode(text, allowed_special="all"), dtype=np.int64)
-
-    def tokenize_batch(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        """Returns ``(flat_ids, lengths)``."""
-        return _flatten([self._enc.encode(t, allowed_special="all") for t in texts])
+        self.bos, self.eos, self.pad, self.mask, self.cls, self.sep = (
+            index[t] for t in ("<s>", "</s>", "<pad>", "<mask>", "<cls>", "<sep>")
+        )
+        self.eod = self.eos
 
 
-
-class NullTokenizer:
+class NullTokenizer(_Adapter):
     """Megatron's ``NullTokenizer``: the text is space-separated integer ids; eod = vocab_size.
 
     ``vocab_size`` is the ``--vocab_size`` flag + 1 (the EOD id), as in Megatron. An empty text is
@@ -504,24 +441,14 @@ class NullTokenizer:
     """
 
     name = NULL
-    pad = None
-    bos = None
-    eos = None
-    mask = None
-    cls = None
-    sep = None
 
     def __init__(self, vocab_size: int) -> None:
         self.eod = int(vocab_size)
         self.vocab_size = int(vocab_size) + 1
 
-    def tokenize(self, text: str) -> np.ndarray:
-        """Returns ``int(x)`` for every space-separated field of ``text``."""
-        return np.asarray([int(x) for x in text.split(" ")], dtype=np.int64)
-
     def tokenize_batch(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        """Returns ``(flat_ids, lengths)``."""
-        return _flatten([self.tokenize(t) for t in texts])
+        """Returns ``(flat_ids, lengths)``: ``int(x)`` for every space-separated field."""
+        return _flatten([[int(x) for x in t.split(" ")] for t in texts])
 
     def detokenize(self, ids: Sequence[int] | np.ndarray) -> str:
         """Joins the ids with spaces."""

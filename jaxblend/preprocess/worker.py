@@ -18,8 +18,9 @@ is dropped for any reason is dropped for every key, so the datasets of several k
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
-from typing import Any
+import functools
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import numpy as np
 from absl import logging
@@ -34,7 +35,7 @@ from jaxblend.preprocess.cleaning import cleaner as cleaner_lib
 from jaxblend.preprocess.cleaning import join as join_lib
 from jaxblend.preprocess.cleaning import signatures as sig_lib
 from jaxblend.preprocess.cleaning import text as text_lib
-from jaxblend.preprocess.cleaning.config import CleaningConfig
+from jaxblend.preprocess.config import PreprocessConfig
 from jaxblend.preprocess.records import (
     EMPTY,
     INVALID_UTF8,
@@ -50,67 +51,35 @@ class WorkerConfig:
     """What a worker needs to process partitions (picklable, shared by every engine).
 
     Attributes:
-      tokenizer: How to load the tokenizer.
-      json_keys: Fields to tokenize; one output dataset per key.
-      text_mode: ``line`` or ``file`` for ``.txt`` inputs.
-      append_eod: Append the tokenizer's EOD id to every document.
-      split_sentences: One sequence per sentence.
-      max_document_chars: Drop documents longer than this many characters (0 = no limit).
-      on_error: ``skip`` (count and report) or ``fail`` (raise on the first bad record).
+      run: The run's settings (keys, tokenizer, Megatron's rules, cleaning, ``chat``, ...).
       dtype: Token dtype name of the outputs.
       parts_dir: Directory of the partial datasets and done markers.
-      level: ``document`` or ``sentence`` (output naming).
-      drop_empty: Drop records with a key whose text has no tokens (default: keep them as
-        documents with zero sequences, as Megatron does).
-      sentence_splitter: ``punkt`` (NLTK, Megatron's) or ``builtin`` (no data files).
-      lang: Punkt model language.
-      keep_newlines: Punkt keeps the newlines that follow sentences (Megatron's ``--keep-newlines``).
-      cleaning: The cleaning stage run on every valid record before tokenization (None = off).
       mode: ``tokenize`` (write partial datasets) or ``signatures`` (the deduplication pass: write
         the partition's hashes and MinHash signatures, :mod:`jaxblend.preprocess.cleaning.signatures`).
-      chat: Every key is a conversation, written with its loss masks
-        (:mod:`jaxblend.preprocess.chat_records`).
     """
 
-    tokenizer: tok_spec.TokenizerSpec
-    json_keys: tuple[str, ...]
-    text_mode: str
-    append_eod: bool
-    split_sentences: bool
-    max_document_chars: int
-    on_error: str
+    run: PreprocessConfig
     dtype: str
     parts_dir: str
-    level: str
-    drop_empty: bool = False
-    sentence_splitter: str = sentences.PUNKT
-    lang: str = "english"
-    keep_newlines: bool = False
-    cleaning: CleaningConfig | None = None
     mode: str = TOKENIZE
-    chat: bool = False
 
 
+@dataclasses.dataclass
 class _Records:
-    """The valid records of one raw batch: per key, each record's pieces (sentences) in order."""
+    """The valid records of one raw batch: per key, each record's pieces (sentences) in order
+    (with ``chat``, its one rendered conversation), and the records' ordinals and input bytes."""
 
-    __slots__ = ("ordinals", "pieces", "sizes")
-
-    def __init__(self, keys: Sequence[str]) -> None:
-        self.ordinals: list[int] = []
-        self.sizes: list[int] = []
-        self.pieces: dict[str, list[list[str]]] = {k: [] for k in keys}
+    pieces: dict[str, list[list[Any]]]
+    ordinals: list[int] = dataclasses.field(default_factory=list)
+    sizes: list[int] = dataclasses.field(default_factory=list)
 
 
-class _Tokenized:
+class _Tokenized(NamedTuple):
     """One key's tokens for a batch of records: flat ids, piece lengths, pieces per record."""
 
-    __slots__ = ("counts", "flat", "lengths")
-
-    def __init__(self, flat: np.ndarray, lengths: np.ndarray, counts: np.ndarray) -> None:
-        self.flat = flat
-        self.lengths = lengths
-        self.counts = counts
+    flat: np.ndarray
+    lengths: np.ndarray
+    counts: np.ndarray
 
 
 class _PartitionWriter:
@@ -128,56 +97,65 @@ class _PartitionWriter:
         progress: Callable[[int, int, int], None] | None,
     ) -> None:
         self.config = config
+        self.settings = run = config.run
         self.tokenizer = tokenizer
         self.partition = partition
-        self.progress = progress
+        self.progress = progress or (lambda nbytes, documents, tokens: None)
         self.dtype = np.dtype(config.dtype)
-        self.eod = tokenizer.eod if config.append_eod else None
+        self.eod = tokenizer.eod if run.append_eod else None
         self.splitter = (
-            splitter_for(config.sentence_splitter, config.lang, config.keep_newlines)
-            if config.split_sentences
+            splitter_for(run.sentence_splitter, run.lang, run.keep_newlines)
+            if run.split_sentences
             else None
         )
-        self.check = records.RecordChecker(config.on_error, config.max_document_chars)
+        self.check = records.RecordChecker(run.on_error, run.max_document_chars)
         self.records = 0
         self.input_bytes = 0
         self.counts = {
             k: {"documents": 0, "sequences": 0, "tokens": 0, "empty_documents": 0}
-            for k in config.json_keys
+            for k in run.json_keys
         }
         self.builders: dict[str, storage.IndexedDatasetBuilder] = {}
-        # input path -> {"records", "documents", "dropped": reason -> {"count", "examples"}}
+        # input path -> {"records", "documents", "dropped": `records.Drops`}
         self.inputs: dict[str, dict[str, Any]] = {}
         self.cleaner: cleaner_lib.Cleaner | None = None
-        self.signer: sig_lib.SignatureWriter | None = None
+        self.signer: sig_lib.SignatureWriter | None = None  # the deduplication pass
+        if run.cleaning is not None:
+            duplicates = decided = None  # the join's drops and the first pass's decisions
+            if config.mode == TOKENIZE and run.cleaning.needs_join:
+                duplicates = join_lib.load_drops(config.parts_dir, partition.index)
+                reasons = cleaner_lib.REASONS
+                decided = sig_lib.load_decisions(config.parts_dir, partition.index, reasons)
+            self.cleaner = cleaner_lib.Cleaner(run.cleaning, duplicates, decided)
+            if config.mode == SIGNATURES:
+                self.signer = sig_lib.SignatureWriter(run.cleaning)  # takes every kept record
         self.chat = (
             chat_records.ConversationRecords(
-                config.tokenizer, tokenizer, config.json_keys, self.eod, self.dtype
+                self.check, run.tokenizer, tokenizer, run.json_keys, self.eod, self.dtype
             )
-            if config.chat
+            if run.chat
             else None
         )
 
     # ------------------------------------------------------------------ decoding
 
     def _pieces(self, value: str | list[str]) -> list[str]:
-        """The sequences-to-be of one field (Megatron's rules)."""
+        """The sequences-to-be of one field (Megatron's rules; a rendered conversation, a tuple, is
+        its one piece)."""
         if isinstance(value, list):
             return value  # already one string per sequence (Megatron's split-sentence form)
         if self.splitter is not None:
-            return self.splitter.split(value)
+            return self.splitter(value)
         return [value]
 
     def _decode(self, raw: readers.RawBatch, fmt: str) -> _Records:
-        if self.chat is not None:
-            self.records += len(raw.ordinals)
-            return self.chat.decode(raw, fmt, self.check)  # type: ignore[return-value]
-        keys = self.config.json_keys
-        out = _Records(keys)
+        keys = self.settings.json_keys
+        render = self.chat.render if self.chat is not None else None  # conversations
+        out = _Records({k: [] for k in keys})
         for ordinal, payload in zip(raw.ordinals, raw.payloads):
             position = self.records  # the record's place in the partition (every record counts)
             self.records += 1
-            per_key = self.check.values(ordinal, payload, fmt, keys)
+            per_key = self.check.values(ordinal, payload, fmt, keys, render)
             if per_key is None:
                 continue
             if self.cleaner is not None:
@@ -213,19 +191,15 @@ class _PartitionWriter:
             r = int(record[i])
             try:
                 ids = np.asarray(self.tokenizer.tokenize(text), dtype=np.int64)
-            except UnicodeError as e:
-                ids = np.zeros(0, np.int64)
-                if kept[r]:
-                    self.check.drop(
-                        INVALID_UTF8, ordinals[r], key, f"text is not encodable: {e}", recs.sizes[r]
-                    )
-                kept[r] = False
             except Exception as e:  # noqa: BLE001
                 ids = np.zeros(0, np.int64)
                 if kept[r]:
-                    self.check.drop(
-                        TOKENIZER_ERROR, ordinals[r], key, f"{type(e).__name__}: {e}", recs.sizes[r]
+                    reason, detail = (
+                        (INVALID_UTF8, f"text is not encodable: {e}")
+                        if isinstance(e, UnicodeError)
+                        else (TOKENIZER_ERROR, f"{type(e).__name__}: {e}")
                     )
+                    self.check.drop(reason, ordinals[r], key, detail, recs.sizes[r])
                 kept[r] = False
             pieces.append(ids)
         lengths = np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces))
@@ -234,27 +208,22 @@ class _PartitionWriter:
 
     def _write_batch(self, recs: _Records) -> None:
         if self.chat is not None:
-            self.chat.write(recs, self.builders, self.counts)  # type: ignore[arg-type]
+            self.chat.write(recs.pieces, self.builders, self.counts)
             return
-        keys = self.config.json_keys
+        keys = self.settings.json_keys
         n = len(recs.ordinals)
         if not n:
             return
         kept = np.ones(n, dtype=bool)
         toks = {k: self._tokenize(k, recs, kept) for k in keys}
-        if self.config.drop_empty:
+        if self.settings.drop_empty:
             for k in keys:
                 t = toks[k]
                 record = np.repeat(np.arange(n), t.counts)
                 tokens = np.bincount(record, weights=t.lengths, minlength=n)
                 for r in np.flatnonzero(kept & (tokens == 0)).tolist():
-                    self.check.drop(
-                        EMPTY,
-                        recs.ordinals[r],
-                        k,
-                        "no tokens (--drop_empty_documents)",
-                        recs.sizes[r],
-                    )
+                    detail = "no tokens (--drop_empty_documents)"
+                    self.check.drop(EMPTY, recs.ordinals[r], k, detail, recs.sizes[r])
                     kept[r] = False
         for k in keys:
             self._write_key(k, toks[k], kept)
@@ -290,107 +259,65 @@ class _PartitionWriter:
 
     # ------------------------------------------------------------------ driver
 
-    def _start_cleaning(self) -> None:
-        cfg = self.config
-        if cfg.cleaning is None or not cfg.cleaning.enabled:
-            return
-        duplicates = decided = None
-        if cfg.mode == TOKENIZE and cfg.cleaning.needs_join:
-            duplicates = join_lib.load_drops(cfg.parts_dir, self.partition.index)
-            decided = sig_lib.load_decisions(
-                cfg.parts_dir, self.partition.index, cleaner_lib.REASONS
-            )
-        self.cleaner = cleaner_lib.Cleaner(cfg.cleaning, duplicates, decided)
-
-    def sign(self) -> None:
-        """The deduplication pass: validates and cleans records, writes their signatures."""
-        cfg = self.config
-        assert cfg.cleaning is not None
-        self._start_cleaning()
-        self.signer = sig_lib.SignatureWriter(cfg.cleaning)
-        for piece in self.partition.pieces:
-            self.check.locate = readers.Locator(piece, cfg.text_mode)
-            for raw in readers.iter_piece(piece, cfg.text_mode, columns=cfg.json_keys):
-                self._decode(raw, piece.format)
-                if self.progress is not None:
-                    self.progress(raw.consumed, 0, 0)
-        assert self.cleaner is not None
-        self.signer.write(cfg.parts_dir, self.partition.index, *self.cleaner.decisions())
-
-    def _input_snapshot(self) -> tuple[int, int, dict[str, int], dict[str, int]]:
-        """Records, documents, drops and drop examples so far (before a piece is read)."""
-        drops = self.check.drops
-        documents = self.counts[self.config.json_keys[0]]["documents"]  # the same for every key
-        return (
-            self.records,
-            documents,
-            dict(drops.counts),
-            {r: len(e) for r, e in drops.examples.items()},
-        )
-
-    def _add_input(self, path: str, before: tuple[int, int, dict[str, int], dict[str, int]]) -> None:
-        """Adds what one piece of input ``path`` gave (records, documents, drops) to ``inputs``."""
-        records_before, documents_before, counts_before, examples_before = before
-        drops = self.check.drops
-        entry = self.inputs.setdefault(path, {"records": 0, "documents": 0, "dropped": {}})
-        entry["records"] += self.records - records_before
-        entry["documents"] += (
-            self.counts[self.config.json_keys[0]]["documents"] - documents_before
-        )
-        for reason, count in drops.counts.items():
-            added = count - counts_before.get(reason, 0)
-            if added:
-                d = entry["dropped"].setdefault(reason, {"count": 0, "examples": []})
-                d["count"] += added
-                d["examples"] += drops.examples.get(reason, [])[examples_before.get(reason, 0):]
+    def _total(self, field: str) -> int:
+        return sum(c[field] for c in self.counts.values())
 
     def run(self) -> dict[str, object]:
-        cfg = self.config
-        keys = cfg.json_keys
-        if cfg.chat:  # the conversations' loss masks are partial datasets too
-            keys = keys + tuple(chat_records.mask_key(k) for k in keys)
-        self._start_cleaning()
+        """Reads the partition; tokenizes it into its partial datasets and writes its done marker,
+        or, in the deduplication pass (``mode`` ``signatures``), writes its signatures."""
+        cfg, run = self.config, self.settings
+        # with chat, the conversations' loss masks too; no partial datasets in the first pass
+        keys = () if self.signer is not None else run.part_keys()
         prefixes = {
-            k: layout.part_prefix(cfg.parts_dir, self.partition.index, k, cfg.level) for k in keys
+            k: layout.part_prefix(cfg.parts_dir, self.partition.index, k, run.level) for k in keys
         }
+        dropped: records.Drops = {}
+        first_key = self.counts[run.json_keys[0]]  # every key has the same documents
         try:
             for k in keys:
-                dtype = chat_records.MASK_DTYPE if k not in cfg.json_keys else self.dtype
+                dtype = chat_records.MASK_DTYPE if k not in run.json_keys else self.dtype
                 self.builders[k] = storage.IndexedDatasetBuilder(prefixes[k], dtype=dtype)
             for piece in self.partition.pieces:
-                self.check.locate = readers.Locator(piece, cfg.text_mode)
-                before_piece = self._input_snapshot()
-                for raw in readers.iter_piece(piece, cfg.text_mode, columns=keys):
-                    records = self._decode(raw, piece.format)
-                    before = sum(c["documents"] for c in self.counts.values())
-                    tokens_before = sum(c["tokens"] for c in self.counts.values())
-                    self._write_batch(records)
+                self.check.locate = readers.Locator(piece, run.text_mode)
+                self.check.drops = {}  # this piece's: added to its input's and the partition's
+                records_before, documents_before = self.records, first_key["documents"]
+                for raw in readers.iter_piece(piece, run.text_mode, columns=run.json_keys):
+                    batch = self._decode(raw, piece.format)
+                    documents, tokens = self._total("documents"), self._total("tokens")
+                    self._write_batch(batch)
                     self.input_bytes += raw.consumed
-                    if self.progress is not None:
-                        self.progress(
-                            raw.consumed,
-                            sum(c["documents"] for c in self.counts.values()) - before,
-                            sum(c["tokens"] for c in self.counts.values()) - tokens_before,
-                        )
-                self._add_input(piece.path, before_piece)
+                    documents_now, tokens_now = self._total("documents"), self._total("tokens")
+                    self.progress(raw.consumed, documents_now - documents, tokens_now - tokens)
+                entry = self.inputs.setdefault(
+                    piece.path, {"records": 0, "documents": 0, "dropped": {}}
+                )
+                entry["records"] += self.records - records_before
+                entry["documents"] += first_key["documents"] - documents_before
+                records.add_drops(entry["dropped"], self.check.drops)
+                records.add_drops(dropped, self.check.drops)
             for k in keys:
                 self.builders[k].finalize()
         except BaseException:
             for b in self.builders.values():
                 b.abort()
             raise
+        if self.signer is not None:
+            assert self.cleaner is not None
+            self.signer.write(cfg.parts_dir, self.partition.index, *self.cleaner.decisions())
+            return {"index": self.partition.index}
         result = {
             "index": self.partition.index,
             "records": self.records,
             "input_bytes": self.input_bytes,
             "keys": self.counts,
-            "dropped": self.check.drops.to_json(),
+            "dropped": records.in_report_order(dropped),
             "files": {k: layout.file_sizes(prefixes[k]) for k in keys},
             "inputs": self.inputs,
         }
         if self.cleaner is not None:
             result["cleaning"] = self.cleaner.to_json()
-        layout.write_done_marker(cfg.parts_dir, self.partition.index, result)
+        # the partition is finished once its marker is written, after its datasets are in place
+        layout.write_json_atomic(layout.done_marker_path(cfg.parts_dir, self.partition.index), result)
         return result
 
 
@@ -408,27 +335,16 @@ def _append_eod(
     return out, new_lengths
 
 
-_TOKENIZER_CACHE: dict[tok_spec.TokenizerSpec, tok_spec.Tokenizer] = {}
-
-
-_SPLITTER_CACHE: dict[tuple[str, str, bool], sentences.Splitter] = {}
-
-
+@functools.cache
 def splitter_for(kind: str, lang: str, keep_newlines: bool) -> sentences.Splitter:
     """Returns this process's sentence splitter, loading it once."""
-    key = (kind, lang, keep_newlines)
-    splitter = _SPLITTER_CACHE.get(key)
-    if splitter is None:
-        splitter = _SPLITTER_CACHE[key] = sentences.make_splitter(kind, lang, keep_newlines)
-    return splitter
+    return sentences.make_splitter(kind, lang, keep_newlines)
 
 
+@functools.cache
 def tokenizer_for(spec: tok_spec.TokenizerSpec) -> tok_spec.Tokenizer:
     """Returns this process's tokenizer for ``spec``, loading it once."""
-    tok = _TOKENIZER_CACHE.get(spec)
-    if tok is None:
-        tok = _TOKENIZER_CACHE[spec] = tok_lib.load_tokenizer(spec)
-    return tok
+    return tok_lib.load_tokenizer(spec)
 
 
 def process_partition(
@@ -452,9 +368,5 @@ def process_partition(
       readers.InputError: An input cannot be read.
     """
     pause_point("partition", partition.index)
-    tokenizer = tokenizer_for(config.tokenizer)
-    writer = _PartitionWriter(config, tokenizer, partition, progress)
-    if config.mode == SIGNATURES:
-        writer.sign()
-        return {"index": partition.index}
-    return writer.run()
+    tokenizer = tokenizer_for(config.run.tokenizer)
+    return _PartitionWriter(config, tokenizer, partition, progress).run()

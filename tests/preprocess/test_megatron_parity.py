@@ -8,6 +8,7 @@ same bytes.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import os
@@ -238,7 +239,7 @@ def test_split_sentences_without_punkt_data_names_it(tmp_path, monkeypatch):
     import nltk
 
     monkeypatch.setattr(nltk.data, "path", [str(tmp_path / "empty")])
-    monkeypatch.setattr(worker, "_SPLITTER_CACHE", {})
+    monkeypatch.setattr(worker, "splitter_for", functools.cache(worker.splitter_for.__wrapped__))
     with pytest.raises(sentences.SplitterError, match=r"punkt_tab/english.*nltk.downloader"):
         sentences.make_splitter("punkt", "english")
     path = _write(tmp_path / "in.jsonl", [{"text": "One. Two."}])

@@ -10,7 +10,8 @@ drop reason; it also keeps what the report needs (PII replacements, score histog
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+import functools
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -35,28 +36,10 @@ _JOIN_REASONS = {join.EXACT: EXACT_DUPLICATE, join.NEAR: NEAR_DUPLICATE}
 
 Values = Mapping[str, "str | Sequence[str]"]
 
-_EVAL_CACHE: dict[tuple[tuple[str, ...], int, str], decontam.EvalSet] = {}
-_LANG_CACHE: dict[tuple[str, tuple[str, ...], float], langid.LanguageFilter] = {}
-
-
-def eval_set_for(config: CleaningConfig) -> decontam.EvalSet | None:
-    """This process's evaluation n-grams (loaded once), or None without evaluation files."""
-    if not config.decontaminate:
-        return None
-    key = (config.decontaminate, config.decontam_ngram, config.decontam_key)
-    if key not in _EVAL_CACHE:
-        _EVAL_CACHE[key] = decontam.EvalSet(*key)
-    return _EVAL_CACHE[key]
-
-
-def language_filter_for(config: CleaningConfig) -> langid.LanguageFilter | None:
-    """This process's language filter (model loaded once), or None without a model."""
-    if not config.lang_model:
-        return None
-    key = (config.lang_model, config.languages, config.lang_min_score)
-    if key not in _LANG_CACHE:
-        _LANG_CACHE[key] = langid.LanguageFilter(*key)
-    return _LANG_CACHE[key]
+@functools.cache
+def _loaded(make: Callable[..., Any], *args: Any) -> Any:
+    """``make(*args)``, made once per process."""
+    return make(*args)
 
 
 class Cleaner:
@@ -83,8 +66,17 @@ class Cleaner:
         self.filtered: list[tuple[int, str]] = []  # (position, reason) of the per-record filters
         self.scrubber = pii.Scrubber(config.pii_public_ips_only) if config.pii else None
         self.filters = config.filters()
-        self.eval_set = eval_set_for(config)
-        self.lang = language_filter_for(config)
+        c = config  # the evaluation n-grams and language model are loaded once per process
+        self.eval_set = (
+            _loaded(decontam.EvalSet, c.decontaminate, c.decontam_ngram, c.decontam_key)
+            if c.decontaminate
+            else None
+        )
+        self.lang = (
+            _loaded(langid.LanguageFilter, c.lang_model, c.languages, c.lang_min_score)
+            if c.lang_model
+            else None
+        )
         self.pii_counts = pii.PIICounts()
         self.pii_documents = 0
         self.histograms = {f.name: np.zeros(len(f.bins) + 1, np.int64) for f in self.filters}
@@ -97,12 +89,8 @@ class Cleaner:
     def _scrub(self, values: Values) -> dict[str, Any]:
         assert self.scrubber is not None
         before = dataclasses.astuple(self.pii_counts)
-        out: dict[str, Any] = {}
-        for k, v in values.items():
-            if isinstance(v, str):
-                out[k] = self.scrubber.scrub(v, self.pii_counts)
-            else:
-                out[k] = [self.scrubber.scrub(s, self.pii_counts) for s in v]
+        scrub = functools.partial(self.scrubber.scrub, counts=self.pii_counts)
+        out = {k: scrub(v) if isinstance(v, str) else [scrub(s) for s in v] for k, v in values.items()}
         if dataclasses.astuple(self.pii_counts) != before:
             self.pii_documents += 1
         return out

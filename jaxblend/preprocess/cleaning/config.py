@@ -65,15 +65,9 @@ class CleaningConfig:
     def __post_init__(self) -> None:
         for name in ("quality", "languages", "decontaminate"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
-        if isinstance(self.quality_thresholds, dict):
-            object.__setattr__(
-                self, "quality_thresholds", tuple(sorted(self.quality_thresholds.items()))
-            )
-        object.__setattr__(
-            self,
-            "quality_thresholds",
-            tuple((str(k), float(v)) for k, v in self.quality_thresholds),
-        )
+        thresholds = self.quality_thresholds  # a dict, or (name, bound) pairs
+        pairs = sorted(thresholds.items()) if isinstance(thresholds, dict) else thresholds
+        object.__setattr__(self, "quality_thresholds", tuple((str(k), float(v)) for k, v in pairs))
         self.filters()  # validates names and overrides
         if self.languages and not self.lang_model:
             raise ValueError(
@@ -123,14 +117,8 @@ class CleaningConfig:
     @property
     def enabled(self) -> bool:
         """Whether any step is on."""
-        return bool(
-            self.pii
-            or self.quality
-            or self.lang_model
-            or self.decontaminate
-            or self.exact_dedup
-            or self.near_dedup
-        )
+        steps = (self.pii, self.quality, self.lang_model, self.decontaminate, self.needs_join)
+        return any(steps)
 
     @property
     def needs_join(self) -> bool:

@@ -37,11 +37,9 @@ class EvalSet:
         if not self.ngrams:
             return False
         words = text_lib.normalized_words(text)
-        if len(words) < self.n:
-            return False
-        grams = self.ngrams
-        n = self.n
-        return any(" ".join(words[i : i + n]) in grams for i in range(len(words) - n + 1))
+        return len(words) >= self.n and not self.ngrams.isdisjoint(
+            text_lib.word_ngrams(words, self.n)
+        )
 
 
 def _eval_texts(path: str, key: str) -> list[str]:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -79,7 +79,6 @@ class _Join:
         self.config = config
         self.words = [signatures.load(parts, i, "words") for i in self.indices]
         n = sum(w.shape[0] for w in self.words)
-        self.records = n
         self.shards = max(1, math.ceil(n * _BYTES_PER_KEY / (config.join_memory_mb * 2**20)))
         self.sigs = (
             [signatures.load(parts, i, "minhash") for i in self.indices]
@@ -91,25 +90,13 @@ class _Join:
         keys, ids = [], []
         for p in range(len(self.indices)):
             col = np.asarray(column(p))
-            m = (
-                (col % np.uint64(self.shards)) == np.uint64(s)
-                if self.shards > 1
-                else np.ones(col.shape[0], bool)
-            )
+            m = (col % np.uint64(self.shards)) == np.uint64(s)
             if exclude is not None:
                 m &= exclude[p]
             rows = np.flatnonzero(m)
             keys.append(col[rows])
             ids.append(record_ids(p, rows))
         return np.concatenate(keys), np.concatenate(ids)
-
-    def _gather(self, ids: np.ndarray) -> np.ndarray:
-        out = np.empty((ids.shape[0], self.config.num_perm), np.uint32)
-        part, row = split_id(ids)
-        for p in np.unique(part).tolist():
-            m = part == p
-            out[m] = self.sigs[p][row[m]]
-        return out
 
     def exact(self) -> np.ndarray:
         dropped = []
@@ -119,7 +106,7 @@ class _Join:
             )
             later, _ = _first_in_bucket(keys, ids)
             dropped.append(later)
-        return np.unique(np.concatenate(dropped)) if dropped else np.zeros(0, np.int64)
+        return np.unique(np.concatenate(dropped))  # one array per shard, at least one
 
     def near(self) -> tuple[np.ndarray, int]:
         alive = [np.asarray(w) for w in self.words]
@@ -133,9 +120,23 @@ class _Join:
                 candidates += later.shape[0]
                 for c in range(0, later.shape[0], _PAIR_CHUNK):
                     x, f = later[c : c + _PAIR_CHUNK], first[c : c + _PAIR_CHUNK]
-                    dropped.append(x[similar(self._gather(x), self._gather(f), self.config)])
+                    x_sigs, f_sigs = (gather(ids, self.sigs.__getitem__, self.config) for ids in (x, f))
+                    dropped.append(x[similar(x_sigs, f_sigs, self.config)])
         out = np.unique(np.concatenate(dropped)) if dropped else np.zeros(0, np.int64)
         return out, candidates
+
+
+def gather(
+    ids: np.ndarray, minhash: Callable[[int], np.ndarray], config: CleaningConfig
+) -> np.ndarray:
+    """The MinHash signatures of record ``ids``; ``minhash(p)`` gives those of the plan's ``p``-th
+    partition."""
+    out = np.empty((ids.shape[0], config.num_perm), np.uint32)
+    part, row = split_id(ids)
+    for p in np.unique(part).tolist():
+        m = part == p
+        out[m] = minhash(p)[row[m]]
+    return out
 
 
 def similar(a: np.ndarray, b: np.ndarray, config: CleaningConfig) -> np.ndarray:

@@ -98,15 +98,8 @@ def table(report: Mapping[str, Any]) -> str:
             rows.append((step, reason, f"{d['count']:,}", f"{d.get('bytes', 0):,}", ex))
     p = report["pii"]
     if p["documents"]:
-        rows.append(
-            (
-                "pii",
-                "scrubbed (kept)",
-                f"{p['documents']:,}",
-                "",
-                f"{p['email']} e-mail, {p['ipv4']} IPv4, {p['ipv6']} IPv6 replaced",
-            )
-        )
+        replaced = f"{p['email']} e-mail, {p['ipv4']} IPv4, {p['ipv6']} IPv6 replaced"
+        rows.append(("pii", "scrubbed (kept)", f"{p['documents']:,}", "", replaced))
     kept = report["kept"]
     rows.append(("kept", "", f"{kept['documents']:,}", f"{kept['bytes']:,}", ""))
     widths = [max(len(r[i]) for r in rows) for i in range(4)]

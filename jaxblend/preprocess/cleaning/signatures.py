@@ -16,6 +16,7 @@ then renamed: a directory that exists is complete):
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections.abc import Mapping, Sequence
@@ -43,50 +44,25 @@ def is_done(parts: str, index: int) -> bool:
     return all(os.path.exists(os.path.join(d, f"{n}.npy")) for n in FILES)
 
 
-class Signer:
-    """Computes exact hashes and MinHash band keys of texts (datasketch MinHash, fixed seed)."""
-
-    def __init__(self, config: CleaningConfig) -> None:
-        try:
-            from datasketch import MinHash
-        except ImportError:
-            raise ValueError(
-                "--clean_near_dedup needs datasketch: pip install 'jaxblend[clean]'"
-            ) from None
-        self._minhash_cls = MinHash
-        self.config = config
-        self._template = MinHash(num_perm=config.num_perm, seed=config.seed, scheme=SCHEME)
-
-    def minhash(self, words: list[str]) -> np.ndarray:
-        """The MinHash signature (uint32) of ``words``' shingles."""
-        m = self._minhash_cls(
-            num_perm=self.config.num_perm,
-            seed=self.config.seed,
-            permutations=self._template.permutations,
-            scheme=SCHEME,
-        )
-        m.update_batch(
-            [g.encode("utf-8") for g in text_lib.word_ngrams(words, self.config.shingle)]
-        )
-        return m.hashvalues.astype(np.uint32)
-
-    def bands(self, signature: np.ndarray) -> np.ndarray:
-        """One 64-bit key per LSH band of ``signature``."""
-        rows = self.config.rows
-        raw = signature.tobytes()
-        width = rows * signature.itemsize
-        return np.array(
-            [text_lib.hash64(raw[b * width : (b + 1) * width]) for b in range(self.config.bands)],
-            dtype=np.uint64,
-        )
-
-
 class SignatureWriter:
     """Collects one partition's signatures and writes them as ``part-NNNNN.sig/``."""
 
     def __init__(self, config: CleaningConfig) -> None:
-        self.signer = Signer(config) if config.near_dedup else None
         self.config = config
+        self.minhash = None  # a new datasketch MinHash with the run's permutations (near dedup)
+        if config.near_dedup:
+            try:
+                from datasketch import MinHash
+            except ImportError:
+                raise ValueError(
+                    "--clean_near_dedup needs datasketch: pip install 'jaxblend[clean]'"
+                ) from None
+            kind = {"num_perm": config.num_perm, "seed": config.seed, "scheme": SCHEME}
+            permutations = MinHash(**kind).permutations  # computed once
+            self.minhash = functools.partial(MinHash, permutations=permutations, **kind)
+        near = config.near_dedup  # without it, each record has 0 bands and 0 MinHash values
+        self.empty_bands = np.zeros(config.bands if near else 0, np.uint64)
+        self.empty_minhash = np.zeros(config.num_perm if near else 0, np.uint32)
         self.positions: list[int] = []
         self.exact: list[int] = []
         self.words: list[bool] = []
@@ -95,18 +71,21 @@ class SignatureWriter:
 
     def add(self, position: int, text: str) -> None:
         """Adds the record at ``position`` with its (cleaned) ``text``."""
+        cfg = self.config
         words = text_lib.normalized_words(text)
         self.positions.append(position)
         self.exact.append(text_lib.hash64(" ".join(words).encode("utf-8")))
         self.words.append(bool(words))
-        if words and self.signer is not None:
-            sig = self.signer.minhash(words)
-            self.band_rows.append(self.signer.bands(sig))
+        if words and self.minhash is not None:
+            m = self.minhash()
+            m.update_batch([g.encode("utf-8") for g in text_lib.word_ngrams(words, cfg.shingle)])
+            sig = m.hashvalues.astype(np.uint32)
+            raw, width = sig.tobytes(), cfg.rows * sig.itemsize  # one 64-bit key per LSH band
+            keys = [text_lib.hash64(raw[b * width : (b + 1) * width]) for b in range(cfg.bands)]
+            self.band_rows.append(np.array(keys, dtype=np.uint64))
         else:
-            sig = np.zeros(self.config.num_perm if self.config.near_dedup else 0, np.uint32)
-            self.band_rows.append(
-                np.zeros(self.config.bands if self.config.near_dedup else 0, np.uint64)
-            )
+            sig = self.empty_minhash
+            self.band_rows.append(self.empty_bands)
         self.sig_rows.append(sig)
 
     def write(
@@ -119,14 +98,12 @@ class SignatureWriter:
         """Writes the signature directory atomically (temporary directory, then rename), with the
         per-record filters' outcome (``filtered`` rows, score ``histograms``)."""
         n = len(self.positions)
-        nb = self.config.bands if self.config.near_dedup else 0
-        npm = self.config.num_perm if self.config.near_dedup else 0
         arrays = {
             "positions": np.asarray(self.positions, np.int64),
             "exact": np.asarray(self.exact, np.uint64),
             "words": np.asarray(self.words, bool),
-            "bands": np.stack(self.band_rows) if n else np.zeros((0, nb), np.uint64),
-            "minhash": np.stack(self.sig_rows) if n else np.zeros((0, npm), np.uint32),
+            "bands": np.stack(self.band_rows) if n else self.empty_bands[None][:0],
+            "minhash": np.stack(self.sig_rows) if n else self.empty_minhash[None][:0],
             "filtered": filtered,
         }
         with atomic_write.atomic_directory(sig_dir(parts, index), exists="replace") as out:
