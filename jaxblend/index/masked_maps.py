@@ -23,7 +23,7 @@ from jaxblend.index import maps_key
 from jaxblend.index import split as split_lib
 from jaxblend.index.config import DatasetInfo
 from jaxblend.index.masked_sample_index import build_masked_sample_index
-from jaxblend.validation import require_int
+from jaxblend.validation import require_choice, require_int
 
 MASKED_FORMAT = "masked-index"
 MASKED_FORMAT_VERSION = 2
@@ -176,8 +176,7 @@ def masked_index_arrays(
     Raises:
       ValueError: as `build_masked_index`.
     """
-    if split not in split_lib.SPLIT_NAMES:
-        raise ValueError(f"split must be one of {split_lib.SPLIT_NAMES}, got {split!r}")
+    require_choice("split", split, split_lib.SPLIT_NAMES)
     rows = build_masked_sample_index(
         _split_bounds(config, info, split),
         info.sequence_lengths,

@@ -24,6 +24,7 @@ from absl import logging
 
 from jaxblend import atomic_write
 from jaxblend._pause import pause_point
+from jaxblend.validation import require_choice
 
 FORMAT_VERSION = 2
 MANIFEST = "manifest.json"
@@ -188,8 +189,7 @@ def load(
     """Entry `key` of `cache_dir`, memory-mapped, as `(arrays, meta)`; None if absent or corrupt
     (a corrupt entry is moved aside). `verify`: "summary" (size + sampled blocks of every array)
     or "full" (every byte)."""
-    if verify not in VERIFY_MODES:
-        raise ValueError(f"verify={verify!r}; expected one of {VERIFY_MODES}")
+    require_choice("verify", verify, VERIFY_MODES)
     if not os.path.lexists(entry_path(cache_dir, key)):
         return None
     try:
