@@ -35,6 +35,7 @@ from absl import logging
 
 from jaxblend.index import gpt
 from jaxblend.index.per_dataset_maps import DatasetMapsRequest as Request
+from jaxblend.index.split import SPLIT_NAMES
 
 _FIELDS = ("document_index", "sample_index", "shuffle_index")
 
@@ -108,7 +109,7 @@ def _description_mismatch(desc: dict[str, Any], request: Request) -> str | None:
         if desc.get(key) != value:
             return f"{key} is {desc.get(key)!r}, this configuration has {value!r}"
     matrix = desc.get("split_matrix")
-    index = ("train", "valid", "test").index(request.split)
+    index = SPLIT_NAMES.index(request.split)
     if matrix is None:
         got = (0.0, 1.0)
     else:
