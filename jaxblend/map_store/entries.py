@@ -31,7 +31,6 @@ MANIFEST = "manifest.json"
 SUMMARY_BLOCKS = 64
 SUMMARY_BLOCK = 4096
 VERIFY_MODES = ("summary", "full")
-_CHUNK = 8 << 20
 
 
 class CorruptEntry(ValueError):
@@ -74,12 +73,9 @@ def summary_digest(path: str) -> str:
 
 
 def file_digest(path: str) -> str:
-    """SHA-256 of a whole file, read in chunks."""
-    h = hashlib.sha256()
+    """SHA-256 of a whole file."""
     with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def _write_array(out: atomic_write.DirectoryWriter, name: str, array: np.ndarray) -> dict[str, Any]:
