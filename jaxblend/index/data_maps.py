@@ -311,7 +311,21 @@ def build_arrays(
     Raises:
       ValueError: as `build_data_maps`.
     """
-    arrays, meta = _build_arrays(spec, provider)
+    prefixes, infos = spec.prefixes, spec.infos
+    for p in prefixes:
+        split_resolution.check_has_tokens(p, infos[p])
+    length_offsets = np.zeros(len(prefixes) + 1, dtype=np.int64)
+    length_offsets[1:] = np.cumsum([infos[p].num_sequences for p in prefixes])
+    arrays: dict[str, np.ndarray] = {
+        "lengths": np.concatenate([infos[p].sequence_lengths for p in prefixes]).astype(np.int32),
+        "length_offsets": length_offsets,
+    }
+    meta: dict[str, Any] = {"prefixes": prefixes, "splits": {}}
+    max_lengths = {p: int(infos[p].sequence_lengths.max()) for p in prefixes}
+    for split in spec.specs:
+        if split is not None:
+            out, meta["splits"][split.name] = _build_split(spec, split, max_lengths, provider)
+            arrays.update(out)
     summary = {s.name: len(arrays.get(f"{s.name}.dataset_index", ())) for s in spec.specs if s}
     logging.info(
         "built index maps %s for %d datasets (blend sizes %s)", spec.entry, len(spec.prefixes),
@@ -362,27 +376,6 @@ def data_maps_from_arrays(
                 megatron_dtypes=[tuple(d) for d in split_meta["megatron_dtypes"]], **common
             )
     return DataMaps(spec.config, tuple(spec.prefixes), spec.key, splits, cache_path, spec.wanted)
-
-
-def _build_arrays(
-    spec: DataMapsSpec, provider: PerDatasetMapsProvider | None = None
-) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    prefixes, infos = spec.prefixes, spec.infos
-    for p in prefixes:
-        split_resolution.check_has_tokens(p, infos[p])
-    length_offsets = np.zeros(len(prefixes) + 1, dtype=np.int64)
-    length_offsets[1:] = np.cumsum([infos[p].num_sequences for p in prefixes])
-    arrays: dict[str, np.ndarray] = {
-        "lengths": np.concatenate([infos[p].sequence_lengths for p in prefixes]).astype(np.int32),
-        "length_offsets": length_offsets,
-    }
-    meta: dict[str, Any] = {"prefixes": prefixes, "splits": {}}
-    max_lengths = {p: int(infos[p].sequence_lengths.max()) for p in prefixes}
-    for split in spec.specs:
-        if split is not None:
-            out, meta["splits"][split.name] = _build_split(spec, split, max_lengths, provider)
-            arrays.update(out)
-    return arrays, meta
 
 
 def _build_split(
