@@ -313,7 +313,8 @@ def build_arrays(
     """
     prefixes, infos = spec.prefixes, spec.infos
     for p in prefixes:
-        split_resolution.check_has_tokens(p, infos[p])
+        if infos[p].num_sequences == 0 or not np.any(infos[p].sequence_lengths):
+            raise ValueError(f"dataset {p!r} has no tokens ({infos[p].num_sequences} sequences)")
     length_offsets = np.zeros(len(prefixes) + 1, dtype=np.int64)
     length_offsets[1:] = np.cumsum([infos[p].num_sequences for p in prefixes])
     arrays: dict[str, np.ndarray] = {
