@@ -42,4 +42,5 @@ def require_probability(label: str, value: object, open_interval: bool = False) 
     `open_interval`, naming `label`."""
     number = isinstance(value, (int, float)) and not isinstance(value, bool)
     if not number or not (0 < value < 1 if open_interval else 0 <= value <= 1):
-        raise ValueError(f"{label} must be in {'(0, 1)' if open_interval else '[0, 1]'}, got {value!r}")
+        interval = "(0, 1)" if open_interval else "[0, 1]"
+        raise ValueError(f"{label} must be in {interval}, got {value!r}")
