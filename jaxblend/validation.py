@@ -35,3 +35,12 @@ def require_positive(label: str, value: object) -> None:
     """Refuses `value` unless it is a number (int or float, not a bool) > 0, naming `label`."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
         raise ValueError(f"{label} must be a number > 0, got {value!r}")
+
+
+def require_probability(label: str, value: object, open_interval: bool = False) -> None:
+    """Refuses `value` unless it is a number (not a bool) in [0, 1], or in (0, 1) with
+    `open_interval`, naming `label`."""
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not number or not (0 < value < 1 if open_interval else 0 <= value <= 1):
+        interval = "(0, 1)" if open_interval else "[0, 1]"
+        raise ValueError(f"{label} must be in {interval}, got {value!r}")

@@ -53,6 +53,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from jaxblend.validation import require_choice, require_int
+
 #: Number of datasets from which the tree beats the plain scan (measured here: equal at ~1,000,
 #: tree 3x faster at 4,000).
 TREE_THRESHOLD = 1024
@@ -582,8 +584,8 @@ def build_blending_indices(
     # + 0.0 turns a -0.0 weight into +0.0 (same errors; bit-equal for grouping).
     w = np.ascontiguousarray(weights, dtype=np.float64) + 0.0
     _check_weights(w)
-    if size < 0:
-        raise ValueError(f"size = {size} must be >= 0")
+    require_int("size", size, 0)
+    require_choice("method", method, ("auto", "scan", "group", "tree", "block"))
     if out is None:
         dataset_index = np.zeros(size, dtype=dataset_index_dtype(len(w)))
         dataset_sample_index = np.zeros(size, dtype=np.int64)
@@ -615,7 +617,7 @@ def build_blending_indices(
         _tree_kernel(
             w, np.zeros(len(w), dtype=np.int64), False, dataset_index, dataset_sample_index
         )
-    elif method == "block":
+    else:
         outer, inner = block_sizes(len(w))
         _block_kernel(
             w,
@@ -625,10 +627,6 @@ def build_blending_indices(
             heavy_datasets(w, inner),
             dataset_index,
             dataset_sample_index,
-        )
-    else:
-        raise ValueError(
-            f"method = {method!r}; expected 'auto', 'scan', 'group', 'tree' or 'block'"
         )
     return dataset_index, dataset_sample_index
 
@@ -659,6 +657,7 @@ def build_exhaustive_blending_indices(
     total = int(s.sum())
     if total == 0:
         raise ValueError("sizes are all zero")
+    require_choice("method", method, ("auto", "scan", "tree"))
     w = s / np.float64(total)
     dataset_index = np.zeros(total, dtype=dataset_index_dtype(len(s)))
     dataset_sample_index = np.zeros(total, dtype=np.int64)
@@ -666,8 +665,6 @@ def build_exhaustive_blending_indices(
         method = "tree" if len(s) >= TREE_THRESHOLD else "scan"
     if method == "scan":
         _exhaustive_scan_kernel(s, w, dataset_index, dataset_sample_index)
-    elif method == "tree":
-        _tree_kernel(w, s, True, dataset_index, dataset_sample_index)
     else:
-        raise ValueError(f"method = {method!r}; expected 'auto', 'scan' or 'tree'")
+        _tree_kernel(w, s, True, dataset_index, dataset_sample_index)
     return dataset_index, dataset_sample_index

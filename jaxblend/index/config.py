@@ -18,7 +18,7 @@ from jaxblend.index import blend_spec
 from jaxblend.index import packing as packing_lib
 from jaxblend.index import split as split_lib
 from jaxblend.index.blend_schedule import BlendSchedule
-from jaxblend.validation import require_int
+from jaxblend.validation import require_choice, require_int
 
 _COUNT_LIMIT = 2**53  # counts are also handled as float64 by the blend kernels
 
@@ -155,17 +155,12 @@ class GPTDataConfig:
     packing_overflow: str = "cut"
 
     def __post_init__(self) -> None:
-        if self.packing not in packing_lib.PACKINGS:
-            raise ValueError(
-                f"packing = {self.packing!r}; expected 'concat' (Megatron's samples) or 'best_fit'"
-            )
+        require_choice("GPTDataConfig.packing", self.packing, packing_lib.PACKINGS)
         require_int("GPTDataConfig.packing_window (documents packed together)", self.packing_window, 1)
         object.__setattr__(self, "packing_window", int(self.packing_window))
-        if self.packing_overflow not in packing_lib.OVERFLOWS:
-            raise ValueError(
-                f"packing_overflow = {self.packing_overflow!r}; expected 'cut', 'truncate' or "
-                "'drop'"
-            )
+        require_choice(
+            "GPTDataConfig.packing_overflow", self.packing_overflow, packing_lib.OVERFLOWS
+        )
         if self.packing_overflow != "cut" and not self.is_packed:
             raise ValueError(
                 f"packing_overflow = {self.packing_overflow!r} needs packing='best_fit' (with "
@@ -289,8 +284,7 @@ class GPTDataConfig:
         Raises:
           ValueError: an unknown split name.
         """
-        if name not in split_lib.SPLIT_NAMES:
-            raise ValueError(f"split name {name!r}; expected one of {split_lib.SPLIT_NAMES}")
+        require_choice("split name", name, split_lib.SPLIT_NAMES)
         if self.blend is not None:
             return self.blend
         if self.blend_per_split is None:

@@ -39,6 +39,7 @@ from jaxblend.index import split as split_lib
 from jaxblend.index.config import DatasetInfo, GPTDataConfig
 from jaxblend.index.per_dataset_maps import DatasetMapsRequest, PerDatasetMapsProvider
 from jaxblend.index.split_maps import SplitMaps
+from jaxblend.validation import require_choice, require_int
 
 PLAN_FORMAT = "gpt-plan"
 PLAN_FORMAT_VERSION = 2
@@ -110,8 +111,7 @@ class DataMaps:
         Raises:
           ValueError: an unknown name, or a split this plan was not asked to build.
         """
-        if name not in split_lib.SPLIT_NAMES:
-            raise ValueError(f"split name {name!r}; expected one of {split_lib.SPLIT_NAMES}")
+        require_choice("split name", name, split_lib.SPLIT_NAMES)
         if name not in self.built:
             raise ValueError(f"the {name} split was not built (this plan holds {self.built})")
         return self._splits[name]
@@ -177,10 +177,7 @@ def history_fingerprint(
     Raises:
       ValueError: a negative count, missing dataset info, or a config without a train split.
     """
-    if isinstance(num_samples, bool) or not isinstance(num_samples, (int, np.integer)):
-        raise TypeError(f"num_samples = {num_samples!r} must be an int >= 0")
-    if num_samples < 0:
-        raise ValueError(f"num_samples = {num_samples} must be >= 0")
+    require_int("num_samples", num_samples, 0)
     spec = _train_spec(config)
     prefixes = history_prefixes(config, num_samples)
     if config.train_schedule is None:
@@ -219,18 +216,9 @@ def history_fingerprint(
     )
 
 
-def _wanted_splits(splits: Sequence[str] | None) -> tuple[str, ...]:
-    if splits is None:
-        return split_lib.SPLIT_NAMES
-    unknown = [s for s in splits if s not in split_lib.SPLIT_NAMES]
-    if unknown or not splits:
-        raise ValueError(f"splits {list(splits)}: expected a non-empty subset of {split_lib.SPLIT_NAMES}")
-    return tuple(s for s in split_lib.SPLIT_NAMES if s in splits)
-
-
 def cache_entries(key: str, splits: Sequence[str] | None = None) -> list[str]:
     """The cache entries that can serve `splits` of plan `key`, best first (whole plan first)."""
-    wanted = _wanted_splits(splits)
+    wanted = split_lib.wanted_splits(splits)
     if wanted == split_lib.SPLIT_NAMES:
         return [key]
     return [key, f"{key}-{'-'.join(wanted)}"]
@@ -264,7 +252,7 @@ class DataMapsSpec:
         Raises:
           ValueError: unknown splits, no non-empty split, or missing dataset info.
         """
-        wanted = _wanted_splits(splits)
+        wanted = split_lib.wanted_splits(splits)
         specs = split_resolution.resolve_splits(config, wanted)
         prefixes = config_prefixes(config)
         if not prefixes:
@@ -323,7 +311,22 @@ def build_arrays(
     Raises:
       ValueError: as `build_data_maps`.
     """
-    arrays, meta = _build_arrays(spec, provider)
+    prefixes, infos = spec.prefixes, spec.infos
+    for p in prefixes:
+        if infos[p].num_sequences == 0 or not np.any(infos[p].sequence_lengths):
+            raise ValueError(f"dataset {p!r} has no tokens ({infos[p].num_sequences} sequences)")
+    length_offsets = np.zeros(len(prefixes) + 1, dtype=np.int64)
+    length_offsets[1:] = np.cumsum([infos[p].num_sequences for p in prefixes])
+    arrays: dict[str, np.ndarray] = {
+        "lengths": np.concatenate([infos[p].sequence_lengths for p in prefixes]).astype(np.int32),
+        "length_offsets": length_offsets,
+    }
+    meta: dict[str, Any] = {"prefixes": prefixes, "splits": {}}
+    max_lengths = {p: int(infos[p].sequence_lengths.max()) for p in prefixes}
+    for split in spec.specs:
+        if split is not None:
+            out, meta["splits"][split.name] = _build_split(spec, split, max_lengths, provider)
+            arrays.update(out)
     summary = {s.name: len(arrays.get(f"{s.name}.dataset_index", ())) for s in spec.specs if s}
     logging.info(
         "built index maps %s for %d datasets (blend sizes %s)", spec.entry, len(spec.prefixes),
@@ -374,27 +377,6 @@ def data_maps_from_arrays(
                 megatron_dtypes=[tuple(d) for d in split_meta["megatron_dtypes"]], **common
             )
     return DataMaps(spec.config, tuple(spec.prefixes), spec.key, splits, cache_path, spec.wanted)
-
-
-def _build_arrays(
-    spec: DataMapsSpec, provider: PerDatasetMapsProvider | None = None
-) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    prefixes, infos = spec.prefixes, spec.infos
-    for p in prefixes:
-        split_resolution.check_has_tokens(p, infos[p])
-    length_offsets = np.zeros(len(prefixes) + 1, dtype=np.int64)
-    length_offsets[1:] = np.cumsum([infos[p].num_sequences for p in prefixes])
-    arrays: dict[str, np.ndarray] = {
-        "lengths": np.concatenate([infos[p].sequence_lengths for p in prefixes]).astype(np.int32),
-        "length_offsets": length_offsets,
-    }
-    meta: dict[str, Any] = {"prefixes": prefixes, "splits": {}}
-    max_lengths = {p: int(infos[p].sequence_lengths.max()) for p in prefixes}
-    for split in spec.specs:
-        if split is not None:
-            out, meta["splits"][split.name] = _build_split(spec, split, max_lengths, provider)
-            arrays.update(out)
-    return arrays, meta
 
 
 def _build_split(

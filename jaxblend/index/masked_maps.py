@@ -23,7 +23,7 @@ from jaxblend.index import maps_key
 from jaxblend.index import split as split_lib
 from jaxblend.index.config import DatasetInfo
 from jaxblend.index.masked_sample_index import build_masked_sample_index
-from jaxblend.validation import require_int
+from jaxblend.validation import require_choice, require_int, require_probability
 
 MASKED_FORMAT = "masked-index"
 MASKED_FORMAT_VERSION = 2
@@ -59,11 +59,9 @@ class MaskedIndexConfig:
         require_int("MaskedIndexConfig.min_sentences", self.min_sentences, 1)
         if self.num_samples is not None:
             require_int("MaskedIndexConfig.num_samples", self.num_samples, 1)
-        p = self.short_sequence_probability
-        if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p <= 1:
-            raise ValueError(
-                f"MaskedIndexConfig.short_sequence_probability must be in [0, 1], got {p!r}"
-            )
+        require_probability(
+            "MaskedIndexConfig.short_sequence_probability", self.short_sequence_probability
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -176,8 +174,7 @@ def masked_index_arrays(
     Raises:
       ValueError: as `build_masked_index`.
     """
-    if split not in split_lib.SPLIT_NAMES:
-        raise ValueError(f"split must be one of {split_lib.SPLIT_NAMES}, got {split!r}")
+    require_choice("split", split, split_lib.SPLIT_NAMES)
     rows = build_masked_sample_index(
         _split_bounds(config, info, split),
         info.sequence_lengths,

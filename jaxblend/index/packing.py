@@ -37,7 +37,7 @@ import dataclasses
 import numba
 import numpy as np
 
-from jaxblend.validation import require_int
+from jaxblend.validation import require_choice, require_int
 
 try:  # Numba's intrinsic: one instruction
     from numba.cpython.unsafe.numbers import trailing_zeros
@@ -175,8 +175,7 @@ def _items(lengths, capacity, overflow, order=None):
     require_int("capacity (tokens per row)", capacity, 1)
     if capacity > MAX_CAPACITY:
         raise ValueError(f"capacity = {capacity} is above the packer's {MAX_CAPACITY} tokens")
-    if overflow not in OVERFLOWS:
-        raise ValueError(f"packing_overflow = {overflow!r}; expected one of {OVERFLOWS}")
+    require_choice("packing_overflow", overflow, OVERFLOWS)
     lengths = np.ascontiguousarray(lengths)
     if lengths.ndim != 1:
         raise ValueError(f"item lengths must be 1-D, got shape {lengths.shape}")

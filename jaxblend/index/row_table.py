@@ -34,7 +34,7 @@ import numba
 import numpy as np
 
 from jaxblend.index.split_maps import SplitMaps
-from jaxblend.validation import require_int
+from jaxblend.validation import require_choice, require_int
 
 FIELDS = ("starts", "dataset", "offset", "length")
 """The arrays of a row table, in the order `RowTables.rows` returns them."""
@@ -56,8 +56,7 @@ def array_name(split: str, field: str) -> str:
     Raises:
       ValueError: an unknown field or an empty split name.
     """
-    if field not in FIELDS:
-        raise ValueError(f"row-table field must be one of {FIELDS}, got {field!r}")
+    require_choice("row-table field", field, FIELDS)
     if not split or "/" in split:
         raise ValueError(f"split name must be a non-empty name without '/', got {split!r}")
     return f"{split}.rows.{field}"

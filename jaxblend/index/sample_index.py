@@ -15,6 +15,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from jaxblend.validation import require_int
+
 _INT32_MAX = int(np.iinfo(np.int32).max)
 
 
@@ -98,10 +100,8 @@ def build_sample_index(
     Raises:
       ValueError: seq_length <= 0, num_epochs <= 0, or an empty document index with samples.
     """
-    if seq_length <= 0:
-        raise ValueError(f"seq_length = {seq_length} must be > 0")
-    if num_epochs <= 0:
-        raise ValueError(f"num_epochs = {num_epochs} must be >= 1")
+    require_int("seq_length", seq_length, 1)
+    require_int("num_epochs", num_epochs, 1)
     n = num_samples_in(
         num_epochs, tokens_per_epoch, seq_length, add_extra_token, drop_last_partial_sequence
     )

@@ -11,12 +11,26 @@ from __future__ import annotations
 import itertools
 import math
 import re
+from collections.abc import Sequence
 
 import numpy as np
 
 SPLIT_NAMES: tuple[str, str, str] = ("train", "valid", "test")
 
 _NUMBER = re.compile(r"[.0-9]+")
+
+
+def wanted_splits(splits: Sequence[str] | None) -> tuple[str, ...]:
+    """The split names asked for, in `SPLIT_NAMES` order (None: all three).
+
+    Raises:
+      ValueError: an unknown name, or none.
+    """
+    if splits is None:
+        return SPLIT_NAMES
+    if not splits or any(s not in SPLIT_NAMES for s in splits):
+        raise ValueError(f"splits {list(splits)}: expected a non-empty subset of {SPLIT_NAMES}")
+    return tuple(s for s in SPLIT_NAMES if s in splits)
 
 
 def parse_split(split: str) -> tuple[float, float, float]:

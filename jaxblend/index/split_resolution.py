@@ -25,8 +25,6 @@ import dataclasses
 import math
 from collections.abc import Callable, Mapping
 
-import numpy as np
-
 from jaxblend.index import blend_spec
 from jaxblend.index import split as split_lib
 from jaxblend.index.blend_schedule import BlendSchedule
@@ -180,9 +178,3 @@ def dataset_info(infos: InfoSource, prefix: str) -> DatasetInfo:
     if not isinstance(info, DatasetInfo):
         raise TypeError(f"dataset {prefix!r}: expected a DatasetInfo, got {type(info).__name__}")
     return info
-
-
-def check_has_tokens(prefix: str, info: DatasetInfo) -> None:
-    """Raises ValueError if the dataset has no tokens at all."""
-    if info.num_sequences == 0 or not np.any(info.sequence_lengths):
-        raise ValueError(f"dataset {prefix!r} has no tokens ({info.num_sequences} sequences)")

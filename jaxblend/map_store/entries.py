@@ -24,13 +24,13 @@ from absl import logging
 
 from jaxblend import atomic_write
 from jaxblend._pause import pause_point
+from jaxblend.validation import require_choice
 
 FORMAT_VERSION = 2
 MANIFEST = "manifest.json"
 SUMMARY_BLOCKS = 64
 SUMMARY_BLOCK = 4096
 VERIFY_MODES = ("summary", "full")
-_CHUNK = 8 << 20
 
 
 class CorruptEntry(ValueError):
@@ -73,12 +73,9 @@ def summary_digest(path: str) -> str:
 
 
 def file_digest(path: str) -> str:
-    """SHA-256 of a whole file, read in chunks."""
-    h = hashlib.sha256()
+    """SHA-256 of a whole file."""
     with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def _write_array(out: atomic_write.DirectoryWriter, name: str, array: np.ndarray) -> dict[str, Any]:
@@ -188,8 +185,7 @@ def load(
     """Entry `key` of `cache_dir`, memory-mapped, as `(arrays, meta)`; None if absent or corrupt
     (a corrupt entry is moved aside). `verify`: "summary" (size + sampled blocks of every array)
     or "full" (every byte)."""
-    if verify not in VERIFY_MODES:
-        raise ValueError(f"verify={verify!r}; expected one of {VERIFY_MODES}")
+    require_choice("verify", verify, VERIFY_MODES)
     if not os.path.lexists(entry_path(cache_dir, key)):
         return None
     try:

@@ -35,6 +35,8 @@ from absl import logging
 
 from jaxblend.index import gpt
 from jaxblend.index.per_dataset_maps import DatasetMapsRequest as Request
+from jaxblend.index.sample_index import num_samples_in
+from jaxblend.index.split import SPLIT_NAMES
 
 _FIELDS = ("document_index", "sample_index", "shuffle_index")
 
@@ -108,7 +110,7 @@ def _description_mismatch(desc: dict[str, Any], request: Request) -> str | None:
         if desc.get(key) != value:
             return f"{key} is {desc.get(key)!r}, this configuration has {value!r}"
     matrix = desc.get("split_matrix")
-    index = ("train", "valid", "test").index(request.split)
+    index = SPLIT_NAMES.index(request.split)
     if matrix is None:
         got = (0.0, 1.0)
     else:
@@ -119,15 +121,6 @@ def _description_mismatch(desc: dict[str, Any], request: Request) -> str | None:
     if got != tuple(float(x) for x in request.bookend):
         return f"split range is {got}, this configuration has {tuple(request.bookend)}"
     return None
-
-
-def expected_num_samples(request: Request, num_epochs: int, tokens_per_epoch: int) -> int:
-    """Megatron's sample count for these epochs (the sample index has one row more)."""
-    extra = int(request.add_extra_token)
-    tokens = num_epochs * tokens_per_epoch - extra
-    if request.drop_last_partial_sequence:
-        return tokens // request.seq_length
-    return -(-tokens // request.seq_length)
 
 
 def verify(arrays: dict[str, np.ndarray], request: Request) -> str | None:
@@ -155,7 +148,10 @@ def verify(arrays: dict[str, np.ndarray], request: Request) -> str | None:
         counts = np.bincount(np.asarray(doc, np.int64) - lo, minlength=hi - lo + 1)
         if not np.all(counts[documents - lo] == epochs):
             return f"document_index does not hold each document {epochs} times"
-    n = expected_num_samples(request, epochs, tokens)
+    n = num_samples_in(  # the sample index has one row more
+        epochs, tokens, request.seq_length, request.add_extra_token,
+        request.drop_last_partial_sequence,
+    )
     if sample.dtype not in (np.int32, np.int64) or sample.shape != (n + 1, 2):
         return (
             f"sample_index is {sample.dtype} {sample.shape}; this configuration has {n} samples "

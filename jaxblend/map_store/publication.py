@@ -34,9 +34,9 @@ from jaxblend.access import DataAccess
 from jaxblend.index import row_table
 from jaxblend.index.config import GPTDataConfig
 from jaxblend.index.data_maps import DataMaps, config_prefixes
+from jaxblend.index.split import SPLIT_NAMES
 from jaxblend.map_store import bucket, dataset_table, entries, record
 from jaxblend.map_store.record import (
-    SPLITS,
     Publication,
     PublishedDataset,
     PublishedSplit,
@@ -142,7 +142,7 @@ def publish_plan(
     rows_url = bucket.entry_url(store.url, rows_key)
     position = {p: k for k, p in enumerate(plan.prefixes)}
     splits = {}
-    for name in SPLITS:
+    for name in SPLIT_NAMES:
         split = plan.split(name)
         if split is not None and len(split) > 0:
             ids = tuple(position[str(n)] for n in split.dataset_names)

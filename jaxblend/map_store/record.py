@@ -32,12 +32,12 @@ import numpy as np
 from jaxblend import identity
 from jaxblend.index import maps_key
 from jaxblend.index.config import GPTDataConfig
+from jaxblend.index.split import SPLIT_NAMES
 from jaxblend.validation import require_int
 
 FORMAT = "jaxblend-publication"
 VERSION = 3
 DIRECTORY = "published"
-SPLITS = ("train", "valid", "test")
 REPUBLISH = "publish it again with python -m jaxblend.tools.build_index and the run's data flags"
 
 
@@ -314,7 +314,7 @@ class Publication:
     def __post_init__(self) -> None:
         object.__setattr__(self, "splits", dict(self.splits))
         for name, split in self.splits.items():
-            if name not in SPLITS:
+            if name not in SPLIT_NAMES:
                 raise ValueError(f"unknown split {name!r}")
             if max(split.datasets) >= self.table.count:
                 raise ValueError(f"split {name} names dataset {max(split.datasets)} of "
@@ -328,7 +328,7 @@ class Publication:
             "launch_key": self.launch_key,
             "plan_key": self.plan_key,
             "table": self.table.to_json(),
-            "splits": {k: self.splits[k].to_json() for k in SPLITS if k in self.splits},
+            "splits": {k: self.splits[k].to_json() for k in SPLIT_NAMES if k in self.splits},
         }
         body["checksum"] = _checksum(body)
         return json.dumps(body, sort_keys=True, separators=(",", ":")).encode("utf-8")

@@ -29,9 +29,11 @@ from absl import logging
 from jaxblend.access import DataAccess
 from jaxblend.index import data_maps, masked_maps
 from jaxblend.index.config import DatasetInfo, GPTDataConfig
+from jaxblend.index.split import SPLIT_NAMES
 from jaxblend.index.split_resolution import SplitSpec
 from jaxblend.map_store import bucket, entries, megatron
 from jaxblend.urls import is_url, local_path
+from jaxblend.validation import require_choice
 
 T = TypeVar("T")
 Arrays = tuple[dict[str, np.ndarray], dict[str, Any]]
@@ -209,8 +211,7 @@ def load_or_build_masked_index(
       TimeoutError: a bucket store's builder did not publish within `access.maps.wait_seconds`.
     """
     store = MapStore(DataAccess.from_env() if access is None else access)
-    if split not in ("train", "valid", "test"):
-        raise ValueError(f"split must be one of ('train', 'valid', 'test'), got {split!r}")
+    require_choice("split", split, SPLIT_NAMES)
     key = masked_maps.masked_index_key(config, info, split)
 
     def use(arrays: dict[str, np.ndarray], meta: dict[str, Any], path: str | None):

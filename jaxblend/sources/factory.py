@@ -23,6 +23,7 @@ import dataclasses
 
 from jaxblend import index, opening
 from jaxblend.access import DataAccess
+from jaxblend.index.split import wanted_splits
 from jaxblend.map_store import entries, load_or_build_data_maps, publication
 from jaxblend.map_store.dataset_table import PublishedBins
 from jaxblend.map_store.store import MapStore
@@ -32,8 +33,6 @@ from jaxblend.sources.row_tables import ArrayRowTables, BucketRowTables, RowTabl
 from jaxblend.sources.span_index import RowTableSpanIndex, SpanIndex, SplitMapsSpanIndex
 from jaxblend.storage import loss_mask_reader
 from jaxblend.storage.reader import IndexedDataset
-
-SPLITS = ("train", "valid", "test")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -162,15 +161,12 @@ def _published_indexes(
 ) -> tuple[dict[str, SpanIndex | None], str]:
     """`RowTableSpanIndex`es of the wanted splits, from the publication of `config`, and the
     plan's key."""
-    wanted = SPLITS if splits is None else tuple(splits)
-    unknown = [s for s in wanted if s not in SPLITS]
-    if unknown:
-        raise ValueError(f"split names {unknown}; expected some of {SPLITS}")
+    wanted = wanted_splits(splits)
     pub = publication.load_or_publish(config, access)
     table = publication.table_reader(pub, access)  # one per process: the splits share its lines
     prefixes = publication.table_prefixes(config, pub)  # the dataset names, nothing read
     indexes: dict[str, SpanIndex | None] = {}
-    for name in (s for s in SPLITS if s in wanted):
+    for name in wanted:
         split = pub.splits.get(name)
         names = None if prefixes is None or split is None else [prefixes[p] for p in split.datasets]
         indexes[name] = None if split is None else RowTableSpanIndex(

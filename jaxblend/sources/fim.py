@@ -33,6 +33,7 @@ import numpy as np
 
 from jaxblend.fim_options import FIMOptions  # the settings (light: the flag layer's too)
 from jaxblend.sources.base import PerProcess
+from jaxblend.validation import require_choice
 
 if TYPE_CHECKING:
     from jaxblend.access import DataAccess
@@ -144,10 +145,8 @@ def sample_draws(
     With `document` (a packed row's documents, in row order from 0): the stream of that document
     of the row, `[seed, FIM_STREAM, split, sample_id, document]`.
     """
-    code = SPLIT_CODES.get(split)
-    if code is None:
-        raise ValueError(f"FIM split {split!r}: expected one of {sorted(SPLIT_CODES)}")
-    key = [int(seed), FIM_STREAM, code, int(sample_id)]
+    require_choice("FIM split", split, tuple(SPLIT_CODES))
+    key = [int(seed), FIM_STREAM, SPLIT_CODES[split], int(sample_id)]
     if document is not None:
         key.append(int(document))
     return StreamDraws(np.random.default_rng(key))

@@ -37,6 +37,7 @@ from jaxblend.sources.source_identity import gpt_source_fingerprint
 from jaxblend.sources.span_index import SpanIndex
 from jaxblend.storage import loss_mask_reader
 from jaxblend.storage.token_reader import TokenReader
+from jaxblend.validation import require_choice
 
 
 @numba.njit(cache=True, nogil=True)
@@ -115,8 +116,7 @@ class GPTSource(base.PerProcess, base.BatchSource):
         self.seq_length = int(seq_length)
         self.add_extra_token_to_sequence = bool(add_extra_token_to_sequence)
         self.window_length = schema.window_length(seq_length, add_extra_token_to_sequence)
-        if packing not in PACKINGS:
-            raise ValueError(f"packing = {packing!r}; expected one of {PACKINGS}")
+        require_choice("GPTSource packing", packing, PACKINGS)
         self.packing = packing
         self.split = split
         self.access = access if access is not None else access_lib.DataAccess.from_env()

@@ -35,6 +35,7 @@ from jaxblend.sources import base
 from jaxblend.sources.masked_config import MaskedConfig, MaskedTokenizerInfo
 from jaxblend.storage import IndexedDataset
 from jaxblend.storage.sequence_spans import SequenceSpans
+from jaxblend.validation import require_choice
 
 
 class MaskedSource(base.BatchSource):
@@ -70,8 +71,7 @@ class MaskedSource(base.BatchSource):
                 f"{type(self).__name__} needs a {self.config_type.__name__}, "
                 f"got {type(config).__name__}"
             )
-        if split not in split_lib.SPLIT_NAMES:
-            raise ValueError(f"split must be one of {split_lib.SPLIT_NAMES}, got {split!r}")
+        require_choice("split", split, split_lib.SPLIT_NAMES)
         access = DataAccess.from_env() if access is None else access
         if isinstance(dataset, (str, os.PathLike)):
             dataset = IndexedDataset(dataset, access=access)

@@ -15,14 +15,7 @@ import numpy as np
 
 from jaxblend.index import masked_maps
 from jaxblend.index import split as split_lib
-from jaxblend.validation import require_int
-
-
-def _check_probability(label: str, value: object, open_interval: bool) -> None:
-    """Refuses `value` unless it is a number in (0, 1) (`open_interval`) or in [0, 1]."""
-    number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if not number or not (0 < value < 1 if open_interval else 0 <= value <= 1):
-        raise ValueError(f"{label} must be in {'(0, 1)' if open_interval else '[0, 1]'}, got {value!r}")
+from jaxblend.validation import require_int, require_probability
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -144,10 +137,8 @@ class MaskedConfig:
         owner = type(self).__name__
         require_int(f"{owner}.random_seed", self.random_seed, 0)
         require_int(f"{owner}.sequence_length", self.sequence_length, 5)
-        _check_probability(f"{owner}.masking_probability", self.masking_probability, True)
-        _check_probability(
-            f"{owner}.short_sequence_probability", self.short_sequence_probability, False
-        )
+        require_probability(f"{owner}.masking_probability", self.masking_probability, True)
+        require_probability(f"{owner}.short_sequence_probability", self.short_sequence_probability)
         require_int(f"{owner}.masking_max_ngram", self.masking_max_ngram, 1)
         if self.masking_use_geometric_distribution and self.masking_do_permutation:
             raise ValueError(

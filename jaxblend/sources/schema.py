@@ -41,6 +41,7 @@ import numpy as np
 
 from jaxblend import identity
 from jaxblend.sources.fim import FIMOptions
+from jaxblend.validation import require_int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,8 +123,7 @@ def window_length(seq_length: int, add_extra_token_to_sequence: bool) -> int:
     Raises:
       ValueError: `seq_length` <= 0.
     """
-    if seq_length <= 0:
-        raise ValueError(f"seq_length must be > 0, got {seq_length}")
+    require_int("seq_length", seq_length, 1)
     return int(seq_length) + int(bool(add_extra_token_to_sequence))
 
 

@@ -125,7 +125,7 @@ def test_a_blend_is_parsed_once_and_kept():
     per = index.GPTDataConfig(blend_per_split=(blend, "/d/v", ""), seq_length=8)
     assert per.blend_per_split[0] is blend and per.blend_per_split[2] is None
     assert per.split_blend("valid") == index.Blend(("/d/v",)) and per.split_blend("test") is None
-    with pytest.raises(ValueError, match="split name 'dev'"):
+    with pytest.raises(ValueError, match="split name must be one of .*, got 'dev'"):
         per.split_blend("dev")
     stage = index.BlendStage(0, blend)
     assert stage.blend is blend and stage.parsed is blend

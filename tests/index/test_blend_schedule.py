@@ -410,7 +410,7 @@ class TestEdits:
         assert index.history_fingerprint(config, infos, 100) == index.history_fingerprint(
             _config(_schedule(BASE[0], (100, ("/d/d",)))), infos, 100
         )
-        with pytest.raises(ValueError, match="num_samples = -1 must be >= 0"):
+        with pytest.raises(ValueError, match="num_samples must be an integer >= 0, got -1"):
             index.history_fingerprint(config, infos, -1)
 
     def test_history_without_schedule(self, infos):

@@ -68,7 +68,7 @@ def test_builder_publishes_and_another_host_reads_the_same_maps(host, monkeypatc
     assert _bucket(builder).committed(key)
 
     reader = host("reader", builder=False)
-    monkeypatch.setattr(data_maps, "_build_arrays", _no_build)
+    monkeypatch.setattr(data_maps, "build_arrays", _no_build)
     read = _maps(reader)
     assert read.fingerprint == built.fingerprint
     assert "reader" in read.cache_path and "builder" in built.cache_path
@@ -106,7 +106,7 @@ def test_entry_without_commit_marker_is_never_read(url, host, object_store, monk
     prefix = url.split("/", 3)[3]
     object_store.write(f"{prefix}/{key}/{bucket_cache.MARKER}", None)  # as if it died before it
 
-    monkeypatch.setattr(data_maps, "_build_arrays", _no_build)
+    monkeypatch.setattr(data_maps, "build_arrays", _no_build)
     with pytest.raises(TimeoutError) as err:
         _maps(host("reader", builder=False, wait=0.3))
     message = str(err.value)

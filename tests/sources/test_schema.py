@@ -58,5 +58,5 @@ def test_the_window_enters_the_identity():  # seq_length and the extra token: th
 
 def test_window_length():
     assert window_length(16, True) == 17 and window_length(16, False) == 16
-    with pytest.raises(ValueError, match="seq_length must be > 0"):
+    with pytest.raises(ValueError, match="seq_length must be an integer >= 1, got 0"):
         window_length(0, True)
