@@ -73,7 +73,6 @@ from jaxblend.cli.source_flags import (
     history_of,
     open_source,
     open_validation_sources,
-    source_from_flags,
 )
 from jaxblend.cli.steps import (
     MEGATRON_NARGS,
@@ -126,7 +125,6 @@ __all__ = [
     "read_flag_values",
     "run_config_from_flags",
     "run_tokenizer_from_flags",
-    "source_from_flags",
     "step_settings_from_flags",
     "telemetry_from_flags",
     "train_settings_from_flags",

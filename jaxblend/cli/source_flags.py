@@ -2,8 +2,8 @@
 
 `define_source_flags()` defines `--mock_data`, `--mock_num_samples`, `--mock_vocab_size` and
 `--storage_backend`. `open_source(split, run)` opens a split's source of a `RunConfig`
-(`jaxblend.cli.assembly.assemble`); `source_from_flags(split)` assembles the program's flags and
-opens it.
+(`jaxblend.cli.assembly.assemble`; `checked_run_config_from_flags()` assembles the program's
+flags).
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ __all__ = [
     "history_of",
     "open_source",
     "open_validation_sources",
-    "source_from_flags",
 ]
 
 
@@ -112,20 +111,6 @@ def checked_run_config_from_flags(**options) -> RunConfig:
             vocab_label="the datasets' recorded vocabulary of ",
         )
     return run
-
-
-def source_from_flags(split: str, *, phase=None):
-    """The source of `split` described by the data, schema and source flags.
-
-    Args:
-      split: as for `open_source`.
-      phase: one of Megatron's phases (a `PhaseStepPlan`): the train split holds its fresh blend.
-
-    Raises:
-      ValueError: if the configuration has no such split.
-      TokenizerMismatchError: as `checked_run_config_from_flags`.
-    """
-    return open_source(split, checked_run_config_from_flags(phase=phase))
 
 
 def history_of(split: str, source, run: RunConfig):

@@ -36,9 +36,10 @@ def test_mock_source_settings_and_source(fl):
     fl.seq_length = 8
     run = cli.run_config_from_flags()
     assert run.mock == cli.MockSettings(40, 99, 5, 8) and run.config is None
-    source = cli.source_from_flags("train")
+    checked = cli.checked_run_config_from_flags()
+    source = cli.open_source("train", checked)
     assert isinstance(source, MockSource) and len(source) == 40
-    assert set(cli.open_validation_sources(cli.checked_run_config_from_flags())) == {"valid"}
+    assert set(cli.open_validation_sources(checked)) == {"valid"}
 
 
 def test_source_settings_are_validated(fl):
