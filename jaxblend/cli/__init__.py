@@ -44,7 +44,6 @@ from jaxblend.cli.assembly import (
     RunConfig,
     assemble,
     data_access_from_flags,
-    phase_data_config,
     prefixes_from_flags,
     run_config_from_flags,
 )
@@ -119,7 +118,6 @@ __all__ = [
     "object_store_from_flags",
     "open_source",
     "open_validation_sources",
-    "phase_data_config",
     "prefetch_from_flags",
     "prefixes_from_flags",
     "read_flag_values",

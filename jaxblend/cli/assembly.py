@@ -25,7 +25,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from absl import app, flags
+from absl import app
 
 from jaxblend import index
 from jaxblend.access import DataAccess, MapStoreOptions
@@ -236,16 +236,9 @@ def data_config(
         num_samples=counts,
         **{name: getattr(values, name) for name in _DATA_AS_GIVEN},
     )
-    return config if phase is None else phase_data_config(config, phase)
-
-
-def phase_data_config(
-    config: index.GPTDataConfig, plan: PhaseStepPlan
-) -> index.GPTDataConfig:
-    """`config` with its training split sized for `plan`'s phase alone (a fresh blend of
-    Megatron's `train_samples_in_current_phase` samples)."""
-    _, valid, test = config.num_samples
-    return dataclasses.replace(config, num_samples=(plan.num_samples, valid, test))
+    if phase is not None:  # a fresh blend of Megatron's `train_samples_in_current_phase`
+        config = dataclasses.replace(config, num_samples=(phase.num_samples, *counts[1:]))
+    return config
 
 
 def schema_options(
@@ -400,10 +393,9 @@ def assemble(
     )
 
 
-def run_config_from_flags(fl: flags.FlagValues | None = None, **options: Any) -> RunConfig:
-    """`assemble(read_flag_values(fl), **options)`: the configuration of the parsed flags (`fl`,
-    default absl's `FLAGS`)."""
-    return assemble(read_flag_values(fl), **options)
+def run_config_from_flags(**options: Any) -> RunConfig:
+    """`assemble(read_flag_values(), **options)`: the configuration of the parsed flags."""
+    return assemble(read_flag_values(), **options)
 
 
 def data_access_from_flags(default_map_location: str | None = None) -> DataAccess:

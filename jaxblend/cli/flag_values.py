@@ -1,6 +1,6 @@
 """The values of the data, storage, source, step-plan and schema flags, read once.
 
-`read_flag_values(fl)` copies every flag of those groups out of an absl `FlagValues` into one
+`read_flag_values()` copies every flag of those groups out of absl's `FLAGS` into one
 frozen `DataFlagValues`; from there on nothing reads absl: `jaxblend.cli.assembly.assemble` builds
 the run's configuration from the values alone. A field is named after its flag; a flag the
 program does not define keeps the field's default, which is the flag's own default (the step
@@ -118,10 +118,9 @@ class DataFlagValues:
 _BLEND_FIELDS = ("data_path", "train_data_path", "valid_data_path", "test_data_path")
 
 
-def read_flag_values(fl: flags.FlagValues | None = None) -> DataFlagValues:
-    """The values of every flag of `DataFlagValues` that the parsed `fl` (default: absl's
-    `FLAGS`) defines."""
-    fl = flags.FLAGS if fl is None else fl
+def read_flag_values() -> DataFlagValues:
+    """The values of every flag of `DataFlagValues` that the program defines (parsed)."""
+    fl = flags.FLAGS
     values = {}
     for field in dataclasses.fields(DataFlagValues):
         name = field.name

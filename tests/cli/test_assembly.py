@@ -84,7 +84,7 @@ def test_mock_data_has_no_data_configuration():
 
 
 def test_the_values_defaults_are_the_flags_defaults(fl):
-    assert cli.read_flag_values(fl) == DataFlagValues()  # every flag at its default
+    assert cli.read_flag_values() == DataFlagValues()  # every flag at its default
     assert {f.name for f in dataclasses.fields(DataFlagValues)} - set(fl) == {
         "global_batch_size_given"
     }

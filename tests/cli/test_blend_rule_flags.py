@@ -70,7 +70,7 @@ def _config_through(fl, tmp_path, entry: str, blend: list[str]) -> tuple[index.B
     fl.phase_transition_iterations = "4"
     fl.data_path = [" ".join(blend)]
     plan = PhaseTransitions((4,), 8, 10).plan(1)
-    config = cli.phase_data_config(cli.run_config_from_flags().config, plan)
+    config = cli.run_config_from_flags(phase=plan).config
     assert config.num_samples[0] == plan.num_samples
     return config.blend, "--data_path"
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from absl import app
 
-from jaxblend import cli, index
+from jaxblend import cli
 from jaxblend.cli import phase_flags
 from jaxblend.cli.megatron_argv import normalize_argv
 from jaxblend.sampling import PhaseTransitions
@@ -63,10 +63,10 @@ def test_dump_batches_phase_needs_train_samples_and_takes_the_start_steps_phase(
 
 
 def test_the_train_split_is_sized_for_the_phase():
-    config = index.GPTDataConfig(blend=["/d/a"], split="99,1,0", seq_length=8,
-                                 num_samples=(2400, 32, 0))
+    values = cli.DataFlagValues(data_path=("/d/a",), split="99,1,0", seq_length=8,
+                                train_samples=2400, valid_samples=32, test_samples=0)
     plan = PhaseTransitions((100, 250), 8, 300).plan(1)
-    assert cli.phase_data_config(config, plan).num_samples == (1200, 32, 0)
+    assert cli.assemble(values, phase=plan).config.num_samples == (1200, 32, 0)
 
 
 def test_megatrons_spelling():
