@@ -77,9 +77,6 @@ if TYPE_CHECKING:  # the data layers import JAX, which must wait for the flags
     from jaxblend.loading import LoaderSource
     from jaxblend.sampling import PhaseStepPlan, StepPlan
 
-_OPTAX_MISSING = "the training example needs optax: pip install 'jaxblend[train]'"
-
-
 def define_flags() -> None:
     """Every flag of the training example (called by the entry point before parsing)."""
     cli.define_data_flags()
@@ -187,19 +184,6 @@ class _Model:
     optimizer: object
     params: object
     opt_state: object
-
-
-@dataclasses.dataclass
-class _Resume:
-    """Where the run starts: the checkpointer, the first step, the loader state, and the
-    checkpoint's metadata (per-dataset figures so far, a Megatron phase's batch size)."""
-
-    ckpt: object
-    directory: str
-    start: int = 0
-    loader_state: dict | None = None
-    meta: dict | None = None
-    same_stream: bool = False  # the loader continues the checkpoint's data stream
 
 
 def _data_spec(
@@ -356,7 +340,9 @@ def _import_optax():
     try:
         import optax
     except ModuleNotFoundError:
-        raise app.UsageError(_OPTAX_MISSING) from None
+        raise app.UsageError(
+            "the training example needs optax: pip install 'jaxblend[train]'"
+        ) from None
     return optax
 
 
@@ -431,11 +417,12 @@ def _differences(saved: dict, ours: dict, spelled: Callable[[str, Any], str]) ->
     return f"it was trained with {flags_of(saved)}, this run has {flags_of(ours)}"
 
 
-class _CheckpointDir:
-    """The run's checkpoint directory, opened once (`Checkpointer`) and its steps listed once,
-    when first asked for: by the phase plan (`--phase_transition_iterations`) before the data is
-    opened, else by the resume point after it. On a bucket, each opening and each listing are
-    requests.
+class _Resume:
+    """Where the run starts: its checkpoint directory, opened once (`Checkpointer`) and its steps
+    listed once, when first asked for (by the phase plan, `--phase_transition_iterations`, before
+    the data is opened, else by `_resume_point` after it; on a bucket, each is a request), then
+    the first step, the loader state and the checkpoint's metadata (per-dataset figures so far, a
+    Megatron phase's batch size) that `_resume_point` reads.
 
     Args:
       checkpoint: the `jaxblend.training.checkpoint` module (imported by `_train`).
@@ -445,6 +432,10 @@ class _CheckpointDir:
     def __init__(self, checkpoint, s: cli.TrainSettings) -> None:
         self._checkpoint = checkpoint
         self._settings = s
+        self.start = 0
+        self.loader_state: dict | None = None
+        self.meta: dict | None = None
+        self.same_stream = False  # the loader continues the checkpoint's data stream
 
     @functools.cached_property
     def ckpt(self):
@@ -471,17 +462,14 @@ class _CheckpointDir:
             ckpt.close()
 
 
-def _resume_point(checkpoints: _CheckpointDir, state: _Model) -> _Resume:
-    """Where the run resumes: the newest checkpoint's step, loader state and metadata, read
-    without its arrays (`_restore_state` reads them, while the loader reads its first steps); a
-    checkpoint of another model (another run's, e.g. the demo's under the default `--workdir`) is
-    refused first, with the directory and the flag that chose it."""
-    ckpt = checkpoints.ckpt
-    directory = ckpt.directory
-    resume = _Resume(ckpt, directory)
-    last = checkpoints.latest
+def _resume_point(resume: _Resume, state: _Model) -> None:
+    """Fills `resume` with where the run resumes: the newest checkpoint's step, loader state and
+    metadata, read without its arrays (`_restore_state` reads them, while the loader reads its
+    first steps); a checkpoint of another model (another run's, e.g. the demo's under the default
+    `--workdir`) is refused first, with the directory and the flag that chose it."""
+    ckpt, last = resume.ckpt, resume.latest
     if last is None:
-        return resume
+        return
     loader_state, meta = ckpt.resume_point(last)
     saved = meta.get("model")  # `it was trained with --hidden_size=128, this run has ...=64`
     differs = isinstance(saved, dict) and _differences(
@@ -491,31 +479,27 @@ def _resume_point(checkpoints: _CheckpointDir, state: _Model) -> _Resume:
         raise app.UsageError(ckpt.another_run(last, differs))
     resume.start, resume.loader_state, resume.meta = int(loader_state["step"]), loader_state, meta
     if resume.start != last:
-        raise ValueError(f"{directory} step {last}: its loader state is at step {resume.start}")
-    return resume
+        raise ValueError(
+            f"{ckpt.directory} step {last}: its loader state is at step {resume.start}"
+        )
 
 
-def _restore_state(resume: _Resume, state: _Model, seed: int) -> None:
-    """Fills `state` from the resume point's checkpoint, or initializes it (a run from step 0)."""
+def _restore_state(resume: _Resume, state: _Model, seed: int, phase_line: str | None) -> None:
+    """Fills `state` from the resume point's checkpoint and says where the run resumes (and the
+    Megatron phase it enters: `phase_line`), or initializes it (a run from step 0). It runs once
+    the loader has accepted the checkpoint's state: a refused resume prints no "resumed" line."""
+    import jax
+
     if resume.loader_state is None:
         _initialize(state, seed)
         return
     state.params, state.opt_state = resume.ckpt.restore_state(
         resume.start, (state.params, state.opt_state)
     )
-
-
-def _announce_resume(resume: _Resume, phase_line: str | None) -> None:
-    """Says where the run resumes (and the Megatron phase it enters), once the loader has
-    accepted the checkpoint's state: a refused resume prints no "resumed" line."""
-    import jax
-
-    if resume.loader_state is None:
-        return
-    logging.info("resumed from %s step %d", resume.directory, resume.start)
+    logging.info("resumed from %s step %d", resume.ckpt.directory, resume.start)
     if jax.process_index() != 0:
         return
-    print(f"resumed from {resume.directory} step {resume.start}", flush=True)
+    print(f"resumed from {resume.ckpt.directory} step {resume.start}", flush=True)
     if phase_line is not None:
         print(phase_line, flush=True)
 
@@ -866,15 +850,15 @@ def _train(watch, s: cli.TrainSettings) -> None:
         with usage_errors():
             check_path(s.metrics_jsonl)
     watch.phase = "preparing the data"
-    checkpoints = _CheckpointDir(checkpoint, s)  # opened once, by the phase plan or the resume
+    resume = _Resume(checkpoint, s)
     try:
-        _train_from(watch, s, checkpoints)
+        _train_from(watch, s, resume)
     except BaseException:
-        checkpoints.close_unused()  # a run refused before saving leaves no checkpointer open
+        resume.close_unused()  # a run refused before saving leaves no checkpointer open
         raise
 
 
-def _train_from(watch, s: cli.TrainSettings, checkpoints: _CheckpointDir) -> None:
+def _train_from(watch, s: cli.TrainSettings, resume: _Resume) -> None:
     """The run, from the phase plan to the last step (`_train`, once the flags are checked)."""
     import jax
     from jax.experimental import multihost_utils
@@ -882,7 +866,7 @@ def _train_from(watch, s: cli.TrainSettings, checkpoints: _CheckpointDir) -> Non
     from jaxblend.loading import make_loader
     from jaxblend.mesh import default_batch_axes
 
-    phase = _phase_plan(checkpoints, s)
+    phase = _phase_plan(resume, s)
     run, vocab_size = _data_spec(s, phase)
     mesh = cli.mesh_from_flags()
     batch_axes = default_batch_axes(mesh.axis_names)
@@ -890,7 +874,7 @@ def _train_from(watch, s: cli.TrainSettings, checkpoints: _CheckpointDir) -> Non
     _warn_about_data(run)
     watch.phase = "restoring the checkpoint"
     state = _model(s, data.steps.train_iters, vocab_size, mesh)
-    resume = _resume_point(checkpoints, state)
+    _resume_point(resume, state)
     loader_state, phase_line = _enter_phase(resume, data.plan)
     resume.same_stream = loader_state is not None
     _check_same_data(resume, data, loader_state)
@@ -914,8 +898,7 @@ def _train_from(watch, s: cli.TrainSettings, checkpoints: _CheckpointDir) -> Non
     first_step = _first_step(loader, train_step, state, len(data.names), mesh)
     try:
         watch.phase = "restoring the checkpoint" if resume.loader_state else "initializing the model"
-        _restore_state(resume, state, flags.FLAGS.seed)
-        _announce_resume(resume, phase_line)
+        _restore_state(resume, state, flags.FLAGS.seed, phase_line)
         watch.phase = "compiling the training step"
         first_batch = first_step()
         # Every process enters the first step's collectives together (`PeerWatch.wait_for_peers`).
@@ -962,23 +945,23 @@ def _print_outcome(
     """The run's last line: preempted, finished, or nothing left to train."""
     if preempted_at is not None:
         print(
-            f"preempted: saved checkpoint step {preempted_at} in {resume.directory}; exiting "
+            f"preempted: saved checkpoint step {preempted_at} in {resume.ckpt.directory}; exiting "
             "(rerun the same command, on any number of hosts, to resume)", flush=True,
         )
     elif loss is not None and data.plan.num_steps < data.steps.train_iters:
-        print(phase_flags.relaunch_line(data.plan, resume.directory), flush=True)
+        print(phase_flags.relaunch_line(data.plan, resume.ckpt.directory), flush=True)
     elif loss is not None:
         print(f"finished at step {data.steps.train_iters}: final loss {float(loss):.4f}", flush=True)
     else:
         available = data.steps.covering(len(data.train)).num_steps
         print(
-            f"already trained to step {resume.start} (checkpoint in {resume.directory}); raise "
-            f"--train_iters (the data stream holds {available} steps) to continue, or delete the "
-            "directory to start over", flush=True,
+            f"already trained to step {resume.start} (checkpoint in {resume.ckpt.directory}); "
+            f"raise --train_iters (the data stream holds {available} steps) to continue, or "
+            "delete the directory to start over", flush=True,
         )
 
 
-def _phase_plan(checkpoints: _CheckpointDir, s: cli.TrainSettings) -> PhaseStepPlan | None:
+def _phase_plan(resume: _Resume, s: cli.TrainSettings) -> PhaseStepPlan | None:
     """With `--phase_transition_iterations`, the plan of the phase the run is in: the one holding
     the newest checkpoint's step (Megatron's phase transitions; the run's checkpointer, which the
     resume point then uses as it is); else None (nothing is opened)."""
@@ -989,7 +972,7 @@ def _phase_plan(checkpoints: _CheckpointDir, s: cli.TrainSettings) -> PhaseStepP
     )
     if transitions is None:
         return None
-    last = checkpoints.latest
+    last = resume.latest
     start = 0 if last is None else last
     if start > steps.train_iters:
         raise app.UsageError(
@@ -1013,13 +996,14 @@ def _enter_phase(resume: _Resume, plan) -> tuple[dict | None, str | None]:
     if recorded is None:
         logging.warning(
             "checkpoint %s step %d records no global batch size: cannot check that it is %d",
-            resume.directory, resume.start, plan.global_batch_size,
+            resume.ckpt.directory, resume.start, plan.global_batch_size,
         )
     elif recorded != plan.global_batch_size:
         raise app.UsageError(
-            f"--global_batch_size={plan.global_batch_size} but checkpoint {resume.directory} step "
-            f"{resume.start} was trained with {recorded}: --phase_transition_iterations requires "
-            f"a fixed global batch size (Megatron refuses the change too); pass "
+            f"--global_batch_size={plan.global_batch_size} but checkpoint "
+            f"{resume.ckpt.directory} step {resume.start} was trained with {recorded}: "
+            "--phase_transition_iterations requires a fixed global batch size (Megatron refuses "
+            "the change too); pass "
             f"--global_batch_size={recorded}"
         )
     if resume.start != plan.first_step:
