@@ -77,7 +77,6 @@ from jaxblend.cli.steps import (
     MEGATRON_NARGS,
     StepSettings,
     define_step_plan_flags,
-    step_settings_from_flags,
 )
 from jaxblend.cli.tokenizer_flags import (
     RunTokenizer,
@@ -123,7 +122,6 @@ __all__ = [
     "read_flag_values",
     "run_config_from_flags",
     "run_tokenizer_from_flags",
-    "step_settings_from_flags",
     "telemetry_from_flags",
     "train_settings_from_flags",
 ]

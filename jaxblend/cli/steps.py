@@ -252,10 +252,3 @@ class StepSettings:
             test if test is not None else 0,
         )
 
-
-def step_settings_from_flags(global_batch_size: int | None = None) -> StepSettings:
-    """The `StepSettings` of the flags (`global_batch_size` in place of `--global_batch_size`)."""
-    settings = StepSettings.from_values(flag_values.read_flag_values())
-    if global_batch_size is not None:
-        settings = dataclasses.replace(settings, global_batch_size=global_batch_size)
-    return settings

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from absl import flags
 
@@ -34,3 +36,12 @@ def fl():
     for name, value in saved.items():
         if values[name].value != value:
             values[name].value = value
+
+
+def step_settings(global_batch_size: int | None = None) -> cli.StepSettings:
+    """The `StepSettings` of the parsed flags (`global_batch_size` in place of
+    `--global_batch_size`)."""
+    settings = cli.StepSettings.from_values(cli.read_flag_values())
+    if global_batch_size is not None:
+        settings = dataclasses.replace(settings, global_batch_size=global_batch_size)
+    return settings

@@ -13,6 +13,7 @@ from jaxblend.distributed import DistributedConfig
 from jaxblend.loading import PrefetchOptions
 from jaxblend.sampling import FixedStepPlan, RampupStepPlan
 from jaxblend.sources import GPTSchemaOptions, MockSource
+from tests.cli.conftest import step_settings
 
 
 @pytest.fixture
@@ -52,16 +53,16 @@ def test_source_settings_are_validated(fl):
 
 
 def test_step_plan_with_and_without_a_ramp(fl):
-    assert cli.step_settings_from_flags(10).covering(100, 4) == FixedStepPlan.covering(100, 10, 4)
+    assert step_settings(10).covering(100, 4) == FixedStepPlan.covering(100, 10, 4)
     fl.rampup_batch_size = "4 4 16"
-    plan = cli.step_settings_from_flags(12).covering(100, 5)
+    plan = step_settings(12).covering(100, 5)
     assert isinstance(plan, RampupStepPlan)
     # Megatron: one increment per 8 samples consumed (16 ramp samples, 2 increments).
     assert [plan.batch_size(k) for k in range(5)] == [4, 4, 8, 12, 12]
-    assert cli.step_settings_from_flags(12).samples_for(5) == 40
+    assert step_settings(12).samples_for(5) == 40
     fl.rampup_batch_size = "4 5 16"
     with pytest.raises(app.UsageError):
-        cli.step_settings_from_flags(12).covering(100, 5)
+        step_settings(12).covering(100, 5)
 
 
 def test_mesh_from_flags(fl):

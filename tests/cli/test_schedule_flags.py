@@ -10,6 +10,7 @@ import pytest
 from jaxblend import cli
 from jaxblend.cli import assembly
 from jaxblend.cli.assembly import data_access_from_flags
+from tests.cli.conftest import step_settings
 
 STAGES = [
     {"start_step": 0, "blend": ["50", "/d/a", "50", "/d/b"]},
@@ -45,9 +46,7 @@ def test_schedule_alone_gives_a_train_split_only(fl):
 def test_rampup_turns_steps_into_samples(fl):
     fl.rampup_batch_size = "2 2 16"
     config = cli.run_config_from_flags().config
-    from jaxblend.cli import steps  # the ramp's steps 0..3 are smaller than 8
-
-    plan = steps.step_settings_from_flags(8).covering(80)
+    plan = step_settings(8).covering(80)  # the ramp's steps 0..3 are smaller than 8
     assert config.train_schedule.stages[1].start_sample == sum(plan.batch_size(k) for k in range(4))
     assert config.train_schedule.stages[1].start_sample != 32
 

@@ -8,10 +8,10 @@ import contextlib
 import pytest
 from absl import app, flags
 
-from jaxblend import cli
 from jaxblend.cli import steps
 from jaxblend.cli.megatron_argv import normalize_argv
 from jaxblend.sampling import FixedStepPlan, StepBatchSchedule, StepBatchSchedulePlan
+from tests.cli.conftest import step_settings
 
 
 @contextlib.contextmanager
@@ -27,38 +27,38 @@ def given_on_the_command_line(fl, name):
 
 def test_schedule_in_tokens_of_the_sequence_length(fl):
     fl.seq_length, fl.step_batch_size_schedule = 128, "0:2 1K:4 2.5K:8"  # samples 0, 7, 19
-    plan = cli.step_settings_from_flags(16).covering(100, 9)
+    plan = step_settings(16).covering(100, 9)
     assert plan == StepBatchSchedulePlan(StepBatchSchedule((0, 7, 19), (2, 4, 8)), 9)
     assert [plan.batch_size(k) for k in range(9)] == [2, 2, 2, 2, 4, 4, 4, 8, 8]
-    assert cli.step_settings_from_flags(16).samples_for(9) == 36
-    assert cli.step_settings_from_flags(16).final_global_batch_size == 8
-    whole = cli.step_settings_from_flags(16).covering(100)
+    assert step_settings(16).samples_for(9) == 36
+    assert step_settings(16).final_global_batch_size == 8
+    whole = step_settings(16).covering(100)
     assert whole.num_steps == 9 + (100 - 36) // 8
 
 
 def test_without_a_sequence_length_thresholds_are_samples(fl):
     fl.seq_length, fl.step_batch_size_schedule = None, "0:2 1K:4"
-    assert cli.step_settings_from_flags().batch_schedule() == StepBatchSchedule((0, 1000), (2, 4))
+    assert step_settings().batch_schedule() == StepBatchSchedule((0, 1000), (2, 4))
 
 
 def test_planned_steps_show_every_shape(fl):
     fl.seq_length, fl.step_batch_size_schedule = 128, "0:2 1K:4 2.5K:8"
-    plan = cli.step_settings_from_flags(16).planned()
+    plan = step_settings(16).planned()
     assert plan.num_steps == 8  # the last entry begins at step 7
     assert {shape.rows for shape in plan.batch_shapes()} == {2, 4, 8}
-    assert cli.step_settings_from_flags(16).planned(3).num_steps == 3
+    assert step_settings(16).planned(3).num_steps == 3
 
 
 def test_no_schedule_leaves_the_other_plans(fl):
-    assert cli.step_settings_from_flags().batch_schedule() is None
-    assert cli.step_settings_from_flags(10).covering(100, 4) == FixedStepPlan.covering(100, 10, 4)
-    assert cli.step_settings_from_flags(10).final_global_batch_size == 10
+    assert step_settings().batch_schedule() is None
+    assert step_settings(10).covering(100, 4) == FixedStepPlan.covering(100, 10, 4)
+    assert step_settings(10).final_global_batch_size == 10
 
 
 def test_a_bad_schedule_is_one_line_naming_the_flag(fl):
     fl.seq_length, fl.step_batch_size_schedule = 128, "0:8 1K:16 1.01K:32"  # both sample 7
     with pytest.raises(app.UsageError) as err:
-        cli.step_settings_from_flags(16).covering(100, 4)
+        step_settings(16).covering(100, 4)
     message = str(err.value)
     assert message.startswith("--step_batch_size_schedule='0:8 1K:16 1.01K:32': ")
     assert "strictly increasing" in message and "\n" not in message
@@ -67,12 +67,12 @@ def test_a_bad_schedule_is_one_line_naming_the_flag(fl):
 def test_too_few_samples_for_the_steps(fl):
     fl.step_batch_size_schedule = "0:4 10:8"
     with pytest.raises(app.UsageError, match="needs 68 samples but the source has 50 \\(7 steps\\)"):
-        cli.step_settings_from_flags(16).covering(50, 10)
+        step_settings(16).covering(50, 10)
 
 
 def test_the_schedule_and_a_ramp_are_refused_together(fl):
     fl.step_batch_size_schedule, fl.rampup_batch_size = "0:4 10:8", "4 4 16"
-    settings = cli.step_settings_from_flags(12)
+    settings = step_settings(12)
     for call in (lambda: settings.covering(100, 4), lambda: settings.planned()):
         with pytest.raises(app.UsageError, match="--step_batch_size_schedule and "
                            "--rampup_batch_size both describe the batch-size schedule: give one"):
@@ -83,8 +83,8 @@ def test_an_explicit_global_batch_size_is_refused(fl):
     fl.step_batch_size_schedule = "0:4 10:8"
     with (given_on_the_command_line(fl, "global_batch_size"),
           pytest.raises(app.UsageError, match="drop --global_batch_size")):
-        cli.step_settings_from_flags(12).covering(100, 4)
-    assert cli.step_settings_from_flags(12).covering(100, 4).num_steps == 4  # the default value is not "given"
+        step_settings(12).covering(100, 4)
+    assert step_settings(12).covering(100, 4).num_steps == 4  # the default value is not "given"
 
 
 def test_megatrons_spelling_is_one_quoted_argument():
