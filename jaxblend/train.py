@@ -881,12 +881,11 @@ def _train_from(watch, s: cli.TrainSettings, resume: _Resume) -> None:
 
     watch.phase = "opening the data"
     prefetch = cli.prefetch_from_flags()
-    telemetry = cli.telemetry_from_flags()
     loader = make_loader(
         data.train, mesh, plan=data.plan, batch_axes=batch_axes,
         prefetch=prefetch,
         state=loader_state, start_step=resume.start, history=data.history,
-        telemetry=telemetry.options,
+        telemetry=cli.telemetry_from_flags(),
     )
     if loader.step != resume.start:
         raise ValueError(f"checkpoint step {resume.start} but loader state step {loader.step}")
@@ -907,7 +906,7 @@ def _train_from(watch, s: cli.TrainSettings, resume: _Resume) -> None:
     except BaseException:
         loader.close()
         raise
-    with _metrics_endpoint(loader, telemetry):
+    with _metrics_endpoint(loader):
         loss, preempted_at = _run_steps(
             watch, loader, state, resume, data, (train_step, eval_step), mesh, batch_axes, s,
             window, first_batch,
@@ -921,15 +920,16 @@ def _train_from(watch, s: cli.TrainSettings, resume: _Resume) -> None:
 
 
 @contextlib.contextmanager
-def _metrics_endpoint(loader, telemetry: cli.TelemetrySettings):
+def _metrics_endpoint(loader):
     """Serves the loader's figures to Prometheus during the block (`--metrics_port`)."""
-    if not telemetry.metrics_port:
+    port = flags.FLAGS.metrics_port
+    if not port:
         yield
         return
     from jaxblend.loading import serve_metrics
 
     try:
-        server = serve_metrics(loader.metrics, telemetry.metrics_port, telemetry.metrics_address)
+        server = serve_metrics(loader.metrics, port, flags.FLAGS.metrics_address)
     except OSError as err:
         raise app.UsageError(f"--metrics_port: {err}") from None
     logging.info("loader metrics at %s", server.url)

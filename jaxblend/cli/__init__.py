@@ -24,7 +24,7 @@ any jaxblend module defines no flag, and nothing outside this package reads `abs
   distributed_flags  --coordinator_address, ... -> `DistributedConfig`; --mesh_shape,
                      --mesh_axes -> `jax.sharding.Mesh`
   loader_flags       --worker_count, --read_ahead, --adaptive_read_ahead, ... -> `PrefetchOptions`;
-                     --stall_threshold, --metrics_port, --metrics_address -> `TelemetrySettings`
+                     --stall_threshold -> `TelemetryOptions`; --metrics_port, --metrics_address
   train_flags        the training example's flags -> `TrainSettings`
   tokenizer_flags    --allow_mixed_tokenizers, --tokenizer_type, ... -> `RunTokenizer` (the
                      datasets' recorded tokenizer facts: --vocab_size, --eod_id defaults)
@@ -58,7 +58,6 @@ from jaxblend.cli.distributed_flags import (
 from jaxblend.cli.entry import call
 from jaxblend.cli.flag_values import DataFlagValues, read_flag_values
 from jaxblend.cli.loader_flags import (
-    TelemetrySettings,
     define_loader_flags,
     define_telemetry_flags,
     prefetch_from_flags,
@@ -93,7 +92,6 @@ __all__ = [
     "RunConfig",
     "RunTokenizer",
     "StepSettings",
-    "TelemetrySettings",
     "TrainSettings",
     "assemble",
     "call",

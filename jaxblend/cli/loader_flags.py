@@ -1,9 +1,8 @@
 """Loader flags (Grain workers, reads in flight, adaptive read-ahead; stall reports, the
-Prometheus endpoint) and their `jaxblend.loading.PrefetchOptions` and `TelemetrySettings`."""
+Prometheus endpoint) and their `jaxblend.loading.PrefetchOptions` and `TelemetryOptions`."""
 
 from __future__ import annotations
 
-import dataclasses
 from typing import TYPE_CHECKING
 
 from absl import flags
@@ -71,28 +70,9 @@ def define_telemetry_flags() -> None:
         )
 
 
-@dataclasses.dataclass(frozen=True)
-class TelemetrySettings:
-    """The telemetry flags' values.
-
-    Attributes:
-      options: the loader's `jaxblend.loading.TelemetryOptions`.
-      metrics_port: the Prometheus endpoint's port (0: none).
-      metrics_address: the address it binds.
-    """
-
-    options: TelemetryOptions
-    metrics_port: int
-    metrics_address: str
-
-
-def telemetry_from_flags() -> TelemetrySettings:
-    """The `TelemetrySettings` of the flags."""
+def telemetry_from_flags() -> TelemetryOptions:
+    """The loader's `jaxblend.loading.TelemetryOptions` of the flags (`--metrics_port` and
+    `--metrics_address` are the training example's to serve)."""
     from jaxblend.loading import TelemetryOptions
 
-    fl = flags.FLAGS
-    return TelemetrySettings(
-        options=TelemetryOptions(stall_threshold=fl.stall_threshold),
-        metrics_port=fl.metrics_port,
-        metrics_address=fl.metrics_address,
-    )
+    return TelemetryOptions(stall_threshold=flags.FLAGS.stall_threshold)
