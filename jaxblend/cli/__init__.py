@@ -6,37 +6,9 @@ each flag with its `--help` group (`flag_help.group`: data, storage, sequence an
 any jaxblend module defines no flag, and nothing outside this package reads `absl.flags.FLAGS`
 (the entry-point modules excepted): the library takes plain arguments and config objects.
 
-  flag_values        every data, storage, source, step-plan and schema flag, read once into a
-                     frozen `DataFlagValues` (`read_flag_values`)
-  assembly           `assemble(values)`: the one function that builds `DataAccess` -> step plan
-                     -> `--data_schedule`'s file -> `GPTDataConfig` -> `GPTSchemaOptions` (a
-                     `RunConfig`), without flags; `run_config_from_flags()` on the parsed flags
-                     (`data_access_from_flags()`, `prefixes_from_flags()`: parts of it)
-  steps              --global_batch_size, --rampup_batch_size, --step_batch_size_schedule,
-                     --train_iters, --eval_interval, --eval_iters -> `StepSettings`: the step
-                     plan and the rule deriving the sample counts
-  data_flags         Megatron-LM data flags (definitions; the blend flags' values)
-  schema_flags       sample-schema flags -> `GPTSchemaOptions`, Megatron's --fim-* flags among
-                     them -> `GPTSchemaOptions.fim`
-  source_flags       mock data, storage backend; opens a split's source of a `RunConfig` (and
-                     a staged train split's resume history, `history_of`)
-  phase_flags        --phase_transition_iterations -> `PhaseTransitions` (Megatron's phases)
-  distributed_flags  --coordinator_address, ... -> `DistributedConfig`; --mesh_shape,
-                     --mesh_axes -> `jax.sharding.Mesh`
-  loader_flags       --worker_count, --read_ahead, --adaptive_read_ahead, ... -> `PrefetchOptions`;
-                     --stall_threshold -> `TelemetryOptions`; --metrics_port, --metrics_address
-  train_flags        the training example's flags -> `TrainSettings`
-  tokenizer_flags    --allow_mixed_tokenizers, --tokenizer_type, ... -> `RunTokenizer` (the
-                     datasets' recorded tokenizer facts: --vocab_size, --eod_id defaults)
-  tool_flags         each tool's own flags; preprocess_flags: the preprocessing CLI's
-  data_warnings      --warn_epochs; a training dataset shorter than one sequence or repeated
-                     more epochs than that, as warning lines (training, inspect preflight)
-  entry              `call(main, argv, define=...)` -> exit code (in-process):
-                     defines the flags, parses, one-line failures, then leaves the process clean;
-                     `runner(main, ...)`: a CLI module's `run(argv=None)`;
-                     `SharedFlags`: the training job's flagfile accepted by the data tools
-  flag_help          `--help`: the program's docstring and its flags by group (`group`, `ORDER`)
-  megatron_argv      Megatron-LM's spellings (dashes, space-separated lists)
+Each module's docstring says what its flags give (`flag_values` reads them once, `assembly`
+builds the run's `RunConfig`, `entry` runs a program in-process); docs/design.md, "The
+command-line layer", describes the whole.
 """
 
 from jaxblend.cli.assembly import (
