@@ -56,6 +56,15 @@ def entry_url(url: str, key: str) -> str:
     return f"{url.rstrip('/')}/{key}/"
 
 
+def range_bytes(directory: ObjectDirectory, future: Any, key: str, what: str) -> bytes:
+    """The bytes a range read of `key` returned; b"" when it is missing or ends before the range."""
+    try:
+        res = directory.wait(future, key, what)
+    except ValueError:  # OUT_OF_RANGE
+        return b""
+    return bytes(res.value) if res.state == "value" else b""
+
+
 class Bucket:
     """The entries of the map store at bucket `url`, reached with `object_store`'s options."""
 
@@ -139,11 +148,7 @@ class Bucket:
         name = where + key.rsplit("/", 1)[1]
 
         def take(r: slice, fut: Any) -> bytes:
-            try:
-                res = self._dir.wait(fut, key, "downloading the map store")
-            except ValueError:  # OUT_OF_RANGE: the object is shorter
-                res = None
-            data = bytes(res.value) if res is not None and res.state == "value" else b""
+            data = range_bytes(self._dir, fut, key, "downloading the map store")
             if len(data) != r.stop - r.start:
                 raise ValueError(
                     f"index cache {name}: missing, or shorter than the {size} bytes its manifest records"
