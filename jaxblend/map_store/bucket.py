@@ -208,13 +208,12 @@ class Bucket:
             "the building process (0) is slow or failed: check its log, or raise --data_cache_wait",
         )
 
-    def check(self, key: str, options: MapStoreOptions) -> str | None:
-        """Downloads committed entry `key` (if not mirrored yet) and verifies every byte; problem
-        or None."""
-        mirror = mirror_dir(self.url, options)
+    def fetch_problem(self, key: str, local_dir: str) -> str | None:
+        """Why committed entry `key` cannot be downloaded into `local_dir` (if not there yet), or
+        None."""
         try:
-            if not self.fetch(key, mirror):
+            if not self.fetch(key, local_dir):
                 return f"{entry_url(self.url, key)} has no {MARKER} marker"
         except (OSError, ValueError) as err:
             return str(err)
-        return cache.check(mirror, key)
+        return None

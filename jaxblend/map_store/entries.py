@@ -198,13 +198,9 @@ def load(
         return None
 
 
-def check(cache_dir: str, key: str) -> str | None:
-    """Fully verifies an existing entry without changing it; the problem found, or None."""
-    return check_dir(entry_path(cache_dir, key), key)
-
-
 def check_dir(directory: str, key: str) -> str | None:
-    """Fully verifies an entry directory anywhere (e.g. a download) as entry `key`; problem or None."""
+    """Fully verifies entry directory `directory` (in a store, or a download) as entry `key`
+    without changing it; the problem found, or None."""
     try:
         _open_dir(directory, key, "full")
     except (OSError, ValueError) as err:

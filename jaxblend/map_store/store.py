@@ -271,10 +271,8 @@ def data_maps_status(
     names = list(dict.fromkeys(names))
     problems = []
     for name in names:  # every byte against the manifest's SHA-256
-        if store.url is not None:
-            problem = store.remote().check(name, store.access.maps)
-        else:
-            problem = entries.check(store.local_dir, name)
+        problem = store.remote().fetch_problem(name, store.local_dir) if store.url else None
+        problem = problem or entries.check_dir(entries.entry_path(store.local_dir, name), name)
         if problem is not None:
             problems.append(f"index cache entry is corrupt ({problem}); it will be rebuilt")
     return CacheStatus(", ".join(store.where(n) for n in names), not problems, problems)
