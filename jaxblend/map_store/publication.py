@@ -28,7 +28,7 @@ from collections.abc import Mapping
 
 from absl import logging
 
-from jaxblend import opening, tokenizer_facts
+from jaxblend import tokenizer_facts
 from jaxblend._pause import pause_point
 from jaxblend.access import DataAccess
 from jaxblend.index import row_table
@@ -45,7 +45,7 @@ from jaxblend.map_store.record import (
     record_url,
     rows_entry,
 )
-from jaxblend.map_store.store import MapStore, load_or_build_data_maps
+from jaxblend.map_store.store import MapStore, open_and_load_data_maps
 from jaxblend.storage.idx_format import IndexFormatError
 from jaxblend.storage.object_store import requests
 from jaxblend.storage.object_store.directory import ObjectDirectory
@@ -115,9 +115,7 @@ def publish(config: GPTDataConfig, access: DataAccess) -> Published:
       IndexFormatError: a dataset is missing or malformed.
       ObjectStoreError: the bucket failed or timed out.
     """
-    datasets, infos = opening.open_config_datasets(config, access)
-    plan = load_or_build_data_maps(config, infos, access)
-    return publish_plan(config, datasets, plan, access)
+    return publish_plan(config, *open_and_load_data_maps(config, access), access)
 
 
 def publish_plan(

@@ -26,12 +26,14 @@ from typing import Any, TypeVar
 import numpy as np
 from absl import logging
 
+from jaxblend import opening
 from jaxblend.access import DataAccess
 from jaxblend.index import data_maps, masked_maps
 from jaxblend.index.config import DatasetInfo, GPTDataConfig
 from jaxblend.index.split import SPLIT_NAMES
 from jaxblend.index.split_resolution import SplitSpec
 from jaxblend.map_store import bucket, entries, megatron
+from jaxblend.storage.reader import IndexedDataset
 from jaxblend.urls import is_url, local_path
 from jaxblend.validation import require_choice
 
@@ -168,6 +170,15 @@ def load_or_build_data_maps(
         lambda: data_maps.build_arrays(spec, store.provider()),
         lambda arrays, meta, path: data_maps.data_maps_from_arrays(spec, arrays, meta, path),
     )
+
+
+def open_and_load_data_maps(
+    config: GPTDataConfig, access: DataAccess, splits: Sequence[str] | None = None
+) -> tuple[dict[str, IndexedDataset], data_maps.DataMaps]:
+    """The datasets `config` names (`opening.open_config_datasets`: once each, concurrently) and
+    their maps (`load_or_build_data_maps`)."""
+    datasets, infos = opening.open_config_datasets(config, access)
+    return datasets, load_or_build_data_maps(config, infos, access, splits)
 
 
 @dataclasses.dataclass(frozen=True)
