@@ -22,7 +22,6 @@ reads what it published (docs/pod.md, "Publishing maps before a run"):
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from collections.abc import Mapping
 
@@ -47,13 +46,12 @@ from jaxblend.map_store.record import (
 )
 from jaxblend.map_store.store import MapStore, open_and_load_data_maps
 from jaxblend.storage.idx_format import IndexFormatError
-from jaxblend.storage.object_store import requests
 from jaxblend.storage.object_store.directory import ObjectDirectory
 from jaxblend.storage.object_store.location import resolve
 from jaxblend.storage.object_store.publishing import wait_for_publication
 from jaxblend.storage.reader import IndexedDataset
 from jaxblend.tokenizer_facts import TokenizerFacts
-from jaxblend.urls import is_url
+from jaxblend.urls import is_url, map_paths
 
 
 def applies(access: DataAccess) -> bool:
@@ -302,7 +300,7 @@ def load_or_publish(config: GPTDataConfig, access: DataAccess) -> Publication:
 
 def check_bins_exist(config: GPTDataConfig, access: DataAccess) -> None:
     """Refuses at once a dataset of `config` whose `.bin` does not exist (one empty read per
-    prefix, all in flight together; no `.idx` is touched).
+    prefix, many in flight together; no `.idx` is touched).
 
     A host about to wait for a record that nothing is going to publish (it was started with other
     data flags than the builder's, e.g. a misspelt prefix) fails here with the prefix's name
@@ -312,29 +310,19 @@ def check_bins_exist(config: GPTDataConfig, access: DataAccess) -> None:
       IndexFormatError: a `.bin` does not exist (names it).
       ObjectStoreError: the bucket failed or timed out.
     """
-    store = access.object_store
-    directories: dict[str, ObjectDirectory] = {}
-    pending = []
-    for prefix in config_prefixes(config):
+
+    def missing(prefix: str) -> str | None:
         loc = resolve(prefix)
         if loc.local_prefix is not None:
-            if not os.path.isfile(loc.local_prefix + ".bin"):
-                raise IndexFormatError(f"{loc.file_name('.bin')}: data file does not exist")
-            continue
-        name = json.dumps(loc.kvstore, sort_keys=True)
-        if name not in directories:
-            directories[name] = ObjectDirectory(loc.kvstore, store)
-        pending.append((loc, directories[name].start_read(loc.bin_key, slice(0, 0))))
-    for loc, future in pending:
-        try:
-            state = requests.wait(
-                future, loc.file_name(".bin"), "checking it exists", store.request_timeout,
-                store.s3_endpoint,
-            ).state
-        except ValueError:  # OUT_OF_RANGE: an empty object exists
-            state = "value"
-        if state != "value":
+            found = os.path.isfile(loc.local_prefix + ".bin")
+        else:
+            directory = ObjectDirectory(loc.kvstore, access.object_store)
+            found = directory.exists(loc.bin_key, "checking it exists")
+        return None if found else loc.file_name(".bin")
+
+    for name in map_paths(missing, config_prefixes(config), 64, "jaxblend-exists").values():
+        if name is not None:
             raise IndexFormatError(
-                f"{loc.file_name('.bin')}: data file does not exist (check --data_path; every "
-                "process must be given the same data flags)"
+                f"{name}: data file does not exist (check --data_path; every process must be "
+                "given the same data flags)"
             )
