@@ -235,15 +235,19 @@ def read(config: GPTDataConfig, access: DataAccess) -> Publication | None:
       ValueError: the record is damaged or belongs to another configuration.
       ObjectStoreError: the bucket failed or timed out.
     """
+    remote, key, url = _record(config, access)
+    data = remote.read_object(record_key(key))
+    return None if data is None else _parse(data, url, key)
+
+
+def _record(config: GPTDataConfig, access: DataAccess) -> tuple[bucket.Bucket, str, str]:
+    """The bucket holding `config`'s record, its launch key and its URL."""
     store = _store(access)
     key = launch_key(config)
-    data = store.remote().read_object(record_key(key))
-    return None if data is None else _parse(data, store, key)
+    return store.remote(), key, record_url(store.remote().url, key)
 
 
-def _parse(data: bytes, store: MapStore, key: str) -> Publication:
-    assert store.url is not None
-    url = record_url(store.url, key)
+def _parse(data: bytes, url: str, key: str) -> Publication:
     publication = Publication.from_bytes(data, url)
     if publication.launch_key != key:
         raise ValueError(
@@ -260,15 +264,11 @@ def wait_for(config: GPTDataConfig, access: DataAccess) -> Publication:
       TimeoutError: not published within `access.maps.wait_seconds` (names the record's URL).
       ObjectStoreError: the bucket failed or timed out.
     """
-    store = _store(access)
-    assert store.url is not None
-    key = launch_key(config)
-    url = record_url(store.url, key)
+    remote, key, url = _record(config, access)
     options = access.maps
     logging.info(
         "waiting for process 0 to publish index cache entry %s (the publication record)", url
     )
-    remote = store.remote()
     data = wait_for_publication(
         lambda: remote.read_object(record_key(key)),
         f"publication record {url}",
@@ -277,7 +277,7 @@ def wait_for(config: GPTDataConfig, access: DataAccess) -> Publication:
         "the publishing process (build_index, or process 0) is slow or failed: check its log, "
         "publish first with python -m jaxblend.tools.build_index, or raise --data_cache_wait",
     )
-    return _parse(data, store, key)
+    return _parse(data, url, key)
 
 
 def load_or_publish(config: GPTDataConfig, access: DataAccess) -> Publication:
