@@ -113,19 +113,13 @@ class Bucket:
         manifest_bytes = self.read_object(f"{key}/{cache.MANIFEST}")
         if manifest_bytes is None:
             raise ValueError(f"index cache {where}: committed but {cache.MANIFEST} is missing")
-        manifest = json.loads(manifest_bytes)
-        if manifest.get("checksum") != marker.decode().strip():
+        manifest = cache.parse_manifest(manifest_bytes, key, f"index cache {where}")
+        if manifest["checksum"] != marker.decode().strip():
             raise ValueError(f"index cache {where}: {cache.MANIFEST} does not match its {MARKER} marker")
         final = cache.entry_path(local_dir, key)
         with atomic_write.atomic_directory(final, exists="keep", prefix=f".fetch-{key}-") as out:
-            arrays = manifest.get("arrays")
-            if not isinstance(arrays, dict):
-                raise ValueError(f"index cache {where}: malformed {cache.MANIFEST}")  # noqa: TRY004
-            for name, desc in arrays.items():
-                size = desc.get("bytes") if isinstance(desc, dict) else None
-                if not isinstance(size, int) or "/" in name:
-                    raise ValueError(f"index cache {where}: malformed {cache.MANIFEST} record {name!r}")
-                self._download(f"{key}/{name}.npy", size, out, f"{name}.npy", where)
+            for name, desc in manifest["arrays"].items():
+                self._download(f"{key}/{name}.npy", desc["bytes"], out, f"{name}.npy", where)
             with out.open(cache.MANIFEST) as f:
                 f.write(manifest_bytes)
             problem = cache.check_dir(out.path, key)
