@@ -108,7 +108,7 @@ class GPTTrainHistory:
     def __call__(self, num_samples: int) -> str:
         from jaxblend.index import DatasetInfo, history_fingerprint
         from jaxblend.index.data_maps import history_prefixes
-        from jaxblend.sources.source_identity import gpt_source_fingerprint
+        from jaxblend.sources.gpt_source import gpt_source_fingerprint
 
         found = self.fingerprints(history_prefixes(self.config, int(num_samples)))
         infos = {p: DatasetInfo(p, _unread, _unread, f) for p, f in found.items()}

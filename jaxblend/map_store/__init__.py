@@ -6,7 +6,8 @@ are reused. Where is `DataAccess.maps` (`jaxblend.access.MapStoreOptions`). The 
 (`jaxblend.index`) computes keys and arrays without I/O; this package saves, fetches, verifies and
 publishes them:
 
-* `load_or_build_data_maps(config, infos, access, splits=None)` -> `DataMaps`;
+* `load_or_build_data_maps(config, infos, access, splits=None)` -> `DataMaps`
+  (`open_and_load_data_maps(config, access, splits=None)`: the datasets opened too);
 * `load_or_build_masked_index(config, info, split, access)` -> `MaskedSampleIndex`;
 * `data_maps_status(key, specs, access)` -> whether a plan is cached (preflight);
 * `publish(config, access)` / `load_or_publish(config, access)` -> a `Publication`: a bucket
@@ -29,6 +30,7 @@ _NAMES = {
     "data_maps_status": "jaxblend.map_store.store",
     "load_or_build_data_maps": "jaxblend.map_store.store",
     "load_or_build_masked_index": "jaxblend.map_store.store",
+    "open_and_load_data_maps": "jaxblend.map_store.store",
     "Publication": "jaxblend.map_store.record",
     "load_or_publish": "jaxblend.map_store.publication",
     "publish": "jaxblend.map_store.publication",
@@ -42,6 +44,7 @@ __all__ = [
     "load_or_build_data_maps",
     "load_or_build_masked_index",
     "load_or_publish",
+    "open_and_load_data_maps",
     "publish",
 ]
 

@@ -56,6 +56,15 @@ def entry_url(url: str, key: str) -> str:
     return f"{url.rstrip('/')}/{key}/"
 
 
+def range_bytes(directory: ObjectDirectory, future: Any, key: str, what: str) -> bytes:
+    """The bytes a range read of `key` returned; b"" when it is missing or ends before the range."""
+    try:
+        res = directory.wait(future, key, what)
+    except ValueError:  # OUT_OF_RANGE
+        return b""
+    return bytes(res.value) if res.state == "value" else b""
+
+
 class Bucket:
     """The entries of the map store at bucket `url`, reached with `object_store`'s options."""
 
@@ -104,19 +113,13 @@ class Bucket:
         manifest_bytes = self.read_object(f"{key}/{cache.MANIFEST}")
         if manifest_bytes is None:
             raise ValueError(f"index cache {where}: committed but {cache.MANIFEST} is missing")
-        manifest = json.loads(manifest_bytes)
-        if manifest.get("checksum") != marker.decode().strip():
+        manifest = cache.parse_manifest(manifest_bytes, key, f"index cache {where}")
+        if manifest["checksum"] != marker.decode().strip():
             raise ValueError(f"index cache {where}: {cache.MANIFEST} does not match its {MARKER} marker")
         final = cache.entry_path(local_dir, key)
         with atomic_write.atomic_directory(final, exists="keep", prefix=f".fetch-{key}-") as out:
-            arrays = manifest.get("arrays")
-            if not isinstance(arrays, dict):
-                raise ValueError(f"index cache {where}: malformed {cache.MANIFEST}")  # noqa: TRY004
-            for name, desc in arrays.items():
-                size = desc.get("bytes") if isinstance(desc, dict) else None
-                if not isinstance(size, int) or "/" in name:
-                    raise ValueError(f"index cache {where}: malformed {cache.MANIFEST} record {name!r}")
-                self._download(f"{key}/{name}.npy", size, out, f"{name}.npy", where)
+            for name, desc in manifest["arrays"].items():
+                self._download(f"{key}/{name}.npy", desc["bytes"], out, f"{name}.npy", where)
             with out.open(cache.MANIFEST) as f:
                 f.write(manifest_bytes)
             problem = cache.check_dir(out.path, key)
@@ -139,11 +142,7 @@ class Bucket:
         name = where + key.rsplit("/", 1)[1]
 
         def take(r: slice, fut: Any) -> bytes:
-            try:
-                res = self._dir.wait(fut, key, "downloading the map store")
-            except ValueError:  # OUT_OF_RANGE: the object is shorter
-                res = None
-            data = bytes(res.value) if res is not None and res.state == "value" else b""
+            data = range_bytes(self._dir, fut, key, "downloading the map store")
             if len(data) != r.stop - r.start:
                 raise ValueError(
                     f"index cache {name}: missing, or shorter than the {size} bytes its manifest records"
@@ -203,13 +202,12 @@ class Bucket:
             "the building process (0) is slow or failed: check its log, or raise --data_cache_wait",
         )
 
-    def check(self, key: str, options: MapStoreOptions) -> str | None:
-        """Downloads committed entry `key` (if not mirrored yet) and verifies every byte; problem
-        or None."""
-        mirror = mirror_dir(self.url, options)
+    def fetch_problem(self, key: str, local_dir: str) -> str | None:
+        """Why committed entry `key` cannot be downloaded into `local_dir` (if not there yet), or
+        None."""
         try:
-            if not self.fetch(key, mirror):
+            if not self.fetch(key, local_dir):
                 return f"{entry_url(self.url, key)} has no {MARKER} marker"
         except (OSError, ValueError) as err:
             return str(err)
-        return cache.check(mirror, key)
+        return None

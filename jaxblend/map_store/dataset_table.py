@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from jaxblend.access import DataAccess
+from jaxblend.map_store.bucket import range_bytes
 from jaxblend.map_store.record import (
     REPUBLISH,
     DatasetTable,
@@ -134,11 +135,7 @@ class TableReader:
         got: dict[int, PublishedDataset] = {}
         nbytes = 0
         for (lo, hi), future in zip(runs, futures):
-            try:
-                res = directory.wait(future, table.key, f"reading datasets [{lo}, {hi})")
-            except ValueError:  # OUT_OF_RANGE: the object ends before the range
-                res = None
-            data = bytes(res.value) if res is not None and res.state == "value" else b""
+            data = range_bytes(directory, future, table.key, f"reading datasets [{lo}, {hi})")
             nbytes += len(data)
             if len(data) != (hi - lo) * width:
                 raise ValueError(

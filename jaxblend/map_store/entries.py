@@ -131,9 +131,14 @@ def _manifest_checksum(manifest: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode("utf-8")).hexdigest()
 
 
-def _read_manifest(final: str, key: str) -> dict[str, Any]:
-    with open(os.path.join(final, MANIFEST), encoding="utf-8") as f:
-        manifest = json.load(f)
+def parse_manifest(data: bytes, key: str, final: str) -> dict[str, Any]:
+    """The manifest `data` of entry `key` (at `final`, named in errors), checked: its checksum,
+    format version, fingerprint and array records.
+
+    Raises:
+      ValueError: (`CorruptEntry`, or a JSON error) it fails a check.
+    """
+    manifest = json.loads(data)
     if not isinstance(manifest, dict):
         raise CorruptEntry(f"{final}: manifest is not a JSON object")
     if manifest.get("checksum") != _manifest_checksum(manifest):
@@ -171,7 +176,8 @@ def _check_array(path: str, desc: dict[str, Any], verify: str) -> np.ndarray:
 def _open_dir(final: str, key: str, verify: str) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     if not os.path.isdir(final):
         raise CorruptEntry(f"{final} is not a directory")
-    manifest = _read_manifest(final, key)
+    with open(os.path.join(final, MANIFEST), "rb") as f:
+        manifest = parse_manifest(f.read(), key, final)
     arrays = {
         name: _check_array(os.path.join(final, f"{name}.npy"), desc, verify)
         for name, desc in manifest["arrays"].items()
@@ -198,13 +204,9 @@ def load(
         return None
 
 
-def check(cache_dir: str, key: str) -> str | None:
-    """Fully verifies an existing entry without changing it; the problem found, or None."""
-    return check_dir(entry_path(cache_dir, key), key)
-
-
 def check_dir(directory: str, key: str) -> str | None:
-    """Fully verifies an entry directory anywhere (e.g. a download) as entry `key`; problem or None."""
+    """Fully verifies entry directory `directory` (in a store, or a download) as entry `key`
+    without changing it; the problem found, or None."""
     try:
         _open_dir(directory, key, "full")
     except (OSError, ValueError) as err:

@@ -22,13 +22,12 @@ reads what it published (docs/pod.md, "Publishing maps before a run"):
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from collections.abc import Mapping
 
 from absl import logging
 
-from jaxblend import opening, tokenizer_facts
+from jaxblend import tokenizer_facts
 from jaxblend._pause import pause_point
 from jaxblend.access import DataAccess
 from jaxblend.index import row_table
@@ -45,15 +44,14 @@ from jaxblend.map_store.record import (
     record_url,
     rows_entry,
 )
-from jaxblend.map_store.store import MapStore, load_or_build_data_maps
+from jaxblend.map_store.store import MapStore, open_and_load_data_maps
 from jaxblend.storage.idx_format import IndexFormatError
-from jaxblend.storage.object_store import requests
 from jaxblend.storage.object_store.directory import ObjectDirectory
 from jaxblend.storage.object_store.location import resolve
 from jaxblend.storage.object_store.publishing import wait_for_publication
 from jaxblend.storage.reader import IndexedDataset
 from jaxblend.tokenizer_facts import TokenizerFacts
-from jaxblend.urls import is_url
+from jaxblend.urls import is_url, map_paths
 
 
 def applies(access: DataAccess) -> bool:
@@ -115,9 +113,7 @@ def publish(config: GPTDataConfig, access: DataAccess) -> Published:
       IndexFormatError: a dataset is missing or malformed.
       ObjectStoreError: the bucket failed or timed out.
     """
-    datasets, infos = opening.open_config_datasets(config, access)
-    plan = load_or_build_data_maps(config, infos, access)
-    return publish_plan(config, datasets, plan, access)
+    return publish_plan(config, *open_and_load_data_maps(config, access), access)
 
 
 def publish_plan(
@@ -239,15 +235,19 @@ def read(config: GPTDataConfig, access: DataAccess) -> Publication | None:
       ValueError: the record is damaged or belongs to another configuration.
       ObjectStoreError: the bucket failed or timed out.
     """
+    remote, key, url = _record(config, access)
+    data = remote.read_object(record_key(key))
+    return None if data is None else _parse(data, url, key)
+
+
+def _record(config: GPTDataConfig, access: DataAccess) -> tuple[bucket.Bucket, str, str]:
+    """The bucket holding `config`'s record, its launch key and its URL."""
     store = _store(access)
     key = launch_key(config)
-    data = store.remote().read_object(record_key(key))
-    return None if data is None else _parse(data, store, key)
+    return store.remote(), key, record_url(store.remote().url, key)
 
 
-def _parse(data: bytes, store: MapStore, key: str) -> Publication:
-    assert store.url is not None
-    url = record_url(store.url, key)
+def _parse(data: bytes, url: str, key: str) -> Publication:
     publication = Publication.from_bytes(data, url)
     if publication.launch_key != key:
         raise ValueError(
@@ -264,15 +264,11 @@ def wait_for(config: GPTDataConfig, access: DataAccess) -> Publication:
       TimeoutError: not published within `access.maps.wait_seconds` (names the record's URL).
       ObjectStoreError: the bucket failed or timed out.
     """
-    store = _store(access)
-    assert store.url is not None
-    key = launch_key(config)
-    url = record_url(store.url, key)
+    remote, key, url = _record(config, access)
     options = access.maps
     logging.info(
         "waiting for process 0 to publish index cache entry %s (the publication record)", url
     )
-    remote = store.remote()
     data = wait_for_publication(
         lambda: remote.read_object(record_key(key)),
         f"publication record {url}",
@@ -281,7 +277,7 @@ def wait_for(config: GPTDataConfig, access: DataAccess) -> Publication:
         "the publishing process (build_index, or process 0) is slow or failed: check its log, "
         "publish first with python -m jaxblend.tools.build_index, or raise --data_cache_wait",
     )
-    return _parse(data, store, key)
+    return _parse(data, url, key)
 
 
 def load_or_publish(config: GPTDataConfig, access: DataAccess) -> Publication:
@@ -304,7 +300,7 @@ def load_or_publish(config: GPTDataConfig, access: DataAccess) -> Publication:
 
 def check_bins_exist(config: GPTDataConfig, access: DataAccess) -> None:
     """Refuses at once a dataset of `config` whose `.bin` does not exist (one empty read per
-    prefix, all in flight together; no `.idx` is touched).
+    prefix, many in flight together; no `.idx` is touched).
 
     A host about to wait for a record that nothing is going to publish (it was started with other
     data flags than the builder's, e.g. a misspelt prefix) fails here with the prefix's name
@@ -314,29 +310,19 @@ def check_bins_exist(config: GPTDataConfig, access: DataAccess) -> None:
       IndexFormatError: a `.bin` does not exist (names it).
       ObjectStoreError: the bucket failed or timed out.
     """
-    store = access.object_store
-    directories: dict[str, ObjectDirectory] = {}
-    pending = []
-    for prefix in config_prefixes(config):
+
+    def missing(prefix: str) -> str | None:
         loc = resolve(prefix)
         if loc.local_prefix is not None:
-            if not os.path.isfile(loc.local_prefix + ".bin"):
-                raise IndexFormatError(f"{loc.file_name('.bin')}: data file does not exist")
-            continue
-        name = json.dumps(loc.kvstore, sort_keys=True)
-        if name not in directories:
-            directories[name] = ObjectDirectory(loc.kvstore, store)
-        pending.append((loc, directories[name].start_read(loc.bin_key, slice(0, 0))))
-    for loc, future in pending:
-        try:
-            state = requests.wait(
-                future, loc.file_name(".bin"), "checking it exists", store.request_timeout,
-                store.s3_endpoint,
-            ).state
-        except ValueError:  # OUT_OF_RANGE: an empty object exists
-            state = "value"
-        if state != "value":
+            found = os.path.isfile(loc.local_prefix + ".bin")
+        else:
+            directory = ObjectDirectory(loc.kvstore, access.object_store)
+            found = directory.exists(loc.bin_key, "checking it exists")
+        return None if found else loc.file_name(".bin")
+
+    for name in map_paths(missing, config_prefixes(config), 64, "jaxblend-exists").values():
+        if name is not None:
             raise IndexFormatError(
-                f"{loc.file_name('.bin')}: data file does not exist (check --data_path; every "
-                "process must be given the same data flags)"
+                f"{name}: data file does not exist (check --data_path; every process must be "
+                "given the same data flags)"
             )

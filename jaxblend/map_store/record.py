@@ -202,9 +202,13 @@ class DatasetTable:
         return cls(**{**value, "masked": from_runs(value["masked"]), "tokenizers": tokenizers})
 
 
+def _canonical(value: Any) -> bytes:
+    """Compact JSON with sorted keys: the bytes a head is written as and its checks digest."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode("utf-8")
+
+
 def _line_check(launch: str, position: int, fields: list[Any]) -> str:
-    text = json.dumps([launch, position, fields], sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+    return hashlib.sha256(_canonical([launch, position, fields])).hexdigest()[:16]
 
 
 def encode_table(
@@ -330,8 +334,8 @@ class Publication:
             "table": self.table.to_json(),
             "splits": {k: self.splits[k].to_json() for k in SPLIT_NAMES if k in self.splits},
         }
-        body["checksum"] = _checksum(body)
-        return json.dumps(body, sort_keys=True, separators=(",", ":")).encode("utf-8")
+        body["checksum"] = hashlib.sha256(_canonical(body)).hexdigest()
+        return _canonical(body)
 
     @classmethod
     def from_bytes(cls, data: bytes, where: str) -> Publication:
@@ -351,7 +355,7 @@ class Publication:
                     f"reads {FORMAT!r} version {VERSION}"
                 )
             checksum = body.pop("checksum", None)
-            if checksum != _checksum(body):
+            if checksum != hashlib.sha256(_canonical(body)).hexdigest():
                 raise ValueError("checksum mismatch (the record was damaged)")
             if not isinstance(body.get("splits"), dict):
                 raise ValueError("splits missing")  # noqa: TRY004
@@ -366,9 +370,3 @@ class Publication:
             )
         except (UnicodeDecodeError, ValueError, TypeError) as err:
             raise ValueError(f"publication record {where}: unreadable ({err}); {REPUBLISH}") from None
-
-
-def _checksum(body: dict[str, Any]) -> str:
-    return hashlib.sha256(
-        json.dumps(body, sort_keys=True, separators=(",", ":")).encode("utf-8")
-    ).hexdigest()

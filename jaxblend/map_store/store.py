@@ -26,12 +26,14 @@ from typing import Any, TypeVar
 import numpy as np
 from absl import logging
 
+from jaxblend import opening
 from jaxblend.access import DataAccess
 from jaxblend.index import data_maps, masked_maps
 from jaxblend.index.config import DatasetInfo, GPTDataConfig
 from jaxblend.index.split import SPLIT_NAMES
 from jaxblend.index.split_resolution import SplitSpec
 from jaxblend.map_store import bucket, entries, megatron
+from jaxblend.storage.reader import IndexedDataset
 from jaxblend.urls import is_url, local_path
 from jaxblend.validation import require_choice
 
@@ -170,6 +172,15 @@ def load_or_build_data_maps(
     )
 
 
+def open_and_load_data_maps(
+    config: GPTDataConfig, access: DataAccess, splits: Sequence[str] | None = None
+) -> tuple[dict[str, IndexedDataset], data_maps.DataMaps]:
+    """The datasets `config` names (`opening.open_config_datasets`: once each, concurrently) and
+    their maps (`load_or_build_data_maps`)."""
+    datasets, infos = opening.open_config_datasets(config, access)
+    return datasets, load_or_build_data_maps(config, infos, access, splits)
+
+
 @dataclasses.dataclass(frozen=True)
 class EntryRows:
     """Picklable recipe of a cached masked index's rows (reloaded memory-mapped in workers)."""
@@ -271,10 +282,8 @@ def data_maps_status(
     names = list(dict.fromkeys(names))
     problems = []
     for name in names:  # every byte against the manifest's SHA-256
-        if store.url is not None:
-            problem = store.remote().check(name, store.access.maps)
-        else:
-            problem = entries.check(store.local_dir, name)
+        problem = store.remote().fetch_problem(name, store.local_dir) if store.url else None
+        problem = problem or entries.check_dir(entries.entry_path(store.local_dir, name), name)
         if problem is not None:
             problems.append(f"index cache entry is corrupt ({problem}); it will be rebuilt")
     return CacheStatus(", ".join(store.where(n) for n in names), not problems, problems)

@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from jaxblend import index, opening
+from jaxblend import index
 from jaxblend.access import DataAccess
 from jaxblend.index.split import wanted_splits
-from jaxblend.map_store import entries, load_or_build_data_maps, publication
+from jaxblend.map_store import entries, open_and_load_data_maps, publication
 from jaxblend.map_store.dataset_table import PublishedBins
 from jaxblend.map_store.store import MapStore
 from jaxblend.sources import base, schema
@@ -49,7 +49,7 @@ class _SplitOpener:
     access: DataAccess
 
     def __call__(self) -> tuple[list[IndexedDataset], index.SplitMaps]:
-        datasets, plan = _open(self.config, self.access, (self.split,))
+        datasets, plan = open_and_load_data_maps(self.config, self.access, (self.split,))
         if plan.fingerprint != self.fingerprint:
             raise ValueError(
                 f"the {self.split} split rebuilt in this worker has fingerprint {plan.fingerprint}, "
@@ -58,17 +58,6 @@ class _SplitOpener:
             )
         split_maps = plan.split(self.split)
         return [datasets[n] for n in split_maps.dataset_names], split_maps
-
-
-def _open(
-    config: index.GPTDataConfig,
-    access: DataAccess,
-    splits: tuple[str, ...] | None = None,
-) -> tuple[dict[str, IndexedDataset], index.DataMaps]:
-    """Opens every prefix the configuration names (once each, concurrently) and loads or builds
-    its maps."""
-    datasets, infos = opening.open_config_datasets(config, access)
-    return datasets, load_or_build_data_maps(config, infos, access, splits)
 
 
 def open_gpt_sources(
@@ -145,7 +134,7 @@ def _split_maps_indexes(
 ) -> tuple[dict[str, SpanIndex | None], str]:
     """`SplitMapsSpanIndex`es of the wanted splits (the datasets opened, the maps loaded or
     built), and the plan's fingerprint."""
-    datasets, plan = _open(config, access, splits)
+    datasets, plan = open_and_load_data_maps(config, access, splits)
     indexes: dict[str, SpanIndex | None] = {}
     for split in plan.built:
         maps = plan.split(split)

@@ -33,7 +33,6 @@ from jaxblend import access as access_lib
 from jaxblend import identity
 from jaxblend.index.packing import PACKINGS
 from jaxblend.sources import base, packed_schema, schema
-from jaxblend.sources.source_identity import gpt_source_fingerprint
 from jaxblend.sources.span_index import SpanIndex
 from jaxblend.storage import loss_mask_reader
 from jaxblend.storage.token_reader import TokenReader
@@ -54,6 +53,28 @@ def _destinations(span_row, span_length, num_rows, window):  # pragma: no cover 
     for r in range(num_rows):
         longest = max(longest, n_valid[r])
     return dest, n_valid, longest
+
+
+def gpt_source_fingerprint(
+    data_maps: str,
+    split: str,
+    options: schema.GPTSchemaOptions,
+    seq_length: int,
+    add_extra_token_to_sequence: bool,
+    transform: dict | None = None,
+    packing: str = "concat",
+) -> str:
+    """Fingerprint of split `split` of the data plan `data_maps` (`DataMaps.fingerprint`), its
+    windows of `seq_length` (+ 1) tokens (packed rows with `packing="best_fit"`) read with
+    `options` (and a window transform's `identity_fields()`, e.g. FIM's tokenizer).
+
+    The same whichever span index serves the split (index maps + `.idx` pointers, or a published
+    row table): both serve the same samples, so a run may resume from one on the other."""
+    return identity.fingerprint(
+        "gpt_source", 1, data_maps=data_maps, split=split,
+        schema=options.identity_fields(seq_length, add_extra_token_to_sequence, packing),
+        transform=identity.unless_default(transform, None),
+    )
 
 
 class WindowTransform(Protocol):

@@ -154,6 +154,12 @@ def _header_size(head: bytes) -> int:
     return 12 + int.from_bytes(head[8:12], "little")
 
 
+def _bytes_per_row(headers: dict[str, _Header]) -> float:
+    """Table bytes per row on average: its `starts` entry and its share of the pieces."""
+    rows = max(headers["starts"].length - 1, 1)
+    return 8 + row_table.BYTES_PER_PIECE * headers["dataset"].length / rows
+
+
 class _Block:
     """Rows `[lo, hi)` of the table as read: `starts[lo : hi + 1]` and their pieces."""
 
@@ -338,10 +344,7 @@ class BucketRowTables:
 
     def _merge_gap(self) -> int:
         """Rows between two runs worth reading to save a request (about `coalesce_gap` bytes)."""
-        headers = self._headers
-        n = headers["starts"].length - 1
-        per_row = 8 + row_table.BYTES_PER_PIECE * headers["dataset"].length / max(n, 1)
-        return int(self.access.object_store.coalesce_gap / per_row)
+        return int(self.access.object_store.coalesce_gap / _bytes_per_row(self._headers))
 
     def _fetch(self, runs: list[tuple[int, int]]) -> None:
         """Reads and holds `runs` (a reader waiting for them gets any error from the future)."""
@@ -448,9 +451,7 @@ class BucketRowTables:
                 f"{self.entry_url}: the row-table arrays of split {self.split!r} disagree in size"
             )
         if self.chunk_samples is None:
-            n = headers["starts"].length - 1
-            per_sample = 8 + row_table.BYTES_PER_PIECE * p / max(n, 1)
-            self.chunk_samples = max(1, int((1 << 20) / per_sample))
+            self.chunk_samples = max(1, int((1 << 20) / _bytes_per_row(headers)))
         return headers
 
     def _head(self, kv, name: str, url: str, future) -> tuple[bytes, bytes]:

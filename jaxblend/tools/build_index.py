@@ -39,10 +39,10 @@ from collections.abc import Sequence
 import numpy as np
 from absl import app
 
-from jaxblend import cli, opening
+from jaxblend import cli
 from jaxblend.cli import data_flags
 from jaxblend.index import SplitMaps
-from jaxblend.map_store import load_or_build_data_maps, publication
+from jaxblend.map_store import open_and_load_data_maps, publication
 from jaxblend.tools import _training_flags
 
 
@@ -78,8 +78,7 @@ def main(argv: Sequence[str]) -> None:
     if access.maps.location is None:
         raise app.UsageError("--data_cache_path is required: build_index fills a cache")
     began = time.perf_counter()
-    datasets, infos = opening.open_config_datasets(config, access)
-    plan = load_or_build_data_maps(config, infos, access)
+    datasets, plan = open_and_load_data_maps(config, access)
     seconds = time.perf_counter() - began
     print(f"index maps {plan.fingerprint} at {plan.cache_path} ({seconds:.2f} s)")
     for name in ("train", "valid", "test"):

@@ -41,10 +41,10 @@ from collections.abc import Sequence
 import numpy as np
 from absl import app, flags, logging
 
-from jaxblend import atomic_write, cli, decode, index, opening
+from jaxblend import atomic_write, cli, decode, index
 from jaxblend.access import DataAccess
 from jaxblend.cli import data_flags, tool_flags
-from jaxblend.map_store import load_or_build_data_maps
+from jaxblend.map_store import open_and_load_data_maps
 from jaxblend.tools import _own_process, _training_flags
 
 
@@ -125,8 +125,7 @@ def dump(
     `access` says how data and the map store are reached; with a ``decoder`` (a tokenizer), each
     split's samples are also written as text to ``<split>.decoded.json``.
     """
-    datasets, infos = opening.open_config_datasets(config, access)
-    plan = load_or_build_data_maps(config, infos, access)
+    datasets, plan = open_and_load_data_maps(config, access)
     os.makedirs(out_dir, exist_ok=True)
     written = []
     for name in ("train", "valid", "test"):

@@ -66,7 +66,7 @@ def test_same_size_change_is_caught(tmp_path, caplog, where):
         return
     # The start-up check samples blocks: a change between them needs the full check.
     assert summary is not None
-    assert "SHA-256" in cache.check(str(tmp_path), KEY)
+    assert "SHA-256" in cache.check_dir(cache.entry_path(str(tmp_path), KEY), KEY)
     assert entry.exists()  # check() only reports
     with caplog.at_level(logging.WARNING):
         assert cache.load(str(tmp_path), KEY, "full") is None

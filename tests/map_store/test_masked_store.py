@@ -53,7 +53,8 @@ def test_cache_miss_then_hit(tmp_path, monkeypatch):
     first = _cached(config, _info(), tmp_path)
     assert len(calls) == 1
     assert first.cache_path == str(tmp_path / first.fingerprint)
-    assert cache.check(str(tmp_path), first.fingerprint) is None
+    key = first.fingerprint
+    assert cache.check_dir(cache.entry_path(str(tmp_path), key), key) is None
     # a later start (the arrays of the dataset are never needed) loads the entry memory-mapped
     lazy = index.DatasetInfo("/elsewhere/docs", _fail, _fail, "content-a")
     second = _cached(config, lazy, tmp_path, verify="full")
@@ -83,7 +84,8 @@ def test_corrupt_entry_is_moved_aside_and_rebuilt(tmp_path, monkeypatch, caplog)
         again = _cached(config, _info(), tmp_path)
     assert len(calls) == 1 and "corrupt" in caplog.text
     np.testing.assert_array_equal(again.rows, expected)
-    assert cache.check(str(tmp_path), first.fingerprint) is None
+    key = first.fingerprint
+    assert cache.check_dir(cache.entry_path(str(tmp_path), key), key) is None
 
 
 def test_entry_that_is_not_a_sample_index_is_rebuilt(tmp_path, monkeypatch, caplog):
@@ -95,7 +97,7 @@ def test_entry_that_is_not_a_sample_index_is_rebuilt(tmp_path, monkeypatch, capl
         built = _cached(config, _info(), tmp_path)
     assert len(calls) == 1 and "not a sample index" in caplog.text
     assert built.rows.shape[1] == 3 and built.rows.dtype == np.int64
-    assert cache.check(str(tmp_path), key) is None
+    assert cache.check_dir(cache.entry_path(str(tmp_path), key), key) is None
 
 
 def test_pickled_cached_index_reloads_its_entry(tmp_path):

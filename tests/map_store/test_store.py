@@ -126,7 +126,8 @@ def test_checksummed_entry_with_foreign_meta_is_rebuilt(infos, tmp_path, caplog)
         plan = _cached(_config(), infos, tmp_path)
     assert "unusable" in caplog.text
     assert _arrays_digest(plan) == _arrays_digest(index.build_data_maps(_config(), infos))
-    assert cache.check(str(tmp_path), spec.entry) is None  # the rebuilt entry is sound
+    # the rebuilt entry is sound
+    assert cache.check_dir(cache.entry_path(str(tmp_path), spec.entry), spec.entry) is None
 
 
 def test_no_location_builds_in_memory(infos):

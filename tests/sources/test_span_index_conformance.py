@@ -31,8 +31,8 @@ from jaxblend.sources import (
     SplitMapsSpanIndex,
     open_gpt_sources,
 )
+from jaxblend.sources.gpt_source import gpt_source_fingerprint
 from jaxblend.sources.row_tables import ArrayRowTables, BucketRowTables
-from jaxblend.sources.source_identity import gpt_source_fingerprint
 from jaxblend.storage import BinDataset, IndexFormatError
 from jaxblend.storage.dataset_identity import memo as identity_memo
 

@@ -22,7 +22,7 @@ from helpers_cli import run_program, run_tool
 from helpers_data import write_random_dataset
 
 from jaxblend import cli, train
-from jaxblend.sources.source_identity import gpt_source_fingerprint
+from jaxblend.sources.gpt_source import gpt_source_fingerprint
 
 SEQ, B, ITERS = 16, 8, 6
 
