@@ -320,7 +320,7 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
             self._counters.add_batch(tally, time.perf_counter() - assembling)
         waited = time.perf_counter() - began
         if not self._queue:
-            self._counters.add_wait(waited)
+            self._counters.add_delivered(None, waited)
             raise StopIteration
         self.wait_seconds += waited
         self._step += 1
@@ -430,9 +430,8 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
                 raise ValueError(explained)
             raise ValueError(
                 "loader state comes from a different data configuration (different source or "
-                "plan): its fingerprint "
-                f"{state['fingerprint']} != this loader's {self._fingerprint_at(step)} (source, "
-                "blend, seed, "
+                f"plan): its fingerprint {state['fingerprint']} != this loader's "
+                f"{self._fingerprint_at(step)} (source, blend, seed, "
                 "sequence length, batch size or batch plan changed); to resume, use the same data "
                 "flags as the run that saved it; to continue deliberately with the new data, start "
                 "a new workdir/checkpoint directory, or restart from a step number (start_step) "
