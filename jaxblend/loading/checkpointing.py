@@ -18,19 +18,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any
 
 import orbax.checkpoint as ocp
 from etils import epath
 
 FILENAME = "loader_state.json"
-
-
-class HasLoaderState(Protocol):
-    """Anything whose `state()` is a loader's resume state (`StepLoader`)."""
-
-    def state(self) -> Mapping[str, Any]: ...
-
 _KEYS = ("version", "step", "fingerprint")
 
 
@@ -70,7 +63,7 @@ class LoaderStateSave(ocp.args.CheckpointArgs):
     state: Mapping[str, Any]
 
     @classmethod
-    def of(cls, loader: HasLoaderState) -> LoaderStateSave:
+    def of(cls, loader: Any) -> LoaderStateSave:
         """The save args of `loader`'s current state (anything with a `state()` method)."""
         return cls(dict(loader.state()))
 

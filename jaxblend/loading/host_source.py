@@ -36,7 +36,6 @@ class HostStepSource:
       process_rows: this process's share of the step plan.
       tally: count each record's reads.
       pending: where requests in flight and steps being read are registered (with `tally`).
-      window: the read-ahead window the reads report to (not sent to worker processes).
 
     Raises:
       ValueError: if the plan pads steps to a length and the source cannot read padded rows.
@@ -48,13 +47,12 @@ class HostStepSource:
         process_rows: ProcessRows,
         tally: bool = False,
         pending: read_tally.PendingReads | None = None,
-        window: ReadWindow | None = None,
     ):
         self.source = source
         self.process_rows = process_rows
         self.tally = tally
         self.pending = pending
-        self.window = window
+        self.window: ReadWindow | None = None  # set by the loader (not sent to worker processes)
         self._padded: PaddedLoaderSource | None = None
         if any(shape.length is not None for shape in process_rows.plan.batch_shapes()):
             if not isinstance(source, PaddedLoaderSource):

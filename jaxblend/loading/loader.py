@@ -50,6 +50,7 @@ from jaxblend.loading.telemetry import (
     TelemetryOptions,
     batch_tokens,
 )
+from jaxblend.mesh import default_batch_axes
 from jaxblend.sampling import FixedStepPlan, ProcessRows, StepPlan, StepSampler
 from jaxblend.sampling.data_schedule import first_sample
 from jaxblend.storage import read_tally
@@ -182,7 +183,7 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
         plan: StepPlan,
         mesh: Mesh,
         *,
-        batch_axes: Sequence[str] = ("data",),
+        batch_axes: Sequence[str] | None = None,
         prefetch: PrefetchOptions = PrefetchOptions(),
         start_step: int = 0,
         process_index: int | None = None,
@@ -201,7 +202,8 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
         self.num_steps = plan.num_steps
         self.end_step = _checked_end_step(end_step, plan.num_steps)
         self.mesh = mesh
-        self.batch_axes = tuple(batch_axes)
+        axes = default_batch_axes(mesh.axis_names) if batch_axes is None else batch_axes
+        self.batch_axes = tuple(axes)
         self.prefetch = prefetch
         self.process_index = jax.process_index() if process_index is None else process_index
         self._sharding = global_batch.batch_sharding(mesh, self.batch_axes, 1)
@@ -318,7 +320,7 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
             self._counters.add_batch(tally, time.perf_counter() - assembling)
         waited = time.perf_counter() - began
         if not self._queue:
-            self._counters.add_wait(waited)
+            self._counters.add_delivered(None, waited)
             raise StopIteration
         self.wait_seconds += waited
         self._step += 1
@@ -428,9 +430,8 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
                 raise ValueError(explained)
             raise ValueError(
                 "loader state comes from a different data configuration (different source or "
-                "plan): its fingerprint "
-                f"{state['fingerprint']} != this loader's {self._fingerprint_at(step)} (source, "
-                "blend, seed, "
+                f"plan): its fingerprint {state['fingerprint']} != this loader's "
+                f"{self._fingerprint_at(step)} (source, blend, seed, "
                 "sequence length, batch size or batch plan changed); to resume, use the same data "
                 "flags as the run that saved it; to continue deliberately with the new data, start "
                 "a new workdir/checkpoint directory, or restart from a step number (start_step) "
@@ -446,7 +447,7 @@ def make_loader(
     plan: StepPlan | None = None,
     global_batch_size: int | None = None,
     num_steps: int | None = None,
-    batch_axes: Sequence[str] = ("data",),
+    batch_axes: Sequence[str] | None = None,
     prefetch: PrefetchOptions = PrefetchOptions(),
     start_step: int = 0,
     state: Mapping[str, object] | None = None,
@@ -467,7 +468,8 @@ def make_loader(
       plan: the step plan; exactly one of `plan` and `global_batch_size`.
       global_batch_size: B of a fixed-size plan over the source.
       num_steps: steps of the fixed-size plan; None = every full batch of the source.
-      batch_axes: mesh axes that split the batch dimension.
+      batch_axes: mesh axes that split the batch dimension; None: the mesh's `data` and `fsdp`
+        axes (`jaxblend.mesh.default_batch_axes`), as the training example splits it.
       prefetch: Grain workers, reader threads, buffers, read-ahead and device prefetch.
       start_step: first step (ignored when `state` is given).
       state: a dict from `StepLoader.state()` to resume from; the mesh need only split the

@@ -47,16 +47,13 @@ class ReadPool(Iterator[T]):
       start: the first step.
       end: the step the stream ends at (exclusive).
       admission: the window the reads follow.
-      name: the reader threads' name.
     """
 
     def __init__(
-        self, read: Callable[[int], T], start: int, end: int, admission: Admission,
-        name: str = "jaxblend-read",
+        self, read: Callable[[int], T], start: int, end: int, admission: Admission
     ) -> None:
         self._read = read
         self._end = end
-        self._name = name
         self._lock = threading.Lock()
         self._work = threading.Condition(self._lock)  # idle readers wait for an admitted step
         self._ready = threading.Condition(self._lock)  # the consumer waits for its step's record
@@ -130,7 +127,7 @@ class ReadPool(Iterator[T]):
         for _ in range(max(0, min(waiting - wake, self._size - self._threads))):
             # Counted once started (it waits for the lock held here), so a thread that cannot be
             # started leaves no phantom reader behind: its error reaches the caller.
-            threading.Thread(target=self._reader, name=self._name).start()
+            threading.Thread(target=self._reader, name="jaxblend-read").start()
             self._threads += 1
             self.most_threads = max(self.most_threads, self._threads)
 

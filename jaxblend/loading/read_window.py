@@ -89,7 +89,6 @@ class ReadWindow:
         self._kept = self.size  # the largest window a trial kept (or the initial one)
         self.ceiling = high
         self._ceiling_until = start
-        self.peak = 0  # most steps admitted ahead of the loader at once
         self.step_bytes = 0
         self._calm = 0
         self._last = clock()
@@ -110,11 +109,9 @@ class ReadWindow:
             callback(self._next + self.size, self.size)
 
     def begun(self, step: int) -> None:
-        """The read of the admitted `step` began (for `ahead` and `peak`)."""
+        """The read of the admitted `step` began (for `ahead`)."""
         with self._lock:
-            if step > self._admitted:
-                self._admitted = step
-                self.peak = max(self.peak, step - self._next + 1)
+            self._admitted = max(self._admitted, step)
 
     def read(self, seconds: float) -> None:
         """An admitted step's read took `seconds`."""

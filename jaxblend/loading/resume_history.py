@@ -13,19 +13,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 from jaxblend.sampling.data_schedule import DataSchedule
 
 STATE_KEY = "data_schedule"
-
-
-class PrefixIdentity(Protocol):
-    """The identity of a source's first samples."""
-
-    def __call__(self, num_samples: int) -> str:
-        """Identity of samples [0, num_samples): equal for two sources that serve them alike
-        (same data, configuration and schema), whatever their later samples."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,11 +26,13 @@ class StagedHistory:
 
     Attributes:
       schedule: the run's data schedule in steps (saved in the state; names a changed stage).
-      identity: the identity of the source's first samples (`PrefixIdentity`).
+      identity: `identity(n)`, the identity of the source's samples [0, n): equal for two sources
+        that serve them alike (same data, configuration and schema), whatever their later
+        samples.
     """
 
     schedule: DataSchedule
-    identity: PrefixIdentity
+    identity: Callable[[int], str]
 
     def saved(self) -> dict[str, Any]:
         """The state's entry: the schedule in steps."""
@@ -87,7 +81,7 @@ def explain_unscheduled(state: Mapping[str, Any], step: int) -> str | None:
 
 @dataclasses.dataclass(frozen=True)
 class GPTTrainHistory:
-    """The `PrefixIdentity` of a GPT train split built from a data configuration with a
+    """The `StagedHistory.identity` of a GPT train split built from a data configuration with a
     `train_schedule`: `jaxblend.index.history_fingerprint` of the configuration and its datasets'
     contents, read with the schema options (as the source's own fingerprint is).
 

@@ -255,17 +255,14 @@ class LoaderCounters:
         self.peak_ahead = max(self.peak_ahead, steps)
         self.step_bytes = step_bytes
 
-    def add_delivered(self, tokens: int, wait_seconds: float) -> None:
-        """Counts a batch handed to the consumer after `wait_seconds` in `next()`."""
-        with self._lock:
-            self.steps += 1
-            self.tokens += tokens
-            self.wait += wait_seconds
-
-    def add_wait(self, wait_seconds: float) -> None:
-        """Counts time in `next()` that delivered no batch (the stream's end)."""
+    def add_delivered(self, tokens: int | None, wait_seconds: float) -> None:
+        """Counts `wait_seconds` in `next()` and the batch of `tokens` it handed to the consumer
+        (None: no batch, the stream's end)."""
         with self._lock:
             self.wait += wait_seconds
+            if tokens is not None:
+                self.steps += 1
+                self.tokens += tokens
 
     def add_stall(self) -> None:
         with self._lock:

@@ -21,7 +21,7 @@ import numpy as np
 
 from jaxblend import index
 from jaxblend.access import DataAccess
-from jaxblend.cli.data_warnings import DEFAULT_WARN_EPOCHS, training_data_warnings
+from jaxblend.cli.data_warnings import training_data_warnings
 from jaxblend.sampling import StepPlan
 from jaxblend.tokenizer_facts import TokenizerFacts, TokenizerMismatchError, check_ids
 
@@ -64,8 +64,8 @@ def run(
     plan: StepPlan,
     vocab_size: int | None,
     max_gb: float,
-    tokenizer: TokenizerCheck | None = None,
-    warn_epochs: int = DEFAULT_WARN_EPOCHS,
+    tokenizer: TokenizerCheck,
+    warn_epochs: int,
 ) -> dict:
     """Runs the preflight and prints its report; returns it as a dict (with `problems`).
 
@@ -145,20 +145,18 @@ def run(
             line += f" (holds ids <= {limit:,}; vocabulary {vocab_size:,})"
             if vocab_size - 1 > limit:
                 problems.append(f"{prefix}: token dtype {ds.dtype} cannot hold vocabulary {vocab_size}")
-        if tokenizer is not None and prefix in tokenizer.facts:
+        if prefix in tokenizer.facts:
             line += f"; tokenizer {tokenizer.facts[prefix].describe()}"
         print(line)
-    if tokenizer is not None:
-        if tokenizer.mixed:
-            problems.append(tokenizer.mixed)
-        if vocab_size is not None:
-            try:
-                check_ids(
-                    vocab_size, tokenizer.eod_id, tokenizer.pad_id, tokenizer.facts, access,
-                    log=print,
-                )
-            except TokenizerMismatchError as err:
-                problems.append(str(err))
+    if tokenizer.mixed:
+        problems.append(tokenizer.mixed)
+    if vocab_size is not None:
+        try:
+            check_ids(
+                vocab_size, tokenizer.eod_id, tokenizer.pad_id, tokenizer.facts, access, log=print
+            )
+        except TokenizerMismatchError as err:
+            problems.append(str(err))
     train_epochs = {e.prefix: e.epochs for e in estimate.datasets if e.split == "train"}
     repeated = {p: n for p, n in train_epochs.items() if n > 1}
     if repeated:

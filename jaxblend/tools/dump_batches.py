@@ -113,7 +113,6 @@ def main(argv: Sequence[str], own_process: bool = False) -> None:
 
     from jaxblend.decode import input_weights
     from jaxblend.loading import make_loader
-    from jaxblend.mesh import default_batch_axes
 
     fl = flags.FLAGS
     decoder = None
@@ -145,8 +144,7 @@ def main(argv: Sequence[str], own_process: bool = False) -> None:
             f"{fl.global_batch_size}); pass a smaller --steps or a larger --train_samples"
         )
     loader = make_loader(  # reads the dumped steps and none after them
-        source, mesh, plan=plan, batch_axes=default_batch_axes(mesh.axis_names),
-        prefetch=prefetch, start_step=start_step, state=state,
+        source, mesh, plan=plan, prefetch=prefetch, start_step=start_step, state=state,
         history=cli.history_of(fl.which, source, run), end_step=end_step,
     )
     if own_process:  # what exists now (modules, the source, the loader) lives until exit:

@@ -114,11 +114,7 @@ def decoded_rows(samples_text: np.ndarray, decoder, weights: np.ndarray | None =
 
 
 def dump(
-    config: index.GPTDataConfig,
-    out_dir: str,
-    num: int,
-    access: DataAccess,
-    decoder=None,
+    config: index.GPTDataConfig, out_dir: str, num: int, access: DataAccess, decoder=None
 ) -> list[str]:
     """Builds the plan of `config` and writes one .npz per existing split; returns the paths.
 
@@ -148,11 +144,7 @@ def dump(
                           ensure_ascii=False)
             written.append(text_path)
         logging.info(
-            "%s: %d samples, %d datasets -> %s",
-            name,
-            len(split_maps),
-            split_maps.num_datasets,
-            path,
+            "%s: %d samples, %d datasets -> %s", name, len(split_maps), split_maps.num_datasets, path
         )
     return written
 

@@ -402,12 +402,11 @@ def _check_output_directories() -> None:
 def main(argv: Sequence[str]) -> None:
     commands = {"stats": stats, "explain": explain, "mixture": mixture, "preflight": preflight,
                 "verify": verify}
-    if len(argv) == 2 and argv[1] not in commands:
+    if len(argv) != 2 or argv[1] not in commands:
         raise app.UsageError(
             f"unknown command {argv[1]!r}; the commands are {', '.join(commands)}"
+            if len(argv) == 2 else f"give one command: {', '.join(commands)}"
         )
-    if len(argv) != 2:
-        raise app.UsageError(f"give one command: {', '.join(commands)}")
     command = argv[1]
     _check_output_directories()
     result = commands[command]()

@@ -41,7 +41,7 @@ def _token_budget(spec: dict) -> int:
     from jax.experimental import multihost_utils
 
     from jaxblend.loading import make_loader
-    from jaxblend.mesh import default_batch_axes, make_mesh
+    from jaxblend.mesh import make_mesh
     from jaxblend.sampling import load_token_budget_plan
     from jaxblend.sources import SequenceSource
 
@@ -52,9 +52,7 @@ def _token_budget(spec: dict) -> int:
     if spec.get("state_in"):
         with open(spec["state_in"]) as f:
             state = json.load(f)
-    loader = make_loader(
-        source, mesh, plan=plan, batch_axes=default_batch_axes(mesh.axis_names), state=state,
-    )
+    loader = make_loader(source, mesh, plan=plan, state=state)
     first = loader.step
     steps = plan.num_steps - first if spec.get("steps") is None else spec["steps"]
     out = {}
