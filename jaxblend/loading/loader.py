@@ -203,6 +203,12 @@ class StepLoader(Iterator[dict[str, jax.Array]]):
         self.end_step = _checked_end_step(end_step, plan.num_steps)
         self.mesh = mesh
         axes = default_batch_axes(mesh.axis_names) if batch_axes is None else batch_axes
+        if not axes and batch_axes is None:
+            raise ValueError(
+                f"the mesh's axes {tuple(mesh.axis_names)} have neither 'data' nor 'fsdp': pass "
+                "batch_axes= naming the axes that split the batch (() to copy it whole to every "
+                "device)"
+            )
         self.batch_axes = tuple(axes)
         self.prefetch = prefetch
         self.process_index = jax.process_index() if process_index is None else process_index
@@ -469,7 +475,8 @@ def make_loader(
       global_batch_size: B of a fixed-size plan over the source.
       num_steps: steps of the fixed-size plan; None = every full batch of the source.
       batch_axes: mesh axes that split the batch dimension; None: the mesh's `data` and `fsdp`
-        axes (`jaxblend.mesh.default_batch_axes`), as the training example splits it.
+        axes (`jaxblend.mesh.default_batch_axes`), as the training example splits it; a mesh
+        with neither must name its axes here.
       prefetch: Grain workers, reader threads, buffers, read-ahead and device prefetch.
       start_step: first step (ignored when `state` is given).
       state: a dict from `StepLoader.state()` to resume from; the mesh need only split the

@@ -125,6 +125,8 @@ class TestMakeLoader:
             PrefetchOptions().worker_count = 2  # type: ignore[misc]
         with pytest.raises(ValueError, match="not mesh axes"):
             make_loader(source, m, global_batch_size=B, batch_axes=("fsdp",))
+        with pytest.raises(ValueError, match=r"axes \('model',\) have neither 'data' nor 'fsdp'"):
+            make_loader(source, mesh((8,), ("model",)), global_batch_size=B)
         with pytest.raises(ValueError, match="cannot be laid out"):
             make_loader(source, m, global_batch_size=12)
 
